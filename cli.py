@@ -1,0 +1,211 @@
+"""gpuledger's command line: each command parses options, calls one library function,
+and turns the library's errors into one-line messages (exit 2 for bad input or usage,
+1 when the thing checked is wrong). No traceback reaches a user for bad input."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+import ingest
+import ledger
+from fixtures.sample import write_sample
+from schemas import Record
+
+F = TypeVar("F", bound=Callable[..., Any])
+stderr = Console(stderr=True)
+stdout = Console()
+
+
+class InputError(click.ClickException):
+    """Bad input or usage: exit 2, one line."""
+
+    exit_code = 2
+
+
+class Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (ledger.LedgerError, ingest.IngestError) as exc:
+            raise InputError(str(exc)) from None
+
+
+def db_option(fn: F) -> F:
+    return click.option(
+        "--db", "db_url", default=None, metavar="URL",
+        help="Database URL (default: $GPULEDGER_DB, else sqlite:///gpuledger.db).",
+    )(fn)
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gpuledger")
+def main() -> None:
+    """gpuledger: the evidence ledger and reconciliation engine for rented GPU compute."""
+
+
+@main.command()
+@db_option
+def init(db_url: str | None) -> None:
+    """Create the store: tables and append-only triggers (safe to repeat)."""
+    store = ledger.Store(db_url)
+    store.init()
+    click.echo(f"initialised {store.safe_url}")
+
+
+@main.command("ingest")
+@db_option
+@click.option("--format", "fmt", type=click.Choice(ingest.format_names()), default=None,
+              help="Source format (default: detected, else cloudevents).")
+@click.option("--batch-size", type=click.IntRange(1, 100_000), default=2000, show_default=True,
+              help="Records a transaction; a batch is appended whole or not at all.")
+@click.argument("files", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path))
+def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, files: Sequence[Path]) -> None:
+    """Append the events of FILES; prints read / appended / duplicate / quarantined.
+
+    Exits 1 when any record was quarantined (the good records are still appended).
+    """
+    store = ledger.Store(db_url)
+    store.init()
+    appender = ledger.Appender(store)
+    total = ledger.AppendReport()
+    for path in files:
+        report = _ingest_one(appender, path, fmt, batch_size)
+        for problem in report.problems:
+            click.echo(problem, err=True)
+        if report.quarantined > len(report.problems):
+            click.echo(f"… and {report.quarantined - len(report.problems)} more: see `gpuledger quarantine`", err=True)
+        click.echo(f"{path}: {_counts(report)}")
+        for name in ("read", "appended", "duplicates", "quarantined"):
+            setattr(total, name, getattr(total, name) + getattr(report, name))
+    if len(files) > 1:
+        click.echo(f"total: {_counts(total)}")
+    if total.quarantined:
+        sys.exit(1)
+
+
+def _counts(report: ledger.AppendReport) -> str:
+    return (f"read {report.read} · appended {report.appended} · "
+            f"duplicate {report.duplicates} · quarantined {report.quarantined}")
+
+
+def _ingest_one(appender: ledger.Appender, path: Path, fmt: str | None, batch_size: int) -> ledger.AppendReport:
+    records = ingest.extract(path, fmt)
+    progress = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+        console=stderr, disable=not stderr.is_terminal, transient=True,
+    )
+    with progress:
+        task = progress.add_task(path.name, total=path.stat().st_size)
+
+        def advance(batch: Sequence[Record], _report: ledger.AppendReport) -> None:
+            progress.update(task, completed=batch[-1].origin.offset)
+
+        return ledger.append_stream(appender, records, batch_size, advance)
+
+
+@main.command()
+@db_option
+def verify(db_url: str | None) -> None:
+    """Recompute every leaf, the chain, the tenant chains and the tree.
+
+    Exits 1 and names the first broken seq when the ledger was tampered with.
+    """
+    store = ledger.Store(db_url)
+    _require_store(store)
+    result = ledger.verify_ledger(store)
+    if result.problem is not None:
+        click.echo(f"FAILED at {result.problem}", err=True)
+        sys.exit(1)
+    click.echo(f"ok: {result.entries} entries, {result.tenants} tenants; checked {', '.join(result.checked)}")
+
+
+@main.command()
+@db_option
+@click.option("--type", "type_", default=None, help="Only entries of this event type.")
+@click.option("--tenant", default=None, help="Only this tenant's entries.")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "parquet"]), default="jsonl", show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Output file (default: standard output, JSON Lines only).")
+def export(db_url: str | None, type_: str | None, tenant: str | None, fmt: str, out: Path | None) -> None:
+    """Write entries, with their salts and hashes, as JSON Lines or Parquet."""
+    store = ledger.Store(db_url)
+    _require_store(store)
+    if fmt == "parquet" and out is None:
+        raise InputError("--out: Parquet needs an output file")
+    if out is None:
+        count = ledger.export_entries(store, sys.stdout.buffer, fmt, type_, tenant)
+    elif fmt == "parquet":
+        count = ledger.export_entries(store, out, fmt, type_, tenant)
+    else:
+        with out.open("wb") as handle:
+            count = ledger.export_entries(store, handle, fmt, type_, tenant)
+    if out is not None:
+        click.echo(f"wrote {count} entries to {out}")
+
+
+@main.command("quarantine")
+@db_option
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def quarantine_command(db_url: str | None, fmt: str) -> None:
+    """List the records kept in quarantine, with file, line, field and reason."""
+    store = ledger.Store(db_url)
+    _require_store(store)
+    rows = ledger.quarantined(store)
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("the quarantine is empty")
+        return
+    table = Table("#", "kind", "where", "field", "reason", "record", title=f"quarantine: {len(rows)} records")
+    for row in rows:
+        record = row["record"] if len(row["record"]) <= 60 else row["record"][:59] + "…"
+        table.add_row(str(row["qid"]), row["kind"], f"{row['file']}:{row['line']}", row["field"], row["reason"], record)
+    stdout.print(table)
+
+
+@main.command()
+@db_option
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("demo-out"),
+              show_default=True, help="Folder for the demo's store and outputs.")
+def demo(db_url: str | None, out: Path) -> None:
+    """Write a sample fleet's events, ingest them into a fresh store, and verify it."""
+    out.mkdir(parents=True, exist_ok=True)
+    events = out / "events.jsonl"
+    count = write_sample(events)
+    if db_url is None:
+        store_file = out / "gpuledger.db"
+        for leftover in out.glob("gpuledger.db*"):
+            leftover.unlink()
+        db_url = f"sqlite:///{store_file}"
+    store = ledger.Store(db_url)
+    store.init()
+    report = _ingest_one(ledger.Appender(store), events, None, 2000)
+    result = ledger.verify_ledger(store)
+    stdout.print(f"[bold]gpuledger demo[/bold]: {count} sample events written to {events}")
+    stdout.print(f"ingest: {_counts(report)}")
+    stdout.print(f"verify: {'ok' if result.ok else 'FAILED ' + str(result.problem)}: "
+                 f"{result.entries} entries, {result.tenants} tenants")
+    stdout.print(f"store: {store.safe_url}  (try: gpuledger export --db {store.safe_url} --tenant tenant-1)")
+    if not result.ok:
+        sys.exit(1)
+
+
+def _require_store(store: ledger.Store) -> None:
+    if not store.is_initialised():
+        raise InputError(f"--db: no ledger at {store.safe_url} (run `gpuledger init` first)")
+
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""CloudEvents 1.0, structured mode, in JSON: one event a line (JSON Lines), or a batch
+file holding one JSON array (`application/cloudevents-batch+json`). Both stream."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from ingest.base import UTF8_BOM, event_from_json, open_source
+from ingest.jsonarray import MalformedArray, iter_array
+from schemas import Origin, Record, Rejected
+
+
+class CloudEventsIngestor:
+    name = "cloudevents"
+    description = "CloudEvents 1.0 JSON: JSON Lines, or one JSON array (batch mode)"
+
+    def identify(self, path: Path, head: bytes) -> bool:
+        text = head.removeprefix(UTF8_BOM).lstrip()
+        return text[:1] in (b"{", b"[") and b'"specversion"' in head
+
+    def extract(self, path: Path, **options: Any) -> Iterator[Record]:
+        with open_source(path) as stream:
+            head = stream.read(4096)
+            start = len(UTF8_BOM) if head.startswith(UTF8_BOM) else 0
+            stream.seek(start)
+            if head[start:].lstrip()[:1] == b"[":
+                yield from _array_records(str(path), stream, start)
+            else:
+                yield from _line_records(str(path), stream, start)
+
+
+def _line_records(name: str, stream: BinaryIO, offset: int) -> Iterator[Record]:
+    for number, line in enumerate(stream, start=1):
+        stripped = line.strip()
+        if stripped:
+            yield event_from_json(stripped, Origin(name, number, offset))
+        offset += len(line)
+
+
+def _array_records(name: str, stream: BinaryIO, base: int) -> Iterator[Record]:
+    try:
+        for element in iter_array(stream, b"", base):
+            yield event_from_json(element.raw, Origin(name, element.line, element.offset))
+    except MalformedArray as exc:
+        yield Rejected(Origin(name, exc.line), "(file)", str(exc), b"")

@@ -1,0 +1,104 @@
+"""Streaming the elements of one top-level JSON array, without holding the file.
+
+The scanner tracks only strings (with escapes), nesting depth and line numbers; each
+element's bytes are handed on whole, to be parsed by the caller. Memory is one element
+plus one read chunk, whatever the file size.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+_OUTSIDE = re.compile(rb'["\[\]{},\n]')
+_INSIDE = re.compile(rb'["\\\n]')
+_CHUNK = 1 << 20
+
+
+class MalformedArray(ValueError):
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+@dataclass(frozen=True)
+class Element:
+    raw: bytes
+    line: int
+    offset: int
+
+
+class _Scanner:
+    def __init__(self, stream: BinaryIO, initial: bytes, base: int) -> None:
+        self.stream = stream
+        self.buf = initial
+        self.base = base  # file offset of buf[0]
+        self.line = 1
+
+    def more(self) -> bool:
+        chunk = self.stream.read(_CHUNK)
+        self.buf += chunk
+        return bool(chunk)
+
+    def opening_bracket(self) -> int:
+        """Index just past the '[' that opens the array."""
+        i = 0
+        while True:
+            if i >= len(self.buf) and not self.more():
+                raise MalformedArray(self.line, "expected a JSON array, found an empty file")
+            ch = self.buf[i:i + 1]
+            if ch == b"[":
+                return i + 1
+            if ch == b"\n":
+                self.line += 1
+            elif not ch.isspace():
+                raise MalformedArray(self.line, "expected '[' to open a JSON array")
+            i += 1
+
+    def element(self, raw_start: int, end: int, line: int) -> Element:
+        raw = self.buf[raw_start:end]
+        lead = len(raw) - len(raw.lstrip())
+        return Element(raw.strip(), line + raw[:lead].count(b"\n"), self.base + raw_start + lead)
+
+
+def iter_array(stream: BinaryIO, initial: bytes = b"", base: int = 0) -> Iterator[Element]:
+    """Elements of the array that opens at the first non-blank byte of initial + stream."""
+    s = _Scanner(stream, initial, base)
+    i = seg_start = s.opening_bracket()
+    seg_line, depth, in_string, count = s.line, 0, False, 0
+    while True:
+        match = (_INSIDE if in_string else _OUTSIDE).search(s.buf, i)
+        if match is None:
+            i = len(s.buf)
+            if not s.more():
+                raise MalformedArray(s.line, "the JSON array is not closed")
+            continue
+        token, i = match.group(), match.end()
+        if token == b"\n":
+            s.line += 1
+        elif in_string:
+            if token == b"\\":
+                if i >= len(s.buf):
+                    s.more()
+                i += 1  # the escaped byte is never a token
+            else:
+                in_string = False
+        elif token == b'"':
+            in_string = True
+        elif token in (b"[", b"{"):
+            depth += 1
+        elif depth > 0 and token in (b"]", b"}"):
+            depth -= 1
+        elif depth == 0 and token in (b",", b"]"):
+            element = s.element(seg_start, i - 1, seg_line)
+            if element.raw:
+                count += 1
+                yield element
+            elif token == b"," or count:
+                raise MalformedArray(s.line, "empty element in the JSON array")
+            if token == b"]":
+                return
+            s.buf, s.base, i = s.buf[i:], s.base + i, 0
+            seg_start, seg_line = 0, s.line

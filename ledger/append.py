@@ -1,0 +1,271 @@
+"""Appending batches: idempotency, conflicts, quarantine, hashes, all in one transaction.
+
+Rules, in the order they apply to each accepted record of a batch:
+1. `source` + `id` is the key. A key already in the ledger (or earlier in the batch) with
+   the same canonical bytes is a duplicate: skipped and counted.
+2. The same key with other bytes is a conflict: kept in the quarantine with both hashes,
+   never replacing what is stored.
+3. Everything else gets the next `seq` (gapless from 1), the next `tenant_seq` of its
+   tenant, a fresh 16-byte salt, and its leaf, chain and tenant_prev hashes.
+A batch, quarantine rows included, commits whole or not at all.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from hashlib import sha256
+from itertools import islice
+from typing import Any
+
+from sqlalchemy import Connection, func, insert, select, tuple_
+from sqlalchemy.dialects import postgresql, sqlite
+
+from ledger.hashing import SALT_SIZE, ZERO_HASH, chain_hash, entry_bytes, leaf_hash
+from ledger.store import Store
+from ledger.tables import batches, entries, quarantine, tree_nodes
+from ledger.tree import TreeReader
+from schemas import Accepted, Record, Rejected, format_utc
+
+DEFAULT_BATCH_SIZE = 2000
+ENTRY_COLUMNS = (
+    "seq", "recorded_at", "source", "id", "type", "tenant", "tenant_seq", "event", "salt",
+    "leaf_hash", "chain_hash", "tenant_prev",
+)
+Clock = Callable[[], datetime]
+SaltSource = Callable[[int], bytes]
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class BatchResult:
+    appended: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+    first_seq: int | None = None
+    last_seq: int | None = None
+    #: Conflicts found, as `file:line: id: reason`.
+    conflicts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Plan:
+    """What one batch will write, worked out under the lock."""
+
+    entry_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    quarantine_rows: list[dict[str, Any]] = field(default_factory=list)
+    duplicates: int = 0
+    conflicts: list[str] = field(default_factory=list)
+
+
+class Appender:
+    """Appends batches to one store. `clock` and `salts` are injectable for test vectors."""
+
+    def __init__(self, store: Store, clock: Clock = utc_now, salts: SaltSource = secrets.token_bytes) -> None:
+        self.store = store
+        self.clock = clock
+        self.salts = salts
+
+    def append(self, batch: Sequence[Record]) -> BatchResult:
+        """Append one batch in one transaction; returns what happened to its records."""
+        accepted = [r for r in batch if isinstance(r, Accepted)]
+        rejected = [r for r in batch if isinstance(r, Rejected)]
+        with self.store.writing() as conn:
+            recorded_at = format_utc(self.clock())
+            plan = _Plan()
+            plan.quarantine_rows.extend(_invalid_row(r, recorded_at) for r in rejected)
+            fresh = self._drop_known(conn, accepted, plan, recorded_at)
+            result = BatchResult(duplicates=plan.duplicates, conflicts=plan.conflicts)
+            if fresh:
+                self._hash_and_insert(conn, fresh, recorded_at, result)
+            if plan.quarantine_rows:
+                result.quarantined = self._insert_quarantine(conn, plan.quarantine_rows)
+        return result
+
+    def _drop_known(self, conn: Connection, records: list[Accepted], plan: _Plan, recorded_at: str) -> list[Accepted]:
+        """Rules 1 and 2: keep the records whose key is new, in batch order."""
+        if not records:
+            return []
+        stored = _stored_bodies(conn, {(r.source, r.id) for r in records})
+        fresh: list[Accepted] = []
+        for record in records:
+            key = (record.source, record.id)
+            known = stored.get(key)
+            if known is None:
+                stored[key] = record.body
+                fresh.append(record)
+            elif known == record.body:
+                plan.duplicates += 1
+            else:
+                row = _conflict_row(record, known, recorded_at)
+                plan.quarantine_rows.append(row)
+                plan.conflicts.append(f"{record.origin}: id: {row['reason']}")
+        return fresh
+
+    def _hash_and_insert(self, conn: Connection, records: list[Accepted], recorded_at: str, result: BatchResult) -> None:
+        """Rule 3: number, salt and hash the new records, then write them and the tree."""
+        size, chain = _chain_head(conn)
+        tenant_heads = _tenant_heads(conn, {r.tenant for r in records if r.tenant is not None})
+        frontier = TreeReader(conn).frontier(size)
+        salt_block = self.salts(SALT_SIZE * len(records))
+        rows = []
+        for i, record in enumerate(records):
+            seq = size + 1 + i
+            salt = salt_block[i * SALT_SIZE:(i + 1) * SALT_SIZE]
+            tenant_seq, tenant_prev = None, None
+            if record.tenant is not None:
+                last_seq, tenant_prev = tenant_heads.get(record.tenant, (0, ZERO_HASH))
+                tenant_seq = last_seq + 1
+            leaf = leaf_hash(entry_bytes(
+                seq, recorded_at, record.source, record.id, record.type, record.tenant,
+                tenant_seq, record.body, salt,
+            ))
+            chain = chain_hash(chain, leaf)
+            if record.tenant is not None:
+                tenant_heads[record.tenant] = (tenant_seq or 0, leaf)
+            frontier.push(leaf)
+            rows.append((
+                seq, recorded_at, record.source, record.id, record.type, record.tenant,
+                tenant_seq, record.body.decode("utf-8"), salt, leaf, chain, tenant_prev,
+            ))
+        _bulk_insert_entries(conn, rows)
+        if frontier.completed:
+            conn.execute(insert(tree_nodes), [
+                {"level": level, "idx": idx, "hash": h} for level, idx, h in frontier.completed
+            ])
+        batch_seq = conn.execute(select(func.coalesce(func.max(batches.c.batch_seq), 0))).scalar_one()
+        conn.execute(insert(batches).values(
+            batch_seq=batch_seq + 1, first_seq=size + 1, last_seq=size + len(rows),
+            chain_head=chain, recorded_at=recorded_at,
+        ))
+        result.appended = len(rows)
+        result.first_seq, result.last_seq = size + 1, size + len(rows)
+
+    def _insert_quarantine(self, conn: Connection, rows: list[dict[str, Any]]) -> int:
+        """Insert, skipping records this file already had quarantined at that line."""
+        dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+        statement = dialect_insert(quarantine).on_conflict_do_nothing(
+            index_elements=["file", "line", "record_hash"]
+        )
+        conn.execute(statement, rows)
+        return len(rows)
+
+
+def _stored_bodies(conn: Connection, keys: set[tuple[str, str]]) -> dict[tuple[str, str], bytes]:
+    found: dict[tuple[str, str], bytes] = {}
+    ordered = sorted(keys)
+    for start in range(0, len(ordered), 500):  # bounded statement size on both backends
+        chunk = ordered[start:start + 500]
+        rows = conn.execute(
+            select(entries.c.source, entries.c.id, entries.c.event).where(
+                tuple_(entries.c.source, entries.c.id).in_(chunk)
+            )
+        ).all()
+        found.update({(r.source, r.id): r.event.encode("utf-8") for r in rows})
+    return found
+
+
+def _chain_head(conn: Connection) -> tuple[int, bytes]:
+    row = conn.execute(
+        select(entries.c.seq, entries.c.chain_hash).order_by(entries.c.seq.desc()).limit(1)
+    ).first()
+    return (0, ZERO_HASH) if row is None else (int(row.seq), bytes(row.chain_hash))
+
+
+def _tenant_heads(conn: Connection, tenants: set[str]) -> dict[str, tuple[int, bytes]]:
+    heads: dict[str, tuple[int, bytes]] = {}
+    for tenant in tenants:
+        row = conn.execute(
+            select(entries.c.tenant_seq, entries.c.leaf_hash)
+            .where(entries.c.tenant == tenant)
+            .order_by(entries.c.tenant_seq.desc())
+            .limit(1)
+        ).first()
+        if row is not None:
+            heads[tenant] = (int(row.tenant_seq), bytes(row.leaf_hash))
+    return heads
+
+
+def _bulk_insert_entries(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
+    """The hot path: the driver's own bulk path under SQLAlchemy's transaction."""
+    raw = conn.connection.dbapi_connection
+    assert raw is not None
+    columns = ", ".join(ENTRY_COLUMNS)
+    if conn.dialect.name == "postgresql":
+        with raw.cursor() as cursor:
+            with cursor.copy(f"COPY entries ({columns}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+        return
+    marks = ", ".join("?" * len(ENTRY_COLUMNS))
+    raw.executemany(f"INSERT INTO entries ({columns}) VALUES ({marks})", rows)
+
+
+def _invalid_row(record: Rejected, recorded_at: str) -> dict[str, Any]:
+    return {
+        "recorded_at": recorded_at, "kind": "invalid", "file": record.origin.file,
+        "line": record.origin.line, "field": record.field, "reason": record.reason,
+        "record": record.record, "record_hash": sha256(record.record).digest(),
+        "existing_hash": None, "incoming_hash": None,
+    }
+
+
+def _conflict_row(record: Accepted, known: bytes, recorded_at: str) -> dict[str, Any]:
+    existing, incoming = sha256(known).digest(), sha256(record.body).digest()
+    return {
+        "recorded_at": recorded_at, "kind": "conflict", "file": record.origin.file,
+        "line": record.origin.line, "field": "id",
+        "reason": (
+            f"event {record.id!r} from {record.source!r} is already in the ledger with other "
+            f"content (stored sha256 {existing.hex()[:16]}…, incoming {incoming.hex()[:16]}…)"
+        ),
+        "record": record.body, "record_hash": incoming,
+        "existing_hash": existing, "incoming_hash": incoming,
+    }
+
+
+def batched(records: Iterable[Record], size: int) -> Iterator[list[Record]]:
+    iterator = iter(records)
+    while chunk := list(islice(iterator, size)):
+        yield chunk
+
+
+@dataclass
+class AppendReport:
+    """What an ingest did: every record read is appended, a duplicate, or quarantined."""
+
+    read: int = 0
+    appended: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+    #: The first problems, as `file:line: field: reason`, for the terminal.
+    problems: list[str] = field(default_factory=list)
+    max_problems: int = 20
+
+    def add(self, batch: Sequence[Record], result: BatchResult) -> None:
+        self.read += len(batch)
+        self.appended += result.appended
+        self.duplicates += result.duplicates
+        self.quarantined += result.quarantined
+        found = [str(r) for r in batch if isinstance(r, Rejected)] + result.conflicts
+        self.problems.extend(found[: max(0, self.max_problems - len(self.problems))])
+
+
+def append_stream(
+    appender: Appender,
+    records: Iterable[Record],
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    on_batch: Callable[[Sequence[Record], AppendReport], None] | None = None,
+) -> AppendReport:
+    """Append a stream of records batch by batch; memory stays at one batch."""
+    report = AppendReport()
+    for batch in batched(records, batch_size):
+        report.add(batch, appender.append(batch))
+        if on_batch is not None:
+            on_batch(batch, report)
+    return report

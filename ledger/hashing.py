@@ -1,0 +1,68 @@
+"""Leaf, chain and node hashes (DESIGN.md §3), each with its own domain-separation prefix.
+
+    leaf  = SHA-256(0x00 ‖ canonical(entry without hashes, salt included))
+    node  = SHA-256(0x01 ‖ left ‖ right)                      (RFC 9162 §2.1.1)
+    chain = SHA-256(0x02 ‖ chain[seq-1] ‖ leaf),  chain[0] = 32 zero bytes
+    tenant_prev = leaf of the same tenant's previous entry (32 zero bytes for the first)
+
+The canonical entry is an RFC 8785 object with the keys event, id, recorded_at, salt,
+seq, source, tenant, tenant_seq, type (in that, sorted, order); `event` is the stored
+canonical event spliced in verbatim, `salt` is lower-case hex. Building it by splicing
+hashes the bytes that are stored, never a re-serialisation of them.
+"""
+
+from __future__ import annotations
+
+from hashlib import sha256
+
+import orjson
+
+LEAF_PREFIX = b"\x00"
+NODE_PREFIX = b"\x01"
+CHAIN_PREFIX = b"\x02"
+ZERO_HASH = bytes(32)
+HASH_SIZE = 32
+SALT_SIZE = 16
+
+
+def _text(value: str | None) -> bytes:
+    # orjson escapes strings exactly as RFC 8785 does (checked by the canonical tests).
+    return orjson.dumps(value)
+
+
+def entry_bytes(
+    seq: int,
+    recorded_at: str,
+    source: str,
+    id: str,
+    type: str,
+    tenant: str | None,
+    tenant_seq: int | None,
+    event: bytes,
+    salt: bytes,
+) -> bytes:
+    """The canonical bytes of an entry without its hashes."""
+    return b"".join((
+        b'{"event":', event,
+        b',"id":', _text(id),
+        b',"recorded_at":', _text(recorded_at),
+        b',"salt":"', salt.hex().encode(),
+        b'","seq":', str(seq).encode(),
+        b',"source":', _text(source),
+        b',"tenant":', _text(tenant),
+        b',"tenant_seq":', b"null" if tenant_seq is None else str(tenant_seq).encode(),
+        b',"type":', _text(type),
+        b"}",
+    ))
+
+
+def leaf_hash(entry: bytes) -> bytes:
+    return sha256(LEAF_PREFIX + entry).digest()
+
+
+def node_hash(left: bytes, right: bytes) -> bytes:
+    return sha256(NODE_PREFIX + left + right).digest()
+
+
+def chain_hash(previous: bytes, leaf: bytes) -> bytes:
+    return sha256(CHAIN_PREFIX + previous + leaf).digest()

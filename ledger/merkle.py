@@ -1,0 +1,83 @@
+"""RFC 9162 Merkle tree over the entries' leaf hashes, in `seq` order (leaf i = seq i+1).
+
+Storage rule: the interior node (level, idx) of every *complete* subtree, which covers
+leaves [idx·2^level, (idx+1)·2^level), is written in the same transaction as the leaf
+that completes it, for level ≥ STORED_MIN_LEVEL. Lower nodes are rebuilt from at most
+2^STORED_MIN_LEVEL leaves, so any subtree hash costs O(log n) reads, never a rebuild.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ledger.hashing import node_hash
+
+#: Nodes below this level are not stored: 16 leaves are cheaper to read than n/2 rows to write.
+STORED_MIN_LEVEL = 4
+
+
+def perfect_subtrees(start: int, end: int) -> list[tuple[int, int]]:
+    """The complete aligned subtrees (level, idx) that tile [start, end), left to right.
+
+    With start = 0 this is the binary decomposition of the tree size: RFC 9162's
+    MTH(D[0:n]) is the right fold of their hashes.
+    """
+    tiles: list[tuple[int, int]] = []
+    while start < end:
+        level = (start & -start).bit_length() - 1 if start else (end - start).bit_length() - 1
+        while (1 << level) > end - start:
+            level -= 1
+        tiles.append((level, start >> level))
+        start += 1 << level
+    return tiles
+
+
+def fold_right(hashes: list[bytes]) -> bytes:
+    """Combine subtree hashes, right to left: H(a, H(b, H(c, d)))."""
+    acc = hashes[-1]
+    for left in reversed(hashes[:-1]):
+        acc = node_hash(left, acc)
+    return acc
+
+
+def root_of_leaves(leaves: list[bytes]) -> bytes:
+    """MTH of a list of leaf hashes, straight from RFC 9162 §2.1.1 (used on ≤ 16 leaves
+    and as the reference in tests)."""
+    if len(leaves) == 1:
+        return leaves[0]
+    k = 1 << ((len(leaves) - 1).bit_length() - 1)
+    return node_hash(root_of_leaves(leaves[:k]), root_of_leaves(leaves[k:]))
+
+
+@dataclass
+class Frontier:
+    """The right edge of the tree: the hashes of the complete subtrees of its size's
+    binary decomposition, highest first. Appending a leaf is a binary-counter carry."""
+
+    size: int
+    hashes: list[bytes] = field(default_factory=list)
+    #: Nodes completed by push() at a stored level, as (level, idx, hash).
+    completed: list[tuple[int, int, bytes]] = field(default_factory=list)
+
+    def push(self, leaf: bytes) -> None:
+        self.hashes.append(leaf)
+        index = self.size  # 0-based index of the new leaf
+        level = 0
+        while index & 1:
+            right = self.hashes.pop()
+            left = self.hashes.pop()
+            merged = node_hash(left, right)
+            self.hashes.append(merged)
+            index >>= 1
+            level += 1
+            if level >= STORED_MIN_LEVEL:
+                self.completed.append((level, index, merged))
+        self.size += 1
+
+    def extend(self, leaves: Iterable[bytes]) -> None:
+        for leaf in leaves:
+            self.push(leaf)
+
+    def root(self) -> bytes | None:
+        return fold_right(self.hashes) if self.hashes else None

@@ -1,0 +1,158 @@
+"""The store: one SQLAlchemy engine on SQLite (the default) or PostgreSQL.
+
+Writing rule: every write happens inside `Store.writing()`, the one transaction helper.
+Its outermost level takes the append lock (SQLite `BEGIN IMMEDIATE`, PostgreSQL a
+transaction-level advisory lock), so concurrent ingest processes serialise on the chain
+head and the result is one linear chain; inner levels are savepoints.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, OperationalError
+
+from ledger.errors import StoreUnavailable
+from ledger.tables import APPEND_ONLY, metadata
+
+DEFAULT_URL = "sqlite:///gpuledger.db"
+_APPEND_LOCK_KEY = 0x6770_756C_6564  # "gpuled": one advisory lock for the whole ledger
+_SQLITE_BUSY_TIMEOUT_S = 120
+
+
+def default_url() -> str:
+    return os.environ.get("GPULEDGER_DB") or DEFAULT_URL
+
+
+class Store:
+    """A ledger database. Cheap to open; `init()` creates the schema (safe to repeat)."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url = url or default_url()
+        try:
+            parsed = make_url(self.url)
+        except ArgumentError as exc:
+            raise StoreUnavailable(f"--db: not a database URL: {self.url!r}") from exc
+        self.dialect = parsed.get_backend_name()
+        if self.dialect not in ("sqlite", "postgresql"):
+            raise StoreUnavailable(f"--db: unsupported database {self.dialect!r} (sqlite or postgresql)")
+        self.engine = self._make_engine()
+        self._local = threading.local()
+
+    def _make_engine(self) -> Engine:
+        if self.dialect == "sqlite":
+            engine = create_engine(self.url, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT_S})
+            event.listen(engine, "connect", _sqlite_on_connect)
+            event.listen(engine, "begin", _sqlite_on_begin)
+            return engine
+        return create_engine(self.url, pool_pre_ping=True)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- transactions -------------------------------------------------------------
+
+    @contextmanager
+    def writing(self) -> Iterator[Connection]:
+        """A write transaction holding the append lock; nested calls become savepoints."""
+        active: Connection | None = getattr(self._local, "conn", None)
+        if active is not None:
+            with active.begin_nested():
+                yield active
+            return
+        with self._connect() as conn:
+            conn = conn.execution_options(gpuledger_write=True)
+            with conn.begin():
+                if self.dialect == "postgresql":
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _APPEND_LOCK_KEY})
+                self._local.conn = conn
+                try:
+                    yield conn
+                finally:
+                    self._local.conn = None
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A read transaction: one consistent snapshot, no lock held against writers."""
+        with self._connect() as conn:
+            with conn.begin():
+                if self.dialect == "postgresql":
+                    conn.execute(text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY"))
+                yield conn
+
+    @contextmanager
+    def _connect(self) -> Iterator[Connection]:
+        try:
+            conn = self.engine.connect()
+        except OperationalError as exc:
+            raise StoreUnavailable(f"--db: cannot open {self.safe_url}: {_first_line(exc)}") from exc
+        with conn:
+            yield conn
+
+    @property
+    def safe_url(self) -> str:
+        return make_url(self.url).render_as_string(hide_password=True)
+
+    # -- schema ---------------------------------------------------------------------
+
+    def init(self) -> None:
+        """Create the tables and the append-only triggers; safe to repeat, and to race."""
+        with self.writing() as conn:
+            metadata.create_all(conn)
+            for statement in _trigger_ddl(self.dialect):
+                conn.exec_driver_sql(statement)
+
+    def is_initialised(self) -> bool:
+        with self.reading() as conn:
+            return conn.dialect.has_table(conn, "entries")
+
+
+def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.isolation_level = None  # transactions are begun by _sqlite_on_begin
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=FULL")  # durable: an fsync per commit
+    cursor.close()
+
+
+def _sqlite_on_begin(conn: Connection) -> None:
+    write = conn.get_execution_options().get("gpuledger_write", False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _trigger_ddl(dialect: str) -> list[str]:
+    if dialect == "sqlite":
+        return [
+            f"CREATE TRIGGER IF NOT EXISTS {table}_no_{op.lower()} BEFORE {op} ON {table} "
+            f"BEGIN SELECT RAISE(ABORT, 'gpuledger: {table} is append-only ({op} refused)'); END"
+            for table in APPEND_ONLY
+            for op in ("UPDATE", "DELETE")
+        ]
+    function = (
+        "CREATE OR REPLACE FUNCTION gpuledger_append_only() RETURNS trigger "
+        "LANGUAGE plpgsql AS $$ BEGIN "
+        "RAISE EXCEPTION 'gpuledger: % is append-only (% refused)', TG_TABLE_NAME, TG_OP; "
+        "END $$"
+    )
+    rows = [
+        f"CREATE OR REPLACE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table} "
+        "FOR EACH ROW EXECUTE FUNCTION gpuledger_append_only()"
+        for table in APPEND_ONLY
+    ]
+    truncate = [
+        f"CREATE OR REPLACE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON {table} "
+        "FOR EACH STATEMENT EXECUTE FUNCTION gpuledger_append_only()"
+        for table in APPEND_ONLY
+    ]
+    return [function, *rows, *truncate]
+
+
+def _first_line(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    return str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__

@@ -1,0 +1,98 @@
+"""The store's tables. Other tools read them, so names and columns are part of the
+contract (DESIGN.md §3). Hashes and salts are raw bytes; `event` is the canonical text
+exactly as hashed (TEXT, never JSONB, which would re-serialise it)."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData()
+
+# SQLite makes only "INTEGER PRIMARY KEY" an alias of the rowid, the fast clustered key.
+SeqType = BigInteger().with_variant(Integer(), "sqlite")
+
+entries = Table(
+    "entries",
+    metadata,
+    Column("seq", SeqType, primary_key=True, autoincrement=False),
+    Column("recorded_at", Text, nullable=False),
+    Column("source", Text, nullable=False),
+    Column("id", Text, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("tenant", Text),
+    Column("tenant_seq", BigInteger),
+    Column("event", Text, nullable=False),
+    Column("salt", LargeBinary, nullable=False),
+    Column("leaf_hash", LargeBinary, nullable=False),
+    Column("chain_hash", LargeBinary, nullable=False),
+    Column("tenant_prev", LargeBinary),
+    UniqueConstraint("source", "id", name="entries_event_key"),
+)
+Index("entries_tenant_seq", entries.c.tenant, entries.c.tenant_seq, unique=True)
+
+#: One row per committed append batch: the chain head it left. It lets `verify` name a
+#: truncated tail or a row inserted past the end without any signed checkpoint.
+batches = Table(
+    "batches",
+    metadata,
+    Column("batch_seq", SeqType, primary_key=True, autoincrement=False),
+    Column("first_seq", BigInteger, nullable=False),
+    Column("last_seq", BigInteger, nullable=False),
+    Column("chain_head", LargeBinary, nullable=False),
+    Column("recorded_at", Text, nullable=False),
+)
+
+quarantine = Table(
+    "quarantine",
+    metadata,
+    Column("qid", SeqType, primary_key=True, autoincrement=True),
+    Column("recorded_at", Text, nullable=False),
+    Column("kind", Text, nullable=False),  # invalid | conflict
+    Column("file", Text, nullable=False),
+    Column("line", BigInteger, nullable=False),
+    Column("field", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("record", LargeBinary, nullable=False),
+    Column("record_hash", LargeBinary, nullable=False),
+    Column("existing_hash", LargeBinary),
+    Column("incoming_hash", LargeBinary),
+    # Re-reading the same file must not quarantine the same record twice.
+    UniqueConstraint("file", "line", "record_hash", name="quarantine_record_key"),
+)
+
+#: Interior nodes of complete Merkle subtrees: node (level, index) covers leaves
+#: [index * 2**level, (index + 1) * 2**level), 0-based.
+tree_nodes = Table(
+    "tree_nodes",
+    metadata,
+    Column("level", Integer, primary_key=True, autoincrement=False),
+    Column("idx", BigInteger, primary_key=True, autoincrement=False),
+    Column("hash", LargeBinary, nullable=False),
+)
+
+checkpoints = Table(
+    "checkpoints",
+    metadata,
+    Column("checkpoint_seq", SeqType, primary_key=True, autoincrement=False),
+    Column("origin", Text, nullable=False),
+    Column("tree_size", BigInteger, nullable=False),
+    Column("root_hash", LargeBinary, nullable=False),
+    Column("chain_head", LargeBinary, nullable=False),
+    Column("tenant_root", LargeBinary, nullable=False),
+    Column("signed_at", Text, nullable=False),
+    Column("key_name", Text, nullable=False),
+    Column("note", Text, nullable=False),
+)
+
+#: The tables no row of which may change once written.
+APPEND_ONLY = ("entries", "batches", "quarantine", "tree_nodes", "checkpoints")

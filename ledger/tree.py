@@ -1,0 +1,63 @@
+"""Reading the stored Merkle tree: subtree hashes, the root at any size, the frontier.
+
+Every read is O(log n): a stored node is one row, a low subtree is at most
+2**STORED_MIN_LEVEL leaf hashes read in one range scan (ledger.merkle's storage rule).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, and_, select, tuple_
+
+from ledger.merkle import STORED_MIN_LEVEL, Frontier, fold_right, perfect_subtrees, root_of_leaves
+from ledger.tables import entries, tree_nodes
+
+
+class TreeReader:
+    """Subtree hashes of the tree as stored, read through one connection."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def leaves(self, start: int, end: int) -> list[bytes]:
+        """Leaf hashes of leaves [start, end) (0-based: leaf i is seq i+1)."""
+        rows = self.conn.execute(
+            select(entries.c.leaf_hash)
+            .where(and_(entries.c.seq > start, entries.c.seq <= end))
+            .order_by(entries.c.seq)
+        ).scalars().all()
+        if len(rows) != end - start:
+            raise LookupError(f"leaves [{start}, {end}): expected {end - start}, found {len(rows)}")
+        return list(rows)
+
+    def subtree_hashes(self, tiles: list[tuple[int, int]]) -> list[bytes]:
+        """The hashes of complete subtrees (level, idx), in the order given."""
+        stored = [t for t in tiles if t[0] >= STORED_MIN_LEVEL]
+        found: dict[tuple[int, int], bytes] = {}
+        if stored:
+            rows = self.conn.execute(
+                select(tree_nodes.c.level, tree_nodes.c.idx, tree_nodes.c.hash).where(
+                    tuple_(tree_nodes.c.level, tree_nodes.c.idx).in_(stored)
+                )
+            ).all()
+            found = {(int(r.level), int(r.idx)): bytes(r.hash) for r in rows}
+        result = []
+        for level, idx in tiles:
+            if level >= STORED_MIN_LEVEL:
+                if (level, idx) not in found:
+                    raise LookupError(f"tree node (level {level}, index {idx}) is not stored")
+                result.append(found[(level, idx)])
+            else:
+                result.append(root_of_leaves(self.leaves(idx << level, (idx + 1) << level)))
+        return result
+
+    def range_hash(self, start: int, end: int) -> bytes:
+        """MTH of leaves [start, end), for ranges RFC 9162 proofs use."""
+        return fold_right(self.subtree_hashes(perfect_subtrees(start, end)))
+
+    def frontier(self, size: int) -> Frontier:
+        return Frontier(size, self.subtree_hashes(perfect_subtrees(0, size)))
+
+    def root(self, size: int) -> bytes:
+        if size <= 0:
+            raise ValueError("the empty tree has no root to sign")
+        return self.range_hash(0, size)

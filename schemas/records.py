@@ -1,0 +1,89 @@
+"""What an ingestor hands to the ledger: accepted events and rejected records, each with
+the place it was read from (file, line, byte offset), from the moment it is read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from schemas.canonical import canonical_event
+from schemas.events import CloudEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    file: str
+    line: int
+    offset: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """A validated event in canonical bytes, with what the ledger indexes it by."""
+
+    source: str
+    id: str
+    type: str
+    tenant: str | None
+    body: bytes
+    origin: Origin
+
+    @classmethod
+    def of(cls, event: CloudEvent, origin: Origin) -> Accepted:
+        return cls(event.source, event.id, event.type, event.tenant, canonical_event(event), origin)
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A record that did not parse or validate, kept whole for the quarantine."""
+
+    origin: Origin
+    field: str
+    reason: str
+    record: bytes
+
+    def __str__(self) -> str:
+        return f"{self.origin}: {self.field}: {self.reason}"
+
+
+Record = Accepted | Rejected
+
+
+def field_path(loc: tuple[str | int, ...]) -> str:
+    """`data.gpus`, `data.devices[2]`; the union tag pydantic puts first is dropped."""
+    parts = [str(p) for p in loc]
+    if parts and "." in parts[0]:  # the discriminator value, e.g. 'billing.line'
+        parts = parts[1:]
+    text = ""
+    for part, raw in zip(parts, loc[len(loc) - len(parts):]):
+        text += f"[{raw}]" if isinstance(raw, int) else (f".{part}" if text else part)
+    return text or "(record)"
+
+
+def rejections(error: ValidationError, origin: Origin, record: bytes) -> Rejected:
+    """One Rejected for a ValidationError: the first error's field, all errors' reasons."""
+    errors = error.errors(include_url=False)
+    first = errors[0]
+    if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        field, reason = "type", _tag_reason(first)
+    else:
+        field, reason = field_path(tuple(first["loc"])), _message(first["msg"])
+    if len(errors) > 1:
+        reason += f" (and {len(errors) - 1} more: " + "; ".join(
+            f"{field_path(tuple(e['loc']))}: {_message(e['msg'])}" for e in errors[1:4]
+        ) + ")"
+    return Rejected(origin, field, reason, record)
+
+
+def _tag_reason(error: object) -> str:
+    ctx = getattr(error, "get", lambda *_: None)("ctx") or {}
+    tag = ctx.get("tag")
+    return f"unknown event type {tag!r}" if tag else "missing event type"
+
+
+def _message(msg: str) -> str:
+    return msg.removeprefix("Value error, ")
