@@ -137,7 +137,7 @@ def _trigger_ddl(dialect: str) -> list[str]:
     function = (
         "CREATE OR REPLACE FUNCTION gpuledger_append_only() RETURNS trigger "
         "LANGUAGE plpgsql AS $$ BEGIN "
-        "RAISE EXCEPTION 'gpuledger: % is append-only (% refused)', TG_TABLE_NAME, TG_OP; "
+        "RAISE EXCEPTION 'gpuledger: %% is append-only (%% refused)', TG_TABLE_NAME, TG_OP; "
         "END $$"
     )
     rows = [
