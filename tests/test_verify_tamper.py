@@ -1,0 +1,110 @@
+"""Tampering below the triggers: each case takes a good ledger, drops the guards, changes
+one thing through a small function, and expects verify to name the first bad seq."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, text
+
+from ledger import Appender, Store, append_stream, verify_ledger
+from ledger.hashing import chain_hash, entry_bytes, leaf_hash
+from ledger.tables import APPEND_ONLY
+from schemas import Accepted, Origin, validate_event
+from tests.conftest import progress
+
+SIZE = 120  # spans many batches and stored tree nodes (level 4 and up)
+
+
+def good_ledger(store: Store) -> None:
+    events = [progress(i, tenant="acme" if i % 3 else "zeta") for i in range(1, SIZE + 1)]
+    records = [Accepted.of(validate_event(e), Origin("t.jsonl", i)) for i, e in enumerate(events, 1)]
+    append_stream(Appender(store), records, batch_size=25)
+    assert verify_ledger(store).ok
+
+
+def drop_guards(conn: Connection) -> None:
+    for table in APPEND_ONLY:
+        if conn.dialect.name == "sqlite":
+            conn.execute(text(f"DROP TRIGGER IF EXISTS {table}_no_update"))
+            conn.execute(text(f"DROP TRIGGER IF EXISTS {table}_no_delete"))
+        else:
+            conn.execute(text(f"ALTER TABLE {table} DISABLE TRIGGER USER"))
+
+
+def edit_payload_byte(conn: Connection) -> None:
+    event = conn.execute(text("SELECT event FROM entries WHERE seq = 40")).scalar_one()
+    conn.execute(text("UPDATE entries SET event = :e WHERE seq = 40"), {"e": event.replace('"step":40', '"step":41')})
+
+
+def delete_row(conn: Connection) -> None:
+    conn.execute(text("DELETE FROM entries WHERE seq = 57"))
+
+
+def swap_rows(conn: Connection) -> None:
+    conn.execute(text("UPDATE entries SET seq = -1 WHERE seq = 70"))
+    conn.execute(text("UPDATE entries SET seq = 70 WHERE seq = 71"))
+    conn.execute(text("UPDATE entries SET seq = 71 WHERE seq = -1"))
+
+
+def insert_row(conn: Connection) -> None:
+    """A careful forger: shifts rows up and inserts one with correct leaf and chain."""
+    for seq in range(SIZE, 89, -1):
+        conn.execute(text("UPDATE entries SET seq = seq + 1 WHERE seq = :s"), {"s": seq})
+    prev_chain = bytes(conn.execute(text("SELECT chain_hash FROM entries WHERE seq = 89")).scalar_one())
+    body = '{"data":{"code":"xid-79","node":"n1"},"id":"forged","source":"dcgm://n1","specversion":"1.0","time":"2026-01-05T10:00:00Z","type":"health.fault"}'
+    salt = bytes(16)
+    leaf = leaf_hash(entry_bytes(90, "2026-01-05T12:00:00Z", "dcgm://n1", "forged", "health.fault", None, None, body.encode(), salt))
+    conn.execute(text(
+        "INSERT INTO entries (seq, recorded_at, source, id, type, tenant, tenant_seq, event, salt, leaf_hash, chain_hash, tenant_prev)"
+        " VALUES (90, '2026-01-05T12:00:00Z', 'dcgm://n1', 'forged', 'health.fault', NULL, NULL, :e, :s, :l, :c, NULL)"),
+        {"e": body, "s": salt, "l": leaf, "c": chain_hash(prev_chain, leaf)})
+
+
+def truncate_tail(conn: Connection) -> None:
+    conn.execute(text("DELETE FROM entries WHERE seq > 100"))
+
+
+def change_salt(conn: Connection) -> None:
+    conn.execute(text("UPDATE entries SET salt = :s WHERE seq = 33"), {"s": b"\x01" * 16})
+
+
+def append_unrecorded_row(conn: Connection) -> None:
+    """A row past the end, hashed correctly, that no batch ever committed."""
+    row = conn.execute(text(f"SELECT chain_hash, leaf_hash FROM entries WHERE seq = {SIZE}")).one()
+    body = '{"data":{"code":"x","node":"n"},"id":"late","source":"s","specversion":"1.0","time":"2026-01-05T10:00:00Z","type":"health.fault"}'
+    leaf = leaf_hash(entry_bytes(SIZE + 1, "t", "s", "late", "health.fault", None, None, body.encode(), bytes(16)))
+    conn.execute(text(
+        "INSERT INTO entries (seq, recorded_at, source, id, type, tenant, tenant_seq, event, salt, leaf_hash, chain_hash, tenant_prev)"
+        " VALUES (:q, 't', 's', 'late', 'health.fault', NULL, NULL, :e, :s, :l, :c, NULL)"),
+        {"q": SIZE + 1, "e": body, "s": bytes(16), "l": leaf, "c": chain_hash(bytes(row.chain_hash), leaf)})
+
+
+def edit_tree_node(conn: Connection) -> None:
+    conn.execute(text("UPDATE tree_nodes SET hash = :h WHERE level = 5 AND idx = 1"), {"h": bytes(32)})
+
+
+CASES: dict[str, tuple[Callable[[Connection], Any], int, str]] = {
+    "one byte of a payload edited": (edit_payload_byte, 40, "edited"),
+    "a row deleted": (delete_row, 57, "deleted"),
+    "two rows swapped": (swap_rows, 70, "moved"),
+    "a row inserted": (insert_row, 90, "moved"),
+    "the tail truncated": (truncate_tail, 101, "truncated"),
+    "a salt changed": (change_salt, 33, "edited"),
+    "a row appended outside any batch": (append_unrecorded_row, SIZE + 1, "inserted"),
+    "a stored tree node edited": (edit_tree_node, 33, "tree"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_tampering_is_found_at_the_first_bad_seq(store: Store, case: str) -> None:
+    tamper, seq, kind = CASES[case]
+    good_ledger(store)
+    with store.engine.begin() as conn:
+        drop_guards(conn)
+        tamper(conn)
+    result = verify_ledger(store)
+    assert result.problem is not None, case
+    assert (result.problem.seq, result.problem.kind) == (seq, kind), str(result.problem)
