@@ -20,7 +20,7 @@ from hashlib import sha256
 from itertools import islice
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, tuple_
+from sqlalchemy import Connection, func, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ledger.hashing import SALT_SIZE, ZERO_HASH, chain_hash, entry_bytes, leaf_hash
@@ -157,16 +157,23 @@ class Appender:
 
 
 def _stored_bodies(conn: Connection, keys: set[tuple[str, str]]) -> dict[tuple[str, str], bytes]:
+    """Stored canonical bytes of the keys already in the ledger.
+
+    One `source = ? AND id IN (...)` query per source: SQLite plans a row-value IN as a
+    full scan, this form as probes of the (source, id) index.
+    """
+    ids_by_source: dict[str, list[str]] = {}
+    for source, id_ in keys:
+        ids_by_source.setdefault(source, []).append(id_)
     found: dict[tuple[str, str], bytes] = {}
-    ordered = sorted(keys)
-    for start in range(0, len(ordered), 500):  # bounded statement size on both backends
-        chunk = ordered[start:start + 500]
-        rows = conn.execute(
-            select(entries.c.source, entries.c.id, entries.c.event).where(
-                tuple_(entries.c.source, entries.c.id).in_(chunk)
-            )
-        ).all()
-        found.update({(r.source, r.id): r.event.encode("utf-8") for r in rows})
+    for source, ids in ids_by_source.items():
+        for start in range(0, len(ids), 500):  # bounded statement size on both backends
+            rows = conn.execute(
+                select(entries.c.id, entries.c.event).where(
+                    entries.c.source == source, entries.c.id.in_(ids[start:start + 500])
+                )
+            ).all()
+            found.update({(source, r.id): r.event.encode("utf-8") for r in rows})
     return found
 
 

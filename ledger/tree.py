@@ -6,10 +6,33 @@ Every read is O(log n): a stored node is one row, a low subtree is at most
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, and_, select, tuple_
+from collections.abc import Iterable
+
+from sqlalchemy import Connection, and_, select
 
 from ledger.merkle import STORED_MIN_LEVEL, Frontier, fold_right, perfect_subtrees, root_of_leaves
 from ledger.tables import entries, tree_nodes
+
+
+def stored_nodes(conn: Connection, keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+    """The stored hashes of nodes (level, idx) among `keys`; absent ones are left out.
+
+    One `level = ? AND idx IN (...)` query per level: SQLite plans a row-value IN as a
+    full scan, this form as primary-key probes.
+    """
+    by_level: dict[int, list[int]] = {}
+    for level, idx in keys:
+        by_level.setdefault(level, []).append(idx)
+    found: dict[tuple[int, int], bytes] = {}
+    for level, indexes in by_level.items():
+        for start in range(0, len(indexes), 500):
+            rows = conn.execute(
+                select(tree_nodes.c.idx, tree_nodes.c.hash).where(
+                    tree_nodes.c.level == level, tree_nodes.c.idx.in_(indexes[start:start + 500])
+                )
+            ).all()
+            found.update({(level, int(r.idx)): bytes(r.hash) for r in rows})
+    return found
 
 
 class TreeReader:
@@ -31,15 +54,7 @@ class TreeReader:
 
     def subtree_hashes(self, tiles: list[tuple[int, int]]) -> list[bytes]:
         """The hashes of complete subtrees (level, idx), in the order given."""
-        stored = [t for t in tiles if t[0] >= STORED_MIN_LEVEL]
-        found: dict[tuple[int, int], bytes] = {}
-        if stored:
-            rows = self.conn.execute(
-                select(tree_nodes.c.level, tree_nodes.c.idx, tree_nodes.c.hash).where(
-                    tuple_(tree_nodes.c.level, tree_nodes.c.idx).in_(stored)
-                )
-            ).all()
-            found = {(int(r.level), int(r.idx)): bytes(r.hash) for r in rows}
+        found = stored_nodes(self.conn, [t for t in tiles if t[0] >= STORED_MIN_LEVEL])
         result = []
         for level, idx in tiles:
             if level >= STORED_MIN_LEVEL:

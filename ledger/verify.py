@@ -17,12 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from sqlalchemy import Connection, func, select, tuple_
+from sqlalchemy import Connection, func, select
 
 from ledger.hashing import ZERO_HASH, chain_hash, entry_bytes, leaf_hash
 from ledger.merkle import STORED_MIN_LEVEL, Frontier
 from ledger.store import Store
 from ledger.tables import batches, entries, tree_nodes
+from ledger.tree import stored_nodes
 
 _PAGE = 20_000
 _MOVE_WINDOW = 64
@@ -170,21 +171,12 @@ def _check_tenant(walk: _Walk, seq: int, tenant: str | None, tenant_seq: int | N
 
 def _check_nodes(conn: Connection, walk: _Walk, expected: list[tuple[int, int, bytes]]) -> Problem | None:
     walk.nodes_seen += len(expected)
-    for start in range(0, len(expected), 500):
-        chunk = expected[start:start + 500]
-        stored = {
-            (int(r.level), int(r.idx)): bytes(r.hash)
-            for r in conn.execute(
-                select(tree_nodes.c.level, tree_nodes.c.idx, tree_nodes.c.hash).where(
-                    tuple_(tree_nodes.c.level, tree_nodes.c.idx).in_([(lv, ix) for lv, ix, _ in chunk])
-                )
-            )
-        }
-        for level, idx, digest in chunk:
-            if stored.get((level, idx)) != digest:
-                first = (idx << level) + 1
-                state = "missing" if (level, idx) not in stored else "different"
-                return Problem(first, "tree", f"tree node (level {level}, index {idx}) over seq {first}..{(idx + 1) << level} is {state}")
+    stored = stored_nodes(conn, [(level, idx) for level, idx, _ in expected])
+    for level, idx, digest in expected:
+        if stored.get((level, idx)) != digest:
+            first = (idx << level) + 1
+            state = "missing" if (level, idx) not in stored else "different"
+            return Problem(first, "tree", f"tree node (level {level}, index {idx}) over seq {first}..{(idx + 1) << level} is {state}")
     return None
 
 

@@ -1,0 +1,152 @@
+"""The command line through CliRunner: exit codes and exact output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import text
+
+from cli import main
+from ledger import Store
+from tests.conftest import event, progress, write_jsonl
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+def all_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = []
+    for name, command in group.commands.items():
+        found.append(prefix + (name,))
+        if isinstance(command, click.Group):
+            found.extend(all_commands(command, prefix + (name,)))
+    return found
+
+
+@pytest.mark.parametrize("path", all_commands(main), ids=" ".join)
+def test_every_command_has_help(path: tuple[str, ...]) -> None:
+    command: click.Command = main
+    for name in path:
+        assert isinstance(command, click.Group)
+        command = command.commands[name]
+    assert command.help and len(command.help.strip()) > 20, f"{' '.join(path)} lacks help text"
+    code, out, _ = run(*path, "--help")
+    assert code == 0 and "Usage:" in out
+
+
+def test_ingest_reports_counts_and_reingest_is_idempotent(tmp_path: Path, db_url: str) -> None:
+    path = write_jsonl(tmp_path / "e.jsonl", [progress(i) for i in range(1, 6)])
+    assert run("ingest", "--db", db_url, str(path)) == (
+        0, f"{path}: read 5 · appended 5 · duplicate 0 · quarantined 0\n", "")
+    assert run("ingest", "--db", db_url, str(path)) == (
+        0, f"{path}: read 5 · appended 0 · duplicate 5 · quarantined 0\n", "")
+    code, out, _ = run("verify", "--db", db_url)
+    assert (code, out) == (0, "ok: 5 entries, 1 tenants; checked leaves, chain, tenant chains, batch heads, tree nodes\n")
+
+
+def test_bad_records_exit_1_name_file_line_field_and_keep_the_good(tmp_path: Path, sqlite_url: str) -> None:
+    path = tmp_path / "mixed.jsonl"
+    bad_gpus = event("allocation.granted", "a1", {"tenant": "t", "allocation_id": "A", "gpus": 0})
+    path.write_text("\n".join([
+        json.dumps(progress(1)), "{not json", json.dumps(bad_gpus), "", json.dumps(progress(2)),
+    ]) + "\n")
+    code, out, err = run("ingest", "--db", sqlite_url, str(path))
+    assert code == 1
+    assert out == f"{path}: read 4 · appended 2 · duplicate 0 · quarantined 2\n"
+    assert err.splitlines() == [
+        f"{path}:2: (record): Invalid JSON: key must be a string at line 1 column 2",
+        f"{path}:3: data.gpus: Input should be greater than or equal to 1",
+    ]
+    code, out, _ = run("quarantine", "--db", sqlite_url, "--format", "json")
+    listed = json.loads(out)
+    assert [(r["line"], r["field"], r["record"]) for r in listed] == [
+        (2, "(record)", "{not json"), (3, "data.gpus", json.dumps(bad_gpus))]
+
+
+def test_conflict_is_reported_and_quarantined(tmp_path: Path, sqlite_url: str) -> None:
+    first = write_jsonl(tmp_path / "a.jsonl", [progress(1)])
+    changed = progress(1)
+    changed["data"]["step"] = 2
+    second = write_jsonl(tmp_path / "b.jsonl", [changed])
+    run("ingest", "--db", sqlite_url, str(first))
+    code, out, err = run("ingest", "--db", sqlite_url, str(second))
+    assert code == 1 and "quarantined 1" in out
+    assert err.startswith(f"{second}:1: id: event 'p1' from 'test://fleet' is already in the ledger with other content")
+
+
+def test_missing_file_is_a_usage_error(tmp_path: Path, sqlite_url: str) -> None:
+    code, _, err = run("ingest", "--db", sqlite_url, str(tmp_path / "nope.jsonl"))
+    assert code == 2 and "does not exist" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("mysql://x", "Error: --db: unsupported database 'mysql' (sqlite or postgresql)\n"),
+    ("not a url", "Error: --db: not a database URL: 'not a url'\n"),
+])
+def test_bad_database_urls_are_one_line_errors(url: str, message: str) -> None:
+    assert run("verify", "--db", url) == (2, "", message)
+
+
+def test_verify_of_a_missing_store_says_run_init(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'none.db'}"
+    code, _, err = run("verify", "--db", url)
+    assert (code, err) == (2, f"Error: --db: no ledger at {url} (run `gpuledger init` first)\n")
+
+
+def test_unreachable_postgres_is_a_one_line_error() -> None:
+    code, _, err = run("init", "--db", "postgresql+psycopg://nobody@127.0.0.1:1/none")
+    assert code == 2 and err.startswith("Error: --db: cannot open") and len(err.splitlines()) == 1
+
+
+def test_verify_exits_1_and_names_the_seq(tmp_path: Path, sqlite_url: str) -> None:
+    run("ingest", "--db", sqlite_url, str(write_jsonl(tmp_path / "e.jsonl", [progress(i) for i in range(1, 9)])))
+    store = Store(sqlite_url)
+    with store.engine.begin() as conn:
+        conn.execute(text("DROP TRIGGER entries_no_update"))
+        conn.execute(text("UPDATE entries SET source = 'elsewhere' WHERE seq = 6"))
+    code, out, err = run("verify", "--db", sqlite_url)
+    assert code == 1 and out == ""
+    assert err.startswith("FAILED at seq 6: edited: the entry's content or salt does not match its leaf hash")
+
+
+def test_init_is_repeatable(sqlite_url: str) -> None:
+    assert run("init", "--db", sqlite_url) == (0, f"initialised {sqlite_url}\n", "")
+    assert run("init", "--db", sqlite_url) == (0, f"initialised {sqlite_url}\n", "")
+
+
+def test_export_filters_and_formats(tmp_path: Path, sqlite_url: str) -> None:
+    events = [progress(1, "a"), progress(2, "b"), event("health.fault", "f", {"node": "n", "code": "xid-79"})]
+    run("ingest", "--db", sqlite_url, str(write_jsonl(tmp_path / "e.jsonl", events)))
+    code, out, _ = run("export", "--db", sqlite_url, "--tenant", "b")
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and [(r["seq"], r["tenant"], r["event"]["id"]) for r in lines] == [(2, "b", "p2")]
+    assert len(lines[0]["salt"]) == 32 and len(lines[0]["leaf_hash"]) == 64
+    code, out, _ = run("export", "--db", sqlite_url, "--type", "health.fault", "--format", "parquet", "--out", str(tmp_path / "f.parquet"))
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(tmp_path / "f.parquet")
+    assert (code, out, table.column("id").to_pylist()) == (0, f"wrote 1 entries to {tmp_path / 'f.parquet'}\n", ["f"])
+    assert run("export", "--db", sqlite_url, "--format", "parquet")[0] == 2
+
+
+def test_json_array_batches_ingest_with_element_lines(tmp_path: Path, sqlite_url: str) -> None:
+    path = tmp_path / "batch.json"
+    path.write_text("[\n" + ",\n".join(json.dumps(e) for e in [progress(1), {"specversion": "1.0"}, progress(3)]) + "\n]\n")
+    code, out, err = run("ingest", "--db", sqlite_url, str(path))
+    assert (code, out) == (1, f"{path}: read 3 · appended 2 · duplicate 0 · quarantined 1\n")
+    assert err.startswith(f"{path}:3: type: missing event type")
+
+
+def test_demo_ingests_and_verifies_a_sample(tmp_path: Path) -> None:
+    code, out, _ = run("demo", "--out", str(tmp_path / "demo"))
+    assert code == 0
+    assert "ingest: read 131 · appended 131 · duplicate 0 · quarantined 0" in out
+    assert "verify: ok: 131 entries, 2 tenants" in out
