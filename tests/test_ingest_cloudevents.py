@@ -1,0 +1,84 @@
+"""The CloudEvents reader: JSON Lines and JSON arrays, line numbers, BOM, bad structure."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ingest import IngestError, extract, ingestor_for
+from ingest.jsonarray import MalformedArray, iter_array
+from schemas import Accepted, Rejected
+from tests.conftest import progress
+
+
+def records(path: Path) -> list[Any]:
+    return list(extract(path))
+
+
+def test_jsonl_lines_are_numbered_from_one_and_blank_lines_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "e.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(progress(1)).encode() + b"\n\n  \n" + json.dumps(progress(2)).encode())
+    found = records(path)
+    assert [(type(r), r.origin.line) for r in found] == [(Accepted, 1), (Accepted, 4)]
+
+
+def test_array_elements_carry_their_line(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    path.write_text('\n[ %s,\n\n  %s ]' % (json.dumps(progress(1)), json.dumps(progress(2))))
+    assert [r.origin.line for r in records(path)] == [2, 4]
+
+
+@pytest.mark.parametrize(("text", "line", "reason"), [
+    ("[", 1, "the JSON array is not closed"),
+    ('[{"a": 1},\n]', 2, "empty element in the JSON array"),
+])
+def test_broken_arrays_are_quarantined_with_a_reason(tmp_path: Path, text: str, line: int, reason: str) -> None:
+    path = tmp_path / "a.json"
+    path.write_text(text)
+    last = records(path)[-1]
+    assert isinstance(last, Rejected) and (last.origin.line, last.field, last.reason) == (line, "(file)", reason)
+
+
+def test_unknown_format_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "e.jsonl"
+    path.write_text("")
+    with pytest.raises(IngestError, match="unknown format 'nope'"):
+        ingestor_for(path, "nope")
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet=st.characters(codec="utf-8")),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(json_values, max_size=6), st.booleans())
+def test_array_scanner_returns_each_element(elements: list[Any], pretty: bool) -> None:
+    text = json.dumps(elements, indent=2 if pretty else None, ensure_ascii=False).encode()
+    found = [json.loads(e.raw) for e in iter_array(io.BytesIO(text))]
+    assert found == elements
+
+
+def test_array_scanner_refuses_text_that_is_no_array() -> None:
+    with pytest.raises(MalformedArray):
+        list(iter_array(io.BytesIO(b'{"a": 1}')))
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 8])
+def test_array_scanner_across_read_boundaries(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    import ingest.jsonarray as jsonarray
+
+    monkeypatch.setattr(jsonarray, "_CHUNK", chunk)
+    elements = [{"a": 'x,]"\\'}, [1, [2, {"b": "}"}]], "☃\n", 3, None]
+    text = json.dumps(elements, indent=1, ensure_ascii=False).encode()
+    found = list(iter_array(io.BytesIO(text)))
+    assert [json.loads(e.raw) for e in found] == elements
+    assert [text[e.offset:e.offset + len(e.raw)] for e in found] == [e.raw for e in found]
