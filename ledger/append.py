@@ -200,8 +200,7 @@ def _tenant_heads(conn: Connection, tenants: set[str]) -> dict[str, tuple[int, b
 
 def _bulk_insert_entries(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
     """The hot path: the driver's own bulk path under SQLAlchemy's transaction."""
-    raw = conn.connection.dbapi_connection
-    assert raw is not None
+    raw: Any = conn.connection.dbapi_connection  # sqlite3 or psycopg, each used as itself
     columns = ", ".join(ENTRY_COLUMNS)
     if conn.dialect.name == "postgresql":
         with raw.cursor() as cursor:

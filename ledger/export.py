@@ -50,7 +50,8 @@ def entry_pages(conn: Connection, type_: str | None = None, tenant: str | None =
 def entry_json_line(row: dict[str, Any]) -> bytes:
     """One entry as a JSON line: the stored event verbatim, hashes and salt in hex."""
     head = {k: (v.hex() if isinstance(v, bytes) else v) for k, v in row.items() if k != "event"}
-    return orjson.dumps(head)[:-1] + b',"event":' + row["event"].encode("utf-8") + b"}\n"
+    event: str = row["event"]
+    return orjson.dumps(head)[:-1] + b',"event":' + event.encode("utf-8") + b"}\n"
 
 
 def export_entries(store: Store, out: IO[bytes] | Path, fmt: str = "jsonl", type_: str | None = None, tenant: str | None = None) -> int:
@@ -59,7 +60,7 @@ def export_entries(store: Store, out: IO[bytes] | Path, fmt: str = "jsonl", type
     with store.reading() as conn:
         pages = entry_pages(conn, type_, tenant)
         if fmt == "parquet":
-            with pq.ParquetWriter(out, ENTRY_SCHEMA) as writer:  # type: ignore[arg-type]
+            with pq.ParquetWriter(out, ENTRY_SCHEMA) as writer:
                 for page in pages:
                     writer.write_table(pa.Table.from_pylist(page, schema=ENTRY_SCHEMA))
                     count += len(page)

@@ -232,7 +232,7 @@ def _envelope(event_type: str, data_model: type[EventData]) -> type[CloudEvent]:
     model: type[CloudEvent] = create_model(
         name,
         __base__=CloudEvent,
-        type=(Literal[event_type], ...),  # type: ignore[valid-type]
+        type=(Literal[event_type], ...),  # type: ignore[arg-type]
         data=(data_model, ...),
     )
     return model
@@ -241,7 +241,7 @@ def _envelope(event_type: str, data_model: type[EventData]) -> type[CloudEvent]:
 ENVELOPES: dict[str, type[CloudEvent]] = {t: _envelope(t, m) for t, m in DATA_MODELS.items()}
 
 _AnyEvent = Annotated[Union[tuple(ENVELOPES.values())], Field(discriminator="type")]  # type: ignore[valid-type]
-EVENT_ADAPTER: TypeAdapter[CloudEvent] = TypeAdapter(_AnyEvent)
+EVENT_ADAPTER: TypeAdapter[CloudEvent] = TypeAdapter(_AnyEvent)  # type: ignore[arg-type]
 
 
 def validate_event_json(raw: bytes | str) -> CloudEvent:
