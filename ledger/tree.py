@@ -35,6 +35,31 @@ def stored_nodes(conn: Connection, keys: Iterable[tuple[int, int]]) -> dict[tupl
     return found
 
 
+def _split(size: int) -> int:
+    """The largest power of two smaller than size (RFC 9162's k)."""
+    return 1 << ((size - 1).bit_length() - 1)
+
+
+def inclusion_ranges(index: int, start: int, end: int) -> list[tuple[int, int]]:
+    """The leaf ranges whose hashes make PATH(index, D[start:end]), in proof order."""
+    if end - start <= 1:
+        return []
+    k = _split(end - start)
+    if index < start + k:
+        return inclusion_ranges(index, start, start + k) + [(start + k, end)]
+    return inclusion_ranges(index, start + k, end) + [(start, start + k)]
+
+
+def consistency_ranges(first: int, start: int, end: int, whole: bool = True) -> list[tuple[int, int]]:
+    """The leaf ranges whose hashes make SUBPROOF(first, D[start:end], whole)."""
+    if first == end - start:
+        return [] if whole else [(start, end)]
+    k = _split(end - start)
+    if first <= k:
+        return consistency_ranges(first, start, start + k, whole) + [(start + k, end)]
+    return consistency_ranges(first - k, start + k, end, False) + [(start, start + k)]
+
+
 class TreeReader:
     """Subtree hashes of the tree as stored, read through one connection."""
 
@@ -68,6 +93,28 @@ class TreeReader:
     def range_hash(self, start: int, end: int) -> bytes:
         """MTH of leaves [start, end), for ranges RFC 9162 proofs use."""
         return fold_right(self.subtree_hashes(perfect_subtrees(start, end)))
+
+    def range_hashes(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """MTH of each aligned leaf range, with every stored node read in one pass."""
+        tilings = [perfect_subtrees(a, b) for a, b in ranges]
+        flat = self.subtree_hashes([t for tiling in tilings for t in tiling])
+        hashes, at = [], 0
+        for tiling in tilings:
+            hashes.append(fold_right(flat[at:at + len(tiling)]))
+            at += len(tiling)
+        return hashes
+
+    def inclusion_proof(self, index: int, size: int) -> list[bytes]:
+        """RFC 9162 inclusion proof of leaf `index` (0-based) in the tree of `size`."""
+        if not 0 <= index < size:
+            raise ValueError(f"leaf {index} is outside a tree of size {size}")
+        return self.range_hashes(inclusion_ranges(index, 0, size))
+
+    def consistency_proof(self, first: int, second: int) -> list[bytes]:
+        """RFC 9162 consistency proof from the tree of size `first` to that of `second`."""
+        if not 0 < first <= second:
+            raise ValueError(f"no consistency proof from size {first} to size {second}")
+        return self.range_hashes(consistency_ranges(first, 0, second)) if first < second else []
 
     def frontier(self, size: int) -> Frontier:
         return Frontier(size, self.subtree_hashes(perfect_subtrees(0, size)))

@@ -7,8 +7,21 @@ from __future__ import annotations
 
 import resource
 import sys
+from pathlib import Path
 
 from cli import main
+
+
+def peak_rss_mib() -> float:
+    """VmHWM: the high-water mark of this process image. ru_maxrss is not used where
+    /proc exists, since Linux carries it over from the forking parent across execve."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
 
 if __name__ == "__main__":
     try:
@@ -17,5 +30,5 @@ if __name__ == "__main__":
         code = exc.code
     else:
         code = 0
-    print(f"peak_rss_mib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f}", flush=True)
+    print(f"peak_rss_mib={peak_rss_mib():.1f}", flush=True)
     sys.exit(code if isinstance(code, int) else 1)
