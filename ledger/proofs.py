@@ -1,6 +1,6 @@
 """Stand-alone verifiers for RFC 9162 §2.1 Merkle proofs, and the proof shapes.
 
-This module imports nothing but hashlib, so a customer can copy it into their own tooling
+This module imports nothing but the standard library, so a customer can copy it into their own tooling
 and check a packet without gpuledger. Hash prefixes (RFC 9162 §2.1.1): leaf 0x00, node 0x01.
 Every verifier first checks the proof's length against what the tree size implies and
 says "expected N, got M" when they differ.
@@ -8,6 +8,9 @@ says "expected N, got M" when they differ.
 
 from __future__ import annotations
 
+import base64
+import json
+from dataclasses import dataclass
 from hashlib import sha256
 
 LEAF_PREFIX = b"\x00"
@@ -105,3 +108,72 @@ def verify_consistency(first: int, second: int, first_root: bytes, second_root: 
         raise ProofError(f"consistency proof from {first} to {second}: computed first root {fr.hex()}, expected {first_root.hex()}")
     if sr != second_root:
         raise ProofError(f"consistency proof from {first} to {second}: computed second root {sr.hex()}, expected {second_root.hex()}")
+
+
+# -- checkpoints (c2sp.org/tlog-checkpoint) and per-tenant heads -----------------------
+
+def merkle_root(leaves: list[bytes]) -> bytes:
+    """MTH of a list of leaf hashes (RFC 9162 §2.1.1); the empty list hashes to SHA-256("")."""
+    if not leaves:
+        return sha256(b"").digest()
+    if len(leaves) == 1:
+        return leaves[0]
+    k = 1 << ((len(leaves) - 1).bit_length() - 1)
+    return hash_children(merkle_root(leaves[:k]), merkle_root(leaves[k:]))
+
+
+def tenant_head_leaf(tenant: str, tenant_seq: int, leaf: bytes) -> bytes:
+    """The leaf of the tenant-head tree: RFC 8785 JSON {"leaf", "tenant", "tenant_seq"}."""
+    body = json.dumps({"leaf": leaf.hex(), "tenant": tenant, "tenant_seq": tenant_seq},
+                      ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return hash_leaf(body.encode("utf-8"))
+
+
+def tenant_order(tenant: str) -> bytes:
+    """Tenants are sorted by their UTF-8 bytes in the tenant-head tree."""
+    return tenant.encode("utf-8")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The body of a checkpoint note: origin, size, root, then gpuledger's extension lines
+    `chain <hex>`, `tenants <count> <base64 root>` and `time <RFC 3339>`."""
+
+    origin: str
+    size: int
+    root: bytes
+    chain_head: bytes
+    tenant_count: int
+    tenant_root: bytes
+    time: str
+
+    def text(self) -> str:
+        return (
+            f"{self.origin}\n{self.size}\n{base64.b64encode(self.root).decode()}\n"
+            f"chain {self.chain_head.hex()}\n"
+            f"tenants {self.tenant_count} {base64.b64encode(self.tenant_root).decode()}\n"
+            f"time {self.time}\n"
+        )
+
+    @classmethod
+    def parse(cls, text: str) -> Checkpoint:
+        lines = text.split("\n")
+        if len(lines) < 7 or lines[-1] != "":
+            raise ProofError("a checkpoint has origin, size, root and extension lines, each ending in a newline")
+        origin, size, root = lines[0], lines[1], lines[2]
+        extensions = {}
+        for line in lines[3:-1]:
+            key, _, value = line.partition(" ")
+            extensions[key] = value
+        try:
+            count, tenant_root = extensions["tenants"].split(" ")
+            return cls(origin, int(size), base64.b64decode(root, validate=True),
+                       bytes.fromhex(extensions["chain"]), int(count),
+                       base64.b64decode(tenant_root, validate=True), extensions["time"])
+        except (KeyError, ValueError) as exc:
+            raise ProofError(f"malformed checkpoint: {exc}") from None
+
+
+def verify_tenant_head(tenant: str, tenant_seq: int, leaf: bytes, index: int, proof: list[bytes], checkpoint: Checkpoint) -> None:
+    """Raise ProofError unless the checkpoint commits to (tenant_seq, leaf) as `tenant`'s head."""
+    verify_inclusion(index, checkpoint.tenant_count, tenant_head_leaf(tenant, tenant_seq, leaf), proof, checkpoint.tenant_root)

@@ -94,5 +94,15 @@ checkpoints = Table(
     Column("note", Text, nullable=False),
 )
 
+#: The per-tenant heads each checkpoint commits to (its `tenant_root` is their tree).
+checkpoint_tenants = Table(
+    "checkpoint_tenants",
+    metadata,
+    Column("checkpoint_seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("tenant", Text, primary_key=True),
+    Column("tenant_seq", BigInteger, nullable=False),
+    Column("leaf_hash", LargeBinary, nullable=False),
+)
+
 #: The tables no row of which may change once written.
-APPEND_ONLY = ("entries", "batches", "quarantine", "tree_nodes", "checkpoints")
+APPEND_ONLY = ("entries", "batches", "quarantine", "tree_nodes", "checkpoints", "checkpoint_tenants")

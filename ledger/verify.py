@@ -7,23 +7,32 @@ Checks, in the order they apply to the entry at position `seq` (expected gapless
    (then it was moved: reordered, inserted before, or renumbered);
 3. the chain: chain[seq] = H(0x02 ‖ chain[seq-1] ‖ leaf);
 4. the tenant chain: tenant_seq gapless per tenant, tenant_prev = that tenant's previous leaf;
-5. every batch's recorded chain head, and the stored tree nodes completed by this leaf.
+5. every batch's recorded chain head, and the stored tree nodes completed by this leaf;
+6. every checkpoint signed at this size: its root, chain head and tenant-head root
+   against the recomputed ones, and (given the public key) its signature, and that its
+   stored columns say what its signed note says.
 At the end: the last seq against the last committed batch (a truncated tail or rows past
-it) and the count of stored tree nodes. The first failure is reported, with its seq.
+it), every checkpoint above the last seq (truncated below a signed size), the count of
+stored tree nodes, and a consistency proof between each pair of consecutive checkpoints.
+The first failure is reported, with its seq.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import Connection, func, select
 
+from ledger.checkpoint import TenantHead, tenant_root
 from ledger.hashing import ZERO_HASH, chain_hash, entry_bytes, leaf_hash
 from ledger.merkle import STORED_MIN_LEVEL, Frontier
+from ledger.note import NoteError, Verifier
+from ledger.proofs import Checkpoint, ProofError, tenant_order, verify_consistency
 from ledger.store import Store
-from ledger.tables import batches, entries, tree_nodes
-from ledger.tree import stored_nodes
+from ledger.tables import batches, checkpoints, entries, tree_nodes
+from ledger.tree import TreeReader, stored_nodes
 
 _PAGE = 20_000
 _MOVE_WINDOW = 64
@@ -60,7 +69,9 @@ class LedgerTampered(Exception):
 class _Walk:
     """State carried from one entry to the next."""
 
-    def __init__(self, batch_heads: dict[int, bytes]) -> None:
+    def __init__(self, batch_heads: dict[int, bytes], signed: dict[int, list[Any]], verifier: Verifier | None) -> None:
+        self.signed = signed
+        self.verifier = verifier
         self.seq = 0
         self.chain = ZERO_HASH
         self.tenants: dict[str, tuple[int, bytes]] = {}
@@ -69,11 +80,15 @@ class _Walk:
         self.nodes_seen = 0
 
 
-def verify_ledger(store: Store) -> VerifyResult:
-    """Check the whole ledger; the result names the first problem, if any."""
+def verify_ledger(store: Store, verifier: Verifier | None = None) -> VerifyResult:
+    """Check the whole ledger (and, given the public key, every checkpoint's signature);
+    the result names the first problem, if any."""
     with store.reading() as conn:
         heads = {int(r.last_seq): bytes(r.chain_head) for r in conn.execute(select(batches.c.last_seq, batches.c.chain_head))}
-        walk = _Walk(heads)
+        signed: dict[int, list[Any]] = {}
+        for row in conn.execute(select(checkpoints).order_by(checkpoints.c.checkpoint_seq)):
+            signed.setdefault(int(row.tree_size), []).append(row)
+        walk = _Walk(heads, signed, verifier)
         result = VerifyResult()
         for page in _pages(conn):
             problem = _check_page(conn, walk, page)
@@ -85,12 +100,15 @@ def verify_ledger(store: Store) -> VerifyResult:
         result.entries = walk.seq
         result.tenants = len(walk.tenants)
         result.checked = ["leaves", "chain", "tenant chains", "batch heads", "tree nodes"]
+        count = sum(len(v) for v in signed.values())
+        if count:
+            result.checked.append(f"{count} checkpoints" + (" and their signatures" if verifier else " (signatures not checked: no --pubkey)"))
         return result
 
 
-def require_intact(store: Store) -> VerifyResult:
+def require_intact(store: Store, verifier: Verifier | None = None) -> VerifyResult:
     """verify_ledger(), raising LedgerTampered on the first problem."""
-    result = verify_ledger(store)
+    result = verify_ledger(store, verifier)
     if result.problem is not None:
         raise LedgerTampered(result.problem)
     return result
@@ -143,6 +161,34 @@ def _check_entry(walk: _Walk, row: tuple) -> Problem | None:  # type: ignore[typ
         return Problem(seq, "batch", f"the batch ending here recorded chain head {recorded_head.hex()}, the chain gives {walk.chain.hex()}")
     walk.frontier.push(leaf)
     walk.seq = seq
+    for row in walk.signed.get(seq, []):
+        problem = _check_checkpoint(walk, row)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _check_checkpoint(walk: _Walk, row: Any) -> Problem | None:
+    """Rule 6, at the moment the walk reaches the checkpoint's size."""
+    size, number = int(row.tree_size), row.checkpoint_seq
+    root = walk.frontier.root()
+    heads = sorted((TenantHead(t, n, leaf) for t, (n, leaf) in walk.tenants.items()), key=lambda h: tenant_order(h.tenant))
+    expected = {
+        "root": (root, bytes(row.root_hash)),
+        "chain head": (walk.chain, bytes(row.chain_head)),
+        "tenant-head root": (tenant_root(heads), bytes(row.tenant_root)),
+    }
+    for what, (computed, stored) in expected.items():
+        if computed != stored:
+            return Problem(size, "checkpoint", f"checkpoint #{number} at size {size}: {what} signed {stored.hex()}, the ledger gives {computed.hex() if computed else None}")
+    if walk.verifier is None:
+        return None
+    try:
+        body = Checkpoint.parse(walk.verifier.verify(row.note))
+    except (NoteError, ProofError) as exc:
+        return Problem(size, "signature", f"checkpoint #{number}: {exc}")
+    if (body.size, body.root, body.chain_head, body.tenant_root, body.tenant_count) != (size, bytes(row.root_hash), bytes(row.chain_head), bytes(row.tenant_root), len(heads)):
+        return Problem(size, "checkpoint", f"checkpoint #{number}: its stored columns differ from its signed note")
     return None
 
 
@@ -186,9 +232,27 @@ def _check_end(conn: Connection, walk: _Walk) -> Problem | None:
         return Problem(walk.seq + 1, "truncated", f"the ledger ends at seq {walk.seq}, but a committed batch reaches seq {committed}")
     if walk.seq > committed:
         return Problem(committed + 1, "inserted", f"seq {committed + 1} to {walk.seq} are not in any committed batch")
+    beyond = sorted(size for size in walk.signed if size > walk.seq)
+    if beyond:
+        return Problem(walk.seq + 1, "truncated", f"the ledger ends at seq {walk.seq}, below checkpoint #{walk.signed[beyond[0]][0].checkpoint_seq} signed at size {beyond[0]}")
     stored_nodes = conn.execute(select(func.count()).select_from(tree_nodes)).scalar_one()
     if stored_nodes != walk.nodes_seen:
         return Problem(walk.seq + 1, "truncated", f"{stored_nodes} tree nodes are stored, but {walk.seq} entries make {walk.nodes_seen}: leaves are missing past seq {walk.seq}")
+    return _check_consistency(conn, walk)
+
+
+def _check_consistency(conn: Connection, walk: _Walk) -> Problem | None:
+    """Each checkpoint against the one signed before it, by an RFC 9162 consistency proof."""
+    ordered = sorted((row for rows in walk.signed.values() for row in rows), key=lambda r: r.checkpoint_seq)
+    reader = TreeReader(conn)
+    for earlier, later in zip(ordered, ordered[1:]):
+        first, second = int(earlier.tree_size), int(later.tree_size)
+        if second < first:
+            return Problem(second + 1, "checkpoint", f"checkpoint #{later.checkpoint_seq} (size {second}) is smaller than the earlier #{earlier.checkpoint_seq} (size {first})")
+        try:
+            verify_consistency(first, second, bytes(earlier.root_hash), bytes(later.root_hash), reader.consistency_proof(first, second))
+        except ProofError as exc:
+            return Problem(first, "checkpoint", f"checkpoint #{later.checkpoint_seq} contradicts #{earlier.checkpoint_seq}: {exc}")
     return None
 
 

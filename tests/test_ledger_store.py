@@ -12,6 +12,8 @@ from sqlalchemy.exc import DBAPIError
 
 from ingest import extract
 from ledger import Appender, Store, append_stream, verify_ledger
+from ledger.checkpoint import sign_checkpoint
+from ledger.note import Signer
 from ledger.tables import APPEND_ONLY, batches, entries, quarantine
 from schemas import Accepted, Origin, Rejected, validate_event
 from tests.conftest import FIXED_TIME, event, fixed_salts, progress, write_jsonl
@@ -116,11 +118,9 @@ def test_database_refuses_update_and_delete(store: Store, tmp_path: Path, table:
     appender = Appender(store)
     append_stream(appender, [accepted(progress(i), i) for i in range(1, 40)])
     appender.append([Rejected(Origin("x", 1), "f", "r", b"{}")])
-    with store.writing() as conn:  # a checkpoint row, written the way issue 3's signer will
-        conn.execute(text(
-            "INSERT INTO checkpoints (checkpoint_seq, origin, tree_size, root_hash, chain_head, tenant_root, signed_at, key_name, note)"
-            " VALUES (1, 'o', 1, :h, :h, :h, 't', 'k', 'n')"), {"h": bytes(32)})
-    column = {"entries": "event", "batches": "recorded_at", "quarantine": "reason", "tree_nodes": "hash", "checkpoints": "note"}[table]
+    sign_checkpoint(store, Signer.generate("test"))
+    column = {"entries": "event", "batches": "recorded_at", "quarantine": "reason", "tree_nodes": "hash",
+              "checkpoints": "note", "checkpoint_tenants": "tenant_seq"}[table]
     with store.reading() as conn:
         assert conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one() > 0
     with pytest.raises(DBAPIError, match="append-only"):

@@ -1,0 +1,80 @@
+"""Signing checkpoints: the tree head, the chain head and the per-tenant heads, under the
+append lock so that no batch lands between reading the head and signing it.
+
+Reads are O(T log n) for T tenants: the tenants come from a loose scan of the
+(tenant, tenant_seq) index, each head from one index probe; the root from the stored tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, func, insert, select
+
+from ledger.append import utc_now
+from ledger.errors import LedgerError
+from ledger.note import Signer
+from ledger.proofs import Checkpoint, merkle_root, tenant_head_leaf, tenant_order
+from ledger.store import Store
+from ledger.tables import checkpoint_tenants, checkpoints, entries
+from ledger.tree import TreeReader
+from schemas import format_utc
+
+DEFAULT_ORIGIN = "gpuledger.local/ledger"
+
+
+@dataclass(frozen=True)
+class TenantHead:
+    tenant: str
+    tenant_seq: int
+    leaf: bytes
+
+
+@dataclass(frozen=True)
+class SignedCheckpoint:
+    checkpoint_seq: int
+    body: Checkpoint
+    note: str
+
+
+def current_tenant_heads(conn: Connection) -> list[TenantHead]:
+    """Every tenant's latest entry, sorted as the tenant-head tree orders them."""
+    heads = []
+    tenant = conn.execute(select(func.min(entries.c.tenant))).scalar()
+    while tenant is not None:
+        row = conn.execute(
+            select(entries.c.tenant_seq, entries.c.leaf_hash).where(entries.c.tenant == tenant)
+            .order_by(entries.c.tenant_seq.desc()).limit(1)
+        ).one()
+        heads.append(TenantHead(tenant, int(row.tenant_seq), bytes(row.leaf_hash)))
+        tenant = conn.execute(select(func.min(entries.c.tenant)).where(entries.c.tenant > tenant)).scalar()
+    return sorted(heads, key=lambda h: tenant_order(h.tenant))
+
+
+def tenant_root(heads: list[TenantHead]) -> bytes:
+    return merkle_root([tenant_head_leaf(h.tenant, h.tenant_seq, h.leaf) for h in heads])
+
+
+def sign_checkpoint(store: Store, signer: Signer, origin: str = DEFAULT_ORIGIN) -> SignedCheckpoint:
+    """Sign the ledger's head as a C2SP checkpoint, store it, and return it."""
+    with store.writing() as conn:
+        head = conn.execute(select(entries.c.seq, entries.c.chain_hash).order_by(entries.c.seq.desc()).limit(1)).first()
+        if head is None:
+            raise LedgerError("the ledger is empty: there is nothing to sign")
+        size = int(head.seq)
+        heads = current_tenant_heads(conn)
+        body = Checkpoint(origin, size, TreeReader(conn).root(size), bytes(head.chain_hash),
+                          len(heads), tenant_root(heads), format_utc(utc_now()))
+        note = signer.sign(body.text())
+        number = conn.execute(select(func.coalesce(func.max(checkpoints.c.checkpoint_seq), 0))).scalar_one() + 1
+        conn.execute(insert(checkpoints).values(
+            checkpoint_seq=number, origin=origin, tree_size=size, root_hash=body.root,
+            chain_head=body.chain_head, tenant_root=body.tenant_root, signed_at=body.time,
+            key_name=signer.name, note=note,
+        ))
+        if heads:
+            conn.execute(insert(checkpoint_tenants), [
+                {"checkpoint_seq": number, "tenant": h.tenant, "tenant_seq": h.tenant_seq, "leaf_hash": h.leaf}
+                for h in heads
+            ])
+    return SignedCheckpoint(number, body, note)
