@@ -17,6 +17,8 @@ from rich.table import Table
 
 import ingest
 import ledger
+from ledger.checkpoint import DEFAULT_ORIGIN, sign_checkpoint
+from ledger.note import NoteError, read_signer, read_verifier, write_keypair
 from fixtures.sample import write_sample
 from schemas import Record
 
@@ -35,7 +37,7 @@ class Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (ledger.LedgerError, ingest.IngestError) as exc:
+        except (ledger.LedgerError, ingest.IngestError, NoteError) as exc:
             raise InputError(str(exc)) from None
 
 
@@ -115,18 +117,45 @@ def _ingest_one(appender: ledger.Appender, path: Path, fmt: str | None, batch_si
 
 @main.command()
 @db_option
-def verify(db_url: str | None) -> None:
-    """Recompute every leaf, the chain, the tenant chains and the tree.
+@click.option("--pubkey", "pubkeys", type=click.Path(exists=True, dir_okay=False, path_type=Path), multiple=True,
+              help="Verifier key (keygen's PATH.pub): also check checkpoint signatures. Repeat for several keys.")
+def verify(db_url: str | None, pubkeys: tuple[Path, ...]) -> None:
+    """Recompute every leaf, the chain, the tenant chains, the tree and the checkpoints.
 
     Exits 1 and names the first broken seq when the ledger was tampered with.
     """
     store = ledger.Store(db_url)
+    verifiers = [read_verifier(p) for p in pubkeys]
     _require_store(store)
-    result = ledger.verify_ledger(store)
+    result = ledger.verify_ledger(store, verifiers)
     if result.problem is not None:
         click.echo(f"FAILED at {result.problem}", err=True)
         sys.exit(1)
     click.echo(f"ok: {result.entries} entries, {result.tenants} tenants; checked {', '.join(result.checked)}")
+
+
+@main.command()
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Private key file to create (mode 0600); the public key goes to PATH.pub.")
+@click.option("--name", default="gpuledger", show_default=True, help="Key name, as it appears in signed notes.")
+def keygen(out: Path, name: str) -> None:
+    """Create an Ed25519 signing key for checkpoints (never stored in the ledger)."""
+    signer = write_keypair(out, name)
+    click.echo(f"wrote {out} (private, mode 0600) and {out}.pub: {signer.verifier.text()}")
+
+
+@main.command()
+@db_option
+@click.option("--key", "key_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+              help="Private key file written by keygen.")
+@click.option("--origin", default=DEFAULT_ORIGIN, show_default=True, help="The log's origin line.")
+def checkpoint(db_url: str | None, key_path: Path, origin: str) -> None:
+    """Sign the ledger's head as a C2SP checkpoint, store it, and print it."""
+    store = ledger.Store(db_url)
+    signer = read_signer(key_path)
+    _require_store(store)
+    signed = sign_checkpoint(store, signer, origin)
+    click.echo(signed.note, nl=False)
 
 
 @main.command()

@@ -13,6 +13,7 @@ from sqlalchemy import Connection, func, insert, select
 
 from ledger.append import utc_now
 from ledger.errors import LedgerError
+from ledger.merkle import inclusion_path
 from ledger.note import Signer
 from ledger.proofs import Checkpoint, merkle_root, tenant_head_leaf, tenant_order
 from ledger.store import Store
@@ -78,3 +79,28 @@ def sign_checkpoint(store: Store, signer: Signer, origin: str = DEFAULT_ORIGIN) 
                 for h in heads
             ])
     return SignedCheckpoint(number, body, note)
+
+
+@dataclass(frozen=True)
+class TenantHeadProof:
+    """That checkpoint `checkpoint_seq` commits to (tenant_seq, leaf) as `tenant`'s head:
+    leaf `index` of the tenant-head tree, with its inclusion proof."""
+
+    tenant: str
+    tenant_seq: int
+    leaf: bytes
+    index: int
+    proof: list[bytes]
+
+
+def tenant_head_proof(conn: Connection, checkpoint_seq: int, tenant: str) -> TenantHeadProof:
+    rows = conn.execute(
+        select(checkpoint_tenants.c.tenant, checkpoint_tenants.c.tenant_seq, checkpoint_tenants.c.leaf_hash)
+        .where(checkpoint_tenants.c.checkpoint_seq == checkpoint_seq)
+    ).all()
+    heads = sorted((TenantHead(r.tenant, int(r.tenant_seq), bytes(r.leaf_hash)) for r in rows), key=lambda h: tenant_order(h.tenant))
+    for index, head in enumerate(heads):
+        if head.tenant == tenant:
+            leaves = [tenant_head_leaf(h.tenant, h.tenant_seq, h.leaf) for h in heads]
+            return TenantHeadProof(tenant, head.tenant_seq, head.leaf, index, inclusion_path(index, leaves))
+    raise LedgerError(f"checkpoint #{checkpoint_seq} holds no entry of tenant {tenant!r}")

@@ -81,3 +81,14 @@ class Frontier:
 
     def root(self) -> bytes | None:
         return fold_right(self.hashes) if self.hashes else None
+
+
+def inclusion_path(index: int, leaves: list[bytes]) -> list[bytes]:
+    """PATH(index, D[n]) over leaves held in memory (RFC 9162 §2.1.3.1); for small trees
+    such as the tenant-head tree."""
+    if len(leaves) <= 1:
+        return []
+    k = 1 << ((len(leaves) - 1).bit_length() - 1)
+    if index < k:
+        return inclusion_path(index, leaves[:k]) + [root_of_leaves(leaves[k:])]
+    return inclusion_path(index - k, leaves[k:]) + [root_of_leaves(leaves[:k])]

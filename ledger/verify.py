@@ -19,7 +19,7 @@ The first failure is reported, with its seq.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,9 +69,9 @@ class LedgerTampered(Exception):
 class _Walk:
     """State carried from one entry to the next."""
 
-    def __init__(self, batch_heads: dict[int, bytes], signed: dict[int, list[Any]], verifier: Verifier | None) -> None:
+    def __init__(self, batch_heads: dict[int, bytes], signed: dict[int, list[Any]], verifiers: Sequence[Verifier]) -> None:
         self.signed = signed
-        self.verifier = verifier
+        self.verifiers = {v.name: v for v in verifiers}
         self.seq = 0
         self.chain = ZERO_HASH
         self.tenants: dict[str, tuple[int, bytes]] = {}
@@ -80,7 +80,7 @@ class _Walk:
         self.nodes_seen = 0
 
 
-def verify_ledger(store: Store, verifier: Verifier | None = None) -> VerifyResult:
+def verify_ledger(store: Store, verifiers: Sequence[Verifier] = ()) -> VerifyResult:
     """Check the whole ledger (and, given the public key, every checkpoint's signature);
     the result names the first problem, if any."""
     with store.reading() as conn:
@@ -88,7 +88,7 @@ def verify_ledger(store: Store, verifier: Verifier | None = None) -> VerifyResul
         signed: dict[int, list[Any]] = {}
         for row in conn.execute(select(checkpoints).order_by(checkpoints.c.checkpoint_seq)):
             signed.setdefault(int(row.tree_size), []).append(row)
-        walk = _Walk(heads, signed, verifier)
+        walk = _Walk(heads, signed, verifiers)
         result = VerifyResult()
         for page in _pages(conn):
             problem = _check_page(conn, walk, page)
@@ -102,13 +102,13 @@ def verify_ledger(store: Store, verifier: Verifier | None = None) -> VerifyResul
         result.checked = ["leaves", "chain", "tenant chains", "batch heads", "tree nodes"]
         count = sum(len(v) for v in signed.values())
         if count:
-            result.checked.append(f"{count} checkpoints" + (" and their signatures" if verifier else " (signatures not checked: no --pubkey)"))
+            result.checked.append(f"{count} checkpoints" + (" and their signatures" if verifiers else " (signatures not checked: no --pubkey)"))
         return result
 
 
-def require_intact(store: Store, verifier: Verifier | None = None) -> VerifyResult:
+def require_intact(store: Store, verifiers: Sequence[Verifier] = ()) -> VerifyResult:
     """verify_ledger(), raising LedgerTampered on the first problem."""
-    result = verify_ledger(store, verifier)
+    result = verify_ledger(store, verifiers)
     if result.problem is not None:
         raise LedgerTampered(result.problem)
     return result
@@ -181,10 +181,13 @@ def _check_checkpoint(walk: _Walk, row: Any) -> Problem | None:
     for what, (computed, stored) in expected.items():
         if computed != stored:
             return Problem(size, "checkpoint", f"checkpoint #{number} at size {size}: {what} signed {stored.hex()}, the ledger gives {computed.hex() if computed else None}")
-    if walk.verifier is None:
+    if not walk.verifiers:
         return None
+    verifier = walk.verifiers.get(row.key_name)
+    if verifier is None:
+        return Problem(size, "signature", f"checkpoint #{number} is signed by {row.key_name!r}, and no public key of that name was given")
     try:
-        body = Checkpoint.parse(walk.verifier.verify(row.note))
+        body = Checkpoint.parse(verifier.verify(row.note))
     except (NoteError, ProofError) as exc:
         return Problem(size, "signature", f"checkpoint #{number}: {exc}")
     if (body.size, body.root, body.chain_head, body.tenant_root, body.tenant_count) != (size, bytes(row.root_hash), bytes(row.chain_head), bytes(row.tenant_root), len(heads)):
