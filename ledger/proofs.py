@@ -177,3 +177,49 @@ class Checkpoint:
 def verify_tenant_head(tenant: str, tenant_seq: int, leaf: bytes, index: int, proof: list[bytes], checkpoint: Checkpoint) -> None:
     """Raise ProofError unless the checkpoint commits to (tenant_seq, leaf) as `tenant`'s head."""
     verify_inclusion(index, checkpoint.tenant_count, tenant_head_leaf(tenant, tenant_seq, leaf), proof, checkpoint.tenant_root)
+
+
+# -- multi-leaf inclusion proofs ---------------------------------------------------------
+#
+# A compact proof that several leaves are in one tree: walking RFC 9162's split of
+# [0, size) left to right, every maximal subtree that holds none of the proven leaves
+# contributes its hash, in that order. The verifier walks the same split.
+
+
+def multiproof_ranges(indices: list[int], start: int, end: int) -> list[tuple[int, int]]:
+    """The leaf ranges whose hashes a multi-leaf proof of `indices` (sorted) holds."""
+    inside = [i for i in indices if start <= i < end]
+    if not inside:
+        return [(start, end)]
+    if end - start == 1:
+        return []
+    k = 1 << ((end - start - 1).bit_length() - 1)
+    return multiproof_ranges(inside, start, start + k) + multiproof_ranges(inside, start + k, end)
+
+
+def root_from_multiproof(size: int, leaves: dict[int, bytes], proof: list[bytes]) -> bytes:
+    """The root implied by the proven leaves (index → leaf hash) and the proof's hashes."""
+    indices = sorted(leaves)
+    if not indices or indices[0] < 0 or indices[-1] >= size:
+        raise ProofError(f"multi-leaf proof: leaf indices must lie in [0, {size})")
+    expected = len(multiproof_ranges(indices, 0, size))
+    if len(proof) != expected:
+        raise ProofError(f"multi-leaf proof for {len(indices)} leaves of {size}: expected {expected} hashes, got {len(proof)}")
+    supply = iter(proof)
+
+    def walk(start: int, end: int) -> bytes:
+        if not any(start <= i < end for i in indices):
+            return next(supply)
+        if end - start == 1:
+            return leaves[start]
+        k = 1 << ((end - start - 1).bit_length() - 1)
+        left = walk(start, start + k)
+        return hash_children(left, walk(start + k, end))
+
+    return walk(0, size)
+
+
+def verify_multiproof(size: int, leaves: dict[int, bytes], proof: list[bytes], root: bytes) -> None:
+    computed = root_from_multiproof(size, leaves, proof)
+    if computed != root:
+        raise ProofError(f"multi-leaf proof of {len(leaves)} leaves: computed root {computed.hex()}, expected {root.hex()}")

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from sqlalchemy import Connection, and_, select
 
 from ledger.merkle import STORED_MIN_LEVEL, Frontier, fold_right, perfect_subtrees, root_of_leaves
+from ledger.proofs import multiproof_ranges
 from ledger.tables import entries, tree_nodes
 
 
@@ -115,6 +116,10 @@ class TreeReader:
         if not 0 < first <= second:
             raise ValueError(f"no consistency proof from size {first} to size {second}")
         return self.range_hashes(consistency_ranges(first, 0, second)) if first < second else []
+
+    def multiproof(self, indices: list[int], size: int) -> list[bytes]:
+        """Multi-leaf inclusion proof of leaves `indices` (0-based) in the tree of `size`."""
+        return self.range_hashes(multiproof_ranges(sorted(set(indices)), 0, size))
 
     def frontier(self, size: int) -> Frontier:
         return Frontier(size, self.subtree_hashes(perfect_subtrees(0, size)))

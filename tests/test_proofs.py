@@ -165,3 +165,27 @@ def test_store_proofs_equal_the_reference(store: Store) -> None:
             for first in sorted({1, size // 2 or 1, size - 1 or 1, size}):
                 expected = ref_subproof(first, leaves[:size], True) if first < size else []
                 assert reader.consistency_proof(first, size) == expected
+
+
+def test_multileaf_proofs_for_every_subset_shape() -> None:
+    import random
+
+    from ledger.proofs import multiproof_ranges, root_from_multiproof
+
+    rng = random.Random(5)
+    for size in range(1, 80):
+        for _ in range(6):
+            chosen = sorted(rng.sample(range(size), rng.randint(1, size)))
+            proof = [mth(LEAVES_300[a:b]) for a, b in multiproof_ranges(chosen, 0, size)]
+            leaves = {i: LEAVES_300[i] for i in chosen}
+            assert root_from_multiproof(size, leaves, proof) == mth(LEAVES_300[:size])
+            if proof:
+                for bad in flips(proof)[::37]:
+                    with pytest.raises(ProofError):
+                        verify_multiproof_root(size, leaves, bad)
+
+
+def verify_multiproof_root(size: int, leaves: dict[int, bytes], proof: list[bytes]) -> None:
+    from ledger.proofs import verify_multiproof
+
+    verify_multiproof(size, leaves, proof, mth(LEAVES_300[:size]))

@@ -1,0 +1,151 @@
+"""Tenant-scoped evidence bundles: a tenant's entries with the proofs that they are in
+the ledger, all of them, as one signed checkpoint says.
+
+A bundle holds: the signed checkpoint note; the entries (canonical event, salt and every
+hashed column, so each leaf can be recomputed); one multi-leaf inclusion proof of them;
+the tenant-head proof; and, when asked, a consistency proof back to an earlier checkpoint
+the customer already holds. Other tenants appear only as hashes, and leaves are salted,
+so those hashes reveal nothing.
+
+Completeness rule: the tenant's entries in the bundle must carry tenant_seq 1..n exactly,
+where (n, leaf) is the head the checkpoint commits to, and the n-th must have that leaf.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from ledger.checkpoint import tenant_head_proof
+from ledger.errors import LedgerError
+from ledger.hashing import entry_bytes, leaf_hash
+from ledger.note import NoteError, Verifier
+from ledger.proofs import Checkpoint, ProofError, verify_consistency, verify_multiproof, verify_tenant_head
+from ledger.store import Store
+from ledger.tables import checkpoints, entries
+from ledger.tree import TreeReader
+
+BUNDLE_VERSION = 1
+_ENTRY_FIELDS = ("seq", "recorded_at", "source", "id", "type", "tenant", "tenant_seq", "event", "salt")
+
+
+def build_bundle(store: Store, tenant: str, fleet_seqs: Iterable[int] = (), checkpoint_seq: int | None = None,
+                 since_checkpoint_seq: int | None = None) -> dict[str, Any]:
+    """All of `tenant`'s entries up to the checkpoint, plus the fleet entries named by
+    `fleet_seqs` (health faults that explain findings), with their proofs."""
+    with store.reading() as conn:
+        checkpoint = _checkpoint_row(conn, checkpoint_seq)
+        size = int(checkpoint.tree_size)
+        rows = _tenant_rows(conn, tenant, size) + _fleet_rows(conn, sorted(set(fleet_seqs)), size)
+        rows.sort(key=lambda r: r["seq"])
+        reader = TreeReader(conn)
+        head = tenant_head_proof(conn, int(checkpoint.checkpoint_seq), tenant)
+        bundle: dict[str, Any] = {
+            "version": BUNDLE_VERSION,
+            "tenant": tenant,
+            "checkpoint": checkpoint.note,
+            "entries": [_entry_json(r) for r in rows],
+            "inclusion": [h.hex() for h in reader.multiproof([r["seq"] - 1 for r in rows], size)],
+            "tenant_head": {"tenant_seq": head.tenant_seq, "leaf": head.leaf.hex(), "index": head.index,
+                            "proof": [h.hex() for h in head.proof]},
+        }
+        if since_checkpoint_seq is not None:
+            earlier = _checkpoint_row(conn, since_checkpoint_seq)
+            first = int(earlier.tree_size)
+            bundle["consistency"] = {"from_size": first,
+                                     "proof": [h.hex() for h in reader.consistency_proof(first, size)]}
+    return bundle
+
+
+def _checkpoint_row(conn: Connection, number: int | None) -> Any:
+    query = select(checkpoints).order_by(checkpoints.c.checkpoint_seq.desc()).limit(1)
+    if number is not None:
+        query = select(checkpoints).where(checkpoints.c.checkpoint_seq == number)
+    row = conn.execute(query).first()
+    if row is None:
+        raise LedgerError("no such checkpoint: sign one with `gpuledger checkpoint --key PATH`" if number is None else f"no checkpoint #{number}")
+    return row
+
+
+def _tenant_rows(conn: Connection, tenant: str, size: int) -> list[dict[str, Any]]:
+    query = select(*[entries.c[f] for f in _ENTRY_FIELDS]).where(entries.c.tenant == tenant, entries.c.seq <= size)
+    return [dict(r._mapping) for r in conn.execute(query.order_by(entries.c.tenant_seq))]
+
+
+def _fleet_rows(conn: Connection, seqs: list[int], size: int) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for start in range(0, len(seqs), 500):
+        query = select(*[entries.c[f] for f in _ENTRY_FIELDS]).where(entries.c.seq.in_(seqs[start:start + 500]))
+        found.extend(dict(r._mapping) for r in conn.execute(query))
+    for row in found:
+        if row["tenant"] is not None:
+            raise LedgerError(f"seq {row['seq']} belongs to a tenant, not to the fleet: it cannot go in another tenant's bundle")
+        if row["seq"] > size:
+            raise LedgerError(f"seq {row['seq']} is past the checkpoint's size {size}")
+    return found
+
+
+def _entry_json(row: dict[str, Any]) -> dict[str, Any]:
+    out = {str(k): v for k, v in row.items()}
+    out["salt"] = bytes(row["salt"]).hex()
+    return out
+
+
+def entry_leaf(entry: dict[str, Any]) -> bytes:
+    """The leaf hash of a bundle entry, recomputed from its columns."""
+    return leaf_hash(entry_bytes(
+        entry["seq"], entry["recorded_at"], entry["source"], entry["id"], entry["type"], entry["tenant"],
+        entry["tenant_seq"], entry["event"].encode("utf-8"), bytes.fromhex(entry["salt"]),
+    ))
+
+
+def verify_bundle(bundle: dict[str, Any], verifier: Verifier, earlier_checkpoint: str | None = None) -> Checkpoint:
+    """Check a bundle with the public key alone; raise ProofError naming what fails."""
+    try:
+        checkpoint = Checkpoint.parse(verifier.verify(bundle["checkpoint"]))
+        tenant, items = bundle["tenant"], bundle["entries"]
+        leaves = {}
+        for entry in items:
+            if entry["tenant"] not in (tenant, None):
+                raise ProofError(f"seq {entry['seq']} belongs to another tenant")
+            if not 1 <= entry["seq"] <= checkpoint.size:
+                raise ProofError(f"seq {entry['seq']} is outside the checkpoint's tree of {checkpoint.size}")
+            leaves[entry["seq"] - 1] = entry_leaf(entry)
+        if len(leaves) != len(items):
+            raise ProofError("an entry appears twice")
+        verify_multiproof(checkpoint.size, leaves, [bytes.fromhex(h) for h in bundle["inclusion"]], checkpoint.root)
+        _check_complete(tenant, items, bundle["tenant_head"], checkpoint)
+        if earlier_checkpoint is not None:
+            _check_consistent(bundle, verifier, earlier_checkpoint, checkpoint)
+    except NoteError as exc:
+        raise ProofError(f"checkpoint: {exc}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        if isinstance(exc, ProofError):
+            raise
+        raise ProofError(f"malformed bundle: {type(exc).__name__}: {exc}") from None
+    return checkpoint
+
+
+def _check_complete(tenant: str, items: list[dict[str, Any]], head: dict[str, Any], checkpoint: Checkpoint) -> None:
+    proof = [bytes.fromhex(h) for h in head["proof"]]
+    verify_tenant_head(tenant, head["tenant_seq"], bytes.fromhex(head["leaf"]), head["index"], proof, checkpoint)
+    own = sorted((e for e in items if e["tenant"] == tenant), key=lambda e: e["tenant_seq"])
+    numbers = [e["tenant_seq"] for e in own]
+    if numbers != list(range(1, head["tenant_seq"] + 1)):
+        missing = sorted(set(range(1, head["tenant_seq"] + 1)) - set(numbers))
+        raise ProofError(f"the tenant's entries are incomplete: the checkpoint commits to {head['tenant_seq']}, "
+                         f"missing tenant_seq {missing[:5]}{'…' if len(missing) > 5 else ''}")
+    if entry_leaf(own[-1]) != bytes.fromhex(head["leaf"]):
+        raise ProofError("the tenant's last entry is not the head the checkpoint commits to")
+
+
+def _check_consistent(bundle: dict[str, Any], verifier: Verifier, earlier_note: str, checkpoint: Checkpoint) -> None:
+    earlier = Checkpoint.parse(verifier.verify(earlier_note))
+    if "consistency" not in bundle:
+        raise ProofError("the bundle has no consistency proof to the earlier checkpoint")
+    proof = bundle["consistency"]
+    if proof["from_size"] != earlier.size:
+        raise ProofError(f"the consistency proof starts at size {proof['from_size']}, the earlier checkpoint is size {earlier.size}")
+    verify_consistency(earlier.size, checkpoint.size, earlier.root, checkpoint.root, [bytes.fromhex(h) for h in proof["proof"]])
