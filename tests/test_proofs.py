@@ -173,14 +173,14 @@ def test_multileaf_proofs_for_every_subset_shape() -> None:
     from ledger.proofs import multiproof_ranges, root_from_multiproof
 
     rng = random.Random(5)
-    for size in range(1, 80):
-        for _ in range(6):
+    for size in range(1, 80, 2):
+        for _ in range(4):
             chosen = sorted(rng.sample(range(size), rng.randint(1, size)))
             proof = [mth(LEAVES_300[a:b]) for a, b in multiproof_ranges(chosen, 0, size)]
             leaves = {i: LEAVES_300[i] for i in chosen}
             assert root_from_multiproof(size, leaves, proof) == mth(LEAVES_300[:size])
             if proof:
-                for bad in flips(proof)[::37]:
+                for bad in flips(proof)[::101]:
                     with pytest.raises(ProofError):
                         verify_multiproof_root(size, leaves, bad)
 
