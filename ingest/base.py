@@ -7,13 +7,13 @@ It never writes: appends go through the ledger's API, called by the CLI or a run
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from pydantic import ValidationError
 
-from schemas import Accepted, Origin, Record, Rejected, rejections, validate_event, validate_event_json
+from schemas import Accepted, CloudEvent, Origin, Record, Rejected, rejections, validate_event, validate_event_json
 from schemas.canonical import NotCanonicalizable
 
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -49,18 +49,17 @@ def open_source(path: Path) -> BinaryIO:
 
 def event_from_json(raw: bytes, origin: Origin) -> Record:
     """One CloudEvent in JSON text as an accepted record, or a rejection saying why."""
-    try:
-        return Accepted.of(validate_event_json(raw), origin)
-    except ValidationError as exc:
-        return rejections(exc, origin, raw)
-    except NotCanonicalizable as exc:
-        return Rejected(origin, "(record)", str(exc), raw)
+    return _accept(lambda: validate_event_json(raw), origin, raw)
 
 
 def event_from_object(obj: dict[str, Any], origin: Origin, raw: bytes) -> Record:
     """One CloudEvent built by a parser of another format, accepted or rejected."""
+    return _accept(lambda: validate_event(obj), origin, raw)
+
+
+def _accept(validate: Callable[[], CloudEvent], origin: Origin, raw: bytes) -> Record:
     try:
-        return Accepted.of(validate_event(obj), origin)
+        return Accepted.of(validate(), origin)
     except ValidationError as exc:
         return rejections(exc, origin, raw)
     except NotCanonicalizable as exc:

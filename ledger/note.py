@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from hashlib import sha256
 from pathlib import Path
+from typing import TypeVar
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -21,6 +23,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PrivateFormat
 
 ED25519 = b"\x01"
 SIGNATURE_LINE_PREFIX = "\u2014 "  # em dash, space
+K = TypeVar("K")
 
 
 class NoteError(ValueError):
@@ -151,17 +154,16 @@ def write_keypair(path: Path, name: str) -> Signer:
 
 
 def read_signer(path: Path) -> Signer:
-    try:
-        return Signer.parse(path.read_text())
-    except OSError as exc:
-        raise NoteError(f"{path}: cannot read the key: {exc.strerror}") from exc
-    except NoteError as exc:
-        raise NoteError(f"{path}: {exc}") from exc
+    return _read_key(path, Signer.parse)
 
 
 def read_verifier(path: Path) -> Verifier:
+    return _read_key(path, Verifier.parse)
+
+
+def _read_key(path: Path, parse: Callable[[str], K]) -> K:
     try:
-        return Verifier.parse(path.read_text())
+        return parse(path.read_text())
     except OSError as exc:
         raise NoteError(f"{path}: cannot read the key: {exc.strerror}") from exc
     except NoteError as exc:
