@@ -69,9 +69,13 @@ def init(db_url: str | None) -> None:
               help="Source format (default: detected, else cloudevents).")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=2000, show_default=True,
               help="Records a transaction; a batch is appended whole or not at all.")
+@click.option("--fields", default=None, help="sacct: the --format field list the file was made with (then no header is expected).")
+@click.option("--delimiter", default=None, help="sacct: the field delimiter (default '|').")
+@click.option("--cluster", default=None, help="sacct: the cluster name, part of every event's source.")
+@click.option("--tenant-field", default=None, help="Source field to take the tenant from (sacct default: Account, else User).")
 @click.argument("files", nargs=-1, required=True,
                 type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path))
-def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, files: Sequence[Path]) -> None:
+def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, files: Sequence[Path], **options: str | None) -> None:
     """Append the events of FILES; prints read / appended / duplicate / quarantined.
 
     Exits 1 when any record was quarantined (the good records are still appended).
@@ -81,7 +85,7 @@ def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, files: 
     appender = ledger.Appender(store)
     total = ledger.AppendReport()
     for path in files:
-        report = _ingest_one(appender, path, fmt, batch_size)
+        report = _ingest_one(appender, path, fmt, batch_size, options)
         for problem in report.problems:
             click.echo(problem, err=True)
         if report.quarantined > len(report.problems):
@@ -100,8 +104,9 @@ def _counts(report: ledger.AppendReport) -> str:
             f"duplicate {report.duplicates} · quarantined {report.quarantined}")
 
 
-def _ingest_one(appender: ledger.Appender, path: Path, fmt: str | None, batch_size: int) -> ledger.AppendReport:
-    records = ingest.extract(path, fmt)
+def _ingest_one(appender: ledger.Appender, path: Path, fmt: str | None, batch_size: int,
+                options: dict[str, str | None] | None = None) -> ledger.AppendReport:
+    records = ingest.extract(path, fmt, **{k: v for k, v in (options or {}).items() if v is not None})
     progress = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
         console=stderr, disable=not stderr.is_terminal, transient=True,

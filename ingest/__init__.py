@@ -13,9 +13,10 @@ from typing import Any
 
 from ingest.base import IngestError, Ingestor, open_source
 from ingest.cloudevents import CloudEventsIngestor
+from ingest.sacct import SacctIngestor
 from schemas import Record
 
-INGESTORS: list[Ingestor] = [CloudEventsIngestor()]
+INGESTORS: list[Ingestor] = [CloudEventsIngestor(), SacctIngestor()]
 DEFAULT_FORMAT = "cloudevents"
 
 
