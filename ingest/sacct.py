@@ -184,8 +184,8 @@ def _job_row_events(row: dict[str, str], steps: list[dict[str, str]], cluster: s
     except ValueError:
         raise ValueError(f"AllocTRES: not a TRES list: {row.get('AllocTRES')!r}") from None
     source = f"slurm://{cluster}"
-    node = row.get("NodeList", "")
-    node = None if node in ABSENT else node
+    node_list = row.get("NodeList", "")
+    node = None if node_list in ABSENT else node_list
     base = {"tenant": tenant, "job_id": job_id}
     out: list[dict[str, Any]] = []
 
