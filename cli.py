@@ -72,7 +72,10 @@ def init(db_url: str | None) -> None:
 @click.option("--fields", default=None, help="sacct: the --format field list the file was made with (then no header is expected).")
 @click.option("--delimiter", default=None, help="sacct: the field delimiter (default '|').")
 @click.option("--cluster", default=None, help="sacct: the cluster name, part of every event's source.")
-@click.option("--tenant-field", default=None, help="Source field to take the tenant from (sacct default: Account, else User).")
+@click.option("--tenant-field", default=None,
+              help="Source field to take the tenant from (sacct: Account, else User; focus: SubAccountId, else BillingAccountId).")
+@click.option("--gpu-field", default=None, help="focus: the column holding the GPU count (default: PricingQuantity when PricingUnit is GPU-hours).")
+@click.option("--allocation-field", default=None, help="focus: the column holding the allocation id (default: ResourceId).")
 @click.argument("files", nargs=-1, required=True,
                 type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path))
 def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, files: Sequence[Path], **options: str | None) -> None:

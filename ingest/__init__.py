@@ -13,10 +13,11 @@ from typing import Any
 
 from ingest.base import IngestError, Ingestor, open_source
 from ingest.cloudevents import CloudEventsIngestor
+from ingest.focus import FocusIngestor
 from ingest.sacct import SacctIngestor
 from schemas import Record
 
-INGESTORS: list[Ingestor] = [CloudEventsIngestor(), SacctIngestor()]
+INGESTORS: list[Ingestor] = [CloudEventsIngestor(), SacctIngestor(), FocusIngestor()]
 DEFAULT_FORMAT = "cloudevents"
 
 

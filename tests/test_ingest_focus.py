@@ -1,0 +1,94 @@
+"""The FOCUS ingestor: the real sample to the last digit, GPU-hours, Parquet, bad rows."""
+
+from __future__ import annotations
+
+import csv
+from decimal import Decimal
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from cli import main
+from ingest import extract, ingestor_for
+from schemas import Accepted, Rejected
+from tests.conftest import REALDATA
+
+REAL = REALDATA / "focus" / "focus_sample.csv"
+HEADER = ["BilledCost", "BillingAccountId", "SubAccountId", "BillingCurrency", "BillingPeriodStart", "ChargeCategory",
+          "ChargeClass", "ChargePeriodStart", "ChargePeriodEnd", "PricingQuantity", "PricingUnit", "ListUnitPrice",
+          "ResourceId", "ProviderName", "InvoiceId"]
+ROWS = [
+    ["24.00", "BA1", "acme", "USD", "2026-01-01 00:00:00", "Usage", "NULL", "2026-01-05 10:00:00", "2026-01-05 13:00:00", "24", "GPU-Hours", "1.00", "A1", "Neo", "INV-1"],
+    ["-2.50", "BA1", "acme", "USD", "2026-01-01 00:00:00", "Credit", "NULL", "2026-01-05 00:00:00", "2026-01-06 00:00:00", "NULL", "NULL", "NULL", "NULL", "Neo", "INV-1"],
+    ["3.00", "BA1", "NULL", "USD", "2026-01-01 00:00:00", "Adjustment", "Correction", "2026-01-05 00:00:00", "2026-01-06 00:00:00", "NULL", "NULL", "NULL", "NULL", "Neo", "NULL"],
+]
+
+
+def write_csv(path: Path, rows: list[list[str]]) -> Path:
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle, quoting=csv.QUOTE_ALL)
+        writer.writerow(HEADER)
+        writer.writerows(rows)
+    return path
+
+
+def lines(path: Path) -> list[dict[str, object]]:
+    found = list(extract(path, "focus"))
+    assert all(isinstance(r, Accepted) for r in found), found
+    return [orjson.loads(r.body)["data"] for r in found if isinstance(r, Accepted)]
+
+
+def test_columns_map_to_billing_lines(tmp_path: Path) -> None:
+    usage, credit, correction = lines(write_csv(tmp_path / "f.csv", ROWS))
+    # 24 GPU-hours over a 3-hour period: 8 GPUs.
+    assert (usage["gpus"], usage["allocation_id"], usage["amount"], usage["unit_price"]) == (8, "A1", "24.00", "1.00")
+    assert (usage["period_start"], usage["period_end"], usage["tenant"]) == ("2026-01-05T10:00:00Z", "2026-01-05T13:00:00Z", "acme")
+    assert (credit["category"], credit["gpus"], credit["amount"]) == ("credit", 0, "-2.50")
+    assert (correction["category"], correction["tenant"], correction["invoice_id"]) == ("correction", "BA1", "period-2026-01-01T00:00:00Z")
+    assert usage["focus"]["ChargeClass"] is None  # type: ignore[index]
+
+
+def test_identical_rows_stay_two_lines_and_reingest_appends_nothing(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "f.csv", [ROWS[0], ROWS[0]])
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    first = CliRunner().invoke(main, ["ingest", "--db", db, "--format", "focus", str(path)])
+    again = CliRunner().invoke(main, ["ingest", "--db", db, "--format", "focus", str(path)])
+    assert first.stdout.endswith("appended 2 · duplicate 0 · quarantined 0\n")
+    assert again.stdout.endswith("appended 0 · duplicate 2 · quarantined 0\n")
+
+
+def test_bad_rows_name_their_line_and_column(tmp_path: Path) -> None:
+    bad_money = list(ROWS[0])
+    bad_money[0] = "twelve"
+    fractional = list(ROWS[0])
+    fractional[9] = "25"  # 25 GPU-hours over 3 hours is no whole number of GPUs
+    found = list(extract(write_csv(tmp_path / "f.csv", [bad_money, ROWS[1], fractional]), "focus"))
+    assert [(r.origin.line, r.field) for r in found if isinstance(r, Rejected)] == [(2, "BilledCost"), (4, "PricingQuantity")]
+
+
+def test_parquet_exports_ingest_the_same(tmp_path: Path) -> None:
+    table = pa.table({name: [None if row[i] == "NULL" else row[i] for row in ROWS] for i, name in enumerate(HEADER)})
+    pq.write_table(table, tmp_path / "f.parquet")
+    assert ingestor_for(tmp_path / "f.parquet").name == "focus"
+    from_parquet = lines(tmp_path / "f.parquet")
+    from_csv = lines(write_csv(tmp_path / "f.csv", ROWS))
+    strip = [{k: v for k, v in d.items() if k not in ("focus", "line_id")} for d in from_parquet]
+    assert strip == [{k: v for k, v in d.items() if k not in ("focus", "line_id")} for d in from_csv]
+
+
+@pytest.mark.skipif(not REAL.exists(), reason=f"real data not present at {REAL} (it lives beside the project, not in it)")
+def test_real_sample_ingests_completely_to_the_last_digit(tmp_path: Path) -> None:
+    data = lines(REAL)
+    assert len(data) == 1000
+    assert sum(Decimal(str(d["amount"])) for d in data) == Decimal("20.52022672899")  # the file's BilledCost sum
+    counts: dict[object, int] = {}
+    for d in data:
+        counts[d["category"]] = counts.get(d["category"], 0) + 1
+    assert counts == {"usage": 997, "adjustment": 2, "credit": 1}
+    assert ingestor_for(REAL).name == "focus"
+    result = CliRunner().invoke(main, ["ingest", "--db", f"sqlite:///{tmp_path / 'l.db'}", str(REAL)])
+    assert result.exit_code == 0 and result.stdout.endswith("read 1000 · appended 1000 · duplicate 0 · quarantined 0\n")
