@@ -96,8 +96,8 @@ def _as_text(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, datetime):
-        value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-        return value.isoformat()
+        aware: datetime = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return aware.isoformat()
     if isinstance(value, float):
         return repr(value)  # Parquet doubles are already inexact; kept as written
     text = str(value)
@@ -129,6 +129,7 @@ def _billing_data(row: dict[str, str | None], options: dict[str, Any]) -> dict[s
         raise ValueError(f"{tenant_field or 'SubAccountId'}: no tenant: SubAccountId and BillingAccountId are empty")
     start, end = _time(row, "ChargePeriodStart"), _time(row, "ChargePeriodEnd")
     amount = _decimal(row, "BilledCost", required=True)
+    assert amount is not None  # required=True raised otherwise
     allocation = row.get(options.get("allocation_field") or "ResourceId")
     gpus = _gpus(row, options.get("gpu_field"), start, end)
     data: dict[str, Any] = {
