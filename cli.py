@@ -67,7 +67,7 @@ def init(db_url: str | None) -> None:
 @db_option
 @click.option("--format", "fmt", type=click.Choice(ingest.format_names()), default=None,
               help="Source format (default: detected, else cloudevents).")
-@click.option("--batch-size", type=click.IntRange(1, 100_000), default=2000, show_default=True,
+@click.option("--batch-size", type=click.IntRange(1, 100_000), default=ledger.append.DEFAULT_BATCH_SIZE, show_default=True,
               help="Records a transaction; a batch is appended whole or not at all.")
 @click.option("--fields", default=None, help="sacct: the --format field list the file was made with (then no header is expected).")
 @click.option("--delimiter", default=None, help="sacct: the field delimiter (default '|').")
@@ -227,7 +227,7 @@ def demo(db_url: str | None, out: Path) -> None:
         db_url = f"sqlite:///{store_file}"
     store = ledger.Store(db_url)
     store.init()
-    report = _ingest_one(ledger.Appender(store), events, None, 2000)
+    report = _ingest_one(ledger.Appender(store), events, None, ledger.append.DEFAULT_BATCH_SIZE)
     result = ledger.verify_ledger(store)
     stdout.print(f"[bold]gpuledger demo[/bold]: {count} sample events written to {events}")
     stdout.print(f"ingest: {_counts(report)}")
