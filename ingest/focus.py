@@ -27,7 +27,7 @@ from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
-from ingest.base import UTF8_BOM, event_from_object, open_source
+from ingest.base import UTF8_BOM, IngestError, event_from_object, open_source
 from schemas import Origin, Record, Rejected
 from schemas.types import format_money
 
@@ -84,12 +84,17 @@ def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str | None], bytes]]:
 def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, str | None], bytes]]:
     import pyarrow.parquet as pq
 
+    import pyarrow as pa
+
     line = 1  # rows are numbered from 2, as if the first line were a header
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=10_000):
-        for row in batch.to_pylist():
-            line += 1
-            cleaned = {k: _as_text(v) for k, v in row.items()}
-            yield line, cleaned, repr(sorted(cleaned.items())).encode()
+    try:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=10_000):
+            for row in batch.to_pylist():
+                line += 1
+                cleaned = {k: _as_text(v) for k, v in row.items()}
+                yield line, cleaned, repr(sorted(cleaned.items())).encode()
+    except (pa.ArrowException, OSError) as exc:
+        raise IngestError(f"{path}:{line + 1}: not a readable Parquet file: {exc}") from None
 
 
 def _as_text(value: Any) -> str | None:
