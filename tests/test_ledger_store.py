@@ -168,3 +168,13 @@ def test_large_batches_build_the_stored_tree(store: Store) -> None:
     append_stream(Appender(store), [accepted(progress(i), i) for i in range(1, 300)], batch_size=37)
     result = verify_ledger(store)
     assert (result.ok, result.entries) == (True, 299)
+
+
+def test_postgres_refuses_truncate(pg_url: str) -> None:
+    store = Store(pg_url)
+    store.init()
+    Appender(store).append([accepted(progress(1))])
+    with pytest.raises(DBAPIError, match="append-only"):
+        with store.engine.begin() as conn:
+            conn.execute(text("TRUNCATE entries"))
+    assert len(rows(store)) == 1
