@@ -143,8 +143,9 @@ def _job_events(rows: _Rows, cluster: str, tenant_field: str | None) -> Iterator
 
 def _events_of(group: list[tuple[Origin, dict[str, str], bytes]], cluster: str, tenant_field: str | None) -> Iterator[Record]:
     origin, row, raw = group[0]
-    if "." in row["JobID"]:  # a step whose job row is not in this file
-        yield from (event_from_object(_orphan_step(o, r, cluster), o, b) for o, r, b in group)
+    if "." in row["JobID"]:  # steps whose job row is not in this file: kept, in quarantine
+        job = row["JobID"].split(".")[0]
+        yield from (Rejected(o, "JobID", f"step {r['JobID']} without its job row {job}", b) for o, r, b in group)
         return
     try:
         events = _job_row_events(row, [r for _, r, _ in group[1:]], cluster, tenant_field)
@@ -209,9 +210,3 @@ def _job_row_events(row: dict[str, str], steps: list[dict[str, str]], cluster: s
     if times["Start"] is not None and gpus and times["End"] is not None and state not in ("RUNNING", "PENDING"):
         add("allocation.released", times["End"], {"tenant": tenant, "allocation_id": job_id, "reason": state})
     return out
-
-
-def _orphan_step(origin: Origin, row: dict[str, str], cluster: str) -> dict[str, Any]:
-    # Not an event type of ours: rejected with a clear reason, and so kept in quarantine.
-    return {"specversion": "1.0", "id": row["JobID"], "source": f"slurm://{cluster}", "type": "slurm.step",
-            "time": "1970-01-01T00:00:00Z", "data": row}

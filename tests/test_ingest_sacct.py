@@ -103,3 +103,13 @@ def test_real_sample_ingests_with_nothing_quarantined(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["ingest", "--db", f"sqlite:///{tmp_path / 'l.db'}", "--format", "sacct",
                                        "--fields", REAL_FIELDS, "--delimiter", "☃", "--cluster", "hb", str(REAL)])
     assert result.exit_code == 0 and "quarantined 0" in result.stdout
+
+
+def test_a_step_without_its_job_is_quarantined(tmp_path: Path) -> None:
+    path = tmp_path / "sacct.txt"
+    lines = SMALL.splitlines()
+    path.write_text("\n".join([lines[0], lines[2], lines[3]]) + "\n")
+    found = list(extract(path, "sacct"))
+    assert isinstance(found[0], Rejected)
+    assert (found[0].origin.line, found[0].field, found[0].reason) == (2, "JobID", "step 100.batch without its job row 100")
+    assert all(isinstance(r, Accepted) for r in found[1:])
