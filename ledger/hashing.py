@@ -17,8 +17,11 @@ from hashlib import sha256
 
 import orjson
 
-LEAF_PREFIX = b"\x00"
-NODE_PREFIX = b"\x01"
+from ledger.proofs import LEAF_PREFIX, NODE_PREFIX
+from ledger.proofs import hash_children as node_hash
+
+__all__ = ["CHAIN_PREFIX", "LEAF_PREFIX", "NODE_PREFIX", "ZERO_HASH", "chain_hash", "entry_bytes", "leaf_hash", "node_hash"]
+
 CHAIN_PREFIX = b"\x02"
 ZERO_HASH = bytes(32)
 HASH_SIZE = 32
@@ -58,10 +61,6 @@ def entry_bytes(
 
 def leaf_hash(entry: bytes) -> bytes:
     return sha256(LEAF_PREFIX + entry).digest()
-
-
-def node_hash(left: bytes, right: bytes) -> bytes:
-    return sha256(NODE_PREFIX + left + right).digest()
 
 
 def chain_hash(previous: bytes, leaf: bytes) -> bytes:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ledger.hashing import node_hash
+from ledger.proofs import hash_children as node_hash
+from ledger.proofs import merkle_root
 
 #: Nodes below this level are not stored: 16 leaves are cheaper to read than n/2 rows to write.
 STORED_MIN_LEVEL = 4
@@ -42,12 +43,10 @@ def fold_right(hashes: list[bytes]) -> bytes:
 
 
 def root_of_leaves(leaves: list[bytes]) -> bytes:
-    """MTH of a list of leaf hashes, straight from RFC 9162 §2.1.1 (used on ≤ 16 leaves
-    and as the reference in tests)."""
-    if len(leaves) == 1:
-        return leaves[0]
-    k = 1 << ((len(leaves) - 1).bit_length() - 1)
-    return node_hash(root_of_leaves(leaves[:k]), root_of_leaves(leaves[k:]))
+    """MTH of leaf hashes held in memory (RFC 9162 §2.1.1); used on ≤ 16 leaves."""
+    if not leaves:
+        raise ValueError("the empty tree has no subtree hashes")
+    return merkle_root(leaves)
 
 
 @dataclass
