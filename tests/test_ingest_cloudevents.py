@@ -82,3 +82,31 @@ def test_array_scanner_across_read_boundaries(monkeypatch: pytest.MonkeyPatch, c
     found = list(iter_array(io.BytesIO(text)))
     assert [json.loads(e.raw) for e in found] == elements
     assert [text[e.offset:e.offset + len(e.raw)] for e in found] == [e.raw for e in found]
+
+
+def b64_event(data: object) -> dict[str, Any]:
+    import base64
+
+    raw = progress(7)
+    del raw["data"]
+    raw["data_base64"] = base64.b64encode(json.dumps(data).encode()).decode()
+    return raw
+
+
+def test_data_base64_is_decoded(tmp_path: Path) -> None:
+    path = tmp_path / "e.jsonl"
+    path.write_text(json.dumps(b64_event({"tenant": "acme", "job_id": "j1", "step": 7})) + "\n")
+    [record] = records(path)
+    assert isinstance(record, Accepted) and b'"data":{"job_id":"j1","step":7,"tenant":"acme"}' in record.body
+    assert b"data_base64" not in record.body
+
+
+@pytest.mark.parametrize(("event_", "reason"), [
+    ({**b64_event({}), "data": {}}, "an event carries data or data_base64, not both"),
+    ({**b64_event({}), "data_base64": "!!!"}, "not base64 of JSON"),
+])
+def test_bad_data_base64_is_rejected(tmp_path: Path, event_: dict[str, Any], reason: str) -> None:
+    path = tmp_path / "e.jsonl"
+    path.write_text(json.dumps(event_) + "\n")
+    [record] = records(path)
+    assert isinstance(record, Rejected) and record.field == "data_base64" and record.reason.startswith(reason)
