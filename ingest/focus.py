@@ -66,19 +66,26 @@ def _parquet_schema_text(path: Path) -> bytes:
 
 def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str | None], bytes]]:
     with open_source(path) as binary:
-        text = io.TextIOWrapper(binary, encoding="utf-8-sig", errors="replace", newline="")
+        # surrogateescape keeps undecodable bytes visible, so such rows can be refused.
+        text = io.TextIOWrapper(binary, encoding="utf-8-sig", errors="surrogateescape", newline="")
         reader = csv.reader(text)
         header = next(reader, None)
         if header is None:
             return
         start = reader.line_num + 1
         for values in reader:
-            raw = ",".join(values).encode()
-            if len(values) != len(header):
+            raw = ",".join(values).encode("utf-8", "surrogateescape")
+            if any(_undecodable(v) for v in values):
+                yield start, {"__error__": "not valid UTF-8"}, raw
+            elif len(values) != len(header):
                 yield start, {"__error__": f"expected {len(header)} columns, found {len(values)}"}, raw
             else:
                 yield start, {k: (None if v in NULLS else v) for k, v in zip(header, values)}, raw
             start = reader.line_num + 1
+
+
+def _undecodable(value: str) -> bool:
+    return not value.isascii() and any("\udc80" <= c <= "\udcff" for c in value)
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, str | None], bytes]]:

@@ -63,7 +63,10 @@ def gpu_count(tres: str) -> int | None:
             plain = int(value)
         elif key.startswith("gres/gpu:"):
             typed += int(value)
-    return plain if plain is not None else (typed or None)
+    count = plain if plain is not None else (typed or None)
+    if count is not None and count < 0:
+        raise ValueError(f"negative GPU count {count} in {tres!r}")
+    return count
 
 
 def slurm_time(text: str) -> str | None:
@@ -103,7 +106,11 @@ class _Rows:
         for number, raw in enumerate(self.stream, start=1):
             origin = Origin(self.name, number, offset)
             offset += len(raw)
-            text = raw.decode("utf-8", "replace").removeprefix("\ufeff").rstrip("\r\n")
+            try:
+                text = raw.decode("utf-8").removeprefix("\ufeff").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                yield origin, Rejected(origin, "(row)", f"not valid UTF-8 at byte {exc.start}", raw), raw
+                continue
             if not text.strip():
                 continue
             values = text.split(self.delimiter)
@@ -153,8 +160,10 @@ def _events_of(group: list[tuple[Origin, dict[str, str], bytes]], cluster: str, 
         field, _, reason = str(exc).partition(": ")
         yield Rejected(origin, field if reason else "(row)", reason or str(exc), raw)
         return
-    for event in events:
-        yield event_from_object(event, origin, raw)
+    records = [event_from_object(event, origin, raw) for event in events]
+    rejected = [r for r in records if isinstance(r, Rejected)]
+    # A row is one record: all its events, or the row in quarantine.
+    yield from (rejected[:1] if rejected else records)
 
 
 def _tenant(row: dict[str, str], tenant_field: str | None) -> str:
@@ -182,8 +191,9 @@ def _job_row_events(row: dict[str, str], steps: list[dict[str, str]], cluster: s
                 raise ValueError(f"{field}: {exc}") from None
     try:
         gpus = gpu_count(row.get("AllocTRES", "")) or None
-    except ValueError:
-        raise ValueError(f"AllocTRES: not a TRES list: {row.get('AllocTRES')!r}") from None
+    except ValueError as exc:
+        reason = str(exc) if "negative" in str(exc) else f"not a TRES list: {row.get('AllocTRES')!r}"
+        raise ValueError(f"AllocTRES: {reason}") from None
     source = f"slurm://{cluster}"
     node_list = row.get("NodeList", "")
     node = None if node_list in ABSENT else node_list
