@@ -57,10 +57,7 @@ class Verifier:
         if len(parts) != 3:
             raise NoteError("a verifier key reads <name>+<key id>+<base64 key>")
         name, hex_id, encoded = parts
-        raw = _b64(encoded, "verifier key")
-        if raw[:1] != ED25519 or len(raw) != 33:
-            raise NoteError("the verifier key is not an Ed25519 key")
-        verifier = cls(name, raw[1:])
+        verifier = cls(name, _ed25519_key(encoded, "verifier key"))
         if verifier.id.hex() != hex_id.lower():
             raise NoteError(f"verifier key id {hex_id} does not match its name and key ({verifier.id.hex()})")
         return verifier
@@ -103,10 +100,7 @@ class Signer:
         parts = text.strip().split("+", 4)
         if len(parts) != 5 or parts[:2] != ["PRIVATE", "KEY"]:
             raise NoteError("a signer key reads PRIVATE+KEY+<name>+<key id>+<base64 key>")
-        raw = _b64(parts[4], "signer key")
-        if raw[:1] != ED25519 or len(raw) != 33:
-            raise NoteError("the signer key is not an Ed25519 key")
-        signer = cls(parts[2], raw[1:])
+        signer = cls(parts[2], _ed25519_key(parts[4], "signer key"))
         if signer.verifier.id.hex() != parts[3].lower():
             raise NoteError("the signer key's id does not match its key")
         return signer
@@ -168,6 +162,14 @@ def _read_key(path: Path, parse: Callable[[str], K]) -> K:
         raise NoteError(f"{path}: cannot read the key: {exc.strerror}") from exc
     except NoteError as exc:
         raise NoteError(f"{path}: {exc}") from exc
+
+
+def _ed25519_key(encoded: str, what: str) -> bytes:
+    """The 32 key bytes of base64(0x01 ‖ key), the note formats' Ed25519 key encoding."""
+    raw = _b64(encoded, what)
+    if raw[:1] != ED25519 or len(raw) != 33:
+        raise NoteError(f"the {what} is not an Ed25519 key")
+    return raw[1:]
 
 
 def _b64(text: str, what: str) -> bytes:
