@@ -76,6 +76,10 @@ def init(db_url: str | None) -> None:
               help="Source field to take the tenant from (sacct: Account, else User; focus: SubAccountId, else BillingAccountId).")
 @click.option("--gpu-field", default=None, help="focus: the column holding the GPU count (default: PricingQuantity when PricingUnit is GPU-hours).")
 @click.option("--allocation-field", default=None, help="focus: the column holding the allocation id (default: ResourceId).")
+@click.option("--node", default=None,
+              help="dcgm-stats: the host the output came from (default: the file's stem); dcgm-metrics: the node of samples with no Hostname label.")
+@click.option("--fabric-domain", default=None, help="dcgm-stats, dcgm-metrics: the fabric domain the node belongs to.")
+@click.option("--scrape-time", default=None, metavar="RFC3339", help="dcgm-metrics: the time of samples that carry no timestamp.")
 @click.argument("files", nargs=-1, required=True,
                 type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path))
 def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, files: Sequence[Path], **options: str | None) -> None:

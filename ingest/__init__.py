@@ -13,11 +13,14 @@ from typing import Any
 
 from ingest.base import IngestError, Ingestor, open_source
 from ingest.cloudevents import CloudEventsIngestor
+from ingest.dcgm_metrics import DcgmMetricsIngestor
+from ingest.dcgm_stats import DcgmStatsIngestor
 from ingest.focus import FocusIngestor
 from ingest.sacct import SacctIngestor
 from schemas import Record
 
-INGESTORS: list[Ingestor] = [CloudEventsIngestor(), SacctIngestor(), FocusIngestor()]
+INGESTORS: list[Ingestor] = [CloudEventsIngestor(), SacctIngestor(), FocusIngestor(), DcgmStatsIngestor(),
+                             DcgmMetricsIngestor()]
 DEFAULT_FORMAT = "cloudevents"
 
 

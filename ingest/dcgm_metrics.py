@@ -1,0 +1,208 @@
+"""NVIDIA dcgm-exporter scrapes: the Prometheus text exposition format (`# HELP`, `# TYPE`,
+samples `name{label="value",...} value [timestamp ms]`), one scrape or several concatenated.
+
+Only `DCGM_FI_DEV_XID_ERRORS` makes events. It is a gauge holding the last XID a GPU
+raised, so a fault is a change: for each series (node, `gpu`, `UUID`, `GPU_I_ID`), in
+file order, a value v > 0 that differs from the previous value of that series in this
+file (or the series' first value > 0) → `health.fault` {node, device: the `gpu` index (an
+int; the UUID when there is no `gpu` label), code `xid-<v>`, severity `critical` for the
+XIDs in CRITICAL_XIDS, else `warning`}. The node is the `Hostname` label (dcgm-exporter's),
+else `hostname` (a common relabelling), else the `node` option. The sample's labels ride
+along whole under `labels` (the MIG labels `GPU_I_PROFILE`, `GPU_I_ID`, `modelName`,
+`pod`, ...), the model also as `model`.
+
+State is per file: the ingestor cannot read the ledger, so an XID already reported by an
+earlier file's last scrape is reported again when the next file starts with it. The
+event id (`<node>:<gpu>:<GPU_I_ID or ->:xid:<v>:<timestamp ms>`) then differs, since the
+time does; a scrape file that begins where the last one ended repeats one fault, no more.
+
+Every sample needs a time: its own timestamp, else the `scrape_time` option (RFC 3339);
+an XID sample with neither is an input error naming its line. Other metrics are not
+events: their lines are checked for form and otherwise passed over. DCGM's "blank"
+sentinels (values near 2^63) mean no value. Source `dcgm-exporter://<node>`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from ingest.base import UTF8_BOM, IngestError, event_from_object, open_source
+from schemas import Origin, Record, Rejected, format_utc
+
+XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
+#: XIDs that mean the GPU or its memory cannot be trusted until it is reset or replaced.
+CRITICAL_XIDS = frozenset({48, 63, 64, 74, 79, 94, 95, 119, 120})
+DCGM_BLANK = 0x7FFFFFFFFFFFFFF0  # DCGM_INT64_BLANK: values from here up are "no value"
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|(?=\}))')
+_NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|Inf|inf|NaN|nan)")
+_INTEGER = re.compile(r"-?\d{1,18}")
+_ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+class _Bad(ValueError):
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field, self.reason = field, reason
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+    value_text: str
+    timestamp_ms: int | None
+
+
+class DcgmMetricsIngestor:
+    name = "dcgm-metrics"
+    description = "NVIDIA dcgm-exporter metrics: Prometheus text exposition, one scrape or several"
+
+    def identify(self, path: Path, head: bytes) -> bool:
+        return re.search(rb"(?m)^(?:# (?:HELP|TYPE) )?DCGM_FI_[A-Z0-9_]+[{ ]", head.removeprefix(UTF8_BOM)) is not None
+
+    def extract(self, path: Path, **options: Any) -> Iterator[Record]:
+        scrape_ms = _scrape_ms(options.get("scrape_time"))
+        last: dict[tuple[str, str, str, str], int] = {}
+        offset = 0
+        with open_source(path) as stream:
+            for number, raw in enumerate(stream, start=1):
+                origin = Origin(str(path), number, offset)
+                offset += len(raw)
+                record = _line_record(origin, raw.removeprefix(UTF8_BOM) if number == 1 else raw, scrape_ms, last, options)
+                if record is not None:
+                    yield record
+
+
+def _scrape_ms(text: str | None) -> int | None:
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise IngestError(f"--scrape-time: not an RFC 3339 time: {text!r}") from None
+    moment = moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+def _line_record(origin: Origin, raw: bytes, scrape_ms: int | None, last: dict[tuple[str, str, str, str], int],
+                 options: dict[str, Any]) -> Record | None:
+    try:
+        text = raw.decode("utf-8").strip()
+    except UnicodeDecodeError as exc:
+        return Rejected(origin, "(line)", f"not valid UTF-8 at byte {exc.start}", raw)
+    if not text or text.startswith("#"):
+        return None
+    try:
+        sample = parse_sample(text)
+        if sample.name != XID_METRIC:
+            return None
+        if sample.timestamp_ms is None and scrape_ms is None:
+            raise IngestError(f"{origin}: timestamp: the sample has no timestamp; give --scrape-time RFC3339")
+        return _xid_record(sample, sample.timestamp_ms if sample.timestamp_ms is not None else scrape_ms,
+                           origin, raw, last, options)
+    except _Bad as bad:
+        return Rejected(origin, bad.field, bad.reason, raw)
+
+
+def parse_sample(text: str) -> Sample:
+    """One sample line of the text format; raises _Bad saying which part is wrong."""
+    name = _NAME.match(text)
+    if name is None:
+        raise _Bad("(line)", f"not a Prometheus sample: {text[:40]!r}")
+    rest, labels = text[name.end():], dict[str, str]()
+    if rest.startswith("{"):
+        labels, rest = _labels(rest)
+    parts = rest.split()
+    if not parts or len(parts) > 2 or (rest and not rest[0].isspace()):
+        raise _Bad("(line)", "expected a value and an optional timestamp after the metric")
+    value_text = parts[0]
+    if _NUMBER.fullmatch(value_text) is None:
+        raise _Bad("value", f"not a number: {value_text!r}")
+    timestamp = None
+    if len(parts) == 2:
+        if _INTEGER.fullmatch(parts[1]) is None:
+            raise _Bad("timestamp", f"not a millisecond timestamp: {parts[1]!r}")
+        timestamp = int(parts[1])
+    return Sample(name.group(), labels, float(value_text), value_text, timestamp)
+
+
+def _labels(text: str) -> tuple[dict[str, str], str]:
+    labels: dict[str, str] = {}
+    position = 1
+    while True:
+        closing = re.compile(r"\s*\}").match(text, position)
+        if closing is not None:
+            return labels, text[closing.end():]
+        found = _LABEL.match(text, position)
+        if found is None:
+            raise _Bad("labels", f"malformed label set at column {position + 1}: {text[position:position + 30]!r}")
+        labels[found.group(1)] = re.sub(r'\\[\\"n]', lambda m: _ESCAPES[m.group()], found.group(2))
+        position = found.end()
+
+
+def _xid_record(sample: Sample, timestamp_ms: int | None, origin: Origin, raw: bytes,
+                last: dict[tuple[str, str, str, str], int], options: dict[str, Any]) -> Record | None:
+    xid = _xid_value(sample)
+    if xid is None:
+        return None
+    labels = sample.labels
+    node = labels.get("Hostname") or labels.get("hostname") or options.get("node")
+    if not node:
+        raise _Bad("Hostname", "no Hostname or hostname label, and no --node")
+    gpu, uuid, instance = labels.get("gpu", ""), labels.get("UUID", ""), labels.get("GPU_I_ID", "")
+    if gpu and not (gpu.isdigit() and gpu.isascii() and len(gpu) <= 9):
+        raise _Bad("gpu", f"not a GPU index: {gpu!r}")
+    if not gpu and not uuid:
+        raise _Bad("gpu", "no gpu or UUID label to name the device")
+    series = (node, gpu, uuid, instance)
+    previous = last.get(series)
+    last[series] = xid
+    if xid == 0 or xid == previous:
+        return None
+    assert timestamp_ms is not None  # the caller raised otherwise
+    return event_from_object(_fault(sample, xid, previous, node, timestamp_ms, options), origin, raw)
+
+
+def _xid_value(sample: Sample) -> int | None:
+    value = sample.value
+    if math.isnan(value) or math.isinf(value):
+        raise _Bad("value", f"not an XID number: {sample.value_text!r}")
+    if value >= DCGM_BLANK:
+        return None  # DCGM's blank: no XID value known
+    if value < 0:
+        raise _Bad("value", f"negative XID {sample.value_text}")
+    if value != int(value) or value >= 2**32:
+        raise _Bad("value", f"not a whole XID number: {sample.value_text}")
+    return int(value)
+
+
+def _fault(sample: Sample, xid: int, previous: int | None, node: str, timestamp_ms: int,
+           options: dict[str, Any]) -> dict[str, Any]:
+    labels = sample.labels
+    gpu = labels.get("gpu", "")
+    try:
+        moment = _EPOCH + timedelta(milliseconds=timestamp_ms)
+    except OverflowError:
+        raise _Bad("timestamp", f"out of range: {timestamp_ms}") from None
+    change = f"from {previous}" if previous is not None else "first value in this file"
+    data = {
+        "node": node, "device": int(gpu) if gpu else labels["UUID"], "fabric_domain": options.get("fabric_domain"),
+        "code": f"xid-{xid}", "severity": "critical" if xid in CRITICAL_XIDS else "warning",
+        "detail": f"{XID_METRIC} = {xid} ({change})", "xid": xid, "previous_xid": previous,
+        "model": labels.get("modelName"), "labels": labels,
+    }
+    event_id = f"{node}:{gpu or labels['UUID']}:{labels.get('GPU_I_ID') or '-'}:xid:{xid}:{timestamp_ms}"
+    return {"specversion": "1.0", "id": event_id, "source": f"dcgm-exporter://{node}", "type": "health.fault",
+            "time": format_utc(moment), "data": {k: v for k, v in data.items() if v is not None}}
+
+
+__all__ = ["CRITICAL_XIDS", "DcgmMetricsIngestor", "Sample", "parse_sample"]
