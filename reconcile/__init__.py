@@ -1,5 +1,103 @@
-"""Reconciliation (DESIGN.md §4): DuckDB over an Arrow snapshot of the ledger's entries.
+"""Reconciliation (DESIGN.md §4, operational rules in RULES.md): DuckDB over an Arrow
+snapshot of the ledger's entries. It reads the ledger and never writes to it.
 
-It reads the ledger and never writes to it. The engine is issue 6's work and is not
-here yet; nothing in this package claims to reconcile anything.
+    entries ──(Arrow pages)──> ev ──> facts and labelled spans ──> lines, pieces, sweep
+            ──> cells (line, label, GPU-µs) ──> money (exact, rounded per invoice) ──> Reconciliation
 """
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from ledger import Store
+from reconcile.classify import classify
+from reconcile.intervals import build_spans
+from reconcile.money import MoneyOverflow, allocate
+from reconcile.result import Cell, Reconciliation
+from reconcile.snapshot import entry_pages, load_pages, load_parquet, open_engine, store_pages
+
+UNBILLED = """
+WITH horizon AS (SELECT tenant, max(t) AS h FROM ev WHERE tenant IS NOT NULL GROUP BY tenant),
+held AS (
+    SELECT a.tenant, sum(CAST(a.g_a AS HUGEINT) * greatest(least(a.released, h.h) - a.granted, 0)) AS us
+    FROM allocs a JOIN horizon h ON h.tenant = a.tenant GROUP BY a.tenant),
+billed AS (
+    SELECT p.tenant, sum(CAST(g.g AS HUGEINT) * greatest(least(p.e, h.h) - p.s, 0)) AS us
+    FROM pieces p JOIN gline g ON g.seq = p.owner JOIN horizon h ON h.tenant = p.tenant GROUP BY p.tenant)
+SELECT held.tenant, CAST(held.us - coalesce(billed.us, 0) AS VARCHAR) FROM held LEFT JOIN billed USING (tenant)
+"""
+
+CELLS = """
+SELECT l.invoice_id, l.line_id, l.tenant, l.aid, l.currency, m.minor, m.label,
+       CAST(m.gpu_us AS VARCHAR), CAST(m.cents AS VARCHAR)
+FROM money m JOIN lines l ON l.seq = m.seq
+WHERE ($invoice IS NULL OR l.invoice_id = $invoice)
+ORDER BY l.seq, m.label
+"""
+
+
+def run(con: duckdb.DuckDBPyConnection, invoice: str | None = None) -> Reconciliation:
+    """Reconcile what `ev` holds."""
+    build_spans(con)
+    classify(con)
+    allocate(con)
+    unbilled = {tenant: int(us) for tenant, us in con.execute(UNBILLED).fetchall()}
+    cells = [
+        Cell(inv, line, tenant, aid, currency, int(minor), int(label), int(gpu_us), int(cents))
+        for inv, line, tenant, aid, currency, minor, label, gpu_us, cents
+        in con.execute(CELLS, {"invoice": invoice}).fetchall()
+    ]
+    if invoice is not None:
+        tenants = {c.tenant for c in cells}
+        unbilled = {t: us for t, us in unbilled.items() if t in tenants}
+    return Reconciliation(cells, unbilled)
+
+
+def reconcile_store(store: Store, tenant: str | None = None, invoice: str | None = None,
+                    threads: int | None = None) -> Reconciliation:
+    """Reconcile the ledger in `store` (one consistent snapshot), optionally one tenant's
+    entries (with the fleet's) and one invoice's lines."""
+    con = open_engine(threads)
+    try:
+        with store.reading() as conn:
+            load_pages(con, store_pages(conn, tenant))
+        return run(con, invoice)
+    finally:
+        con.close()
+
+
+def reconcile_entries(entries: Iterable[dict[str, Any]], invoice: str | None = None) -> Reconciliation:
+    """Reconcile entries given as dicts with seq, type, tenant and event (a packet's)."""
+    con = open_engine()
+    try:
+        load_pages(con, entry_pages(entries))
+        return run(con, invoice)
+    finally:
+        con.close()
+
+
+def reconcile_parquet(path: Path, invoice: str | None = None, threads: int | None = None) -> Reconciliation:
+    """Reconcile an exported entries file (`gpuledger export --format parquet`)."""
+    con = open_engine(threads)
+    try:
+        load_parquet(con, path)
+        return run(con, invoice)
+    finally:
+        con.close()
+
+
+def reconcile_tables(pages: Iterable[pa.Table], invoice: str | None = None) -> Reconciliation:
+    con = open_engine()
+    try:
+        load_pages(con, pages)
+        return run(con, invoice)
+    finally:
+        con.close()
+
+
+__all__ = ["MoneyOverflow", "Reconciliation", "reconcile_entries", "reconcile_parquet", "reconcile_store", "reconcile_tables", "run"]

@@ -1,0 +1,106 @@
+"""Money follows time, exactly, in integers (RULES.md §Money).
+
+A line's amount is read as an integer A at the data's largest decimal scale s. A cell
+(line, label) is worth A × cell GPU-µs ÷ line GPU-µs units of 10^-s: in minor units
+(cents) that is x ÷ d with x = A × cell × 10^m and d = line × 10^s, kept as an exact
+floor q and remainder r. Nothing is rounded until an invoice is reported: its exact total
+is rounded half-even to the minor unit, and the cents that the floors leave over go to
+the cells with the largest remainders (ties: line seq, then label), so the cells always
+add up to the invoice total to the cent.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import duckdb
+
+#: ISO 4217 minor units that are not 2.
+MINOR_UNITS = {
+    "BHD": 3, "BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "IQD": 3, "ISK": 0, "JOD": 3, "JPY": 0,
+    "KMF": 0, "KRW": 0, "KWD": 3, "LYD": 3, "OMR": 3, "PYG": 0, "RWF": 0, "TND": 3, "UGX": 0,
+    "UYI": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0, "CLF": 4, "UYW": 4,
+}
+_HUGEINT_BITS = 126  # headroom below DuckDB's signed 128-bit HUGEINT
+
+
+class MoneyOverflow(ValueError):
+    """Amounts too large or too finely divided for exact integer arithmetic."""
+
+
+def minor_unit(currency: str | None) -> int:
+    return MINOR_UNITS.get(currency or "", 2)
+
+
+def _amount_int(scale: int, column: str = "amount") -> str:
+    """The decimal text as an integer of 10^-scale units, exactly (digits, not a cast)."""
+    return (f"CAST(split_part({column}, '.', 1) || rpad(split_part({column}, '.', 2), {scale}, '0') AS HUGEINT)")
+
+
+def _scale(con: duckdb.DuckDBPyConnection) -> int:
+    row = con.execute("SELECT coalesce(max(length(split_part(amount, '.', 2))), 0) FROM lines").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _check_range(con: duckdb.DuckDBPyConnection, scale: int) -> None:
+    row = con.execute(f"""
+        SELECT max(abs({_amount_int(scale)})),
+               max(CAST(g_b AS HUGEINT) * (pe - ps)) FROM lines""").fetchone()
+    biggest_amount, biggest_line = (int(v or 0) for v in (row or (0, 0)))
+    bits = (biggest_amount * max(biggest_line, 1) * 10**4).bit_length()
+    if bits > _HUGEINT_BITS:
+        raise MoneyOverflow(f"amounts of {scale} decimal places over lines this long exceed exact 128-bit arithmetic")
+
+
+def allocate(con: duckdb.DuckDBPyConnection) -> None:
+    """Make `money`: each cell with its cents, adding up to each invoice's rounded total."""
+    scale = _scale(con)
+    _check_range(con, scale)
+    minor = "CASE l.currency " + " ".join(f"WHEN '{c}' THEN {m}" for c, m in MINOR_UNITS.items()) + " ELSE 2 END"
+    con.execute(f"""
+CREATE TABLE exact AS
+SELECT c.seq, c.label, c.gpu_us, l.invoice_id, l.currency, {minor} AS minor,
+       {_amount_int(scale, "l.amount")} AS a_int,
+       CASE WHEN c.label = 22 THEN CAST(1 AS HUGEINT) ELSE c.gpu_us END AS num,
+       CASE WHEN c.label = 22 THEN CAST(1 AS HUGEINT) ELSE CAST(l.g_b AS HUGEINT) * (l.pe - l.ps) END AS den
+FROM cells c JOIN lines l ON l.seq = c.seq;
+
+CREATE TABLE floored AS
+WITH xd AS (
+    SELECT *, a_int * num * CAST(pow(10, minor) AS HUGEINT) AS x, den * CAST({10 ** scale} AS HUGEINT) AS d FROM exact),
+rem AS (SELECT *, ((x % d) + d) % d AS r FROM xd)
+SELECT seq, label, gpu_us, invoice_id, currency, minor, a_int, (x - r) // d AS q, r, d FROM rem;
+""")
+    totals = _invoice_totals(con, scale)
+    con.execute("CREATE TABLE invoice_cents (invoice_id VARCHAR, currency VARCHAR, cents HUGEINT)")
+    con.executemany("INSERT INTO invoice_cents VALUES (?, ?, ?)", totals)
+    con.execute("""
+CREATE TABLE money AS
+WITH ranked AS (
+    SELECT f.*, row_number() OVER (PARTITION BY f.invoice_id, f.currency
+                                   ORDER BY CAST(f.r AS DOUBLE) / CAST(f.d AS DOUBLE) DESC, f.seq, f.label) AS rank
+    FROM floored f),
+extra AS (
+    SELECT i.invoice_id, i.currency, i.cents - sum(f.q) AS k
+    FROM invoice_cents i JOIN floored f ON f.invoice_id = i.invoice_id AND f.currency IS NOT DISTINCT FROM i.currency
+    GROUP BY i.invoice_id, i.currency, i.cents)
+SELECT r.seq, r.label, r.gpu_us, r.minor, r.q + CASE WHEN r.rank <= e.k THEN 1 ELSE 0 END AS cents
+FROM ranked r JOIN extra e ON e.invoice_id = r.invoice_id AND e.currency IS NOT DISTINCT FROM r.currency;
+""")
+
+
+def _invoice_totals(con: duckdb.DuckDBPyConnection, scale: int) -> list[tuple[str, str | None, int]]:
+    """Each invoice's exact total rounded half-even to its currency's minor unit."""
+    rows = con.execute(f"""
+        SELECT invoice_id, currency, CAST(sum({_amount_int(scale)}) AS VARCHAR)
+        FROM lines WHERE seq IN (SELECT seq FROM cells) GROUP BY invoice_id, currency""").fetchall()
+    out = []
+    for invoice_id, currency, total in rows:
+        exact = Decimal(int(total)).scaleb(-scale)
+        out.append((invoice_id, currency, int(exact.scaleb(minor_unit(currency)).to_integral_value("ROUND_HALF_EVEN"))))
+    return out
+
+
+def format_minor(cents: int, minor: int) -> str:
+    """Integer minor units as a decimal string with exactly `minor` places."""
+    return format(Decimal(cents).scaleb(-minor), f".{minor}f")

@@ -1,0 +1,128 @@
+"""The reconciliation's input: the ledger's entries, projected into one typed DuckDB table.
+
+Entries reach DuckDB as Arrow pages (from the store, an exported Parquet file, or a
+packet's entries), never row by row. Each page is projected at once: the canonical event
+is parsed by DuckDB's JSON reader into the typed columns of `ev`, so the event text
+itself is never held for the whole ledger. Times become integer microseconds since the
+epoch (UTC), which keeps every interval computation exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+from sqlalchemy import Connection
+
+PAGE_ROWS = 100_000
+
+#: Every `data` field the engine or the reports read, with its DuckDB type.
+_DATA_FIELDS: dict[str, str] = {
+    "job_id": "VARCHAR", "allocation_id": "VARCHAR", "attempt": "BIGINT", "step": "BIGINT",
+    "units": "BIGINT", "checkpoint_id": "VARCHAR", "cause": "VARCHAR", "decision": "VARCHAR",
+    "node": "VARCHAR", "device": "VARCHAR", "devices": "VARCHAR[]", "fabric_domain": "VARCHAR",
+    "code": "VARCHAR", "severity": "VARCHAR", "gpus": "BIGINT", "placement_class": "VARCHAR",
+    "profile": "VARCHAR", "invoice_id": "VARCHAR", "line_id": "VARCHAR", "period_start": "VARCHAR",
+    "period_end": "VARCHAR", "amount": "VARCHAR", "currency": "VARCHAR", "category": "VARCHAR",
+    "corrects": "VARCHAR", "warmup_allowance_s": "BIGINT", "stall_threshold_s": "BIGINT",
+    "reclaim_notice_s": "BIGINT", "promise_id": "VARCHAR", "start_by": "VARCHAR",
+    "complete_by": "VARCHAR", "result_id": "VARCHAR", "reason": "VARCHAR", "queue": "VARCHAR",
+    "notice_s": "BIGINT", "model": "VARCHAR", "by": "VARCHAR",
+}
+_TIME_FIELDS = ("period_start", "period_end", "start_by", "complete_by")
+_RENAMED = {"period_start": "ps", "period_end": "pe"}
+
+EV_COLUMNS = ["seq", "type", "tenant", "t"] + [_RENAMED.get(f, f) for f in _DATA_FIELDS]
+
+
+def _structure() -> str:
+    data = ",".join(f'"{name}":"{kind}"' for name, kind in _DATA_FIELDS.items())
+    return '{"time":"VARCHAR","data":{' + data + "}}"
+
+
+def _us(expr: str) -> str:
+    return f"epoch_us(CAST({expr} AS TIMESTAMPTZ))"
+
+
+def _projection(source: str) -> str:
+    columns = []
+    for name in _DATA_FIELDS:
+        value = f"j.data.{name}"
+        columns.append(f"{_us(value) if name in _TIME_FIELDS else value} AS {_RENAMED.get(name, name)}")
+    return (f"SELECT seq, type, tenant, {_us('j.time')} AS t, {', '.join(columns)} "
+            f"FROM (SELECT seq, type, tenant, json_transform(event, '{_structure()}') AS j FROM {source})")
+
+
+def open_engine(threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    """A private in-memory DuckDB with the empty `ev` table."""
+    con = duckdb.connect(":memory:")
+    con.execute("SET TimeZone = 'UTC'")
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    con.execute(f"CREATE TABLE ev AS {_projection('(SELECT 0::BIGINT AS seq, NULL::VARCHAR AS type, NULL::VARCHAR AS tenant, NULL::VARCHAR AS event) WHERE false')}")
+    return con
+
+
+def load_pages(con: duckdb.DuckDBPyConnection, pages: Iterable[pa.Table]) -> int:
+    """Project each Arrow page (columns seq, type, tenant, event) into `ev`."""
+    count = 0
+    for page in pages:
+        con.register("ev_page", page)
+        con.execute(f"INSERT INTO ev {_projection('ev_page')}")
+        con.unregister("ev_page")
+        count += page.num_rows
+    return count
+
+
+def load_parquet(con: duckdb.DuckDBPyConnection, path: Path) -> int:
+    """Project an exported entries file (`gpuledger export --format parquet`) into `ev`."""
+    source = f"(SELECT seq, type, tenant, event FROM read_parquet('{_quoted(path)}'))"
+    before = _count(con)
+    con.execute(f"INSERT INTO ev {_projection(source)}")
+    return _count(con) - before
+
+
+def store_pages(conn: Connection, tenant: str | None = None, page_rows: int = PAGE_ROWS) -> Iterator[pa.Table]:
+    """The store's entries in seq order as Arrow pages; with `tenant`, that tenant's and
+    the fleet's only (the figures of a tenant rest on nothing else)."""
+    sql = "SELECT seq, type, tenant, event FROM entries"
+    params: tuple[Any, ...] = ()
+    if tenant is not None:
+        placeholder = "?" if conn.dialect.name == "sqlite" else "%s"
+        sql += f" WHERE tenant = {placeholder} OR tenant IS NULL"
+        params = (tenant,)
+    result = conn.execution_options(stream_results=True).exec_driver_sql(sql + " ORDER BY seq", params)
+    while rows := result.fetchmany(page_rows):
+        yield page_of(list(zip(*rows)))
+
+
+def entry_pages(entries: Iterable[dict[str, Any]], page_rows: int = PAGE_ROWS) -> Iterator[pa.Table]:
+    """Entries given as dicts (a packet's, an export's) as Arrow pages."""
+    batch: list[tuple[Any, ...]] = []
+    for entry in entries:
+        batch.append((entry["seq"], entry["type"], entry["tenant"], entry["event"]))
+        if len(batch) >= page_rows:
+            yield page_of(list(zip(*batch)))
+            batch = []
+    if batch:
+        yield page_of(list(zip(*batch)))
+
+
+def page_of(columns: list[tuple[Any, ...]]) -> pa.Table:
+    seq, type_, tenant, event = columns
+    return pa.table({
+        "seq": pa.array(seq, pa.int64()), "type": pa.array(type_, pa.string()),
+        "tenant": pa.array(tenant, pa.string()), "event": pa.array(event, pa.string()),
+    })
+
+
+def _count(con: duckdb.DuckDBPyConnection) -> int:
+    row = con.execute("SELECT count(*) FROM ev").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _quoted(path: Path) -> str:
+    return str(path).replace("'", "''")
