@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from decimal import Decimal
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,6 +18,8 @@ from rich.table import Table
 
 import ingest
 import ledger
+import reconcile
+import reconcile.render as reconcile_render
 from ledger.checkpoint import DEFAULT_ORIGIN, sign_checkpoint
 from ledger.note import NoteError, read_signer, read_verifier, write_keypair
 from fixtures.sample import write_sample
@@ -213,6 +216,48 @@ def quarantine_command(db_url: str | None, fmt: str) -> None:
         record = row["record"] if len(row["record"]) <= 60 else row["record"][:59] + "…"
         table.add_row(str(row["qid"]), row["kind"], f"{row['file']}:{row['line']}", row["field"], row["reason"], record)
     stdout.print(table)
+
+
+@main.command("reconcile")
+@db_option
+@click.option("--tenant", default=None, help="Only this tenant.")
+@click.option("--invoice", default=None, help="Only this invoice's lines.")
+@click.option("--format", "fmt", type=click.Choice(reconcile_render.FORMATS), default="table", show_default=True,
+              help="table (terminal), json (DESIGN.md §6 shape), csv or parquet (one row per line and category).")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Output file (default: standard output; Parquet needs a file).")
+@click.option("--fail-on-disputed", "fail_on", type=click.STRING, default=None, metavar="AMOUNT",
+              help="Exit 1 when provider-borne plus disputed money exceeds AMOUNT (in any currency).")
+def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | None, fmt: str, out: Path | None,
+                      fail_on: str | None) -> None:
+    """Say what every billed GPU-second was: productive, overhead, restart, reclaimed, idle, unallocated."""
+    limit = _decimal_option("--fail-on-disputed", fail_on)
+    store = ledger.Store(db_url)
+    _require_store(store)
+    result = reconcile.reconcile_store(store, tenant, invoice)
+    if fmt == "table":
+        for table in reconcile_render.tables(result):
+            stdout.print(table)
+        if not result.cells:
+            click.echo("no billing lines to reconcile")
+    else:
+        if fmt == "parquet" and out is None:
+            raise InputError("--out: Parquet needs an output file")
+        reconcile_render.write(result, fmt, out if out is not None else sys.stdout)
+        if out is not None:
+            click.echo(f"wrote {len(result.cells)} rows to {out}", err=True)
+    if limit is not None and any(amount > limit for amount in result.disputed_amounts().values()):
+        click.echo(f"provider-borne and disputed money exceeds {limit}", err=True)
+        sys.exit(1)
+
+
+def _decimal_option(name: str, text: str | None) -> Decimal | None:
+    if text is None:
+        return None
+    try:
+        return Decimal(text)
+    except ArithmeticError:
+        raise InputError(f"{name}: not a decimal amount: {text!r}") from None
 
 
 @main.command()

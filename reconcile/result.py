@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -125,12 +126,12 @@ class Reconciliation:
             out.setdefault(tenant, _Tally())
         return dict(sorted(out.items()))
 
-    def disputed_cents(self) -> dict[str, int]:
-        """Provider-borne plus disputed money, per currency, in minor units."""
-        out: dict[str, int] = defaultdict(int)
+    def disputed_amounts(self) -> dict[str, Decimal]:
+        """Provider-borne plus disputed money, per currency."""
+        out: dict[str, Decimal] = defaultdict(Decimal)
         for cell in self.cells:
             if cell.bearer in ("provider", "disputed"):
-                out[cell.currency or ""] += cell.cents
+                out[cell.currency or ""] += Decimal(cell.cents).scaleb(-cell.minor)
         return dict(out)
 
     def as_json(self) -> dict[str, Any]:
