@@ -1,0 +1,65 @@
+"""Every checked-in sample in fixtures/samples/ ingests whole, with the counts worked out by
+hand from the file, and a second ingest appends nothing. One row per sample: add yours."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import text
+
+from cli import main
+from ingest import ingestor_for
+from ledger import Store
+
+SAMPLES = Path(__file__).resolve().parent.parent / "fixtures" / "samples"
+
+#: file, format, ingest options, expected entries by type (counted by hand; see each note).
+ROWS: list[tuple[str, str, list[str], dict[str, int]]] = [
+    # One event of every type, two device.discovered, job.submitted and job.started, three job.progress.
+    ("events.jsonl", "cloudevents", [], {
+        "policy.terms": 1, "device.discovered": 2, "job.submitted": 2, "policy.promise": 1, "policy.decision": 1,
+        "allocation.granted": 1, "job.started": 2, "job.progress": 3, "checkpoint.started": 1, "checkpoint.saved": 1,
+        "health.fault": 1, "job.failed": 1, "health.cleared": 1, "checkpoint.restored": 1, "job.completed": 1,
+        "job.cancelled": 1, "allocation.released": 1, "billing.line": 1, "work.accepted": 1, "work.rejected": 1}),
+    # A batch of three; the job.progress carries its data as data_base64.
+    ("events_batch.json", "cloudevents", [], {"allocation.granted": 1, "job.progress": 1, "allocation.released": 1}),
+    # 12 job rows: 10 started (not 5009, 5011); 9 GPU jobs started (5001-5008, 5010), 8 of them ended;
+    # COMPLETED 5001, 5012; FAILED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, BOOT_FAIL, PREEMPTED; CANCELLED 5008, 5009.
+    ("sacct.txt", "sacct", ["--cluster", "eu-west"], {
+        "job.submitted": 12, "allocation.granted": 9, "job.started": 10, "job.completed": 2, "job.failed": 6,
+        "job.cancelled": 2, "allocation.released": 8}),
+    # Three GPU-hour usage rows, a credit, a correction.
+    ("focus.csv", "focus", [], {"billing.line": 5}),
+    # GPU 1: two XIDs (both cleared at End); GPU 2: ECC DBE; GPU 3: PCIe replays; GPU 4: one XID (cleared)
+    # and ECC DBE; GPU 6 (still running): PCIe replays at Start. Faults at End Time are never cleared.
+    ("dcgm_stats.txt", "dcgm-stats", ["--node", "gpu-node-07"], {"health.fault": 7, "health.cleared": 3}),
+    # Four scrapes; XID series: 0,0,79,79 (one fault), 13,13,0,13 (two), 0,31,31,43 (two), 0,0,0,0 (none).
+    ("dcgm_metrics.prom", "dcgm-metrics", [], {"health.fault": 5}),
+]
+
+
+def _ingest(db: str, fmt: str, options: list[str], path: Path) -> str:
+    result = CliRunner().invoke(main, ["ingest", "--db", db, "--format", fmt, *options, str(path)])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.mark.parametrize(("name", "fmt", "options", "expected"), ROWS, ids=[row[0] for row in ROWS])
+def test_sample_ingests_whole_and_once(tmp_path: Path, name: str, fmt: str, options: list[str], expected: dict[str, int]) -> None:
+    path, db, total = SAMPLES / name, f"sqlite:///{tmp_path / 'ledger.db'}", sum(expected.values())
+    first = _ingest(db, fmt, options, path)
+    assert first.endswith(f"read {total} · appended {total} · duplicate 0 · quarantined 0\n")
+    store = Store(db)
+    with store.engine.connect() as conn:
+        found = {kind: count for kind, count in conn.execute(text("SELECT type, COUNT(*) FROM entries GROUP BY type"))}
+    store.close()
+    assert found == expected
+    again = _ingest(db, fmt, options, path)
+    assert again.endswith(f"appended 0 · duplicate {total} · quarantined 0\n")
+
+
+@pytest.mark.parametrize(("name", "fmt"), [(row[0], row[1]) for row in ROWS], ids=[row[0] for row in ROWS])
+def test_sample_is_recognised_without_format(name: str, fmt: str) -> None:
+    assert ingestor_for(SAMPLES / name).name == fmt
