@@ -16,11 +16,13 @@ from ingest.cloudevents import CloudEventsIngestor
 from ingest.dcgm_metrics import DcgmMetricsIngestor
 from ingest.dcgm_stats import DcgmStatsIngestor
 from ingest.focus import FocusIngestor
+from ingest.k8s_events import K8sEventsIngestor
+from ingest.kueue import KueueIngestor
 from ingest.sacct import SacctIngestor
 from schemas import Record
 
 INGESTORS: list[Ingestor] = [CloudEventsIngestor(), SacctIngestor(), FocusIngestor(), DcgmStatsIngestor(),
-                             DcgmMetricsIngestor()]
+                             DcgmMetricsIngestor(), KueueIngestor(), K8sEventsIngestor()]
 DEFAULT_FORMAT = "cloudevents"
 
 

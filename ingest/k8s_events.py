@@ -1,0 +1,173 @@
+"""Kubernetes Events: core/v1 `Event` (`involvedObject`, `message`, `count`, `firstTimestamp`,
+`lastTimestamp`) and events.k8s.io/v1 `Event` (`regarding`, `note`, `series`,
+`deprecated…` fields), as `kubectl get events -o json|yaml` prints them: one object, an
+`EventList`/`List`, a run of objects (`-w`), or a YAML stream (reading: ingest/k8sdocs.py).
+
+One record per (metadata.uid, metadata.resourceVersion): an Event updated in place (its
+count grows) is a new record at each resourceVersion, with event id
+`<uid>@<resourceVersion>` under source `k8s://<cluster>`. Its time is the first present
+of `series.lastObservedTime`, `eventTime`, `lastTimestamp`, `firstTimestamp` (then the
+events.k8s.io `deprecatedLastTimestamp`, `deprecatedFirstTimestamp`), in UTC. The whole
+Event rides along under data `k8s_event`: at one resourceVersion it never changes.
+
+| involved object | reason | event |
+|---|---|---|
+| Pod | Scheduled | `policy.decision` placed, job_id = pod, node from "Successfully assigned <ns>/<pod> to <node>" |
+| Pod | Preempted, Preempting | decision preempted, job_id = pod |
+| Pod | Evicted, Evicting | decision evicted, job_id = pod |
+| Pod | FailedScheduling | decision queued, job_id = pod |
+| Workload (kueue.x-k8s.io) | QuotaReserved, Admitted | decision admitted, allocation_id = workload |
+| Workload | Pending | decision queued |
+| Workload | Preempted, EvictedDueToPreempted | decision preempted; reclaimed when the message names InCohortReclamation, InCohortReclaimWhileBorrowing, or "reclamation within the cohort" (Kueue's wording of both) |
+| Workload | any other reason starting with Evicted | decision evicted |
+| Node | NodeNotReady | `health.fault` node-down, critical, detail = message |
+| Node | NodeReady | `health.cleared` node-down |
+| Node | any other reason, type Warning | `health.fault` code = the reason in kebab case, warning |
+
+A decision's tenant is the involved object's namespace (the Event's own namespace when
+the involved object leaves it out: the API server requires them equal), or the Event's
+label `tenant_field` when it has one; its reason is the Event's reason; `notice_s` is
+never guessed. Node events are fleet events (no tenant).
+
+Everything else (Job SuccessfulCreate, Pod Pulled, kubelet NodeHasSufficientMemory, …)
+is valid input we have no use for: skipped, neither accepted nor quarantined. Pass a
+`collections.Counter` as option `skipped` to count them by (kind, reason).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ingest.base import event_from_object
+from ingest.k8sdocs import K8sObject, ObjectError, field, kinds_in, mapping, read_objects, tenant, text, utc_time
+from schemas import Record, Rejected
+
+TIME_FIELDS = (("series", "lastObservedTime"), ("eventTime",), ("lastTimestamp",), ("firstTimestamp",),
+               ("deprecatedLastTimestamp",), ("deprecatedFirstTimestamp",))
+POD_DECISIONS = {"Scheduled": "placed", "Preempted": "preempted", "Preempting": "preempted",
+                 "Evicted": "evicted", "Evicting": "evicted", "FailedScheduling": "queued"}
+WORKLOAD_DECISIONS = {"QuotaReserved": "admitted", "Admitted": "admitted", "Pending": "queued",
+                      "Preempted": "preempted", "EvictedDueToPreempted": "preempted"}
+_RECLAIM = re.compile(r"InCohortReclamation|InCohortReclaimWhileBorrowing|reclamation within the cohort")
+_ASSIGNED = re.compile(r"Successfully assigned (?P<namespace>[^/\s]+)/(?P<pod>\S+) to (?P<node>\S+)")
+_WORD = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+class K8sEventsIngestor:
+    name = "k8s-events"
+    description = "Kubernetes Events (core/v1, events.k8s.io/v1), JSON or YAML"
+
+    def identify(self, path: Path, head: bytes) -> bool:
+        return (bool(kinds_in(head) & {"Event", "EventList"}) and b'"specversion"' not in head
+                and (b"involvedObject" in head or b"regarding" in head))
+
+    def extract(self, path: Path, **options: Any) -> Iterator[Record]:
+        cluster = options.get("cluster") or "default"
+        tenant_field = options.get("tenant_field")
+        skipped: Counter[tuple[str, str]] = options.get("skipped", Counter())
+        for item in read_objects(path):
+            if isinstance(item, Rejected):
+                yield item
+                continue
+            try:
+                event = k8s_event(item.body, cluster, tenant_field)
+            except ObjectError as exc:
+                yield item.rejected(exc)
+                continue
+            if event is None:
+                skipped[_involved_kind_reason(item)] += 1
+            else:
+                yield event_from_object(event, item.origin, item.raw)
+
+
+def _involved_kind_reason(item: K8sObject) -> tuple[str, str]:
+    kind = field(item.body, ("involvedObject", "kind")) or field(item.body, ("regarding", "kind"))
+    return str(kind or ""), str(item.body.get("reason") or "")
+
+
+def k8s_event(body: dict[str, Any], cluster: str = "default", tenant_field: str | None = None) -> dict[str, Any] | None:
+    """The CloudEvent (as a dict) of one Kubernetes Event, None when it is not one we use."""
+    kind = text(body, ("kind",), required=True)
+    if kind != "Event":
+        raise ObjectError(("kind",), f"not a Kubernetes Event: {kind!r}")
+    involved = "regarding" if "regarding" in body and "involvedObject" not in body else "involvedObject"
+    mapping(body, (involved,))
+    target_kind = text(body, (involved, "kind")) or ""
+    reason = text(body, ("reason",)) or ""
+    made = _mapped(body, involved, target_kind, reason, tenant_field)
+    if made is None:
+        return None
+    event_type, data = made
+    uid = text(body, ("metadata", "uid"), required=True)
+    version = text(body, ("metadata", "resourceVersion"), required=True)
+    data["k8s_event"] = body
+    return {"specversion": "1.0", "id": f"{uid}@{version}", "source": f"k8s://{cluster}", "type": event_type,
+            "time": _event_time(body), "data": {k: v for k, v in data.items() if v is not None}}
+
+
+def _mapped(body: dict[str, Any], involved: str, kind: str, reason: str,
+            tenant_field: str | None) -> tuple[str, dict[str, Any]] | None:
+    if kind == "Pod" and reason in POD_DECISIONS:
+        data = _decision(body, involved, POD_DECISIONS[reason], reason, tenant_field)
+        data["job_id"] = text(body, (involved, "name"), required=True)
+        if reason == "Scheduled":
+            match = _ASSIGNED.search(_message(body))
+            data["node"] = match["node"] if match else None
+        return "policy.decision", data
+    if kind == "Workload" and (text(body, (involved, "apiVersion")) or "kueue.x-k8s.io/").startswith("kueue.x-k8s.io/"):
+        decision = _workload_decision(reason, _message(body))
+        if decision is None:
+            return None
+        data = _decision(body, involved, decision, reason, tenant_field)
+        data["allocation_id"] = text(body, (involved, "name"), required=True)
+        return "policy.decision", data
+    if kind == "Node":
+        return _node_health(body, involved, reason)
+    return None
+
+
+def _workload_decision(reason: str, message: str) -> str | None:
+    decision = WORKLOAD_DECISIONS.get(reason) or ("evicted" if reason.startswith("Evicted") else None)
+    if decision == "preempted" and _RECLAIM.search(message):
+        return "reclaimed"
+    return decision
+
+
+def _decision(body: dict[str, Any], involved: str, decision: str, reason: str, tenant_field: str | None) -> dict[str, Any]:
+    namespace_path = (involved, "namespace") if text(body, (involved, "namespace")) else ("metadata", "namespace")
+    return {"tenant": tenant(body, namespace_path, tenant_field), "decision": decision, "reason": reason}
+
+
+def _node_health(body: dict[str, Any], involved: str, reason: str) -> tuple[str, dict[str, Any]] | None:
+    node = text(body, (involved, "name"), required=True)
+    if reason == "NodeNotReady":
+        return "health.fault", {"node": node, "code": "node-down", "severity": "critical", "detail": _message(body) or None}
+    if reason == "NodeReady":
+        return "health.cleared", {"node": node, "code": "node-down"}
+    if text(body, ("type",)) == "Warning" and reason:
+        return "health.fault", {"node": node, "code": kebab(reason), "severity": "warning", "detail": _message(body) or None}
+    return None
+
+
+def kebab(reason: str) -> str:
+    """`NodeHasDiskPressure` → `node-has-disk-pressure`, `ContainerGCFailed` → `container-gc-failed`."""
+    return _WORD.sub("-", reason).lower()
+
+
+def _message(body: dict[str, Any]) -> str:
+    return text(body, ("message",)) or text(body, ("note",)) or ""
+
+
+def _event_time(body: dict[str, Any]) -> str:
+    for path in TIME_FIELDS:
+        moment = utc_time(body, path, required=False)
+        if moment is not None:
+            return moment
+    raise ObjectError(("eventTime",), "no time: none of series.lastObservedTime, eventTime, lastTimestamp, firstTimestamp is set")
+
+
+__all__ = ["K8sEventsIngestor", "k8s_event", "kebab"]

@@ -1,0 +1,466 @@
+"""Kubernetes objects as `kubectl` prints them: JSON or YAML, one object, a list, or many.
+
+A file holds JSON when its first non-blank byte is `{` or `[`, else YAML. Either way it
+yields one `K8sObject` per object, each with the line it starts on and its own bytes:
+- JSON: one or more top-level values (`kubectl get -w -o json` writes them one after
+  another); an array, or an object with an `items` array (`kind: List`, `WorkloadList`,
+  `EventList`), stands for its elements. Each element is parsed alone, so one broken
+  element is one rejection and its neighbours still count.
+- YAML: a stream of documents split at `---` lines; a document that is a mapping with an
+  `items` sequence, or a sequence, stands for its elements. A document that is not valid
+  UTF-8 or not valid YAML is one rejection, and the next document is read as usual.
+  Timestamps stay text (as in JSON), so one time parser serves both; YAML aliases are
+  expanded, within a size limit.
+
+Errors point at a field: `ObjectError(path, reason)`, whose line is the field's own line
+in YAML (the node's start mark) and the object's first line in JSON.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+import yaml
+
+from ingest.base import UTF8_BOM, open_source
+from schemas import Origin, Rejected, format_utc
+
+FieldPath = tuple[str | int, ...]
+
+MAX_DEPTH = 64  # far beyond any Kubernetes object; bounds recursion on hostile input
+MAX_VALUES = 1_000_000  # per object, after YAML aliases are expanded
+_RFC3339 = re.compile(r"(?P<base>\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2})(?P<fraction>\.\d+)?(?P<zone>[Zz]|[+-]\d{2}:\d{2})?")
+_KIND = re.compile(rb'"?\bkind"?\s*:\s*"?([A-Za-z][A-Za-z0-9]*)')
+
+_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]
+    """The safe loader, with timestamps left as text."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
+}
+
+
+class ObjectError(ValueError):
+    """A field of one object is missing or wrong."""
+
+    def __init__(self, path: FieldPath, reason: str) -> None:
+        super().__init__(f"{dotted(path)}: {reason}")
+        self.path, self.reason = path, reason
+
+
+class _Locator(Protocol):
+    def line(self, path: FieldPath) -> int: ...
+
+
+@dataclass(frozen=True)
+class K8sObject:
+    body: dict[str, Any]
+    origin: Origin
+    raw: bytes
+    locator: _Locator
+
+    def rejected(self, error: ObjectError) -> Rejected:
+        origin = Origin(self.origin.file, self.locator.line(error.path), self.origin.offset)
+        return Rejected(origin, dotted(error.path), error.reason, self.raw)
+
+
+def dotted(path: FieldPath) -> str:
+    """`status.conditions[1].lastTransitionTime`."""
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text or "(object)"
+
+
+def kinds_in(head: bytes) -> set[str]:
+    """The `kind` values that appear in the first bytes of a JSON or YAML file."""
+    return {m.decode() for m in _KIND.findall(head)}
+
+
+def read_objects(path: Path) -> Iterator[K8sObject | Rejected]:
+    """The file's objects in file order, or a rejection for each part that cannot be read."""
+    with open_source(path) as stream:
+        data = stream.read()
+    start = len(UTF8_BOM) if data.startswith(UTF8_BOM) else 0
+    if data[start:].lstrip()[:1] in (b"{", b"["):
+        yield from _json_objects(str(path), data, start)
+    else:
+        yield from _yaml_objects(str(path), data, start)
+
+
+# --- JSON ------------------------------------------------------------------------------
+
+_OUTSIDE = re.compile(rb'["\[\]{},\n]')
+_INSIDE = re.compile(rb'["\\\n]')
+_CLOSER = {b"{": b"}", b"[": b"]"}
+_BLANK = re.compile(rb"\s*")
+
+
+@dataclass(frozen=True)
+class _Span:
+    start: int
+    end: int
+    line: int
+
+
+class _Malformed(ValueError):
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+class _FixedLine:
+    def __init__(self, line: int) -> None:
+        self._line = line
+
+    def line(self, path: FieldPath) -> int:
+        return self._line
+
+
+def _json_objects(name: str, data: bytes, start: int) -> Iterator[K8sObject | Rejected]:
+    try:
+        for span in _json_spans(data, start):
+            raw = data[span.start:span.end]
+            origin = Origin(name, span.line, span.start)
+            try:
+                body = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                yield Rejected(origin, "(object)", f"not valid JSON: {exc}", raw)
+                continue
+            yield _checked(body, origin, raw, _FixedLine(span.line))
+    except _Malformed as exc:
+        yield Rejected(Origin(name, exc.line), "(file)", str(exc), b"")
+
+
+def _json_spans(data: bytes, i: int) -> Iterator[_Span]:
+    """Each top-level value, or each element of its list, as a byte span with its line."""
+    line = 1
+    while True:
+        gap = _BLANK.match(data, i)
+        assert gap is not None
+        line += gap.group().count(b"\n")
+        i = gap.end()
+        if i >= len(data):
+            return
+        if data[i:i + 1] not in (b"{", b"["):
+            raise _Malformed(line, "expected a JSON object or array")
+        scan = _ValueScan(data, i, line)
+        yield from scan.spans()
+        i, line = scan.i, scan.line
+
+
+class _ValueScan:
+    """One top-level JSON value: tracks strings, nesting and lines, never parses."""
+
+    def __init__(self, data: bytes, start: int, line: int) -> None:
+        self.data, self.start, self.first_line = data, start, line
+        self.i, self.line = start, line
+        self.stack: list[bytes] = []
+        self.collect: int | None = None  # depth of the array whose elements are the objects
+        self.seg_start, self.seg_line, self.found = 0, 0, 0
+        self.last_key_end, self.last_key = -1, b""
+
+    def spans(self) -> Iterator[_Span]:
+        while True:
+            match = _OUTSIDE.search(self.data, self.i)
+            if match is None:
+                raise _Malformed(self.line, "the JSON document is not closed")
+            token, at, self.i = match.group(), match.start(), match.end()
+            if token == b"\n":
+                self.line += 1
+            elif token == b'"':
+                self._string(at)
+            elif token in (b"{", b"["):
+                self._open(token, at)
+            elif token == b",":
+                yield from self._separator(at, closing=False)
+            else:
+                yield from self._separator(at, closing=True)
+                self._close(token)
+                if not self.stack:
+                    if self.collect is None:
+                        yield _Span(self.start, self.i, self.first_line)
+                    return
+
+    def _string(self, at: int) -> None:
+        while True:
+            match = _INSIDE.search(self.data, self.i)
+            if match is None:
+                raise _Malformed(self.line, "the JSON document is not closed (in a string)")
+            self.i = match.end()
+            if match.group() == b"\n":
+                self.line += 1
+            elif match.group() == b"\\":
+                self.i += 1
+            else:
+                break
+        if self.stack == [b"{"]:
+            self.last_key, self.last_key_end = self.data[at:self.i], self.i
+
+    def _open(self, token: bytes, at: int) -> None:
+        top_is_items = (token == b"[" and self.stack == [b"{"] and self.last_key == b'"items"'
+                        and self.data[self.last_key_end:at].strip() == b":")
+        self.stack.append(token)
+        if self.collect is None and (top_is_items or self.stack == [b"["]):
+            self.collect = len(self.stack)
+            self.seg_start, self.seg_line = self.i, self.line
+
+    def _close(self, token: bytes) -> None:
+        if not self.stack or _CLOSER[self.stack[-1]] != token:
+            raise _Malformed(self.line, f"unexpected {token.decode()!r}")
+        self.stack.pop()
+
+    def _separator(self, at: int, closing: bool) -> Iterator[_Span]:
+        if self.collect is None or len(self.stack) != self.collect:
+            return
+        raw = self.data[self.seg_start:at]
+        lead = len(raw) - len(raw.lstrip())
+        if raw.strip():
+            self.found += 1
+            yield _Span(self.seg_start + lead, self.seg_start + len(raw.rstrip()),
+                        self.seg_line + raw[:lead].count(b"\n"))
+        elif not closing or self.found:
+            raise _Malformed(self.line, "empty element in a JSON array")
+        if closing:
+            self.collect = -1  # the list is done; nothing after it is an object of ours
+        self.seg_start, self.seg_line = self.i, self.line
+
+
+# --- YAML ------------------------------------------------------------------------------
+
+_DOCUMENT_START = re.compile(rb"^---(?=[ \t\r\n]|$)", re.MULTILINE)
+
+
+class _NodeLocator:
+    def __init__(self, node: yaml.Node, first_line: int) -> None:
+        self.node, self.first_line = node, first_line
+
+    def line(self, path: FieldPath) -> int:
+        node = self.node
+        for part in path:
+            child = _child(node, part)
+            if child is None:
+                break
+            node = child
+        return self.first_line + node.start_mark.line
+
+
+def _child(node: yaml.Node, part: str | int) -> yaml.Node | None:
+    if isinstance(node, yaml.MappingNode):
+        return next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part), None)
+    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+        found: yaml.Node = node.value[part]
+        return found
+    return None
+
+
+def _chunks(data: bytes, start: int) -> Iterator[tuple[bytes, int, int]]:
+    """The stream cut before each `---` line: (bytes, first line, byte offset)."""
+    cuts = [start] + [m.start() for m in _DOCUMENT_START.finditer(data, start) if m.start() > start] + [len(data)]
+    line = 1
+    for begin, end in zip(cuts, cuts[1:]):
+        yield data[begin:end], line, begin
+        line += data.count(b"\n", begin, end)
+
+
+def _yaml_objects(name: str, data: bytes, start: int) -> Iterator[K8sObject | Rejected]:
+    for chunk, first_line, offset in _chunks(data, start):
+        try:
+            text = chunk.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = first_line + chunk.count(b"\n", 0, exc.start)
+            yield Rejected(Origin(name, line, offset), "(document)", f"not valid UTF-8 at byte {offset + exc.start}", chunk)
+            continue
+        yield from _yaml_chunk(name, text, first_line, offset)
+
+
+def _yaml_chunk(name: str, text: str, first_line: int, offset: int) -> Iterator[K8sObject | Rejected]:
+    loader = _Loader(text)
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                continue
+            for item in _yaml_items(node):
+                yield _yaml_object(loader, item, text, Origin(name, first_line + item.start_mark.line, offset + item.start_mark.index))
+    except (yaml.YAMLError, RecursionError) as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        line = first_line + (mark.line if mark is not None else 0)
+        reason = f"not valid YAML: {_yaml_reason(exc)}"
+        yield Rejected(Origin(name, line, offset), "(document)", reason, text.encode())
+    finally:
+        loader.dispose()
+
+
+def _yaml_items(node: yaml.Node) -> Sequence[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    items = _child(node, "items")
+    if isinstance(items, yaml.SequenceNode):
+        return list(items.value)
+    return [node]
+
+
+def _yaml_object(loader: _Loader, node: yaml.Node, text: str, origin: Origin) -> K8sObject | Rejected:
+    raw = text[node.start_mark.index:node.end_mark.index].strip().encode()
+    try:
+        body = loader.construct_document(node)
+    except (yaml.YAMLError, RecursionError) as exc:
+        return Rejected(origin, "(object)", f"not valid YAML: {_yaml_reason(exc)}", raw)
+    return _checked(body, origin, raw, _NodeLocator(node, origin.line - node.start_mark.line))
+
+
+def _yaml_reason(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    problem = getattr(exc, "problem", None)
+    context = getattr(exc, "context", None)
+    return " ".join(str(p) for p in (context, problem) if p) or str(exc).splitlines()[0]
+
+
+# --- both ------------------------------------------------------------------------------
+
+
+def _checked(body: Any, origin: Origin, raw: bytes, locator: _Locator) -> K8sObject | Rejected:
+    if not isinstance(body, dict):
+        found = "nothing" if body is None else type(body).__name__
+        return Rejected(origin, "(object)", f"expected a Kubernetes object (a mapping), found {found}", raw)
+    try:
+        plain = _Plain().value(body, ())
+    except ObjectError as exc:
+        return Rejected(Origin(origin.file, locator.line(exc.path), origin.offset), dotted(exc.path), exc.reason, raw)
+    return K8sObject(plain, origin, raw, locator)
+
+
+class _Plain:
+    """A copy in JSON's own types; YAML's extras (bytes, sets, odd keys) are refused."""
+
+    def __init__(self) -> None:
+        self.budget = MAX_VALUES
+
+    def value(self, value: Any, path: FieldPath) -> Any:
+        self.budget -= 1
+        if self.budget < 0:
+            raise ObjectError((), f"more than {MAX_VALUES} values (YAML aliases expanded)")
+        if len(path) > MAX_DEPTH:
+            raise ObjectError(path[:MAX_DEPTH], f"nested deeper than {MAX_DEPTH} levels")
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, datetime):  # an explicit !!timestamp tag
+            return format_utc(value if value.tzinfo else value.replace(tzinfo=timezone.utc))
+        if isinstance(value, date):
+            return value.isoformat()
+        if isinstance(value, list):
+            return [self.value(v, (*path, i)) for i, v in enumerate(value)]
+        if isinstance(value, dict):
+            out: dict[str, Any] = {}
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise ObjectError(path, f"key {key!r} is not a string")
+                out[key] = self.value(item, (*path, key))
+            return out
+        raise ObjectError(path, f"a YAML {type(value).__name__} has no JSON form")
+
+
+# --- fields ----------------------------------------------------------------------------
+
+
+def field(obj: dict[str, Any], path: FieldPath) -> Any:
+    """The value at `path`, or None where any step is missing or null."""
+    value: Any = obj
+    for part in path:
+        if isinstance(part, int):
+            value = value[part] if isinstance(value, list) and 0 <= part < len(value) else None
+        else:
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is None:
+            return None
+    return value
+
+
+def text(obj: dict[str, Any], path: FieldPath, required: bool = False) -> str | None:
+    value = field(obj, path)
+    if value is None or value == "":
+        if required:
+            raise ObjectError(path, "missing")
+        return None
+    if not isinstance(value, str):
+        raise ObjectError(path, f"expected a string, found {_json_type(value)} {value!r}")
+    return value
+
+
+def mapping(obj: dict[str, Any], path: FieldPath) -> dict[str, Any]:
+    value = field(obj, path)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ObjectError(path, f"expected an object, found {_json_type(value)}")
+    return value
+
+
+def sequence(obj: dict[str, Any], path: FieldPath) -> list[Any]:
+    value = field(obj, path)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ObjectError(path, f"expected a list, found {_json_type(value)}")
+    return value
+
+
+def integer(obj: dict[str, Any], path: FieldPath) -> int | None:
+    value = field(obj, path)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ObjectError(path, f"expected an integer, found {_json_type(value)} {value!r}")
+    return value
+
+
+def utc_time(obj: dict[str, Any], path: FieldPath, required: bool = True) -> str | None:
+    """An RFC 3339 time (`metav1.Time` or `MicroTime`) as UTC text."""
+    value = text(obj, path, required)
+    if value is None:
+        return None
+    match = _RFC3339.fullmatch(value)
+    try:
+        if match is None:
+            raise ValueError(value)
+        moment = datetime.fromisoformat(match["base"] + (match["fraction"] or "")[:7] + _zone(match["zone"]))
+    except ValueError:
+        raise ObjectError(path, f"not an RFC 3339 time: {value!r}") from None
+    return format_utc(moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc))
+
+
+def _zone(zone: str | None) -> str:
+    return "+00:00" if zone is None or zone in ("Z", "z") else zone
+
+
+def tenant(obj: dict[str, Any], namespace_path: FieldPath, tenant_field: str | None) -> str:
+    """The namespace, or the label `tenant_field` when the object carries it."""
+    if tenant_field:
+        label = text(obj, ("metadata", "labels", tenant_field))
+        if label:
+            return label
+    name = text(obj, namespace_path, required=True)
+    assert name is not None
+    return name
+
+
+def _json_type(value: Any) -> str:
+    names = {bool: "boolean", int: "number", float: "number", str: "string", list: "list", dict: "object"}
+    return names.get(type(value), type(value).__name__)
+
+
+__all__ = ["K8sObject", "ObjectError", "dotted", "field", "integer", "kinds_in", "mapping", "read_objects",
+           "sequence", "tenant", "text", "utc_time"]

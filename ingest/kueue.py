@@ -1,0 +1,317 @@
+"""Kueue Workload objects (kueue.x-k8s.io v1beta1 or v1beta2), as `kubectl get workloads
+-o json|yaml` prints them: one object, a `List`/`WorkloadList`, or a multi-document
+YAML stream (reading: ingest/k8sdocs.py).
+
+Identity: allocation_id = `metadata.name`; job_id = `metadata.ownerReferences[0].name`,
+else the name; tenant = `metadata.namespace` (or the label named by `tenant_field`, when
+the Workload has it); source = `kueue://<cluster>` (`cluster` defaults to `default`).
+
+Each condition of `status.conditions` with status "True" is a transition at its
+`lastTransitionTime` (UTC):
+
+| condition | events |
+|---|---|
+| QuotaReserved | none when Admitted is True; else it stands in for Admitted |
+| Admitted | `policy.decision` admitted, and `allocation.granted` |
+| Evicted, reason Preempted / InClusterQueue / InCohort… | decision preempted (reclaimed for the reclaim reasons), `allocation.released` |
+| Evicted, any other reason | decision evicted, `allocation.released` |
+| Preempted | decision reclaimed for InCohortReclamation / InCohortReclaimWhileBorrowing, else preempted; no release |
+| Requeued | decision queued |
+| Finished | `allocation.released` (reason Succeeded, Failed, …), no decision |
+
+A condition with status "False" and reason `Pending` is a decision `queued`. Other
+conditions (PodsReady, DeactivationTarget, …) say nothing we use. A decision's data is
+{tenant, decision, job_id, allocation_id, reason (the condition's), queue
+(`spec.queueName`), priority (`spec.priority`), condition (its type)}.
+
+The grant comes from `status.admission.podSetAssignments[]`, summed over pod sets:
+`resourceUsage["nvidia.com/gpu"]` counts whole GPUs, `nvidia.com/mig-<profile>` MIG
+slices (placement_class `mig`, profile `<profile>`), `nvidia.com/gpu.shared` time-sliced
+GPUs (`timeslice`). A quantity must be a whole, non-negative number with no suffix. The
+node is the one `kubernetes.io/hostname` value of the pod sets' topologyAssignment
+(v1beta1 `domains[].values`, v1beta2 `slices[].valuesPerLevel`); with several, `nodes`
+lists them and node is left out. Evidence kept: `pod_sets` (the assignments as given),
+`flavors` (the distinct ResourceFlavor names assigned), `cluster_queue`. An admission
+with no GPU resource gives the decision and no grant.
+
+Where the contract cannot be met exactly (said here, not hidden):
+- Pod sets that mix classes (whole GPUs and MIG, say) give one grant: gpus is the sum of
+  all, placement_class the first present of whole, mig, timeslice, and `gpus_by_class`
+  keeps the split; several MIG profiles are listed under `profiles` with no `profile`.
+- `accumulatedPastExecutionTimeSeconds` (or the v1beta1 spelling
+  `accumulatedPastExexcutionTimeSeconds`) is kept as `accumulated_past_execution_time_s`
+  on the release of a Finished workload only. Kueue adds to it when quota is released
+  after an eviction, which can be after the Evicted condition was written; on any other
+  event it could change while the transition stays the same, and a re-read would then be
+  a conflict instead of a duplicate.
+- A workload both Evicted and Finished yields two releases (one per transition).
+
+Event ids: `<namespace>/<name>/<uid>:<type>:<status>:<reason>:<lastTransitionTime>`, with
+`:granted` / `:released` for the allocation events. They name only what identifies the
+transition, and the data holds no message or resourceVersion, so a later snapshot of
+the same Workload appends only its new transitions. A Workload is one record: all its
+events, or the object in quarantine.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field as dataclass_field
+from pathlib import Path
+from typing import Any
+
+from ingest.base import event_from_object
+from ingest.k8sdocs import (
+    FieldPath, K8sObject, ObjectError, field, integer, kinds_in, mapping, read_objects, sequence, tenant, text,
+    utc_time,
+)
+from schemas import Record, Rejected
+
+API_GROUP = "kueue.x-k8s.io/"
+RECLAIM_REASONS = frozenset({"InCohortReclamation", "InCohortReclaimWhileBorrowing"})
+WHOLE_GPU, SHARED_GPU, MIG_PREFIX = "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-"
+HOSTNAME_LEVEL = "kubernetes.io/hostname"
+ACCUMULATED = ("accumulatedPastExecutionTimeSeconds", "accumulatedPastExexcutionTimeSeconds")
+_QUANTITY = re.compile(r"\+?\d+")
+_ASSIGNMENTS: FieldPath = ("status", "admission", "podSetAssignments")
+
+
+class KueueIngestor:
+    name = "kueue"
+    description = "Kueue Workload objects (v1beta1, v1beta2), JSON or YAML"
+
+    def identify(self, path: Path, head: bytes) -> bool:
+        kinds = kinds_in(head)
+        return (API_GROUP.encode() in head and bool(kinds & {"Workload", "WorkloadList"})
+                and not kinds & {"Event", "EventList"} and b'"specversion"' not in head)
+
+    def extract(self, path: Path, **options: Any) -> Iterator[Record]:
+        cluster = options.get("cluster") or "default"
+        tenant_field = options.get("tenant_field")
+        for item in read_objects(path):
+            if isinstance(item, Rejected):
+                yield item
+            else:
+                yield from _workload_records(item, cluster, tenant_field)
+
+
+def _workload_records(obj: K8sObject, cluster: str, tenant_field: str | None) -> Iterator[Record]:
+    try:
+        events = workload_events(obj.body, cluster, tenant_field)
+    except ObjectError as exc:
+        yield obj.rejected(exc)
+        return
+    records = [event_from_object(event, obj.origin, obj.raw) for event in events]
+    rejected = [r for r in records if isinstance(r, Rejected)]
+    yield from (rejected[:1] if rejected else records)  # a Workload is one record
+
+
+@dataclass
+class _Workload:
+    body: dict[str, Any]
+    source: str
+    key: str  # namespace/name/uid
+    tenant: str
+    name: str
+    job_id: str
+    queue: str | None
+    priority: int | None
+    events: list[dict[str, Any]] = dataclass_field(default_factory=list)
+
+    def add(self, kind: str, event_id: str, time: str, data: dict[str, Any]) -> None:
+        self.events.append({"specversion": "1.0", "id": event_id, "source": self.source, "type": kind,
+                            "time": time, "data": {k: v for k, v in data.items() if v is not None}})
+
+    def decide(self, decision: str, event_id: str, time: str, condition: str, reason: str) -> None:
+        self.add("policy.decision", event_id, time, {
+            "tenant": self.tenant, "decision": decision, "job_id": self.job_id, "allocation_id": self.name,
+            "reason": reason or None, "queue": self.queue, "priority": self.priority, "condition": condition})
+
+    def release(self, event_id: str, time: str, reason: str, condition: str, **extra: Any) -> None:
+        self.add("allocation.released", f"{event_id}:released", time, {
+            "tenant": self.tenant, "allocation_id": self.name, "reason": reason or None, "condition": condition, **extra})
+
+
+def workload_events(body: dict[str, Any], cluster: str = "default", tenant_field: str | None = None) -> list[dict[str, Any]]:
+    """The CloudEvents (as dicts) of one Workload object; ObjectError names a bad field."""
+    workload = _read_identity(body, cluster, tenant_field)
+    conditions = _conditions(body)
+    admitted = any(c["type"] == "Admitted" and c["status"] == "True" for _, c in conditions)
+    for index, condition in conditions:
+        _condition_events(workload, index, condition, admitted)
+    return workload.events
+
+
+def _read_identity(body: dict[str, Any], cluster: str, tenant_field: str | None) -> _Workload:
+    kind, api = text(body, ("kind",), required=True), text(body, ("apiVersion",), required=True)
+    if kind != "Workload":
+        raise ObjectError(("kind",), f"not a Kueue Workload: {kind!r}")
+    if not (api or "").startswith(API_GROUP):
+        raise ObjectError(("apiVersion",), f"not a Kueue API version: {api!r}")
+    name, namespace, uid = (text(body, ("metadata", f), required=True) or "" for f in ("name", "namespace", "uid"))
+    owners = sequence(body, ("metadata", "ownerReferences"))
+    owner = text(body, ("metadata", "ownerReferences", 0, "name")) if owners else None
+    return _Workload(
+        body=body, source=f"kueue://{cluster}", key=f"{namespace}/{name}/{uid}",
+        tenant=tenant(body, ("metadata", "namespace"), tenant_field), name=name, job_id=owner or name,
+        queue=text(body, ("spec", "queueName")), priority=integer(body, ("spec", "priority")),
+    )
+
+
+def _conditions(body: dict[str, Any]) -> list[tuple[int, dict[str, str]]]:
+    out = []
+    for index, _ in enumerate(sequence(body, ("status", "conditions"))):
+        path = ("status", "conditions", index)
+        mapping(body, path)
+        out.append((index, {
+            "type": text(body, (*path, "type"), required=True) or "",
+            "status": text(body, (*path, "status"), required=True) or "",
+            "reason": text(body, (*path, "reason")) or "",
+        }))
+    return out
+
+
+def _condition_events(wl: _Workload, index: int, condition: dict[str, str], admitted: bool) -> None:
+    kind, status, reason = condition["type"], condition["status"], condition["reason"]
+    if not (status == "True" or (status == "False" and reason == "Pending")):
+        return
+    path = ("status", "conditions", index, "lastTransitionTime")
+    time = utc_time(wl.body, path)
+    assert time is not None
+    event_id = f"{wl.key}:{kind}:{status}:{reason}:{time}"
+    if status == "False":
+        wl.decide("queued", event_id, time, kind, reason)
+    elif kind == "Admitted" or (kind == "QuotaReserved" and not admitted):
+        wl.decide("admitted", event_id, time, kind, reason)
+        grant = _grant(wl)
+        if grant is not None:
+            wl.add("allocation.granted", f"{event_id}:granted", time, grant)
+    elif kind == "Evicted":
+        wl.decide(_eviction_decision(reason), event_id, time, kind, reason)
+        wl.release(event_id, time, reason, kind)
+    elif kind == "Preempted":
+        wl.decide("reclaimed" if reason in RECLAIM_REASONS else "preempted", event_id, time, kind, reason)
+    elif kind == "Requeued":
+        wl.decide("queued", event_id, time, kind, reason)
+    elif kind == "Finished":
+        wl.release(event_id, time, reason, kind, accumulated_past_execution_time_s=_accumulated(wl.body))
+
+
+def _eviction_decision(reason: str) -> str:
+    if reason in RECLAIM_REASONS:
+        return "reclaimed"
+    if reason in ("Preempted", "InClusterQueue") or reason.startswith("InCohort"):
+        return "preempted"
+    return "evicted"
+
+
+def _accumulated(body: dict[str, Any]) -> int | None:
+    for name in ACCUMULATED:
+        value = integer(body, ("status", name))
+        if value is not None:
+            return value
+    return None
+
+
+# --- the grant -------------------------------------------------------------------------
+
+
+@dataclass
+class _Usage:
+    by_class: dict[str, int] = dataclass_field(default_factory=lambda: {"whole": 0, "mig": 0, "timeslice": 0})
+    profiles: list[str] = dataclass_field(default_factory=list)
+    flavors: list[str] = dataclass_field(default_factory=list)
+    nodes: list[str] = dataclass_field(default_factory=list)
+
+
+def _grant(wl: _Workload) -> dict[str, Any] | None:
+    usage = _Usage()
+    assignments = sequence(wl.body, _ASSIGNMENTS)
+    for index, _ in enumerate(assignments):
+        _add_pod_set(wl.body, (*_ASSIGNMENTS, index), usage)
+    gpus = sum(usage.by_class.values())
+    if gpus == 0:
+        return None
+    placement = next(c for c in ("whole", "mig", "timeslice") if usage.by_class[c])
+    mixed = sum(1 for n in usage.by_class.values() if n) > 1
+    return {
+        "tenant": wl.tenant, "allocation_id": wl.name, "gpus": gpus, "placement_class": placement,
+        "profile": usage.profiles[0] if placement == "mig" and len(usage.profiles) == 1 else None,
+        "profiles": usage.profiles if len(usage.profiles) > 1 else None,
+        "gpus_by_class": {k: v for k, v in usage.by_class.items() if v} if mixed else None,
+        "node": usage.nodes[0] if len(usage.nodes) == 1 else None,
+        "nodes": usage.nodes if len(usage.nodes) > 1 else None,
+        "cluster_queue": text(wl.body, ("status", "admission", "clusterQueue")),
+        "flavors": usage.flavors or None, "pod_sets": assignments,
+    }
+
+
+def _add_pod_set(body: dict[str, Any], path: FieldPath, usage: _Usage) -> None:
+    mapping(body, path)
+    for resource, value in mapping(body, (*path, "resourceUsage")).items():
+        count = _gpu_quantity(resource, value, (*path, "resourceUsage"))
+        if resource == WHOLE_GPU:
+            usage.by_class["whole"] += count
+        elif resource == SHARED_GPU:
+            usage.by_class["timeslice"] += count
+        elif resource.startswith(MIG_PREFIX):
+            usage.by_class["mig"] += count
+            profile = resource.removeprefix(MIG_PREFIX)
+            if count and profile not in usage.profiles:
+                usage.profiles.append(profile)
+    for resource, flavor in mapping(body, (*path, "flavors")).items():
+        if isinstance(flavor, str) and flavor not in usage.flavors:
+            usage.flavors.append(flavor)
+    for node in _topology_nodes(body, (*path, "topologyAssignment")):
+        if node not in usage.nodes:
+            usage.nodes.append(node)
+    usage.flavors.sort()
+    usage.profiles.sort()
+    usage.nodes.sort()
+
+
+def _gpu_quantity(resource: str, value: Any, path: FieldPath) -> int:
+    if resource not in (WHOLE_GPU, SHARED_GPU) and not resource.startswith(MIG_PREFIX):
+        return 0  # cpu, memory, …: not ours to count
+    text_value = str(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+    if text_value is not None and text_value.startswith("-") and _QUANTITY.fullmatch(text_value[1:]):
+        raise ObjectError(path, f"{resource} = {value!r}: a negative GPU count")
+    if text_value is None or not _QUANTITY.fullmatch(text_value):
+        raise ObjectError(path, f"{resource} = {value!r}: not a whole number of GPUs")
+    return int(text_value)
+
+
+def _topology_nodes(body: dict[str, Any], path: FieldPath) -> list[str]:
+    """The hostnames a TAS topologyAssignment names (v1beta1 domains, v1beta2 slices)."""
+    if field(body, path) is None:
+        return []
+    levels = sequence(body, (*path, "levels"))
+    if HOSTNAME_LEVEL not in levels:
+        return []
+    level = levels.index(HOSTNAME_LEVEL)
+    nodes = [text(body, (*path, "domains", i, "values", level), required=True) or ""
+             for i, _ in enumerate(sequence(body, (*path, "domains")))]
+    for i, _ in enumerate(sequence(body, (*path, "slices"))):
+        nodes += _slice_values(body, (*path, "slices", i), level)
+    return nodes
+
+
+def _slice_values(body: dict[str, Any], path: FieldPath, level: int) -> list[str]:
+    count = integer(body, (*path, "domainCount"))
+    values_path = (*path, "valuesPerLevel", level)
+    values = mapping(body, values_path)
+    individual = mapping(body, (*values_path, "individual"))
+    universal = text(body, (*values_path, "universalValue")) or text(body, (*values_path, "universal"))
+    if universal is not None:
+        return [universal] * (count or 1)
+    roots_path = (*values_path, "individual", "roots") if individual else (*values_path, "roots")
+    prefix = values.get("prefix") or individual.get("prefix") or individual.get("commonPrefix") or ""
+    suffix = values.get("suffix") or individual.get("suffix") or individual.get("commonSuffix") or ""
+    roots = sequence(body, roots_path)
+    if not roots or not all(isinstance(r, str) for r in roots) or not isinstance(prefix, str) or not isinstance(suffix, str):
+        raise ObjectError(values_path, "expected universalValue, or roots (strings) with an optional prefix and suffix")
+    return [prefix + root + suffix for root in roots]
+
+
+__all__ = ["KueueIngestor", "workload_events"]
