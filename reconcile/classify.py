@@ -71,8 +71,8 @@ def _sweep_sql() -> str:
     return f"""
 CREATE TABLE stretches AS
 WITH pts AS (
-    SELECT tenant, aid, s AS t, label, 1 AS d FROM spans
-    UNION ALL SELECT tenant, aid, e, label, -1 FROM spans WHERE e < {INF}
+    SELECT tenant, aid, s AS t, label, 1 AS d FROM merged
+    UNION ALL SELECT tenant, aid, e, label, -1 FROM merged WHERE e < {INF}
     UNION ALL SELECT tenant, aid, s, 0, 0 FROM pieces
     UNION ALL SELECT tenant, aid, e, 0, 0 FROM pieces),
 counted AS (SELECT tenant, aid, t, {counts} FROM pts GROUP BY tenant, aid, t),

@@ -209,6 +209,19 @@ ASOF LEFT JOIN terms tm ON tm.tenant = o.tenant AND o.s0 >= tm.t;
 INSERT INTO spans SELECT tenant, aid, s, e, 12 FROM attempts;
 
 DELETE FROM spans WHERE e <= s;
+
+-- Touching or overlapping spans of one label become one (productive gaps run end to end),
+-- so the sweep's cost follows the changes of state, not the number of progress marks.
+CREATE TABLE merged AS
+WITH flagged AS (
+    SELECT *, max(e) OVER (PARTITION BY tenant, aid, label ORDER BY s, e
+                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_e
+    FROM spans),
+islands AS (
+    SELECT *, sum(CASE WHEN coalesce(s > prev_e, true) THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY tenant, aid, label ORDER BY s, e) AS island
+    FROM flagged)
+SELECT tenant, aid, min(s) AS s, max(e) AS e, label FROM islands GROUP BY tenant, aid, label, island;
 """
 
 
