@@ -42,6 +42,7 @@ DCGM_BLANK = 0x7FFFFFFFFFFFFFF0  # DCGM_INT64_BLANK: values from here up are "no
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|(?=\}))')
+_CLOSE = re.compile(r"\s*\}")
 _NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|Inf|inf|NaN|nan)")
 _INTEGER = re.compile(r"-?\d{1,18}")
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
@@ -118,9 +119,8 @@ def parse_sample(text: str) -> Sample:
     name = _NAME.match(text)
     if name is None:
         raise _Bad("(line)", f"not a Prometheus sample: {text[:40]!r}")
-    rest, labels = text[name.end():], dict[str, str]()
-    if rest.startswith("{"):
-        labels, rest = _labels(rest)
+    labels, end = _labels(text, name.end()) if text[name.end():].startswith("{") else ({}, name.end())
+    rest = text[end:]
     parts = rest.split()
     if not parts or len(parts) > 2 or (rest and not rest[0].isspace()):
         raise _Bad("(line)", "expected a value and an optional timestamp after the metric")
@@ -135,13 +135,14 @@ def parse_sample(text: str) -> Sample:
     return Sample(name.group(), labels, float(value_text), value_text, timestamp)
 
 
-def _labels(text: str) -> tuple[dict[str, str], str]:
+def _labels(text: str, start: int) -> tuple[dict[str, str], int]:
+    """The label set that opens at text[start] ('{'), and the index just past its '}'."""
     labels: dict[str, str] = {}
-    position = 1
+    position = start + 1
     while True:
-        closing = re.compile(r"\s*\}").match(text, position)
+        closing = _CLOSE.match(text, position)
         if closing is not None:
-            return labels, text[closing.end():]
+            return labels, closing.end()
         found = _LABEL.match(text, position)
         if found is None:
             raise _Bad("labels", f"malformed label set at column {position + 1}: {text[position:position + 30]!r}")

@@ -1,0 +1,126 @@
+"""The dcgm-metrics ingestor: the rules of ingest/dcgm_metrics.py, one test each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from ingest import IngestError, extract, ingestor_for
+from ingest.dcgm_metrics import parse_sample
+from schemas import Accepted, Rejected
+
+H07 = 'gpu="0",UUID="GPU-a",modelName="NVIDIA H100 80GB HBM3",Hostname="node-07"'
+T = 1767780000000  # 2026-01-07T10:00:00Z
+
+
+def xid(labels: str, value: str, ts: int | None = T) -> str:
+    return f"DCGM_FI_DEV_XID_ERRORS{{{labels}}} {value}" + ("" if ts is None else f" {ts}")
+
+
+def faults(tmp_path: Path, lines: list[str], **options: str) -> list[dict[str, Any]]:
+    path = tmp_path / "scrape.prom"
+    path.write_text("# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.\n"
+                    "# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n" + "\n".join(lines) + "\n")
+    found = list(extract(path, "dcgm-metrics", **options))
+    assert all(isinstance(r, Accepted) for r in found), found
+    return [orjson.loads(r.body) for r in found if isinstance(r, Accepted)]
+
+
+def test_a_change_of_the_last_xid_is_a_fault(tmp_path: Path) -> None:
+    values = ["0", "79", "79", "0", "79", "13"]
+    events = faults(tmp_path, [xid(H07, v, T + 30000 * i) for i, v in enumerate(values)])
+    assert [(e["data"]["code"], e["data"].get("previous_xid")) for e in events] == [("xid-79", 0), ("xid-79", 0), ("xid-13", 79)]
+    first = events[0]
+    assert (first["type"], first["source"], first["time"]) == ("health.fault", "dcgm-exporter://node-07", "2026-01-07T10:00:30Z")
+    assert first["id"] == f"node-07:0:-:xid:79:{T + 30000}"
+    assert (first["data"]["node"], first["data"]["device"], first["data"]["model"]) == ("node-07", 0, "NVIDIA H100 80GB HBM3")
+
+
+def test_the_first_nonzero_value_of_a_series_is_a_fault(tmp_path: Path) -> None:
+    [event] = faults(tmp_path, [xid(H07, "48"), xid(H07, "48", T + 1000)])
+    assert "previous_xid" not in event["data"] and "first value" in event["data"]["detail"]
+
+
+@pytest.mark.parametrize(("value", "severity"), [("48", "critical"), ("63", "critical"), ("64", "critical"), ("74", "critical"),
+                                                 ("79", "critical"), ("94", "critical"), ("95", "critical"), ("119", "critical"),
+                                                 ("120", "critical"), ("13", "warning"), ("31", "warning"), ("43", "warning")])
+def test_severity_by_xid(tmp_path: Path, value: str, severity: str) -> None:
+    [event] = faults(tmp_path, [xid(H07, value)])
+    assert event["data"]["severity"] == severity
+
+
+def test_series_are_told_apart_by_host_gpu_uuid_and_gpu_instance(tmp_path: Path) -> None:
+    mig = 'gpu="0",UUID="GPU-a",GPU_I_PROFILE="3g.40gb",GPU_I_ID="{}",hostname="node-09"'
+    lines = [xid(mig.format(1), "31"), xid(mig.format(2), "31"), xid(H07, "31"),
+             xid(H07.replace("node-07", "node-08"), "31"), xid(mig.format(1), "31", T + 1000)]
+    events = faults(tmp_path, lines)
+    assert [e["id"] for e in events] == [f"node-09:0:1:xid:31:{T}", f"node-09:0:2:xid:31:{T}",
+                                         f"node-07:0:-:xid:31:{T}", f"node-08:0:-:xid:31:{T}"]
+    labels = events[0]["data"]["labels"]
+    assert (labels["GPU_I_PROFILE"], labels["GPU_I_ID"], events[0]["data"]["node"]) == ("3g.40gb", "1", "node-09")
+
+
+def test_hostname_label_wins_over_lowercase_and_option(tmp_path: Path) -> None:
+    both = 'gpu="1",UUID="GPU-b",Hostname="node-07",hostname="k8s-node-a"'
+    neither = 'gpu="2",UUID="GPU-c"'
+    events = faults(tmp_path, [xid(both, "13"), xid(neither, "13")], node="fallback-node")
+    assert [e["data"]["node"] for e in events] == ["node-07", "fallback-node"]
+
+
+def test_without_gpu_label_the_device_is_the_uuid(tmp_path: Path) -> None:
+    [event] = faults(tmp_path, [xid('UUID="GPU-5d3c",Hostname="node-07"', "79")])
+    assert event["data"]["device"] == "GPU-5d3c" and event["id"] == f"node-07:GPU-5d3c:-:xid:79:{T}"
+
+
+def test_other_metrics_and_blank_values_are_not_events(tmp_path: Path) -> None:
+    lines = [f"DCGM_FI_DEV_GPU_UTIL{{{H07}}} 97 {T}", f"DCGM_FI_DEV_POWER_USAGE{{{H07}}} 612.5 {T}",
+             xid(H07, "9223372036854775794"), xid(H07, "9.223372036854776e+18", T + 1)]
+    assert faults(tmp_path, lines) == []
+
+
+def test_scrape_time_stands_for_missing_timestamps(tmp_path: Path) -> None:
+    [event] = faults(tmp_path, [xid(H07, "79", None)], scrape_time="2026-01-07T11:00:00+01:00")
+    assert event["time"] == "2026-01-07T10:00:00Z" and event["id"].endswith(f":{T}")
+
+
+def test_a_sample_without_time_is_an_input_error_naming_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "scrape.prom"
+    path.write_text(f"# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n{xid(H07, '0', None)}\n")
+    with pytest.raises(IngestError, match=r"scrape.prom:2: timestamp: the sample has no timestamp; give --scrape-time"):
+        list(extract(path, "dcgm-metrics"))
+    with pytest.raises(IngestError, match=r"--scrape-time: not an RFC 3339 time: 'noon'"):
+        list(extract(path, "dcgm-metrics", scrape_time="noon"))
+
+
+def test_fabric_domain_option(tmp_path: Path) -> None:
+    [event] = faults(tmp_path, [xid(H07, "79")], fabric_domain="nvl-eu-1")
+    assert event["data"]["fabric_domain"] == "nvl-eu-1"
+
+
+def test_label_values_are_unescaped() -> None:
+    sample = parse_sample(r'DCGM_FI_DEV_XID_ERRORS{err_msg="say \"hi\"\\ now\n",gpu="0",} 0 1')
+    assert sample.labels == {"err_msg": 'say "hi"\\ now\n', "gpu": "0"} and sample.timestamp_ms == 1
+
+
+@pytest.mark.parametrize(("labels", "field", "reason"), [
+    ('gpu="0",UUID="GPU-a"', "Hostname", "no Hostname or hostname label, and no --node"),
+    ('Hostname="n"', "gpu", "no gpu or UUID label to name the device"),
+    ('gpu="zero",Hostname="n"', "gpu", "not a GPU index: 'zero'"),
+])
+def test_samples_that_name_no_place_are_rejected(tmp_path: Path, labels: str, field: str, reason: str) -> None:
+    path = tmp_path / "scrape.prom"
+    path.write_text(xid(labels, "79") + "\n")
+    [record] = list(extract(path, "dcgm-metrics"))
+    assert isinstance(record, Rejected) and (record.field, record.reason) == (field, reason)
+
+
+def test_identify(tmp_path: Path) -> None:
+    prom = tmp_path / "metrics"
+    prom.write_text(f"# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).\n{xid(H07, '0')}\n")
+    other = tmp_path / "other.prom"
+    other.write_text('node_cpu_seconds_total{cpu="0",mode="idle"} 12.5\n')
+    assert ingestor_for(prom).name == "dcgm-metrics"
+    assert ingestor_for(other).name == "cloudevents"  # not claimed: the default
