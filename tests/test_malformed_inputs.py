@@ -19,6 +19,11 @@ SR = "100|physics|ann|gpu|node7|COMPLETED|2026-01-05T09:00:00|2026-01-05T10:00:0
 FH = ('"BilledCost","SubAccountId","BillingCurrency","BillingPeriodStart","ChargeCategory","ChargePeriodStart",'
       '"ChargePeriodEnd","PricingQuantity","PricingUnit","ResourceId"\n')
 FR = '"24.00","acme","USD","2026-01-01 00:00:00","Usage","2026-01-05 10:00:00","2026-01-05 13:00:00","24","GPU-Hours","A1"'
+DS = "\n".join(["Successfully retrieved statistics for job: 7.", "+" + "-" * 78 + "+", "| GPU ID: 0 |",
+                "|-----  Execution Stats  ---+---|", "| Start Time | Wed Jan  7 10:00:00 2026 |", "| End Time | Wed Jan  7 12:00:00 2026 |",
+                "+-----  Event Stats  ---+---+", "| Double Bit ECC Errors | 1 |", "| Critical XID Errors | 1 |",
+                "| XID (Hr:Min:Sec since start) | 0:12:05 |", "+---+---+", ""])
+DM = '# TYPE DCGM_FI_DEV_XID_ERRORS gauge\nDCGM_FI_DEV_XID_ERRORS{gpu="0",UUID="GPU-a",Hostname="n7"} 79 1767780000000\n'
 
 CASES: dict[str, tuple[str, bytes, tuple[int, str, str]]] = {
     "cloudevents truncated line": ("cloudevents", EV[:60].encode(), (1, "(record)", "Invalid JSON: EOF while parsing a string at line 1 column 60")),
@@ -39,6 +44,17 @@ CASES: dict[str, tuple[str, bytes, tuple[int, str, str]]] = {
     "focus negative GPUs": ("focus", (FH + FR.replace('"24","GPU', '"-24","GPU')).encode(), (2, "PricingQuantity", "not a whole number of GPUs: -8")),
     "focus non-numeric money": ("focus", (FH + FR.replace('"24.00"', '"lots"')).encode(), (2, "BilledCost", "not a decimal: 'lots'")),
     "focus invalid UTF-8": ("focus", FH.encode() + FR.replace("acme", "\xff").encode("latin-1"), (2, "(row)", "not valid UTF-8")),
+    "dcgm-stats truncated line": ("dcgm-stats", DS[:DS.index("| End Time") + 20].encode(), (6, "(line)", "truncated table row: no closing '|'")),
+    "dcgm-stats bad time": ("dcgm-stats", DS.replace("Jan  7 10", "Jan 37 10").encode(), (5, "Start Time", "not a time: 'Wed Jan 37 10:00:00 2026'")),
+    "dcgm-stats negative count": ("dcgm-stats", DS.replace("Errors | 1", "Errors | -1", 1).encode(), (8, "Double Bit ECC Errors", "negative count -1")),
+    "dcgm-stats non-numeric count": ("dcgm-stats", DS.replace("Errors | 1", "Errors | lots", 1).encode(), (8, "Double Bit ECC Errors", "not a count: 'lots'")),
+    "dcgm-stats bad XID offset": ("dcgm-stats", DS.replace("0:12:05", "soon").encode(), (10, "XID (Hr:Min:Sec since start)", "not a time: 'soon'")),
+    "dcgm-stats invalid UTF-8": ("dcgm-stats", DS.replace("Errors | 1", "Errors | \xff", 1).encode("latin-1"), (8, "(line)", "not valid UTF-8 at byte 26")),
+    "dcgm-metrics truncated line": ("dcgm-metrics", DM[:DM.index("Hostname") + 5].encode(), (2, "labels", "malformed label set at column 45: 'Hostn'")),
+    "dcgm-metrics bad time": ("dcgm-metrics", DM.replace("1767780000000", "2026-01-07T10:00").encode(), (2, "timestamp", "not a millisecond timestamp: '2026-01-07T10:00'")),
+    "dcgm-metrics negative XID": ("dcgm-metrics", DM.replace("} 79", "} -79").encode(), (2, "value", "negative XID -79")),
+    "dcgm-metrics non-numeric value": ("dcgm-metrics", DM.replace("} 79", "} lots").encode(), (2, "value", "not a number: 'lots'")),
+    "dcgm-metrics invalid UTF-8": ("dcgm-metrics", DM.replace('"n7"', '"\xff"').encode("latin-1"), (2, "(line)", "not valid UTF-8 at byte 54")),
 }
 
 
