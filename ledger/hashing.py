@@ -20,17 +20,26 @@ import orjson
 from ledger.proofs import LEAF_PREFIX, NODE_PREFIX
 from ledger.proofs import hash_children as node_hash
 
-__all__ = ["CHAIN_PREFIX", "LEAF_PREFIX", "NODE_PREFIX", "ZERO_HASH", "chain_hash", "entry_bytes", "leaf_hash", "node_hash"]
+__all__ = ["CHAIN_PREFIX", "LEAF_PREFIX", "NODE_PREFIX", "ZERO_HASH", "chain_hash", "entry_bytes", "entry_leaf", "leaf_hash", "node_hash"]
 
 CHAIN_PREFIX = b"\x02"
 ZERO_HASH = bytes(32)
 HASH_SIZE = 32
 SALT_SIZE = 16
+_EVENT_OPEN = b'{"event":'
+_LEAF_EVENT_OPEN = LEAF_PREFIX + _EVENT_OPEN
 
 
-def _text(value: str | None) -> bytes:
-    # orjson escapes strings exactly as RFC 8785 does (checked by the canonical tests).
-    return orjson.dumps(value)
+def _fields(seq: int, recorded_at: str, source: str, id: str, type: str, tenant: str | None,
+            tenant_seq: int | None, salt: bytes) -> bytes:
+    """The entry's members after `event`, as `,"id":…,"type":…}`: one orjson call on a dict
+    built in sorted key order. orjson escapes strings exactly as RFC 8785 does (checked by
+    the canonical tests), and writes these integers (< 2**53) as JCS does."""
+    members = orjson.dumps({
+        "id": id, "recorded_at": recorded_at, "salt": salt.hex(), "seq": seq, "source": source,
+        "tenant": tenant, "tenant_seq": tenant_seq, "type": type,
+    })
+    return b"," + members[1:]
 
 
 def entry_bytes(
@@ -45,18 +54,25 @@ def entry_bytes(
     salt: bytes,
 ) -> bytes:
     """The canonical bytes of an entry without its hashes."""
-    return b"".join((
-        b'{"event":', event,
-        b',"id":', _text(id),
-        b',"recorded_at":', _text(recorded_at),
-        b',"salt":"', salt.hex().encode(),
-        b'","seq":', str(seq).encode(),
-        b',"source":', _text(source),
-        b',"tenant":', _text(tenant),
-        b',"tenant_seq":', b"null" if tenant_seq is None else str(tenant_seq).encode(),
-        b',"type":', _text(type),
-        b"}",
-    ))
+    return _EVENT_OPEN + event + _fields(seq, recorded_at, source, id, type, tenant, tenant_seq, salt)
+
+
+def entry_leaf(
+    seq: int,
+    recorded_at: str,
+    source: str,
+    id: str,
+    type: str,
+    tenant: str | None,
+    tenant_seq: int | None,
+    event: bytes,
+    salt: bytes,
+) -> bytes:
+    """leaf_hash(entry_bytes(...)), fed to the hash in pieces: the event is never copied."""
+    digest = sha256(_LEAF_EVENT_OPEN)
+    digest.update(event)
+    digest.update(_fields(seq, recorded_at, source, id, type, tenant, tenant_seq, salt))
+    return digest.digest()
 
 
 def leaf_hash(entry: bytes) -> bytes:

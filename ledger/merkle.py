@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from hashlib import sha256
 
+from ledger.proofs import NODE_PREFIX
 from ledger.proofs import hash_children as node_hash
 from ledger.proofs import merkle_root
 
@@ -75,8 +77,29 @@ class Frontier:
         self.size += 1
 
     def extend(self, leaves: Iterable[bytes]) -> None:
-        for leaf in leaves:
-            self.push(leaf)
+        """push() each leaf, computed a level at a time: every node of a level is made
+        in one list comprehension, and the pending left siblings come off the frontier.
+
+        At level L the run of new nodes starts at index size >> L; when that index is odd,
+        its left sibling is the frontier's level-L subtree (bit L of size is set), always
+        the lowest one still held. An odd node left over at the right waits at level L.
+        """
+        run = list(leaves)
+        start, level, waiting = self.size, 0, []
+        self.size += len(run)
+        prefix = NODE_PREFIX
+        while run:
+            if start & 1:
+                run.insert(0, self.hashes.pop())
+                start -= 1
+            if len(run) & 1:
+                waiting.append(run.pop())
+            run = [sha256(prefix + left + right).digest() for left, right in zip(run[::2], run[1::2])]
+            start >>= 1
+            level += 1
+            if level >= STORED_MIN_LEVEL:
+                self.completed.extend((level, start + i, h) for i, h in enumerate(run))
+        self.hashes.extend(reversed(waiting))
 
     def root(self) -> bytes | None:
         return fold_right(self.hashes) if self.hashes else None
