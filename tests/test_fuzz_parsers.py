@@ -16,6 +16,19 @@ SACCT_HEAD = b"JobID|Account|User|Partition|NodeList|State|Submit|Start|End|Elap
 FOCUS_HEAD = (b'"BilledCost","BillingAccountId","SubAccountId","BillingCurrency","BillingPeriodStart","ChargeCategory",'
               b'"ChargeClass","ChargePeriodStart","ChargePeriodEnd","PricingQuantity","PricingUnit","ResourceId"\n')
 EVENT = b'{"specversion":"1.0","id":"a","source":"s","type":"job.progress","time":"2026-01-05T10:00:00Z","data":{"tenant":"t","job_id":"j","step":1}}'
+DCGM_STATS_HEAD = (b"Successfully retrieved statistics for job: 7.\n| GPU ID: 0 |\n| Start Time | Wed Jan  7 10:00:00 2026 |\n"
+                   b"| End Time | Wed Jan  7 12:00:00 2026 |\n+-----  Event Stats  ---+---+\n")
+DCGM_METRICS_HEAD = b'# TYPE DCGM_FI_DEV_XID_ERRORS gauge\nDCGM_FI_DEV_XID_ERRORS{gpu="0",UUID="GPU-a",Hostname="n7"} 79 1767780000000\n'
+dcgm_fragments = st.sampled_from([
+    b"| ", b" |", b"|", b"\n", b"+---+", b"GPU ID: ", b"Summary", b"Double Bit ECC Errors", b"PCIe Replay Warnings",
+    b"Critical XID Errors", b"XID (Hr:Min:Sec since start)", b"0:12:05", b"1:75:30", b"99:99:99", b"(XID 79)", b"-3", b"7",
+    b"Still Running", b"Not Specified", b"Wed Jan  7 10:00:00 2026", b"2026-13-45T99:99:99", b"Start Time", b"End Time",
+    b"Successfully retrieved statistics for job: ", b"Successfully retrieved process info for PID: 1",
+    b"DCGM_FI_DEV_XID_ERRORS", b"{", b"}", b'gpu="', b'UUID="', b'Hostname="', b'hostname="', b'GPU_I_ID="', b'"', b",",
+    b"=", b" ", b"\\", b"79", b"NaN", b"+Inf", b"-79", b"1e400", b"9223372036854775794", b"1767780000000", b"-1",
+    b"# HELP ", b"\xff\xfe", b"\x00", b"\xe2\x98\x83", b"9" * 30,
+])
+dcgm_noise = st.lists(st.one_of(dcgm_fragments, st.binary(max_size=12)), max_size=40).map(b"".join)
 
 fragments = st.sampled_from([
     b"|", b",", b'"', b"\n", b"\r\n", b"NULL", b"Unknown", b"None assigned", b"2026-01-05T10:00:00", b"2026-13-45 99:99:99",
@@ -26,12 +39,12 @@ fragments = st.sampled_from([
 noise = st.lists(st.one_of(fragments, st.binary(max_size=12)), max_size=40).map(b"".join)
 
 
-def run(fmt: str, data: bytes) -> None:
+def run(fmt: str, data: bytes, **options: str | None) -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "input"
         path.write_bytes(data)
         try:
-            for record in extract(path, fmt):
+            for record in extract(path, fmt, **options):
                 assert isinstance(record, (Accepted, Rejected))
         except IngestError:
             pass
@@ -68,3 +81,15 @@ def test_focus(data: bytes) -> None:
 @given(noise)
 def test_focus_parquet_magic_with_garbage(data: bytes) -> None:
     run("focus", b"PAR1" + data)
+
+
+@SETTINGS
+@given(dcgm_noise)
+def test_dcgm_stats(data: bytes) -> None:
+    run("dcgm-stats", DCGM_STATS_HEAD + data)
+
+
+@SETTINGS
+@given(dcgm_noise, st.booleans())
+def test_dcgm_metrics(data: bytes, scraped: bool) -> None:
+    run("dcgm-metrics", DCGM_METRICS_HEAD + data, scrape_time="2026-01-07T10:00:00Z" if scraped else None)
