@@ -255,7 +255,8 @@ def test_a_gpu_quantity_beyond_the_schema_quarantines_the_whole_workload(tmp_pat
 
 @pytest.mark.parametrize("spelling", ["accumulatedPastExecutionTimeSeconds", "accumulatedPastExexcutionTimeSeconds"])
 def test_accumulated_time_rides_on_the_finished_release(tmp_path: Path, spelling: str) -> None:
-    body = workload(ADMITTED, condition("Finished", "True", "Failed", at=T1), usage={"nvidia.com/gpu": "1"}, **{spelling: 900})
+    body = workload(ADMITTED, condition("Finished", "True", "Failed", at=T1), usage={"nvidia.com/gpu": "1"})
+    body["status"][spelling] = 900
     events = accepted(write(tmp_path, body))
     assert [e["data"].get("accumulated_past_execution_time_s") for e in events] == [None, None, 900]
 
