@@ -1,0 +1,527 @@
+"""reconcile/RULES.md read the plain way, in pandas and Python: the baseline the DuckDB
+engine is timed against, and the oracle the engine's tests compare with.
+
+Nothing here is clever. The events are grouped with pandas into per-allocation and
+per-job lists; each allocation gets the intervals of every category (RULES.md 2–10), a
+sweep labels each stretch of its holding with the first category that applies, and each
+billing line (after corrections) is cut against that timeline, after `unallocated` and
+`double_billed` (RULES.md 1) are taken off.
+
+Times are integer microseconds since the epoch; +∞ is 2**62. "At or after" between two
+events means later in (time, seq) order (RULES.md: "events at the same instant are taken
+in ledger order"); a comparison with a bare moment (terms in force, the last save before
+a failure, a fault within 300 s of one, progress marks in [start, end]) is by time alone,
+as RULES.md words it.
+
+Two points RULES.md leaves open, decided here and named in the module's tests: when one
+second falls in the restart intervals of two failures with different bearers, `provider`
+wins; when it is productive for two jobs in different acceptance states, the order is
+accepted, rejected, pending.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import pandas as pd
+
+INF = 2**62
+SECOND = 1_000_000
+FAULT_LOOKBACK_US = 300 * SECOND
+RECLAIM_DECISIONS = frozenset({"preempted", "reclaimed", "evicted"})
+JOB_ENDS = ("job.completed", "job.failed", "job.cancelled")
+PROVIDER_CAUSES = frozenset({"hardware", "fabric"})
+
+#: Category keys in the order "the first that applies" (RULES.md), restart keys split by
+#: bearer and productive by acceptance. `idle_unexplained` marks a running attempt;
+#: `idle_reserved` is what no interval claims.
+PRIORITY = (
+    "double_billed", "reclaimed", "checkpoint",
+    "restart_lost:provider", "restart_lost:customer",
+    "restart_recovery:provider", "restart_recovery:customer",
+    "productive:accepted", "productive:rejected", "productive:pending",
+    "stalled_fault", "startup", "idle_unexplained",
+)
+IDLE_RESERVED = "idle_reserved"
+RANK = {key: rank for rank, key in enumerate(PRIORITY)}
+
+Key = tuple[int, int]  # (time µs, seq): ledger order among events at the same instant
+LineKey = tuple[str, str]
+
+
+class Terms(NamedTuple):
+    warmup_s: int
+    stall_s: int
+    notice_s: int
+
+
+DEFAULT_TERMS = Terms(600, 300, 0)
+
+
+class Grant(NamedTuple):
+    t: int
+    seq: int
+    gpus: int
+    node: str | None
+    devices: frozenset[str] | None
+    fabric_domain: str | None
+
+
+class Mark(NamedTuple):
+    t: int
+    seq: int
+    step: int | None  # None: the job.completed that ends the attempt
+    units: int | None
+
+
+class Fault(NamedTuple):
+    t: int
+    close: int
+    critical: bool
+    node: str | None
+    device: str | None
+    fabric_domain: str | None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    job: str
+    start: Key
+    end: Key  # (INF, INF) while it runs on
+    end_type: str | None
+    cause: str | None
+
+
+@dataclass
+class Fleet:
+    """Every fact the rules read, grouped once by pandas, each list in (time, seq) order."""
+
+    grants: dict[tuple[str, str], Grant] = field(default_factory=dict)
+    releases: dict[tuple[str, str], list[Key]] = field(default_factory=dict)
+    starts: dict[tuple[str, str], list[tuple[Key, str]]] = field(default_factory=dict)
+    ends: dict[tuple[str, str], list[tuple[Key, str, str | None]]] = field(default_factory=dict)
+    progress: dict[tuple[str, str], list[Mark]] = field(default_factory=dict)
+    saves_started: dict[tuple[str, str], list[tuple[Key, str]]] = field(default_factory=dict)
+    saves_done: dict[tuple[str, str], list[tuple[Key, str]]] = field(default_factory=dict)
+    reclaims: dict[str, list[tuple[int, str | None, str | None]]] = field(default_factory=dict)
+    terms: dict[str, list[tuple[int, Terms]]] = field(default_factory=dict)
+    faults: list[Fault] = field(default_factory=list)
+    accepted: set[tuple[str, str]] = field(default_factory=set)
+    rejected: set[tuple[str, str]] = field(default_factory=set)
+
+    def terms_at(self, tenant: str, moment: int) -> Terms:
+        """The latest terms of `tenant` with time ≤ `moment` (ties: the later seq)."""
+        history = self.terms.get(tenant, [])
+        index = bisect_right([t for t, _ in history], moment)
+        return history[index - 1][1] if index else DEFAULT_TERMS
+
+
+# ---------------------------------------------------------------- reading `ev`
+
+
+def _value(v: Any) -> Any:
+    """None for every flavour of missing pandas hands back (NaN, pd.NA, None)."""
+    if v is None or v is pd.NA:
+        return None
+    if isinstance(v, float) and v != v:
+        return None
+    return v
+
+
+def _int(v: Any) -> int | None:
+    """An integer column's value as int, whatever dtype the projection gave the column."""
+    return None if v is None else int(v)
+
+
+def _rows(frame: pd.DataFrame, *columns: str) -> Iterator[tuple[Any, ...]]:
+    lists = [[_value(v) for v in frame[c].tolist()] for c in columns]
+    return zip(*lists)
+
+
+def _of_type(ev: pd.DataFrame, *types: str) -> pd.DataFrame:
+    return ev[ev["type"].isin(types)].sort_values(["t", "seq"], kind="stable")
+
+
+def _grouped(frame: pd.DataFrame, by: list[str], *columns: str) -> dict[Any, list[tuple[Any, ...]]]:
+    """{group key: rows of `columns` in (time, seq) order}."""
+    out: dict[Any, list[tuple[Any, ...]]] = {}
+    for key, group in frame.groupby(by, sort=False, dropna=False):
+        out[key] = list(_rows(group, *columns))
+    return out
+
+
+def _texts(devices: Any) -> frozenset[str] | None:
+    """An allocation's devices as text (`3` and `"3"` are one device); None when it lists none."""
+    if devices is None or len(devices) == 0:
+        return None
+    return frozenset(str(d) for d in devices)
+
+
+def read_fleet(ev: pd.DataFrame) -> Fleet:
+    fleet = Fleet()
+    _read_allocations(ev, fleet)
+    _read_jobs(ev, fleet)
+    _read_checkpoints(ev, fleet)
+    _read_policy(ev, fleet)
+    fleet.faults = _read_faults(ev)
+    for kind, target in (("work.accepted", fleet.accepted), ("work.rejected", fleet.rejected)):
+        target.update((tenant, job) for tenant, job in _rows(_of_type(ev, kind), "tenant", "job_id"))
+    return fleet
+
+
+def _read_allocations(ev: pd.DataFrame, fleet: Fleet) -> None:
+    grants = _of_type(ev, "allocation.granted")
+    for (tenant, aid), rows in _grouped(grants, ["tenant", "allocation_id"], "t", "seq", "gpus", "node", "devices", "fabric_domain").items():
+        t, seq, gpus, node, devices, fabric = rows[0]  # the earliest grant by (time, seq)
+        fleet.grants[(tenant, aid)] = Grant(t, seq, int(gpus), node, _texts(devices), fabric)
+    releases = _of_type(ev, "allocation.released")
+    for key, rows in _grouped(releases, ["tenant", "allocation_id"], "t", "seq").items():
+        fleet.releases[key] = [(t, s) for t, s in rows]
+
+
+def _read_jobs(ev: pd.DataFrame, fleet: Fleet) -> None:
+    starts = _of_type(ev, "job.started")
+    for key, rows in _grouped(starts, ["tenant", "allocation_id"], "t", "seq", "job_id").items():
+        fleet.starts[key] = [((t, s), job) for t, s, job in rows]
+    ends = _of_type(ev, *JOB_ENDS)
+    for key, rows in _grouped(ends, ["tenant", "job_id"], "t", "seq", "type", "cause").items():
+        fleet.ends[key] = [((t, s), kind, cause) for t, s, kind, cause in rows]
+    progress = _of_type(ev, "job.progress")
+    for key, rows in _grouped(progress, ["tenant", "job_id"], "t", "seq", "step", "units").items():
+        fleet.progress[key] = [Mark(t, s, _int(step), _int(units)) for t, s, step, units in rows]
+
+
+def _read_checkpoints(ev: pd.DataFrame, fleet: Fleet) -> None:
+    for kind, target in (("checkpoint.started", fleet.saves_started), ("checkpoint.saved", fleet.saves_done)):
+        frame = _of_type(ev, kind)
+        for key, rows in _grouped(frame, ["tenant", "job_id"], "t", "seq", "checkpoint_id").items():
+            target[key] = [((t, s), cid) for t, s, cid in rows]
+
+
+def _read_policy(ev: pd.DataFrame, fleet: Fleet) -> None:
+    terms = _of_type(ev, "policy.terms")
+    for tenant, rows in _grouped(terms, ["tenant"], "t", "warmup_allowance_s", "stall_threshold_s", "reclaim_notice_s").items():
+        name = tenant[0] if isinstance(tenant, tuple) else tenant
+        fleet.terms[name] = [(t, _terms(_int(w), _int(s), _int(n))) for t, w, s, n in rows]
+    decisions = _of_type(ev, "policy.decision")
+    decisions = decisions[decisions["decision"].isin(RECLAIM_DECISIONS)]
+    for tenant, rows in _grouped(decisions, ["tenant"], "t", "allocation_id", "job_id").items():
+        name = tenant[0] if isinstance(tenant, tuple) else tenant
+        fleet.reclaims[name] = [(t, aid, job) for t, aid, job in rows]
+
+
+def _terms(warmup: int | None, stall: int | None, notice: int | None) -> Terms:
+    return Terms(DEFAULT_TERMS.warmup_s if warmup is None else warmup,
+                 DEFAULT_TERMS.stall_s if stall is None else stall,
+                 DEFAULT_TERMS.notice_s if notice is None else notice)
+
+
+def _read_faults(ev: pd.DataFrame) -> list[Fault]:
+    """Each fault open from its time to the first matching `health.cleared` after it."""
+    columns = ("node", "device", "fabric_domain", "code")
+    clears: dict[tuple[Any, ...], list[Key]] = defaultdict(list)
+    for t, seq, *place in _rows(_of_type(ev, "health.cleared"), "t", "seq", *columns):
+        clears[tuple(place)].append((t, seq))
+    faults = []
+    for t, seq, severity, *place in _rows(_of_type(ev, "health.fault"), "t", "seq", "severity", *columns):
+        later = clears.get(tuple(place), [])
+        index = bisect_right(later, (t, seq))
+        close = later[index][0] if index < len(later) else INF
+        node, device, fabric, _code = place
+        faults.append(Fault(t, close, severity == "critical", node, device, fabric))
+    return faults
+
+
+# ---------------------------------------------------------------- one allocation
+
+
+def touches(fault: Fault, grant: Grant) -> bool:
+    """RULES.md 7: does this fault touch the allocation?"""
+    if fault.fabric_domain is not None and fault.fabric_domain == grant.fabric_domain:
+        return True
+    on_device = fault.device is not None and grant.devices is not None and fault.device in grant.devices
+    if fault.node is not None:
+        return fault.node == grant.node and (fault.device is None or grant.devices is None or on_device)
+    return on_device
+
+
+@dataclass
+class Allocation:
+    """One allocation's holding H and the labelled intervals of its categories."""
+
+    tenant: str
+    grant: Grant | None
+    held: tuple[int, int]
+    attempts: list[Attempt]
+    intervals: list[tuple[int, int, str]] = field(default_factory=list)
+
+    def add(self, start: int, end: int, key: str) -> None:
+        if start < end:
+            self.intervals.append((start, end, key))
+
+
+def allocation_of(fleet: Fleet, tenant: str, aid: str) -> Allocation:
+    grant = fleet.grants.get((tenant, aid))
+    if grant is None:
+        return Allocation(tenant, None, (0, 0), [])
+    released = [k for k in fleet.releases.get((tenant, aid), []) if k > (grant.t, grant.seq)]
+    held = (grant.t, released[0][0] if released else INF)
+    alloc = Allocation(tenant, grant, held, _attempts(fleet, tenant, aid))
+    _reclaimed(fleet, alloc, aid)
+    _checkpoints(fleet, alloc)
+    _restarts(fleet, alloc)
+    for attempt in alloc.attempts:
+        _marks_and_gaps(fleet, alloc, attempt)
+        alloc.add(attempt.start[0], attempt.end[0], "idle_unexplained")
+    _startups(fleet, alloc)
+    return alloc
+
+
+def _attempts(fleet: Fleet, tenant: str, aid: str) -> list[Attempt]:
+    out = []
+    for start, job in fleet.starts.get((tenant, aid), []):
+        ends = fleet.ends.get((tenant, job), [])
+        index = bisect_right([k for k, _, _ in ends], start)
+        if index < len(ends):
+            end, kind, cause = ends[index]
+            out.append(Attempt(job, start, end, kind, cause))
+        else:
+            out.append(Attempt(job, start, (INF, INF), None, None))
+    return out
+
+
+def _reclaimed(fleet: Fleet, alloc: Allocation, aid: str) -> None:
+    jobs = {a.job for a in alloc.attempts}
+    bounds = [t + fleet.terms_at(alloc.tenant, t).notice_s * SECOND
+              for t, decision_aid, job in fleet.reclaims.get(alloc.tenant, [])
+              if decision_aid == aid or (job is not None and job in jobs)]
+    if bounds:
+        alloc.add(min(bounds), INF, "reclaimed")
+
+
+def _checkpoints(fleet: Fleet, alloc: Allocation) -> None:
+    for job in {a.job for a in alloc.attempts}:
+        runs = [(a.start[0], a.end[0]) for a in alloc.attempts if a.job == job]
+        saves = fleet.saves_done.get((alloc.tenant, job), [])
+        for began, cid in fleet.saves_started.get((alloc.tenant, job), []):
+            saved = next((k for k, c in saves if c == cid and k > began), None)
+            if saved is None:
+                continue
+            for run_start, run_end in runs:
+                alloc.add(max(began[0], run_start), min(saved[0], run_end), "checkpoint")
+
+
+def _restarts(fleet: Fleet, alloc: Allocation) -> None:
+    for attempt in alloc.attempts:
+        if attempt.end_type != "job.failed":
+            continue
+        t_f = attempt.end[0]
+        bearer = _restart_bearer(fleet, alloc, attempt.cause, t_f)
+        saves = [k[0] for k, _ in fleet.saves_done.get((alloc.tenant, attempt.job), []) if k[0] < t_f]
+        alloc.add(max([attempt.start[0], *saves]), t_f, f"restart_lost:{bearer}")
+        following = [a for a in alloc.attempts if a.job == attempt.job and a.start > attempt.end]
+        if following:
+            alloc.add(t_f, _recovered_at(fleet, alloc.tenant, following[0]), f"restart_recovery:{bearer}")
+
+
+def _restart_bearer(fleet: Fleet, alloc: Allocation, cause: str | None, t_f: int) -> str:
+    assert alloc.grant is not None
+    if cause in PROVIDER_CAUSES:
+        return "provider"
+    near = any(f.critical and t_f - FAULT_LOOKBACK_US <= f.t <= t_f and touches(f, alloc.grant) for f in fleet.faults)
+    return "provider" if near else "customer"
+
+
+def _recovered_at(fleet: Fleet, tenant: str, attempt: Attempt) -> int:
+    """The first progress mark of `attempt`, else its end."""
+    firsts = [m.t for m in marks_of(fleet, tenant, attempt) if m.step is not None]
+    return firsts[0] if firsts else attempt.end[0]
+
+
+def marks_of(fleet: Fleet, tenant: str, attempt: Attempt) -> list[Mark]:
+    """Progress with time in [start, end], and the job.completed that ends the attempt."""
+    progress = fleet.progress.get((tenant, attempt.job), [])
+    times = [m.t for m in progress]
+    marks = progress[bisect_left(times, attempt.start[0]):bisect_right(times, attempt.end[0])]
+    if attempt.end_type == "job.completed":
+        marks = sorted([*marks, Mark(attempt.end[0], attempt.end[1], None, None)], key=lambda m: (m.t, m.seq))
+    return marks
+
+
+def _rose(previous: Mark | None, mark: Mark) -> bool:
+    if mark.step is None:
+        return True  # job.completed
+    if previous is None or previous.step is None:
+        return False
+    if mark.step != previous.step:
+        return mark.step > previous.step
+    return mark.units is not None and previous.units is not None and mark.units > previous.units
+
+
+def _marks_and_gaps(fleet: Fleet, alloc: Allocation, attempt: Attempt) -> None:
+    """RULES.md 6 and 7 for the gaps between consecutive marks of one attempt."""
+    marks = marks_of(fleet, alloc.tenant, attempt)
+    productive = f"productive:{_acceptance(fleet, alloc.tenant, attempt.job)}"
+    last_progress: Mark | None = None
+    for here, there in zip(marks, marks[1:]):
+        if here.step is not None:
+            last_progress = here
+        threshold = fleet.terms_at(alloc.tenant, here.t).stall_s * SECOND
+        if there.t - here.t <= threshold:
+            if _rose(last_progress, there):
+                alloc.add(here.t, there.t, productive)
+        elif _fault_open(fleet, alloc, here.t, there.t):
+            alloc.add(here.t, there.t, "stalled_fault")
+
+
+def _fault_open(fleet: Fleet, alloc: Allocation, start: int, end: int) -> bool:
+    assert alloc.grant is not None
+    return any(f.critical and max(f.t, start) < min(f.close, end) and touches(f, alloc.grant) for f in fleet.faults)
+
+
+def _acceptance(fleet: Fleet, tenant: str, job: str) -> str:
+    if (tenant, job) in fleet.accepted:
+        return "accepted"
+    return "rejected" if (tenant, job) in fleet.rejected else "pending"
+
+
+def _startups(fleet: Fleet, alloc: Allocation) -> None:
+    assert alloc.grant is not None
+    for index, attempt in enumerate(sorted(alloc.attempts, key=lambda a: a.start)):
+        start = attempt.start[0]
+        if index == 0 and alloc.grant.t <= start:
+            start = alloc.grant.t
+        warmup = fleet.terms_at(alloc.tenant, start).warmup_s * SECOND
+        firsts = [m.t for m in marks_of(fleet, alloc.tenant, attempt) if m.step is not None]
+        alloc.add(start, min([*firsts[:1], start + warmup, attempt.end[0]]), "startup")
+
+
+# ---------------------------------------------------------------- the sweep
+
+
+def timeline(alloc: Allocation) -> list[tuple[int, int, str]]:
+    """H cut into stretches, each labelled with the first category that applies."""
+    lo, hi = alloc.held
+    if lo >= hi:
+        return []
+    changes: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for start, end, key in alloc.intervals:
+        start, end = max(start, lo), min(end, hi)
+        if start < end:
+            changes[start].append((RANK[key], 1))
+            changes[end].append((RANK[key], -1))
+    points = sorted({lo, hi, *changes})
+    active = [0] * len(PRIORITY)
+    out: list[tuple[int, int, str]] = []
+    for here, there in zip(points, points[1:]):
+        for rank, delta in changes.get(here, []):
+            active[rank] += delta
+        if here >= lo and there <= hi:
+            key = next((PRIORITY[r] for r, n in enumerate(active) if n > 0), IDLE_RESERVED)
+            _append(out, here, there, key)
+    return out
+
+
+def _append(out: list[tuple[int, int, str]], start: int, end: int, key: str) -> None:
+    if out and out[-1][1] == start and out[-1][2] == key:
+        out[-1] = (out[-1][0], end, key)
+    else:
+        out.append((start, end, key))
+
+
+# ---------------------------------------------------------------- lines
+
+
+def effective_lines(ev: pd.DataFrame) -> pd.DataFrame:
+    """Every billing line in ledger order, less those another line of the tenant corrects."""
+    lines = ev[ev["type"] == "billing.line"].sort_values("seq")
+    named = {(t, c) for t, c in _rows(lines, "tenant", "corrects") if c is not None}
+    keep = [(t, line) not in named for t, line in _rows(lines, "tenant", "line_id")]
+    return lines[keep]
+
+
+def _is_gpu_line(category: str | None, gpus: int | None, aid: str | None, ps: int | None, pe: int | None) -> bool:
+    return category != "credit" and bool(gpus) and aid is not None and ps is not None and pe is not None and ps < pe
+
+
+def reconcile_frame(ev: pd.DataFrame) -> dict[LineKey, dict[str, int]]:
+    """{(tenant, line_id): {category key: GPU-µs}} for every line after corrections.
+    A money-only line maps to {} (it has no GPU time)."""
+    fleet = read_fleet(ev)
+    out: dict[LineKey, dict[str, int]] = {}
+    per_allocation: dict[tuple[str, str], list[tuple[str, int, int, int]]] = defaultdict(list)
+    for tenant, line, category, gpus, aid, ps, pe in _rows(
+            effective_lines(ev), "tenant", "line_id", "category", "gpus", "allocation_id", "ps", "pe"):
+        out.setdefault((tenant, line), {})
+        gpus, ps, pe = _int(gpus), _int(ps), _int(pe)
+        if _is_gpu_line(category, gpus, aid, ps, pe):
+            per_allocation[(tenant, aid)].append((line, gpus, ps, pe))
+    for (tenant, aid), lines in per_allocation.items():
+        alloc = allocation_of(fleet, tenant, aid)
+        for line, cells in classify_lines(alloc, timeline(alloc), lines):
+            target = out[(tenant, line)]
+            for key, us in cells.items():
+                target[key] = target.get(key, 0) + us
+    return out
+
+
+def classify_lines(alloc: Allocation, stretches: list[tuple[int, int, str]],
+                   lines: Sequence[tuple[str, int, int, int]]) -> Iterator[tuple[str, dict[str, int]]]:
+    """Each line of one allocation, in ledger order, cut into categories."""
+    billed_before: list[tuple[int, int]] = []
+    starts = [s for s, _, _ in stretches]
+    g_a = alloc.grant.gpus if alloc.grant else 0
+    for line, g_b, ps, pe in lines:
+        cells: dict[str, int] = defaultdict(int)
+        g = min(g_b, g_a)
+        inside = (max(ps, alloc.held[0]), min(pe, alloc.held[1]))
+        inside_us = max(0, inside[1] - inside[0])
+        cells["unallocated"] = (g_b - g) * (pe - ps) + g * (pe - ps - inside_us)
+        if inside_us:
+            again = _overlap(billed_before, inside)
+            cells["double_billed"] = g * sum(e - s for s, e in again)
+            for start, end in _subtract(inside, again):
+                for key, us in _cut(stretches, starts, start, end):
+                    cells[key] += g * us
+        billed_before = _union(billed_before, (ps, pe))
+        yield line, {k: v for k, v in cells.items() if v}
+
+
+def _overlap(spans: list[tuple[int, int]], window: tuple[int, int]) -> list[tuple[int, int]]:
+    return [(max(s, window[0]), min(e, window[1])) for s, e in spans if max(s, window[0]) < min(e, window[1])]
+
+
+def _subtract(window: tuple[int, int], spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out, cursor = [], window[0]
+    for s, e in spans:  # sorted, disjoint, inside window
+        if cursor < s:
+            out.append((cursor, s))
+        cursor = max(cursor, e)
+    if cursor < window[1]:
+        out.append((cursor, window[1]))
+    return out
+
+
+def _union(spans: list[tuple[int, int]], new: tuple[int, int]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    start, end = new
+    for s, e in spans:
+        if e < start or s > end:
+            out.append((s, e))
+        else:
+            start, end = min(s, start), max(e, end)
+    out.append((start, end))
+    return sorted(out)
+
+
+def _cut(stretches: list[tuple[int, int, str]], starts: list[int], lo: int, hi: int) -> Iterator[tuple[str, int]]:
+    index = max(0, bisect_right(starts, lo) - 1)
+    while index < len(stretches) and stretches[index][0] < hi:
+        s, e, key = stretches[index]
+        if max(s, lo) < min(e, hi):
+            yield key, min(e, hi) - max(s, lo)
+        index += 1
