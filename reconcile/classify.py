@@ -23,7 +23,7 @@ CREATE TABLE lines AS
 WITH all_lines AS (
     SELECT seq, tenant, invoice_id, line_id, allocation_id AS aid, ps, pe, gpus AS g_b,
            amount, currency, category, corrects
-    FROM ev WHERE type = 'billing.line')
+    FROM ev_rest WHERE type = 'billing.line')
 SELECT l.* FROM all_lines l
 WHERE NOT EXISTS (SELECT 1 FROM all_lines c WHERE c.tenant = l.tenant AND c.corrects = l.line_id AND c.seq <> l.seq);
 

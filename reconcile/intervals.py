@@ -57,25 +57,25 @@ SELECT tenant, t, seq,
        coalesce(warmup_allowance_s, 600) * {SECOND} AS warmup_us,
        coalesce(stall_threshold_s, 300) * {SECOND} AS stall_us,
        coalesce(reclaim_notice_s, 0) * {SECOND} AS notice_us
-FROM ev WHERE type = 'policy.terms'
+FROM ev_rest WHERE type = 'policy.terms'
 QUALIFY row_number() OVER (PARTITION BY tenant, t ORDER BY seq DESC) = 1;
 
 CREATE TABLE allocs AS
 WITH grants AS (
     SELECT tenant, allocation_id AS aid, t AS granted, gpus AS g_a, node, devices, fabric_domain,
            placement_class, profile
-    FROM ev WHERE type = 'allocation.granted'
+    FROM ev_rest WHERE type = 'allocation.granted'
     QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1)
 SELECT g.*, coalesce(min(r.t), {INF}) AS released
-FROM grants g LEFT JOIN ev r
+FROM grants g LEFT JOIN ev_rest r
   ON r.type = 'allocation.released' AND r.tenant = g.tenant AND r.allocation_id = g.aid AND r.t >= g.granted
 GROUP BY ALL;
 
 CREATE TABLE attempts AS
 WITH starts AS (
-    SELECT tenant, job_id AS job, allocation_id AS aid, t AS s, seq AS sseq FROM ev WHERE type = 'job.started'),
+    SELECT tenant, job_id AS job, allocation_id AS aid, t AS s, seq AS sseq FROM ev_rest WHERE type = 'job.started'),
 ends AS (
-    SELECT tenant, job_id AS job, t, seq, type AS kind, cause FROM ev
+    SELECT tenant, job_id AS job, t, seq, type AS kind, cause FROM ev_rest
     WHERE type IN ('job.completed', 'job.failed', 'job.cancelled'))
 SELECT st.*, coalesce(en.t, {INF}) AS e, en.seq AS eseq, en.kind, en.cause,
        row_number() OVER (PARTITION BY st.tenant, st.aid ORDER BY st.s, st.sseq) = 1 AS first_on_alloc
@@ -83,25 +83,14 @@ FROM starts st LEFT JOIN ends en
   ON en.tenant = st.tenant AND en.job = st.job AND (en.t > st.s OR (en.t = st.s AND en.seq > st.sseq))
 QUALIFY row_number() OVER (PARTITION BY st.sseq ORDER BY en.t NULLS LAST, en.seq) = 1;
 
-CREATE TABLE marks AS
-SELECT a.sseq AS att, p.t, p.seq, p.step, p.units, false AS completed
-FROM (SELECT tenant, job_id AS job, t, seq, step, units FROM ev WHERE type = 'job.progress') p
-ASOF JOIN attempts a ON p.tenant = a.tenant AND p.job = a.job AND p.t >= a.s
-WHERE p.t <= a.e
-UNION ALL
-SELECT sseq, e, eseq, NULL, NULL, true FROM attempts WHERE kind = 'job.completed';
-
-CREATE TABLE first_progress AS
-SELECT att, min(t) AS t FROM marks WHERE NOT completed GROUP BY att;
-
 CREATE TABLE acceptance AS
 SELECT tenant, job_id AS job,
        CASE WHEN bool_or(type = 'work.accepted') THEN 'accepted' ELSE 'rejected' END AS state
-FROM ev WHERE type IN ('work.accepted', 'work.rejected') GROUP BY ALL;
+FROM ev_rest WHERE type IN ('work.accepted', 'work.rejected') GROUP BY ALL;
 
 CREATE TABLE faults AS
 SELECT f.seq, f.node, f.device, f.fabric_domain, f.code, f.t AS open_t, coalesce(min(c.t), {INF}) AS close_t
-FROM ev f LEFT JOIN ev c
+FROM ev_rest f LEFT JOIN ev_rest c
   ON c.type = 'health.cleared' AND c.code = f.code
  AND c.node IS NOT DISTINCT FROM f.node AND c.device IS NOT DISTINCT FROM f.device
  AND c.fabric_domain IS NOT DISTINCT FROM f.fabric_domain
@@ -120,18 +109,62 @@ WHERE f.node IS NULL AND f.device IS NOT NULL AND list_contains(a.devices, f.dev
 """
 
 GAPS = f"""
-CREATE TABLE gaps AS
-WITH lagged AS (
-    SELECT att, t AS e, completed, step, units,
-           lag(t) OVER w AS s, lag(step) OVER w AS prev_step, lag(units) OVER w AS prev_units
-    FROM marks WINDOW w AS (PARTITION BY att ORDER BY t, seq))
+-- One pass over each job's events in (time, seq) order: its attempts' starts and ends and
+-- its progress. A progress belongs to the attempt whose start came last, when no end came
+-- after that start. Of the millions of gaps between consecutive marks only the few that
+-- may not be productive are kept (a step that did not rise, or longer than the tenant's
+-- smallest stall threshold), with each attempt's first progress and last mark.
+CREATE TABLE stall_floor AS
+SELECT tenant, least(min(stall_us), {DEFAULT_TERMS['stall_us']}) AS floor_us FROM terms GROUP BY tenant;
+
+CREATE TABLE mark_notes AS
+WITH stream AS (
+    SELECT tenant, job_id AS job, t, seq, 1 AS kind, step, units FROM progress
+    UNION ALL SELECT tenant, job, s, sseq, 0, NULL, NULL FROM attempts
+    UNION ALL SELECT DISTINCT tenant, job, e, eseq, CASE WHEN kind = 'job.completed' THEN 2 ELSE 3 END, NULL, NULL
+              FROM attempts WHERE eseq IS NOT NULL),
+ordered AS (
+    SELECT tenant, job, t, seq, kind, step, units,
+           last_value(CASE WHEN kind = 0 THEN seq END IGNORE NULLS) OVER w AS att,
+           last_value(CASE WHEN kind <> 1 THEN kind END IGNORE NULLS) OVER w AS boundary,
+           lag(t) OVER w AS prev_t, lag(kind) OVER w AS prev_kind,
+           lag(step) OVER w AS prev_step, lag(units) OVER w AS prev_units, lead(kind) OVER w AS next_kind
+    FROM stream WINDOW w AS (PARTITION BY tenant, job ORDER BY t, seq)),
+marks AS (
+    SELECT o.*, (kind = 2 OR step > prev_step OR (step = prev_step AND units > prev_units)) AS rose
+    FROM ordered o WHERE (kind = 1 AND boundary = 0) OR kind = 2)
+SELECT m.att, m.tenant, m.job, m.prev_t AS s, m.t AS e, coalesce(m.rose, false) AS rose,
+       m.prev_kind = 1 AS is_gap, m.kind = 1 AND m.prev_kind = 0 AS is_first,
+       m.kind = 2 OR coalesce(m.next_kind, 0) <> 1 AS is_last
+FROM marks m LEFT JOIN stall_floor f ON f.tenant = m.tenant
+WHERE (m.kind = 1 AND m.prev_kind = 0)
+   OR (m.kind = 2 OR coalesce(m.next_kind, 0) <> 1)
+   OR (m.prev_kind = 1 AND (NOT coalesce(m.rose, false) OR m.t - m.prev_t > coalesce(f.floor_us, {DEFAULT_TERMS['stall_us']})));
+
+CREATE TABLE first_progress AS SELECT att, min(e) AS t FROM mark_notes WHERE is_first GROUP BY att;
+
+-- The gaps that are not productive: no rise, or longer than the threshold in force at their start.
+CREATE TABLE odd_gaps AS
 SELECT g.att, g.s, g.e, a.tenant, a.aid, a.job,
-       (g.completed OR g.step > g.prev_step OR (g.step = g.prev_step AND g.units > g.prev_units)) AS rose,
-       coalesce(tm.stall_us, {DEFAULT_TERMS['stall_us']}) AS stall_us
-FROM lagged g JOIN attempts a ON a.sseq = g.att
+       g.e - g.s > coalesce(tm.stall_us, {DEFAULT_TERMS['stall_us']}) AS long
+FROM mark_notes g JOIN attempts a ON a.sseq = g.att
 ASOF LEFT JOIN terms tm ON tm.tenant = a.tenant AND g.s >= tm.t
-WHERE g.s IS NOT NULL;
+WHERE g.is_gap AND (NOT g.rose OR g.e - g.s > coalesce(tm.stall_us, {DEFAULT_TERMS['stall_us']}));
+
+-- Productive runs: from an attempt's first progress to its last mark, less the odd gaps.
+CREATE TABLE productive_runs AS
+WITH span AS (
+    SELECT att, min(e) FILTER (WHERE is_first) AS first_t, max(e) FILTER (WHERE is_last) AS last_t
+    FROM mark_notes GROUP BY att),
+cuts AS (
+    SELECT att, s, e FROM odd_gaps
+    UNION ALL SELECT att, last_t, last_t FROM span WHERE last_t IS NOT NULL),
+runs AS (
+    SELECT c.att, coalesce(lag(c.e) OVER (PARTITION BY c.att ORDER BY c.s, c.e), sp.first_t) AS s, c.s AS e
+    FROM cuts c JOIN span sp ON sp.att = c.att)
+SELECT r.att, a.tenant, a.aid, a.job, r.s, r.e FROM runs r JOIN attempts a ON a.sseq = r.att WHERE r.e > r.s;
 """
+
 
 SPANS = f"""
 CREATE TABLE spans (tenant VARCHAR, aid VARCHAR, s BIGINT, e BIGINT, label INTEGER);
@@ -139,10 +172,10 @@ CREATE TABLE spans (tenant VARCHAR, aid VARCHAR, s BIGINT, e BIGINT, label INTEG
 -- 2 reclaimed: from the earliest t_r + reclaim_notice_s on
 INSERT INTO spans
 WITH targets AS (
-    SELECT d.tenant, d.allocation_id AS aid, d.t FROM ev d
+    SELECT d.tenant, d.allocation_id AS aid, d.t FROM ev_rest d
     WHERE d.type = 'policy.decision' AND d.decision IN ('preempted', 'reclaimed', 'evicted') AND d.allocation_id IS NOT NULL
     UNION ALL
-    SELECT d.tenant, j.aid, d.t FROM ev d JOIN (SELECT DISTINCT tenant, job, aid FROM attempts) j
+    SELECT d.tenant, j.aid, d.t FROM ev_rest d JOIN (SELECT DISTINCT tenant, job, aid FROM attempts) j
       ON j.tenant = d.tenant AND j.job = d.job_id
     WHERE d.type = 'policy.decision' AND d.decision IN ('preempted', 'reclaimed', 'evicted'))
 SELECT x.tenant, x.aid, min(x.t + coalesce(tm.notice_us, 0)), {INF}, 1
@@ -153,7 +186,7 @@ GROUP BY x.tenant, x.aid;
 INSERT INTO spans
 WITH ckpt AS (
     SELECT cs.tenant, cs.job_id AS job, cs.t AS s, min(sv.t) AS e
-    FROM ev cs JOIN ev sv
+    FROM ev_rest cs JOIN ev_rest sv
       ON sv.type = 'checkpoint.saved' AND sv.tenant = cs.tenant AND sv.job_id = cs.job_id
      AND sv.checkpoint_id = cs.checkpoint_id AND sv.t >= cs.t
     WHERE cs.type = 'checkpoint.started'
@@ -163,7 +196,7 @@ FROM ckpt c JOIN attempts a ON a.tenant = c.tenant AND a.job = c.job AND c.s < a
 
 -- 4, 5 restart_lost and restart_recovery, by cause
 CREATE TABLE failures AS
-WITH saves AS (SELECT tenant, job_id AS job, t FROM ev WHERE type = 'checkpoint.saved')
+WITH saves AS (SELECT tenant, job_id AS job, t FROM ev_rest WHERE type = 'checkpoint.saved')
 SELECT a.sseq AS att, a.tenant, a.aid, a.job, a.e AS tf, greatest(a.s, coalesce(sv.t, a.s)) AS lost_from,
        (a.cause IN ('hardware', 'fabric') OR EXISTS (
             SELECT 1 FROM touch x WHERE x.tenant = a.tenant AND x.aid = a.aid
@@ -183,15 +216,14 @@ QUALIFY row_number() OVER (PARTITION BY f.att ORDER BY n.s, n.sseq) = 1;
 
 -- 6 productive: short gaps that end in a rise, by the job's acceptance
 INSERT INTO spans
-SELECT g.tenant, g.aid, g.s, g.e,
+SELECT r.tenant, r.aid, r.s, r.e,
        CASE coalesce(ac.state, 'pending') WHEN 'accepted' THEN 7 WHEN 'rejected' THEN 8 ELSE 9 END
-FROM gaps g LEFT JOIN acceptance ac ON ac.tenant = g.tenant AND ac.job = g.job
-WHERE g.e - g.s <= g.stall_us AND g.rose;
+FROM productive_runs r LEFT JOIN acceptance ac ON ac.tenant = r.tenant AND ac.job = r.job;
 
 -- 7 stalled_fault: long gaps with a critical fault touching the allocation open in them
 INSERT INTO spans
-SELECT g.tenant, g.aid, g.s, g.e, 10 FROM gaps g
-WHERE g.e - g.s > g.stall_us AND EXISTS (
+SELECT g.tenant, g.aid, g.s, g.e, 10 FROM odd_gaps g
+WHERE g.long AND EXISTS (
     SELECT 1 FROM touch x WHERE x.tenant = g.tenant AND x.aid = g.aid AND x.open_t < g.e AND x.close_t > g.s);
 
 -- 8 startup: from grant (first attempt) or start, to the first progress, within the allowance

@@ -4,9 +4,11 @@ A line's amount is read as an integer A at the data's largest decimal scale s. A
 (line, label) is worth A × cell GPU-µs ÷ line GPU-µs units of 10^-s: in minor units
 (cents) that is x ÷ d with x = A × cell × 10^m and d = line × 10^s, kept as an exact
 floor q and remainder r. Nothing is rounded until an invoice is reported: its exact total
-is rounded half-even to the minor unit, and the cents that the floors leave over go to
-the cells with the largest remainders (ties: line seq, then label), so the cells always
-add up to the invoice total to the cent.
+is rounded half-even to the minor unit; each line is rounded half-even, and should the
+lines then miss the invoice's total, the cents go to (or come from) the lines with the
+largest rounding remainders. Within a line, the cents that the cells' floors leave over go
+to the cells with the largest remainders (ties: RULES.md's category order). So cells add
+up to their line, and lines to the invoice total, to the cent.
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ MINOR_UNITS = {
     "UYI": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0, "CLF": 4, "UYW": 4,
 }
 _HUGEINT_BITS = 126  # headroom below DuckDB's signed 128-bit HUGEINT
+
+
+#: Ties in the rounding go in RULES.md's category order: unallocated, double_billed, the
+#: span labels by priority, idle_reserved, idle_unexplained, money_only.
+_CATEGORY_RANK = ("CASE f.label WHEN 21 THEN 0 WHEN 20 THEN 1 WHEN 0 THEN 12 WHEN 12 THEN 13 WHEN 22 THEN 14 "
+                  "ELSE 1 + f.label END")
 
 
 class MoneyOverflow(ValueError):
@@ -53,7 +61,7 @@ def _check_range(con: duckdb.DuckDBPyConnection, scale: int) -> None:
 
 
 def allocate(con: duckdb.DuckDBPyConnection) -> None:
-    """Make `money`: each cell with its cents, adding up to each invoice's rounded total."""
+    """Make `money`: each cell with its cents, adding up to its line's amount, the lines to the invoice's total."""
     scale = _scale(con)
     _check_range(con, scale)
     minor = "CASE l.currency " + " ".join(f"WHEN '{c}' THEN {m}" for c, m in MINOR_UNITS.items()) + " ELSE 2 END"
@@ -74,18 +82,43 @@ SELECT seq, label, gpu_us, invoice_id, currency, minor, a_int, (x - r) // d AS q
     totals = _invoice_totals(con, scale)
     con.execute("CREATE TABLE invoice_cents (invoice_id VARCHAR, currency VARCHAR, cents HUGEINT)")
     con.executemany("INSERT INTO invoice_cents VALUES (?, ?, ?)", totals)
-    con.execute("""
+    con.execute(f"""
+CREATE TABLE line_cents AS
+WITH exact_line AS (
+    SELECT l.seq, l.invoice_id, l.currency, {minor} AS minor,
+           {_amount_int(scale, "l.amount")} AS a_int
+    FROM lines l WHERE l.seq IN (SELECT seq FROM cells)),
+xd AS (SELECT *, a_int * CAST(pow(10, minor) AS HUGEINT) AS x, CAST({10 ** scale} AS HUGEINT) AS d FROM exact_line),
+rem AS (SELECT *, ((x % d) + d) % d AS r FROM xd),
+halfeven AS (
+    SELECT seq, invoice_id, currency, (x - r) // d AS q, r, d,
+           (2 * r > d OR (2 * r = d AND ((x - r) // d) % 2 <> 0)) AS up
+    FROM rem)
+SELECT *, q + CASE WHEN up THEN 1 ELSE 0 END AS rounded FROM halfeven;
+
+CREATE TABLE line_total AS
+WITH gap AS (
+    SELECT i.invoice_id, i.currency, i.cents - sum(lc.rounded) AS k
+    FROM invoice_cents i JOIN line_cents lc ON lc.invoice_id = i.invoice_id AND lc.currency IS NOT DISTINCT FROM i.currency
+    GROUP BY i.invoice_id, i.currency, i.cents),
+ranked AS (
+    SELECT lc.*, g.k,
+           row_number() OVER (PARTITION BY lc.invoice_id, lc.currency, lc.up
+                              ORDER BY CASE WHEN lc.up THEN CAST(lc.r AS DOUBLE) / CAST(lc.d AS DOUBLE)
+                                            ELSE -CAST(lc.r AS DOUBLE) / CAST(lc.d AS DOUBLE) END, lc.seq) AS rank
+    FROM line_cents lc JOIN gap g ON g.invoice_id = lc.invoice_id AND g.currency IS NOT DISTINCT FROM lc.currency)
+SELECT seq, rounded + CASE WHEN k > 0 AND NOT up AND rank <= k THEN 1
+                           WHEN k < 0 AND up AND rank <= -k THEN -1 ELSE 0 END AS cents
+FROM ranked;
+
 CREATE TABLE money AS
 WITH ranked AS (
-    SELECT f.*, row_number() OVER (PARTITION BY f.invoice_id, f.currency
-                                   ORDER BY CAST(f.r AS DOUBLE) / CAST(f.d AS DOUBLE) DESC, f.seq, f.label) AS rank
+    SELECT f.*, row_number() OVER (PARTITION BY f.seq
+                                   ORDER BY CAST(f.r AS DOUBLE) / CAST(f.d AS DOUBLE) DESC, {_CATEGORY_RANK}) AS rank
     FROM floored f),
-extra AS (
-    SELECT i.invoice_id, i.currency, i.cents - sum(f.q) AS k
-    FROM invoice_cents i JOIN floored f ON f.invoice_id = i.invoice_id AND f.currency IS NOT DISTINCT FROM i.currency
-    GROUP BY i.invoice_id, i.currency, i.cents)
+extra AS (SELECT f.seq, t.cents - sum(f.q) AS k FROM floored f JOIN line_total t ON t.seq = f.seq GROUP BY f.seq, t.cents)
 SELECT r.seq, r.label, r.gpu_us, r.minor, r.q + CASE WHEN r.rank <= e.k THEN 1 ELSE 0 END AS cents
-FROM ranked r JOIN extra e ON e.invoice_id = r.invoice_id AND e.currency IS NOT DISTINCT FROM r.currency;
+FROM ranked r JOIN extra e ON e.seq = r.seq;
 """)
 
 

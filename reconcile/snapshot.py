@@ -51,37 +51,67 @@ def _projection(source: str) -> str:
     columns = []
     for name in _DATA_FIELDS:
         value = f"j.data.{name}"
-        columns.append(f"{_us(value) if name in _TIME_FIELDS else value} AS {_RENAMED.get(name, name)}")
+        columns.append(f'{_us(value) if name in _TIME_FIELDS else value} AS "{_RENAMED.get(name, name)}"')
     return (f"SELECT seq, type, tenant, {_us('j.time')} AS t, {', '.join(columns)} "
             f"FROM (SELECT seq, type, tenant, json_transform(event, '{_structure()}') AS j FROM {source})")
 
 
-def open_engine(threads: int | None = None) -> duckdb.DuckDBPyConnection:
-    """A private in-memory DuckDB with the empty `ev` table."""
+_PROGRESS = '{"time":"VARCHAR","data":{"job_id":"VARCHAR","step":"BIGINT","units":"BIGINT"}}'
+
+
+def _progress_projection(source: str) -> str:
+    """Progress events are most of a ledger: they get a narrow table of their own."""
+    return (f"SELECT seq, tenant, {_us('j.time')} AS t, j.data.job_id AS job_id, j.data.step AS step, "
+            f"j.data.units AS units FROM (SELECT seq, tenant, json_transform(event, '{_PROGRESS}') AS j "
+            f"FROM {source} WHERE type = 'job.progress')")
+
+
+def open_engine(threads: int | None = None, memory_limit: str | None = None,
+                temp_directory: Path | None = None) -> duckdb.DuckDBPyConnection:
+    """A private in-memory DuckDB with the empty tables `progress` (job.progress events)
+    and `ev_rest` (all others), and the view `ev` of both with every typed column."""
     con = duckdb.connect(":memory:")
     con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET preserve_insertion_order = false")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    con.execute(f"CREATE TABLE ev AS {_projection('(SELECT 0::BIGINT AS seq, NULL::VARCHAR AS type, NULL::VARCHAR AS tenant, NULL::VARCHAR AS event) WHERE false')}")
+    if memory_limit:
+        con.execute(f"SET memory_limit = '{memory_limit}'")
+    if temp_directory is not None:
+        con.execute(f"SET temp_directory = '{_quoted(temp_directory)}'")
+    empty = "(SELECT 0::BIGINT AS seq, NULL::VARCHAR AS type, NULL::VARCHAR AS tenant, NULL::VARCHAR AS event WHERE false)"
+    con.execute(f"CREATE TABLE ev_rest AS {_projection(empty)}")
+    con.execute(f"CREATE TABLE progress AS {_progress_projection(empty)}")
+    others = ", ".join(f'NULL::{_DATA_FIELDS[f]} AS "{_RENAMED.get(f, f)}"' for f in _DATA_FIELDS
+                       if f not in ("job_id", "step", "units"))
+    columns = ", ".join(f'"{c}"' for c in EV_COLUMNS)
+    con.execute(f"CREATE VIEW ev AS SELECT {columns} FROM ev_rest UNION ALL "
+                f"SELECT {columns} FROM (SELECT seq, 'job.progress' AS type, tenant, t, job_id, step, units, "
+                f"{others} FROM progress)")
     return con
 
 
+def _load(con: duckdb.DuckDBPyConnection, source: str) -> None:
+    con.execute(f"INSERT INTO progress {_progress_projection(source)}")
+    con.execute(f"INSERT INTO ev_rest {_projection(f'(SELECT * FROM {source} WHERE type <> {chr(39)}job.progress{chr(39)})')}")
+
+
 def load_pages(con: duckdb.DuckDBPyConnection, pages: Iterable[pa.Table]) -> int:
-    """Project each Arrow page (columns seq, type, tenant, event) into `ev`."""
+    """Project each Arrow page (columns seq, type, tenant, event) into the engine's tables."""
     count = 0
     for page in pages:
         con.register("ev_page", page)
-        con.execute(f"INSERT INTO ev {_projection('ev_page')}")
+        _load(con, "ev_page")
         con.unregister("ev_page")
         count += page.num_rows
     return count
 
 
 def load_parquet(con: duckdb.DuckDBPyConnection, path: Path) -> int:
-    """Project an exported entries file (`gpuledger export --format parquet`) into `ev`."""
+    """Project an exported entries file (`gpuledger export --format parquet`)."""
     source = f"(SELECT seq, type, tenant, event FROM read_parquet('{_quoted(path)}'))"
     before = _count(con)
-    con.execute(f"INSERT INTO ev {_projection(source)}")
+    _load(con, source)
     return _count(con) - before
 
 
@@ -120,7 +150,7 @@ def page_of(columns: list[tuple[Any, ...]]) -> pa.Table:
 
 
 def _count(con: duckdb.DuckDBPyConnection) -> int:
-    row = con.execute("SELECT count(*) FROM ev").fetchone()
+    row = con.execute("SELECT (SELECT count(*) FROM ev_rest) + (SELECT count(*) FROM progress)").fetchone()
     return int(row[0]) if row else 0
 
 
