@@ -115,9 +115,11 @@ class _Span:
 
 
 class _Malformed(ValueError):
-    def __init__(self, line: int, message: str) -> None:
+    """The JSON cannot be cut into objects from `start` on (the piece is kept as read)."""
+
+    def __init__(self, line: int, message: str, start: int) -> None:
         super().__init__(message)
-        self.line = line
+        self.line, self.start = line, start
 
 
 class _FixedLine:
@@ -136,11 +138,23 @@ def _json_objects(name: str, data: bytes, start: int) -> Iterator[K8sObject | Re
             try:
                 body = orjson.loads(raw)
             except orjson.JSONDecodeError as exc:
-                yield Rejected(origin, "(object)", f"not valid JSON: {exc}", raw)
+                yield _json_rejection(exc, raw, origin)
                 continue
             yield _checked(body, origin, raw, _FixedLine(span.line))
     except _Malformed as exc:
-        yield Rejected(Origin(name, exc.line), "(file)", str(exc), b"")
+        yield Rejected(Origin(name, exc.line, exc.start), "(file)", str(exc), data[exc.start:])
+
+
+def _json_rejection(exc: orjson.JSONDecodeError, raw: bytes, origin: Origin) -> Rejected:
+    """Where in the file the element's JSON broke, and why, without orjson's relative position."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        line = origin.line + raw.count(b"\n", 0, bad.start)
+        return Rejected(Origin(origin.file, line, origin.offset), "(object)",
+                        f"not valid UTF-8 at byte {origin.offset + bad.start}", raw)
+    line = origin.line + max(exc.lineno - 1, 0)
+    return Rejected(Origin(origin.file, line, origin.offset), "(object)", f"not valid JSON: {exc.msg}", raw)
 
 
 def _json_spans(data: bytes, i: int) -> Iterator[_Span]:
@@ -154,7 +168,7 @@ def _json_spans(data: bytes, i: int) -> Iterator[_Span]:
         if i >= len(data):
             return
         if data[i:i + 1] not in (b"{", b"["):
-            raise _Malformed(line, "expected a JSON object or array")
+            raise _Malformed(line, "expected a JSON object or array", i)
         scan = _ValueScan(data, i, line)
         yield from scan.spans()
         i, line = scan.i, scan.line
@@ -175,7 +189,7 @@ class _ValueScan:
         while True:
             match = _OUTSIDE.search(self.data, self.i)
             if match is None:
-                raise _Malformed(self.line, "the JSON document is not closed")
+                raise self._broken("the file ends inside this JSON object")
             token, at, self.i = match.group(), match.start(), match.end()
             if token == b"\n":
                 self.line += 1
@@ -197,7 +211,7 @@ class _ValueScan:
         while True:
             match = _INSIDE.search(self.data, self.i)
             if match is None:
-                raise _Malformed(self.line, "the JSON document is not closed (in a string)")
+                raise self._broken("the file ends inside a string of this JSON object")
             self.i = match.end()
             if match.group() == b"\n":
                 self.line += 1
@@ -216,9 +230,17 @@ class _ValueScan:
             self.collect = len(self.stack)
             self.seg_start, self.seg_line = self.i, self.line
 
+    def _broken(self, message: str) -> _Malformed:
+        """The element being read (in a list), else the whole value, is where it broke."""
+        if self.collect is not None and self.collect > 0 and len(self.stack) > self.collect:
+            raw = self.data[self.seg_start:]
+            lead = len(raw) - len(raw.lstrip())
+            return _Malformed(self.seg_line + raw[:lead].count(b"\n"), message, self.seg_start + lead)
+        return _Malformed(self.first_line, message, self.start)
+
     def _close(self, token: bytes) -> None:
         if not self.stack or _CLOSER[self.stack[-1]] != token:
-            raise _Malformed(self.line, f"unexpected {token.decode()!r}")
+            raise self._broken(f"unexpected {token.decode()!r} at line {self.line}")
         self.stack.pop()
 
     def _separator(self, at: int, closing: bool) -> Iterator[_Span]:
@@ -231,7 +253,7 @@ class _ValueScan:
             yield _Span(self.seg_start + lead, self.seg_start + len(raw.rstrip()),
                         self.seg_line + raw[:lead].count(b"\n"))
         elif not closing or self.found:
-            raise _Malformed(self.line, "empty element in a JSON array")
+            raise _Malformed(self.line, "empty element in a JSON array", at)
         if closing:
             self.collect = -1  # the list is done; nothing after it is an object of ours
         self.seg_start, self.seg_line = self.i, self.line
@@ -247,22 +269,28 @@ class _NodeLocator:
         self.node, self.first_line = node, first_line
 
     def line(self, path: FieldPath) -> int:
-        node = self.node
+        """The line of the field's key (of the item, in a list), as far as the path goes."""
+        node, line = self.node, self.node.start_mark.line
         for part in path:
-            child = _child(node, part)
-            if child is None:
+            found = _entry(node, part)
+            if found is None:
                 break
-            node = child
-        return self.first_line + node.start_mark.line
+            node, line = found[1], found[0].start_mark.line
+        return self.first_line + line
+
+
+def _entry(node: yaml.Node, part: str | int) -> tuple[yaml.Node, yaml.Node] | None:
+    """(key or item, value) for one step of a field path."""
+    if isinstance(node, yaml.MappingNode):
+        return next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part), None)
+    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+        return node.value[part], node.value[part]
+    return None
 
 
 def _child(node: yaml.Node, part: str | int) -> yaml.Node | None:
-    if isinstance(node, yaml.MappingNode):
-        return next((v for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part), None)
-    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
-        found: yaml.Node = node.value[part]
-        return found
-    return None
+    found = _entry(node, part)
+    return None if found is None else found[1]
 
 
 def _chunks(data: bytes, start: int) -> Iterator[tuple[bytes, int, int]]:
@@ -334,7 +362,7 @@ def _yaml_reason(exc: BaseException) -> str:
 
 def _checked(body: Any, origin: Origin, raw: bytes, locator: _Locator) -> K8sObject | Rejected:
     if not isinstance(body, dict):
-        found = "nothing" if body is None else type(body).__name__
+        found = "nothing" if body is None else _json_type(body)
         return Rejected(origin, "(object)", f"expected a Kubernetes object (a mapping), found {found}", raw)
     try:
         plain = _Plain().value(body, ())
@@ -354,7 +382,7 @@ class _Plain:
         if self.budget < 0:
             raise ObjectError((), f"more than {MAX_VALUES} values (YAML aliases expanded)")
         if len(path) > MAX_DEPTH:
-            raise ObjectError(path[:MAX_DEPTH], f"nested deeper than {MAX_DEPTH} levels")
+            raise ObjectError(path[:3], f"nested deeper than {MAX_DEPTH} levels")
         if value is None or isinstance(value, (bool, int, float, str)):
             return value
         if isinstance(value, datetime):  # an explicit !!timestamp tag
