@@ -2,7 +2,8 @@
 
 Mapping: ChargePeriodStart/End → the period; BilledCost → amount (exact Decimal text);
 BillingCurrency → currency; InvoiceId, else BillingPeriodStart → invoice_id;
-ChargeCategory / ChargeClass → category (ChargeClass Correction → correction); ResourceId
+ChargeCategory / ChargeClass → category (ChargeClass Correction → correction); the extension
+column `x_Corrects` (the `Id` of the line this row replaces) → corrects; ResourceId
 (or the column given as `allocation_field`) → allocation_id; tenant from SubAccountId,
 else BillingAccountId (or `tenant_field`). GPUs: the column `gpu_field` when given,
 else PricingQuantity ÷ the period's hours when PricingUnit is GPU-hours; any other row is
@@ -148,7 +149,7 @@ def _billing_data(row: dict[str, str | None], options: dict[str, Any]) -> dict[s
         "tenant": tenant, "invoice_id": row.get("InvoiceId") or _invoice_from_period(row),
         "allocation_id": allocation, "period_start": start, "period_end": end, "gpus": gpus,
         "amount": format_money(amount), "currency": row.get("BillingCurrency"), "category": _category(row),
-        "focus": row,
+        "corrects": row.get("x_Corrects"), "focus": row,
     }
     if gpus:
         price = _decimal(row, "ContractedUnitPrice") or _decimal(row, "ListUnitPrice")

@@ -92,3 +92,18 @@ def test_real_sample_ingests_completely_to_the_last_digit(tmp_path: Path) -> Non
     assert ingestor_for(REAL).name == "focus"
     result = CliRunner().invoke(main, ["ingest", "--db", f"sqlite:///{tmp_path / 'l.db'}", str(REAL)])
     assert result.exit_code == 0 and result.stdout.endswith("read 1000 · appended 1000 · duplicate 0 · quarantined 0\n")
+
+
+def test_x_corrects_names_the_line_a_correction_replaces(tmp_path: Path) -> None:
+    header = [*HEADER, "Id", "x_Corrects"]
+    original = [*ROWS[0], "L-1", "NULL"]
+    correction = list(ROWS[0])
+    correction[0], correction[6] = "20.00", "Correction"
+    path = tmp_path / "f.csv"
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows([original, [*correction, "L-1-fix", "L-1"]])
+    first, fix = lines(path)
+    assert "corrects" not in first
+    assert (fix["line_id"], fix["category"], fix["corrects"], fix["amount"]) == ("L-1-fix", "correction", "L-1", "20.00")
