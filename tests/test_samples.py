@@ -37,6 +37,14 @@ ROWS: list[tuple[str, str, list[str], dict[str, int]]] = [
     ("dcgm_stats.txt", "dcgm-stats", ["--node", "gpu-node-07"], {"health.fault": 7, "health.cleared": 3}),
     # Four scrapes; XID series: 0,0,79,79 (one fault), 13,13,0,13 (two), 0,31,31,43 (two), 0,0,0,0 (none).
     ("dcgm_metrics.prom", "dcgm-metrics", [], {"health.fault": 5}),
+    # Six v1beta1 Workloads: admitted (2, each a grant), stand-in QuotaReserved (1, a grant), Finished (a release),
+    # Evicted+Preempted+Requeued (3 decisions, a release), Pending (1), Evicted PodsReadyTimeout (1, a release).
+    ("kueue_workloads.json", "kueue", [], {"policy.decision": 8, "allocation.granted": 3, "allocation.released": 3}),
+    # Seven v1beta2 Workloads in four documents (the third a List of three); decisions 1+4+3+1+1+2, releases 0+1+1+1+1+1.
+    ("kueue_workloads.yaml", "kueue", ["--cluster", "eu-west"],
+     {"policy.decision": 12, "allocation.granted": 3, "allocation.released": 5}),
+    # 20 Events; Job Started, Job SuccessfulCreate, Pod Pulled, Normal NodeHasDiskPressure are skipped.
+    ("k8s_events.json", "k8s-events", [], {"policy.decision": 12, "health.fault": 3, "health.cleared": 1}),
 ]
 
 
