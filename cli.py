@@ -74,9 +74,10 @@ def init(db_url: str | None) -> None:
               help="Records a transaction; a batch is appended whole or not at all.")
 @click.option("--fields", default=None, help="sacct: the --format field list the file was made with (then no header is expected).")
 @click.option("--delimiter", default=None, help="sacct: the field delimiter (default '|').")
-@click.option("--cluster", default=None, help="sacct: the cluster name, part of every event's source.")
+@click.option("--cluster", default=None, help="sacct, kueue, k8s-events: the cluster name, part of every event's source.")
 @click.option("--tenant-field", default=None,
-              help="Source field to take the tenant from (sacct: Account, else User; focus: SubAccountId, else BillingAccountId).")
+              help="Source field to take the tenant from (sacct: Account, else User; focus: SubAccountId, else BillingAccountId; "
+                   "kueue, k8s-events: a metadata label, else the namespace).")
 @click.option("--gpu-field", default=None, help="focus: the column holding the GPU count (default: PricingQuantity when PricingUnit is GPU-hours).")
 @click.option("--allocation-field", default=None, help="focus: the column holding the allocation id (default: ResourceId).")
 @click.option("--node", default=None,
