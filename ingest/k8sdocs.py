@@ -262,6 +262,7 @@ class _ValueScan:
 # --- YAML ------------------------------------------------------------------------------
 
 _DOCUMENT_START = re.compile(rb"^---(?=[ \t\r\n]|$)", re.MULTILINE)
+_DIRECTIVES_ONLY = re.compile(rb"(?:[ \t]*(?:[%#][^\n]*)?\r?\n)*")
 
 
 class _NodeLocator:
@@ -294,12 +295,16 @@ def _child(node: yaml.Node, part: str | int) -> yaml.Node | None:
 
 
 def _chunks(data: bytes, start: int) -> Iterator[tuple[bytes, int, int]]:
-    """The stream cut before each `---` line: (bytes, first line, byte offset)."""
+    """The stream cut before each `---` line: (bytes, first line, byte offset). A piece of
+    only directives (`%YAML 1.1`), comments and blank lines stays with the next one."""
     cuts = [start] + [m.start() for m in _DOCUMENT_START.finditer(data, start) if m.start() > start] + [len(data)]
-    line = 1
-    for begin, end in zip(cuts, cuts[1:]):
+    line, begin = 1, start
+    for _, end in zip(cuts, cuts[1:]):
+        if end < len(data) and _DIRECTIVES_ONLY.fullmatch(data, begin, end):
+            continue
         yield data[begin:end], line, begin
         line += data.count(b"\n", begin, end)
+        begin = end
 
 
 def _yaml_objects(name: str, data: bytes, start: int) -> Iterator[K8sObject | Rejected]:

@@ -389,6 +389,14 @@ def test_yaml_aliases_and_unquoted_times(tmp_path: Path) -> None:
     assert event["time"] == T0
 
 
+def test_yaml_directives_comments_and_end_markers(tmp_path: Path) -> None:
+    document = yaml.safe_dump(workload(condition("Requeued", "True", "Reactivated")), sort_keys=False)
+    path = tmp_path / "wl.yaml"
+    path.write_text("%YAML 1.1\n# two snapshots\n---\n" + document + "...\n---\n" + document.replace(UID, "u2"))
+    found = records(path)
+    assert [(type(r).__name__, r.origin.line) for r in found] == [("Accepted", 4), ("Accepted", 4 + len(document.splitlines()) + 2)]
+
+
 def test_errors_name_the_yaml_line_of_the_field(tmp_path: Path) -> None:
     good = workload(condition("Requeued", "True", "Reactivated"))
     bad = workload(condition("Admitted", "True", "Admitted"), condition("Finished", "True", "Succeeded", at="2026-13-01T00:00:00Z"))
