@@ -162,13 +162,13 @@ def test_zero_length_line_is_money_only(tmp_path: Path) -> None:
 
 # --- double_billed ------------------------------------------------------------------------------
 
-def test_overlapping_lines_the_later_in_ledger_order_is_double_billed(tmp_path: Path) -> None:
+def test_overlapping_lines_the_later_in_ledger_order_is_double_billed(db_url: str) -> None:
     s = Scenario()
     s.grant("A1", gpus=8, at="10:00")
     s.release("A1", at="11:00")
     s.line("L1", "A1", "10:00", "10:40", gpus=8, amount="19.20")
     s.line("L2", "A1", "10:20", "11:00", gpus=8, amount="19.20")
-    doc = reconcile(tmp_path, s)
+    doc = run(db_url, s.events)  # on SQLite and PostgreSQL
     # L1: [10:00, 10:40) = 2400 s x 8 = 19200 idle_reserved.
     # L2: [10:20, 10:40) is L1's already: 1200 s x 8 = 9600 double_billed; [10:40, 11:00) = 9600 idle.
     assert cats(line(doc, "L1")) == {"idle_reserved": (19200, "19.20", C)}
