@@ -5,6 +5,7 @@ and turns the library's errors into one-line messages (exit 2 for bad input or u
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from decimal import Decimal
 from collections.abc import Callable, Sequence
@@ -22,7 +23,8 @@ import reconcile
 import reconcile.render as reconcile_render
 from ledger.checkpoint import DEFAULT_ORIGIN, sign_checkpoint
 from ledger.note import NoteError, read_signer, read_verifier, write_keypair
-from fixtures.sample import write_sample
+from fixtures.sim import Manifest, Rates, SimConfig, count_events, simulate
+from fixtures.sim.config import DEFAULT_START
 from schemas import Record
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -261,31 +263,132 @@ def _decimal_option(name: str, text: str | None) -> Decimal | None:
         raise InputError(f"{name}: not a decimal amount: {text!r}") from None
 
 
+def rate_options(fn: F) -> F:
+    """One `--<anomaly>-rate` option per field of fixtures.sim.Rates."""
+    for name in reversed(Rates.names()):
+        fn = click.option(f"--{name.replace('_', '-')}-rate", name, type=click.FloatRange(0, 1), default=None,
+                          help=Rates.help(name))(fn)
+    return fn
+
+
+def sim_options(fn: F) -> F:
+    for option in reversed([
+        click.option("--gpus", type=click.IntRange(1), default=64, show_default=True, help="GPUs in the fleet (8 a node)."),
+        click.option("--days", type=click.IntRange(1, 366), default=3, show_default=True, help="Days simulated."),
+        click.option("--tenants", type=click.IntRange(1, 99), default=4, show_default=True,
+                     help="Tenants: even ones on Kubernetes (Kueue), odd ones on Slurm."),
+        click.option("--seed", type=int, default=7, show_default=True, help="The same seed writes the same bytes."),
+        click.option("--scale", type=click.FloatRange(0.01, 100), default=1.0, show_default=True,
+                     help="Event density: progress and billing periods are divided by it."),
+        click.option("--start", default=DEFAULT_START, show_default=True, help="Start of the period (RFC 3339, whole second)."),
+    ]):
+        fn = option(fn)
+    return rate_options(fn)
+
+
+def _sim_config(gpus: int, days: int, tenants: int, seed: int, scale: float, start: str,
+                rates: dict[str, float | None]) -> SimConfig:
+    try:
+        chosen = Rates(**{k: v for k, v in rates.items() if v is not None})
+        return SimConfig(seed=seed, gpus=gpus, days=days, tenants=tenants, scale=scale, start=start, rates=chosen)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
+@main.command("simulate")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for the source files, the ground truth and manifest.json (files in it are overwritten).")
+@click.option("--dry-run", is_flag=True, help="Count what would be written, and write nothing.")
+@sim_options
+def simulate_command(out: Path, dry_run: bool, gpus: int, days: int, tenants: int, seed: int, scale: float,
+                     start: str, **rates: float | None) -> None:
+    """Simulate a fleet in the real source formats, with its ground truth (see manifest.json)."""
+    config = _sim_config(gpus, days, tenants, seed, scale, start, rates)
+    if dry_run:
+        for name, count in count_events(config).items():
+            click.echo(f"{name}: {count}")
+        return
+    manifest = simulate(config, out)
+    for entry in manifest.files:
+        options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in entry["options"].items())
+        click.echo(f"{out / entry['path']}  ({entry['format']}{' ' + options if options else ''})")
+    click.echo(f"truth: {', '.join(str(out / name) for name in manifest.truth.values())}")
+    click.echo(f"manifest: {out / 'manifest.json'} · " + " · ".join(
+        f"{k} {v}" for k, v in manifest.counts.items() if k in ("allocations", "progress_events", "billing_lines")))
+
+
 @main.command()
 @db_option
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("demo-out"),
-              show_default=True, help="Folder for the demo's store and outputs.")
-def demo(db_url: str | None, out: Path) -> None:
-    """Write a sample fleet's events, ingest them into a fresh store, and verify it."""
+              show_default=True, help="Folder for the demo's fleet, store, key and outputs.")
+@click.option("--seed", type=int, default=7, show_default=True, help="Seed of the simulated fleet.")
+def demo(db_url: str | None, out: Path, seed: int) -> None:
+    """Simulate a small fleet, ingest every file, sign a checkpoint with a fresh key, verify."""
+    config = SimConfig(seed=seed)
     out.mkdir(parents=True, exist_ok=True)
-    events = out / "events.jsonl"
-    count = write_sample(events)
+    manifest = _demo_simulate(config, out / "sim")
+    _say(f"[bold]gpuledger demo[/bold]: {config.gpus} GPUs, {config.tenants} tenants, {config.days} days "
+                 f"(seed {seed}); the ground truth is in {out / 'sim' / manifest.truth['lines']}")
+    _say(f"1 simulate: {manifest.counts['allocations']} allocations, {manifest.counts['progress_events']} "
+                 f"progress events, {manifest.counts['billing_lines']} billing lines in {len(manifest.files)} files")
+    store = _demo_store(out, db_url)
+    report = _demo_ingest(store, out / "sim", manifest)
+    _say(f"2 ingest: {_counts(report)}")
+    key = _demo_key(out)
+    signed = sign_checkpoint(store, read_signer(key))
+    (out / "checkpoint.txt").write_text(signed.note)
+    _say(f"3 checkpoint: tree size {signed.body.size}, signed with a fresh key: {out / 'checkpoint.txt'}")
+    result = ledger.verify_ledger(store, [read_verifier(Path(f"{key}.pub"))])
+    _say(f"4 verify: {'ok' if result.ok else 'FAILED ' + str(result.problem)}: "
+                 f"{result.entries} entries, {result.tenants} tenants; checked {', '.join(result.checked)}")
+    # Steps 5-7 go here: reconcile, the summary (billed, productive, disputed by category,
+    # biggest findings, missed promises), and reports, a dispute and a diagnostic packet under `out`.
+    _say(f"outputs: store {store.safe_url} · sources and truth {out / 'sim'} · verifier key {key}.pub")
+    if not result.ok or report.quarantined:
+        sys.exit(1)
+
+
+def _say(text: str) -> None:
+    stdout.print(text, soft_wrap=True)  # paths stay whole on one line
+
+
+def _demo_simulate(config: SimConfig, folder: Path) -> Manifest:
+    if (folder / "manifest.json").exists():  # a previous demo's fleet: ours to replace
+        shutil.rmtree(folder)
+    return simulate(config, folder)
+
+
+def _demo_store(out: Path, db_url: str | None) -> ledger.Store:
     if db_url is None:
-        store_file = out / "gpuledger.db"
         for leftover in out.glob("gpuledger.db*"):
             leftover.unlink()
-        db_url = f"sqlite:///{store_file}"
+        db_url = f"sqlite:///{out / 'gpuledger.db'}"
     store = ledger.Store(db_url)
     store.init()
-    report = _ingest_one(ledger.Appender(store), events, None, ledger.append.DEFAULT_BATCH_SIZE)
-    result = ledger.verify_ledger(store)
-    stdout.print(f"[bold]gpuledger demo[/bold]: {count} sample events written to {events}")
-    stdout.print(f"ingest: {_counts(report)}")
-    stdout.print(f"verify: {'ok' if result.ok else 'FAILED ' + str(result.problem)}: "
-                 f"{result.entries} entries, {result.tenants} tenants")
-    stdout.print(f"store: {store.safe_url}  (try: gpuledger export --db {store.safe_url} --tenant tenant-1)")
-    if not result.ok:
-        sys.exit(1)
+    return store
+
+
+def _demo_ingest(store: ledger.Store, folder: Path, manifest: Manifest) -> ledger.AppendReport:
+    """Every file of the manifest, in its order, each with its progress bar."""
+    appender = ledger.Appender(store)
+    total = ledger.AppendReport()
+    for entry in manifest.files:
+        report = _ingest_one(appender, folder / entry["path"], entry["format"], ledger.append.DEFAULT_BATCH_SIZE,
+                             entry["options"])
+        for name in ("read", "appended", "duplicates", "quarantined"):
+            setattr(total, name, getattr(total, name) + getattr(report, name))
+        total.problems.extend(report.problems)
+    for problem in total.problems[:10]:
+        click.echo(problem, err=True)
+    return total
+
+
+def _demo_key(out: Path) -> Path:
+    key = out / "demo-key"
+    for old in (key, Path(f"{key}.pub")):
+        old.unlink(missing_ok=True)  # a fresh key every run
+    write_keypair(key, "gpuledger-demo")
+    return key
 
 
 def _require_store(store: ledger.Store) -> None:

@@ -145,8 +145,17 @@ def test_json_array_batches_ingest_with_element_lines(tmp_path: Path, sqlite_url
     assert err.startswith(f"{path}:3: type: missing event type")
 
 
-def test_demo_ingests_and_verifies_a_sample(tmp_path: Path) -> None:
-    code, out, _ = run("demo", "--out", str(tmp_path / "demo"))
-    assert code == 0
-    assert "ingest: read 131 · appended 131 · duplicate 0 · quarantined 0" in out
-    assert "verify: ok: 131 entries, 2 tenants" in out
+def test_demo_simulates_ingests_signs_and_verifies(tmp_path: Path) -> None:
+    out_dir = tmp_path / "demo"
+    for _ in range(2):  # a second run replaces the fleet, the store and the key
+        code, out, _ = run("demo", "--out", str(out_dir))
+        assert code == 0, out
+        manifest = json.loads((out_dir / "sim" / "manifest.json").read_text())
+        ingest_line = next(line for line in out.splitlines() if line.startswith("2 ingest: "))
+        read, appended = (int(ingest_line.split(word)[1].split()[0]) for word in ("read ", "appended "))
+        assert read == appended and appended > manifest["counts"]["progress_events"]
+        assert ingest_line.endswith("duplicate 0 · quarantined 0")
+        assert f"4 verify: ok: {appended} entries, 4 tenants" in out
+        for name in ("checkpoint.txt", "demo-key.pub", "gpuledger.db", "sim/truth.jsonl"):
+            assert (out_dir / name).exists(), name
+        assert f"{out_dir / 'sim'}" in out and f"{out_dir / 'demo-key.pub'}" in out
