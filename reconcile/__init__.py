@@ -59,13 +59,13 @@ def run(con: duckdb.DuckDBPyConnection, invoice: str | None = None) -> Reconcili
 
 
 def reconcile_store(store: Store, tenant: str | None = None, invoice: str | None = None,
-                    threads: int | None = None) -> Reconciliation:
+                    threads: int | None = None, upto_seq: int | None = None) -> Reconciliation:
     """Reconcile the ledger in `store` (one consistent snapshot), optionally one tenant's
-    entries (with the fleet's) and one invoice's lines."""
+    entries (with the fleet's), one invoice's lines, and only entries up to `upto_seq`."""
     con = open_engine(threads)
     try:
         with store.reading() as conn:
-            load_pages(con, store_pages(conn, tenant))
+            load_pages(con, store_pages(conn, tenant, upto_seq=upto_seq))
         return run(con, invoice)
     finally:
         con.close()

@@ -115,15 +115,17 @@ def load_parquet(con: duckdb.DuckDBPyConnection, path: Path) -> int:
     return _count(con) - before
 
 
-def store_pages(conn: Connection, tenant: str | None = None, page_rows: int = PAGE_ROWS) -> Iterator[pa.Table]:
+def store_pages(conn: Connection, tenant: str | None = None, page_rows: int = PAGE_ROWS,
+                upto_seq: int | None = None) -> Iterator[pa.Table]:
     """The store's entries in seq order as Arrow pages; with `tenant`, that tenant's and
-    the fleet's only (the figures of a tenant rest on nothing else)."""
-    sql = "SELECT seq, type, tenant, event FROM entries"
-    params: tuple[Any, ...] = ()
+    the fleet's only (the figures of a tenant rest on nothing else); with `upto_seq`, only
+    entries up to that seq (a checkpoint's tree size)."""
+    placeholder = "?" if conn.dialect.name == "sqlite" else "%s"
+    sql = f"SELECT seq, type, tenant, event FROM entries WHERE seq <= {placeholder}"
+    params: tuple[Any, ...] = (upto_seq if upto_seq is not None else 2**62,)
     if tenant is not None:
-        placeholder = "?" if conn.dialect.name == "sqlite" else "%s"
-        sql += f" WHERE tenant = {placeholder} OR tenant IS NULL"
-        params = (tenant,)
+        sql += f" AND (tenant = {placeholder} OR tenant IS NULL)"
+        params += (tenant,)
     result = conn.execution_options(stream_results=True).exec_driver_sql(sql + " ORDER BY seq", params)
     while rows := result.fetchmany(page_rows):
         yield page_of(list(zip(*rows)))
