@@ -10,8 +10,9 @@ billing line (after corrections) is cut against that timeline, after `unallocate
 Times are integer microseconds since the epoch; +∞ is 2**62. "At or after" between two
 events means later in (time, seq) order (RULES.md: "events at the same instant are taken
 in ledger order"); a comparison with a bare moment (terms in force, the last save before
-a failure, a fault within 300 s of one, progress marks in [start, end]) is by time alone,
-as RULES.md words it.
+a failure, a fault within 300 s of one) is by time alone, as RULES.md words it. Progress
+marks "with time in [start, end]" are taken in (time, seq) order too: a progress at the
+start's instant but earlier in the ledger was made before the attempt started.
 
 Two points RULES.md leaves open, decided here and named in the module's tests: when one
 second falls in the restart intervals of two failures with different bearers, `provider`
@@ -343,10 +344,11 @@ def _recovered_at(fleet: Fleet, tenant: str, attempt: Attempt) -> int:
 
 
 def marks_of(fleet: Fleet, tenant: str, attempt: Attempt) -> list[Mark]:
-    """Progress with time in [start, end], and the job.completed that ends the attempt."""
+    """Progress in [start, end] (in (time, seq) order: a progress at the start's instant but
+    earlier in the ledger came before the start), and the job.completed that ends the attempt."""
     progress = fleet.progress.get((tenant, attempt.job), [])
-    times = [m.t for m in progress]
-    marks = progress[bisect_left(times, attempt.start[0]):bisect_right(times, attempt.end[0])]
+    keys = [(m.t, m.seq) for m in progress]
+    marks = progress[bisect_left(keys, attempt.start):bisect_right(keys, attempt.end)]
     if attempt.end_type == "job.completed":
         marks = sorted([*marks, Mark(attempt.end[0], attempt.end[1], None, None)], key=lambda m: (m.t, m.seq))
     return marks
