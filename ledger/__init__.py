@@ -4,13 +4,13 @@ It imports only `schemas`; ingestors hand it records, the reconciliation reads f
 """
 
 from ledger.append import AppendReport, Appender, BatchResult, append_stream
-from ledger.errors import LedgerError, StoreUnavailable
+from ledger.errors import LedgerError, StoreUnavailable, StoreWriteFailed
 from ledger.export import export_entries, quarantined
 from ledger.store import DEFAULT_URL, Store, default_url
 from ledger.verify import LedgerTampered, Problem, VerifyResult, require_intact, verify_ledger
 
 __all__ = [
     "DEFAULT_URL", "AppendReport", "Appender", "BatchResult", "LedgerError", "LedgerTampered",
-    "Problem", "Store", "StoreUnavailable", "VerifyResult", "append_stream", "default_url",
+    "Problem", "Store", "StoreUnavailable", "StoreWriteFailed", "VerifyResult", "append_stream", "default_url",
     "export_entries", "quarantined", "require_intact", "verify_ledger",
 ]

@@ -24,6 +24,7 @@ from sqlalchemy import Connection, func, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
+from ledger.errors import StoreWriteFailed
 from ledger.hashing import CHAIN_PREFIX, SALT_SIZE, ZERO_HASH, entry_leaf
 from ledger.merkle import Frontier
 from ledger.store import Store
@@ -357,7 +358,14 @@ def append_stream(
     """Append a stream of records batch by batch; memory stays at one batch."""
     report = AppendReport()
     for batch in batched(records, batch_size):
-        report.add(batch, appender.append(batch))
+        try:
+            result = appender.append(batch)
+        except StoreWriteFailed as exc:
+            start = batch[0].origin
+            raise StoreWriteFailed(exc.url, exc.reason, where=f"{start}: ", outcome=(
+                f"the batch from this line on was rolled back; the {report.appended} events this ingest appended "
+                "before it are stored: run it again to append the rest")) from exc
+        report.add(batch, result)
         if on_batch is not None:
             on_batch(batch, report)
     return report

@@ -16,9 +16,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError, InternalError, OperationalError
 
-from ledger.errors import StoreUnavailable
+from ledger.errors import StoreUnavailable, StoreWriteFailed
 from ledger.tables import APPEND_ONLY, metadata
 
 DEFAULT_URL = "sqlite:///gpuledger.db"
@@ -66,16 +66,27 @@ class Store:
             with active.begin_nested():
                 yield active
             return
-        with self._connect() as conn:
-            conn = conn.execution_options(gpuledger_write=True)
-            with conn.begin():
-                if self.dialect == "postgresql":
-                    conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _APPEND_LOCK_KEY})
-                self._local.conn = conn
-                try:
-                    yield conn
-                finally:
-                    self._local.conn = None
+        try:
+            with self._connect() as conn:
+                conn = conn.execution_options(gpuledger_write=True)
+                with conn.begin():
+                    if self.dialect == "postgresql":
+                        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _APPEND_LOCK_KEY})
+                    self._local.conn = conn
+                    try:
+                        yield conn
+                    finally:
+                        self._local.conn = None
+        except Exception as exc:
+            if not self._is_write_failure(exc):
+                raise
+            raise StoreWriteFailed(self.safe_url, _write_reason(exc)) from exc
+
+    def _is_write_failure(self, exc: Exception) -> bool:
+        """The store refused or failed a write (disk full, read-only, I/O error, lost
+        server), as SQLAlchemy reports it or as the driver raises it to the bulk path."""
+        dbapi = self.engine.dialect.loaded_dbapi
+        return isinstance(exc, (OperationalError, InternalError, dbapi.OperationalError, dbapi.InternalError))
 
     @contextmanager
     def reading(self) -> Iterator[Connection]:
@@ -151,6 +162,15 @@ def _trigger_ddl(dialect: str) -> list[str]:
         for table in APPEND_ONLY
     ]
     return [function, *rows, *truncate]
+
+
+def _write_reason(exc: BaseException) -> str:
+    """The driver's one-line reason, with SQLite's extended code where its text is vague
+    ("disk I/O error" is a full disk under a file-size limit, or a failing device)."""
+    orig = getattr(exc, "orig", None) or exc
+    name = getattr(orig, "sqlite_errorname", None)
+    reason = _first_line(exc)
+    return f"{reason} ({name})" if name and name not in ("SQLITE_ERROR", "SQLITE_FULL", "SQLITE_READONLY") else reason
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,0 +1,202 @@
+"""A store whose disk fills, or that turns read-only, under an ingest: the ingest stops
+with one line on stderr and exit 2 (no traceback), whole batches only are stored, the
+store verifies, and once space or write access is back a re-run ends with exactly the
+sources' events.
+
+Disk full is real where this runs as root (a size-limited tmpfs; on PostgreSQL a
+tablespace on one), and a file-size limit (RLIMIT_FSIZE: writes fail with EFBIG)
+everywhere. Read-only is a tmpfs remounted read-only (root), file modes (not root, as
+root writes through them), and on PostgreSQL a server that refuses write transactions.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from ledger import Store
+from tests.conftest import PG_SKIP_REASON, PG_URL
+from tests.reliability import (
+    assert_one_line_error,
+    assert_verifies,
+    canonical_lines,
+    cli,
+    entry_count,
+    mount_tmpfs,
+    remount,
+    source_file,
+    stored_events,
+    unmount,
+)
+
+BATCH = 250
+
+
+def _mount_unavailable() -> str | None:
+    """Why no test tmpfs can be mounted here, found by mounting one (None: it can)."""
+    if os.geteuid() != 0:
+        return "mounting a size-limited tmpfs needs root"
+    probe = Path(f"/tmp/gpuledger-mount-probe-{uuid.uuid4().hex[:8]}")
+    try:
+        reason = mount_tmpfs(probe, "64k")
+        unmount(probe)
+        return reason
+    finally:
+        probe.rmdir()
+
+
+MOUNT_UNAVAILABLE = _mount_unavailable()
+needs_mount = pytest.mark.skipif(MOUNT_UNAVAILABLE is not None, reason=str(MOUNT_UNAVAILABLE))
+
+
+@pytest.fixture
+def disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB file system of its own."""
+    path = tmp_path / "disk"
+    reason = mount_tmpfs(path, "1m")
+    assert reason is None, reason
+    try:
+        yield path
+    finally:
+        unmount(path)
+
+
+def file_size_limit(limit: int) -> Callable[[], None]:
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # then write() fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def resume_and_compare(url: str, *sources: Path) -> None:
+    """Run the ingest again with nothing in its way: exactly the sources' events."""
+    for source in sources:
+        done = cli("ingest", "--db", url, str(source))
+        assert done.returncode == 0, done.stderr
+    assert stored_events(url) == canonical_lines(*sources)
+    assert_verifies(url)
+
+
+def test_a_file_size_limit_stops_the_ingest_between_batches(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    first = source_file(tmp_path / "first.jsonl", 0, 400)
+    assert cli("ingest", "--db", url, str(first)).returncode == 0
+    second = source_file(tmp_path / "second.jsonl", 400, 8400)
+    limit = max(f.stat().st_size for f in tmp_path.glob("ledger.db*")) + 200_000
+    done = cli("ingest", "--db", url, "--batch-size", str(BATCH), str(second), preexec=file_size_limit(limit))
+    assert_one_line_error(done, "cannot write to", f"{second}:", "rolled back", "run it again")
+    count = assert_verifies(url)
+    assert 400 <= count < 8400 and (count - 400) % BATCH == 0, count  # whole batches only
+    resume_and_compare(url, first, second)
+
+
+@needs_mount
+def test_a_full_disk_stops_the_ingest_between_batches(tmp_path: Path, disk: Path) -> None:
+    url = f"sqlite:///{disk / 'ledger.db'}"
+    source = source_file(tmp_path / "events.jsonl", 0, 10_000)
+    done = cli("ingest", "--db", url, "--batch-size", str(BATCH), str(source))
+    assert_one_line_error(done, "cannot write to", "disk is full")
+    count = assert_verifies(url)  # on the full disk itself
+    assert count < 10_000 and count % BATCH == 0, count
+    remount(disk, "size=64m")
+    resume_and_compare(url, source)
+
+
+@needs_mount
+def test_a_store_remounted_read_only(tmp_path: Path, disk: Path) -> None:
+    url = f"sqlite:///{disk / 'ledger.db'}"
+    first = source_file(tmp_path / "first.jsonl", 0, 300)
+    second = source_file(tmp_path / "second.jsonl", 300, 600)
+    assert cli("ingest", "--db", url, str(first)).returncode == 0
+    remount(disk, "ro")
+    try:
+        assert_one_line_error(cli("ingest", "--db", url, str(second)), "--db: cannot ")
+    finally:
+        remount(disk, "rw")
+    assert assert_verifies(url) == 300
+    resume_and_compare(url, first, second)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through file modes (the remount test covers read-only as root)")
+def test_a_store_whose_files_are_read_only(tmp_path: Path) -> None:
+    folder = tmp_path / "store"
+    folder.mkdir()
+    url = f"sqlite:///{folder / 'ledger.db'}"
+    first = source_file(tmp_path / "first.jsonl", 0, 300)
+    second = source_file(tmp_path / "second.jsonl", 300, 600)
+    assert cli("ingest", "--db", url, str(first)).returncode == 0
+    files = [folder, *folder.iterdir()]
+    for path in files:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    try:
+        assert_one_line_error(cli("ingest", "--db", url, str(second)), "--db: cannot ")
+    finally:
+        for path in files:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    assert assert_verifies(url) == 300
+    resume_and_compare(url, first, second)
+
+
+def test_postgres_refusing_writes(tmp_path: Path, pg_url: str) -> None:
+    """A server in read-only mode (as a hot standby is): every write transaction refused."""
+    first = source_file(tmp_path / "first.jsonl", 0, 300)
+    second = source_file(tmp_path / "second.jsonl", 300, 600)
+    assert cli("ingest", "--db", pg_url, str(first)).returncode == 0
+    read_only = pg_url + "%20-cdefault_transaction_read_only%3Don"
+    assert_one_line_error(cli("ingest", "--db", read_only, str(second)), "read-only transaction")
+    assert entry_count(pg_url) == 300
+    resume_and_compare(pg_url, first, second)
+
+
+def _tablespace_unavailable() -> str | None:
+    if PG_SKIP_REASON:
+        return PG_SKIP_REASON
+    if MOUNT_UNAVAILABLE:
+        return MOUNT_UNAVAILABLE
+    if subprocess.run(["id", "postgres"], capture_output=True).returncode != 0:
+        return "no local postgres user to own a tablespace folder (the server is elsewhere)"
+    return None
+
+
+@pytest.fixture
+def small_tablespace() -> Iterator[tuple[str, Path]]:
+    """A schema whose tables live in a tablespace on a 3 MiB tmpfs (outside pytest's
+    private temporary folder, which the server may not enter)."""
+    folder = Path(f"/tmp/gpuledger-tablespace-{uuid.uuid4().hex[:8]}")
+    reason = mount_tmpfs(folder, "3m")
+    assert reason is None, reason
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    admin = Store(PG_URL)
+    try:
+        subprocess.run(["chown", "postgres:postgres", str(folder)], check=True)
+        with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text(f"CREATE TABLESPACE {name} LOCATION '{folder}'"))
+            conn.execute(text(f"CREATE SCHEMA {name}"))
+        yield f"{PG_URL}?options=-csearch_path%3D{name}%20-cdefault_tablespace%3D{name}", folder
+    finally:
+        with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text(f"DROP SCHEMA IF EXISTS {name} CASCADE"))
+            conn.execute(text(f"DROP TABLESPACE IF EXISTS {name}"))
+        admin.close()
+        unmount(folder)
+        folder.rmdir()
+
+
+@pytest.mark.skipif(_tablespace_unavailable() is not None, reason=str(_tablespace_unavailable()))
+def test_postgres_tablespace_full(tmp_path: Path, small_tablespace: tuple[str, Path]) -> None:
+    url, folder = small_tablespace
+    source = source_file(tmp_path / "events.jsonl", 0, 10_000)
+    done = cli("ingest", "--db", url, "--batch-size", str(BATCH), str(source))
+    assert_one_line_error(done, "cannot write to", "No space left on device")
+    count = assert_verifies(url)
+    assert count < 10_000 and count % BATCH == 0, count
+    remount(folder, "size=64m")
+    resume_and_compare(url, source)
