@@ -99,7 +99,7 @@ def test_kill_nine_at_random_points(tmp_path: Path, db_url: str) -> None:
     source = source_file(tmp_path / "events.jsonl", 0, EVENTS, bad_every=BAD_EVERY)
     records = file_records(source)
     rng = random.Random(SEED)
-    targets: list[int | None] = sorted(rng.sample(range(1, EVENTS), POINTS - POINTS // 4))
+    targets: list[int | None] = list(sorted(rng.sample(range(1, EVENTS), POINTS - POINTS // 4)))
     for _ in range(POINTS // 4):
         targets.insert(rng.randrange(len(targets) + 1), None)
     killed, batches = 0, []
