@@ -76,12 +76,13 @@ WITH starts AS (
     SELECT tenant, job_id AS job, allocation_id AS aid, t AS s, seq AS sseq FROM ev_rest WHERE type = 'job.started'),
 ends AS (
     SELECT tenant, job_id AS job, t, seq, type AS kind, cause FROM ev_rest
-    WHERE type IN ('job.completed', 'job.failed', 'job.cancelled'))
-SELECT st.*, coalesce(en.t, {INF}) AS e, en.seq AS eseq, en.kind, en.cause,
-       row_number() OVER (PARTITION BY st.tenant, st.aid ORDER BY st.s, st.sseq) = 1 AS first_on_alloc
-FROM starts st LEFT JOIN ends en
-  ON en.tenant = st.tenant AND en.job = st.job AND (en.t > st.s OR (en.t = st.s AND en.seq > st.sseq))
-QUALIFY row_number() OVER (PARTITION BY st.sseq ORDER BY en.t NULLS LAST, en.seq) = 1;
+    WHERE type IN ('job.completed', 'job.failed', 'job.cancelled')), ended AS (
+    SELECT st.*, coalesce(en.t, {INF}) AS e, en.seq AS eseq, en.kind, en.cause
+    FROM starts st LEFT JOIN ends en
+      ON en.tenant = st.tenant AND en.job = st.job AND (en.t > st.s OR (en.t = st.s AND en.seq > st.sseq))
+    QUALIFY row_number() OVER (PARTITION BY st.sseq ORDER BY en.t NULLS LAST, en.seq) = 1)
+-- numbered only once each start has its one end: a window over the join would see ties
+SELECT *, row_number() OVER (PARTITION BY tenant, aid ORDER BY s, sseq) = 1 AS first_on_alloc FROM ended;
 
 CREATE TABLE acceptance AS
 SELECT tenant, job_id AS job,
