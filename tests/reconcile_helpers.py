@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ledger import Appender, Store, append_stream
 from schemas import Accepted, Origin, validate_event
 
 DAY = "2026-01-05"
+P, C, D = "provider", "customer", "disputed"
 
 #: (gpu_seconds, amount, bearer), or for a restart category with both bearers
 #: (gpu_seconds, amount, "mixed", {bearer: (gpu_seconds, amount)}).
@@ -159,6 +161,13 @@ def run(url: str, events: list[dict[str, Any]], tenant: str | None = None,
         store.close()
 
 
+def reconcile(tmp_path: Path, s: Scenario | list[dict[str, Any]], **filters: str) -> dict[str, Any]:
+    """Append the scenario to a fresh SQLite store under tmp_path and reconcile it."""
+    events = s.events if isinstance(s, Scenario) else s
+    n = len(list(tmp_path.glob("*.db")))
+    return run(f"sqlite:///{tmp_path / f'ledger{n}.db'}", events, **filters)
+
+
 def shuffled(events: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
     """The same events in a random ledger order, billing lines kept in their relative order
     (double_billed follows ledger order by definition)."""
@@ -186,3 +195,24 @@ def line(doc: dict[str, Any], line_id: str) -> dict[str, Any]:
     found: list[dict[str, Any]] = [ln for ln in doc["lines"] if ln["line_id"] == line_id]
     assert len(found) == 1, f"line {line_id}: {len(found)} in the output"
     return found[0]
+
+
+def line_ids(doc: dict[str, Any], tenant: str = "acme") -> list[str]:
+    return [ln["line_id"] for ln in doc["lines"] if ln["tenant"] == tenant]
+
+
+def tenant(doc: dict[str, Any], name: str = "acme") -> dict[str, Any]:
+    node: dict[str, Any] = doc["tenants"][name]
+    return node
+
+
+def stall_base() -> Scenario:
+    """1 GPU, a job whose progress stops for 600 s, [10:04, 10:14), with no fault."""
+    s = Scenario()
+    s.grant("A1", gpus=1, at="10:00", node="n1", devices=[0, 1], fabric_domain="fd-a")
+    s.start("j1", "A1", at="10:00")
+    s.steps("j1", "10:02", "10:04", "10:14")  # the gap [10:04, 10:14) is 600 s > 300
+    s.complete("j1", at="10:16")
+    s.release("A1", at="10:20")
+    s.line("L1", "A1", "10:00", "10:20", gpus=1, amount="1.20")
+    return s

@@ -1,5 +1,6 @@
-"""Hand-worked reconciliation scenarios: one per category and rule of DESIGN.md §4, as
-reconcile/RULES.md states them, and the edge cases issue 6 names.
+"""Hand-worked reconciliation scenarios: one per time category and rule of DESIGN.md §4,
+as reconcile/RULES.md states them, and the edge cases issue 6 names. Corrections, credits,
+money, unbilled time and the filters are in test_reconcile_billing.py.
 
 Every expected figure below is worked out by hand in the comments beside it, never by
 running the engine. Times are on 2026-01-05 in whole minutes. Most lines cost $3.60 per
@@ -9,31 +10,13 @@ Defaults unless a test sets terms: warmup 600 s, stall threshold 300 s, reclaim 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from cli import main
-from tests.reconcile_helpers import Scenario, cats, line, run
-
-P, C, D = "provider", "customer", "disputed"
-
-
-def reconcile(tmp_path: Path, s: Scenario | list[dict[str, Any]], **filters: str) -> dict[str, Any]:
-    """Append the scenario to a fresh SQLite store under tmp_path and reconcile it."""
-    events = s.events if isinstance(s, Scenario) else s
-    n = len(list(tmp_path.glob("*.db")))
-    return run(f"sqlite:///{tmp_path / f'ledger{n}.db'}", events, **filters)
-
-
-def tenant(doc: dict[str, Any], name: str = "acme") -> dict[str, Any]:
-    node: dict[str, Any] = doc["tenants"][name]
-    return node
+from tests.reconcile_helpers import C, D, P, Scenario, cats, line, reconcile, run, stall_base, tenant
 
 
 def fault(opened: str, *, clear: str | None = None, clear_code: str = "xid-79", severity: str = "critical",
@@ -44,10 +27,6 @@ def fault(opened: str, *, clear: str | None = None, clear_code: str = "xid-79", 
         if clear is not None:
             s.cleared(at=clear, code=clear_code, **place)
     return add
-
-
-def line_ids(doc: dict[str, Any], name: str = "acme") -> list[str]:
-    return [ln["line_id"] for ln in doc["lines"] if ln["tenant"] == name]
 
 
 # --- productive, startup, idle_reserved: the plain case ------------------------------------------
@@ -220,6 +199,11 @@ def _notice_changed_before_the_decision(s: Scenario) -> None:
     s.decision("reclaimed", at="10:30", alloc="A1")
 
 
+def _two_decisions_the_earliest_bound(s: Scenario) -> None:
+    s.decision("reclaimed", at="10:45", alloc="A1")  # appended first, later bound
+    s.decision("preempted", at="10:35", job="j1")
+
+
 def _admitted_is_not_a_reclaim(s: Scenario) -> None:
     s.decision("admitted", at="10:30", alloc="A1")
 
@@ -239,6 +223,9 @@ RECLAIM_CASES: list[tuple[Callable[[Scenario], None], dict[str, tuple[Any, ...]]
     # productive [10:05, 10:40) = 2100 x 8 = 16800.
     (_notice_changed_before_the_decision, {"startup": (2400, "2.40", C), "productive": (16800, "16.80", C),
                                            "reclaimed": (9600, "9.60", P)}),
+    # two decisions, bounds 10:45 and 10:35: the earliest, 10:35, as in the first case.
+    (_two_decisions_the_earliest_bound, {"startup": (2400, "2.40", C), "productive": (14400, "14.40", C),
+                                         "reclaimed": (12000, "12.00", P)}),
     # no reclaim: productive [10:05, 10:50) = 2700 x 8 = 21600; idle_reserved [10:50, 11:00)
     # = 600 x 8 = 4800.
     (_admitted_is_not_a_reclaim, {"startup": (2400, "2.40", C), "productive": (21600, "21.60", C),
@@ -261,6 +248,7 @@ def test_checkpoint_time_is_the_customers(tmp_path: Path) -> None:
     s.grant("A1", gpus=2, at="10:00")
     s.start("j1", "A1", at="10:00")
     s.steps("j1", "10:05", "10:10")
+    s.checkpoint("j1", "c0", step=1, started="10:06", saved=None)  # never saved: no checkpoint time
     s.checkpoint("j1", "c1", step=2, started="10:10", saved="10:13")
     s.progress("j1", step=3, at="10:15")
     s.complete("j1", at="10:20")
@@ -272,6 +260,24 @@ def test_checkpoint_time_is_the_customers(tmp_path: Path) -> None:
     # checkpoint's) + [10:15, 10:20) 300 = 720 x 2 = 1440. Sum 2400 = 2 x 1200.
     assert cats(line(doc, "L1")) == {"checkpoint": (360, "0.36", C), "startup": (600, "0.60", C),
                                      "productive": (1440, "1.44", C)}
+
+
+def test_a_checkpoint_taken_while_the_job_runs_elsewhere_is_not_this_allocations(tmp_path: Path) -> None:
+    s = Scenario()
+    s.grant("A1", gpus=1, at="10:00")
+    s.start("j1", "A1", at="10:00")
+    s.steps("j1", "10:02", "10:04")
+    s.complete("j1", at="10:06")
+    s.grant("A2", gpus=1, at="10:10")
+    s.start("j1", "A2", at="10:10", attempt=2)
+    s.checkpoint("j1", "c1", step=2, started="10:15", saved="10:18")  # on A2
+    s.release("A1", at="10:20")
+    s.line("L1", "A1", "10:00", "10:20", gpus=1, amount="1.20")
+    doc = reconcile(tmp_path, s)
+    # The checkpoint is cut to j1's attempts on A1, [10:00, 10:06): nothing. startup [10:00,
+    # 10:02) 120; productive [10:02, 10:06) 240; idle_reserved [10:06, 10:20) 840.
+    assert cats(line(doc, "L1")) == {"startup": (120, "0.12", C), "productive": (240, "0.24", C),
+                                     "idle_reserved": (840, "0.84", C)}
 
 
 # --- restart_lost and restart_recovery, and who bears them ----------------------------------------
@@ -351,6 +357,23 @@ def test_failure_with_no_checkpoint_and_no_return_to_the_allocation(tmp_path: Pa
     assert cats(line(doc, "L1")) == {"restart_lost": (720, "0.72", C), "idle_reserved": (1080, "1.08", C)}
 
 
+def test_recovery_runs_to_the_end_of_a_next_attempt_that_never_progresses(tmp_path: Path) -> None:
+    s = Scenario()
+    s.grant("A1", gpus=1, at="10:00")
+    s.start("j1", "A1", at="10:00")
+    s.steps("j1", "10:02", "10:04")
+    s.fail("j1", at="10:10", cause="application")
+    s.start("j1", "A1", at="10:12", attempt=2)
+    s.cancel("j1", at="10:20")
+    s.release("A1", at="10:30")
+    s.line("L1", "A1", "10:00", "10:30", gpus=1, amount="1.80")
+    doc = reconcile(tmp_path, s)
+    # restart_lost [10:00, 10:10) 600; restart_recovery [10:10, end of attempt 2 at 10:20) 600
+    # (it never progresses); idle_reserved [10:20, 10:30) 600. All the customer's.
+    assert cats(line(doc, "L1")) == {"restart_lost": (600, "0.60", C), "restart_recovery": (600, "0.60", C),
+                                     "idle_reserved": (600, "0.60", C)}
+
+
 def test_restart_lost_of_a_second_failure_comes_before_recovery_from_the_first(tmp_path: Path) -> None:
     s = Scenario()
     s.grant("A1", gpus=1, at="10:00")
@@ -400,17 +423,6 @@ def test_a_mark_counts_when_its_step_rises_or_at_equal_step_its_units_rise(tmp_p
     # no progress and no cause: idle_unexplained 120 (disputed).
     assert cats(line(doc, "L1")) == {"startup": (120, "0.12", C), "productive": (360, "0.36", C),
                                      "idle_unexplained": (120, "0.12", D)}
-
-
-def stall_base() -> Scenario:
-    s = Scenario()
-    s.grant("A1", gpus=1, at="10:00", node="n1", devices=[0, 1], fabric_domain="fd-a")
-    s.start("j1", "A1", at="10:00")
-    s.steps("j1", "10:02", "10:04", "10:14")  # the gap [10:04, 10:14) is 600 s > 300
-    s.complete("j1", at="10:16")
-    s.release("A1", at="10:20")
-    s.line("L1", "A1", "10:00", "10:20", gpus=1, amount="1.20")
-    return s
 
 
 STALL_CASES: list[tuple[str, Callable[[Scenario], None] | None, str]] = [
@@ -532,215 +544,3 @@ def test_back_to_back_jobs_and_productive_time_by_acceptance(tmp_path: Path) -> 
     # productive: j1 420 x 2 accepted, j2 360 x 2 rejected, j3 180 x 2 pending.
     assert t["productive_by_acceptance"] == {"accepted": 840, "rejected": 720, "pending": 360}
     assert t["by_bearer"] == {"provider": "0.00", "customer": "4.56", "disputed": "0.24"}
-
-
-# --- corrections and credits --------------------------------------------------------------------
-
-def hold_8_gpus() -> Scenario:
-    s = Scenario()
-    s.grant("A1", gpus=8, at="10:00")
-    s.release("A1", at="11:00")
-    return s
-
-
-@pytest.mark.parametrize("correction_first", [False, True], ids=["in order", "correction appended first"])
-def test_a_correction_replaces_the_line_it_names(tmp_path: Path, correction_first: bool) -> None:
-    s = hold_8_gpus()
-    s.line("L1", "A1", "10:00", "11:00", gpus=8, amount="28.80")
-    s.line("L1c", "A1", "10:00", "10:30", gpus=8, amount="14.40", category="correction", corrects="L1",
-           at="11:05")
-    if correction_first:
-        s.events[-2:] = s.events[-1:] + s.events[-2:-1]
-    doc = reconcile(tmp_path, s)
-    # L1 is dropped, time and money; L1c: 1800 s x 8 = 14400 idle_reserved, no double billing.
-    assert line_ids(doc) == ["L1c"]
-    assert cats(line(doc, "L1c")) == {"idle_reserved": (14400, "14.40", C)}
-    t = tenant(doc)
-    # unbilled: 8 x [10:00, 11:00) = 28800 minus the 14400 L1c bills.
-    assert (t["billed_gpu_seconds"], t["unbilled_gpu_seconds"]) == (14400, 14400)
-    assert t["by_bearer"] == {"provider": "0.00", "customer": "14.40", "disputed": "0.00"}
-
-
-def test_a_chain_of_corrections_leaves_only_the_last(tmp_path: Path) -> None:
-    s = hold_8_gpus()
-    s.line("L1", "A1", "10:00", "11:00", gpus=8, amount="28.80")
-    s.line("L2", "A1", "10:00", "10:40", gpus=8, amount="19.20", category="correction", corrects="L1")
-    s.line("L3", "A1", "10:00", "10:20", gpus=8, amount="9.60", category="correction", corrects="L2")
-    doc = reconcile(tmp_path, s)
-    # Only L3: 1200 s x 8 = 9600 idle_reserved.
-    assert line_ids(doc) == ["L3"]
-    assert cats(line(doc, "L3")) == {"idle_reserved": (9600, "9.60", C)}
-    assert tenant(doc)["by_bearer"]["customer"] == "9.60"
-
-
-def test_a_correction_naming_no_known_line_is_an_ordinary_line(tmp_path: Path) -> None:
-    s = hold_8_gpus()
-    s.line("L1", "A1", "10:00", "11:00", gpus=8, amount="28.80")
-    s.line("L2", "A1", "10:30", "11:00", gpus=8, amount="14.40", category="correction", corrects="L-nope")
-    doc = reconcile(tmp_path, s)
-    # L2 is kept; its [10:30, 11:00) is L1's already: 1800 x 8 = 14400 double_billed.
-    assert line_ids(doc) == ["L1", "L2"]
-    assert cats(line(doc, "L1")) == {"idle_reserved": (28800, "28.80", C)}
-    assert cats(line(doc, "L2")) == {"double_billed": (14400, "14.40", P)}
-
-
-def two_tenants_one_allocation_id() -> Scenario:
-    s = hold_8_gpus()
-    s.line("L1", "A1", "10:00", "11:00", gpus=8, amount="28.80")
-    s.grant("A1", gpus=2, at="10:00", tenant="beta")  # beta's own A1, 2 GPUs
-    s.release("A1", at="11:00", tenant="beta")
-    s.line("L1", "A1", "10:00", "11:00", gpus=2, amount="7.20", tenant="beta")
-    s.line("L9", "A1", "10:00", "10:30", gpus=2, amount="3.60", corrects="L1", category="correction",
-           tenant="beta")
-    return s
-
-
-def test_a_correction_replaces_only_its_own_tenants_line(tmp_path: Path) -> None:
-    doc = reconcile(tmp_path, two_tenants_one_allocation_id())
-    # acme's L1 stays, on acme's 8-GPU A1: 3600 x 8 = 28800 idle_reserved, nothing unallocated.
-    # beta's L1 is replaced by L9: 1800 s x 2 = 3600 idle_reserved.
-    assert line_ids(doc, "acme") == ["L1"] and line_ids(doc, "beta") == ["L9"]
-    [acme_l1] = [ln for ln in doc["lines"] if ln["tenant"] == "acme"]
-    assert cats(acme_l1) == {"idle_reserved": (28800, "28.80", C)}
-    assert cats(line(doc, "L9")) == {"idle_reserved": (3600, "3.60", C)}
-
-
-def test_tenant_filter_holds_only_that_tenant(tmp_path: Path) -> None:
-    doc = reconcile(tmp_path, two_tenants_one_allocation_id(), tenant="beta")
-    assert list(doc["tenants"]) == ["beta"]
-    assert [(ln["tenant"], ln["line_id"]) for ln in doc["lines"]] == [("beta", "L9")]
-    # beta: 2 x 3600 = 7200 held, 3600 billed by L9.
-    t = tenant(doc, "beta")
-    assert (t["billed_gpu_seconds"], t["unbilled_gpu_seconds"]) == (3600, 3600)
-
-
-def test_invoice_filter_keeps_the_lines_classification(tmp_path: Path) -> None:
-    s = hold_8_gpus()
-    s.line("L1", "A1", "10:00", "10:40", gpus=8, amount="19.20", invoice="INV-1")
-    s.line("L2", "A1", "10:20", "11:00", gpus=8, amount="19.20", invoice="INV-2")
-    doc = reconcile(tmp_path, s, invoice="INV-2")
-    # Only INV-2's line, still double billed against INV-1's earlier line (as unfiltered):
-    # [10:20, 10:40) 9600 double_billed, [10:40, 11:00) 9600 idle_reserved.
-    assert [ln["line_id"] for ln in doc["lines"]] == ["L2"]
-    assert cats(line(doc, "L2")) == {"double_billed": (9600, "9.60", P), "idle_reserved": (9600, "9.60", C)}
-    assert tenant(doc)["billed_gpu_seconds"] == 19200
-
-
-def test_credits_and_fees_change_money_only(tmp_path: Path) -> None:
-    s = hold_8_gpus()
-    # A credit over the same window, appended first: it bills no time, so L1 is not double billed.
-    s.line("CR1", "A1", "10:00", "11:00", gpus=8, amount="-5.00", category="credit")
-    s.line("L1", "A1", "10:00", "11:00", gpus=8, amount="28.80")
-    s.line("FEE", None, "10:00", "11:00", gpus=0, amount="100.00")
-    doc = reconcile(tmp_path, s)
-    assert (line(doc, "CR1")["gpu_seconds"], line(doc, "CR1")["amount"]) == (0, "-5.00")
-    assert cats(line(doc, "CR1")) == {"money_only": (0, "-5.00", P)}  # < 0: provider
-    assert cats(line(doc, "FEE")) == {"money_only": (0, "100.00", C)}
-    assert cats(line(doc, "L1")) == {"idle_reserved": (28800, "28.80", C)}
-    t = tenant(doc)
-    assert (t["billed_gpu_seconds"], t["unbilled_gpu_seconds"]) == (28800, 0)
-    # invoice total -5.00 + 28.80 + 100.00 = 123.80
-    assert t["by_bearer"] == {"provider": "-5.00", "customer": "128.80", "disputed": "0.00"}
-
-
-# --- money --------------------------------------------------------------------------------------
-
-def thirds(s: Scenario, alloc: str, job: str, line_id: str, amount: str, currency: str = "USD") -> None:
-    """1 GPU for 30 min: startup 600 s, productive 600 s, idle_reserved 600 s."""
-    s.grant(alloc, gpus=1, at="10:00")
-    s.start(job, alloc, at="10:00")
-    s.steps(job, "10:10", "10:15")
-    s.complete(job, at="10:20")
-    s.release(alloc, at="10:30")
-    s.line(line_id, alloc, "10:00", "10:30", gpus=1, amount=amount, currency=currency)
-
-
-@pytest.mark.parametrize(("currency", "amount", "bigger", "smaller"),
-                         [("USD", "10.00", "3.34", "3.33"), ("JPY", "1000", "334", "333")])
-def test_rounding_remainder_goes_by_largest_remainder_then_category_order(
-        tmp_path: Path, currency: str, amount: str, bigger: str, smaller: str) -> None:
-    s = Scenario()
-    thirds(s, "A1", "j1", "L1", amount, currency)
-    doc = reconcile(tmp_path, s)
-    # Each category is exactly a third of the amount (3.333.. USD, 333.3.. JPY, whose minor
-    # unit is 1 yen); rounded half-even each loses the same remainder, so the one unit left
-    # goes to the first in category order: productive (6) before startup (8), idle_reserved (9).
-    l1 = line(doc, "L1")
-    assert l1["amount"] == amount
-    assert cats(l1) == {"productive": (600, bigger, C), "startup": (600, smaller, C),
-                        "idle_reserved": (600, smaller, C)}
-
-
-def test_reported_amounts_add_up_to_the_invoice_total(tmp_path: Path) -> None:
-    s = Scenario()
-    thirds(s, "A1", "j1", "L1", "10.00")
-    thirds(s, "A2", "j2", "L2", "10.00")
-    doc = reconcile(tmp_path, s)
-    t = tenant(doc)
-    # 1200 s per category over both lines; each line's three amounts add to 10.00, and the
-    # tenant's categories and bearers add to the invoice total 20.00 to the cent.
-    assert {k: v[0] for k, v in cats(t).items()} == {"startup": 1200, "productive": 1200, "idle_reserved": 1200}
-    for line_id in ("L1", "L2"):
-        assert sum(Decimal(v[1]) for v in cats(line(doc, line_id)).values()) == Decimal("10.00")
-    assert sum(Decimal(v[1]) for v in cats(t).values()) == Decimal("20.00")
-    assert t["by_bearer"] == {"provider": "0.00", "customer": "20.00", "disputed": "0.00"}
-
-
-def test_a_line_amount_is_rounded_half_even_when_reported(tmp_path: Path) -> None:
-    s = Scenario()
-    s.grant("A1", gpus=1, at="10:00")
-    s.release("A1", at="10:10")
-    s.line("L1", "A1", "10:00", "10:05", gpus=1, amount="0.125")
-    s.line("L2", "A1", "10:05", "10:10", gpus=1, amount="0.135")
-    doc = reconcile(tmp_path, s)
-    # half-even: 0.125 -> 0.12, 0.135 -> 0.14; each line is 300 s idle_reserved.
-    assert (line(doc, "L1")["amount"], cats(line(doc, "L1"))) == ("0.12", {"idle_reserved": (300, "0.12", C)})
-    assert (line(doc, "L2")["amount"], cats(line(doc, "L2"))) == ("0.14", {"idle_reserved": (300, "0.14", C)})
-    assert tenant(doc)["by_bearer"]["customer"] == "0.26"
-
-
-# --- unbilled -----------------------------------------------------------------------------------
-
-def test_unbilled_counts_each_second_once_at_the_first_lines_gpus(tmp_path: Path) -> None:
-    s = Scenario()
-    s.grant("A1", gpus=8, at="10:00")
-    s.line("L1", "A1", "10:00", "11:00", gpus=4, amount="14.40")
-    s.line("L2", "A1", "10:30", "11:30", gpus=8, amount="28.80")
-    s.line("L3", "A1", "11:30", "12:00", gpus=10, amount="18.00")
-    s.release("A1", at="12:00")
-    doc = reconcile(tmp_path, s)
-    # L1: 3600 x 4 = 14400 idle_reserved. L2: [10:30, 11:00) L1's already: 1800 x 8 = 14400
-    # double_billed; [11:00, 11:30) 14400 idle_reserved. L3: (10 - 8) x 1800 = 3600 unallocated,
-    # 1800 x 8 = 14400 idle_reserved.
-    assert cats(line(doc, "L1")) == {"idle_reserved": (14400, "14.40", C)}
-    assert cats(line(doc, "L2")) == {"double_billed": (14400, "14.40", P), "idle_reserved": (14400, "14.40", C)}
-    assert cats(line(doc, "L3")) == {"unallocated": (3600, "3.60", P), "idle_reserved": (14400, "14.40", C)}
-    # H = [10:00, 12:00) x 8 = 57600; billed of H, each second once at the first line's GPUs
-    # (at most 8): 14400 (L1) + 14400 (L2, 11:00-11:30) + 14400 (L3 at 8) = 43200 -> 14400.
-    t = tenant(doc)
-    assert (t["billed_gpu_seconds"], t["unbilled_gpu_seconds"]) == (14400 + 28800 + 18000, 14400)
-
-
-def test_unbilled_horizon_is_the_tenants_own_latest_event(tmp_path: Path) -> None:
-    s = Scenario()
-    s.grant("A1", gpus=2, at="10:00")  # never released
-    s.line("L1", "A1", "10:00", "10:30", gpus=2, amount="3.60", at="11:00")
-    s.grant("B1", gpus=1, at="13:00", tenant="beta")
-    s.fault(at="14:00", node="n9")  # a fleet event: nobody's horizon
-    doc = reconcile(tmp_path, s)
-    # acme's horizon is 11:00: 2 x [10:00, 11:00) = 7200 minus 2 x 1800 billed = 3600.
-    assert tenant(doc)["unbilled_gpu_seconds"] == 3600
-
-
-# --- the command line -----------------------------------------------------------------------------
-
-@pytest.mark.parametrize(("limit", "code"), [("0.50", 1), ("0.60", 0)])
-def test_cli_fails_when_provider_and_disputed_money_exceed_the_limit(
-        tmp_path: Path, limit: str, code: int) -> None:
-    url = f"sqlite:///{tmp_path / 'cli.db'}"
-    run(url, stall_base().events)
-    # stall_base with no fault: provider 0.00 + disputed 0.60 (the 600 s idle_unexplained gap).
-    result = CliRunner().invoke(main, ["reconcile", "--db", url, "--format", "json", "--fail-on-disputed", limit])
-    assert result.exit_code == code, result.output
-    doc = json.loads(result.stdout)
-    assert doc["tenants"]["acme"]["by_bearer"] == {"provider": "0.00", "customer": "0.60", "disputed": "0.60"}
