@@ -425,6 +425,22 @@ def test_a_mark_counts_when_its_step_rises_or_at_equal_step_its_units_rise(tmp_p
                                      "idle_unexplained": (120, "0.12", D)}
 
 
+def test_marks_at_one_instant_are_taken_in_ledger_order(tmp_path: Path) -> None:
+    s = Scenario()
+    s.grant("A1", gpus=1, at="10:00")
+    s.start("j1", "A1", at="10:00")
+    s.progress("j1", step=2, at="10:05")
+    s.progress("j1", step=1, at="10:05")  # same instant, later in the ledger: the last mark at 10:05
+    s.progress("j1", step=2, at="10:08")  # rose above step 1: [10:05, 10:08) productive
+    s.complete("j1", at="10:10")
+    s.release("A1", at="10:10")
+    s.line("L1", "A1", "10:00", "10:10", gpus=1, amount="0.60")
+    doc = reconcile(tmp_path, s)
+    # startup [10:00, 10:05) 300; productive [10:05, 10:08) 180 + [10:08, 10:10) 120 = 300.
+    # (Taken by step instead, step 2 at 10:08 would not rise and 180 s would be idle_unexplained.)
+    assert cats(line(doc, "L1")) == {"startup": (300, "0.30", C), "productive": (300, "0.30", C)}
+
+
 STALL_CASES: list[tuple[str, Callable[[Scenario], None] | None, str]] = [
     ("no fault", None, "idle_unexplained"),
     ("node fault inside the gap, cleared", fault("10:06", clear="10:08", node="n1"), "stalled_fault"),
