@@ -101,8 +101,9 @@ def read_objects(path: Path) -> Iterator[K8sObject | Rejected]:
 
 # --- JSON ------------------------------------------------------------------------------
 
-_OUTSIDE = re.compile(rb'["\[\]{},\n]')
-_INSIDE = re.compile(rb'["\\\n]')
+# A whole string (escapes and all), a bracket, a comma; or a quote no string pattern closes.
+_TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+"|[\[\]{},]|"', re.DOTALL)
+_INNER_TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+"|[\[\]{}]|"', re.DOTALL)  # inside an element, commas do not matter
 _CLOSER = {b"{": b"}", b"[": b"]"}
 _BLANK = re.compile(rb"\s*")
 
@@ -171,92 +172,95 @@ def _json_spans(data: bytes, i: int) -> Iterator[_Span]:
             raise _Malformed(line, "expected a JSON object or array", i)
         scan = _ValueScan(data, i, line)
         yield from scan.spans()
-        i, line = scan.i, scan.line
+        i, line = scan.i, scan.line_at(scan.i)
 
 
 class _ValueScan:
-    """One top-level JSON value: tracks strings, nesting and lines, never parses."""
+    """One top-level JSON value: tracks strings, nesting and lines, never parses.
+
+    A string is one regex match, so the Python loop runs once per bracket, comma or string;
+    lines are counted only where a position is reported."""
 
     def __init__(self, data: bytes, start: int, line: int) -> None:
         self.data, self.start, self.first_line = data, start, line
-        self.i, self.line = start, line
+        self.i, self._line, self._line_pos = start, line, start
         self.stack: list[bytes] = []
         self.collect: int | None = None  # depth of the array whose elements are the objects
         self.seg_start, self.seg_line, self.found = 0, 0, 0
         self.last_key_end, self.last_key = -1, b""
 
+    def line_at(self, pos: int) -> int:
+        """The line of `pos`, which never moves backwards."""
+        self._line += self.data.count(b"\n", self._line_pos, pos)
+        self._line_pos = pos
+        return self._line
+
     def spans(self) -> Iterator[_Span]:
+        outer, inner, data = _TOKEN.search, _INNER_TOKEN.search, self.data
         while True:
-            match = _OUTSIDE.search(self.data, self.i)
+            deep = self.collect is not None and 0 < self.collect < len(self.stack)
+            match = (inner if deep else outer)(data, self.i)
             if match is None:
                 raise self._broken("the file ends inside this JSON object")
             token, at, self.i = match.group(), match.start(), match.end()
-            if token == b"\n":
-                self.line += 1
-            elif token == b'"':
-                self._string(at)
+            if token[:1] == b'"':
+                self._string(token, at)
             elif token in (b"{", b"["):
-                self._open(token, at)
+                self._open(token)
             elif token == b",":
                 yield from self._separator(at, closing=False)
             else:
                 yield from self._separator(at, closing=True)
-                self._close(token)
+                self._close(token, at)
                 if not self.stack:
                     if self.collect is None:
                         yield _Span(self.start, self.i, self.first_line)
                     return
 
-    def _string(self, at: int) -> None:
-        while True:
-            match = _INSIDE.search(self.data, self.i)
-            if match is None:
-                raise self._broken("the file ends inside a string of this JSON object")
-            self.i = match.end()
-            if match.group() == b"\n":
-                self.line += 1
-            elif match.group() == b"\\":
-                self.i += 1
-            else:
-                break
-        if self.stack == [b"{"]:
-            self.last_key, self.last_key_end = self.data[at:self.i], self.i
+    def _string(self, token: bytes, at: int) -> None:
+        if len(token) == 1:  # a quote the string pattern could not close
+            raise self._broken("the file ends inside a string of this JSON object")
+        if len(self.stack) == 1 and self.stack[0] == b"{":
+            self.last_key, self.last_key_end = token, self.i
 
-    def _open(self, token: bytes, at: int) -> None:
+    def _open(self, token: bytes) -> None:
         top_is_items = (token == b"[" and self.stack == [b"{"] and self.last_key == b'"items"'
-                        and self.data[self.last_key_end:at].strip() == b":")
+                        and self.data[self.last_key_end:self.i - 1].strip() == b":")
         self.stack.append(token)
         if self.collect is None and (top_is_items or self.stack == [b"["]):
             self.collect = len(self.stack)
-            self.seg_start, self.seg_line = self.i, self.line
+            self.seg_start, self.seg_line = self.i, self.line_at(self.i)
 
     def _broken(self, message: str) -> _Malformed:
         """The element being read (in a list), else the whole value, is where it broke."""
         if self.collect is not None and self.collect > 0 and len(self.stack) > self.collect:
-            raw = self.data[self.seg_start:]
-            lead = len(raw) - len(raw.lstrip())
-            return _Malformed(self.seg_line + raw[:lead].count(b"\n"), message, self.seg_start + lead)
+            lead = _BLANK.match(self.data, self.seg_start)
+            assert lead is not None
+            line = self.seg_line + self.data.count(b"\n", self.seg_start, lead.end())
+            return _Malformed(line, message, lead.end())
         return _Malformed(self.first_line, message, self.start)
 
-    def _close(self, token: bytes) -> None:
+    def _close(self, token: bytes, at: int) -> None:
         if not self.stack or _CLOSER[self.stack[-1]] != token:
-            raise self._broken(f"unexpected {token.decode()!r} at line {self.line}")
+            raise self._broken(f"unexpected {token.decode()!r} at line {self.line_at(at)}")
         self.stack.pop()
 
     def _separator(self, at: int, closing: bool) -> Iterator[_Span]:
         if self.collect is None or len(self.stack) != self.collect:
             return
-        raw = self.data[self.seg_start:at]
-        lead = len(raw) - len(raw.lstrip())
-        if raw.strip():
+        lead = _BLANK.match(self.data, self.seg_start, at)
+        assert lead is not None
+        if lead.end() < at:
             self.found += 1
-            yield _Span(self.seg_start + lead, self.seg_start + len(raw.rstrip()),
-                        self.seg_line + raw[:lead].count(b"\n"))
+            end = at
+            while self.data[end - 1:end].isspace():
+                end -= 1
+            yield _Span(lead.end(), end, self.seg_line + self.data.count(b"\n", self.seg_start, lead.end()))
         elif not closing or self.found:
-            raise _Malformed(self.line, "empty element in a JSON array", at)
+            raise _Malformed(self.line_at(at), "empty element in a JSON array", at)
         if closing:
             self.collect = -1  # the list is done; nothing after it is an object of ours
-        self.seg_start, self.seg_line = self.i, self.line
+        self.seg_start, self.seg_line = self.i, self.line_at(self.i)
 
 
 # --- YAML ------------------------------------------------------------------------------
