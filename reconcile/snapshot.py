@@ -82,8 +82,8 @@ def open_engine(threads: int | None = None, memory_limit: str | None = None,
     empty = "(SELECT 0::BIGINT AS seq, NULL::VARCHAR AS type, NULL::VARCHAR AS tenant, NULL::VARCHAR AS event WHERE false)"
     con.execute(f"CREATE TABLE ev_rest AS {_projection(empty)}")
     con.execute(f"CREATE TABLE progress AS {_progress_projection(empty)}")
-    others = ", ".join(f'NULL::{_DATA_FIELDS[f]} AS "{_RENAMED.get(f, f)}"' for f in _DATA_FIELDS
-                       if f not in ("job_id", "step", "units"))
+    others = ", ".join(f'NULL::{"BIGINT" if f in _TIME_FIELDS else _DATA_FIELDS[f]} AS "{_RENAMED.get(f, f)}"'
+                       for f in _DATA_FIELDS if f not in ("job_id", "step", "units"))  # times are µs in `ev`
     columns = ", ".join(f'"{c}"' for c in EV_COLUMNS)
     con.execute(f"CREATE VIEW ev AS SELECT {columns} FROM ev_rest UNION ALL "
                 f"SELECT {columns} FROM (SELECT seq, 'job.progress' AS type, tenant, t, job_id, step, units, "
