@@ -21,6 +21,7 @@ import ingest
 import ledger
 import reconcile
 import reconcile.render as reconcile_render
+from reconcile.dispute import PacketError, build_dispute, read_packet, verify_dispute, write_packet
 from ledger.checkpoint import DEFAULT_ORIGIN, sign_checkpoint
 from ledger.note import NoteError, read_signer, read_verifier, write_keypair
 from fixtures.sim import Manifest, Rates, SimConfig, count_events, simulate
@@ -252,6 +253,43 @@ def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | Non
     if limit is not None and any(amount > limit for amount in result.disputed_amounts().values()):
         click.echo(f"provider-borne and disputed money exceeds {limit}", err=True)
         sys.exit(1)
+
+
+@main.command("dispute")
+@db_option
+@click.option("--tenant", required=True, help="The tenant the packet is for.")
+@click.option("--invoice", required=True, help="The invoice disputed.")
+@click.option("--key", "key_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+              help="Private key file written by keygen: a fresh checkpoint of the head is signed with it.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The packet file to write (JSON).")
+def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Path, out: Path) -> None:
+    """Write a customer's dispute packet for one invoice: findings, the tenant's entries, proofs, signed checkpoint."""
+    store = ledger.Store(db_url)
+    signer = read_signer(key_path)
+    _require_store(store)
+    packet = build_dispute(store, tenant, invoice, signer)
+    write_packet(packet, out)
+    fleet = sum(1 for e in packet["bundle"]["entries"] if e["tenant"] is None)
+    click.echo(f"wrote {out}: invoice {invoice} of {tenant}, {len(packet['findings']['lines'])} lines; "
+               f"{len(packet['bundle']['entries']) - fleet} entries of {tenant} and {fleet} fleet entries; "
+               f"checkpoint of tree size {packet['bundle']['checkpoint'].splitlines()[1]}")
+
+
+@main.command("verify-packet")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--pubkey", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
+              help="The ledger's verifier key (keygen's PATH.pub).")
+def verify_packet_command(file: Path, pubkey: Path) -> None:
+    """Check a dispute packet with the public key alone and recompute its findings; exit 1 names what failed."""
+    verifier = read_verifier(pubkey)
+    try:
+        checked = verify_dispute(read_packet(file), verifier)
+    except PacketError as exc:
+        click.echo(f"FAILED: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"ok: invoice {checked.invoice_id} of {checked.tenant}, {checked.lines} lines; "
+               f"{checked.tenant_entries} entries of {checked.tenant} complete up to tree size {checked.checkpoint.size} "
+               f"and {checked.fleet_entries} fleet entries, signed by {verifier.name}; findings recomputed and equal")
 
 
 def _decimal_option(name: str, text: str | None) -> Decimal | None:
