@@ -31,6 +31,7 @@ _DATA_FIELDS: dict[str, str] = {
     "reclaim_notice_s": "BIGINT", "promise_id": "VARCHAR", "start_by": "VARCHAR",
     "complete_by": "VARCHAR", "result_id": "VARCHAR", "reason": "VARCHAR", "queue": "VARCHAR",
     "notice_s": "BIGINT", "model": "VARCHAR", "by": "VARCHAR",
+    "pod": "VARCHAR",  # kept on a Kubernetes job.started: ties a Pod's scheduler decisions to its job
 }
 _TIME_FIELDS = ("period_start", "period_end", "start_by", "complete_by")
 _RENAMED = {"period_start": "ps", "period_end": "pe"}
