@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import random
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -13,6 +15,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ingest.k8sdocs import read_objects
 from tests.test_fuzz_parsers import run
 
 WORKLOAD: dict[str, Any] = {
@@ -121,3 +124,26 @@ def test_kueue_any_value_anywhere(seed: int, value: Any, as_yaml: bool) -> None:
 @given(st.integers(0, 2**32), json_values, st.booleans())
 def test_k8s_events_any_value_anywhere(seed: int, value: Any, as_yaml: bool) -> None:
     run("k8s-events", dump(replaced(EVENT, seed, value), as_yaml))
+
+
+tricky_text = st.text(alphabet=st.sampled_from(list('ab"\\{}[],:\n\t é☃')), max_size=12)
+plain_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | tricky_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(tricky_text, inner, max_size=3),
+    max_leaves=10,
+)
+
+
+@SETTINGS
+@given(st.lists(st.dictionaries(tricky_text, plain_values, max_size=4), max_size=5), st.sampled_from([None, 2, 4]),
+       st.booleans())
+def test_json_list_scanner_cuts_exactly_the_items(items: list[dict[str, Any]], indent: int | None, as_list_object: bool) -> None:
+    document: Any = {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"items": [1]}} if as_list_object else items
+    text = json.dumps(document, indent=indent, ensure_ascii=False)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "list.json"
+        path.write_text(text)
+        found = list(read_objects(path))
+    assert [getattr(f, "body", None) for f in found] == items
+    lines = text.splitlines()
+    assert all(lines[f.origin.line - 1].lstrip().lstrip("[").lstrip().startswith("{") for f in found)
