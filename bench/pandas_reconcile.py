@@ -48,6 +48,13 @@ PRIORITY = (
     "stalled_fault", "startup", "idle_unexplained",
 )
 IDLE_RESERVED = "idle_reserved"
+
+
+def category_key(category: str, bearer: str, acceptance: str | None) -> str:
+    """The key of an engine cell's (category, bearer, acceptance) in this module's terms."""
+    if category in ("restart_lost", "restart_recovery"):
+        return f"{category}:{bearer}"
+    return f"productive:{acceptance}" if category == "productive" else category
 RANK = {key: rank for rank, key in enumerate(PRIORITY)}
 
 Key = tuple[int, int]  # (time µs, seq): ledger order among events at the same instant
@@ -446,8 +453,13 @@ def effective_lines(ev: pd.DataFrame) -> pd.DataFrame:
     return lines[keep]
 
 
-def _is_gpu_line(category: str | None, gpus: int | None, aid: str | None, ps: int | None, pe: int | None) -> bool:
-    return category != "credit" and bool(gpus) and aid is not None and ps is not None and pe is not None and ps < pe
+def _gpu_time(category: str | None, gpus: int | None, aid: str | None,
+              ps: int | None, pe: int | None) -> tuple[int, int, int] | None:
+    """(g_b, period start, period end) of a line that bills GPU time; None for a money-only
+    line (RULES.md 2: a credit, no GPUs, no allocation, or an empty window)."""
+    if category == "credit" or not gpus or aid is None or ps is None or pe is None or ps >= pe:
+        return None
+    return gpus, ps, pe
 
 
 def reconcile_frame(ev: pd.DataFrame) -> dict[LineKey, dict[str, int]]:
@@ -459,9 +471,9 @@ def reconcile_frame(ev: pd.DataFrame) -> dict[LineKey, dict[str, int]]:
     for tenant, line, category, gpus, aid, ps, pe in _rows(
             effective_lines(ev), "tenant", "line_id", "category", "gpus", "allocation_id", "ps", "pe"):
         out.setdefault((tenant, line), {})
-        gpus, ps, pe = _int(gpus), _int(ps), _int(pe)
-        if _is_gpu_line(category, gpus, aid, ps, pe):
-            per_allocation[(tenant, aid)].append((line, gpus, ps, pe))
+        billed = _gpu_time(category, _int(gpus), aid, _int(ps), _int(pe))
+        if billed is not None:
+            per_allocation[(tenant, aid)].append((line, *billed))
     for (tenant, aid), lines in per_allocation.items():
         alloc = allocation_of(fleet, tenant, aid)
         for line, cells in classify_lines(alloc, timeline(alloc), lines):

@@ -24,9 +24,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.pandas_reconcile import reconcile_frame
+from bench.pandas_reconcile import category_key, reconcile_frame
 from ledger import Appender, Store
 from reconcile import reconcile_store
+from reconcile.result import Cell
 from reconcile.snapshot import load_pages, open_engine, store_pages
 from schemas import Accepted, Origin, validate_event
 from tests.conftest import SLOW
@@ -78,19 +79,19 @@ def ev_frame(store: Store) -> pd.DataFrame:
         con.close()
 
 
-def engine_lines(store: Store) -> dict[tuple[str, str], dict[str, int]]:
+def by_line(cells: list[Cell]) -> dict[tuple[str, str], dict[str, int]]:
+    """The engine's cells as {(tenant, line_id): {category key: GPU-µs}}, zeros left out."""
     out: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
-    for cell in reconcile_store(store).cells:
+    for cell in cells:
         line = out[(cell.tenant, cell.line_id)]
-        if cell.category in ("restart_lost", "restart_recovery"):
-            key = f"{cell.category}:{cell.bearer}"
-        elif cell.category == "productive":
-            key = f"productive:{cell.acceptance}"
-        else:
-            key = cell.category
         if cell.gpu_us:
+            key = category_key(cell.category, cell.bearer, cell.acceptance)
             line[key] = line.get(key, 0) + cell.gpu_us
     return dict(out)
+
+
+def engine_lines(store: Store) -> dict[tuple[str, str], dict[str, int]]:
+    return by_line(reconcile_store(store).cells)
 
 
 def oracle_lines(events: list[Event]) -> dict[tuple[str, str], dict[str, int]]:
@@ -407,3 +408,27 @@ def test_engine_and_pandas_agree_line_by_line(seed: int) -> None:
     assert set(got) == set(expected), "lines after corrections differ"
     diffs = {k: (expected[k], got[k]) for k in expected if expected[k] != got[k]}
     assert not diffs, f"seed {seed}: (oracle, engine) per line: {diffs}"
+
+
+# ------------------------------------------------------------ the benchmark's fleet
+
+
+def test_the_benchmark_fleet_is_valid_and_both_implementations_agree_on_it(tmp_path: Path) -> None:
+    from bench.reconcile import Shape, check_fleet, write_fleet
+    from reconcile import reconcile_parquet
+    from reconcile.snapshot import load_parquet
+
+    path = tmp_path / "fleet.parquet"
+    shape = Shape(gpus=800, days=1)  # 200 allocations: every variant of the hundred, twice
+    events = write_fleet(path, shape, threads=1)
+    counts = check_fleet(path, project=True)
+    assert sum(counts.values()) == events
+    assert counts["allocation.granted"] == shape.allocations == 200
+    con = open_engine()
+    load_parquet(con, path)
+    expected = reconcile_frame(con.execute("SELECT * FROM ev").df())
+    con.close()
+    assert by_line(reconcile_parquet(path).cells) == expected
+    kinds = {key for cells in expected.values() for key in cells}
+    assert {"stalled_fault", "restart_lost:provider", "restart_recovery:customer", "reclaimed", "double_billed",
+            "unallocated", "productive:rejected", "idle_unexplained", "checkpoint", "startup"} <= kinds
