@@ -23,6 +23,8 @@ PG_URL = os.environ.get("GPULEDGER_TEST_PG", "postgresql+psycopg://postgres@127.
 ROOT = Path(__file__).resolve().parent.parent
 REALDATA = ROOT.parent / "shared" / "realdata"
 SLOW = os.environ.get("GPULEDGER_SLOW") == "1"
+#: Hypothesis examples per fuzz test: the volume knob of the parser fuzzing.
+FUZZ_EXAMPLES = 5000 if SLOW else 300
 
 
 def _pg_unavailable_reason() -> str | None:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from ingest import IngestError, extract
 from schemas import Accepted, Rejected
+from tests.conftest import FUZZ_EXAMPLES
 
 SACCT_HEAD = b"JobID|Account|User|Partition|NodeList|State|Submit|Start|End|Elapsed|AllocTRES\n"
 FOCUS_HEAD = (b'"BilledCost","BillingAccountId","SubAccountId","BillingCurrency","BillingPeriodStart","ChargeCategory",'
@@ -50,7 +51,7 @@ def run(fmt: str, data: bytes, **options: str | None) -> None:
             pass
 
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
