@@ -73,16 +73,32 @@ GROUP BY ALL;
 
 CREATE TABLE attempts AS
 WITH starts AS (
-    SELECT tenant, job_id AS job, allocation_id AS aid, t AS s, seq AS sseq FROM ev_rest WHERE type = 'job.started'),
+    SELECT tenant, job_id AS job, allocation_id AS aid, t AS s, seq AS sseq,
+           lead(t) OVER w AS next_s, lead(seq) OVER w AS next_sseq
+    FROM ev_rest WHERE type = 'job.started'
+    WINDOW w AS (PARTITION BY tenant, job_id ORDER BY t, seq)),
 ends AS (
     SELECT tenant, job_id AS job, t, seq, type AS kind, cause FROM ev_rest
-    WHERE type IN ('job.completed', 'job.failed', 'job.cancelled')), ended AS (
-    SELECT st.*, coalesce(en.t, {INF}) AS e, en.seq AS eseq, en.kind, en.cause
+    WHERE type IN ('job.completed', 'job.failed', 'job.cancelled')),
+first_end AS (
+    SELECT st.*, en.t AS end_t, en.seq AS end_seq, en.kind AS end_kind, en.cause AS end_cause
     FROM starts st LEFT JOIN ends en
       ON en.tenant = st.tenant AND en.job = st.job AND (en.t > st.s OR (en.t = st.s AND en.seq > st.sseq))
-    QUALIFY row_number() OVER (PARTITION BY st.sseq ORDER BY en.t NULLS LAST, en.seq) = 1)
+    QUALIFY row_number() OVER (PARTITION BY st.sseq ORDER BY en.t NULLS LAST, en.seq) = 1),
+ended AS (
+    -- an attempt ends at its job's next end event, or where the job starts again, whichever is first
+    SELECT tenant, job, aid, s, sseq,
+           (end_t IS NOT NULL AND (next_s IS NULL OR end_t < next_s OR (end_t = next_s AND end_seq < next_sseq))) AS by_event,
+           end_t, end_seq, end_kind, end_cause, next_s
+    FROM first_end)
 -- numbered only once each start has its one end: a window over the join would see ties
-SELECT *, row_number() OVER (PARTITION BY tenant, aid ORDER BY s, sseq) = 1 AS first_on_alloc FROM ended;
+SELECT tenant, job, aid, s, sseq,
+       CASE WHEN by_event THEN end_t ELSE coalesce(next_s, {INF}) END AS e,
+       CASE WHEN by_event THEN end_seq END AS eseq,
+       CASE WHEN by_event THEN end_kind END AS kind,
+       CASE WHEN by_event THEN end_cause END AS cause,
+       row_number() OVER (PARTITION BY tenant, aid ORDER BY s, sseq) = 1 AS first_on_alloc
+FROM ended;
 
 CREATE TABLE acceptance AS
 SELECT tenant, job_id AS job,
@@ -198,7 +214,7 @@ FROM ckpt c JOIN attempts a ON a.tenant = c.tenant AND a.job = c.job AND c.s < a
 -- 4, 5 restart_lost and restart_recovery, by cause
 CREATE TABLE failures AS
 WITH saves AS (SELECT tenant, job_id AS job, t FROM ev_rest WHERE type = 'checkpoint.saved')
-SELECT a.sseq AS att, a.tenant, a.aid, a.job, a.e AS tf, greatest(a.s, coalesce(sv.t, a.s)) AS lost_from,
+SELECT a.sseq AS att, a.tenant, a.aid, a.job, a.e AS tf, a.eseq, greatest(a.s, coalesce(sv.t, a.s)) AS lost_from,
        (a.cause IN ('hardware', 'fabric') OR EXISTS (
             SELECT 1 FROM touch x WHERE x.tenant = a.tenant AND x.aid = a.aid
               AND x.open_t BETWEEN a.e - {FAULT_LOOKBACK_US} AND a.e)) AS provider
@@ -211,7 +227,8 @@ SELECT tenant, aid, lost_from, tf, CASE WHEN provider THEN 3 ELSE 4 END FROM fai
 INSERT INTO spans
 SELECT f.tenant, f.aid, f.tf, coalesce(fp.t, n.e), CASE WHEN f.provider THEN 5 ELSE 6 END
 FROM failures f
-JOIN attempts n ON n.tenant = f.tenant AND n.aid = f.aid AND n.job = f.job AND n.s >= f.tf
+JOIN attempts n ON n.tenant = f.tenant AND n.aid = f.aid AND n.job = f.job
+ AND (n.s > f.tf OR (n.s = f.tf AND n.sseq > f.eseq))
 LEFT JOIN first_progress fp ON fp.att = n.sseq
 QUALIFY row_number() OVER (PARTITION BY f.att ORDER BY n.s, n.sseq) = 1;
 
