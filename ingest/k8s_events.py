@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from ingest.base import event_from_object
-from ingest.k8sdocs import K8sObject, ObjectError, field, kinds_in, mapping, read_objects, tenant, text, utc_time
+from ingest.k8sdocs import K8sObject, kinds_in, read_objects
+from ingest.k8sfields import ObjectError, field, mapping, tenant, text, utc_time
 from schemas import Record, Rejected
 
 TIME_FIELDS = (("series", "lastObservedTime"), ("eventTime",), ("lastTimestamp",), ("firstTimestamp",),

@@ -62,10 +62,8 @@ from pathlib import Path
 from typing import Any
 
 from ingest.base import event_from_object
-from ingest.k8sdocs import (
-    FieldPath, K8sObject, ObjectError, field, integer, kinds_in, mapping, read_objects, sequence, tenant, text,
-    utc_time,
-)
+from ingest.k8sdocs import K8sObject, kinds_in, read_objects
+from ingest.k8sfields import FieldPath, ObjectError, field, integer, mapping, sequence, tenant, text, utc_time
 from schemas import Record, Rejected
 
 API_GROUP = "kueue.x-k8s.io/"
