@@ -71,6 +71,7 @@ RECLAIM_REASONS = frozenset({"InCohortReclamation", "InCohortReclaimWhileBorrowi
 WHOLE_GPU, SHARED_GPU, MIG_PREFIX = "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-"
 HOSTNAME_LEVEL = "kubernetes.io/hostname"
 ACCUMULATED = ("accumulatedPastExecutionTimeSeconds", "accumulatedPastExexcutionTimeSeconds")
+_TRANSITIONS = frozenset({"QuotaReserved", "Admitted", "Evicted", "Preempted", "Requeued", "Finished"})
 _QUANTITY = re.compile(r"\+?\d+")
 _ASSIGNMENTS: FieldPath = ("status", "admission", "podSetAssignments")
 
@@ -172,15 +173,16 @@ def _conditions(body: dict[str, Any]) -> list[tuple[int, dict[str, str]]]:
 
 def _condition_events(wl: _Workload, index: int, condition: dict[str, str], admitted: bool) -> None:
     kind, status, reason = condition["type"], condition["status"], condition["reason"]
-    if not (status == "True" or (status == "False" and reason == "Pending")):
-        return
+    queued = status == "False" and reason == "Pending"
+    if not queued and (status != "True" or kind not in _TRANSITIONS or (kind == "QuotaReserved" and admitted)):
+        return  # says nothing we use: its time is not even read
     path = ("status", "conditions", index, "lastTransitionTime")
     time = utc_time(wl.body, path)
     assert time is not None
     event_id = f"{wl.key}:{kind}:{status}:{reason}:{time}"
-    if status == "False":
+    if queued:
         wl.decide("queued", event_id, time, kind, reason)
-    elif kind == "Admitted" or (kind == "QuotaReserved" and not admitted):
+    elif kind in ("Admitted", "QuotaReserved"):
         wl.decide("admitted", event_id, time, kind, reason)
         grant = _grant(wl)
         if grant is not None:

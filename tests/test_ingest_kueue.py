@@ -158,6 +158,13 @@ def test_decision_data_and_ids(tmp_path: Path) -> None:
                              "cluster_queue": "cq", "flavors": ["a100"], "pod_sets": body["status"]["admission"]["podSetAssignments"]}
 
 
+def test_conditions_we_do_not_use_are_not_read(tmp_path: Path) -> None:
+    unused = [{"type": "PodsReady", "status": "True", "reason": "PodsReady"},
+              {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "lastTransitionTime": "not yet"}]
+    events = accepted(write(tmp_path, workload(*unused, ADMITTED)))
+    assert summary(events) == [("policy.decision", "admitted", "Admitted")]
+
+
 def test_default_cluster_job_without_owner_and_no_priority(tmp_path: Path) -> None:
     body = workload(condition("Requeued", "True", "Reactivated"))
     del body["metadata"]["ownerReferences"], body["spec"]["priority"]
