@@ -46,8 +46,9 @@ Where the contract cannot be met exactly (said here, not hidden):
   a conflict instead of a duplicate.
 - A workload both Evicted and Finished yields two releases (one per transition).
 
-Event ids: `<namespace>/<name>/<uid>:<type>:<status>:<reason>:<lastTransitionTime>`, with
-`:granted` / `:released` for the allocation events. They name only what identifies the
+Event ids: `<namespace>/<name>/<uid>:<type>:<status>:<reason>:<lastTransitionTime>` (the
+time in UTC as `2026-01-05T10:00:00Z`, whatever offset the object wrote), with `:granted`
+/ `:released` for the allocation events. They name only what identifies the
 transition, and the data holds no message or resourceVersion, so a later snapshot of
 the same Workload appends only its new transitions. A Workload is one record: all its
 events, or the object in quarantine.
