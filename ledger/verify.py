@@ -10,7 +10,9 @@ Checks, in the order they apply to the entry at position `seq` (expected gapless
 5. every batch's recorded chain head, and the stored tree nodes completed by this leaf;
 6. every checkpoint signed at this size: its root, chain head and tenant-head root
    against the recomputed ones, and (given the public key) its signature, and that its
-   stored columns say what its signed note says.
+   stored columns say what its signed note says;
+7. before 6, that all checkpoints of this size sign the same root and chain head (two
+   that differ are a fork: two histories signed for one size).
 At the end: the last seq against the last committed batch (a truncated tail or rows past
 it), every checkpoint above the last seq (truncated below a signed size), the count of
 stored tree nodes, and a consistency proof between each pair of consecutive checkpoints.
@@ -49,7 +51,7 @@ _LEAF_EVENT_OPEN = LEAF_PREFIX + b'{"event":'
 @dataclass(frozen=True)
 class Problem:
     seq: int
-    kind: str  # deleted | edited | moved | chain | tenant-chain | batch | tree | truncated | inserted
+    kind: str  # deleted | edited | moved | chain | tenant-chain | batch | tree | truncated | inserted | checkpoint | signature | fork
     message: str
 
     def __str__(self) -> str:
@@ -214,11 +216,11 @@ def _check_entry(walk: _Walk, row: tuple) -> Problem | None:  # type: ignore[typ
         return Problem(seq, "batch", f"the batch ending here recorded chain head {recorded_head.hex()}, the chain gives {walk.chain.hex()}")
     walk.frontier.push(leaf)
     walk.seq = seq
-    for row in walk.signed.get(seq, []):
-        problem = _check_checkpoint(walk, row)
-        if problem is not None:
-            return problem
-    return None
+    signed_here = walk.signed.get(seq, [])
+    problem = _check_fork(walk, signed_here)
+    for row in signed_here:
+        problem = problem or _check_checkpoint(walk, row)
+    return problem
 
 
 def _check_checkpoint(walk: _Walk, row: Any) -> Problem | None:
@@ -234,8 +236,33 @@ def _check_checkpoint(walk: _Walk, row: Any) -> Problem | None:
     for what, (computed, stored) in expected.items():
         if computed != stored:
             return Problem(size, "checkpoint", f"checkpoint #{number} at size {size}: {what} signed {stored.hex()}, the ledger gives {computed.hex() if computed else None}")
+    return _check_signature(walk, row)
+
+
+def _check_fork(walk: _Walk, rows: list[Any]) -> Problem | None:
+    """Rule 7: checkpoints of one size sign one root and one chain head. Two that differ
+    are a fork (two histories signed), whichever of them the ledger matches; given the
+    public key, both signatures are checked first, since a fork is a claim about the signer."""
+    if len(rows) < 2:
+        return None
+    first = rows[0]
+    for other in rows[1:]:
+        if (bytes(first.root_hash), bytes(first.chain_head)) == (bytes(other.root_hash), bytes(other.chain_head)):
+            continue
+        problem = _check_signature(walk, first) or _check_signature(walk, other)
+        if problem is not None:
+            return problem
+        size = int(first.tree_size)
+        return Problem(size, "fork", f"checkpoints #{first.checkpoint_seq} and #{other.checkpoint_seq} both sign size {size}, "
+                                     f"with roots {bytes(first.root_hash).hex()} and {bytes(other.root_hash).hex()}: two histories were signed")
+    return None
+
+
+def _check_signature(walk: _Walk, row: Any) -> Problem | None:
+    """Given the public keys: the checkpoint's note is signed, and says what its columns say."""
     if not walk.verifiers:
         return None
+    size, number = int(row.tree_size), row.checkpoint_seq
     verifier = walk.verifiers.get(row.key_name)
     if verifier is None:
         return Problem(size, "signature", f"checkpoint #{number} is signed by {row.key_name!r}, and no public key of that name was given")
@@ -243,7 +270,7 @@ def _check_checkpoint(walk: _Walk, row: Any) -> Problem | None:
         body = Checkpoint.parse(verifier.verify(row.note))
     except (NoteError, ProofError) as exc:
         return Problem(size, "signature", f"checkpoint #{number}: {exc}")
-    if (body.size, body.root, body.chain_head, body.tenant_root, body.tenant_count) != (size, bytes(row.root_hash), bytes(row.chain_head), bytes(row.tenant_root), len(heads)):
+    if (body.size, body.root, body.chain_head, body.tenant_root, body.tenant_count) != (size, bytes(row.root_hash), bytes(row.chain_head), bytes(row.tenant_root), len(walk.tenants)):
         return Problem(size, "checkpoint", f"checkpoint #{number}: its stored columns differ from its signed note")
     return None
 

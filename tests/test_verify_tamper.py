@@ -7,11 +7,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, insert, select, text
 
 from ledger import Appender, Store, append_stream, verify_ledger
+from ledger.checkpoint import sign_checkpoint
 from ledger.hashing import chain_hash, entry_bytes, leaf_hash
-from ledger.tables import APPEND_ONLY
+from ledger.note import Signer
+from ledger.tables import APPEND_ONLY, batches, checkpoints, entries, tree_nodes
 from schemas import Accepted, Origin, validate_event
 from tests.conftest import progress
 
@@ -108,3 +110,78 @@ def test_tampering_is_found_at_the_first_bad_seq(store: Store, case: str) -> Non
     result = verify_ledger(store)
     assert result.problem is not None, case
     assert (result.problem.seq, result.problem.kind) == (seq, kind), str(result.problem)
+
+
+# -- checkpoint forks: the signer's key in the forger's hands ---------------------------
+
+SIGNED_AT = 60
+
+
+def signed_ledger(store: Store, signer: Signer) -> None:
+    """The good ledger, with a checkpoint signed at SIGNED_AT and another at SIZE."""
+    events = [progress(i, tenant="acme" if i % 3 else "zeta") for i in range(1, SIZE + 1)]
+    records = [Accepted.of(validate_event(e), Origin("t.jsonl", i)) for i, e in enumerate(events, 1)]
+    append_stream(Appender(store), records[:SIGNED_AT], batch_size=25)
+    sign_checkpoint(store, signer)
+    append_stream(Appender(store), records[SIGNED_AT:], batch_size=25)
+    sign_checkpoint(store, signer)
+    assert verify_ledger(store, [signer.verifier]).ok
+
+
+def other_history(records: int, edit_at: int) -> Store:
+    """A ledger of the same events but one, hashed throughout: a second history."""
+    events = [progress(i, tenant="acme" if i % 3 else "zeta") for i in range(1, records + 1)]
+    events[edit_at - 1]["data"]["step"] += 1000
+    fork = Store("sqlite://")
+    fork.init()
+    accepted = [Accepted.of(validate_event(e), Origin("forged.jsonl", i)) for i, e in enumerate(events, 1)]
+    append_stream(Appender(fork), accepted, batch_size=25)
+    return fork
+
+
+def sign_a_second_history_at_the_same_size(store: Store, signer: Signer) -> None:
+    """Equivocation: a checkpoint of size SIGNED_AT over another history, signed and stored
+    beside the first (an insert: the append-only guards allow it)."""
+    fork = other_history(SIGNED_AT, edit_at=30)
+    body = sign_checkpoint(fork, signer).body
+    with store.engine.begin() as conn:
+        conn.execute(insert(checkpoints).values(
+            checkpoint_seq=3, origin=body.origin, tree_size=body.size, root_hash=body.root, chain_head=body.chain_head,
+            tenant_root=body.tenant_root, signed_at=body.time, key_name=signer.name, note=signer.sign(body.text()),
+        ))
+
+
+def rewrite_history_below_the_first_checkpoint(store: Store, signer: Signer) -> None:
+    """A careful forger: every entry, tree node and batch head from seq 30 on rehashed
+    over an edited event, and the head signed again; the checkpoint signed at SIGNED_AT
+    stays, and no longer fits what is stored."""
+    fork = other_history(SIZE, edit_at=30)
+    with fork.reading() as source:
+        tables = {t: [dict(r._mapping) for r in source.execute(select(t))] for t in (entries, tree_nodes, batches)}
+    with store.engine.begin() as conn:
+        drop_guards(conn)
+        for table, rows in tables.items():
+            conn.execute(table.delete())
+            conn.execute(insert(table), rows)
+    sign_checkpoint(store, signer)
+
+
+CHECKPOINT_CASES: dict[str, tuple[Callable[[Store, Signer], None], int, str, str]] = {
+    "two signed checkpoints of one size, other roots": (
+        sign_a_second_history_at_the_same_size, SIGNED_AT, "fork", "checkpoints #1 and #3 both sign size 60"),
+    "an earlier checkpoint the later history does not extend": (
+        rewrite_history_below_the_first_checkpoint, SIGNED_AT, "checkpoint", "checkpoint #1 at size 60: root signed"),
+}
+
+
+@pytest.mark.parametrize("case", list(CHECKPOINT_CASES), ids=list(CHECKPOINT_CASES))
+def test_checkpoint_forks_are_found(store: Store, case: str) -> None:
+    tamper, seq, kind, message = CHECKPOINT_CASES[case]
+    signer = Signer.generate("ledger.example")
+    signed_ledger(store, signer)
+    tamper(store, signer)
+    for verifiers in ([], [signer.verifier]):  # without and with the signatures checked
+        result = verify_ledger(store, verifiers)
+        assert result.problem is not None, case
+        assert (result.problem.seq, result.problem.kind) == (seq, kind), str(result.problem)
+        assert message in result.problem.message, str(result.problem)
