@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test schemas typecheck clean
+.PHONY: demo test schemas typecheck bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,13 @@ schemas: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# Benchmarks (never part of `make test`): results merge into bench/results.json.
+bench: $(STAMP)
+	$(BIN)/python -m bench.run
+
+bench-quick: $(STAMP)
+	$(BIN)/python -m bench.run --quick
 
 clean:
 	rm -rf $(VENV) demo-out .pytest_cache

@@ -1,0 +1,31 @@
+"""Every benchmark in turn (`python -m bench.run [--quick]`), results into bench/results.json.
+
+Full: ingest (1M native events into SQLite; PostgreSQL, FOCUS and sacct at 200k-250k),
+verify (1M entries), proofs at 1M and 10M entries, memory at 2 GiB of JSON Lines: about
+an hour on two cores. Quick: small sizes of each, one run, under a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from bench import ingest, memory, proofs, verify
+from bench.results_file import record
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, one run each")
+    args = parser.parse_args()
+    quick = ["--quick"] if args.quick else []
+    ingest.main(quick)
+    verify.main(quick)
+    for size in [20_000] if args.quick else [1_000_000, 10_000_000]:
+        result = proofs.measure(size)
+        record(f"proofs_{size}", result)
+        print(f"proofs {size}: {result}", flush=True)
+    memory.main(["16"] if args.quick else ["2048"])
+
+
+if __name__ == "__main__":
+    main()
