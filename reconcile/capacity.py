@@ -1,0 +1,113 @@
+"""`report capacity`: the four capacities of a window [since, until), and the gaps between.
+
+Definitions (README "Reports and packets" repeats them):
+- **devices discovered**: distinct (node, device) of `device.discovered` events with time
+  < until (no event retires a device, so one discovered before the window is still
+  there; `since` does not apply). Fleet-wide, also under `--tenant`.
+- **jobs admitted**: distinct jobs with a `policy.decision` `admitted` in the window; a
+  job is (tenant, job_id), where a decision's job_id that is the `pod` of a
+  `job.started` (a Pod's scheduler event) means that job; for a decision naming only an
+  allocation, the job that first started on it, else the allocation itself.
+- **jobs placed**: the same, for decisions `placed`.
+- **workloads started**: distinct (tenant, job_id) with a `job.started` in the window.
+- **gap** of a step: the count of the step before it minus its own (discovered → admitted
+  compares devices with jobs: a funnel of counts, not of GPUs). A negative gap says the
+  later step saw jobs the earlier did not record (Slurm, say, writes no admissions).
+- **placement class** (whole, mig:<profile>, timeslice, unknown): a device's own
+  `placement_class` (and `profile`) when its event has one, completed from the first
+  allocation granted on it (its node, and its device when the grant lists devices); a
+  job's from the allocation its decision names, else the allocation of its first
+  `job.started`, else its promise's class.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+from reconcile.figures import iso, placement_sql
+from reconcile.intervals import INF
+
+STEPS = ("devices_discovered", "jobs_admitted", "jobs_placed", "workloads_started")
+
+CAPACITY = f"""
+CREATE OR REPLACE TEMP TABLE rp_capacity AS
+WITH grant_ AS (
+    SELECT tenant, allocation_id, t, seq, node, devices, placement_class AS cls, profile
+    FROM ev WHERE type = 'allocation.granted'
+    QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1),
+device AS (
+    SELECT node, device, placement_class AS cls, profile FROM ev
+    WHERE type = 'device.discovered' AND t < $until
+    QUALIFY row_number() OVER (PARTITION BY node, device ORDER BY t, seq) = 1),
+device_class AS (
+    SELECT d.node, d.device, {placement_sql('coalesce(d.cls, g.cls)',
+                                            'coalesce(d.profile, CASE WHEN coalesce(d.cls, g.cls) = g.cls THEN g.profile END)')}
+           AS placement
+    FROM device d LEFT JOIN grant_ g
+      ON g.node = d.node AND (g.devices IS NULL OR list_contains(g.devices, d.device))
+     AND (d.cls IS NULL OR d.cls = g.cls)
+    QUALIFY row_number() OVER (PARTITION BY d.node, d.device ORDER BY g.t NULLS LAST, g.seq) = 1),
+first_start AS (
+    SELECT tenant, job_id, allocation_id FROM ev WHERE type = 'job.started'
+    QUALIFY row_number() OVER (PARTITION BY tenant, job_id ORDER BY t, seq) = 1),
+alloc_job AS (
+    SELECT tenant, allocation_id, job_id FROM ev WHERE type = 'job.started'
+    QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1),
+promise AS (
+    SELECT tenant, job_id, placement_class AS cls FROM ev WHERE type = 'policy.promise'
+    QUALIFY row_number() OVER (PARTITION BY tenant, job_id ORDER BY t, seq) = 1),
+pod AS (
+    SELECT DISTINCT tenant, pod, job_id FROM ev WHERE type = 'job.started' AND pod IS NOT NULL
+    QUALIFY count(*) OVER (PARTITION BY tenant, pod) = 1),
+decided AS (
+    SELECT d.tenant, d.decision, d.t, d.seq, coalesce(pd.job_id, d.job_id, aj.job_id, d.allocation_id) AS job,
+           coalesce(d.allocation_id, fs.allocation_id) AS allocation_id, pr.cls AS promised
+    FROM ev d
+    LEFT JOIN pod pd ON pd.tenant = d.tenant AND pd.pod = d.job_id
+    LEFT JOIN alloc_job aj ON aj.tenant = d.tenant AND aj.allocation_id = d.allocation_id
+    LEFT JOIN first_start fs ON fs.tenant = d.tenant AND fs.job_id = coalesce(pd.job_id, d.job_id, aj.job_id)
+    LEFT JOIN promise pr ON pr.tenant = d.tenant AND pr.job_id = coalesce(pd.job_id, d.job_id, aj.job_id)
+    WHERE d.type = 'policy.decision' AND d.decision IN ('admitted', 'placed')
+      AND d.t >= $since AND d.t < $until AND ($tenant IS NULL OR d.tenant = $tenant)),
+started AS (
+    SELECT tenant, 'started' AS decision, t, seq, job_id AS job, allocation_id, NULL AS promised FROM ev
+    WHERE type = 'job.started' AND t >= $since AND t < $until AND ($tenant IS NULL OR tenant = $tenant)),
+jobs AS (
+    SELECT x.tenant, x.decision, x.job,
+           {placement_sql('coalesce(g.cls, x.promised)', 'CASE WHEN g.cls IS NOT NULL THEN g.profile END')} AS placement
+    FROM (SELECT * FROM decided UNION ALL SELECT * FROM started) x
+    LEFT JOIN grant_ g ON g.tenant = x.tenant AND g.allocation_id = x.allocation_id
+    QUALIFY row_number() OVER (PARTITION BY x.tenant, x.decision, x.job ORDER BY x.t, x.seq) = 1)
+SELECT placement, 'devices_discovered' AS step, count(*) AS n FROM device_class GROUP BY placement
+UNION ALL
+SELECT placement, CASE decision WHEN 'admitted' THEN 'jobs_admitted' WHEN 'placed' THEN 'jobs_placed'
+                  ELSE 'workloads_started' END, count(*)
+FROM jobs GROUP BY ALL
+"""
+
+
+def report(con: duckdb.DuckDBPyConnection, tenant: str | None = None, since: int | None = None,
+           until: int | None = None) -> dict[str, Any]:
+    """The four capacities of [since, until) (µs; open when None), by placement class."""
+    con.execute(CAPACITY, {"tenant": tenant, "since": since if since is not None else -INF,
+                           "until": until if until is not None else INF})
+    counts: dict[str, dict[str, int]] = {}
+    for placement, step, n in con.execute("SELECT placement, step, n FROM rp_capacity").fetchall():
+        counts.setdefault(placement, dict.fromkeys(STEPS, 0))[step] = int(n)
+    total = {step: sum(c[step] for c in counts.values()) for step in STEPS}
+    return {
+        "window": {"since": iso(since) if since is not None else None, "until": iso(until) if until is not None else None},
+        "tenant": tenant,
+        "classes": [_with_gaps({"placement_class": p, **counts[p]}) for p in sorted(counts)],
+        "total": _with_gaps({"placement_class": "all", **total}),
+    }
+
+
+def _with_gaps(row: dict[str, Any]) -> dict[str, Any]:
+    """Adds `gap_<earlier>_<later>`: the earlier step's count minus the later's."""
+    short = ("discovered", "admitted", "placed", "started")
+    for i in range(1, len(STEPS)):
+        row[f"gap_{short[i - 1]}_{short[i]}"] = row[STEPS[i - 1]] - row[STEPS[i]]
+    return row

@@ -1,0 +1,247 @@
+"""`report outcomes`: what the GPU time bought, per tenant.
+
+Definitions (README "Reports and packets" repeats them); percentiles are nearest-rank
+(reconcile/figures.py), durations in seconds:
+- **attempt**: a `job.started`, running to the job's first `job.completed`, `job.failed`
+  or `job.cancelled` after it (same instant: later in ledger order), unless the job
+  starts again first: then to that next start; else to the tenant's horizon (its
+  latest event time).
+- **time to first usable allocation** (per job): the job's first `job.progress` − its
+  first `job.submitted`, or − the grant of its first attempt's allocation when no
+  submission was recorded. Jobs that never progressed have none.
+- **step time**: the gap between consecutive `job.progress` marks of one attempt (marks
+  belong to the latest `job.started` of the job at or before them), p50 and p95 per tenant.
+- **checkpoint overhead**: `checkpoint` GPU-seconds ÷ billed GPU-seconds of the tenant,
+  both from the reconciliation (RULES.md).
+- **completed-run time** (per completed job): its first `job.completed` − its first
+  `job.started` (restarts included).
+- **cost of a run** (per job): for every allocation its attempts ran on, the money of the
+  lines naming that allocation (after corrections; credits included, as the
+  reconciliation reports it), apportioned to the jobs that ran on the allocation by
+  their attempt time on it (attempts clipped to [grant, release or horizon)). Money of
+  an allocation on which no job ran, or of lines naming no allocation, is no run's.
+- **cost per completed run** = Σ cost of the completed jobs ÷ their number, per currency.
+- **cost per accepted result** = all the tenant's billed money (every line after
+  corrections: waste included, which is the point) ÷ the number of distinct `result_id`s
+  of its `work.accepted` events, per currency.
+Amounts are exact until shown, then rounded half-even to the currency's minor unit.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from fractions import Fraction
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from reconcile.figures import iso, money, percentiles_sql, seconds
+from reconcile.intervals import INF
+from reconcile.result import Reconciliation, gpu_seconds
+
+FACTS = f"""
+CREATE OR REPLACE TEMP TABLE rp_horizon AS
+SELECT tenant, max(t) AS h FROM ev WHERE tenant IS NOT NULL GROUP BY tenant;
+
+CREATE OR REPLACE TEMP TABLE rp_attempts AS
+WITH starts AS (
+    SELECT tenant, job_id, allocation_id, attempt, pod, t AS s, seq,
+           lead(t) OVER (PARTITION BY tenant, job_id ORDER BY t, seq) AS next_s
+    FROM ev WHERE type = 'job.started'),
+ends AS (SELECT tenant, job_id, t, seq, type AS kind, cause FROM ev
+         WHERE type IN ('job.completed', 'job.failed', 'job.cancelled')),
+ended AS (
+    SELECT st.*, en.t AS end_t, en.seq AS end_seq, en.kind, en.cause
+    FROM starts st
+    LEFT JOIN ends en ON en.tenant = st.tenant AND en.job_id = st.job_id
+     AND (en.t > st.s OR (en.t = st.s AND en.seq > st.seq))
+    QUALIFY row_number() OVER (PARTITION BY st.seq ORDER BY en.t NULLS LAST, en.seq) = 1)
+SELECT d.* EXCLUDE (end_t, end_seq, kind, cause, next_s),
+       CASE WHEN d.end_t <= coalesce(d.next_s, {INF}) THEN d.end_t ELSE coalesce(d.next_s, h.h, d.s) END AS e,
+       CASE WHEN d.end_t <= coalesce(d.next_s, {INF}) THEN d.end_seq END AS end_seq,
+       CASE WHEN d.end_t <= coalesce(d.next_s, {INF}) THEN d.kind END AS kind,
+       CASE WHEN d.end_t <= coalesce(d.next_s, {INF}) THEN d.cause END AS cause
+FROM ended d LEFT JOIN rp_horizon h ON h.tenant = d.tenant;
+
+CREATE OR REPLACE TEMP TABLE rp_grants AS
+WITH g AS (
+    SELECT tenant, allocation_id, t AS granted FROM ev WHERE type = 'allocation.granted'
+    QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1)
+SELECT g.tenant, g.allocation_id, g.granted, coalesce(min(r.t), {INF}) AS released
+FROM g LEFT JOIN ev r ON r.type = 'allocation.released' AND r.tenant = g.tenant
+  AND r.allocation_id = g.allocation_id AND r.t >= g.granted
+GROUP BY ALL;
+
+CREATE OR REPLACE TEMP TABLE rp_jobs AS
+WITH keys AS (SELECT DISTINCT tenant, job_id FROM ev WHERE job_id IS NOT NULL AND tenant IS NOT NULL
+              AND type IN ('job.submitted', 'job.started', 'job.progress', 'job.completed', 'job.failed', 'job.cancelled')),
+first_att AS (SELECT * FROM rp_attempts QUALIFY row_number() OVER (PARTITION BY tenant, job_id ORDER BY s, seq) = 1),
+per_type AS (
+    SELECT tenant, job_id,
+           min(t) FILTER (WHERE type = 'job.submitted') AS submitted,
+           min(t) FILTER (WHERE type = 'job.progress') AS first_progress,
+           min(t) FILTER (WHERE type = 'job.completed') AS completed,
+           count(DISTINCT result_id) FILTER (WHERE type = 'work.accepted') AS accepted,
+           count(DISTINCT result_id) FILTER (WHERE type = 'work.rejected') AS rejected
+    FROM ev WHERE job_id IS NOT NULL GROUP BY tenant, job_id),
+attempts AS (SELECT tenant, job_id, count(*) AS n FROM rp_attempts GROUP BY ALL)
+SELECT k.tenant, k.job_id, p.submitted, p.first_progress, p.completed, p.accepted, p.rejected,
+       fa.s AS first_start, fa.allocation_id AS first_allocation, g.granted, coalesce(a.n, 0) AS attempts,
+       p.first_progress - coalesce(p.submitted, g.granted) AS ttfua,
+       CASE WHEN p.completed IS NOT NULL THEN p.completed - fa.s END AS run_time
+FROM keys k JOIN per_type p USING (tenant, job_id)
+LEFT JOIN first_att fa USING (tenant, job_id)
+LEFT JOIN attempts a USING (tenant, job_id)
+LEFT JOIN rp_grants g ON g.tenant = fa.tenant AND g.allocation_id = fa.allocation_id;
+
+CREATE OR REPLACE TEMP TABLE rp_steps AS
+WITH starts AS (SELECT tenant, job_id, t, seq FROM ev WHERE type = 'job.started'),
+marks AS (
+    SELECT p.tenant, p.job_id, p.t, p.seq, s.seq AS att
+    FROM (SELECT tenant, job_id, t, seq FROM ev WHERE type = 'job.progress') p
+    ASOF LEFT JOIN starts s ON s.tenant = p.tenant AND s.job_id = p.job_id AND p.t >= s.t)
+SELECT tenant, job_id, t - lag(t) OVER (PARTITION BY tenant, job_id, att ORDER BY t, seq) AS gap FROM marks;
+
+-- each job's attempt time on each allocation, clipped to the allocation's holding
+CREATE OR REPLACE TEMP TABLE rp_job_time AS
+SELECT a.tenant, a.job_id, a.allocation_id,
+       sum(greatest(least(a.e, coalesce(g.released, {INF}), coalesce(h.h, a.e)) - greatest(a.s, coalesce(g.granted, a.s)), 0))
+           AS us
+FROM rp_attempts a
+LEFT JOIN rp_grants g ON g.tenant = a.tenant AND g.allocation_id = a.allocation_id
+LEFT JOIN rp_horizon h ON h.tenant = a.tenant
+GROUP BY ALL;
+"""
+
+TENANT_FIGURES = f"""
+WITH j AS (
+    SELECT tenant, count(*) AS jobs, count(completed) AS completed_runs, sum(accepted) AS accepted_results,
+           {percentiles_sql('ttfua', 'ttfua')}, {percentiles_sql('run_time', 'run')}
+    FROM rp_jobs WHERE ($tenant IS NULL OR tenant = $tenant) GROUP BY tenant),
+s AS (SELECT tenant, {percentiles_sql('gap', 'step')} FROM rp_steps GROUP BY tenant)
+SELECT * FROM j LEFT JOIN s USING (tenant) ORDER BY tenant
+"""
+
+JOB_COLUMNS = ("tenant", "job_id", "submitted", "first_start", "first_allocation", "granted", "first_progress",
+               "completed", "attempts", "ttfua", "run_time", "accepted", "rejected")
+
+#: money of each allocation (from the reconciliation) spread over the jobs that ran on it
+APPORTIONED = """
+SELECT jt.tenant, jt.job_id, m.currency, CAST(m.cents AS VARCHAR), jt.us,
+       sum(jt.us) OVER (PARTITION BY jt.tenant, jt.allocation_id, m.currency) AS total_us
+FROM rp_job_time jt JOIN rp_alloc_money m ON m.tenant = jt.tenant AND m.allocation_id = jt.allocation_id
+"""
+
+
+def build(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(FACTS)
+
+
+def report(con: duckdb.DuckDBPyConnection, recon: Reconciliation, tenant: str | None = None) -> dict[str, Any]:
+    """The outcomes report: per-tenant figures and one row per job."""
+    build(con)
+    costs = job_costs(con, recon)
+    jobs = _jobs(con, tenant, costs)
+    tenants = _tenants(con, recon, tenant, jobs)
+    return {"tenants": tenants, "jobs": jobs}
+
+
+def job_costs(con: duckdb.DuckDBPyConnection, recon: Reconciliation) -> dict[tuple[str, str], dict[str, Fraction]]:
+    """(tenant, job) → currency → exact cost in minor units (see the module docstring)."""
+    per_alloc: dict[tuple[str, str, str | None], int] = defaultdict(int)
+    for cell in recon.cells:
+        if cell.allocation_id is not None:
+            per_alloc[(cell.tenant, cell.allocation_id, cell.currency)] += cell.cents
+    con.register("rp_alloc_money_page", pa.table({
+        "tenant": pa.array([k[0] for k in per_alloc], pa.string()),
+        "allocation_id": pa.array([k[1] for k in per_alloc], pa.string()),
+        "currency": pa.array([k[2] for k in per_alloc], pa.string()),
+        "cents": pa.array([str(v) for v in per_alloc.values()], pa.string()),
+    }))
+    con.execute("CREATE OR REPLACE TEMP TABLE rp_alloc_money AS "
+                "SELECT tenant, allocation_id, currency, CAST(cents AS HUGEINT) AS cents FROM rp_alloc_money_page")
+    con.unregister("rp_alloc_money_page")
+    out: dict[tuple[str, str], dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
+    for tenant, job, currency, cents, us, total in con.execute(APPORTIONED).fetchall():
+        if total:
+            out[(tenant, job)][currency or ""] += Fraction(int(cents) * int(us), int(total))
+    return out
+
+
+def _jobs(con: duckdb.DuckDBPyConnection, tenant: str | None,
+          costs: dict[tuple[str, str], dict[str, Fraction]]) -> list[dict[str, Any]]:
+    rows = con.execute(f"SELECT {', '.join(JOB_COLUMNS)} FROM rp_jobs WHERE ($tenant IS NULL OR tenant = $tenant) "
+                       "ORDER BY tenant, coalesce(submitted, first_start), job_id", {"tenant": tenant}).fetchall()
+    out = []
+    for row in rows:
+        r = dict(zip(JOB_COLUMNS, row))
+        cost = costs.get((r["tenant"], r["job_id"]), {})
+        out.append({
+            "tenant": r["tenant"], "job_id": r["job_id"], "submitted": iso(r["submitted"]),
+            "first_start": iso(r["first_start"]), "first_allocation": r["first_allocation"],
+            "granted": iso(r["granted"]), "first_progress": iso(r["first_progress"]), "completed": iso(r["completed"]),
+            "attempts": r["attempts"], "time_to_first_usable_allocation_s": seconds(r["ttfua"]),
+            "completed_run_time_s": seconds(r["run_time"]),
+            "result": "accepted" if r["accepted"] else "rejected" if r["rejected"] else "pending",
+            "cost": {c: money(v, c) for c, v in sorted(cost.items())},
+            "_cost": cost,
+        })
+    return out
+
+
+def _tenants(con: duckdb.DuckDBPyConnection, recon: Reconciliation, tenant: str | None,
+             jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    cursor = con.execute(TENANT_FIGURES, {"tenant": tenant})
+    names = [d[0] for d in cursor.description]
+    tallies = recon.tenants()
+    billed = _billed_money(recon)
+    out = []
+    for row in cursor.fetchall():
+        r = dict(zip(names, row))
+        name = r["tenant"]
+        tally = tallies.get(name)
+        ckpt_us = sum(us for (category, _), us in tally.gpu_us.items() if category == "checkpoint") if tally else 0
+        billed_us = tally.billed_us if tally else 0
+        completed = [j for j in jobs if j["tenant"] == name and j["completed"] is not None]
+        out.append({
+            "tenant": name, "jobs": r["jobs"], "completed_runs": r["completed_runs"],
+            "accepted_results": int(r["accepted_results"] or 0),
+            "time_to_first_usable_allocation_s": _dist(r, "ttfua"), "step_time_s": _dist(r, "step"),
+            "completed_run_time_s": _dist(r, "run"),
+            "checkpoint_overhead": {"checkpoint_gpu_seconds": gpu_seconds(ckpt_us), "billed_gpu_seconds": gpu_seconds(billed_us),
+                                    "ratio": round(ckpt_us / billed_us, 6) if billed_us else None},
+            "cost": _costs(completed, billed.get(name, {}), int(r["accepted_results"] or 0)),
+        })
+    for job in jobs:
+        del job["_cost"]
+    return out
+
+
+def _dist(row: dict[str, Any], name: str) -> dict[str, Any]:
+    return {"n": int(row[f"{name}_n"] or 0), "p50": seconds(row[f"{name}_p50"]), "p95": seconds(row[f"{name}_p95"])}
+
+
+def _billed_money(recon: Reconciliation) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for cell in recon.cells:
+        out[cell.tenant][cell.currency or ""] += cell.cents
+    return out
+
+
+def _costs(completed: list[dict[str, Any]], billed: dict[str, int], accepted: int) -> dict[str, dict[str, Any]]:
+    """Per currency: completed runs' cost, cost per completed run, billed total, cost per accepted result."""
+    runs: dict[str, Fraction] = defaultdict(Fraction)
+    for job in completed:
+        for currency, value in job["_cost"].items():
+            runs[currency] += value
+    out = {}
+    for currency in sorted(set(runs) | set(billed)):
+        total = Fraction(billed.get(currency, 0))
+        out[currency] = {
+            "completed_runs_cost": money(runs[currency], currency),
+            "cost_per_completed_run": money(runs[currency] / len(completed), currency) if completed else None,
+            "billed": money(total, currency),
+            "cost_per_accepted_result": money(total / accepted, currency) if accepted else None,
+        }
+    return out

@@ -1,0 +1,146 @@
+"""The diagnostic packet's queries over `ev` (reconcile/diagnostic.py says what each
+section holds). Parameters: $tenant, $job, $pid, and the window $w0, $w1 (µs).
+
+`SCOPE` makes the packet's tables: `pk_pods` (the job's Pods, from its `job.started`),
+`pk_allocs` (each allocation the job started on or was decided onto, with its first grant
+and the first release at or after it) and `pk_window` (w0, w1).
+"""
+
+from __future__ import annotations
+
+from reconcile.figures import percentiles_sql
+from reconcile.intervals import INF
+
+_ABOUT_JOB = ("(job_id = $job OR job_id IN (SELECT pod FROM pk_pods) "
+              "OR allocation_id IN (SELECT aid FROM pk_allocs))")
+
+SCOPE = tuple(statement for statement in f"""
+CREATE OR REPLACE TEMP TABLE pk_pods AS
+SELECT DISTINCT pod FROM ev WHERE type = 'job.started' AND tenant = $tenant AND job_id = $job AND pod IS NOT NULL;
+
+CREATE OR REPLACE TEMP TABLE pk_allocs AS
+WITH aids AS (
+    SELECT DISTINCT allocation_id AS aid FROM ev
+    WHERE tenant = $tenant AND allocation_id IS NOT NULL
+      AND ((type = 'job.started' AND job_id = $job)
+           OR (type = 'policy.decision' AND (job_id = $job OR job_id IN (SELECT pod FROM pk_pods))))),
+g AS (
+    SELECT allocation_id AS aid, t AS granted, seq AS grant_seq, gpus, node, devices, fabric_domain,
+           placement_class, profile
+    FROM ev WHERE type = 'allocation.granted' AND tenant = $tenant AND allocation_id IN (SELECT aid FROM aids)
+    QUALIFY row_number() OVER (PARTITION BY allocation_id ORDER BY t, seq) = 1),
+r AS (
+    SELECT allocation_id AS aid, t, seq, reason FROM ev
+    WHERE type = 'allocation.released' AND tenant = $tenant AND allocation_id IN (SELECT aid FROM aids))
+SELECT a.aid, g.granted, g.grant_seq, g.gpus, g.node, g.devices, g.fabric_domain, g.placement_class, g.profile,
+       r.t AS released, r.seq AS release_seq, r.reason AS release_reason
+FROM aids a LEFT JOIN g ON g.aid = a.aid LEFT JOIN r ON r.aid = a.aid AND r.t >= g.granted
+QUALIFY row_number() OVER (PARTITION BY a.aid ORDER BY r.t NULLS LAST, r.seq) = 1;
+
+CREATE OR REPLACE TEMP TABLE pk_window AS
+WITH about AS (
+    SELECT t, ps, pe, start_by, complete_by FROM ev
+    WHERE tenant = $tenant AND ({_ABOUT_JOB} OR (type = 'policy.promise' AND promise_id = $pid))),
+span AS (SELECT least(min(t), min(ps), min(start_by)) AS w0,
+                greatest(max(t), max(pe), max(start_by), max(complete_by)) AS w1 FROM about)
+SELECT w0, CASE WHEN w1 > w0 THEN w1 ELSE w0 + 1000000 END AS w1 FROM span
+""".split(";\n\n"))
+
+DECISIONS = f"""
+SELECT seq, t, decision, job_id, allocation_id, reason, queue, notice_s FROM ev
+WHERE type = 'policy.decision' AND tenant = $tenant AND {_ABOUT_JOB}
+ORDER BY t, seq
+"""
+
+ALLOCATIONS = """
+SELECT aid AS allocation_id, granted, grant_seq, released, release_seq, release_reason, gpus, node, devices,
+       fabric_domain, placement_class, profile
+FROM pk_allocs ORDER BY granted NULLS LAST, aid
+"""
+
+DEVICES = """
+SELECT node, device, model, fabric_domain, seq FROM ev
+WHERE type = 'device.discovered' AND node IN (SELECT node FROM pk_allocs)
+QUALIFY row_number() OVER (PARTITION BY node, device ORDER BY t, seq) = 1
+ORDER BY node, device
+"""
+
+# A fault is open from its time to the first matching clear after it (RULES.md §7); it is
+# listed when it touches one of the job's allocations and is open at some moment of the window.
+FAULTS = f"""
+WITH opened AS (
+    SELECT f.seq, f.t AS opened, f.node, f.device, f.fabric_domain, f.code, f.severity,
+           min(c.t) AS cleared, min_by(c.seq, c.t) AS cleared_seq
+    FROM ev f LEFT JOIN ev c
+      ON c.type = 'health.cleared' AND c.code = f.code
+     AND c.node IS NOT DISTINCT FROM f.node AND c.device IS NOT DISTINCT FROM f.device
+     AND c.fabric_domain IS NOT DISTINCT FROM f.fabric_domain
+     AND (c.t > f.t OR (c.t = f.t AND c.seq > f.seq))
+    WHERE f.type = 'health.fault'
+    GROUP BY ALL),
+touching AS (
+    SELECT o.seq, a.aid FROM opened o JOIN pk_allocs a
+      ON (o.fabric_domain IS NOT NULL AND o.fabric_domain = a.fabric_domain)
+      OR (o.node = a.node AND (o.device IS NULL OR a.devices IS NULL OR list_contains(a.devices, o.device)))
+      OR (o.node IS NULL AND o.device IS NOT NULL AND list_contains(a.devices, o.device)))
+SELECT o.*, list(DISTINCT t.aid ORDER BY t.aid) AS touches
+FROM opened o JOIN touching t ON t.seq = o.seq
+WHERE o.opened < $w1 AND coalesce(o.cleared, {INF}) > $w0
+GROUP BY ALL ORDER BY o.opened, o.seq
+"""
+
+ATTEMPTS = """
+SELECT seq, attempt, allocation_id, pod, s AS started, CASE WHEN kind IS NOT NULL THEN e END AS ended, end_seq,
+       CASE kind WHEN 'job.completed' THEN 'completed' WHEN 'job.failed' THEN 'failed'
+                 WHEN 'job.cancelled' THEN 'cancelled' ELSE 'running' END AS outcome, cause
+FROM rp_attempts WHERE tenant = $tenant AND job_id = $job ORDER BY s, seq
+"""
+
+PROGRESS = f"""
+WITH starts AS (SELECT seq AS att, t FROM ev WHERE type = 'job.started' AND tenant = $tenant AND job_id = $job),
+marks AS (
+    SELECT p.t, p.seq, p.step, p.units, s.att
+    FROM (SELECT t, seq, step, units FROM ev WHERE type = 'job.progress' AND tenant = $tenant AND job_id = $job) p
+    ASOF LEFT JOIN starts s ON p.t >= s.t),
+gaps AS (SELECT *, t - lag(t) OVER (PARTITION BY att ORDER BY t, seq) AS gap FROM marks)
+SELECT att AS attempt_seq, count(*) AS marks, min(t) AS first, max(t) AS last, min(step) AS first_step,
+       max(step) AS last_step, max(units) AS units, {percentiles_sql('gap', 'step_time')},
+       max(gap) AS longest_gap, max_by(t, gap) AS longest_gap_end
+FROM gaps GROUP BY att ORDER BY first
+"""
+
+HISTOGRAM = """
+SELECT (t - $w0) * $bins // ($w1 - $w0) AS bin, count(*) FROM ev
+WHERE type = 'job.progress' AND tenant = $tenant AND job_id = $job GROUP BY ALL
+"""
+
+CHECKPOINTS = """
+WITH started AS (
+    SELECT checkpoint_id, step, t, seq FROM ev WHERE type = 'checkpoint.started' AND tenant = $tenant AND job_id = $job),
+saved AS (
+    SELECT checkpoint_id, step, t, seq FROM ev WHERE type = 'checkpoint.saved' AND tenant = $tenant AND job_id = $job),
+paired AS (
+    SELECT s.checkpoint_id, s.step, s.t AS started, s.seq AS started_seq, v.t AS saved, v.seq AS saved_seq
+    FROM started s LEFT JOIN saved v ON v.checkpoint_id = s.checkpoint_id AND v.t >= s.t
+    QUALIFY row_number() OVER (PARTITION BY s.seq ORDER BY v.t NULLS LAST, v.seq) = 1)
+SELECT * FROM paired
+UNION ALL
+SELECT v.checkpoint_id, v.step, NULL, NULL, v.t, v.seq FROM saved v
+WHERE v.seq NOT IN (SELECT saved_seq FROM paired WHERE saved_seq IS NOT NULL)
+ORDER BY coalesce(started, saved), checkpoint_id
+"""
+
+RESTORES = """
+SELECT checkpoint_id, step, t, seq FROM ev
+WHERE type = 'checkpoint.restored' AND tenant = $tenant AND job_id = $job ORDER BY t, seq
+"""
+
+BILLING = """
+SELECT l.seq, l.invoice_id, l.line_id, l.allocation_id, l.ps AS period_start, l.pe AS period_end, l.gpus,
+       l.amount, l.currency, l.category, l.corrects,
+       EXISTS (SELECT 1 FROM ev c WHERE c.type = 'billing.line' AND c.tenant = l.tenant
+               AND c.corrects = l.line_id AND c.seq <> l.seq) AS replaced
+FROM ev l
+WHERE l.type = 'billing.line' AND l.tenant = $tenant AND l.allocation_id IN (SELECT aid FROM pk_allocs)
+ORDER BY l.ps, l.seq
+"""

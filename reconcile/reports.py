@@ -1,0 +1,193 @@
+"""The operator's and finance's reports over the ledger: promises, capacity, outcomes.
+
+Each report is computed in DuckDB over `ev` (reconcile/snapshot.py), loaded once from
+the store; outcomes also take the reconciliation's money (reconcile/__init__.py). Each
+returns plain dicts and lists (JSON as is), and renders as rich tables or CSV rows.
+Definitions are in the module docstrings of reconcile/promises.py, capacity.py and
+outcomes.py, and in the README's "Reports and packets".
+
+    with loaded(store) as data:            # one snapshot, one DuckDB
+        promises.report(data.con)          # or report_promises(store) for one report
+    write_reports(store, out_dir)          # every report, JSON and CSV, for `gpuledger demo`
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from rich.table import Table
+
+from ledger import Store
+from reconcile import capacity, outcomes, promises, run
+from reconcile.result import Reconciliation
+from reconcile.snapshot import load_pages, open_engine, store_pages
+
+REPORTS = ("promises", "capacity", "outcomes")
+FORMATS = ("table", "json", "csv")
+
+
+@dataclass
+class Loaded:
+    """A DuckDB with the store's entries as `ev`; the reconciliation made on first use."""
+
+    con: duckdb.DuckDBPyConnection
+    _recon: Reconciliation | None = field(default=None, repr=False)
+
+    @property
+    def recon(self) -> Reconciliation:
+        if self._recon is None:
+            self._recon = run(self.con)
+        return self._recon
+
+
+@contextmanager
+def loaded(store: Store, tenant: str | None = None, threads: int | None = None) -> Iterator[Loaded]:
+    """One consistent snapshot of the store (with `tenant`: its entries and the fleet's)."""
+    con = open_engine(threads)
+    try:
+        with store.reading() as conn:
+            load_pages(con, store_pages(conn, tenant))
+        yield Loaded(con)
+    finally:
+        con.close()
+
+
+def build_report(data: Loaded, name: str, tenant: str | None = None, since: int | None = None,
+                 until: int | None = None) -> dict[str, Any]:
+    """One report by name, as plain dicts and lists."""
+    if name == "promises":
+        return promises.report(data.con, tenant)
+    if name == "capacity":
+        return capacity.report(data.con, tenant, since, until)
+    if name == "outcomes":
+        return outcomes.report(data.con, data.recon, tenant)
+    raise ValueError(f"unknown report {name!r}")
+
+
+def report(store: Store, name: str, tenant: str | None = None, since: int | None = None,
+           until: int | None = None) -> dict[str, Any]:
+    """One report of the store (`name`: promises, capacity or outcomes)."""
+    with loaded(store, tenant) as data:
+        return build_report(data, name, tenant, since, until)
+
+
+@dataclass
+class Written:
+    paths: list[Path]
+    missed_promises: list[dict[str, Any]]
+
+
+def write_reports(store: Store, out_dir: Path) -> Written:
+    """Every report as `<name>.json` and `<name>.csv` under `out_dir` (from one snapshot).
+    Returns the files written and the missed promises (each with its packet command)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths: list[Path] = []
+    with loaded(store) as data:
+        docs = {name: build_report(data, name) for name in REPORTS}
+    for name, doc in docs.items():
+        paths.append(out_dir / f"{name}.json")
+        paths[-1].write_text(json.dumps(doc, indent=2) + "\n")
+        paths.append(out_dir / f"{name}.csv")
+        paths[-1].write_text(to_csv(name, doc))
+    return Written(paths, docs["promises"]["misses"])
+
+
+def render(name: str, doc: dict[str, Any], fmt: str) -> str | list[Table]:
+    """JSON or CSV text, or rich tables for the terminal."""
+    if fmt == "json":
+        return json.dumps(doc, indent=2) + "\n"
+    if fmt == "csv":
+        return to_csv(name, doc)
+    if fmt == "table":
+        return tables(name, doc)
+    raise ValueError(f"--format: unknown format {fmt!r}")
+
+
+# -- CSV: the rows finance would load ---------------------------------------------------
+
+def csv_rows(name: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """promises: one row per promise; capacity: one per placement class and the total;
+    outcomes: one per job and currency of its cost."""
+    if name == "promises":
+        return [{k: v for k, v in p.items() if k != "seq"} | {"packet_command": p.get("packet_command", "")}
+                for p in doc["promises"]]
+    if name == "capacity":
+        return [*doc["classes"], doc["total"]]
+    rows = []
+    for job in doc["jobs"]:
+        base = {k: v for k, v in job.items() if k != "cost"}
+        for currency, amount in (job["cost"] or {"": ""}).items():
+            rows.append(base | {"cost": amount, "currency": currency})
+    return rows
+
+
+def to_csv(name: str, doc: dict[str, Any]) -> str:
+    rows = csv_rows(name, doc)
+    if not rows:
+        return ""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+    return buffer.getvalue()
+
+
+# -- terminal tables ----------------------------------------------------------------------
+
+def tables(name: str, doc: dict[str, Any]) -> list[Table]:
+    if name == "promises":
+        return _promise_tables(doc)
+    if name == "capacity":
+        return [_capacity_table(doc)]
+    return [_outcome_table(doc)]
+
+
+def _text(value: Any) -> str:
+    return "–" if value is None else str(value)
+
+
+def _promise_tables(doc: dict[str, Any]) -> list[Table]:
+    summary = Table("tenant", "class", "promises", "met", "missed", "pending", "p50 start delay s",
+                    "p95 start delay s", title="promises: start delay against start_by (negative: early)")
+    for row in doc["summary"]:
+        summary.add_row(row["tenant"], row["placement_class"], *(_text(row[k]) for k in (
+            "promises", "met", "missed", "pending", "start_delay_p50_s", "start_delay_p95_s")),
+            style="red" if row["missed"] else "")
+    misses = Table("tenant", "promise", "job", "start_by", "started", "complete_by", "completed", "packet",
+                   title=f"missed promises: {len(doc['misses'])}")
+    for m in doc["misses"]:
+        misses.add_row(m["tenant"], m["promise_id"], m["job_id"], _text(m["start_by"]), _text(m["started"]),
+                       _text(m["complete_by"]), _text(m["completed"]), m["packet_command"])
+    return [summary, misses]
+
+
+def _capacity_table(doc: dict[str, Any]) -> Table:
+    window = doc["window"]
+    table = Table("class", "devices", "admitted", "placed", "started", "gap d→a", "gap a→p", "gap p→s",
+                  title=f"capacity [{window['since'] or '-∞'}, {window['until'] or '+∞'})")
+    for row in [*doc["classes"], doc["total"]]:
+        table.add_row(*(str(v) for v in row.values()), style="bold" if row is doc["total"] else "")
+    return table
+
+
+def _outcome_table(doc: dict[str, Any]) -> Table:
+    table = Table("tenant", "jobs", "completed", "first usable p50/p95 s", "step p50/p95 s", "checkpoint overhead",
+                  "run time p50/p95 s", "cost / completed run", "cost / accepted result", title="outcomes")
+    for t in doc["tenants"]:
+        def pair(d: dict[str, Any]) -> str:
+            return f"{_text(d['p50'])} / {_text(d['p95'])}"
+        ratio = t["checkpoint_overhead"]["ratio"]
+        costs = t["cost"].items()
+        table.add_row(t["tenant"], str(t["jobs"]), str(t["completed_runs"]), pair(t["time_to_first_usable_allocation_s"]),
+                      pair(t["step_time_s"]), "–" if ratio is None else f"{ratio:.2%}", pair(t["completed_run_time_s"]),
+                      " ".join(f"{_text(c['cost_per_completed_run'])} {cur}" for cur, c in costs),
+                      " ".join(f"{_text(c['cost_per_accepted_result'])} {cur}" for cur, c in costs))
+    return table
