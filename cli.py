@@ -20,7 +20,10 @@ from rich.table import Table
 import ingest
 import ledger
 import reconcile
+import reconcile.diagnostic as diagnostic
 import reconcile.render as reconcile_render
+import reconcile.reports as reports
+from reconcile.figures import parse_time
 from reconcile.dispute import PacketError, build_dispute, read_packet, verify_dispute, write_packet
 from ledger.checkpoint import DEFAULT_ORIGIN, sign_checkpoint
 from ledger.note import NoteError, read_signer, read_verifier, write_keypair
@@ -299,6 +302,94 @@ def _decimal_option(name: str, text: str | None) -> Decimal | None:
         return Decimal(text)
     except ArithmeticError:
         raise InputError(f"{name}: not a decimal amount: {text!r}") from None
+
+
+@main.group("report", cls=Group)
+def report_group() -> None:
+    """Operator and finance reports: promises, capacity, outcomes (definitions: README)."""
+
+
+def report_options(fn: F) -> F:
+    for option in reversed([
+        db_option,
+        click.option("--tenant", default=None, help="Only this tenant (capacity: its jobs; devices are the fleet's)."),
+        click.option("--format", "fmt", type=click.Choice(reports.FORMATS), default="table", show_default=True),
+        click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="Output file (default: standard output)."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def _emit_report(name: str, db_url: str | None, tenant: str | None, fmt: str, out: Path | None,
+                 since: int | None = None, until: int | None = None) -> None:
+    store = ledger.Store(db_url)
+    _require_store(store)
+    rendered = reports.render(name, reports.report(store, name, tenant, since, until), fmt)
+    if isinstance(rendered, str):
+        if out is None:
+            click.echo(rendered, nl=False)
+        else:
+            out.write_text(rendered)
+            click.echo(f"wrote {out}", err=True)
+        return
+    console = Console(file=out.open("w"), width=160) if out is not None else stdout
+    for table in rendered:
+        console.print(table)
+
+
+def _time_option(name: str, text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return parse_time(text)
+    except ValueError:
+        raise InputError(f"{name}: not an RFC 3339 time: {text!r}") from None
+
+
+@report_group.command("promises")
+@report_options
+def report_promises(db_url: str | None, tenant: str | None, fmt: str, out: Path | None) -> None:
+    """Promised against actual start and completion; p50/p95 start delay by tenant and
+    placement class; every miss with the command that writes its packet."""
+    _emit_report("promises", db_url, tenant, fmt, out)
+
+
+@report_group.command("capacity")
+@report_options
+@click.option("--since", default=None, metavar="RFC3339", help="Window start (inclusive; default: open).")
+@click.option("--until", default=None, metavar="RFC3339", help="Window end (exclusive; default: open).")
+def report_capacity(db_url: str | None, tenant: str | None, fmt: str, out: Path | None,
+                    since: str | None, until: str | None) -> None:
+    """Devices discovered, jobs admitted, jobs placed, workloads started, and the gaps,
+    by placement class (whole, mig:<profile>, timeslice)."""
+    _emit_report("capacity", db_url, tenant, fmt, out, _time_option("--since", since), _time_option("--until", until))
+
+
+@report_group.command("outcomes")
+@report_options
+def report_outcomes(db_url: str | None, tenant: str | None, fmt: str, out: Path | None) -> None:
+    """Time to first usable allocation, step time p50/p95, checkpoint overhead,
+    completed-run time, cost per completed run and per accepted result."""
+    _emit_report("outcomes", db_url, tenant, fmt, out)
+
+
+@main.command("packet")
+@db_option
+@click.option("--promise", "promise_id", required=True, help="The promise's promise_id.")
+@click.option("--tenant", default=None, help="The promising tenant (needed only when two use the same id).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for packet.json and packet.html (created).")
+def packet_command(db_url: str | None, promise_id: str, tenant: str | None, out: Path) -> None:
+    """The operator's diagnostic packet for a promise: decisions, reservations and
+    preemptions, device and fabric health, application trace, checkpoints, billing."""
+    store = ledger.Store(db_url)
+    _require_store(store)
+    try:
+        paths = diagnostic.write_packet(store, promise_id, out, tenant)
+    except diagnostic.PacketError as exc:
+        raise InputError(str(exc)) from None
+    click.echo(f"wrote {', '.join(str(p) for p in paths)}")
 
 
 def rate_options(fn: F) -> F:
