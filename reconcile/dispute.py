@@ -45,18 +45,14 @@ from ledger.note import Signer, Verifier
 from ledger.proofs import Checkpoint, ProofError
 from ledger.tables import entries as entries_table
 from reconcile import MoneyOverflow, reconcile_entries, reconcile_store
+from reconcile.untrusted import PacketError, first_difference, hex_string, member, show, typed
+
+__all__ = ["PacketError", "PacketUnreadable", "VerifiedPacket", "build_dispute", "explaining_fleet_seqs", "read_packet",
+           "touches", "verify_dispute", "write_packet"]
 
 PACKET_VERSION = 1
 PACKET_KIND = "gpuledger-dispute"
 FLEET_TYPES = ("health.fault", "health.cleared")
-_MAX_INT = 2**53  # the ledger's integers stay below this (canonical JSON, ledger.hashing)
-
-
-class PacketError(ValueError):
-    """A packet that does not verify; the message (one line) says which check failed."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(message.split("\n")))
 
 
 class PacketUnreadable(LedgerError):
@@ -175,15 +171,15 @@ def verify_dispute(packet: Any, verifier: Verifier) -> VerifiedPacket:
 
 
 def _packet_parts(packet: Any) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
-    obj = _typed(packet, dict, "packet")
-    if _key(obj, "version", int, "packet") != PACKET_VERSION:
+    obj = typed(packet, dict, "packet")
+    if member(obj, "version", int, "packet") != PACKET_VERSION:
         raise PacketError(f"packet.version: {obj['version']!r} is not {PACKET_VERSION}, the version this verifier reads")
-    if _key(obj, "kind", str, "packet") != PACKET_KIND:
+    if member(obj, "kind", str, "packet") != PACKET_KIND:
         raise PacketError(f"packet.kind: {obj['kind']!r} is not {PACKET_KIND!r}")
-    tenant, invoice = _key(obj, "tenant", str, "packet"), _key(obj, "invoice_id", str, "packet")
-    findings = _key(obj, "findings", dict, "packet")
-    _key(findings, "lines", list, "packet.findings")
-    bundle = _key(obj, "bundle", dict, "packet")
+    tenant, invoice = member(obj, "tenant", str, "packet"), member(obj, "invoice_id", str, "packet")
+    findings = member(obj, "findings", dict, "packet")
+    member(findings, "lines", list, "packet.findings")
+    bundle = member(obj, "bundle", dict, "packet")
     _check_bundle_shape(bundle)
     if bundle["tenant"] != tenant:
         raise PacketError(f"packet.tenant: {tenant!r}, but the bundle is for {bundle['tenant']!r}")
@@ -193,17 +189,17 @@ def _packet_parts(packet: Any) -> tuple[str, str, dict[str, Any], dict[str, Any]
 def _check_bundle_shape(bundle: dict[str, Any]) -> None:
     where = "packet.bundle"
     for key, kind in (("version", int), ("tenant", str), ("checkpoint", str), ("entries", list), ("inclusion", list)):
-        _key(bundle, key, kind, where)
+        member(bundle, key, kind, where)
     for i, item in enumerate(bundle["inclusion"]):
-        _hex(item, f"{where}.inclusion[{i}]")
-    head = _key(bundle, "tenant_head", dict, where)
+        hex_string(item, f"{where}.inclusion[{i}]")
+    head = member(bundle, "tenant_head", dict, where)
     for key in ("tenant_seq", "index"):
-        _key(head, key, int, f"{where}.tenant_head")
-    _hex(_key(head, "leaf", str, f"{where}.tenant_head"), f"{where}.tenant_head.leaf")
-    for i, item in enumerate(_key(head, "proof", list, f"{where}.tenant_head")):
-        _hex(item, f"{where}.tenant_head.proof[{i}]")
+        member(head, key, int, f"{where}.tenant_head")
+    hex_string(member(head, "leaf", str, f"{where}.tenant_head"), f"{where}.tenant_head.leaf")
+    for i, item in enumerate(member(head, "proof", list, f"{where}.tenant_head")):
+        hex_string(item, f"{where}.tenant_head.proof[{i}]")
     for i, entry in enumerate(bundle["entries"]):
-        _check_entry_shape(_typed(entry, dict, f"{where}.entries[{i}]"), f"{where}.entries[{i}]")
+        _check_entry_shape(typed(entry, dict, f"{where}.entries[{i}]"), f"{where}.entries[{i}]")
 
 
 _ENTRY_SHAPE: tuple[tuple[str, type | tuple[type, ...]], ...] = (
@@ -214,10 +210,10 @@ _ENTRY_SHAPE: tuple[tuple[str, type | tuple[type, ...]], ...] = (
 
 def _check_entry_shape(entry: dict[str, Any], where: str) -> None:
     for key, kind in _ENTRY_SHAPE:
-        _key(entry, key, kind, where)
+        member(entry, key, kind, where)
     if len(entry["salt"]) != 32:
         raise PacketError(f"{where}.salt: expected 16 bytes in hex, got {len(entry['salt'])} characters")
-    _hex(entry["salt"], f"{where}.salt")
+    hex_string(entry["salt"], f"{where}.salt")
 
 
 def _check_events(items: list[dict[str, Any]]) -> None:
@@ -243,11 +239,11 @@ def _check_scope(findings: dict[str, Any], tenant: str, invoice: str) -> None:
         raise PacketError(f"findings: no line of invoice {invoice!r}: there is nothing to dispute")
     for i, line in enumerate(findings["lines"]):
         where = f"findings.lines[{i}]"
-        _typed(line, dict, where)
+        typed(line, dict, where)
         if line.get("invoice_id") != invoice:
-            raise PacketError(f"{where}.invoice_id: {_show(line.get('invoice_id'))}, the packet is about {invoice!r}")
+            raise PacketError(f"{where}.invoice_id: {show(line.get('invoice_id'))}, the packet is about {invoice!r}")
         if line.get("tenant") != tenant:
-            raise PacketError(f"{where}.tenant: {_show(line.get('tenant'))}, the packet is {tenant!r}'s")
+            raise PacketError(f"{where}.tenant: {show(line.get('tenant'))}, the packet is for {tenant!r}")
 
 
 def _recompute(items: Iterable[dict[str, Any]], invoice: str) -> Any:
@@ -256,82 +252,3 @@ def _recompute(items: Iterable[dict[str, Any]], invoice: str) -> Any:
     except (duckdb.Error, MoneyOverflow) as exc:
         raise PacketError(f"findings: the engine cannot reconcile the packet's entries: {str(exc)[:200]}") from None
     return json.loads(json.dumps(result.as_json()))
-
-
-def first_difference(claimed: Any, actual: Any, path: str) -> str | None:
-    """Where the packet's `claimed` value first departs from the `actual` one, and both values."""
-    if isinstance(actual, dict):
-        if not isinstance(claimed, dict):
-            return f"{path}: the packet says {_show(claimed)}, recomputed {_show(actual)}"
-        if claimed.keys() != actual.keys():
-            missing = ", ".join(k for k in actual if k not in claimed) or "none"
-            extra = ", ".join(k for k in claimed if k not in actual) or "none"
-            return f"{path}: missing from the packet: {missing}; not recomputed: {extra}"
-        for key, value in actual.items():
-            found = first_difference(claimed[key], value, f"{path}.{key}")
-            if found is not None:
-                return found
-        return None
-    if isinstance(actual, list):
-        if not isinstance(claimed, list) or len(claimed) != len(actual):
-            count = f"{len(claimed)} items" if isinstance(claimed, list) else _show(claimed)
-            return f"{path}: the packet has {count}, recomputed {len(actual)} items"
-        for i, (mine, theirs) in enumerate(zip(claimed, actual)):
-            label = f" (line {theirs['line_id']})" if isinstance(theirs, dict) and "line_id" in theirs else ""
-            found = first_difference(mine, theirs, f"{path}[{i}]{label}")
-            if found is not None:
-                return found
-        return None
-    return None if _same_scalar(claimed, actual) else f"{path}: the packet says {_show(claimed)}, recomputed {_show(actual)}"
-
-
-def _same_scalar(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool) or a is None or b is None:
-        return type(a) is type(b) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    return type(a) is type(b) and bool(a == b)
-
-
-# -- small checks -----------------------------------------------------------------------
-
-
-def _typed(value: Any, kind: type | tuple[type, ...], where: str) -> Any:
-    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
-        raise PacketError(f"{where}: expected {_kind_name(kind)}, got {_json_type(value)}")
-    if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < _MAX_INT:
-        raise PacketError(f"{where}: {value} is out of range [0, 2^53)")
-    return value
-
-
-def _key(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if key not in obj:
-        raise PacketError(f"{where}.{key}: missing")
-    return _typed(obj[key], kind, f"{where}.{key}")
-
-
-def _hex(value: Any, where: str) -> None:
-    text = _typed(value, str, where)
-    try:
-        bytes.fromhex(text)
-    except ValueError:
-        raise PacketError(f"{where}: not hex: {_show(text)}") from None
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {dict: "an object", list: "an array", str: "a string", int: "an integer", type(None): "null"}
-    return " or ".join(names.get(k, k.__name__) for k in kinds)
-
-
-def _json_type(value: Any) -> str:
-    for kind, name in ((bool, "a boolean"), (dict, "an object"), (list, "an array"), (str, "a string"),
-                       (int, "an integer"), (float, "a number"), (type(None), "null")):
-        if isinstance(value, kind):
-            return name
-    return type(value).__name__
-
-
-def _show(value: Any) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= 60 else text[:59] + "…"

@@ -15,14 +15,21 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, event as note_outcome, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import text
 
+import ingest
 from cli import main
-from ledger import Store
+from fixtures.sim import Rates, SimConfig, simulate
+from ledger import Appender, Store, append_stream
+from ledger.checkpoint import sign_checkpoint
+from ledger.evidence import build_bundle
 from ledger.note import Signer, read_signer
 from ledger.tree import TreeReader
-from reconcile.dispute import touches
-from tests.conftest import event, write_jsonl
+from reconcile import reconcile_store
+from reconcile.dispute import build_dispute, touches, verify_dispute
+from tests.conftest import SLOW, event, write_jsonl
 
 DAY = "2026-01-05T"
 
@@ -325,10 +332,6 @@ def test_a_fleet_entry_that_is_no_health_event_is_refused(disputed: Disputed) ->
     run("ingest", "--db", url, str(write_jsonl(folder / "e.jsonl", [discovered] + ACME_BEFORE + ACME_AFTER)))
     signer = read_signer(disputed.key)
     store = Store(url)
-    from ledger.checkpoint import sign_checkpoint
-    from ledger.evidence import build_bundle
-    from reconcile import reconcile_store
-
     signed = sign_checkpoint(store, signer)
     findings = reconcile_store(store, tenant="acme", invoice="INV-acme-01").as_json()
     bundle = build_bundle(store, "acme", [1], signed.checkpoint_seq)  # seq 1: the device.discovered
@@ -372,6 +375,8 @@ def test_unreadable_packets_are_input_errors(disputed: Disputed) -> None:
     (lambda p: p["bundle"]["inclusion"].__setitem__(0, "zz"), "packet.bundle.inclusion[0]: not hex: \"zz\""),
     (lambda p: p["bundle"]["tenant_head"].update(index=-1), "packet.bundle.tenant_head.index: -1 is out of range [0, 2^53)"),
     (lambda p: p["findings"].update(lines=[]), "findings: no line of invoice 'INV-acme-01': there is nothing to dispute"),
+    (lambda p: p["findings"]["lines"][0].update(invoice_id="\ud800\n"),
+     "findings.lines[0].invoice_id: \"\\ud800\\n\", the packet is about 'INV-acme-01'"),
 ])
 def test_malformed_packets_name_the_field(disputed: Disputed, change: Callable[[dict[str, Any]], Any], reason: str) -> None:
     altered = copy.deepcopy(disputed.packet)
@@ -403,3 +408,105 @@ def test_dispute_on_postgresql(tmp_path: Path, pg_url: str) -> None:
     drop_the_fault_and_prove_the_rest(altered, d)
     code, _, err = verify(d, altered)
     assert code == 1 and err.startswith("FAILED: findings.lines[0] (line L-acme-1).categories")
+
+
+# -- fuzzing (issue 8): whatever is done to a packet, a verdict or an input error, never a crash
+
+FUZZ = settings(max_examples=3000 if SLOW else 200, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+ANY_JSON = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(), st.text(max_size=6),
+    st.lists(st.integers(-3, 3), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+
+
+def paths_of(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every key or index path inside a JSON value."""
+    found = []
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else []
+    for key, inner in items:
+        found.append(prefix + (key,))
+        found.extend(paths_of(inner, prefix + (key,)))
+    return found
+
+
+def parent_of(packet: Any, path: tuple[Any, ...]) -> Any:
+    for key in path[:-1]:
+        packet = packet[key]
+    return packet
+
+
+@st.composite
+def mutated_packets(draw: st.DrawFn, packet: dict[str, Any]) -> str:
+    kind = draw(st.sampled_from(["swap a type", "delete a key", "change characters", "flip bytes"]))
+    note_outcome(kind)
+    if kind in ("change characters", "flip bytes"):
+        data = bytearray(json.dumps(packet, indent=1).encode())
+        for _ in range(draw(st.integers(1, 3))):
+            at = draw(st.integers(0, len(data) - 1))
+            if kind == "flip bytes":
+                data[at] ^= draw(st.integers(1, 255))
+            else:  # mostly inside strings and numbers: keeps the JSON valid more often than not
+                data[at] = ord(draw(st.sampled_from("0123456789abcdefAZ-.:_ ")))
+        return data.decode("utf-8", errors="surrogateescape")
+    altered = copy.deepcopy(packet)
+    path = draw(st.sampled_from(paths_of(altered)))
+    parent = parent_of(altered, path)
+    if kind == "delete a key":
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = draw(ANY_JSON)
+    return json.dumps(altered)
+
+
+@FUZZ
+@given(data=st.data())
+def test_verify_packet_under_fuzzing_gives_a_verdict_never_a_crash(disputed: Disputed, data: st.DataObject) -> None:
+    mutated = data.draw(mutated_packets(disputed.packet))
+    path = disputed.folder / "fuzzed.json"
+    path.write_bytes(mutated.encode("utf-8", errors="surrogateescape"))
+    code, out, err = run("verify-packet", str(path), "--pubkey", f"{disputed.key}.pub")  # raises on any crash
+    assert "Traceback" not in out + err
+    note_outcome(f"exit {code}: {err.split(':')[1] if code == 1 else ''}")  # --hypothesis-show-statistics
+    if code == 0:  # only a change JSON does not see (whitespace, 4800 → 4800.0) may pass
+        assert json.loads(mutated) == disputed.packet
+    else:
+        assert code in (1, 2) and out == "" and len(err.splitlines()) == 1, (code, err)
+        assert err.startswith("FAILED: " if code == 1 else "Error: ")
+
+
+# -- a simulated fleet in the real source formats: every tenant's packet recomputes exactly
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory: pytest.TempPathFactory) -> Store:
+    out = tmp_path_factory.mktemp("fleet")
+    rates = Rates(fault_stall=0.3, hardware_failure=0.3, fabric_fault=0.5, node_down=0.3)
+    simulate(SimConfig(seed=11, gpus=16, days=1, tenants=3, rates=rates), out)
+    store = Store(f"sqlite:///{out / 'ledger.db'}")
+    store.init()
+    appender = Appender(store)
+    for item in json.loads((out / "manifest.json").read_text())["files"]:
+        records = ingest.extract(out / item["path"], item["format"], **item.get("options", {}))
+        assert append_stream(appender, records, 5000).quarantined == 0
+    return store
+
+
+def test_every_tenants_packet_of_a_simulated_fleet_verifies(simulated: Store) -> None:
+    signer = Signer.generate("fleet.test")
+    with simulated.reading() as conn:
+        lines = conn.execute(text("SELECT tenant, event FROM entries WHERE type = 'billing.line'")).all()
+    invoices = sorted({(tenant, json.loads(e)["data"]["invoice_id"]) for tenant, e in lines})
+    tenants = {tenant for tenant, _ in invoices}
+    assert len(tenants) == 3
+    borne = set()
+    for tenant, invoice in invoices:
+        packet = json.loads(json.dumps(build_dispute(simulated, tenant, invoice, signer)))
+        checked = verify_dispute(packet, signer.verifier)
+        assert (checked.tenant, checked.invoice_id) == (tenant, invoice)
+        packet_text = json.dumps(packet)
+        assert [other for other in tenants - {tenant} if other in packet_text] == []
+        borne |= {(c, v.get("bearer")) for line in packet["findings"]["lines"] for c, v in line["categories"].items()}
+    # The faults in the packets mattered: time the provider bears because a fault was open.
+    assert ("stalled_fault", "provider") in borne
+    assert {("restart_lost", "provider"), ("restart_lost", "mixed")} & borne
