@@ -171,6 +171,7 @@ def write_fleet(path: Path, shape: Shape, threads: int | None = None) -> int:
         if threads:
             con.execute(f"SET threads = {int(threads)}")
         con.execute("SET preserve_insertion_order = false")
+        con.execute("SET enable_progress_bar = false")
         con.execute(_MACROS + _LINE_MACRO)
         amount = f"{float(PRICE_PER_LINE) * shape.stretch:.2f}"
         con.execute(f"""CREATE TEMP TABLE a AS
