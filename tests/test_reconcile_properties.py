@@ -19,6 +19,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import SLOW
 from tests.reconcile_helpers import C, D, P, Scenario, cats, line, run, shuffled
 
 BASE = datetime(2026, 1, 5, 10, 0, tzinfo=timezone.utc)
@@ -256,7 +257,8 @@ def first_rules(f: Fleet) -> dict[str, tuple[int, int, int]]:
     return out
 
 
-PROPERTY_SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: More examples with GPULEDGER_SLOW=1; the default keeps the shared suite quick.
+PROPERTY_SETTINGS = settings(max_examples=200 if SLOW else 20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @PROPERTY_SETTINGS
@@ -338,7 +340,7 @@ def distinct_times(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50 if SLOW else 6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fleets(), st.integers(0, 2**32))
 def test_random_event_sets_give_the_same_answer_in_any_ledger_order(f: Fleet, seed: int) -> None:
     events = distinct_times(f.scenario.events)
