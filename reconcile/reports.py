@@ -24,6 +24,7 @@ from typing import Any
 
 import duckdb
 from rich.table import Table
+from rich.text import Text
 
 from ledger import Store
 from reconcile import capacity, outcomes, promises, run
@@ -100,8 +101,8 @@ def write_reports(store: Store, out_dir: Path) -> Written:
     return Written(paths, docs["promises"]["misses"])
 
 
-def render(name: str, doc: dict[str, Any], fmt: str) -> str | list[Table]:
-    """JSON or CSV text, or rich tables for the terminal."""
+def render(name: str, doc: dict[str, Any], fmt: str) -> str | list[Table | Text]:
+    """JSON or CSV text, or rich tables (and plain lines, printed unwrapped) for the terminal."""
     if fmt == "json":
         return json.dumps(doc, indent=2) + "\n"
     if fmt == "csv":
@@ -142,7 +143,7 @@ def to_csv(name: str, doc: dict[str, Any]) -> str:
 
 # -- terminal tables ----------------------------------------------------------------------
 
-def tables(name: str, doc: dict[str, Any]) -> list[Table]:
+def tables(name: str, doc: dict[str, Any]) -> list[Table | Text]:
     if name == "promises":
         return _promise_tables(doc)
     if name == "capacity":
@@ -154,19 +155,33 @@ def _text(value: Any) -> str:
     return "–" if value is None else str(value)
 
 
-def _promise_tables(doc: dict[str, Any]) -> list[Table]:
+def _promise_tables(doc: dict[str, Any]) -> list[Table | Text]:
     summary = Table("tenant", "class", "promises", "met", "missed", "pending", "p50 start delay s",
                     "p95 start delay s", title="promises: start delay against start_by (negative: early)")
     for row in doc["summary"]:
         summary.add_row(row["tenant"], row["placement_class"], *(_text(row[k]) for k in (
             "promises", "met", "missed", "pending", "start_delay_p50_s", "start_delay_p95_s")),
             style="red" if row["missed"] else "")
-    misses = Table("tenant", "promise", "job", "start_by", "started", "complete_by", "completed", "packet",
+    misses = Table("tenant", "promise", "job", "start_by", "started", "complete_by", "completed", "missed",
                    title=f"missed promises: {len(doc['misses'])}")
     for m in doc["misses"]:
         misses.add_row(m["tenant"], m["promise_id"], m["job_id"], _text(m["start_by"]), _text(m["started"]),
-                       _text(m["complete_by"]), _text(m["completed"]), m["packet_command"])
-    return [summary, misses]
+                       _text(m["complete_by"]), _text(m["completed"]), _what_missed(m))
+    commands = Text("\n".join(["packets:", *(f"  {m['packet_command']}" for m in doc["misses"])]))
+    return [summary, misses, commands] if doc["misses"] else [summary, misses]
+
+
+def _what_missed(m: dict[str, Any]) -> str:
+    parts = []
+    if m["start_status"] == "late":
+        parts.append(f"start +{m['start_delay_s']} s")
+    elif m["start_status"] == "not_started":
+        parts.append("never started")
+    if m["completion_status"] == "late":
+        parts.append(f"completion +{m['completion_delay_s']} s")
+    elif m["completion_status"] == "not_completed":
+        parts.append("never completed")
+    return ", ".join(parts)
 
 
 def _capacity_table(doc: dict[str, Any]) -> Table:

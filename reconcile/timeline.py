@@ -132,7 +132,10 @@ def _markers(tl: Timeline, scale: _Scale, p: dict[str, Any]) -> None:
     for key, label, kind in (("start_by", "start by", "promised"), ("complete_by", "complete by", "promised"),
                              ("started", "started", "actual"), ("completed", "completed", "actual")):
         if promise[key] is not None:
-            tl.markers.append({"x": scale.x(promise[key]), "label": label, "kind": kind, "title": f"{label} {promise[key]}"})
+            x = scale.x(promise[key])
+            near_end = x > WIDTH - RIGHT - 90  # label to the left of the line, inside the picture
+            tl.markers.append({"x": x, "label": label, "kind": kind, "title": f"{label} {promise[key]}",
+                               "label_x": x - 3 if near_end else x + 3, "anchor": "end" if near_end else "start"})
 
 
 def _ticks(w0: int, w1: int, n: int = 6) -> list[dict[str, Any]]:

@@ -1,0 +1,220 @@
+"""The diagnostic packet (issue 7) of the late-start promise P2 of tests/reports_scenario.py:
+its JSON sections worked out by hand from the scenario's events, a self-contained HTML
+page, and that page rendered in headless Chromium (skipped when `chromium` is absent)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from cli import main
+from ledger import Store
+from reconcile.diagnostic import PacketError, build_packet, write_packet
+from tests.reports_scenario import at, sqlite_store
+
+CHROMIUM = shutil.which("chromium")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
+    s = sqlite_store(tmp_path_factory.mktemp("packet"))
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def packet_dir(store: Store, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("p2") / "P2"
+    write_packet(store, "P2", out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def packet(packet_dir: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((packet_dir / "packet.json").read_text())
+    return doc
+
+
+def test_promise_and_window(packet: dict[str, Any]) -> None:
+    p = packet["promise"]
+    assert (p["promise_id"], p["job_id"], p["start_status"], p["start_delay_s"], p["missed"]) == ("P2", "J2", "late", 900, True)
+    # from the promise (09:50) to complete_by (12:00), the latest of J2's and A2's times
+    assert packet["window"] == {"from": at("09:50"), "to": at("12:00"), "seconds": 7800}
+
+
+def test_decisions_in_time_order(packet: dict[str, Any]) -> None:
+    # the queued decision came later in the ledger but is earliest in time
+    assert [(d["order"], d["t"], d["decision"], d["allocation_id"]) for d in packet["decisions"]] == [
+        (1, at("10:00"), "queued", None), (2, at("10:20"), "admitted", "A2"), (3, at("10:21"), "placed", None)]
+    assert packet["preemptions"] == []
+
+
+def test_reservation(packet: dict[str, Any]) -> None:
+    [a] = packet["reservations"]
+    assert (a["allocation_id"], a["granted"], a["released"], a["node"], a["devices"], a["placement_class"], a["profile"]) == (
+        "A2", at("10:20"), at("11:00"), "n2", ["0"], "mig", "1g.10gb")
+
+
+def test_faults_touching_the_allocation_in_the_window(packet: dict[str, Any]) -> None:
+    # n1 (another node), n2/1 (another device) and n2/0 at 13:00 (after 12:00) are left out
+    assert [(f["code"], f["node"], f["device"], f["opened"], f["cleared"], f["touches"]) for f in packet["health"]["faults"]] == [
+        ("xid-79", "n2", "0", at("10:34"), at("10:50"), ["A2"])]
+    assert [(d["node"], d["device"]) for d in packet["health"]["devices"]] == [("n2", "0")]
+
+
+def test_attempts_progress_and_failure(packet: dict[str, Any]) -> None:
+    app = packet["application"]
+    assert [(a["attempt"], a["started"], a["ended"], a["outcome"], a["cause"], a["detail"]) for a in app["attempts"]] == [
+        (1, at("10:25"), at("10:35"), "failed", "hardware", "XID 79 on GPU 0"),
+        (2, at("10:40"), at("11:00"), "completed", None, None)]
+    assert (app["restarts"], len(app["failures"])) == (1, 1)
+    # attempt 1: marks 10:30 10:31 10:33 (gaps 60, 120: p50 rank 1 → 60, p95 rank 2 → 120);
+    # attempt 2: 10:45 10:50 (one gap, 300)
+    assert [(g["marks"], g["first_step"], g["last_step"], g["step_time_p50_s"], g["step_time_p95_s"], g["longest_gap_s"])
+            for g in app["progress"]] == [(3, 1, 3, 60, 120, 120), (2, 4, 5, 300, 300, 300)]
+    # 120 bins of 7800/120 = 65 s from 09:50: 10:30 → 2400 s → bin 36; 10:31 → 37; 10:33 → 39; 10:45 → 50; 10:50 → 55
+    counts = app["progress_histogram"]["counts"]
+    assert [i for i, n in enumerate(counts) if n] == [36, 37, 39, 50, 55] and sum(counts) == 5
+
+
+def test_checkpoints(packet: dict[str, Any]) -> None:
+    ck = packet["checkpoints"]
+    assert [(c["checkpoint_id"], c["step"], c["started"], c["saved"]) for c in ck["checkpoints"]] == [
+        ("c2", 3, at("10:32"), at("10:33"))]
+    assert [(r["checkpoint_id"], r["t"]) for r in ck["restores"]] == [("c2", at("10:41"))]
+    assert ck["last_saved"]["checkpoint_id"] == "c2"
+
+
+def test_billing_record(packet: dict[str, Any]) -> None:
+    [line] = packet["billing"]["lines"]
+    assert (line["line_id"], line["period_start"], line["period_end"], line["amount"], line["replaced"]) == (
+        "L2", at("10:20"), at("11:00"), "4.80", False)
+    # L2 [10:20, 11:00) on A2: 2400 GPU-s, every one of them in some category
+    assert sum(c["gpu_seconds"] for c in line["categories"].values()) == 2400
+    assert line["categories"]["checkpoint"]["gpu_seconds"] == 60  # c2 [10:32, 10:33)
+    assert packet["billing"]["job_cost"] == {"USD": "4.80"}  # J2 alone on A2
+
+
+def test_evidence_holds_every_cited_entry(packet: dict[str, Any]) -> None:
+    by_seq = {e["seq"]: e for e in packet["evidence"]}
+    failed = by_seq[packet["application"]["attempts"][0]["end_seq"]]
+    assert (failed["type"], failed["data"]["detail"]) == ("job.failed", "XID 79 on GPU 0")
+    assert {d["seq"] for d in packet["decisions"]} <= set(by_seq)
+    assert all(e["type"] != "job.progress" for e in packet["evidence"])
+
+
+def test_html_is_self_contained(packet_dir: Path) -> None:
+    html = (packet_dir / "packet.html").read_text()
+    assert "http://" not in html and "https://" not in html
+    assert not re.search(r"\b(src|href)\s*=", html, re.I)
+    assert "<script" not in html.lower() and "<link" not in html.lower() and "@import" not in html
+    assert html.count('class="mark lane-') == 1 + 2 + 5 + 2 + 3 + 1 + 1
+
+
+def test_unknown_promise(store: Store, tmp_path: Path) -> None:
+    with pytest.raises(PacketError):
+        build_packet(store, "P9")
+    result = CliRunner().invoke(main, ["packet", "--db", store.url, "--promise", "P9", "--out", str(tmp_path / "x")])
+    assert (result.exit_code, result.stderr) == (2, "Error: --promise: no policy.promise with promise_id 'P9' in the ledger\n")
+    assert not (tmp_path / "x").exists()
+
+
+def test_cli_packet_of_a_promise_never_started(store: Store, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["packet", "--db", store.url, "--promise", "P5", "--out", str(tmp_path / "P5")])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "P5" / "packet.json").read_text())
+    assert (doc["promise"]["start_status"], doc["application"]["attempts"], doc["reservations"]) == ("not_started", [], [])
+    assert "the job never started" in (tmp_path / "P5" / "packet.html").read_text()
+
+
+# -- headless Chromium ----------------------------------------------------------------
+
+def _chromium(page: Path, profile: Path, *mode: str) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM is not None
+    args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={profile}", *mode, page.resolve().as_uri()]
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+
+
+def read_png(path: Path) -> tuple[int, int, list[bytes]]:
+    """Width, height and rows of (R, G, B) bytes of an 8-bit RGB or RGBA, non-interlaced PNG."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, header = 8, b"", b""
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        header, idat = (body, idat) if kind == b"IHDR" else (header, idat + body if kind == b"IDAT" else idat)
+        pos += 12 + length
+    width, height, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", header)
+    assert depth == 8 and color in (2, 6) and interlace == 0, (depth, color, interlace)
+    bpp = 3 if color == 2 else 4
+    raw, stride, prev, rows = zlib.decompress(idat), width * bpp, bytearray(width * bpp), []
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a, b = line[i - bpp] if i >= bpp else 0, prev[i]
+            c = prev[i - bpp] if i >= bpp else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 255
+            elif kind == 2:
+                line[i] = (line[i] + b) & 255
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        prev = line
+        rows.append(bytes(v for j, v in enumerate(line) if j % bpp < 3))
+    return width, height, rows
+
+
+def colours(rows: list[bytes]) -> Counter[tuple[int, int, int]]:
+    """How many pixels have each (R, G, B)."""
+    found: Counter[tuple[int, int, int]] = Counter()
+    for row in rows:
+        found.update(zip(row[0::3], row[1::3], row[2::3]))
+    return found
+
+
+def _pixels_near(found: Counter[tuple[int, int, int]], rgb: tuple[int, int, int], tolerance: int = 12) -> int:
+    return sum(n for colour, n in found.items() if all(abs(colour[k] - rgb[k]) <= tolerance for k in range(3)))
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (Debian package `chromium`; .ci/run installs it)")
+def test_timeline_renders_in_headless_chromium(packet_dir: Path, tmp_path: Path) -> None:
+    page = packet_dir / "packet.html"
+    dom = _chromium(page, tmp_path / "profile-dom", "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    svg = re.search(r'<svg class="timeline".*?</svg>', dom.stdout, re.S)
+    assert svg is not None
+    marks = re.findall(r'<rect class="mark lane-(\w+)', svg.group(0))
+    # one allocation, two attempts, five progress bins, one checkpoint + one restore,
+    # three decisions, one fault, one billed period
+    assert {lane: marks.count(lane) for lane in set(marks)} == {
+        "allocation": 1, "attempts": 2, "progress": 5, "checkpoints": 2, "decisions": 3, "faults": 1, "billed": 1}
+
+    shot = tmp_path / "packet.png"
+    result = _chromium(page, tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1400,900")
+    assert result.returncode == 0 and shot.exists(), result.stderr[-2000:]
+    width, height, rows = read_png(shot)
+    assert (width, height) == (1400, 900)
+    found = colours(rows)
+    # the timeline's bars are drawn in their own colours (packet.html.j2): the failed attempt
+    # (#d64541, 10 min of 130 ≈ 90 px × 24 px), the completed one (#2e9d57), the billed period (#1aa39a at 75 %)
+    assert _pixels_near(found, (0xD6, 0x45, 0x41)) > 1000
+    assert _pixels_near(found, (0x2E, 0x9D, 0x57)) > 1000
+    assert _pixels_near(found, (0x7F, 0x8F, 0xA6)) > 1000  # the allocation held
