@@ -22,6 +22,7 @@ import ledger
 import reconcile
 import reconcile.diagnostic as diagnostic
 import reconcile.render as reconcile_render
+from reconcile.demo import biggest_findings, category_table, run_demo_outputs, totals_line
 import reconcile.reports as reports
 from reconcile.figures import parse_time
 from reconcile.dispute import PacketError, build_dispute, read_packet, verify_dispute, write_packet
@@ -334,8 +335,8 @@ def _emit_report(name: str, db_url: str | None, tenant: str | None, fmt: str, ou
             click.echo(f"wrote {out}", err=True)
         return
     console = Console(file=out.open("w"), width=160) if out is not None else stdout
-    for table in rendered:
-        console.print(table)
+    for part in rendered:
+        console.print(part, soft_wrap=not isinstance(part, Table))  # commands stay whole on one line
 
 
 def _time_option(name: str, text: str | None) -> int | None:
@@ -452,7 +453,7 @@ def simulate_command(out: Path, dry_run: bool, gpus: int, days: int, tenants: in
               show_default=True, help="Folder for the demo's fleet, store, key and outputs.")
 @click.option("--seed", type=int, default=7, show_default=True, help="Seed of the simulated fleet.")
 def demo(db_url: str | None, out: Path, seed: int) -> None:
-    """Simulate a small fleet, ingest every file, sign a checkpoint with a fresh key, verify."""
+    """Simulate a small fleet, ingest it, sign, verify, reconcile, and write every report and packet."""
     config = SimConfig(seed=seed)
     out.mkdir(parents=True, exist_ok=True)
     manifest = _demo_simulate(config, out / "sim")
@@ -470,11 +471,30 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
     result = ledger.verify_ledger(store, [read_verifier(Path(f"{key}.pub"))])
     _say(f"4 verify: {'ok' if result.ok else 'FAILED ' + str(result.problem)}: "
                  f"{result.entries} entries, {result.tenants} tenants; checked {', '.join(result.checked)}")
-    # Steps 5-7 go here: reconcile, the summary (billed, productive, disputed by category,
-    # biggest findings, missed promises), and reports, a dispute and a diagnostic packet under `out`.
+    done = run_demo_outputs(store, out, read_signer(key), read_verifier(Path(f"{key}.pub")))
+    _say(f"5 reconcile: {len(done.result.cells)} line categories; {totals_line(done.result)}")
+    stdout.print(category_table(done.result))
+    stdout.print(biggest_findings(done.result))
+    _say(f"6 missed promises: {len(done.missed_promises)}")
+    for miss in done.missed_promises[:5]:
+        _say(f"  {miss['tenant']} {miss['promise_id']}: {_miss_text(miss)}  → {miss.get('packet_command', '')}")
+    _say(f"7 {done.dispute}")
+    if done.packet:
+        _say(f"  {done.packet}")
+    _say(f"  reports and reconciliation: {out / 'reports'}, {out / 'reconcile.json'} (.csv, .parquet)")
     _say(f"outputs: store {store.safe_url} · sources and truth {out / 'sim'} · verifier key {key}.pub")
     if not result.ok or report.quarantined:
         sys.exit(1)
+
+
+def _miss_text(miss: dict[str, Any]) -> str:
+    parts = []
+    if miss.get("start_status") in ("late", "not_started"):
+        parts.append(f"start by {miss['start_by']}, started {miss.get('started') or 'never'}"
+                     + (f" ({miss['start_delay_s']} s late)" if miss.get("start_delay_s") else ""))
+    if miss.get("completion_status") in ("late", "not_completed"):
+        parts.append(f"complete by {miss['complete_by']}, completed {miss.get('completed') or 'never'}")
+    return "; ".join(parts) or "missed"
 
 
 def _say(text: str) -> None:
