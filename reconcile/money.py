@@ -81,7 +81,8 @@ SELECT seq, label, gpu_us, invoice_id, currency, minor, a_int, (x - r) // d AS q
 """)
     totals = _invoice_totals(con, scale)
     con.execute("CREATE TABLE invoice_cents (invoice_id VARCHAR, currency VARCHAR, cents HUGEINT)")
-    con.executemany("INSERT INTO invoice_cents VALUES (?, ?, ?)", totals)
+    if totals:  # executemany refuses an empty list: a ledger with no billing line
+        con.executemany("INSERT INTO invoice_cents VALUES (?, ?, ?)", totals)
     con.execute(f"""
 CREATE TABLE line_cents AS
 WITH exact_line AS (
