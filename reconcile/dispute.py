@@ -40,12 +40,12 @@ from sqlalchemy import select
 
 from ledger import LedgerError, Store
 from ledger.checkpoint import sign_checkpoint
-from ledger.evidence import build_bundle, verify_bundle
+from ledger.evidence import BUNDLE_VERSION, build_bundle, verify_bundle
 from ledger.note import Signer, Verifier
 from ledger.proofs import Checkpoint, ProofError
 from ledger.tables import entries as entries_table
 from reconcile import MoneyOverflow, reconcile_entries, reconcile_store
-from reconcile.untrusted import PacketError, first_difference, hex_string, member, show, typed
+from reconcile.untrusted import PacketError, first_difference, hex_string, member, no_other_members, show, typed
 
 __all__ = ["PacketError", "PacketUnreadable", "VerifiedPacket", "build_dispute", "explaining_fleet_seqs", "read_packet",
            "touches", "verify_dispute", "write_packet"]
@@ -172,6 +172,7 @@ def verify_dispute(packet: Any, verifier: Verifier) -> VerifiedPacket:
 
 def _packet_parts(packet: Any) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
     obj = typed(packet, dict, "packet")
+    no_other_members(obj, ("version", "kind", "tenant", "invoice_id", "findings", "bundle"), "packet")
     if member(obj, "version", int, "packet") != PACKET_VERSION:
         raise PacketError(f"packet.version: {obj['version']!r} is not {PACKET_VERSION}, the version this verifier reads")
     if member(obj, "kind", str, "packet") != PACKET_KIND:
@@ -188,11 +189,15 @@ def _packet_parts(packet: Any) -> tuple[str, str, dict[str, Any], dict[str, Any]
 
 def _check_bundle_shape(bundle: dict[str, Any]) -> None:
     where = "packet.bundle"
+    no_other_members(bundle, ("version", "tenant", "checkpoint", "entries", "inclusion", "tenant_head"), where)
     for key, kind in (("version", int), ("tenant", str), ("checkpoint", str), ("entries", list), ("inclusion", list)):
         member(bundle, key, kind, where)
+    if bundle["version"] != BUNDLE_VERSION:
+        raise PacketError(f"{where}.version: {bundle['version']} is not {BUNDLE_VERSION}, the version this verifier reads")
     for i, item in enumerate(bundle["inclusion"]):
         hex_string(item, f"{where}.inclusion[{i}]")
     head = member(bundle, "tenant_head", dict, where)
+    no_other_members(head, ("tenant_seq", "leaf", "index", "proof"), f"{where}.tenant_head")
     for key in ("tenant_seq", "index"):
         member(head, key, int, f"{where}.tenant_head")
     hex_string(member(head, "leaf", str, f"{where}.tenant_head"), f"{where}.tenant_head.leaf")
@@ -209,6 +214,7 @@ _ENTRY_SHAPE: tuple[tuple[str, type | tuple[type, ...]], ...] = (
 
 
 def _check_entry_shape(entry: dict[str, Any], where: str) -> None:
+    no_other_members(entry, tuple(name for name, _ in _ENTRY_SHAPE), where)
     for key, kind in _ENTRY_SHAPE:
         member(entry, key, kind, where)
     if len(entry["salt"]) != 32:

@@ -33,6 +33,13 @@ def member(obj: dict[str, Any], key: str, kind: type | tuple[type, ...], where: 
     return typed(obj[key], kind, f"{where}.{key}")
 
 
+def no_other_members(obj: dict[str, Any], known: tuple[str, ...], where: str) -> None:
+    """Nothing in a packet goes unchecked: a member the format does not define is refused."""
+    for name in obj:
+        if name not in known:
+            raise PacketError(f"{where}.{show(name)[1:-1]}: not a member of this format")
+
+
 def hex_string(value: Any, where: str) -> None:
     text = typed(value, str, where)
     try:
