@@ -155,9 +155,13 @@ def _job3_and_4(e: Events) -> None:
 
 def make_store(url: str) -> Store:
     """A store at `url` holding the fleet, appended in list order."""
+    return make_store_of(url, fleet())
+
+
+def make_store_of(url: str, events: list[dict[str, Any]]) -> Store:
     store = Store(url)
     store.init()
-    records = [Accepted.of(validate_event(e), Origin("scenario", i)) for i, e in enumerate(fleet(), 1)]
+    records = [Accepted.of(validate_event(e), Origin("scenario", i)) for i, e in enumerate(events, 1)]
     report = append_stream(Appender(store), records, 5000)
     assert report.appended == len(records), report
     return store

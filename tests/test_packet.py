@@ -21,7 +21,8 @@ from click.testing import CliRunner
 from cli import main
 from ledger import Store
 from reconcile.diagnostic import PacketError, build_packet, write_packet
-from tests.reports_scenario import at, sqlite_store
+from reconcile.reports import report
+from tests.reports_scenario import Events, at, make_store_of, sqlite_store
 
 CHROMIUM = shutil.which("chromium")
 
@@ -128,6 +129,24 @@ def test_unknown_promise(store: Store, tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["packet", "--db", store.url, "--promise", "P9", "--out", str(tmp_path / "x")])
     assert (result.exit_code, result.stderr) == (2, "Error: --promise: no policy.promise with promise_id 'P9' in the ledger\n")
     assert not (tmp_path / "x").exists()
+
+
+def test_a_promise_id_of_two_tenants_needs_tenant(tmp_path: Path) -> None:
+    events = []
+    for tenant, start in (("acme", "10:00"), ("borealis", "10:30")):
+        e = Events(tenant)
+        e.add("policy.promise", "09:00", promise_id="P", job_id="J", start_by=at("10:10"))
+        e.add("job.started", start, job_id="J", allocation_id="A")
+        events += [{**item, "id": f"{tenant}-{item['id']}"} for item in e.items]
+    store = make_store_of(f"sqlite:///{tmp_path / 'two.db'}", events)
+    try:
+        with pytest.raises(PacketError, match="promised by acme, borealis: name one with --tenant"):
+            build_packet(store, "P")
+        assert build_packet(store, "P", "borealis")["promise"]["start_status"] == "late"  # 10:30 > 10:10
+        [miss] = report(store, "promises")["misses"]
+        assert miss["packet_command"] == "gpuledger packet --promise P --tenant borealis --out packets/P"
+    finally:
+        store.close()
 
 
 def test_cli_packet_of_a_promise_never_started(store: Store, tmp_path: Path) -> None:

@@ -223,6 +223,19 @@ def test_cli_reports(store: Store, docs: dict[str, dict[str, Any]], tmp_path: Pa
     assert (code, err) == (2, "Error: --since: not an RFC 3339 time: 'yesterday'\n")
 
 
+def test_an_empty_ledger_reports_nothing(tmp_path: Path) -> None:
+    empty = Store(f"sqlite:///{tmp_path / 'empty.db'}")
+    empty.init()
+    try:
+        assert report(empty, "promises") == {"summary": [], "misses": [], "promises": []}
+        assert report(empty, "outcomes") == {"tenants": [], "jobs": []}
+        capacity = report(empty, "capacity")
+        assert (capacity["classes"], capacity["total"]["devices_discovered"]) == ([], 0)
+        assert to_csv("promises", report(empty, "promises")) == ""
+    finally:
+        empty.close()
+
+
 def test_same_reports_on_postgresql(pg_url: str, docs: dict[str, dict[str, Any]]) -> None:
     pg = make_store(pg_url)
     try:
