@@ -19,6 +19,7 @@ from rich.table import Table
 
 import ingest
 import ledger
+from ingest.worker import extract_parallel
 import reconcile
 import reconcile.diagnostic as diagnostic
 import reconcile.render as reconcile_render
@@ -124,7 +125,7 @@ def _counts(report: ledger.AppendReport) -> str:
 
 def _ingest_one(appender: ledger.Appender, path: Path, fmt: str | None, batch_size: int,
                 options: dict[str, str | None] | None = None) -> ledger.AppendReport:
-    records = ingest.extract(path, fmt, **{k: v for k, v in (options or {}).items() if v is not None})
+    records = extract_parallel(path, fmt, **{k: v for k, v in (options or {}).items() if v is not None})
     progress = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
         console=stderr, disable=not stderr.is_terminal, transient=True,

@@ -159,3 +159,13 @@ def test_demo_simulates_ingests_signs_and_verifies(tmp_path: Path) -> None:
         for name in ("checkpoint.txt", "demo-key.pub", "gpuledger.db", "sim/truth.jsonl"):
             assert (out_dir / name).exists(), name
         assert f"{out_dir / 'sim'}" in out and f"{out_dir / 'demo-key.pub'}" in out
+        # Steps 5-7: the reconciliation, the summary and every user's output.
+        assert "5 reconcile: " in out and "what every billed GPU-second was" in out and "biggest findings" in out
+        assert "verified with the public key alone" in out
+        for name in ("reconcile.json", "reconcile.csv", "reconcile.parquet", "reports/promises.json",
+                     "reports/capacity.json", "reports/outcomes.csv"):
+            assert (out_dir / name).exists(), name
+        assert len(list(out_dir.glob("dispute-*.json"))) == 1
+        assert len(list(out_dir.glob("packet-*/packet.html"))) == 1
+        doc = json.loads((out_dir / "reconcile.json").read_text())
+        assert len(doc["tenants"]) == 4
