@@ -1,4 +1,5 @@
-"""Run one gpuledger command in this process and print its peak RSS in MiB last.
+"""Run one gpuledger command in this process and print its peak RSS in MiB last (and,
+before it, that of its largest child process and the sum of both).
 
 Used by the streaming tests: `python tests/rss_probe.py ingest --db URL FILE`.
 """
@@ -30,5 +31,9 @@ if __name__ == "__main__":
         code = exc.code
     else:
         code = 0
+    # A child (the parsing process of a large ingest) has its own peak; ru_maxrss of the
+    # reaped children is the largest one's. Both print before the main figure, read last.
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"child_peak_rss_mib={children:.1f} total_peak_rss_mib={peak_rss_mib() + children:.1f}", flush=True)
     print(f"peak_rss_mib={peak_rss_mib():.1f}", flush=True)
     sys.exit(code if isinstance(code, int) else 1)

@@ -1,0 +1,121 @@
+"""Parsing in a second process, beside the appends: `extract_parallel()` yields the same
+records as `extract()`, made by a child process (`python -m ingest.worker`) that reads,
+validates and encodes while this one hashes and writes. On two free cores an ingest's
+wall time falls by about a third; on a machine with no core to spare it rises (the
+hand-over is work too), and on one core the child is never started.
+
+Records cross the pipe as plain tuples, a chunk at a time, each chunk a length and a
+pickle (a pickled dataclass costs more than the parsing it would save). The pipe's buffer
+bounds memory: a child ahead of its reader blocks. Whole-file errors come back as
+IngestError; a child that dies is an IngestError with its last words; closing the
+iterator early, or this process dying, stops the child (it meets a closed pipe). Small
+files are parsed in this process: a child's start-up would cost more than it saves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import struct
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from ingest import extract, ingestor_for
+from ingest.base import IngestError
+from schemas import Accepted, Origin, Record, Rejected
+
+#: Files smaller than this are parsed in this process.
+MIN_BYTES = 16 << 20
+_CHUNK = 2000
+_LENGTH = struct.Struct("<Q")
+_Packed = tuple[Any, ...]
+
+
+def extract_parallel(path: Path, name: str | None = None, **options: Any) -> Iterator[Record]:
+    """The records of one source file, in file order, parsed by a child process when the
+    file is large enough (MIN_BYTES) to repay starting one."""
+    ingestor = ingestor_for(path, name)  # identification (and its errors) stay here
+    if (os.cpu_count() or 1) < 2 or not path.is_file() or path.stat().st_size < MIN_BYTES:
+        return ingestor.extract(path, **options)
+    return _from_child(path, ingestor.name, options)
+
+
+def _from_child(path: Path, name: str, options: dict[str, Any]) -> Iterator[Record]:
+    command = [sys.executable, "-m", "ingest.worker", str(path), name, json.dumps(options)]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert child.stdout is not None and child.stderr is not None
+    try:
+        while True:
+            kind, payload = _receive(child.stdout, child, path)
+            if kind == "records":
+                yield from (_unpack(item) for item in payload)
+            elif kind == "error":
+                raise IngestError(payload)
+            else:
+                return
+    finally:
+        child.stdout.close()
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        child.stderr.close()
+
+
+def _receive(stream: IO[bytes], child: subprocess.Popen[bytes], path: Path) -> tuple[str, Any]:
+    head = stream.read(_LENGTH.size)
+    body = stream.read(_LENGTH.unpack(head)[0]) if len(head) == _LENGTH.size else b""
+    if not body:
+        assert child.stderr is not None
+        child.wait()
+        last = (child.stderr.read().decode(errors="replace").strip().splitlines() or ["no message"])[-1]
+        raise IngestError(f"{path}: the parsing process stopped (exit code {child.returncode}): {last}")
+    message: tuple[str, Any] = pickle.loads(body)
+    return message
+
+
+def _pack(record: Record) -> _Packed:
+    origin = record.origin
+    if isinstance(record, Accepted):
+        return (record.source, record.id, record.type, record.tenant, record.body, origin.file, origin.line, origin.offset)
+    return (origin.file, origin.line, origin.offset, record.field, record.reason, record.record)
+
+
+def _unpack(item: _Packed) -> Record:
+    if len(item) == 8:
+        source, id_, type_, tenant, body, file, line, offset = item
+        return Accepted(source, id_, type_, tenant, body, Origin(file, line, offset))
+    file, line, offset, field, reason, raw = item
+    return Rejected(Origin(file, line, offset), field, reason, raw)
+
+
+def _send(out: IO[bytes], kind: str, payload: Any) -> None:
+    body = pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL)
+    out.write(_LENGTH.pack(len(body)))
+    out.write(body)
+
+
+def _produce(path: str, name: str, options: dict[str, Any], out: IO[bytes]) -> None:
+    chunk: list[_Packed] = []
+    try:
+        for record in extract(Path(path), name, **options):
+            chunk.append(_pack(record))
+            if len(chunk) == _CHUNK:
+                _send(out, "records", chunk)
+                chunk = []
+        _send(out, "records", chunk)
+        _send(out, "end", None)
+    except IngestError as exc:
+        _send(out, "error", str(exc))
+    out.flush()
+
+
+if __name__ == "__main__":
+    try:
+        _produce(sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.stdout.buffer)
+    except BrokenPipeError:  # the reader has gone: nothing left to do
+        sys.stderr.close()
+        sys.exit(1)
