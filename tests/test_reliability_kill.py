@@ -15,14 +15,17 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import orjson
+import pytest
 from sqlalchemy import text
 
 from ledger import Store
-from tests.conftest import SLOW
+from tests.conftest import ROOT, SLOW
 from tests.reliability import assert_verifies, canonical_lines, cli, source_file, start_cli, stored_events
 
 POINTS = 50 if SLOW else 8
@@ -117,3 +120,48 @@ def test_kill_nine_at_random_points(tmp_path: Path, db_url: str) -> None:
     assert stored_events(db_url) == canonical_lines(source)
     assert stored_batches(db_url, records) == -(-len(records) // BATCH)
     assert assert_verifies(db_url) == len(canonical_lines(source))
+
+
+PARALLEL_CLI = [sys.executable, "-c", "import ingest.worker as w; w.MIN_BYTES = 0; from cli import main; main()"]
+
+
+def parsing_children_of(source: Path) -> list[int]:
+    """Processes parsing `source` for an ingest (found by command line: once their parent
+    is killed they belong to init)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"ingest.worker" in words and str(source).encode() in words:
+            found.append(int(cmdline.parent.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds the parsing process in /proc")
+def test_kill_nine_with_a_parsing_child(tmp_path: Path, sqlite_url: str) -> None:
+    """The ingest parses in a child process (as it does for large files): killing the
+    ingest leaves no child behind, and the same rules hold."""
+    source = source_file(tmp_path / "events.jsonl", 0, EVENTS, bad_every=BAD_EVERY)
+    records = file_records(source)
+    rng = random.Random(SEED)
+    # Targets in the first of the child's chunks: it is then blocked writing the next one.
+    for target in sorted(rng.sample(range(1, 1500), 10 if SLOW else 3)):
+        process = subprocess.Popen([*PARALLEL_CLI, "ingest", "--db", sqlite_url, "--batch-size", str(BATCH), str(source)],
+                                   cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        store = Store(sqlite_url)
+        while process.poll() is None and stored_count(store) < target:
+            time.sleep(0.005)
+        store.close()
+        assert parsing_children_of(source), "the ingest parses in-process: the test is not testing a child"
+        os.kill(process.pid, signal.SIGKILL)
+        process.communicate(timeout=120)
+        deadline = time.monotonic() + 60  # liveness: the orphan meets a closed pipe and exits
+        while parsing_children_of(source) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert parsing_children_of(source) == []
+        assert_verifies(sqlite_url)
+        stored_batches(sqlite_url, records)
+    assert cli("ingest", "--db", sqlite_url, str(source)).returncode == 1
+    assert stored_events(sqlite_url) == canonical_lines(source)
