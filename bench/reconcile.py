@@ -239,10 +239,21 @@ def peak_rss_mib() -> float:
 
 
 def _engine_child(path: Path, threads: int | None) -> dict[str, Any]:
-    from reconcile import reconcile_parquet
+    """`reconcile_parquet`, step for step, with DuckDB's memory cap and spill folder set
+    when the environment asks (BENCH_MEMORY_LIMIT): the machine is shared."""
+    from reconcile import run
+    from reconcile.snapshot import load_parquet, open_engine
 
     t0 = time.perf_counter()
-    result = reconcile_parquet(path, threads=threads)
+    con = open_engine(threads)
+    if limit := os.environ.get("BENCH_MEMORY_LIMIT"):
+        con.execute(f"SET memory_limit = '{limit}'")
+        con.execute(f"SET temp_directory = '{_quoted(path.parent / 'spill')}'")
+    try:
+        load_parquet(con, path)
+        result = run(con)
+    finally:
+        con.close()
     seconds = time.perf_counter() - t0
     return {"seconds": round(seconds, 2), "cells": len(result.cells),
             "billed_gpu_us": sum(c.gpu_us for c in result.cells)}
@@ -351,6 +362,7 @@ def measure_reconcile(folder: Path, shape: Shape, fraction: float, check: bool) 
         "billed_gpu_us_agree": engine_small["billed_gpu_us"] == pandas_small["billed_gpu_us"],
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in os.getloadavg()], "cores": os.cpu_count(),
+        "memory_limit": os.environ.get("BENCH_MEMORY_LIMIT"), "code": code_state(),
     }
     if check:
         result["agreement_on_baseline_fleet"] = run_child("agreement", small_path)
@@ -377,7 +389,19 @@ def measure_scaling(folder: Path, shape: Shape) -> dict[str, Any]:
     return {"base": asdict(shape), **runs,
             "time_ratio_events": [round(r["seconds"] / base_events, 2) for r in runs["events"]],
             "time_ratio_billed_time": [round(r["seconds"] / base_time, 2) for r in runs["billed_time"]],
-            "expect": "events: about 1, 2, 4; billed time: about 1, 1, 1", "cores": os.cpu_count()}
+            "expect": "events: about 1, 2, 4; billed time: about 1, 1, 1", "cores": os.cpu_count(),
+            "memory_limit": os.environ.get("BENCH_MEMORY_LIMIT"), "code": code_state()}
+
+
+def code_state() -> str:
+    """The commit measured, and whether reconcile/ or bench/ had changes not yet committed
+    (others work in the same tree)."""
+    root = Path(__file__).resolve().parent.parent
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "reconcile", "bench/pandas_reconcile.py", "bench/reconcile.py"],
+                           cwd=root, capture_output=True, text=True).stdout.split()
+    changed = sorted(p for p in dirty if "/" in p or p.endswith(".py"))
+    return head + (f" with uncommitted changes to {', '.join(changed)}" if changed else "")
 
 
 def main(argv: list[str] | None = None) -> None:
