@@ -151,6 +151,9 @@ def test_kill_nine_with_a_parsing_child(tmp_path: Path, sqlite_url: str) -> None
         process = subprocess.Popen([*PARALLEL_CLI, "ingest", "--db", sqlite_url, "--batch-size", str(BATCH), str(source)],
                                    cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         store = Store(sqlite_url)
+        # The target may be stored already: wait for the child too, then for the target.
+        while process.poll() is None and not parsing_children_of(source):
+            time.sleep(0.005)
         while process.poll() is None and stored_count(store) < target:
             time.sleep(0.005)
         store.close()
