@@ -16,8 +16,10 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
+import ingest
 from cli import main
-from ledger import Store
+from fixtures.sim import SimConfig, simulate
+from ledger import Appender, Store, append_stream
 from reconcile.figures import nearest_rank, parse_time
 from reconcile.reports import report, to_csv, write_reports
 from tests.reports_scenario import at, make_store, sqlite_store
@@ -221,6 +223,34 @@ def test_cli_reports(store: Store, docs: dict[str, dict[str, Any]], tmp_path: Pa
     assert code == 0 and (tmp_path / "o.csv").read_text() == to_csv("outcomes", docs["outcomes"])
     code, _, err = _cli("report", "capacity", "--db", store.url, "--since", "yesterday")
     assert (code, err) == (2, "Error: --since: not an RFC 3339 time: 'yesterday'\n")
+
+
+def test_a_simulated_fleet_against_its_ground_truth(tmp_path: Path) -> None:
+    """The simulator's own record of the promises it broke and the jobs it started, never
+    the reports' output, is the expectation."""
+    out = tmp_path / "sim"
+    simulate(SimConfig(seed=7, gpus=64, days=2, tenants=4, scale=0.25), out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    fleet_store = Store(f"sqlite:///{tmp_path / 'sim.db'}")
+    fleet_store.init()
+    try:
+        appender = Appender(fleet_store)
+        for item in manifest["files"]:
+            records = ingest.extract(out / item["path"], item["format"], **item.get("options", {}))
+            assert append_stream(appender, records, 5000).quarantined == 0
+        missed = [json.loads(line)["ids"] for line in (out / "anomalies.jsonl").read_text().splitlines()
+                  if json.loads(line)["kind"] == "missed_promise"]
+        assert missed, "the fleet should break some promises"
+        got = report(fleet_store, "promises")["misses"]
+        assert sorted((m["promise_id"], m["job_id"], m["start_by"]) for m in got) == sorted(
+            (m["promise_id"], m["job_id"], m["start_by"]) for m in missed)
+        capacity = report(fleet_store, "capacity")
+        started = {row["placement_class"].split(":")[0]: row["workloads_started"] for row in capacity["classes"]}
+        counts = manifest["counts"]  # one job per allocation, each started at least once
+        assert started == {c: counts[f"allocations.{c}"] for c in ("whole", "mig", "timeslice") if f"allocations.{c}" in counts}
+        assert capacity["total"]["devices_discovered"] == 64
+    finally:
+        fleet_store.close()
 
 
 def test_an_empty_ledger_reports_nothing(tmp_path: Path) -> None:
