@@ -16,6 +16,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+from rich.text import Text
 
 import ingest
 import ledger
@@ -335,8 +336,15 @@ def _emit_report(name: str, db_url: str | None, tenant: str | None, fmt: str, ou
             out.write_text(rendered)
             click.echo(f"wrote {out}", err=True)
         return
-    console = Console(file=out.open("w"), width=160) if out is not None else stdout
-    for part in rendered:
+    if out is None:
+        _print_all(stdout, rendered)
+        return
+    with out.open("w") as handle:
+        _print_all(Console(file=handle, width=160), rendered)
+
+
+def _print_all(console: Console, parts: Sequence[Table | Text]) -> None:
+    for part in parts:
         console.print(part, soft_wrap=not isinstance(part, Table))  # commands stay whole on one line
 
 
