@@ -127,36 +127,45 @@ WHERE f.node IS NULL AND f.device IS NOT NULL AND list_contains(a.devices, f.dev
 
 GAPS = f"""
 -- One pass over each job's events in (time, seq) order: its attempts' starts and ends and
--- its progress. A progress belongs to the attempt whose start came last, when no end came
--- after that start. Of the millions of gaps between consecutive marks only the few that
--- may not be productive are kept (a step that did not rise, or longer than the tenant's
--- smallest stall threshold), with each attempt's first progress and last mark.
-CREATE TABLE stall_floor AS
-SELECT tenant, least(min(stall_us), {DEFAULT_TERMS['stall_us']}) AS floor_us FROM terms GROUP BY tenant;
+-- its progress, under an integer job key (sorting on it is cheaper than on text). Only
+-- lag and lead are needed: a gap is two progress marks next to each other (no start or
+-- end between them), an attempt's first progress follows its start, its last mark comes
+-- before a start, an end or the stream's end. Of the millions of gaps only the few that
+-- may not be productive are kept (a step that did not rise, or longer than the smallest
+-- stall threshold of any tenant), with each attempt's first and last marks; those few are
+-- then given to their attempt, the one whose start came last before them.
+CREATE TABLE jobs AS
+SELECT tenant, job, row_number() OVER (ORDER BY tenant, job) AS jid FROM (SELECT DISTINCT tenant, job FROM attempts);
+
+CREATE TABLE job_notes AS
+WITH stream AS (
+    SELECT j.jid, p.t, p.seq, 1 AS kind, p.step, p.units
+    FROM progress p JOIN jobs j ON j.tenant = p.tenant AND j.job = p.job_id
+    UNION ALL SELECT j.jid, a.s, a.sseq, 0, NULL, NULL FROM attempts a JOIN jobs j USING (tenant, job)
+    UNION ALL SELECT DISTINCT j.jid, a.e, a.eseq, CASE WHEN a.kind = 'job.completed' THEN 2 ELSE 3 END, NULL, NULL
+              FROM attempts a JOIN jobs j USING (tenant, job) WHERE a.eseq IS NOT NULL),
+ordered AS (
+    SELECT jid, t, seq, kind, lag(t) OVER w AS prev_t, lag(kind) OVER w AS prev_kind, lead(kind) OVER w AS next_kind,
+           coalesce(kind = 2 OR step > lag(step) OVER w OR (step = lag(step) OVER w AND units > lag(units) OVER w),
+                    false) AS rose
+    FROM stream WINDOW w AS (PARTITION BY jid ORDER BY t, seq))
+SELECT jid, t, seq, kind, prev_t, rose,
+       prev_kind = 1 AS is_gap, kind = 1 AND prev_kind = 0 AS is_first,
+       kind = 2 OR coalesce(next_kind, 0) <> 1 AS is_last
+FROM ordered
+WHERE kind IN (1, 2)
+  AND (prev_kind = 0 OR kind = 2 OR coalesce(next_kind, 0) <> 1
+       OR (prev_kind = 1 AND (NOT rose OR t - prev_t > (SELECT least(coalesce(min(stall_us), {DEFAULT_TERMS['stall_us']}),
+                                                                    {DEFAULT_TERMS['stall_us']}) FROM terms))));
 
 CREATE TABLE mark_notes AS
-WITH stream AS (
-    SELECT tenant, job_id AS job, t, seq, 1 AS kind, step, units FROM progress
-    UNION ALL SELECT tenant, job, s, sseq, 0, NULL, NULL FROM attempts
-    UNION ALL SELECT DISTINCT tenant, job, e, eseq, CASE WHEN kind = 'job.completed' THEN 2 ELSE 3 END, NULL, NULL
-              FROM attempts WHERE eseq IS NOT NULL),
-ordered AS (
-    SELECT tenant, job, t, seq, kind, step, units,
-           last_value(CASE WHEN kind = 0 THEN seq END IGNORE NULLS) OVER w AS att,
-           last_value(CASE WHEN kind <> 1 THEN kind END IGNORE NULLS) OVER w AS boundary,
-           lag(t) OVER w AS prev_t, lag(kind) OVER w AS prev_kind,
-           lag(step) OVER w AS prev_step, lag(units) OVER w AS prev_units, lead(kind) OVER w AS next_kind
-    FROM stream WINDOW w AS (PARTITION BY tenant, job ORDER BY t, seq)),
-marks AS (
-    SELECT o.*, (kind = 2 OR step > prev_step OR (step = prev_step AND units > prev_units)) AS rose
-    FROM ordered o WHERE (kind = 1 AND boundary = 0) OR kind = 2)
-SELECT m.att, m.tenant, m.job, m.prev_t AS s, m.t AS e, coalesce(m.rose, false) AS rose,
-       m.prev_kind = 1 AS is_gap, m.kind = 1 AND m.prev_kind = 0 AS is_first,
-       m.kind = 2 OR coalesce(m.next_kind, 0) <> 1 AS is_last
-FROM marks m LEFT JOIN stall_floor f ON f.tenant = m.tenant
-WHERE (m.kind = 1 AND m.prev_kind = 0)
-   OR (m.kind = 2 OR coalesce(m.next_kind, 0) <> 1)
-   OR (m.prev_kind = 1 AND (NOT coalesce(m.rose, false) OR m.t - m.prev_t > coalesce(f.floor_us, {DEFAULT_TERMS['stall_us']})));
+WITH keyed AS (
+    SELECT j.jid, a.sseq AS att, a.e, a.eseq, CAST(a.s AS HUGEINT) * {2**40} + a.sseq AS k
+    FROM attempts a JOIN jobs j USING (tenant, job))
+SELECT ak.att, n.prev_t AS s, n.t AS e, n.rose, n.is_gap, n.is_first, n.is_last
+FROM job_notes n ASOF JOIN keyed ak ON ak.jid = n.jid AND CAST(n.t AS HUGEINT) * {2**40} + n.seq >= ak.k
+WHERE (n.kind = 2 AND n.seq = ak.eseq)
+   OR (n.kind = 1 AND (ak.eseq IS NULL OR n.t < ak.e OR (n.t = ak.e AND n.seq < ak.eseq)));
 
 CREATE TABLE first_progress AS SELECT att, min(e) AS t FROM mark_notes WHERE is_first GROUP BY att;
 
