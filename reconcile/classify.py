@@ -65,21 +65,22 @@ GROUP BY g.tenant, g.aid, g.s, g.e;
 
 
 def _sweep_sql() -> str:
-    counts = ", ".join(f"sum(d) FILTER (WHERE label = {code}) AS c{code}" for code in SPAN_LABELS)
-    running = ", ".join(f"sum(c{code}) OVER w AS o{code}" for code in SPAN_LABELS)
-    choice = " ".join(f"WHEN o{code} > 0 THEN {code}" for code in SPAN_LABELS)
+    # Merged spans of one label never overlap or touch, so at any moment at most one of
+    # each label is open: the open labels are a bit mask, kept by one running sum of
+    # ±2^label, and the winner is its lowest set bit (the highest priority).
+    lowest = " ".join(f"WHEN mask & {1 << code} <> 0 THEN {code}" for code in SPAN_LABELS)
     return f"""
 CREATE TABLE stretches AS
 WITH pts AS (
-    SELECT tenant, aid, s AS t, label, 1 AS d FROM merged
-    UNION ALL SELECT tenant, aid, e, label, -1 FROM merged WHERE e < {INF}
-    UNION ALL SELECT tenant, aid, s, 0, 0 FROM pieces
-    UNION ALL SELECT tenant, aid, e, 0, 0 FROM pieces),
-counted AS (SELECT tenant, aid, t, {counts} FROM pts GROUP BY tenant, aid, t),
+    SELECT tenant, aid, s AS t, CAST(1 AS BIGINT) << label AS d FROM merged
+    UNION ALL SELECT tenant, aid, e, -(CAST(1 AS BIGINT) << label) FROM merged WHERE e < {INF}
+    UNION ALL SELECT tenant, aid, s, 0 FROM pieces
+    UNION ALL SELECT tenant, aid, e, 0 FROM pieces),
+counted AS (SELECT tenant, aid, t, sum(d) AS d FROM pts GROUP BY tenant, aid, t),
 running AS (
-    SELECT tenant, aid, t, lead(t) OVER w AS t_next, {running}
+    SELECT tenant, aid, t, lead(t) OVER w AS t_next, sum(d) OVER w AS mask
     FROM counted WINDOW w AS (PARTITION BY tenant, aid ORDER BY t))
-SELECT tenant, aid, t AS s, t_next AS e, CASE {choice} ELSE 0 END AS label
+SELECT tenant, aid, t AS s, t_next AS e, CASE {lowest} ELSE 0 END AS label
 FROM running WHERE t_next IS NOT NULL;
 """
 
