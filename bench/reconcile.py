@@ -337,7 +337,7 @@ def _rate(events: int, seconds: float) -> int:
 
 def measure_reconcile(folder: Path, shape: Shape, fraction: float, check: bool) -> dict[str, Any]:
     """The engine at full size; engine and pandas on `fraction` of the GPUs."""
-    load_before = os.getloadavg()
+    load_before, code_before = os.getloadavg(), code_state()
     full_path, full = _fleet(folder, shape, "full")
     full["by_type"] = check_fleet(full_path, project=False)
     engine_full = run_child("engine", full_path)
@@ -362,7 +362,7 @@ def measure_reconcile(folder: Path, shape: Shape, fraction: float, check: bool) 
         "billed_gpu_us_agree": engine_small["billed_gpu_us"] == pandas_small["billed_gpu_us"],
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in os.getloadavg()], "cores": os.cpu_count(),
-        "memory_limit": os.environ.get("BENCH_MEMORY_LIMIT"), "code": code_state(),
+        "memory_limit": os.environ.get("BENCH_MEMORY_LIMIT"), "code": _code_during(code_before),
     }
     if check:
         result["agreement_on_baseline_fleet"] = run_child("agreement", small_path)
@@ -374,6 +374,7 @@ def measure_scaling(folder: Path, shape: Shape) -> dict[str, Any]:
     """Engine time at 1×, 2×, 4× the events (GPUs), and at 1×, 2×, 4× the billed time with
     the same events (every duration stretched)."""
     runs: dict[str, list[dict[str, Any]]] = {"events": [], "billed_time": []}
+    code_before = code_state()
     for axis, shapes in (("events", [Shape(shape.gpus * m, shape.days) for m in (1, 2, 4)]),
                          ("billed_time", [Shape(shape.gpus, shape.days * m, stretch=m) for m in (1, 2, 4)])):
         for factor, each in zip((1, 2, 4), shapes):
@@ -390,7 +391,12 @@ def measure_scaling(folder: Path, shape: Shape) -> dict[str, Any]:
             "time_ratio_events": [round(r["seconds"] / base_events, 2) for r in runs["events"]],
             "time_ratio_billed_time": [round(r["seconds"] / base_time, 2) for r in runs["billed_time"]],
             "expect": "events: about 1, 2, 4; billed time: about 1, 1, 1", "cores": os.cpu_count(),
-            "memory_limit": os.environ.get("BENCH_MEMORY_LIMIT"), "code": code_state()}
+            "memory_limit": os.environ.get("BENCH_MEMORY_LIMIT"), "code": _code_during(code_before)}
+
+
+def _code_during(before: str) -> str:
+    after = code_state()
+    return before if after == before else f"changed during the runs: from {before} to {after}"
 
 
 def code_state() -> str:
