@@ -18,7 +18,7 @@ from ledger import Store
 from reconcile.classify import classify
 from reconcile.intervals import build_spans
 from reconcile.money import MoneyOverflow, allocate
-from reconcile.result import Cell, Reconciliation
+from reconcile.result import Cell, Reconciliation  # noqa: F401  (Cell: part of the API)
 from reconcile.snapshot import entry_pages, load_pages, load_parquet, open_engine, store_pages
 
 UNBILLED = """
@@ -33,8 +33,8 @@ SELECT held.tenant, CAST(held.us - coalesce(billed.us, 0) AS VARCHAR) FROM held 
 """
 
 CELLS = """
-SELECT l.invoice_id, l.line_id, l.tenant, l.aid, l.currency, m.minor, m.label,
-       CAST(m.gpu_us AS VARCHAR), CAST(m.cents AS VARCHAR)
+SELECT l.invoice_id, l.line_id, l.tenant, l.aid AS allocation_id, l.currency, m.minor, m.label,
+       CAST(m.gpu_us AS BIGINT) AS gpu_us, CAST(m.cents AS BIGINT) AS cents
 FROM money m JOIN lines l ON l.seq = m.seq
 WHERE ($invoice IS NULL OR l.invoice_id = $invoice)
 ORDER BY l.seq, m.label
@@ -42,20 +42,17 @@ ORDER BY l.seq, m.label
 
 
 def run(con: duckdb.DuckDBPyConnection, invoice: str | None = None) -> Reconciliation:
-    """Reconcile what `ev` holds."""
+    """Reconcile what `ev` holds. The cells come back as one Arrow table (columnar, no
+    Python object per cell until one is asked for)."""
     build_spans(con)
     classify(con)
     allocate(con)
     unbilled = {tenant: int(us) for tenant, us in con.execute(UNBILLED).fetchall()}
-    cells = [
-        Cell(inv, line, tenant, aid, currency, int(minor), int(label), int(gpu_us), int(cents))
-        for inv, line, tenant, aid, currency, minor, label, gpu_us, cents
-        in con.execute(CELLS, {"invoice": invoice}).fetchall()
-    ]
+    table: pa.Table = con.sql(CELLS, params={"invoice": invoice}).to_arrow_table()
     if invoice is not None:
-        tenants = {c.tenant for c in cells}
+        tenants = set(table.column("tenant").to_pylist())
         unbilled = {t: us for t, us in unbilled.items() if t in tenants}
-    return Reconciliation(cells, unbilled)
+    return Reconciliation(table, unbilled)
 
 
 def reconcile_store(store: Store, tenant: str | None = None, invoice: str | None = None,

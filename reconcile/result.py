@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 from decimal import Decimal
 from typing import Any
 
@@ -18,6 +19,9 @@ from reconcile.money import format_minor
 
 BEARERS = ("provider", "customer", "disputed")
 ACCEPTANCE = ("accepted", "rejected", "pending")
+
+
+CELL_COLUMNS = ("invoice_id", "line_id", "tenant", "allocation_id", "currency", "minor", "label", "gpu_us", "cents")
 
 
 @dataclass(frozen=True)
@@ -105,9 +109,13 @@ class _Tally:
 
 @dataclass
 class Reconciliation:
-    cells: list[Cell]
+    table: pa.Table  # one row per cell, the columns of `Cell`
     unbilled_us: dict[str, int]
-    currency: dict[str, str | None] = field(default_factory=dict)
+
+    @cached_property
+    def cells(self) -> list[Cell]:
+        columns = [self.table.column(name).to_pylist() for name in CELL_COLUMNS]
+        return [Cell(*row) for row in zip(*columns)]
 
     def lines(self) -> dict[tuple[str, str, str], tuple[Cell, _Tally]]:
         out: dict[tuple[str, str, str], tuple[Cell, _Tally]] = {}

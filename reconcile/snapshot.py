@@ -68,10 +68,12 @@ def _progress_projection(source: str) -> str:
 
 
 def open_engine(threads: int | None = None, memory_limit: str | None = None,
-                temp_directory: Path | None = None) -> duckdb.DuckDBPyConnection:
-    """A private in-memory DuckDB with the empty tables `progress` (job.progress events)
-    and `ev_rest` (all others), and the view `ev` of both with every typed column."""
-    con = duckdb.connect(":memory:")
+                temp_directory: Path | None = None, database: Path | None = None) -> duckdb.DuckDBPyConnection:
+    """A private DuckDB with the empty tables `progress` (job.progress events) and
+    `ev_rest` (all others), and the view `ev` of both with every typed column. In memory,
+    or, for ledgers too big for that, in a scratch `database` file: its tables are stored
+    compressed and spill to disk under `memory_limit` instead of growing without bound."""
+    con = duckdb.connect(str(database) if database is not None else ":memory:")
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET preserve_insertion_order = false")
     if threads:
