@@ -7,7 +7,10 @@ snapshot of the ledger's entries. It reads the ledger and never writes to it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,46 +58,65 @@ def run(con: duckdb.DuckDBPyConnection, invoice: str | None = None) -> Reconcili
     return Reconciliation(table, unbilled)
 
 
+#: Past this many entries the engine works in a scratch file under a memory cap, so a
+#: month of a large fleet stays within a few GB (DuckDB spills what does not fit).
+LARGE_LEDGER = 2_000_000
+MEMORY_LIMIT = os.environ.get("GPULEDGER_ENGINE_MEMORY", "3GB")
+
+
+@contextmanager
+def engine(entries: int, threads: int | None = None) -> Iterator[duckdb.DuckDBPyConnection]:
+    """An engine sized for `entries`: in memory when small, a capped scratch file when large."""
+    if entries <= LARGE_LEDGER:
+        con = open_engine(threads)
+        try:
+            yield con
+        finally:
+            con.close()
+        return
+    with tempfile.TemporaryDirectory(prefix="gpuledger-reconcile-") as scratch:
+        con = open_engine(threads, MEMORY_LIMIT, Path(scratch) / "spill", Path(scratch) / "engine.duckdb")
+        try:
+            yield con
+        finally:
+            con.close()
+
+
 def reconcile_store(store: Store, tenant: str | None = None, invoice: str | None = None,
                     threads: int | None = None, upto_seq: int | None = None) -> Reconciliation:
     """Reconcile the ledger in `store` (one consistent snapshot), optionally one tenant's
     entries (with the fleet's), one invoice's lines, and only entries up to `upto_seq`."""
-    con = open_engine(threads)
-    try:
-        with store.reading() as conn:
+    with store.reading() as conn:
+        size = conn.exec_driver_sql("SELECT coalesce(max(seq), 0) FROM entries").scalar() or 0
+        with engine(int(size), threads) as con:
             load_pages(con, store_pages(conn, tenant, upto_seq=upto_seq))
-        return run(con, invoice)
-    finally:
-        con.close()
+            return run(con, invoice)
 
 
 def reconcile_entries(entries: Iterable[dict[str, Any]], invoice: str | None = None) -> Reconciliation:
     """Reconcile entries given as dicts with seq, type, tenant and event (a packet's)."""
-    con = open_engine()
-    try:
+    with engine(0) as con:
         load_pages(con, entry_pages(entries))
         return run(con, invoice)
-    finally:
-        con.close()
 
 
 def reconcile_parquet(path: Path, invoice: str | None = None, threads: int | None = None) -> Reconciliation:
     """Reconcile an exported entries file (`gpuledger export --format parquet`)."""
-    con = open_engine(threads)
-    try:
+    with engine(parquet_rows(path), threads) as con:
         load_parquet(con, path)
         return run(con, invoice)
-    finally:
-        con.close()
 
 
 def reconcile_tables(pages: Iterable[pa.Table], invoice: str | None = None) -> Reconciliation:
-    con = open_engine()
-    try:
+    with engine(0) as con:
         load_pages(con, pages)
         return run(con, invoice)
-    finally:
-        con.close()
+
+
+def parquet_rows(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return int(pq.ParquetFile(path).metadata.num_rows)
 
 
 __all__ = ["MoneyOverflow", "Reconciliation", "reconcile_entries", "reconcile_parquet", "reconcile_store", "reconcile_tables", "run"]
