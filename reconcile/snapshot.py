@@ -57,13 +57,14 @@ def _projection(source: str) -> str:
             f"FROM (SELECT seq, type, tenant, json_transform(event, '{_structure()}') AS j FROM {source})")
 
 
-_PROGRESS = '{"time":"VARCHAR","data":{"job_id":"VARCHAR","step":"BIGINT","units":"BIGINT"}}'
+_PROGRESS_PATHS = "['$.time', '$.data.job_id', '$.data.step', '$.data.units']"
 
 
 def _progress_projection(source: str) -> str:
-    """Progress events are most of a ledger: they get a narrow table of their own."""
-    return (f"SELECT seq, tenant, {_us('j.time')} AS t, j.data.job_id AS job_id, j.data.step AS step, "
-            f"j.data.units AS units FROM (SELECT seq, tenant, json_transform(event, '{_PROGRESS}') AS j "
+    """Progress events are most of a ledger: they get a narrow table of their own, read
+    with one parse per event into four strings (faster here than a typed struct)."""
+    return (f"SELECT seq, tenant, {_us('x[1]')} AS t, x[2] AS job_id, CAST(x[3] AS BIGINT) AS step, "
+            f"CAST(x[4] AS BIGINT) AS units FROM (SELECT seq, tenant, json_extract_string(event, {_PROGRESS_PATHS}) AS x "
             f"FROM {source} WHERE type = 'job.progress')")
 
 
