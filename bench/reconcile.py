@@ -402,10 +402,11 @@ def _code_during(before: str) -> str:
 
 
 def code_state() -> str:
-    """The commit measured, and whether reconcile/ or bench/ had changes not yet committed
-    (others work in the same tree)."""
+    """The last commit of the code measured (reconcile/ and the two bench modules), and
+    whether any of it had changes not yet committed (others work in the same tree)."""
     root = Path(__file__).resolve().parent.parent
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+    head = subprocess.run(["git", "log", "-1", "--format=%h", "--", "reconcile", "bench/pandas_reconcile.py", "bench/reconcile.py"],
+                          cwd=root, capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--", "reconcile", "bench/pandas_reconcile.py", "bench/reconcile.py"],
                            cwd=root, capture_output=True, text=True).stdout.split()
     changed = sorted(p for p in dirty if "/" in p or p.endswith(".py"))
