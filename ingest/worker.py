@@ -5,8 +5,8 @@ wall time falls by about a third; on a machine with no core to spare it rises (t
 hand-over is work too), and on one core the child is never started.
 
 Records cross the pipe as plain tuples, a chunk at a time, each chunk a length and a
-pickle (a pickled dataclass costs more than the parsing it would save). The pipe's buffer
-bounds memory: a child ahead of its reader blocks. Whole-file errors come back as
+pickle (a pickled dataclass costs more than the parsing it would save). A reader thread
+keeps a few chunks ahead; past that the child blocks, so memory stays bounded. Whole-file errors come back as
 IngestError; a child that dies is an IngestError with its last words; closing the
 iterator early, or this process dying, stops the child (it meets a closed pipe). Small
 files are parsed in this process: a child's start-up would cost more than it saves.
@@ -17,9 +17,11 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import queue
 import struct
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -31,6 +33,7 @@ from schemas import Accepted, Origin, Record, Rejected
 #: Files smaller than this are parsed in this process.
 MIN_BYTES = 16 << 20
 _CHUNK = 2000
+_AHEAD = 8  # chunks read ahead of the appends: 16000 records, about 4 MiB
 _LENGTH = struct.Struct("<Q")
 _Packed = tuple[Any, ...]
 
@@ -48,9 +51,14 @@ def _from_child(path: Path, name: str, options: dict[str, Any]) -> Iterator[Reco
     command = [sys.executable, "-m", "ingest.worker", str(path), name, json.dumps(options)]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert child.stdout is not None and child.stderr is not None
+    reader = _Reader(child.stdout)
+    reader.start()
     try:
         while True:
-            kind, payload = _receive(child.stdout, child, path)
+            body = reader.chunks.get()
+            if not body:
+                raise IngestError(f"{path}: the parsing process stopped (exit code {child.wait()}): {_last_words(child)}")
+            kind, payload = pickle.loads(body)
             if kind == "records":
                 yield from (_unpack(item) for item in payload)
             elif kind == "error":
@@ -58,23 +66,43 @@ def _from_child(path: Path, name: str, options: dict[str, Any]) -> Iterator[Reco
             else:
                 return
     finally:
-        child.stdout.close()
+        reader.stopped.set()
         if child.poll() is None:
             child.kill()
+        reader.join()
         child.wait()
+        child.stdout.close()
         child.stderr.close()
 
 
-def _receive(stream: IO[bytes], child: subprocess.Popen[bytes], path: Path) -> tuple[str, Any]:
-    head = stream.read(_LENGTH.size)
-    body = stream.read(_LENGTH.unpack(head)[0]) if len(head) == _LENGTH.size else b""
-    if not body:
-        assert child.stderr is not None
-        child.wait()
-        last = (child.stderr.read().decode(errors="replace").strip().splitlines() or ["no message"])[-1]
-        raise IngestError(f"{path}: the parsing process stopped (exit code {child.returncode}): {last}")
-    message: tuple[str, Any] = pickle.loads(body)
-    return message
+class _Reader(threading.Thread):
+    """Drains the child's pipe into a queue of up to _AHEAD chunks: with the pipe's own
+    buffer alone (64 KiB, a tenth of a batch) the child would wait for each append to end
+    before parsing on, and the two processes would take turns instead of working together.
+    Reading releases the GIL; an empty chunk is the end of the stream."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        super().__init__(daemon=True, name="gpuledger-parse-reader")
+        self.stream = stream
+        self.chunks: queue.Queue[bytes] = queue.Queue(maxsize=_AHEAD)
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        body = b"-"
+        while body and not self.stopped.is_set():
+            head = self.stream.read(_LENGTH.size)
+            body = self.stream.read(_LENGTH.unpack(head)[0]) if len(head) == _LENGTH.size else b""
+            while not self.stopped.is_set():
+                try:
+                    self.chunks.put(body, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+
+
+def _last_words(child: subprocess.Popen[bytes]) -> str:
+    assert child.stderr is not None
+    return (child.stderr.read().decode(errors="replace").strip().splitlines() or ["no message"])[-1]
 
 
 def _pack(record: Record) -> _Packed:
