@@ -143,11 +143,12 @@ def parsing_children_of(source: Path) -> list[int]:
 def test_kill_nine_with_a_parsing_child(tmp_path: Path, sqlite_url: str) -> None:
     """The ingest parses in a child process (as it does for large files): killing the
     ingest leaves no child behind, and the same rules hold."""
-    source = source_file(tmp_path / "events.jsonl", 0, EVENTS, bad_every=BAD_EVERY)
+    # Large enough that the child is still parsing (blocked: its reader is chunks ahead)
+    # while the ingest appends the first 5000.
+    source = source_file(tmp_path / "events.jsonl", 0, 40_000, bad_every=BAD_EVERY)
     records = file_records(source)
     rng = random.Random(SEED)
-    # Targets in the first of the child's chunks: it is then blocked writing the next one.
-    for target in sorted(rng.sample(range(1, 1500), 10 if SLOW else 3)):
+    for target in sorted(rng.sample(range(1, 5000), 10 if SLOW else 3)):
         process = subprocess.Popen([*PARALLEL_CLI, "ingest", "--db", sqlite_url, "--batch-size", str(BATCH), str(source)],
                                    cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         store = Store(sqlite_url)
