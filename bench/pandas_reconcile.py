@@ -112,6 +112,7 @@ class Fleet:
     releases: dict[tuple[str, str], list[Key]] = field(default_factory=dict)
     starts: dict[tuple[str, str], list[tuple[Key, str]]] = field(default_factory=dict)
     ends: dict[tuple[str, str], list[tuple[Key, str, str | None]]] = field(default_factory=dict)
+    job_starts: dict[tuple[str, str], list[Key]] = field(default_factory=dict)
     progress: dict[tuple[str, str], list[Mark]] = field(default_factory=dict)
     saves_started: dict[tuple[str, str], list[tuple[Key, str]]] = field(default_factory=dict)
     saves_done: dict[tuple[str, str], list[tuple[Key, str]]] = field(default_factory=dict)
@@ -195,6 +196,10 @@ def _read_jobs(ev: pd.DataFrame, fleet: Fleet) -> None:
     starts = _of_type(ev, "job.started")
     for key, rows in _grouped(starts, ["tenant", "allocation_id"], "t", "seq", "job_id").items():
         fleet.starts[key] = [((t, s), job) for t, s, job in rows]
+        for t, s, job in rows:
+            fleet.job_starts.setdefault((key[0], job), []).append((t, s))
+    for keys in fleet.job_starts.values():
+        keys.sort()
     ends = _of_type(ev, *JOB_ENDS)
     for key, rows in _grouped(ends, ["tenant", "job_id"], "t", "seq", "type", "cause").items():
         fleet.ends[key] = [((t, s), kind, cause) for t, s, kind, cause in rows]
@@ -292,13 +297,18 @@ def allocation_of(fleet: Fleet, tenant: str, aid: str) -> Allocation:
 def _attempts(fleet: Fleet, tenant: str, aid: str) -> list[Attempt]:
     out = []
     for start, job in fleet.starts.get((tenant, aid), []):
+        # RULES.md: to the job's first end event after the start, or its next start,
+        # whichever comes first; an attempt cut short by a start has no end event.
+        starts = fleet.job_starts[(tenant, job)]
+        later = starts[bisect_right(starts, start):]
+        cut: Key = later[0] if later else (INF, INF)
         ends = fleet.ends.get((tenant, job), [])
         index = bisect_right([k for k, _, _ in ends], start)
-        if index < len(ends):
+        if index < len(ends) and ends[index][0] < cut:
             end, kind, cause = ends[index]
             out.append(Attempt(job, start, end, kind, cause))
         else:
-            out.append(Attempt(job, start, (INF, INF), None, None))
+            out.append(Attempt(job, start, cut, None, None))
     return out
 
 

@@ -213,32 +213,26 @@ def _attempt_left_running() -> list[Event]:
 # the job runs on A again from 100 and never progresses: recovery is [10, end) = [10, 1000).
 # RULES.md 8: the first attempt's startup runs from the grant: [0, min(0 + 600 s, its end 10)).
 FAILED_AT_START = {("t", "L"): {"startup": 10 * S, "restart_recovery:provider": 990 * S}}
-# RULES.md: attempt 1 runs from 0 to the job's first end after it, the completion at 260,
-# so its marks are 60, 200 and 260: [60, 260) is productive. Startup [0, 60); idle [260, 300).
-LEFT_RUNNING = {("t", "L"): {"startup": 60 * S, "productive:pending": 200 * S, "idle_reserved": 40 * S}}
-ENGINE_GAPS = [
-    pytest.param(_attempt_left_running, LEFT_RUNNING, id="attempt-left-running-keeps-its-marks"),
-]
-ONCE_GAPS = [  # shapes the engine got wrong once, fixed since
+# RULES.md (since d65321c): an attempt runs to its job's next end event or its next start,
+# whichever is first. Attempt 1 runs [0, 100) with one mark (60): startup [0, 60) from the
+# grant, then [60, 100) running with no gap closed: idle_unexplained 40. Attempt 2 runs
+# [100, 260): startup [100, 200) to its first progress, productive [200, 260) (60 s, ends in
+# the completion). Nothing runs in [260, 300): idle_reserved 40.
+LEFT_RUNNING = {("t", "L"): {"startup": 160 * S, "idle_unexplained": 40 * S, "productive:pending": 60 * S,
+                             "idle_reserved": 40 * S}}
+SHAPES = [  # shapes the engine got wrong once (or RULES.md changed under), pinned since
     pytest.param(_zero_length_failed_attempt, FAILED_AT_START, id="failure-at-the-instant-of-its-start"),
+    pytest.param(_attempt_left_running, LEFT_RUNNING, id="a-new-start-ends-an-attempt-left-running"),
 ]
 
 
-@pytest.mark.parametrize(("scenario", "expected"), ENGINE_GAPS + ONCE_GAPS)
-def test_the_oracle_follows_rules_where_the_engine_did_not(scenario: Any, expected: Any) -> None:
+@pytest.mark.parametrize(("scenario", "expected"), SHAPES)
+def test_the_oracle_follows_rules_on_the_edge_shapes(scenario: Any, expected: Any) -> None:
     assert oracle_lines(scenario()) == expected
 
 
-@pytest.mark.parametrize(("scenario", "expected"), ONCE_GAPS)
-def test_the_engine_on_the_shapes_it_got_wrong_once(scenario: Any, expected: Any) -> None:
-    with ledger_of(scenario()) as store:
-        assert engine_lines(store) == expected
-
-
-@pytest.mark.xfail(strict=True, reason="engine differs from RULES.md here (reported); "
-                   "when this passes, set the matching flag below to True")
-@pytest.mark.parametrize(("scenario", "expected"), ENGINE_GAPS)
-def test_the_engine_on_the_shapes_it_gets_wrong(scenario: Any, expected: Any) -> None:
+@pytest.mark.parametrize(("scenario", "expected"), SHAPES)
+def test_the_engine_on_the_edge_shapes(scenario: Any, expected: Any) -> None:
     with ledger_of(scenario()) as store:
         assert engine_lines(store) == expected
 
@@ -250,10 +244,9 @@ NODES = ("n1", "n2")
 CAUSES = ("hardware", "fabric", "application", "preempted", "unknown")
 DECISIONS = ("queued", "admitted", "preempted", "reclaimed", "evicted", "borrowed")
 MINUTE = 60
-# Shapes on which the engine is known to differ from RULES.md (each pinned by a strict
-# xfail below); the random fleets leave them out until the engine is fixed.
-OVERLAPPING_ATTEMPTS = False  # attempt-left-running-keeps-its-marks
-ZERO_LENGTH_ATTEMPTS = True  # failure-at-the-instant-of-its-start (fixed in the engine)
+# Edge shapes the random fleets may produce (both pinned above, both agreed on).
+OVERLAPPING_ATTEMPTS = True  # a-new-start-ends-an-attempt-left-running
+ZERO_LENGTH_ATTEMPTS = True  # failure-at-the-instant-of-its-start
 
 
 def _when(rng: random.Random, lo: float, hi: float) -> float:
