@@ -1,8 +1,9 @@
 """Every benchmark in turn (`python -m bench.run [--quick]`), results into bench/results.json.
 
 Full: ingest (1M native events into SQLite; PostgreSQL, FOCUS and sacct at 200k-250k),
-verify (1M entries), proofs at 1M and 10M entries, memory at 2 GiB of JSON Lines: about
-an hour on two cores. Quick: small sizes of each, one run, under a minute.
+verify (1M entries), proofs at 1M and 10M entries, memory at 2 GiB of JSON Lines,
+reconcile (10,000 GPUs for 30 days beside pandas on a tenth) and its scaling series:
+well over an hour on two cores. Quick: small sizes of each, one run, about a minute.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from bench import ingest, memory, proofs, verify
+from bench import reconcile as reconcile_bench
 from bench.results_file import record
 
 
@@ -25,6 +27,10 @@ def main() -> None:
         record(f"proofs_{size}", result)
         print(f"proofs {size}: {result}", flush=True)
     memory.main(["16"] if args.quick else ["2048"])
+    # reconcile: 10,000 GPUs x 30 days beside pandas on a tenth, then the scaling series
+    reconcile_bench.main(["--quick"] if args.quick else [])
+    if not args.quick:
+        reconcile_bench.main(["--scaling", "--gpus", "1250", "--days", "10"])
 
 
 if __name__ == "__main__":
