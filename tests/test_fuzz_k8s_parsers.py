@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from ingest.k8sdocs import read_objects
 from tests.test_fuzz_parsers import run
+from tests.conftest import FUZZ_EXAMPLES
 
 WORKLOAD: dict[str, Any] = {
     "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
@@ -59,7 +60,7 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
