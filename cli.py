@@ -486,7 +486,8 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
     stdout.print(biggest_findings(done.result))
     _say(f"6 missed promises: {len(done.missed_promises)}")
     for miss in done.missed_promises[:5]:
-        _say(f"  {miss['tenant']} {miss['promise_id']}: {_miss_text(miss)}  → {miss.get('packet_command', '')}")
+        command = str(miss.get("packet_command", "")).replace("gpuledger packet", f"gpuledger packet --db {store.safe_url}", 1)
+        _say(f"  {miss['tenant']} {miss['promise_id']}: {_miss_text(miss)}  → {command}")
     _say(f"7 {done.dispute}")
     if done.packet:
         _say(f"  {done.packet}")
