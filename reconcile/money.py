@@ -102,24 +102,32 @@ WITH gap AS (
     SELECT i.invoice_id, i.currency, i.cents - sum(lc.rounded) AS k
     FROM invoice_cents i JOIN line_cents lc ON lc.invoice_id = i.invoice_id AND lc.currency IS NOT DISTINCT FROM i.currency
     GROUP BY i.invoice_id, i.currency, i.cents),
-ranked AS (
+ranked AS (  -- only the invoices whose rounded lines miss their total need ranking
     SELECT lc.*, g.k,
            row_number() OVER (PARTITION BY lc.invoice_id, lc.currency, lc.up
                               ORDER BY CASE WHEN lc.up THEN CAST(lc.r AS DOUBLE) / CAST(lc.d AS DOUBLE)
                                             ELSE -CAST(lc.r AS DOUBLE) / CAST(lc.d AS DOUBLE) END, lc.seq) AS rank
-    FROM line_cents lc JOIN gap g ON g.invoice_id = lc.invoice_id AND g.currency IS NOT DISTINCT FROM lc.currency)
+    FROM line_cents lc JOIN gap g ON g.invoice_id = lc.invoice_id AND g.currency IS NOT DISTINCT FROM lc.currency
+    WHERE g.k <> 0)
 SELECT seq, rounded + CASE WHEN k > 0 AND NOT up AND rank <= k THEN 1
                            WHEN k < 0 AND up AND rank <= -k THEN -1 ELSE 0 END AS cents
-FROM ranked;
+FROM ranked
+UNION ALL
+SELECT lc.seq, lc.rounded FROM line_cents lc JOIN gap g
+  ON g.invoice_id = lc.invoice_id AND g.currency IS NOT DISTINCT FROM lc.currency
+WHERE g.k = 0;
 
 CREATE TABLE money AS
-WITH ranked AS (
-    SELECT f.*, row_number() OVER (PARTITION BY f.seq
-                                   ORDER BY CAST(f.r AS DOUBLE) / CAST(f.d AS DOUBLE) DESC, {_CATEGORY_RANK}) AS rank
-    FROM floored f),
-extra AS (SELECT f.seq, t.cents - sum(f.q) AS k FROM floored f JOIN line_total t ON t.seq = f.seq GROUP BY f.seq, t.cents)
+WITH counted AS (SELECT f.*, count(*) OVER (PARTITION BY f.seq) AS n FROM floored f),
+ranked AS (  -- a line of one cell needs no ranking: the cell is the line
+    SELECT c.*, row_number() OVER (PARTITION BY c.seq
+                                   ORDER BY CAST(c.r AS DOUBLE) / CAST(c.d AS DOUBLE) DESC, {_CATEGORY_RANK.replace("f.", "c.")}) AS rank
+    FROM counted c WHERE c.n > 1),
+extra AS (SELECT f.seq, t.cents - sum(f.q) AS k FROM ranked f JOIN line_total t ON t.seq = f.seq GROUP BY f.seq, t.cents)
 SELECT r.seq, r.label, r.gpu_us, r.minor, r.q + CASE WHEN r.rank <= e.k THEN 1 ELSE 0 END AS cents
-FROM ranked r JOIN extra e ON e.seq = r.seq;
+FROM ranked r JOIN extra e ON e.seq = r.seq
+UNION ALL
+SELECT c.seq, c.label, c.gpu_us, c.minor, t.cents FROM counted c JOIN line_total t ON t.seq = c.seq WHERE c.n = 1;
 """)
 
 
