@@ -15,9 +15,11 @@ yields one `K8sObject` per object, each with the line it starts on and its own b
 Errors point at a field (`ingest/k8sfields.py`): a rejection's line is the line of the
 field's key in YAML (its node's start mark) and the object's first line in JSON.
 
-The file is read into memory whole (a `kubectl get` dump is a snapshot, not a stream);
-objects are handed on one at a time, so the peak is about the file's size (measured: a
-53 MB JSON list of 10,000 Workloads, +50 MB resident).
+The file is streamed, so memory stays flat whatever its size: JSON is read in chunks
+of a MiB and only the element being cut (or, outside a list, the top-level value being
+read) is held; YAML is read line by line and only the document being parsed is held. A
+single YAML document is parsed whole, so one huge document that is a `List` stays in
+memory whole (with its node tree): split it into documents, or use JSON, for big dumps.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import orjson
 import yaml
@@ -38,6 +40,7 @@ from schemas import Origin, Rejected, format_utc
 
 MAX_DEPTH = 64  # far beyond any Kubernetes object; bounds recursion on hostile input
 MAX_VALUES = 1_000_000  # per object, after YAML aliases are expanded
+_CHUNK = 1 << 20  # bytes read at a time
 _KIND = re.compile(rb'"?\bkind"?\s*:\s*"?([A-Za-z][A-Za-z0-9]*)')
 
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -77,12 +80,17 @@ def kinds_in(head: bytes) -> set[str]:
 def read_objects(path: Path) -> Iterator[K8sObject | Rejected]:
     """The file's objects in file order, or a rejection for each part that cannot be read."""
     with open_source(path) as stream:
-        data = stream.read()
-    start = len(UTF8_BOM) if data.startswith(UTF8_BOM) else 0
-    if data[start:].lstrip()[:1] in (b"{", b"["):
-        yield from _json_objects(str(path), data, start)
-    else:
-        yield from _yaml_objects(str(path), data, start)
+        head = b""
+        while True:  # read on to the first non-blank byte after any BOM, or to the end
+            more = stream.read(_CHUNK)
+            head += more
+            start = len(UTF8_BOM) if head.startswith(UTF8_BOM) else 0
+            if not more or (len(head) >= len(UTF8_BOM) and head[start:].strip()):
+                break
+        if head[start:].lstrip()[:1] in (b"{", b"["):
+            yield from _json_objects(str(path), _Source(stream, head[start:], start))
+        else:
+            yield from _yaml_objects(str(path), _lines(head[start:], stream), start)
 
 
 # --- JSON ------------------------------------------------------------------------------
@@ -96,17 +104,32 @@ _BLANK = re.compile(rb"\s*")
 
 @dataclass(frozen=True)
 class _Span:
-    start: int
-    end: int
+    raw: bytes
+    offset: int
     line: int
 
 
 class _Malformed(ValueError):
-    """The JSON cannot be cut into objects from `start` on (the piece is kept as read)."""
+    """The JSON cannot be cut into objects from `offset` on (`raw`: the bytes held from there)."""
 
-    def __init__(self, line: int, message: str, start: int) -> None:
+    def __init__(self, line: int, message: str, offset: int, raw: bytes) -> None:
         super().__init__(message)
-        self.line, self.start = line, start
+        self.line, self.offset, self.raw = line, offset, raw
+
+
+class _Source:
+    """A window on the file: `buf` holds its bytes from offset `base` on."""
+
+    def __init__(self, stream: BinaryIO, held: bytes, base: int) -> None:
+        self.stream, self.buf, self.base = stream, held, base
+
+    def more(self, keep: int) -> bool:
+        """Read on, dropping the bytes before `keep`; False (and nothing dropped) at the end."""
+        chunk = self.stream.read(max(_CHUNK, len(self.buf) - keep))  # doubling: a long value costs linear time
+        if not chunk:
+            return False
+        self.buf, self.base = self.buf[keep:] + chunk, self.base + keep
+        return True
 
 
 class _FixedLine:
@@ -117,19 +140,18 @@ class _FixedLine:
         return self._line
 
 
-def _json_objects(name: str, data: bytes, start: int) -> Iterator[K8sObject | Rejected]:
+def _json_objects(name: str, source: _Source) -> Iterator[K8sObject | Rejected]:
     try:
-        for span in _json_spans(data, start):
-            raw = data[span.start:span.end]
-            origin = Origin(name, span.line, span.start)
+        for span in _json_spans(source):
+            origin = Origin(name, span.line, span.offset)
             try:
-                body = orjson.loads(raw)
+                body = orjson.loads(span.raw)
             except orjson.JSONDecodeError as exc:
-                yield _json_rejection(exc, raw, origin)
+                yield _json_rejection(exc, span.raw, origin)
                 continue
-            yield _checked(body, origin, raw, _FixedLine(span.line))
+            yield _checked(body, origin, span.raw, _FixedLine(span.line))
     except _Malformed as exc:
-        yield Rejected(Origin(name, exc.line, exc.start), "(file)", str(exc), data[exc.start:])
+        yield Rejected(Origin(name, exc.line, exc.offset), "(file)", str(exc), exc.raw)
 
 
 def _json_rejection(exc: orjson.JSONDecodeError, raw: bytes, origin: Origin) -> Rejected:
@@ -144,19 +166,22 @@ def _json_rejection(exc: orjson.JSONDecodeError, raw: bytes, origin: Origin) -> 
     return Rejected(Origin(origin.file, line, origin.offset), "(object)", f"not valid JSON: {exc.msg}", raw)
 
 
-def _json_spans(data: bytes, i: int) -> Iterator[_Span]:
-    """Each top-level value, or each element of its list, as a byte span with its line."""
-    line = 1
+def _json_spans(source: _Source) -> Iterator[_Span]:
+    """Each top-level value, or each element of its list, as bytes with their line."""
+    line, i = 1, 0
     while True:
-        gap = _BLANK.match(data, i)
+        gap = _BLANK.match(source.buf, i)
         assert gap is not None
         line += gap.group().count(b"\n")
         i = gap.end()
-        if i >= len(data):
-            return
-        if data[i:i + 1] not in (b"{", b"["):
-            raise _Malformed(line, "expected a JSON object or array", i)
-        scan = _ValueScan(data, i, line)
+        if i >= len(source.buf):
+            if not source.more(i):
+                return
+            i = 0
+            continue
+        if source.buf[i:i + 1] not in (b"{", b"["):
+            raise _Malformed(line, "expected a JSON object or array", source.base + i, source.buf[i:])
+        scan = _ValueScan(source, i, line)
         yield from scan.spans()
         i, line = scan.i, scan.line_at(scan.i)
 
@@ -165,10 +190,11 @@ class _ValueScan:
     """One top-level JSON value: tracks strings, nesting and lines, never parses.
 
     A string is one regex match, so the Python loop runs once per bracket, comma or string;
-    lines are counted only where a position is reported."""
+    lines are counted only where a position is reported. Positions are indexes into the
+    source's window, shifted whenever it drops what is behind the element being cut."""
 
-    def __init__(self, data: bytes, start: int, line: int) -> None:
-        self.data, self.start, self.first_line = data, start, line
+    def __init__(self, source: _Source, start: int, line: int) -> None:
+        self.source, self.start, self.first_line = source, start, line
         self.i, self._line, self._line_pos = start, line, start
         self.stack: list[bytes] = []
         self.collect: int | None = None  # depth of the array whose elements are the objects
@@ -177,17 +203,22 @@ class _ValueScan:
 
     def line_at(self, pos: int) -> int:
         """The line of `pos`, which never moves backwards."""
-        self._line += self.data.count(b"\n", self._line_pos, pos)
+        self._line += self.source.buf.count(b"\n", self._line_pos, pos)
         self._line_pos = pos
         return self._line
 
     def spans(self) -> Iterator[_Span]:
-        outer, inner, data = _TOKEN.search, _INNER_TOKEN.search, self.data
+        outer, inner = _TOKEN.search, _INNER_TOKEN.search
         while True:
             deep = self.collect is not None and 0 < self.collect < len(self.stack)
-            match = (inner if deep else outer)(data, self.i)
-            if match is None:
-                raise self._broken("the file ends inside this JSON object")
+            match = (inner if deep else outer)(self.source.buf, self.i)
+            if match is None or match.end() - match.start() == 1 == match.group().count(b'"'):
+                # no token, or a string the window cuts short: read on and look again
+                self.i = len(self.source.buf) if match is None else match.start()
+                if self._read_on():
+                    continue
+                if match is None:
+                    raise self._broken("the file ends inside this JSON object")
             token, at, self.i = match.group(), match.start(), match.end()
             if token[:1] == b'"':
                 self._string(token, at)
@@ -200,8 +231,22 @@ class _ValueScan:
                 self._close(token, at)
                 if not self.stack:
                     if self.collect is None:
-                        yield _Span(self.start, self.i, self.first_line)
+                        yield _Span(self.source.buf[self.start:self.i], self.source.base + self.start, self.first_line)
                     return
+
+    def _read_on(self) -> bool:
+        """Read more of the file, keeping the element being cut (in a list), else the value."""
+        keep = self.start if self.collect is None else self.seg_start
+        if self._line_pos < keep:
+            self.line_at(keep)
+        if not self.source.more(keep):
+            return False
+        self.start -= keep  # below 0 once the value's head is dropped: only its offset is used then
+        self.i -= keep
+        self._line_pos -= keep
+        self.seg_start -= keep
+        self.last_key_end -= keep
+        return True
 
     def _string(self, token: bytes, at: int) -> None:
         if len(token) == 1:  # a quote the string pattern could not close
@@ -211,7 +256,7 @@ class _ValueScan:
 
     def _open(self, token: bytes) -> None:
         top_is_items = (token == b"[" and self.stack == [b"{"] and self.last_key == b'"items"'
-                        and self.data[self.last_key_end:self.i - 1].strip() == b":")
+                        and self.source.buf[self.last_key_end:self.i - 1].strip() == b":")
         self.stack.append(token)
         if self.collect is None and (top_is_items or self.stack == [b"["]):
             self.collect = len(self.stack)
@@ -219,12 +264,13 @@ class _ValueScan:
 
     def _broken(self, message: str) -> _Malformed:
         """The element being read (in a list), else the whole value, is where it broke."""
+        buf, base = self.source.buf, self.source.base
         if self.collect is not None and self.collect > 0 and len(self.stack) > self.collect:
-            lead = _BLANK.match(self.data, self.seg_start)
+            lead = _BLANK.match(buf, self.seg_start)
             assert lead is not None
-            line = self.seg_line + self.data.count(b"\n", self.seg_start, lead.end())
-            return _Malformed(line, message, lead.end())
-        return _Malformed(self.first_line, message, self.start)
+            line = self.seg_line + buf.count(b"\n", self.seg_start, lead.end())
+            return _Malformed(line, message, base + lead.end(), buf[lead.end():])
+        return _Malformed(self.first_line, message, base + self.start, buf[max(self.start, 0):])
 
     def _close(self, token: bytes, at: int) -> None:
         if not self.stack or _CLOSER[self.stack[-1]] != token:
@@ -234,16 +280,15 @@ class _ValueScan:
     def _separator(self, at: int, closing: bool) -> Iterator[_Span]:
         if self.collect is None or len(self.stack) != self.collect:
             return
-        lead = _BLANK.match(self.data, self.seg_start, at)
+        buf = self.source.buf
+        lead = _BLANK.match(buf, self.seg_start, at)
         assert lead is not None
         if lead.end() < at:
             self.found += 1
-            end = at
-            while self.data[end - 1:end].isspace():
-                end -= 1
-            yield _Span(lead.end(), end, self.seg_line + self.data.count(b"\n", self.seg_start, lead.end()))
+            line = self.seg_line + buf.count(b"\n", self.seg_start, lead.end())
+            yield _Span(buf[lead.end():at].rstrip(), self.source.base + lead.end(), line)
         elif not closing or self.found:
-            raise _Malformed(self.line_at(at), "empty element in a JSON array", at)
+            raise _Malformed(self.line_at(at), "empty element in a JSON array", self.source.base + at, buf[at:])
         if closing:
             self.collect = -1  # the list is done; nothing after it is an object of ours
         self.seg_start, self.seg_line = self.i, self.line_at(self.i)
@@ -284,21 +329,35 @@ def _child(node: yaml.Node, part: str | int) -> yaml.Node | None:
     return None if found is None else found[1]
 
 
-def _chunks(data: bytes, start: int) -> Iterator[tuple[bytes, int, int]]:
-    """The stream cut before each `---` line: (bytes, first line, byte offset). A piece of
-    only directives (`%YAML 1.1`), comments and blank lines stays with the next one."""
-    cuts = [start] + [m.start() for m in _DOCUMENT_START.finditer(data, start) if m.start() > start] + [len(data)]
+def _lines(head: bytes, stream: BinaryIO) -> Iterator[bytes]:
+    """The lines (cut after each newline) of `head` and then of the rest of the stream."""
+    *whole, partial = head.split(b"\n")
+    for line in whole:
+        yield line + b"\n"
+    partial += stream.readline()
+    if partial:
+        yield partial
+    yield from stream
+
+
+def _chunks(lines: Iterator[bytes], start: int) -> Iterator[tuple[bytes, int, int]]:
+    """The stream cut before each `---` line: (bytes, first line, byte offset); one piece is
+    held at a time. A piece of only directives (`%YAML 1.1`), comments and blank lines stays
+    with the next one."""
+    piece: list[bytes] = []
     line, begin = 1, start
-    for _, end in zip(cuts, cuts[1:]):
-        if end < len(data) and _DIRECTIVES_ONLY.fullmatch(data, begin, end):
-            continue
-        yield data[begin:end], line, begin
-        line += data.count(b"\n", begin, end)
-        begin = end
+    for text in lines:
+        if piece and _DOCUMENT_START.match(text):
+            held = b"".join(piece)
+            if not _DIRECTIVES_ONLY.fullmatch(held):
+                yield held, line, begin
+                line, begin, piece = line + held.count(b"\n"), begin + len(held), []
+        piece.append(text)
+    yield b"".join(piece), line, begin
 
 
-def _yaml_objects(name: str, data: bytes, start: int) -> Iterator[K8sObject | Rejected]:
-    for chunk, first_line, offset in _chunks(data, start):
+def _yaml_objects(name: str, lines: Iterator[bytes], start: int) -> Iterator[K8sObject | Rejected]:
+    for chunk, first_line, offset in _chunks(lines, start):
         try:
             text = chunk.decode("utf-8")
         except UnicodeDecodeError as exc:
