@@ -66,16 +66,19 @@ def allocate(con: duckdb.DuckDBPyConnection) -> None:
     _check_range(con, scale)
     minor = "CASE l.currency " + " ".join(f"WHEN '{c}' THEN {m}" for c, m in MINOR_UNITS.items()) + " ELSE 2 END"
     con.execute(f"""
-CREATE TABLE exact AS
-SELECT c.seq, c.label, c.gpu_us, l.invoice_id, l.currency, {minor} AS minor,
-       {_amount_int(scale, "l.amount")} AS a_int,
-       CASE WHEN c.label = 22 THEN CAST(1 AS HUGEINT) ELSE c.gpu_us END AS num,
-       CASE WHEN c.label = 22 THEN CAST(1 AS HUGEINT) ELSE CAST(l.g_b AS HUGEINT) * (l.pe - l.ps) END AS den
-FROM cells c JOIN lines l ON l.seq = c.seq;
+-- Each billed line's amount read as an integer once; cells and lines both start from it.
+CREATE TABLE line_amounts AS
+SELECT l.seq, l.invoice_id, l.currency, {minor} AS minor, {_amount_int(scale, "l.amount")} AS a_int,
+       CAST(l.g_b AS HUGEINT) * (l.pe - l.ps) AS line_us
+FROM lines l WHERE l.seq IN (SELECT seq FROM cells);
 
 CREATE TABLE floored AS
 WITH xd AS (
-    SELECT *, a_int * num * CAST(pow(10, minor) AS HUGEINT) AS x, den * CAST({10 ** scale} AS HUGEINT) AS d FROM exact),
+    SELECT c.seq, c.label, c.gpu_us, a.invoice_id, a.currency, a.minor, a.a_int,
+           a.a_int * CASE WHEN c.label = 22 THEN CAST(1 AS HUGEINT) ELSE c.gpu_us END
+                   * CAST(pow(10, a.minor) AS HUGEINT) AS x,
+           CASE WHEN c.label = 22 THEN CAST(1 AS HUGEINT) ELSE a.line_us END * CAST({10 ** scale} AS HUGEINT) AS d
+    FROM cells c JOIN line_amounts a ON a.seq = c.seq),
 rem AS (SELECT *, ((x % d) + d) % d AS r FROM xd)
 SELECT seq, label, gpu_us, invoice_id, currency, minor, a_int, (x - r) // d AS q, r, d FROM rem;
 """)
@@ -85,11 +88,7 @@ SELECT seq, label, gpu_us, invoice_id, currency, minor, a_int, (x - r) // d AS q
         con.executemany("INSERT INTO invoice_cents VALUES (?, ?, ?)", totals)
     con.execute(f"""
 CREATE TABLE line_cents AS
-WITH exact_line AS (
-    SELECT l.seq, l.invoice_id, l.currency, {minor} AS minor,
-           {_amount_int(scale, "l.amount")} AS a_int
-    FROM lines l WHERE l.seq IN (SELECT seq FROM cells)),
-xd AS (SELECT *, a_int * CAST(pow(10, minor) AS HUGEINT) AS x, CAST({10 ** scale} AS HUGEINT) AS d FROM exact_line),
+WITH xd AS (SELECT *, a_int * CAST(pow(10, minor) AS HUGEINT) AS x, CAST({10 ** scale} AS HUGEINT) AS d FROM line_amounts),
 rem AS (SELECT *, ((x % d) + d) % d AS r FROM xd),
 halfeven AS (
     SELECT seq, invoice_id, currency, (x - r) // d AS q, r, d,
@@ -134,8 +133,8 @@ SELECT c.seq, c.label, c.gpu_us, c.minor, t.cents FROM counted c JOIN line_total
 def _invoice_totals(con: duckdb.DuckDBPyConnection, scale: int) -> list[tuple[str, str | None, int]]:
     """Each invoice's exact total rounded half-even to its currency's minor unit."""
     rows = con.execute(f"""
-        SELECT invoice_id, currency, CAST(sum({_amount_int(scale)}) AS VARCHAR)
-        FROM lines WHERE seq IN (SELECT seq FROM cells) GROUP BY invoice_id, currency""").fetchall()
+        SELECT invoice_id, currency, CAST(sum(a_int) AS VARCHAR)
+        FROM line_amounts GROUP BY invoice_id, currency""").fetchall()
     out = []
     for invoice_id, currency, total in rows:
         exact = Decimal(int(total)).scaleb(-scale)
