@@ -29,7 +29,7 @@ WHERE NOT EXISTS (SELECT 1 FROM all_lines c WHERE c.tenant = l.tenant AND c.corr
 
 CREATE TABLE gline AS
 SELECT l.seq, l.tenant, l.aid, l.g_b, l.pe - l.ps AS w_us,
-       a.g_a, least(l.g_b, coalesce(a.g_a, 0)) AS g,
+       a.ak, a.g_a, least(l.g_b, coalesce(a.g_a, 0)) AS g,
        CASE WHEN a.aid IS NULL THEN NULL ELSE greatest(l.ps, a.granted) END AS cs,
        CASE WHEN a.aid IS NULL THEN NULL ELSE least(l.pe, a.released) END AS ce
 FROM lines l LEFT JOIN allocs a ON a.tenant = l.tenant AND a.aid = l.aid
@@ -38,29 +38,29 @@ WHERE l.g_b > 0 AND l.aid IS NOT NULL AND l.category IS DISTINCT FROM 'credit' A
 
 PIECES = """
 CREATE TABLE clipped AS
-SELECT seq, tenant, aid, cs, ce,
+SELECT seq, tenant, ak, cs, ce,
        sum(CASE WHEN coalesce(cs >= prev_end, true) THEN 1 ELSE 0 END)
-           OVER (PARTITION BY tenant, aid ORDER BY cs, seq) AS cluster
-FROM (SELECT seq, tenant, aid, cs, ce,
-             max(ce) OVER (PARTITION BY tenant, aid ORDER BY cs, seq
+           OVER (PARTITION BY ak ORDER BY cs, seq) AS cluster
+FROM (SELECT seq, tenant, ak, cs, ce,
+             max(ce) OVER (PARTITION BY ak ORDER BY cs, seq
                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
       FROM gline WHERE ce > cs);
 
 CREATE TABLE pieces AS
 WITH sized AS (
-    SELECT *, count(*) OVER (PARTITION BY tenant, aid, cluster) AS n FROM clipped),
+    SELECT *, count(*) OVER (PARTITION BY ak, cluster) AS n FROM clipped),
 bounds AS (
-    SELECT DISTINCT tenant, aid, cluster, cs AS t FROM sized WHERE n > 1
-    UNION SELECT DISTINCT tenant, aid, cluster, ce FROM sized WHERE n > 1),
+    SELECT DISTINCT tenant, ak, cluster, cs AS t FROM sized WHERE n > 1
+    UNION SELECT DISTINCT tenant, ak, cluster, ce FROM sized WHERE n > 1),
 segs AS (
-    SELECT tenant, aid, cluster, t AS s, lead(t) OVER (PARTITION BY tenant, aid, cluster ORDER BY t) AS e FROM bounds)
-SELECT seq AS owner, tenant, aid, cs AS s, ce AS e FROM sized WHERE n = 1
+    SELECT tenant, ak, cluster, t AS s, lead(t) OVER (PARTITION BY ak, cluster ORDER BY t) AS e FROM bounds)
+SELECT seq AS owner, tenant, ak, cs AS s, ce AS e FROM sized WHERE n = 1
 UNION ALL
-SELECT min(c.seq), g.tenant, g.aid, g.s, g.e
-FROM segs g JOIN sized c ON c.tenant = g.tenant AND c.aid = g.aid AND c.cluster = g.cluster
+SELECT min(c.seq), g.tenant, g.ak, g.s, g.e
+FROM segs g JOIN sized c ON c.ak = g.ak AND c.cluster = g.cluster
  AND c.cs <= g.s AND c.ce >= g.e
 WHERE g.e IS NOT NULL
-GROUP BY g.tenant, g.aid, g.s, g.e;
+GROUP BY g.tenant, g.ak, g.s, g.e;
 """
 
 
@@ -72,15 +72,15 @@ def _sweep_sql() -> str:
     return f"""
 CREATE TABLE stretches AS
 WITH pts AS (
-    SELECT tenant, aid, s AS t, CAST(1 AS BIGINT) << label AS d FROM merged
-    UNION ALL SELECT tenant, aid, e, -(CAST(1 AS BIGINT) << label) FROM merged WHERE e < {INF}
-    UNION ALL SELECT tenant, aid, s, 0 FROM pieces
-    UNION ALL SELECT tenant, aid, e, 0 FROM pieces),
-counted AS (SELECT tenant, aid, t, sum(d) AS d FROM pts GROUP BY tenant, aid, t),
+    SELECT ak, s AS t, CAST(1 AS BIGINT) << label AS d FROM merged
+    UNION ALL SELECT ak, e, -(CAST(1 AS BIGINT) << label) FROM merged WHERE e < {INF}
+    UNION ALL SELECT ak, s, 0 FROM pieces
+    UNION ALL SELECT ak, e, 0 FROM pieces),
+counted AS (SELECT ak, t, sum(d) AS d FROM pts GROUP BY ak, t),
 running AS (
-    SELECT tenant, aid, t, lead(t) OVER w AS t_next, sum(d) OVER w AS mask
-    FROM counted WINDOW w AS (PARTITION BY tenant, aid ORDER BY t))
-SELECT tenant, aid, t AS s, t_next AS e, CASE {lowest} ELSE 0 END AS label
+    SELECT ak, t, lead(t) OVER w AS t_next, sum(d) OVER w AS mask
+    FROM counted WINDOW w AS (PARTITION BY ak ORDER BY t))
+SELECT ak, t AS s, t_next AS e, CASE {lowest} ELSE 0 END AS label
 FROM running WHERE t_next IS NOT NULL;
 """
 
@@ -88,7 +88,7 @@ FROM running WHERE t_next IS NOT NULL;
 CELLS = """
 CREATE TABLE owned AS
 SELECT p.owner, sum(st.e - st.s) AS us, st.label
-FROM stretches st ASOF JOIN pieces p ON p.tenant = st.tenant AND p.aid = st.aid AND st.s >= p.s
+FROM stretches st ASOF JOIN pieces p ON p.ak = st.ak AND st.s >= p.s
 WHERE st.e <= p.e
 GROUP BY p.owner, st.label;
 

@@ -65,11 +65,14 @@ WITH grants AS (
     SELECT tenant, allocation_id AS aid, t AS granted, gpus AS g_a, node, devices, fabric_domain,
            placement_class, profile
     FROM ev_rest WHERE type = 'allocation.granted'
-    QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1)
-SELECT g.*, coalesce(min(r.t), {INF}) AS released
-FROM grants g LEFT JOIN ev_rest r
-  ON r.type = 'allocation.released' AND r.tenant = g.tenant AND r.allocation_id = g.aid AND r.t >= g.granted
-GROUP BY ALL;
+    QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1),
+held AS (
+    SELECT g.*, coalesce(min(r.t), {INF}) AS released
+    FROM grants g LEFT JOIN ev_rest r
+      ON r.type = 'allocation.released' AND r.tenant = g.tenant AND r.allocation_id = g.aid AND r.t >= g.granted
+    GROUP BY ALL)
+-- an integer key: the sweep sorts and joins on it, cheaper than on (tenant, aid)
+SELECT *, row_number() OVER (ORDER BY tenant, aid) AS ak FROM held;
 
 CREATE TABLE attempts AS
 WITH starts AS (
@@ -271,16 +274,19 @@ DELETE FROM spans WHERE e <= s;
 
 -- Touching or overlapping spans of one label become one (productive gaps run end to end),
 -- so the sweep's cost follows the changes of state, not the number of progress marks.
+-- Keyed by the allocation's integer key: spans on an allocation never granted meet no
+-- billed piece, so they are left out here.
 CREATE TABLE merged AS
 WITH flagged AS (
-    SELECT *, max(e) OVER (PARTITION BY tenant, aid, label ORDER BY s, e
+    SELECT a.ak, sp.s, sp.e, sp.label,
+           max(sp.e) OVER (PARTITION BY a.ak, sp.label ORDER BY sp.s, sp.e
                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_e
-    FROM spans),
+    FROM spans sp JOIN allocs a ON a.tenant = sp.tenant AND a.aid = sp.aid),
 islands AS (
     SELECT *, sum(CASE WHEN coalesce(s > prev_e, true) THEN 1 ELSE 0 END)
-                  OVER (PARTITION BY tenant, aid, label ORDER BY s, e) AS island
+                  OVER (PARTITION BY ak, label ORDER BY s, e) AS island
     FROM flagged)
-SELECT tenant, aid, min(s) AS s, max(e) AS e, label FROM islands GROUP BY tenant, aid, label, island;
+SELECT ak, min(s) AS s, max(e) AS e, label FROM islands GROUP BY ak, label, island;
 """
 
 
