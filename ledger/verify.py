@@ -42,9 +42,12 @@ from ledger.tree import TreeReader, stored_nodes
 _PAGE = 20_000
 _MOVE_WINDOW = 64
 _COLUMNS = (
-    "seq", "recorded_at", "source", "id", "type", "tenant", "tenant_seq", "event", "salt",
+    "seq", "recorded_at", "source", "id", "type", "tenant", "tenant_seq", "{event}", "salt",
     "leaf_hash", "chain_hash", "tenant_prev",
 )
+#: The event's UTF-8 bytes as the database holds them: what is hashed, fetched without
+#: a decode to str and an encode back (a fifth of the cost of reading a row here).
+_EVENT_BYTES = {"sqlite": "CAST(event AS BLOB)", "postgresql": "convert_to(event, 'UTF8')"}
 _LEAF_EVENT_OPEN = LEAF_PREFIX + b'{"event":'
 
 
@@ -130,7 +133,8 @@ def _pages(conn: Connection) -> Iterator[list[tuple]]:  # type: ignore[type-arg]
     """Entries in seq order, a page at a time, as the driver's own tuples (hashes as bytes)."""
     raw: Any = conn.connection.dbapi_connection
     mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-    statement = f"SELECT {', '.join(_COLUMNS)} FROM entries WHERE seq > {mark} ORDER BY seq LIMIT {_PAGE}"
+    columns = ", ".join(_COLUMNS).format(event=_EVENT_BYTES[conn.dialect.name])
+    statement = f"SELECT {columns} FROM entries WHERE seq > {mark} ORDER BY seq LIMIT {_PAGE}"
     last = 0
     while True:
         cursor = raw.cursor()
@@ -164,7 +168,7 @@ def _check_entries(walk: _Walk, rows: list[tuple]) -> Problem | None:  # type: i
         number, recorded_at, source, id_, type_, tenant, tenant_seq, event, salt, leaf, stored_chain, prev = row
         if number == seq + 1 and number not in special:
             digest = sha256(_LEAF_EVENT_OPEN)
-            digest.update(event.encode("utf-8"))
+            digest.update(event)
             digest.update(orjson.dumps({
                 "id": id_, "recorded_at": recorded_at, "salt": salt.hex(), "seq": number, "source": source,
                 "tenant": tenant, "tenant_seq": tenant_seq, "type": type_,
@@ -200,7 +204,7 @@ def _check_entry(walk: _Walk, row: tuple) -> Problem | None:  # type: ignore[typ
     expected = walk.seq + 1
     if seq != expected:
         return Problem(expected, "deleted", f"seq {expected} to {seq - 1} are missing (found seq {seq} after {walk.seq})")
-    body = event.encode("utf-8")
+    body = bytes(event)
     salt, leaf, chain, prev = bytes(salt), bytes(leaf), bytes(chain), prev and bytes(prev)
     computed = leaf_hash(entry_bytes(seq, recorded_at, source, id_, type_, tenant, tenant_seq, body, salt))
     if computed != leaf:
