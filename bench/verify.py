@@ -8,6 +8,10 @@ bytes: SHA-256 of each canonical entry (the leaf) and of the chain link, in a lo
 entry bytes already in memory (built beforehand, not timed); its final chain hash is
 checked against the stored head, so it hashed the same bytes. ratio = verify entries/s ÷
 baseline entries/s. Best of `runs` each, since the machine is shared.
+
+Beside them, the read floor: the same rows fetched through the driver exactly as verify
+fetches them (`verify_pages`), with no hashing and no checks. No verifier that reads the
+store through this driver can be faster than it, whatever it does with the rows.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from bench.ingest import Stores, ingest_file, ledger_rows
 from bench.results_file import record
 from bench.sources import write_native
 from ledger.hashing import CHAIN_PREFIX, LEAF_PREFIX, ZERO_HASH, entry_bytes
+from ledger.verify import verify_pages
 
 GOAL = "a ratio of at least 0.5, and at least 1 million entries/s"
 
@@ -36,6 +41,18 @@ def verify_seconds(url: str) -> tuple[float, float, int]:
     store.close()
     assert result.ok, str(result.problem)
     return wall, cpu, result.entries
+
+
+def fetch_seconds(url: str) -> tuple[float, int]:
+    """The read floor: every row verify reads, fetched by the driver, nothing else done."""
+    store = ledger.Store(url)
+    count, started = 0, time.perf_counter()
+    with store.reading() as conn:
+        for page in verify_pages(conn):
+            count += len(page)
+    elapsed = time.perf_counter() - started
+    store.close()
+    return elapsed, count
 
 
 def baseline_seconds(url: str) -> tuple[float, int]:
@@ -66,6 +83,7 @@ def measure(backend: str, count: int, runs: int) -> dict[str, Any]:
             source.unlink()
             verify = min((verify_seconds(url) for _ in range(runs)), key=lambda t: t[0])
             base = min((baseline_seconds(url) for _ in range(runs)), key=lambda t: t[0])
+            fetch = min((fetch_seconds(url) for _ in range(runs)), key=lambda t: t[0])
         finally:
             stores.drop()
     wall, cpu, entries = verify
@@ -73,6 +91,8 @@ def measure(backend: str, count: int, runs: int) -> dict[str, Any]:
         "backend": backend, "entries": entries, "runs": runs,
         "verify_entries_per_s": round(entries / wall), "verify_cpu_us_per_entry": round(cpu / entries * 1e6, 2),
         "baseline_entries_per_s": round(base[1] / base[0]), "ratio": round(base[0] / wall, 3),
+        "read_floor_entries_per_s": round(fetch[1] / fetch[0]),
+        "read_floor": "the same rows fetched by the driver as verify fetches them, no hashing, no checks",
         "baseline": "bare hashlib loop: leaf and chain SHA-256 over the same canonical entry bytes, in memory",
         "goal": GOAL,
     }

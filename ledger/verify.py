@@ -105,7 +105,7 @@ def verify_ledger(store: Store, verifiers: Sequence[Verifier] = ()) -> VerifyRes
             signed.setdefault(int(row.tree_size), []).append(row)
         walk = _Walk(heads, signed, verifiers)
         result = VerifyResult()
-        for page in _pages(conn):
+        for page in verify_pages(conn):
             problem = _check_page(conn, walk, page)
             if problem is not None:
                 result.problem = problem
@@ -129,8 +129,9 @@ def require_intact(store: Store, verifiers: Sequence[Verifier] = ()) -> VerifyRe
     return result
 
 
-def _pages(conn: Connection) -> Iterator[list[tuple]]:  # type: ignore[type-arg]
-    """Entries in seq order, a page at a time, as the driver's own tuples (hashes as bytes)."""
+def verify_pages(conn: Connection) -> Iterator[list[tuple]]:  # type: ignore[type-arg]
+    """Entries in seq order, a page at a time, as the driver's own tuples (event and hashes
+    as bytes): all that verify reads of them (bench/verify.py times this read alone)."""
     raw: Any = conn.connection.dbapi_connection
     mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
     columns = ", ".join(_COLUMNS).format(event=_EVENT_BYTES[conn.dialect.name])
@@ -343,4 +344,4 @@ def _check_consistency(conn: Connection, walk: _Walk) -> Problem | None:
     return None
 
 
-__all__ = ["LedgerTampered", "Problem", "STORED_MIN_LEVEL", "VerifyResult", "require_intact", "verify_ledger"]
+__all__ = ["LedgerTampered", "Problem", "STORED_MIN_LEVEL", "VerifyResult", "require_intact", "verify_ledger", "verify_pages"]
