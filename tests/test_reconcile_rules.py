@@ -560,3 +560,73 @@ def test_back_to_back_jobs_and_productive_time_by_acceptance(tmp_path: Path) -> 
     # productive: j1 420 x 2 accepted, j2 360 x 2 rejected, j3 180 x 2 pending.
     assert t["productive_by_acceptance"] == {"accepted": 840, "rejected": 720, "pending": 360}
     assert t["by_bearer"] == {"provider": "0.00", "customer": "4.56", "disputed": "0.24"}
+
+
+# --- rules for seconds two jobs share, and marks with no units --------------------------------------
+
+def test_a_mark_without_units_never_rises_at_an_equal_step(tmp_path: Path) -> None:
+    s = Scenario()
+    s.grant("A1", gpus=1, at="10:00")
+    s.start("j1", "A1", at="10:00")
+    s.progress("j1", step=1, units=100, at="10:02")
+    s.progress("j1", step=1, at="10:04")  # no units, step equal: [10:02, 10:04) did not rise
+    s.progress("j1", step=1, units=200, at="10:06")  # after a mark with none: [10:04, 10:06) did not rise
+    s.progress("j1", step=2, at="10:08")  # step rose: [10:06, 10:08) productive
+    s.complete("j1", at="10:10")  # [10:08, 10:10) productive
+    s.release("A1", at="10:10")
+    s.line("L1", "A1", "10:00", "10:10", gpus=1, amount="0.60")
+    # startup [10:00, 10:02) 120; productive 2 x 120 = 240; idle_unexplained [10:02, 10:06) 240.
+    assert cats(line(reconcile(tmp_path, s), "L1")) == {
+        "startup": (120, "0.12", C), "productive": (240, "0.24", C), "idle_unexplained": (240, "0.24", D)}
+
+
+@pytest.mark.parametrize(("j1_state", "j2_state", "shared"), [
+    ("accepted", None, "accepted"),
+    ("rejected", "accepted", "accepted"),
+    ("rejected", None, "rejected"),
+])
+def test_a_second_productive_for_two_jobs_takes_the_better_acceptance(
+        tmp_path: Path, j1_state: str, j2_state: str | None, shared: str) -> None:
+    s = Scenario()
+    s.grant("A1", gpus=1, at="10:00")
+    s.start("j1", "A1", at="10:00")
+    s.start("j2", "A1", at="10:00")
+    s.steps("j1", "10:02", "10:04")
+    s.steps("j2", "10:03", "10:05")
+    s.complete("j1", at="10:06")
+    s.complete("j2", at="10:07")
+    s.result("j1", j1_state, at="10:20")
+    if j2_state is not None:
+        s.result("j2", j2_state, at="10:21")
+    s.release("A1", at="10:10")
+    s.line("L1", "A1", "10:00", "10:10", gpus=1, amount="0.60")
+    doc = reconcile(tmp_path, s)
+    # j1 is productive over [10:02, 10:06), j2 over [10:03, 10:07); startup of both from
+    # the grant to their first marks: [10:00, 10:02) is startup alone (120). [10:02, 10:06)
+    # is j1's: 240, of which [10:03, 10:06) is j2's too and goes to the better state, which
+    # is j1's own here or j2's; [10:06, 10:07) is j2's alone: 60. idle_reserved [10:07, 10:10) 180.
+    assert cats(line(doc, "L1")) == {"startup": (120, "0.12", C), "productive": (300, "0.30", C),
+                                     "idle_reserved": (180, "0.18", C)}
+    j2_alone = j2_state or "pending"
+    expected = {"accepted": 0, "rejected": 0, "pending": 0}
+    expected[j1_state] += 60  # [10:02, 10:03): j1 alone
+    expected[shared] += 180  # [10:03, 10:06)
+    expected[j2_alone] += 60  # [10:06, 10:07)
+    assert tenant(doc)["productive_by_acceptance"] == expected
+
+
+def test_seconds_lost_to_two_overlapping_failures_are_the_providers_when_either_is(tmp_path: Path) -> None:
+    s = Scenario()
+    s.grant("A1", gpus=1, at="10:00")
+    s.start("j1", "A1", at="10:00")
+    s.start("j2", "A1", at="10:00")
+    s.fail("j1", at="10:06", cause="hardware")  # provider's
+    s.fail("j2", at="10:08", cause="application")  # the customer's
+    s.release("A1", at="10:10")
+    s.line("L1", "A1", "10:00", "10:10", gpus=1, amount="0.60")
+    # No checkpoint: restart_lost [10:00, 10:06) for j1 (provider) and [10:00, 10:08) for j2
+    # (customer); no job returns, so no recovery. Shared [10:00, 10:06): provider, 360;
+    # [10:06, 10:08): customer, 120; idle_reserved [10:08, 10:10): 120.
+    assert cats(line(reconcile(tmp_path, s), "L1")) == {
+        "restart_lost": (480, "0.48", "mixed", {"provider": (360, "0.36"), "customer": (120, "0.12")}),
+        "idle_reserved": (120, "0.12", C)}
