@@ -10,7 +10,7 @@ import sys
 from decimal import Decimal
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
@@ -18,21 +18,22 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 from rich.text import Text
 
-import ingest
-import ledger
-from ingest.worker import extract_parallel
-import reconcile
-import reconcile.diagnostic as diagnostic
-import reconcile.render as reconcile_render
-from reconcile.demo import biggest_findings, category_table, run_demo_outputs, totals_line
-import reconcile.reports as reports
-from reconcile.figures import parse_time
-from reconcile.dispute import PacketError, build_dispute, read_packet, verify_dispute, write_packet
-from ledger.checkpoint import DEFAULT_ORIGIN, sign_checkpoint
-from ledger.note import NoteError, read_signer, read_verifier, write_keypair
-from fixtures.sim import Manifest, Rates, SimConfig, count_events, simulate
-from fixtures.sim.config import DEFAULT_START
-from schemas import Record
+# The project's modules (sqlalchemy, pydantic, duckdb, pyarrow, jinja2 behind them) are
+# imported inside the commands that use them, so that --help starts fast.
+from fixtures.sim.config import DEFAULT_START, Rates, SimConfig
+
+if TYPE_CHECKING:
+    import ledger
+    from fixtures.sim import Manifest
+    from schemas import Record
+
+# What --help shows, written out so that --help imports no library; tests/test_cli.py
+# keeps each equal to the library's own (ingest.format_names(), ledger.append, ...).
+INGEST_FORMATS = ("cloudevents", "sacct", "focus", "dcgm-stats", "dcgm-metrics", "kueue", "k8s-events")
+DEFAULT_BATCH_SIZE = 5000
+DEFAULT_ORIGIN = "gpuledger.local/ledger"
+RECONCILE_FORMATS = ("table", "json", "csv", "parquet")
+REPORT_FORMATS = ("table", "json", "csv")
 
 F = TypeVar("F", bound=Callable[..., Any])
 stderr = Console(stderr=True)
@@ -49,8 +50,18 @@ class Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (ledger.LedgerError, ingest.IngestError, NoteError) as exc:
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # click's own (--help among them): checked first, so they import nothing
+        except _bad_input_errors() as exc:
             raise InputError(str(exc)) from None
+
+
+def _bad_input_errors() -> tuple[type[Exception], ...]:
+    from ingest import IngestError
+    from ledger import LedgerError
+    from ledger.note import NoteError
+
+    return LedgerError, IngestError, NoteError
 
 
 def db_option(fn: F) -> F:
@@ -70,6 +81,8 @@ def main() -> None:
 @db_option
 def init(db_url: str | None) -> None:
     """Create the store: tables and append-only triggers (safe to repeat)."""
+    import ledger
+
     store = ledger.Store(db_url)
     store.init()
     click.echo(f"initialised {store.safe_url}")
@@ -77,9 +90,9 @@ def init(db_url: str | None) -> None:
 
 @main.command("ingest")
 @db_option
-@click.option("--format", "fmt", type=click.Choice(ingest.format_names()), default=None,
+@click.option("--format", "fmt", type=click.Choice(INGEST_FORMATS), default=None,
               help="Source format (default: detected, else cloudevents).")
-@click.option("--batch-size", type=click.IntRange(1, 100_000), default=ledger.append.DEFAULT_BATCH_SIZE, show_default=True,
+@click.option("--batch-size", type=click.IntRange(1, 100_000), default=DEFAULT_BATCH_SIZE, show_default=True,
               help="Records a transaction; a batch is appended whole or not at all.")
 @click.option("--fields", default=None, help="sacct: the --format field list the file was made with (then no header is expected).")
 @click.option("--delimiter", default=None, help="sacct: the field delimiter (default '|').")
@@ -100,6 +113,8 @@ def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, files: 
 
     Exits 1 when any record was quarantined (the good records are still appended).
     """
+    import ledger
+
     store = ledger.Store(db_url)
     store.init()
     appender = ledger.Appender(store)
@@ -126,6 +141,9 @@ def _counts(report: ledger.AppendReport) -> str:
 
 def _ingest_one(appender: ledger.Appender, path: Path, fmt: str | None, batch_size: int,
                 options: dict[str, str | None] | None = None) -> ledger.AppendReport:
+    import ledger
+    from ingest.worker import extract_parallel
+
     records = extract_parallel(path, fmt, **{k: v for k, v in (options or {}).items() if v is not None})
     progress = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
@@ -149,6 +167,9 @@ def verify(db_url: str | None, pubkeys: tuple[Path, ...]) -> None:
 
     Exits 1 and names the first broken seq when the ledger was tampered with.
     """
+    import ledger
+    from ledger.note import read_verifier
+
     store = ledger.Store(db_url)
     verifiers = [read_verifier(p) for p in pubkeys]
     _require_store(store)
@@ -165,6 +186,8 @@ def verify(db_url: str | None, pubkeys: tuple[Path, ...]) -> None:
 @click.option("--name", default="gpuledger", show_default=True, help="Key name, as it appears in signed notes.")
 def keygen(out: Path, name: str) -> None:
     """Create an Ed25519 signing key for checkpoints (never stored in the ledger)."""
+    from ledger.note import write_keypair
+
     signer = write_keypair(out, name)
     click.echo(f"wrote {out} (private, mode 0600) and {out}.pub: {signer.verifier.text()}")
 
@@ -176,6 +199,10 @@ def keygen(out: Path, name: str) -> None:
 @click.option("--origin", default=DEFAULT_ORIGIN, show_default=True, help="The log's origin line.")
 def checkpoint(db_url: str | None, key_path: Path, origin: str) -> None:
     """Sign the ledger's head as a C2SP checkpoint, store it, and print it."""
+    import ledger
+    from ledger.checkpoint import sign_checkpoint
+    from ledger.note import read_signer
+
     store = ledger.Store(db_url)
     signer = read_signer(key_path)
     _require_store(store)
@@ -192,6 +219,8 @@ def checkpoint(db_url: str | None, key_path: Path, origin: str) -> None:
               help="Output file (default: standard output, JSON Lines only).")
 def export(db_url: str | None, type_: str | None, tenant: str | None, fmt: str, out: Path | None) -> None:
     """Write entries, with their salts and hashes, as JSON Lines or Parquet."""
+    import ledger
+
     store = ledger.Store(db_url)
     _require_store(store)
     if fmt == "parquet" and out is None:
@@ -212,6 +241,8 @@ def export(db_url: str | None, type_: str | None, tenant: str | None, fmt: str, 
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def quarantine_command(db_url: str | None, fmt: str) -> None:
     """List the records kept in quarantine, with file, line, field and reason."""
+    import ledger
+
     store = ledger.Store(db_url)
     _require_store(store)
     rows = ledger.quarantined(store)
@@ -232,7 +263,7 @@ def quarantine_command(db_url: str | None, fmt: str) -> None:
 @db_option
 @click.option("--tenant", default=None, help="Only this tenant.")
 @click.option("--invoice", default=None, help="Only this invoice's lines.")
-@click.option("--format", "fmt", type=click.Choice(reconcile_render.FORMATS), default="table", show_default=True,
+@click.option("--format", "fmt", type=click.Choice(RECONCILE_FORMATS), default="table", show_default=True,
               help="table (terminal), json (DESIGN.md §6 shape), csv or parquet (one row per line and category).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Output file (default: standard output; Parquet needs a file).")
@@ -241,6 +272,10 @@ def quarantine_command(db_url: str | None, fmt: str) -> None:
 def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | None, fmt: str, out: Path | None,
                       fail_on: str | None) -> None:
     """Say what every billed GPU-second was: productive, overhead, restart, reclaimed, idle, unallocated."""
+    import ledger
+    import reconcile
+    import reconcile.render as reconcile_render
+
     limit = _decimal_option("--fail-on-disputed", fail_on)
     store = ledger.Store(db_url)
     _require_store(store)
@@ -270,6 +305,10 @@ def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | Non
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The packet file to write (JSON).")
 def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Path, out: Path) -> None:
     """Write a customer's dispute packet for one invoice: findings, the tenant's entries, proofs, signed checkpoint."""
+    import ledger
+    from ledger.note import read_signer
+    from reconcile.dispute import build_dispute, write_packet
+
     store = ledger.Store(db_url)
     signer = read_signer(key_path)
     _require_store(store)
@@ -287,6 +326,9 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
               help="The ledger's verifier key (keygen's PATH.pub).")
 def verify_packet_command(file: Path, pubkey: Path) -> None:
     """Check a dispute packet with the public key alone and recompute its findings; exit 1 names what failed."""
+    from ledger.note import read_verifier
+    from reconcile.dispute import PacketError, read_packet, verify_dispute
+
     verifier = read_verifier(pubkey)
     try:
         checked = verify_dispute(read_packet(file), verifier)
@@ -316,7 +358,7 @@ def report_options(fn: F) -> F:
     for option in reversed([
         db_option,
         click.option("--tenant", default=None, help="Only this tenant (capacity: its jobs; devices are the fleet's)."),
-        click.option("--format", "fmt", type=click.Choice(reports.FORMATS), default="table", show_default=True),
+        click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True),
         click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
                      help="Output file (default: standard output)."),
     ]):
@@ -326,6 +368,9 @@ def report_options(fn: F) -> F:
 
 def _emit_report(name: str, db_url: str | None, tenant: str | None, fmt: str, out: Path | None,
                  since: int | None = None, until: int | None = None) -> None:
+    import ledger
+    import reconcile.reports as reports
+
     store = ledger.Store(db_url)
     _require_store(store)
     rendered = reports.render(name, reports.report(store, name, tenant, since, until), fmt)
@@ -349,6 +394,8 @@ def _print_all(console: Console, parts: Sequence[Table | Text]) -> None:
 
 
 def _time_option(name: str, text: str | None) -> int | None:
+    from reconcile.figures import parse_time
+
     if text is None:
         return None
     try:
@@ -393,6 +440,9 @@ def report_outcomes(db_url: str | None, tenant: str | None, fmt: str, out: Path 
 def packet_command(db_url: str | None, promise_id: str, tenant: str | None, out: Path) -> None:
     """The operator's diagnostic packet for a promise: decisions, reservations and
     preemptions, device and fabric health, application trace, checkpoints, billing."""
+    import ledger
+    import reconcile.diagnostic as diagnostic
+
     store = ledger.Store(db_url)
     _require_store(store)
     try:
@@ -442,6 +492,8 @@ def _sim_config(gpus: int, days: int, tenants: int, seed: int, scale: float, sta
 def simulate_command(out: Path, dry_run: bool, gpus: int, days: int, tenants: int, seed: int, scale: float,
                      start: str, **rates: float | None) -> None:
     """Simulate a fleet in the real source formats, with its ground truth (see manifest.json)."""
+    from fixtures.sim import count_events, simulate
+
     config = _sim_config(gpus, days, tenants, seed, scale, start, rates)
     if dry_run:
         for name, count in count_events(config).items():
@@ -463,6 +515,11 @@ def simulate_command(out: Path, dry_run: bool, gpus: int, days: int, tenants: in
 @click.option("--seed", type=int, default=7, show_default=True, help="Seed of the simulated fleet.")
 def demo(db_url: str | None, out: Path, seed: int) -> None:
     """Simulate a small fleet, ingest it, sign, verify, reconcile, and write every report and packet."""
+    import ledger
+    from ledger.checkpoint import sign_checkpoint
+    from ledger.note import read_signer, read_verifier
+    from reconcile.demo import biggest_findings, category_table, run_demo_outputs, totals_line
+
     config = SimConfig(seed=seed)
     out.mkdir(parents=True, exist_ok=True)
     manifest = _demo_simulate(config, out / "sim")
@@ -512,12 +569,16 @@ def _say(text: str) -> None:
 
 
 def _demo_simulate(config: SimConfig, folder: Path) -> Manifest:
+    from fixtures.sim import simulate
+
     if (folder / "manifest.json").exists():  # a previous demo's fleet: ours to replace
         shutil.rmtree(folder)
     return simulate(config, folder)
 
 
 def _demo_store(out: Path, db_url: str | None) -> ledger.Store:
+    import ledger
+
     if db_url is None:
         for leftover in out.glob("gpuledger.db*"):
             leftover.unlink()
@@ -529,6 +590,8 @@ def _demo_store(out: Path, db_url: str | None) -> ledger.Store:
 
 def _demo_ingest(store: ledger.Store, folder: Path, manifest: Manifest) -> ledger.AppendReport:
     """Every file of the manifest, in its order, each with its progress bar."""
+    import ledger
+
     appender = ledger.Appender(store)
     total = ledger.AppendReport()
     for entry in manifest.files:
@@ -543,6 +606,8 @@ def _demo_ingest(store: ledger.Store, folder: Path, manifest: Manifest) -> ledge
 
 
 def _demo_key(out: Path) -> Path:
+    from ledger.note import write_keypair
+
     key = out / "demo-key"
     for old in (key, Path(f"{key}.pub")):
         old.unlink(missing_ok=True)  # a fresh key every run

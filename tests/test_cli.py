@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -10,9 +12,10 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
 
+import cli
 from cli import main
 from ledger import Store
-from tests.conftest import event, progress, write_jsonl
+from tests.conftest import ROOT, event, progress, write_jsonl
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -40,6 +43,29 @@ def test_every_command_has_help(path: tuple[str, ...]) -> None:
     assert command.help and len(command.help.strip()) > 20, f"{' '.join(path)} lacks help text"
     code, out, _ = run(*path, "--help")
     assert code == 0 and "Usage:" in out
+
+
+def test_import_cli_loads_no_heavy_library() -> None:
+    """What keeps --help fast: the commands import the project (and sqlalchemy, duckdb, ... behind it)
+    only when they run. A fresh interpreter, since this one has loaded them all."""
+    probe = ("import cli, sys; print(sorted(m for m in ('sqlalchemy','duckdb','pyarrow','pandas','pydantic','jinja2') "
+             "if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert done.stdout == "[]\n"
+
+
+def test_help_values_written_in_cli_are_the_libraries_own() -> None:
+    import ingest
+    import ledger.append
+    import ledger.checkpoint
+    import reconcile.render
+    import reconcile.reports
+
+    assert cli.INGEST_FORMATS == tuple(ingest.format_names())
+    assert cli.DEFAULT_BATCH_SIZE == ledger.append.DEFAULT_BATCH_SIZE
+    assert cli.DEFAULT_ORIGIN == ledger.checkpoint.DEFAULT_ORIGIN
+    assert cli.RECONCILE_FORMATS == tuple(reconcile.render.FORMATS)
+    assert cli.REPORT_FORMATS == tuple(reconcile.reports.FORMATS)
 
 
 def test_ingest_reports_counts_and_reingest_is_idempotent(tmp_path: Path, db_url: str) -> None:
