@@ -24,6 +24,7 @@ MINOR_UNITS = {
     "UYI": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0, "CLF": 4, "UYW": 4,
 }
 _HUGEINT_BITS = 126  # headroom below DuckDB's signed 128-bit HUGEINT
+_BIGINT_BITS = 62  # and below its signed 64-bit BIGINT
 
 
 #: Ties in the rounding go in RULES.md's category order: unallocated, double_billed, the
@@ -50,34 +51,39 @@ def _scale(con: duckdb.DuckDBPyConnection) -> int:
     return int(row[0]) if row else 0
 
 
-def _check_range(con: duckdb.DuckDBPyConnection, scale: int) -> None:
+def _integer_type(con: duckdb.DuckDBPyConnection, scale: int) -> str:
+    """The narrowest DuckDB integer that holds every product and divisor exactly: BIGINT
+    (fast, native) when the largest amount × the longest line × 10^4 fits in 62 bits,
+    HUGEINT up to 126; beyond that exact arithmetic is out of reach."""
     row = con.execute(f"""
         SELECT max(abs({_amount_int(scale)})),
                max(CAST(g_b AS HUGEINT) * (pe - ps)) FROM lines""").fetchone()
     biggest_amount, biggest_line = (int(v or 0) for v in (row or (0, 0)))
-    bits = (biggest_amount * max(biggest_line, 1) * 10**4).bit_length()
+    bits = max((biggest_amount * max(biggest_line, 1) * 10**4).bit_length(),
+               (max(biggest_line, 1) * 10**scale).bit_length())
     if bits > _HUGEINT_BITS:
         raise MoneyOverflow(f"amounts of {scale} decimal places over lines this long exceed exact 128-bit arithmetic")
+    return "BIGINT" if bits <= _BIGINT_BITS else "HUGEINT"
 
 
 def allocate(con: duckdb.DuckDBPyConnection) -> None:
     """Make `money`: each cell with its cents, adding up to its line's amount, the lines to the invoice's total."""
     scale = _scale(con)
-    _check_range(con, scale)
+    num = _integer_type(con, scale)
     minor = "CASE l.currency " + " ".join(f"WHEN '{c}' THEN {m}" for c, m in MINOR_UNITS.items()) + " ELSE 2 END"
     con.execute(f"""
 -- Each billed line's amount read as an integer once; cells and lines both start from it.
 CREATE TABLE line_amounts AS
-SELECT l.seq, l.invoice_id, l.currency, {minor} AS minor, {_amount_int(scale, "l.amount")} AS a_int,
-       CAST(l.g_b AS HUGEINT) * (l.pe - l.ps) AS line_us
+SELECT l.seq, l.invoice_id, l.currency, {minor} AS minor, CAST({_amount_int(scale, "l.amount")} AS {num}) AS a_int,
+       CAST(l.g_b AS {num}) * (l.pe - l.ps) AS line_us
 FROM lines l WHERE l.seq IN (SELECT seq FROM cells);
 
 CREATE TABLE floored AS
 WITH xd AS (
     SELECT c.seq, c.label, c.gpu_us, a.invoice_id, a.currency, a.minor, a.a_int,
-           a.a_int * CASE WHEN c.label = 22 THEN CAST(1 AS HUGEINT) ELSE c.gpu_us END
-                   * CAST(pow(10, a.minor) AS HUGEINT) AS x,
-           CASE WHEN c.label = 22 THEN CAST(1 AS HUGEINT) ELSE a.line_us END * CAST({10 ** scale} AS HUGEINT) AS d
+           a.a_int * CASE WHEN c.label = 22 THEN CAST(1 AS {num}) ELSE CAST(c.gpu_us AS {num}) END
+                   * CAST(pow(10, a.minor) AS {num}) AS x,
+           CASE WHEN c.label = 22 THEN CAST(1 AS {num}) ELSE a.line_us END * CAST({10 ** scale} AS {num}) AS d
     FROM cells c JOIN line_amounts a ON a.seq = c.seq),
 rem AS (SELECT *, ((x % d) + d) % d AS r FROM xd)
 SELECT seq, label, gpu_us, invoice_id, currency, minor, a_int, (x - r) // d AS q, r, d FROM rem;
@@ -88,7 +94,7 @@ SELECT seq, label, gpu_us, invoice_id, currency, minor, a_int, (x - r) // d AS q
         con.executemany("INSERT INTO invoice_cents VALUES (?, ?, ?)", totals)
     con.execute(f"""
 CREATE TABLE line_cents AS
-WITH xd AS (SELECT *, a_int * CAST(pow(10, minor) AS HUGEINT) AS x, CAST({10 ** scale} AS HUGEINT) AS d FROM line_amounts),
+WITH xd AS (SELECT *, a_int * CAST(pow(10, minor) AS {num}) AS x, CAST({10 ** scale} AS {num}) AS d FROM line_amounts),
 rem AS (SELECT *, ((x % d) + d) % d AS r FROM xd),
 halfeven AS (
     SELECT seq, invoice_id, currency, (x - r) // d AS q, r, d,
