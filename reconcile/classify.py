@@ -8,7 +8,8 @@ Order of work (RULES.md):
    never overlap on one allocation.
 3. A sweep over each allocation's timeline: at every boundary (span ends and piece
    ends) the count of open spans per label; a stretch between two boundaries takes the
-   smallest label open there (the priority order), or `idle_reserved` when none is.
+   smallest label open there (the priority order), or `idle_reserved` when none is, and
+   belongs to the piece open there, if any.
 4. Stretches inside a piece become the owning line's cells: (line, label, GPU-µs).
 """
 
@@ -23,9 +24,11 @@ CREATE TABLE lines AS
 WITH all_lines AS (
     SELECT seq, tenant, invoice_id, line_id, allocation_id AS aid, ps, pe, gpus AS g_b,
            amount, currency, category, corrects
-    FROM ev_rest WHERE type = 'billing.line')
+    FROM ev_rest WHERE type = 'billing.line'),
+corrected AS (  -- few: the anti-join builds on these, not on every line
+    SELECT tenant, corrects AS line_id, seq FROM all_lines WHERE corrects IS NOT NULL)
 SELECT l.* FROM all_lines l
-WHERE NOT EXISTS (SELECT 1 FROM all_lines c WHERE c.tenant = l.tenant AND c.corrects = l.line_id AND c.seq <> l.seq);
+WHERE NOT EXISTS (SELECT 1 FROM corrected c WHERE c.tenant = l.tenant AND c.line_id = l.line_id AND c.seq <> l.seq);
 
 CREATE TABLE gline AS
 SELECT l.seq, l.tenant, l.aid, l.g_b, l.pe - l.ps AS w_us,
@@ -37,27 +40,32 @@ WHERE l.g_b > 0 AND l.aid IS NOT NULL AND l.category IS DISTINCT FROM 'credit' A
 """
 
 PIECES = """
+-- A clipped window is alone when no earlier one (by start, then seq) ends after its start
+-- and the next one starts at or after its end: it is its own piece. Most are; only the
+-- rest need the clusters of overlapping windows cut at every boundary.
 CREATE TABLE clipped AS
 SELECT seq, tenant, ak, cs, ce,
-       sum(CASE WHEN coalesce(cs >= prev_end, true) THEN 1 ELSE 0 END)
-           OVER (PARTITION BY ak ORDER BY cs, seq) AS cluster
-FROM (SELECT seq, tenant, ak, cs, ce,
-             max(ce) OVER (PARTITION BY ak ORDER BY cs, seq
-                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-      FROM gline WHERE ce > cs);
+       coalesce(max(ce) OVER (PARTITION BY ak ORDER BY cs, seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) <= cs, true)
+       AND coalesce(lead(cs) OVER (PARTITION BY ak ORDER BY cs, seq) >= ce, true) AS alone
+FROM gline WHERE ce > cs;
 
 CREATE TABLE pieces AS
-WITH sized AS (
-    SELECT *, count(*) OVER (PARTITION BY ak, cluster) AS n FROM clipped),
+WITH crowded AS (
+    SELECT seq, tenant, ak, cs, ce,
+           sum(CASE WHEN coalesce(cs >= prev_end, true) THEN 1 ELSE 0 END)
+               OVER (PARTITION BY ak ORDER BY cs, seq) AS cluster
+    FROM (SELECT *, max(ce) OVER (PARTITION BY ak ORDER BY cs, seq
+                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+          FROM clipped WHERE NOT alone)),
 bounds AS (
-    SELECT DISTINCT tenant, ak, cluster, cs AS t FROM sized WHERE n > 1
-    UNION SELECT DISTINCT tenant, ak, cluster, ce FROM sized WHERE n > 1),
+    SELECT DISTINCT tenant, ak, cluster, cs AS t FROM crowded
+    UNION SELECT DISTINCT tenant, ak, cluster, ce FROM crowded),
 segs AS (
     SELECT tenant, ak, cluster, t AS s, lead(t) OVER (PARTITION BY ak, cluster ORDER BY t) AS e FROM bounds)
-SELECT seq AS owner, tenant, ak, cs AS s, ce AS e FROM sized WHERE n = 1
+SELECT seq AS owner, tenant, ak, cs AS s, ce AS e FROM clipped WHERE alone
 UNION ALL
 SELECT min(c.seq), g.tenant, g.ak, g.s, g.e
-FROM segs g JOIN sized c ON c.ak = g.ak AND c.cluster = g.cluster
+FROM segs g JOIN crowded c ON c.ak = g.ak AND c.cluster = g.cluster
  AND c.cs <= g.s AND c.ce >= g.e
 WHERE g.e IS NOT NULL
 GROUP BY g.tenant, g.ak, g.s, g.e;
@@ -67,31 +75,28 @@ GROUP BY g.tenant, g.ak, g.s, g.e;
 def _sweep_sql() -> str:
     # Merged spans of one label never overlap or touch, so at any moment at most one of
     # each label is open: the open labels are a bit mask, kept by one running sum of
-    # ±2^label, and the winner is its lowest set bit (the highest priority).
+    # ±2^label, and the winner is its lowest set bit (the highest priority). Pieces never
+    # overlap on one allocation either, so a second running sum of ±owner is the line
+    # that owns the moment (0: none), and a stretch's line comes out of the same pass.
     lowest = " ".join(f"WHEN mask & {1 << code} <> 0 THEN {code}" for code in SPAN_LABELS)
     return f"""
-CREATE TABLE stretches AS
+CREATE TABLE owned AS
 WITH pts AS (
-    SELECT ak, s AS t, CAST(1 AS BIGINT) << label AS d FROM merged
-    UNION ALL SELECT ak, e, -(CAST(1 AS BIGINT) << label) FROM merged WHERE e < {INF}
-    UNION ALL SELECT ak, s, 0 FROM pieces
-    UNION ALL SELECT ak, e, 0 FROM pieces),
-counted AS (SELECT ak, t, sum(d) AS d FROM pts GROUP BY ak, t),
+    SELECT ak, s AS t, CAST(1 AS BIGINT) << label AS d, CAST(0 AS BIGINT) AS o FROM merged
+    UNION ALL SELECT ak, e, -(CAST(1 AS BIGINT) << label), 0 FROM merged WHERE e < {INF}
+    UNION ALL SELECT ak, s, 0, owner FROM pieces
+    UNION ALL SELECT ak, e, 0, -owner FROM pieces),
+counted AS (SELECT ak, t, sum(d) AS d, sum(o) AS o FROM pts GROUP BY ak, t),
 running AS (
-    SELECT ak, t, lead(t) OVER w AS t_next, sum(d) OVER w AS mask
+    SELECT t, lead(t) OVER w AS t_next, sum(d) OVER w AS mask, sum(o) OVER w AS owner
     FROM counted WINDOW w AS (PARTITION BY ak ORDER BY t))
-SELECT ak, t AS s, t_next AS e, CASE {lowest} ELSE 0 END AS label
-FROM running WHERE t_next IS NOT NULL;
+SELECT CAST(owner AS BIGINT) AS owner, sum(t_next - t) AS us, CASE {lowest} ELSE 0 END AS label
+FROM running WHERE t_next IS NOT NULL AND owner <> 0
+GROUP BY ALL;
 """
 
 
 CELLS = """
-CREATE TABLE owned AS
-SELECT p.owner, sum(st.e - st.s) AS us, st.label
-FROM stretches st ASOF JOIN pieces p ON p.ak = st.ak AND st.s >= p.s
-WHERE st.e <= p.e
-GROUP BY p.owner, st.label;
-
 CREATE TABLE cells AS
 SELECT o.owner AS seq, o.label, CAST(o.us AS HUGEINT) * g.g AS gpu_us
 FROM owned o JOIN gline g ON g.seq = o.owner
@@ -112,7 +117,7 @@ DELETE FROM cells WHERE gpu_us = 0 AND label <> 22;
 
 
 def classify(con: duckdb.DuckDBPyConnection) -> None:
-    """Make `lines`, `gline`, `pieces`, `stretches` and `cells` from the spans."""
+    """Make `lines`, `gline`, `pieces`, `owned` and `cells` from the spans."""
     con.execute(LINES)
     con.execute(PIECES)
     con.execute(_sweep_sql())
