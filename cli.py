@@ -60,8 +60,9 @@ def _bad_input_errors() -> tuple[type[Exception], ...]:
     from ingest import IngestError
     from ledger import LedgerError
     from ledger.note import NoteError
+    from reconcile.money import MoneyOverflow
 
-    return LedgerError, IngestError, NoteError
+    return LedgerError, IngestError, NoteError, MoneyOverflow
 
 
 def db_option(fn: F) -> F:

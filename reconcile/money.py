@@ -55,6 +55,9 @@ def _integer_type(con: duckdb.DuckDBPyConnection, scale: int) -> str:
     """The narrowest DuckDB integer that holds every product and divisor exactly: BIGINT
     (fast, native) when the largest amount × the longest line × 10^4 fits in 62 bits,
     HUGEINT up to 126; beyond that exact arithmetic is out of reach."""
+    digits = con.execute(f"SELECT max(length(ltrim(split_part(amount, '.', 1), '+-'))) + {scale} FROM lines").fetchone()
+    if digits and (digits[0] or 0) > 38:  # not even the amount itself fits in 128 bits
+        raise MoneyOverflow(f"amounts of {scale} decimal places exceed exact 128-bit arithmetic")
     row = con.execute(f"""
         SELECT max(abs({_amount_int(scale)})),
                max(CAST(g_b AS HUGEINT) * (pe - ps)) FROM lines""").fetchone()

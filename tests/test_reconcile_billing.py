@@ -15,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from cli import main
-from tests.reconcile_helpers import C, P, Scenario, cats, line, line_ids, reconcile, run, stall_base, tenant
+from ledger import Store
+from tests.reconcile_helpers import C, P, Scenario, cats, ingest, line, line_ids, reconcile, run, stall_base, tenant
 
 
 # --- corrections and credits --------------------------------------------------------------------
@@ -139,8 +140,11 @@ def thirds(s: Scenario, alloc: str, job: str, line_id: str, amount: str, currenc
     s.line(line_id, alloc, "10:00", "10:30", gpus=1, amount=amount, currency=currency)
 
 
-@pytest.mark.parametrize(("currency", "amount", "bigger", "smaller"),
-                         [("USD", "10.00", "3.34", "3.33"), ("JPY", "1000", "334", "333")])
+@pytest.mark.parametrize(("currency", "amount", "bigger", "smaller"), [
+    ("USD", "10.00", "3.34", "3.33"), ("JPY", "1000", "334", "333"),
+    # 10^15 cents x 1.8e9 GPU-µs x 10^4 needs ~94 bits: the 128-bit path of money.py
+    ("USD", "10000000000000.00", "3333333333333.34", "3333333333333.33"),
+], ids=["USD", "JPY", "USD 128-bit"])
 def test_rounding_remainder_goes_by_largest_remainder_then_category_order(
         tmp_path: Path, currency: str, amount: str, bigger: str, smaller: str) -> None:
     s = Scenario()
@@ -153,6 +157,23 @@ def test_rounding_remainder_goes_by_largest_remainder_then_category_order(
     assert l1["amount"] == amount
     assert cats(l1) == {"productive": (600, bigger, C), "startup": (600, smaller, C),
                         "idle_reserved": (600, smaller, C)}
+
+
+@pytest.mark.parametrize("places", [25, 40])
+def test_amounts_too_fine_for_exact_arithmetic_are_a_clear_error(tmp_path: Path, places: int) -> None:
+    s = Scenario()
+    # 25 places: 10^25 units x 1.8e9 GPU-µs x 10^4 is 128 bits, past 126; 40 places: the
+    # amount alone (41 digits) is past 128 bits.
+    thirds(s, "A1", "j1", "L1", "1." + "0" * places)
+    url = f"sqlite:///{tmp_path / 'fine.db'}"
+    store = Store(url)
+    store.init()
+    ingest(store, s.events)
+    store.close()
+    result = CliRunner().invoke(main, ["reconcile", "--db", url, "--format", "json"])
+    assert result.exit_code == 2, result.output
+    assert "exceed exact 128-bit arithmetic" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_reported_amounts_add_up_to_the_invoice_total(tmp_path: Path) -> None:
