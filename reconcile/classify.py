@@ -98,21 +98,22 @@ GROUP BY ALL;
 
 CELLS = """
 CREATE TABLE cells AS
-SELECT o.owner AS seq, o.label, CAST(o.us AS HUGEINT) * g.g AS gpu_us
-FROM owned o JOIN gline g ON g.seq = o.owner
-UNION ALL
-SELECT g.seq, 20, (CAST(greatest(coalesce(g.ce - g.cs, 0), 0) AS HUGEINT)
-                   - coalesce((SELECT sum(o.us) FROM owned o WHERE o.owner = g.seq), 0)) * g.g
-FROM gline g
-UNION ALL
-SELECT g.seq, 21, CAST(g.g_b - g.g AS HUGEINT) * g.w_us
-                  + CAST(g.g AS HUGEINT) * (g.w_us - greatest(coalesce(g.ce - g.cs, 0), 0))
-FROM gline g
-UNION ALL
-SELECT l.seq, 22, 0
-FROM lines l WHERE l.seq NOT IN (SELECT seq FROM gline);
-
-DELETE FROM cells WHERE gpu_us = 0 AND label <> 22;
+WITH per_line AS (SELECT owner, sum(us) AS us FROM owned GROUP BY owner),
+every_cell AS (
+    SELECT o.owner AS seq, o.label, CAST(o.us AS HUGEINT) * g.g AS gpu_us
+    FROM owned o JOIN gline g ON g.seq = o.owner
+    UNION ALL
+    SELECT g.seq, 20, (CAST(greatest(coalesce(g.ce - g.cs, 0), 0) AS HUGEINT) - coalesce(pl.us, 0)) * g.g
+    FROM gline g LEFT JOIN per_line pl ON pl.owner = g.seq
+    UNION ALL
+    SELECT g.seq, 21, CAST(g.g_b - g.g AS HUGEINT) * g.w_us
+                      + CAST(g.g AS HUGEINT) * (g.w_us - greatest(coalesce(g.ce - g.cs, 0), 0))
+    FROM gline g
+    UNION ALL
+    SELECT l.seq, 22, 0
+    FROM lines l WHERE l.seq NOT IN (SELECT seq FROM gline))
+-- empty cells are never written (a money-only line keeps its one empty cell)
+SELECT * FROM every_cell WHERE gpu_us <> 0 OR label = 22;
 """
 
 
