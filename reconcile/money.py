@@ -89,7 +89,7 @@ WITH xd AS (
            CASE WHEN c.label = 22 THEN CAST(1 AS {num}) ELSE a.line_us END * CAST({10 ** scale} AS {num}) AS d
     FROM cells c JOIN line_amounts a ON a.seq = c.seq),
 rem AS (SELECT *, ((x % d) + d) % d AS r FROM xd)
-SELECT seq, label, gpu_us, invoice_id, currency, minor, a_int, (x - r) // d AS q, r, d FROM rem;
+SELECT seq, label, gpu_us, minor, (x - r) // d AS q, r, d FROM rem;
 """)
     totals = _invoice_totals(con, scale)
     con.execute("CREATE TABLE invoice_cents (invoice_id VARCHAR, currency VARCHAR, cents HUGEINT)")
