@@ -30,8 +30,8 @@ held AS (
     SELECT a.tenant, sum(CAST(a.g_a AS HUGEINT) * greatest(least(a.released, h.h) - a.granted, 0)) AS us
     FROM allocs a JOIN horizon h ON h.tenant = a.tenant GROUP BY a.tenant),
 billed AS (
-    SELECT p.tenant, sum(CAST(g.g AS HUGEINT) * greatest(least(p.e, h.h) - p.s, 0)) AS us
-    FROM pieces p JOIN gline g ON g.seq = p.owner JOIN horizon h ON h.tenant = p.tenant GROUP BY p.tenant)
+    SELECT g.tenant, sum(CAST(g.g AS HUGEINT) * greatest(least(p.e, h.h) - p.s, 0)) AS us
+    FROM pieces p JOIN gline g ON g.seq = p.owner JOIN horizon h ON h.tenant = g.tenant GROUP BY g.tenant)
 SELECT held.tenant, CAST(held.us - coalesce(billed.us, 0) AS VARCHAR) FROM held LEFT JOIN billed USING (tenant)
 """
 

@@ -44,31 +44,31 @@ PIECES = """
 -- and the next one starts at or after its end: it is its own piece. Most are; only the
 -- rest need the clusters of overlapping windows cut at every boundary.
 CREATE TABLE clipped AS
-SELECT seq, tenant, ak, cs, ce,
+SELECT seq, ak, cs, ce,
        coalesce(max(ce) OVER (PARTITION BY ak ORDER BY cs, seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) <= cs, true)
        AND coalesce(lead(cs) OVER (PARTITION BY ak ORDER BY cs, seq) >= ce, true) AS alone
 FROM gline WHERE ce > cs;
 
 CREATE TABLE pieces AS
 WITH crowded AS (
-    SELECT seq, tenant, ak, cs, ce,
+    SELECT seq, ak, cs, ce,
            sum(CASE WHEN coalesce(cs >= prev_end, true) THEN 1 ELSE 0 END)
                OVER (PARTITION BY ak ORDER BY cs, seq) AS cluster
     FROM (SELECT *, max(ce) OVER (PARTITION BY ak ORDER BY cs, seq
                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
           FROM clipped WHERE NOT alone)),
 bounds AS (
-    SELECT DISTINCT tenant, ak, cluster, cs AS t FROM crowded
-    UNION SELECT DISTINCT tenant, ak, cluster, ce FROM crowded),
+    SELECT DISTINCT ak, cluster, cs AS t FROM crowded
+    UNION SELECT DISTINCT ak, cluster, ce FROM crowded),
 segs AS (
-    SELECT tenant, ak, cluster, t AS s, lead(t) OVER (PARTITION BY ak, cluster ORDER BY t) AS e FROM bounds)
-SELECT seq AS owner, tenant, ak, cs AS s, ce AS e FROM clipped WHERE alone
+    SELECT ak, cluster, t AS s, lead(t) OVER (PARTITION BY ak, cluster ORDER BY t) AS e FROM bounds)
+SELECT seq AS owner, ak, cs AS s, ce AS e FROM clipped WHERE alone
 UNION ALL
-SELECT min(c.seq), g.tenant, g.ak, g.s, g.e
+SELECT min(c.seq), g.ak, g.s, g.e
 FROM segs g JOIN crowded c ON c.ak = g.ak AND c.cluster = g.cluster
  AND c.cs <= g.s AND c.ce >= g.e
 WHERE g.e IS NOT NULL
-GROUP BY g.tenant, g.ak, g.s, g.e;
+GROUP BY g.ak, g.s, g.e;
 """
 
 
