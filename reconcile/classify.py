@@ -27,7 +27,7 @@ WITH all_lines AS (
     FROM ev_rest WHERE type = 'billing.line'),
 corrected AS (  -- few: the anti-join builds on these, not on every line
     SELECT tenant, corrects AS line_id, seq FROM all_lines WHERE corrects IS NOT NULL)
-SELECT l.* FROM all_lines l
+SELECT l.* EXCLUDE (corrects) FROM all_lines l
 WHERE NOT EXISTS (SELECT 1 FROM corrected c WHERE c.tenant = l.tenant AND c.line_id = l.line_id AND c.seq <> l.seq);
 
 CREATE TABLE gline AS
