@@ -120,6 +120,11 @@ def open_engine(threads: int | None = None, memory_limit: str | None = None,
     con = duckdb.connect(str(database) if database is not None else ":memory:")
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET preserve_insertion_order = false")
+    # DuckDB draws its own progress bar on stdout, TTY or not, for any statement past 2 s:
+    # inside `gpuledger reconcile --format json > file` that would corrupt the output. The
+    # second setting holds even where something turns the bar back on.
+    con.execute("SET enable_progress_bar = false")
+    con.execute("SET enable_progress_bar_print = false")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     if memory_limit:

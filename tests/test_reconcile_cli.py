@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 from click.testing import CliRunner
 
 from cli import main
@@ -102,3 +103,17 @@ def test_usage_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     assert code == 2 and "--fail-on-disputed: not a decimal amount: 'lots'" in err
     code, _, err = invoke("reconcile", "--db", f"sqlite:///{tmp_path / 'none.db'}")
     assert code == 2 and "no ledger at" in err
+
+
+def test_the_engine_draws_no_progress_bar_on_stdout(capfd: pytest.CaptureFixture[str]) -> None:
+    # DuckDB draws its bar on stdout (TTY or not) once a statement runs past
+    # progress_bar_time; `reconcile --format json > file` must hold JSON only. Setting that
+    # time to 0 makes every statement "slow" (and turns the bar back on: only the engine's
+    # enable_progress_bar_print = false keeps it off the screen).
+    from reconcile.snapshot import open_engine
+
+    con = open_engine()
+    con.execute("SET progress_bar_time = 0")
+    con.execute("SELECT sum(range) FROM range(20000000)").fetchall()
+    con.close()
+    assert capfd.readouterr().out == ""
