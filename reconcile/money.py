@@ -46,17 +46,16 @@ def _amount_int(scale: int, column: str = "amount") -> str:
     return (f"CAST(split_part({column}, '.', 1) || rpad(split_part({column}, '.', 2), {scale}, '0') AS HUGEINT)")
 
 
-def _scale(con: duckdb.DuckDBPyConnection) -> int:
-    row = con.execute("SELECT coalesce(max(length(split_part(amount, '.', 2))), 0) FROM lines").fetchone()
-    return int(row[0]) if row else 0
-
-
-def _integer_type(con: duckdb.DuckDBPyConnection, scale: int) -> str:
-    """The narrowest DuckDB integer that holds every product and divisor exactly: BIGINT
-    (fast, native) when the largest amount × the longest line × 10^4 fits in 62 bits,
-    HUGEINT up to 126; beyond that exact arithmetic is out of reach."""
-    digits = con.execute(f"SELECT max(length(ltrim(split_part(amount, '.', 1), '+-'))) + {scale} FROM lines").fetchone()
-    if digits and (digits[0] or 0) > 38:  # not even the amount itself fits in 128 bits
+def _scale_and_type(con: duckdb.DuckDBPyConnection) -> tuple[int, str]:
+    """The data's largest decimal scale, and the narrowest DuckDB integer that holds every
+    product and divisor exactly: BIGINT (fast, native) when the largest amount × the
+    longest line × 10^4 fits in 62 bits, HUGEINT up to 126; beyond that exact arithmetic
+    is out of reach."""
+    row = con.execute("""
+        SELECT coalesce(max(length(split_part(amount, '.', 2))), 0),
+               coalesce(max(length(ltrim(split_part(amount, '.', 1), '+-'))), 0) FROM lines""").fetchone()
+    scale, whole_digits = (int(v) for v in (row or (0, 0)))
+    if whole_digits + scale > 38:  # not even the amount itself fits in 128 bits
         raise MoneyOverflow(f"amounts of {scale} decimal places exceed exact 128-bit arithmetic")
     row = con.execute(f"""
         SELECT max(abs({_amount_int(scale)})),
@@ -66,13 +65,12 @@ def _integer_type(con: duckdb.DuckDBPyConnection, scale: int) -> str:
                (max(biggest_line, 1) * 10**scale).bit_length())
     if bits > _HUGEINT_BITS:
         raise MoneyOverflow(f"amounts of {scale} decimal places over lines this long exceed exact 128-bit arithmetic")
-    return "BIGINT" if bits <= _BIGINT_BITS else "HUGEINT"
+    return scale, "BIGINT" if bits <= _BIGINT_BITS else "HUGEINT"
 
 
 def allocate(con: duckdb.DuckDBPyConnection) -> None:
     """Make `money`: each cell with its cents, adding up to its line's amount, the lines to the invoice's total."""
-    scale = _scale(con)
-    num = _integer_type(con, scale)
+    scale, num = _scale_and_type(con)
     minor = "CASE l.currency " + " ".join(f"WHEN '{c}' THEN {m}" for c, m in MINOR_UNITS.items()) + " ELSE 2 END"
     con.execute(f"""
 -- Each billed line's amount read as an integer once; cells and lines both start from it.
@@ -83,7 +81,7 @@ FROM lines l WHERE l.seq IN (SELECT seq FROM cells);
 
 CREATE TABLE floored AS
 WITH xd AS (
-    SELECT c.seq, c.label, c.gpu_us, a.invoice_id, a.currency, a.minor, a.a_int,
+    SELECT c.seq, c.label, c.gpu_us, a.minor,
            a.a_int * CASE WHEN c.label = 22 THEN CAST(1 AS {num}) ELSE CAST(c.gpu_us AS {num}) END
                    * CAST(pow(10, a.minor) AS {num}) AS x,
            CASE WHEN c.label = 22 THEN CAST(1 AS {num}) ELSE a.line_us END * CAST({10 ** scale} AS {num}) AS d

@@ -71,7 +71,7 @@ def _projection(source: str, fields: Iterable[str] = tuple(_DATA_FIELDS)) -> str
             f"FROM (SELECT seq, type, tenant, json_transform(event, '{_structure(fields)}') AS j FROM {source})")
 
 
-_PROGRESS_PATHS = "['$.time', '$.data.job_id', '$.data.step', '$.data.units']"
+_PROGRESS_PATHS = "['$.time', " + ", ".join(f"'$.data.{name}'" for name in _PROGRESS_FIELDS) + "]"
 
 
 def _progress_projection(source: str) -> str:
