@@ -19,16 +19,18 @@ import duckdb
 
 from reconcile.intervals import INF, SPAN_LABELS
 
+#: A line that bills GPU time (the rest are money-only): GPUs, an allocation, a window, no credit.
+GPU_LINE = "l.g_b > 0 AND l.aid IS NOT NULL AND l.category IS DISTINCT FROM 'credit' AND l.pe > l.ps"
+
 LINES = f"""
+-- A line another line `corrects` is replaced: an anti-join built on the few corrections
+-- (the lines read twice rather than as a CTE, which DuckDB would copy whole).
 CREATE TABLE lines AS
-WITH all_lines AS (
-    SELECT seq, tenant, invoice_id, line_id, allocation_id AS aid, ps, pe, gpus AS g_b,
-           amount, currency, category, corrects
-    FROM ev_rest WHERE type = 'billing.line'),
-corrected AS (  -- few: the anti-join builds on these, not on every line
-    SELECT tenant, corrects AS line_id, seq FROM all_lines WHERE corrects IS NOT NULL)
-SELECT l.* EXCLUDE (corrects) FROM all_lines l
-WHERE NOT EXISTS (SELECT 1 FROM corrected c WHERE c.tenant = l.tenant AND c.line_id = l.line_id AND c.seq <> l.seq);
+SELECT l.* FROM (
+    SELECT seq, tenant, invoice_id, line_id, allocation_id AS aid, ps, pe, gpus AS g_b, amount, currency, category
+    FROM ev_rest WHERE type = 'billing.line') l
+ANTI JOIN (SELECT tenant, corrects AS line_id, seq FROM ev_rest WHERE type = 'billing.line' AND corrects IS NOT NULL) c
+  ON c.tenant = l.tenant AND c.line_id = l.line_id AND c.seq <> l.seq;
 
 CREATE TABLE gline AS
 SELECT l.seq, l.tenant, l.aid, l.g_b, l.pe - l.ps AS w_us,
@@ -36,7 +38,7 @@ SELECT l.seq, l.tenant, l.aid, l.g_b, l.pe - l.ps AS w_us,
        CASE WHEN a.aid IS NULL THEN NULL ELSE greatest(l.ps, a.granted) END AS cs,
        CASE WHEN a.aid IS NULL THEN NULL ELSE least(l.pe, a.released) END AS ce
 FROM lines l LEFT JOIN allocs a ON a.tenant = l.tenant AND a.aid = l.aid
-WHERE l.g_b > 0 AND l.aid IS NOT NULL AND l.category IS DISTINCT FROM 'credit' AND l.pe > l.ps;
+WHERE {GPU_LINE};
 """
 
 PIECES = """
@@ -44,7 +46,7 @@ PIECES = """
 -- and the next one starts at or after its end: it is its own piece. Most are; only the
 -- rest need the clusters of overlapping windows cut at every boundary.
 CREATE TABLE clipped AS
-SELECT seq, ak, cs, ce,
+SELECT seq, ak, cs, ce, g,
        coalesce(max(ce) OVER (PARTITION BY ak ORDER BY cs, seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) <= cs, true)
        AND coalesce(lead(cs) OVER (PARTITION BY ak ORDER BY cs, seq) >= ce, true) AS alone
 FROM gline WHERE ce > cs;
@@ -78,6 +80,9 @@ def _sweep_sql() -> str:
     # ±2^label, and the winner is its lowest set bit (the highest priority). Pieces never
     # overlap on one allocation either, so a second running sum of ±owner is the line
     # that owns the moment (0: none), and a stretch's line comes out of the same pass.
+    # Points at one moment are peers in the window's default RANGE frame, so each of them
+    # already sees the sums after all of them; only the last has a later t_next, and the
+    # others are stretches of length 0, dropped (cheaper than grouping the points first).
     lowest = " ".join(f"WHEN mask & {1 << code} <> 0 THEN {code}" for code in SPAN_LABELS)
     return f"""
 CREATE TABLE owned AS
@@ -86,32 +91,31 @@ WITH pts AS (
     UNION ALL SELECT ak, e, -(CAST(1 AS BIGINT) << label), 0 FROM merged WHERE e < {INF}
     UNION ALL SELECT ak, s, 0, owner FROM pieces
     UNION ALL SELECT ak, e, 0, -owner FROM pieces),
-counted AS (SELECT ak, t, sum(d) AS d, sum(o) AS o FROM pts GROUP BY ak, t),
 running AS (
     SELECT t, lead(t) OVER w AS t_next, sum(d) OVER w AS mask, sum(o) OVER w AS owner
-    FROM counted WINDOW w AS (PARTITION BY ak ORDER BY t))
+    FROM pts WINDOW w AS (PARTITION BY ak ORDER BY t))
 SELECT CAST(owner AS BIGINT) AS owner, sum(t_next - t) AS us, CASE {lowest} ELSE 0 END AS label
-FROM running WHERE t_next IS NOT NULL AND owner <> 0
+FROM running WHERE t_next > t AND owner <> 0
 GROUP BY ALL;
 """
 
 
-CELLS = """
+CELLS = f"""
 CREATE TABLE cells AS
-WITH per_line AS (SELECT owner, sum(us) AS us FROM owned GROUP BY owner),
-every_cell AS (
+WITH every_cell AS (
     SELECT o.owner AS seq, o.label, CAST(o.us AS HUGEINT) * g.g AS gpu_us
     FROM owned o JOIN gline g ON g.seq = o.owner
     UNION ALL
-    SELECT g.seq, 20, (CAST(greatest(coalesce(g.ce - g.cs, 0), 0) AS HUGEINT) - coalesce(pl.us, 0)) * g.g
-    FROM gline g LEFT JOIN per_line pl ON pl.owner = g.seq
+    -- double_billed: the clipped window less the pieces it owns; a window alone owns all of it
+    SELECT c.seq, 20, (CAST(c.ce - c.cs AS HUGEINT) - coalesce(sum(p.e - p.s), 0)) * c.g
+    FROM clipped c LEFT JOIN pieces p ON p.owner = c.seq
+    WHERE NOT c.alone GROUP BY c.seq, c.cs, c.ce, c.g
     UNION ALL
     SELECT g.seq, 21, CAST(g.g_b - g.g AS HUGEINT) * g.w_us
                       + CAST(g.g AS HUGEINT) * (g.w_us - greatest(coalesce(g.ce - g.cs, 0), 0))
     FROM gline g
     UNION ALL
-    SELECT l.seq, 22, 0
-    FROM lines l WHERE l.seq NOT IN (SELECT seq FROM gline))
+    SELECT l.seq, 22, 0 FROM lines l WHERE NOT coalesce({GPU_LINE}, false))
 -- empty cells are never written (a money-only line keeps its one empty cell)
 SELECT * FROM every_cell WHERE gpu_us <> 0 OR label = 22;
 """

@@ -77,17 +77,7 @@ def allocate(con: duckdb.DuckDBPyConnection) -> None:
 CREATE TABLE line_amounts AS
 SELECT l.seq, l.invoice_id, l.currency, {minor} AS minor, CAST({_amount_int(scale, "l.amount")} AS {num}) AS a_int,
        CAST(l.g_b AS {num}) * (l.pe - l.ps) AS line_us
-FROM lines l WHERE l.seq IN (SELECT seq FROM cells);
-
-CREATE TABLE floored AS
-WITH xd AS (
-    SELECT c.seq, c.label, c.gpu_us, a.minor,
-           a.a_int * CASE WHEN c.label = 22 THEN CAST(1 AS {num}) ELSE CAST(c.gpu_us AS {num}) END
-                   * CAST(pow(10, a.minor) AS {num}) AS x,
-           CASE WHEN c.label = 22 THEN CAST(1 AS {num}) ELSE a.line_us END * CAST({10 ** scale} AS {num}) AS d
-    FROM cells c JOIN line_amounts a ON a.seq = c.seq),
-rem AS (SELECT *, ((x % d) + d) % d AS r FROM xd)
-SELECT seq, label, gpu_us, minor, (x - r) // d AS q, r, d FROM rem;
+FROM lines l;  -- every line has a cell: its GPU-µs add up to g_b × (pe - ps), or it is money-only
 """)
     totals = _invoice_totals(con, scale)
     con.execute("CREATE TABLE invoice_cents (invoice_id VARCHAR, currency VARCHAR, cents HUGEINT)")
@@ -123,17 +113,22 @@ SELECT lc.seq, lc.rounded FROM line_cents lc JOIN gap g
   ON g.invoice_id = lc.invoice_id AND g.currency IS NOT DISTINCT FROM lc.currency
 WHERE g.k = 0;
 
+-- Each cell's exact share x ÷ d as a floor q and remainder r; the cents the floors leave
+-- over in a line go to its cells with the largest remainders. Every cell of a line has the
+-- same d (a money-only line has one cell), so remainders compare exactly as integers.
 CREATE TABLE money AS
-WITH counted AS (SELECT f.*, count(*) OVER (PARTITION BY f.seq) AS n FROM floored f),
-ranked AS (  -- a line of one cell needs no ranking: the cell is the line
-    SELECT c.*, row_number() OVER (PARTITION BY c.seq
-                                   ORDER BY CAST(c.r AS DOUBLE) / CAST(c.d AS DOUBLE) DESC, {_CATEGORY_RANK.replace("f.", "c.")}) AS rank
-    FROM counted c WHERE c.n > 1),
-extra AS (SELECT f.seq, t.cents - sum(f.q) AS k FROM ranked f JOIN line_total t ON t.seq = f.seq GROUP BY f.seq, t.cents)
-SELECT r.seq, r.label, r.gpu_us, r.minor, r.q + CASE WHEN r.rank <= e.k THEN 1 ELSE 0 END AS cents
-FROM ranked r JOIN extra e ON e.seq = r.seq
-UNION ALL
-SELECT c.seq, c.label, c.gpu_us, c.minor, t.cents FROM counted c JOIN line_total t ON t.seq = c.seq WHERE c.n = 1;
+WITH xd AS (
+    SELECT c.seq, c.label, c.gpu_us, a.minor, t.cents AS line_cents,
+           a.a_int * CASE WHEN c.label = 22 THEN CAST(1 AS {num}) ELSE CAST(c.gpu_us AS {num}) END
+                   * CAST(pow(10, a.minor) AS {num}) AS x,
+           CASE WHEN c.label = 22 THEN CAST(1 AS {num}) ELSE a.line_us END * CAST({10 ** scale} AS {num}) AS d
+    FROM cells c JOIN line_amounts a ON a.seq = c.seq JOIN line_total t ON t.seq = c.seq),
+floored AS (SELECT *, (x - r) // d AS q FROM (SELECT *, ((x % d) + d) % d AS r FROM xd)),
+ranked AS (
+    SELECT *, row_number() OVER w AS rank,
+           sum(q) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS floors
+    FROM floored WINDOW w AS (PARTITION BY seq ORDER BY r DESC, {_CATEGORY_RANK.replace("f.", "")}))
+SELECT seq, label, gpu_us, minor, q + CASE WHEN rank <= line_cents - floors THEN 1 ELSE 0 END AS cents FROM ranked;
 """)
 
 
