@@ -25,13 +25,12 @@ from reconcile.result import Cell, Reconciliation  # noqa: F401  (Cell: part of 
 from reconcile.snapshot import entry_pages, load_pages, load_parquet, open_engine, store_pages
 
 UNBILLED = """
-WITH horizon AS (SELECT tenant, max(t) AS h FROM ev WHERE tenant IS NOT NULL GROUP BY tenant),
-held AS (
+WITH held AS (
     SELECT a.tenant, sum(CAST(a.g_a AS HUGEINT) * greatest(least(a.released, h.h) - a.granted, 0)) AS us
-    FROM allocs a JOIN horizon h ON h.tenant = a.tenant GROUP BY a.tenant),
+    FROM allocs a JOIN horizons h ON h.tenant = a.tenant GROUP BY a.tenant),
 billed AS (
     SELECT g.tenant, sum(CAST(g.g AS HUGEINT) * greatest(least(p.e, h.h) - p.s, 0)) AS us
-    FROM pieces p JOIN gline g ON g.seq = p.owner JOIN horizon h ON h.tenant = g.tenant GROUP BY g.tenant)
+    FROM pieces p JOIN gline g ON g.seq = p.owner JOIN horizons h ON h.tenant = g.tenant GROUP BY g.tenant)
 SELECT held.tenant, CAST(held.us - coalesce(billed.us, 0) AS VARCHAR) FROM held LEFT JOIN billed USING (tenant)
 """
 

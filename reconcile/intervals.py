@@ -130,20 +130,17 @@ WHERE f.node IS NULL AND f.device IS NOT NULL AND list_contains(a.devices, f.dev
 
 GAPS = f"""
 -- One pass over each job's events in (time, seq) order: its attempts' starts and ends and
--- its progress, under an integer job key (sorting on it is cheaper than on text). Only
+-- its progress, under the integer job key of `jobs` (the load's: sorting on it is cheaper
+-- than on text, and progress carries no other). Only
 -- lag and lead are needed: a gap is two progress marks next to each other (no start or
 -- end between them), an attempt's first progress follows its start, its last mark comes
 -- before a start, an end or the stream's end. Of the millions of gaps only the few that
 -- may not be productive are kept (a step that did not rise, or longer than the smallest
 -- stall threshold of any tenant), with each attempt's first and last marks; those few are
 -- then given to their attempt, the one whose start came last before them.
-CREATE TABLE jobs AS
-SELECT tenant, job, row_number() OVER (ORDER BY tenant, job) AS jid FROM (SELECT DISTINCT tenant, job FROM attempts);
-
 CREATE TABLE job_notes AS
 WITH stream AS (
-    SELECT j.jid, p.t, p.seq, 1 AS kind, p.step, p.units
-    FROM progress p JOIN jobs j ON j.tenant = p.tenant AND j.job = p.job_id
+    SELECT jid, t, seq, 1 AS kind, step, units FROM progress WHERE jid IS NOT NULL
     UNION ALL SELECT j.jid, a.s, a.sseq, 0, NULL, NULL FROM attempts a JOIN jobs j USING (tenant, job)
     UNION ALL SELECT DISTINCT j.jid, a.e, a.eseq, CASE WHEN a.kind = 'job.completed' THEN 2 ELSE 3 END, NULL, NULL
               FROM attempts a JOIN jobs j USING (tenant, job) WHERE a.eseq IS NOT NULL),

@@ -42,7 +42,7 @@ from reconcile.result import Reconciliation, gpu_seconds
 
 FACTS = f"""
 CREATE OR REPLACE TEMP TABLE rp_horizon AS
-SELECT tenant, max(t) AS h FROM ev WHERE tenant IS NOT NULL GROUP BY tenant;
+SELECT * FROM horizons;
 
 CREATE OR REPLACE TEMP TABLE rp_attempts AS
 WITH starts AS (

@@ -41,7 +41,6 @@ completion AS (SELECT tenant, job_id, min(t) AS completed FROM ev WHERE type = '
 grant_ AS (
     SELECT tenant, allocation_id, placement_class AS cls, profile FROM ev WHERE type = 'allocation.granted'
     QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1),
-horizon AS (SELECT tenant, max(t) AS h FROM ev WHERE tenant IS NOT NULL GROUP BY tenant),
 joined AS (
     SELECT p.*, s.started, s.allocation_id, c.completed, h.h,
            {placement_sql('coalesce(p.cls, g.cls)', 'CASE WHEN coalesce(p.cls, g.cls) = g.cls THEN g.profile END')}
@@ -51,7 +50,7 @@ joined AS (
     LEFT JOIN first_start s ON s.tenant = p.tenant AND s.job_id = p.job_id
     LEFT JOIN completion c ON c.tenant = p.tenant AND c.job_id = p.job_id
     LEFT JOIN grant_ g ON g.tenant = p.tenant AND g.allocation_id = s.allocation_id
-    LEFT JOIN horizon h ON h.tenant = p.tenant)
+    LEFT JOIN horizons h ON h.tenant = p.tenant)
 SELECT *,
        CASE WHEN started IS NOT NULL AND started <= start_by THEN 'met'
             WHEN started IS NOT NULL THEN 'late'

@@ -5,6 +5,11 @@ packet's entries), never row by row. Each page is projected at once: the canonic
 is parsed by DuckDB's JSON reader into the typed columns of `ev`, so the event text
 itself is never held for the whole ledger. Times become integer microseconds since the
 epoch (UTC), which keeps every interval computation exact.
+
+Progress events, most of a ledger, are stored under an integer job key (`jobs.jid`, one
+per tenant and job of a `job.started`) rather than two strings: the engine's one pass over
+each job's events sorts and joins on it. Progress of a job not (yet) started keeps its
+strings (`loose` columns) until a later page starts the job, or for good.
 """
 
 from __future__ import annotations
@@ -76,10 +81,29 @@ _PROGRESS_PATHS = "['$.time', " + ", ".join(f"'$.data.{name}'" for name in _PROG
 
 def _progress_projection(source: str) -> str:
     """Progress events are most of a ledger: they get a narrow table of their own, read
-    with one parse per event into four strings (faster here than a typed struct)."""
-    return (f"SELECT seq, tenant, {_us('x[1]')} AS t, x[2] AS job_id, CAST(x[3] AS BIGINT) AS step, "
-            f"CAST(x[4] AS BIGINT) AS units FROM (SELECT seq, tenant, json_extract_string(event, {_PROGRESS_PATHS}) AS x "
-            f"FROM {source} WHERE type = 'job.progress')")
+    with one parse per event into four strings (faster here than a typed struct), keyed
+    by their job's `jid` where the job has started (its strings are then not stored)."""
+    parsed = (f"SELECT seq, tenant, {_us('x[1]')} AS t, x[2] AS job_id, CAST(x[3] AS BIGINT) AS step, "
+              f"CAST(x[4] AS BIGINT) AS units FROM (SELECT seq, tenant, json_extract_string(event, {_PROGRESS_PATHS}) AS x "
+              f"FROM {source} WHERE type = 'job.progress')")
+    return (f"SELECT p.seq, p.t, p.step, p.units, j.jid, CASE WHEN j.jid IS NULL THEN p.tenant END AS tenant, "
+            f"CASE WHEN j.jid IS NULL THEN p.job_id END AS job_id "
+            f"FROM ({parsed}) p LEFT JOIN jobs j ON j.tenant = p.tenant AND j.job = p.job_id")
+
+
+def _new_jobs(source: str) -> str:
+    """The jobs `source` starts that `jobs` does not hold yet, numbered on from its last."""
+    started = (f"SELECT DISTINCT tenant, json_extract_string(event, '$.data.job_id') AS job FROM {source} "
+               f"WHERE type = 'job.started'")
+    return (f"SELECT (SELECT coalesce(max(jid), 0) FROM jobs) + row_number() OVER (ORDER BY tenant, job) AS jid, tenant, job "
+            f"FROM ({started} EXCEPT SELECT tenant, job FROM jobs)")
+
+
+#: Progress that came before its job's start (a later page, or late data) gets its key.
+_SETTLE = """
+UPDATE progress SET jid = j.jid, tenant = NULL, job_id = NULL FROM jobs j
+WHERE progress.jid IS NULL AND j.tenant = progress.tenant AND j.job = progress.job_id
+"""
 
 
 def _types_in(types: Iterable[str]) -> str:
@@ -89,10 +113,11 @@ def _types_in(types: Iterable[str]) -> str:
 def _loads(source: str) -> list[tuple[str, str]]:
     """Each engine table with the SELECT that fills it from `source` (seq, type, tenant, event)."""
     narrow_types = [t for types, _ in NARROW_TABLES.values() for t in types] + ["job.progress"]
-    loads = [("progress", _progress_projection(source))]
-    for table, (types, fields) in NARROW_TABLES.items():
-        loads.append((table, _projection(f"(SELECT * FROM {source} WHERE type IN {_types_in(types)})", fields)))
+    loads = [(table, _projection(f"(SELECT * FROM {source} WHERE type IN {_types_in(types)})", fields))
+             for table, (types, fields) in NARROW_TABLES.items()]
     loads.append(("ev_other", _projection(f"(SELECT * FROM {source} WHERE type NOT IN {_types_in(narrow_types)})")))
+    # progress last: it looks its jobs up in `jobs`, which has this source's starts by then
+    loads += [("jobs", _new_jobs(source)), ("progress", _progress_projection(source))]
     return loads
 
 
@@ -132,13 +157,31 @@ def open_engine(threads: int | None = None, memory_limit: str | None = None,
     if temp_directory is not None:
         con.execute(f"SET temp_directory = '{_quoted(temp_directory)}'")
     empty = "(SELECT 0::BIGINT AS seq, NULL::VARCHAR AS type, NULL::VARCHAR AS tenant, NULL::VARCHAR AS event WHERE false)"
+    con.execute("CREATE TABLE jobs (jid BIGINT, tenant VARCHAR, job VARCHAR)")
     for table, select in _loads(empty):
-        con.execute(f"CREATE TABLE {table} AS {select}")
+        if table != "jobs":
+            con.execute(f"CREATE TABLE {table} AS {select}")
     rest = [_padded("ev_other", _DATA_FIELDS)] + [
         _padded(table, fields, types[0] if len(types) == 1 else None) for table, (types, fields) in NARROW_TABLES.items()]
     con.execute(f"CREATE VIEW ev_rest AS {' UNION ALL '.join(rest)}")
-    con.execute(f"CREATE VIEW ev AS SELECT * FROM ev_rest UNION ALL {_padded('progress', _PROGRESS_FIELDS, 'job.progress')}")
+    progress = ("(SELECT p.seq, coalesce(p.tenant, j.tenant) AS tenant, p.t, coalesce(p.job_id, j.job) AS job_id, p.step, p.units "
+                "FROM progress p LEFT JOIN jobs j ON j.jid = p.jid)")
+    con.execute(f"CREATE VIEW ev AS SELECT * FROM ev_rest UNION ALL {_padded(progress, _PROGRESS_FIELDS, 'job.progress')}")
+    con.execute(HORIZONS)
     return con
+
+
+#: Each tenant's horizon: the time of its latest event (progress reduced per job first,
+#: so the millions of marks are never joined to their job's strings).
+HORIZONS = """
+CREATE VIEW horizons AS
+SELECT tenant, max(t) AS h FROM (
+    SELECT tenant, t FROM ev_rest
+    UNION ALL
+    SELECT coalesce(p.tenant, j.tenant), p.t
+    FROM (SELECT jid, tenant, max(t) AS t FROM progress GROUP BY jid, tenant) p LEFT JOIN jobs j ON j.jid = p.jid)
+WHERE tenant IS NOT NULL GROUP BY tenant
+"""
 
 
 def _load(con: duckdb.DuckDBPyConnection, source: str) -> None:
@@ -154,6 +197,7 @@ def load_pages(con: duckdb.DuckDBPyConnection, pages: Iterable[pa.Table]) -> int
         _load(con, "ev_page")
         con.unregister("ev_page")
         count += page.num_rows
+    con.execute(_SETTLE)
     return count
 
 
@@ -162,6 +206,7 @@ def load_parquet(con: duckdb.DuckDBPyConnection, path: Path) -> int:
     source = f"(SELECT seq, type, tenant, event FROM read_parquet('{_quoted(path)}'))"
     before = _count(con)
     _load(con, source)
+    con.execute(_SETTLE)
     return _count(con) - before
 
 
@@ -202,7 +247,9 @@ def page_of(columns: list[tuple[Any, ...]]) -> pa.Table:
 
 
 def _count(con: duckdb.DuckDBPyConnection) -> int:
-    row = con.execute("SELECT count(*) FROM ev").fetchone()
+    """Events held, counted table by table (the view `ev` would join progress to `jobs`)."""
+    tables = ["progress", "ev_other", *NARROW_TABLES]
+    row = con.execute("SELECT " + " + ".join(f"(SELECT count(*) FROM {table})" for table in tables)).fetchone()
     return int(row[0]) if row else 0
 
 

@@ -106,6 +106,41 @@ def test_events_in_any_ledger_order_give_the_same_answer(tmp_path: Path) -> None
         assert run(f"sqlite:///{tmp_path / f'shuffled{seed}.db'}", order) == expected, f"seed {seed}"
 
 
+
+def test_progress_before_its_jobs_start_on_an_earlier_page_gives_the_same_answer(tmp_path: Path) -> None:
+    """Progress is keyed by its job's start, which may come on a later page of the ledger
+    (late data): read two events a page, it must give what one page gives, and progress of
+    a job that never starts keeps its tenant and job in `ev`."""
+    from ledger import Store
+    from reconcile import reconcile_tables
+    from reconcile.snapshot import load_pages, open_engine, store_pages
+
+    events = shuffled(rich().events, 2)
+    stray = Scenario()
+    stray.progress("never-started", step=7, at="10:30")
+    events += stray.events
+    first = {e["type"]: i for i, e in reversed(list(enumerate(events)))}
+    assert first["job.progress"] < first["job.started"]  # a page of progress before any start
+    url = f"sqlite:///{tmp_path / 'late.db'}"
+    expected = run(url, events)
+    store = Store(url)
+    try:
+        with store.reading() as conn:
+            paged = reconcile_tables(store_pages(conn, page_rows=2)).as_json()
+            views = []
+            for page_rows in (2, 10_000):
+                con = open_engine()
+                load_pages(con, store_pages(conn, page_rows=page_rows))
+                views.append(con.execute("SELECT * FROM ev ORDER BY seq").fetchall())
+                con.close()
+    finally:
+        store.close()
+    assert paged == expected
+    assert views[0] == views[1]
+    stray_rows = [row for row in views[0] if row[1] == "job.progress" and "never-started" in row]
+    assert len(stray_rows) == 1 and "acme" in stray_rows[0]
+
+
 # --- random event sets --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
