@@ -148,15 +148,16 @@ ordered AS (
     SELECT jid, t, seq, kind, lag(t) OVER w AS prev_t, lag(kind) OVER w AS prev_kind, lead(kind) OVER w AS next_kind,
            coalesce(kind = 2 OR step > lag(step) OVER w OR (step = lag(step) OVER w AND units > lag(units) OVER w),
                     false) AS rose
-    FROM stream WINDOW w AS (PARTITION BY jid ORDER BY t, seq))
+    -- (t, seq) is unique in a job's stream; the keys after it change no order, but a lag
+    -- of a sort key is cheaper in DuckDB than a lag of a column carried beside the keys
+    FROM stream WINDOW w AS (PARTITION BY jid ORDER BY t, seq, kind, step, units))
 SELECT jid, t, seq, kind, prev_t, rose,
        prev_kind = 1 AS is_gap, kind = 1 AND prev_kind = 0 AS is_first,
        kind = 2 OR coalesce(next_kind, 0) <> 1 AS is_last
 FROM ordered
 WHERE kind IN (1, 2)
   AND (prev_kind = 0 OR kind = 2 OR coalesce(next_kind, 0) <> 1
-       OR (prev_kind = 1 AND (NOT rose OR t - prev_t > (SELECT least(coalesce(min(stall_us), {DEFAULT_TERMS['stall_us']}),
-                                                                    {DEFAULT_TERMS['stall_us']}) FROM terms))));
+       OR (prev_kind = 1 AND (NOT rose OR t - prev_t > $shortest_stall_us)));
 
 CREATE TABLE mark_notes AS
 WITH keyed AS (
@@ -290,5 +291,13 @@ SELECT ak, min(s) AS s, max(e) AS e, label FROM islands GROUP BY ak, label, isla
 def build_spans(con: duckdb.DuckDBPyConnection) -> None:
     """Make the fact tables and the labelled spans from `ev`."""
     con.execute(FACTS)
-    con.execute(GAPS)
+    con.execute(_gaps_sql(con))
     con.execute(SPANS)
+
+
+def _gaps_sql(con: duckdb.DuckDBPyConnection) -> str:
+    """GAPS with the smallest stall threshold of any tenant's terms written in: a constant
+    the filter over every progress mark compares with, not a subquery it joins."""
+    default = DEFAULT_TERMS["stall_us"]
+    row = con.execute(f"SELECT least(coalesce(min(stall_us), {default}), {default}) FROM terms").fetchone()
+    return GAPS.replace("$shortest_stall_us", str(int(row[0] if row else default)))
