@@ -29,7 +29,8 @@ _BIGINT_BITS = 62  # and below its signed 64-bit BIGINT
 
 #: Ties in the rounding go in RULES.md's category order: unallocated, double_billed, the
 #: span labels by priority, idle_reserved, idle_unexplained, money_only.
-_CATEGORY_RANK = ("CASE f.label WHEN 21 THEN 0 WHEN 20 THEN 1 WHEN 0 THEN 12 WHEN 12 THEN 13 WHEN 22 THEN 14 "
+#: (The span labels 1–11 rank 2–12, so idle_reserved, label 0, ranks 13.)
+_CATEGORY_RANK = ("CASE f.label WHEN 21 THEN 0 WHEN 20 THEN 1 WHEN 0 THEN 13 WHEN 12 THEN 14 WHEN 22 THEN 15 "
                   "ELSE 1 + f.label END")
 
 

@@ -159,6 +159,40 @@ def test_rounding_remainder_goes_by_largest_remainder_then_category_order(
                         "idle_reserved": (600, smaller, C)}
 
 
+@pytest.mark.parametrize(("currency", "amount", "unit", "none"), [("USD", "0.02", "0.01", "0.00"), ("JPY", "2", "1", "0")],
+                         ids=["USD", "JPY"])
+def test_two_units_left_go_in_category_order_startup_before_idle_reserved(
+        tmp_path: Path, currency: str, amount: str, unit: str, none: str) -> None:
+    s = Scenario()
+    thirds(s, "A1", "j1", "L1", amount, currency)
+    doc = reconcile(tmp_path, s)
+    # Each third is 2/3 of a minor unit: every floor is 0 with the same remainder, so the two
+    # units left go to the first two in category order: productive, then startup (RULES.md
+    # §Categories, rule 8), not idle_reserved (rule 11).
+    l1 = line(doc, "L1")
+    assert l1["amount"] == amount
+    assert cats(l1) == {"productive": (600, unit, C), "startup": (600, unit, C), "idle_reserved": (600, none, C)}
+
+
+def test_rounding_ties_rank_every_label_apart_in_category_order() -> None:
+    """Which cell of a tie gets a cent must never be left to the sort: every label has a
+    rank of its own, in RULES.md's order (unallocated, then rules 1-10, restart bearers
+    provider first). The scenario above can pass by luck; this cannot."""
+    import duckdb
+
+    from reconcile.money import _CATEGORY_RANK
+
+    # by hand from RULES.md: unallocated 21, double_billed 20, reclaimed 1, checkpoint 2,
+    # restart_lost 3/4, restart_recovery 5/6, productive 7/8/9, stalled_fault 10, startup 11,
+    # idle_reserved 0, idle_unexplained 12, money_only 22
+    in_order = [21, 20, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0, 12, 22]
+    values = ", ".join(f"({label})" for label in in_order)
+    ranks = duckdb.sql(f"SELECT f.label, {_CATEGORY_RANK} AS r FROM (VALUES {values}) f(label)").fetchall()
+    by_rank = sorted(ranks, key=lambda row: row[1])
+    assert [label for label, _ in by_rank] == in_order
+    assert len({r for _, r in ranks}) == len(in_order)
+
+
 @pytest.mark.parametrize("places", [25, 40])
 def test_amounts_too_fine_for_exact_arithmetic_are_a_clear_error(tmp_path: Path, places: int) -> None:
     s = Scenario()
