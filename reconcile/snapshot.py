@@ -138,10 +138,11 @@ def _padded(table: str, fields: Iterable[str], type_: str | None = None) -> str:
 def open_engine(threads: int | None = None, memory_limit: str | None = None,
                 temp_directory: Path | None = None, database: Path | None = None) -> duckdb.DuckDBPyConnection:
     """A private DuckDB with empty tables, one per kind of event (`progress`, the
-    `NARROW_TABLES`, `ev_other`), the view `ev_rest` of all but progress and the view `ev`
-    of all, with every typed column. In memory, or, for ledgers too big for that, in a
-    scratch `database` file: its tables are stored compressed and spill to disk under
-    `memory_limit` instead of growing without bound."""
+    `NARROW_TABLES`, `ev_other`) and `jobs` (progress's job keys), the view `ev_rest` of
+    all but progress, the view `ev` of all, with every typed column, and the view
+    `horizons` (each tenant's latest event time). In memory, or, for ledgers too big for
+    that, in a scratch `database` file: its tables are stored compressed and spill to disk
+    under `memory_limit` instead of growing without bound."""
     con = duckdb.connect(str(database) if database is not None else ":memory:")
     con.execute("SET TimeZone = 'UTC'")
     con.execute("SET preserve_insertion_order = false")
