@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -242,15 +243,22 @@ def peak_rss_mib() -> float:
 def _engine_child(path: Path, threads: int | None) -> dict[str, Any]:
     from reconcile import reconcile_parquet
 
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), _cpu_seconds()
     result = reconcile_parquet(path, threads=threads)
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
     table = getattr(result, "table", None)  # the cells as Arrow: no Python object per cell
     if table is not None:
-        return {"seconds": round(seconds, 2), "cells": table.num_rows,
+        return {"seconds": round(seconds, 2), "cpu_seconds": round(cpu, 1), "cells": table.num_rows,
                 "billed_gpu_us": int(pc.sum(table.column("gpu_us")).as_py() or 0)}
-    return {"seconds": round(seconds, 2), "cells": len(result.cells),
+    return {"seconds": round(seconds, 2), "cpu_seconds": round(cpu, 1), "cells": len(result.cells),
             "billed_gpu_us": sum(c.gpu_us for c in result.cells)}
+
+
+def _cpu_seconds() -> float:
+    """This process's CPU time, all threads: steadier than wall time on a shared host,
+    where the same run's wall time has swung by a third."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _pandas_child(path: Path, threads: int | None) -> dict[str, Any]:
