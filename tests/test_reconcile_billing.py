@@ -140,38 +140,25 @@ def thirds(s: Scenario, alloc: str, job: str, line_id: str, amount: str, currenc
     s.line(line_id, alloc, "10:00", "10:30", gpus=1, amount=amount, currency=currency)
 
 
-@pytest.mark.parametrize(("currency", "amount", "bigger", "smaller"), [
-    ("USD", "10.00", "3.34", "3.33"), ("JPY", "1000", "334", "333"),
+@pytest.mark.parametrize(("currency", "amount", "productive", "startup", "idle_reserved"), [
+    # one unit left: each third (3.333.. USD, 333.3.. JPY, whose minor unit is 1 yen) loses
+    # the same remainder, so it goes to the first in category order: productive (rule 6)
+    ("USD", "10.00", "3.34", "3.33", "3.33"), ("JPY", "1000", "334", "333", "333"),
     # 10^15 cents x 1.8e9 GPU-µs x 10^4 needs ~94 bits: the 128-bit path of money.py
-    ("USD", "10000000000000.00", "3333333333333.34", "3333333333333.33"),
-], ids=["USD", "JPY", "USD 128-bit"])
+    ("USD", "10000000000000.00", "3333333333333.34", "3333333333333.33", "3333333333333.33"),
+    # two units left: each third is 2/3 of a unit, every floor 0 with the same remainder, so
+    # they go to productive, then startup (rule 8), not idle_reserved (rule 9)
+    ("USD", "0.02", "0.01", "0.01", "0.00"), ("JPY", "2", "1", "1", "0"),
+], ids=["USD", "JPY", "USD 128-bit", "USD two left", "JPY two left"])
 def test_rounding_remainder_goes_by_largest_remainder_then_category_order(
-        tmp_path: Path, currency: str, amount: str, bigger: str, smaller: str) -> None:
+        tmp_path: Path, currency: str, amount: str, productive: str, startup: str, idle_reserved: str) -> None:
     s = Scenario()
     thirds(s, "A1", "j1", "L1", amount, currency)
     doc = reconcile(tmp_path, s)
-    # Each category is exactly a third of the amount (3.333.. USD, 333.3.. JPY, whose minor
-    # unit is 1 yen); rounded half-even each loses the same remainder, so the one unit left
-    # goes to the first in category order: productive (6) before startup (8), idle_reserved (9).
     l1 = line(doc, "L1")
     assert l1["amount"] == amount
-    assert cats(l1) == {"productive": (600, bigger, C), "startup": (600, smaller, C),
-                        "idle_reserved": (600, smaller, C)}
-
-
-@pytest.mark.parametrize(("currency", "amount", "unit", "none"), [("USD", "0.02", "0.01", "0.00"), ("JPY", "2", "1", "0")],
-                         ids=["USD", "JPY"])
-def test_two_units_left_go_in_category_order_startup_before_idle_reserved(
-        tmp_path: Path, currency: str, amount: str, unit: str, none: str) -> None:
-    s = Scenario()
-    thirds(s, "A1", "j1", "L1", amount, currency)
-    doc = reconcile(tmp_path, s)
-    # Each third is 2/3 of a minor unit: every floor is 0 with the same remainder, so the two
-    # units left go to the first two in category order: productive, then startup (RULES.md
-    # §Categories, rule 8), not idle_reserved (rule 11).
-    l1 = line(doc, "L1")
-    assert l1["amount"] == amount
-    assert cats(l1) == {"productive": (600, unit, C), "startup": (600, unit, C), "idle_reserved": (600, none, C)}
+    assert cats(l1) == {"productive": (600, productive, C), "startup": (600, startup, C),
+                        "idle_reserved": (600, idle_reserved, C)}
 
 
 def test_rounding_ties_rank_every_label_apart_in_category_order() -> None:
