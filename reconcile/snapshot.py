@@ -9,7 +9,9 @@ epoch (UTC), which keeps every interval computation exact.
 Progress events, most of a ledger, are stored under an integer job key (`jobs.jid`, one
 per tenant and job of a `job.started`) rather than two strings: the engine's one pass over
 each job's events sorts and joins on it. Progress of a job not (yet) started keeps its
-strings (`loose` columns) until a later page starts the job, or for good.
+`tenant` and `job_id` (NULL otherwise) until a later page starts the job, or for good.
+The new jobs of a page are read from the page itself (its few starts parsed a second
+time), not from `ev_other`, which grows with every page.
 """
 
 from __future__ import annotations
