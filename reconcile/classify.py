@@ -23,22 +23,29 @@ from reconcile.intervals import INF, SPAN_LABELS
 GPU_LINE = "l.g_b > 0 AND l.aid IS NOT NULL AND l.category IS DISTINCT FROM 'credit' AND l.pe > l.ps"
 
 LINES = f"""
--- A line another line `corrects` is replaced: an anti-join built on the few corrections
--- (the lines read twice rather than as a CTE, which DuckDB would copy whole).
-CREATE TABLE lines AS
-SELECT l.* FROM (
-    SELECT seq, tenant, invoice_id, line_id, allocation_id AS aid, ps, pe, gpus AS g_b, amount, currency, category
-    FROM ev_rest WHERE type = 'billing.line') l
-ANTI JOIN (SELECT tenant, corrects AS line_id, seq FROM ev_rest WHERE type = 'billing.line' AND corrects IS NOT NULL) c
+-- A line another line `corrects` is replaced. The few replaced lines are a table, and
+-- `lines` a view of the rest, so the millions of lines are never copied.
+CREATE TABLE replaced AS
+SELECT DISTINCT l.seq FROM lines_ev l
+JOIN (SELECT tenant, corrects AS line_id, seq FROM lines_ev WHERE corrects IS NOT NULL) c
   ON c.tenant = l.tenant AND c.line_id = l.line_id AND c.seq <> l.seq;
 
+CREATE VIEW lines AS
+SELECT seq, tenant, invoice_id, line_id, allocation_id AS aid, ps, pe, gpus AS g_b, amount, currency, category
+FROM lines_ev WHERE seq NOT IN (SELECT seq FROM replaced);
+
+-- Built from every line, the replaced ones deleted after: a view's row estimate would
+-- lead DuckDB to hash the millions of lines rather than the allocations.
 CREATE TABLE gline AS
 SELECT l.seq, l.tenant, l.aid, l.g_b, l.pe - l.ps AS w_us,
        a.ak, a.g_a, least(l.g_b, coalesce(a.g_a, 0)) AS g,
        CASE WHEN a.aid IS NULL THEN NULL ELSE greatest(l.ps, a.granted) END AS cs,
        CASE WHEN a.aid IS NULL THEN NULL ELSE least(l.pe, a.released) END AS ce
-FROM lines l LEFT JOIN allocs a ON a.tenant = l.tenant AND a.aid = l.aid
+FROM (SELECT seq, tenant, allocation_id AS aid, ps, pe, gpus AS g_b, category FROM lines_ev) l
+LEFT JOIN allocs a ON a.tenant = l.tenant AND a.aid = l.aid
 WHERE {GPU_LINE};
+
+DELETE FROM gline WHERE seq IN (SELECT seq FROM replaced);
 """
 
 PIECES = """
