@@ -22,6 +22,10 @@ from reconcile.intervals import INF, SPAN_LABELS
 #: A line that bills GPU time (the rest are money-only): GPUs, an allocation, a window, no credit.
 GPU_LINE = "l.g_b > 0 AND l.aid IS NOT NULL AND l.category IS DISTINCT FROM 'credit' AND l.pe > l.ps"
 
+#: A billing line's columns as the engine names them (`lines`, and `gline`'s source).
+LINE_COLUMNS = ("seq, tenant, invoice_id, line_id, allocation_id AS aid, ps, pe, gpus AS g_b, amount, currency, "
+                "category")
+
 LINES = f"""
 -- A line another line `corrects` is replaced. The few replaced lines are a table, and
 -- `lines` a view of the rest, so the millions of lines are never copied.
@@ -31,8 +35,7 @@ JOIN (SELECT tenant, corrects AS line_id, seq FROM lines_ev WHERE corrects IS NO
   ON c.tenant = l.tenant AND c.line_id = l.line_id AND c.seq <> l.seq;
 
 CREATE VIEW lines AS
-SELECT seq, tenant, invoice_id, line_id, allocation_id AS aid, ps, pe, gpus AS g_b, amount, currency, category
-FROM lines_ev WHERE seq NOT IN (SELECT seq FROM replaced);
+SELECT {LINE_COLUMNS} FROM lines_ev WHERE seq NOT IN (SELECT seq FROM replaced);
 
 -- Built from every line, the replaced ones deleted after: a view's row estimate would
 -- lead DuckDB to hash the millions of lines rather than the allocations.
@@ -41,7 +44,7 @@ SELECT l.seq, l.tenant, l.aid, l.g_b, l.pe - l.ps AS w_us,
        a.ak, a.g_a, least(l.g_b, coalesce(a.g_a, 0)) AS g,
        CASE WHEN a.aid IS NULL THEN NULL ELSE greatest(l.ps, a.granted) END AS cs,
        CASE WHEN a.aid IS NULL THEN NULL ELSE least(l.pe, a.released) END AS ce
-FROM (SELECT seq, tenant, allocation_id AS aid, ps, pe, gpus AS g_b, category FROM lines_ev) l
+FROM (SELECT {LINE_COLUMNS} FROM lines_ev) l
 LEFT JOIN allocs a ON a.tenant = l.tenant AND a.aid = l.aid
 WHERE {GPU_LINE};
 
