@@ -308,17 +308,23 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
     """Write a customer's dispute packet for one invoice: findings, the tenant's entries, proofs, signed checkpoint."""
     import ledger
     from ledger.note import read_signer
-    from reconcile.dispute import build_dispute, write_packet
+    from reconcile.dispute import IsolationError, build_dispute, write_packet
 
     store = ledger.Store(db_url)
     signer = read_signer(key_path)
     _require_store(store)
-    packet = build_dispute(store, tenant, invoice, signer)
+    try:
+        packet = build_dispute(store, tenant, invoice, signer)
+    except IsolationError as exc:  # the ledger holds what would leak: a finding, not bad input
+        click.echo(f"REFUSED: {exc}", err=True)
+        sys.exit(1)
     write_packet(packet, out)
     fleet = sum(1 for e in packet["bundle"]["entries"] if e["tenant"] is None)
+    withheld = len(packet["bundle"].get("withheld", []))
     click.echo(f"wrote {out}: invoice {invoice} of {tenant}, {len(packet['findings']['lines'])} lines; "
                f"{len(packet['bundle']['entries']) - fleet} entries of {tenant} and {fleet} fleet entries; "
-               f"checkpoint of tree size {packet['bundle']['checkpoint'].splitlines()[1]}")
+               f"checkpoint of tree size {packet['bundle']['checkpoint'].splitlines()[1]}"
+               + (f"; {withheld} fleet entries withheld (they name another tenant)" if withheld else ""))
 
 
 @main.command("verify-packet")

@@ -32,30 +32,41 @@ _ENTRY_FIELDS = ("seq", "recorded_at", "source", "id", "type", "tenant", "tenant
 
 
 def build_bundle(store: Store, tenant: str, fleet_seqs: Iterable[int] = (), checkpoint_seq: int | None = None,
-                 since_checkpoint_seq: int | None = None) -> dict[str, Any]:
+                 since_checkpoint_seq: int | None = None, withheld_seqs: Iterable[int] = (),
+                 since_size: int | None = None) -> dict[str, Any]:
     """All of `tenant`'s entries up to the checkpoint, plus the fleet entries named by
-    `fleet_seqs` (health faults that explain findings), with their proofs."""
+    `fleet_seqs` (health faults that explain findings), with their proofs. Fleet entries
+    named by `withheld_seqs` are proven by leaf hash alone (their content is not carried);
+    `since_size` (or the size of checkpoint `since_checkpoint_seq`) adds a consistency
+    proof from that earlier tree to the checkpoint's."""
     with store.reading() as conn:
         checkpoint = _checkpoint_row(conn, checkpoint_seq)
         size = int(checkpoint.tree_size)
         rows = _tenant_rows(conn, tenant, size) + _fleet_rows(conn, sorted(set(fleet_seqs)), size)
         rows.sort(key=lambda r: r["seq"])
+        withheld = _fleet_rows(conn, sorted(set(withheld_seqs) - set(fleet_seqs)), size)
+        withheld.sort(key=lambda r: r["seq"])
         reader = TreeReader(conn)
         head = tenant_head_proof(conn, int(checkpoint.checkpoint_seq), tenant)
+        proven = [r["seq"] - 1 for r in rows + withheld]
         bundle: dict[str, Any] = {
             "version": BUNDLE_VERSION,
             "tenant": tenant,
             "checkpoint": checkpoint.note,
             "entries": [_entry_json(r) for r in rows],
-            "inclusion": [h.hex() for h in reader.multiproof([r["seq"] - 1 for r in rows], size)],
+            "inclusion": [h.hex() for h in reader.multiproof(proven, size)],
             "tenant_head": {"tenant_seq": head.tenant_seq, "leaf": head.leaf.hex(), "index": head.index,
                             "proof": [h.hex() for h in head.proof]},
         }
+        if withheld:
+            bundle["withheld"] = [{"seq": r["seq"], "leaf": entry_leaf(_entry_json(r)).hex()} for r in withheld]
         if since_checkpoint_seq is not None:
-            earlier = _checkpoint_row(conn, since_checkpoint_seq)
-            first = int(earlier.tree_size)
-            bundle["consistency"] = {"from_size": first,
-                                     "proof": [h.hex() for h in reader.consistency_proof(first, size)]}
+            since_size = int(_checkpoint_row(conn, since_checkpoint_seq).tree_size)
+        if since_size is not None:
+            if not 0 < since_size <= size:
+                raise LedgerError(f"--since-size: {since_size} is not a tree size in [1, {size}], the checkpoint's")
+            bundle["consistency"] = {"from_size": since_size,
+                                     "proof": [h.hex() for h in reader.consistency_proof(since_size, size)]}
     return bundle
 
 
@@ -113,7 +124,12 @@ def verify_bundle(bundle: dict[str, Any], verifier: Verifier, earlier_checkpoint
             if not 1 <= entry["seq"] <= checkpoint.size:
                 raise ProofError(f"seq {entry['seq']} is outside the checkpoint's tree of {checkpoint.size}")
             leaves[entry["seq"] - 1] = entry_leaf(entry)
-        if len(leaves) != len(items):
+        withheld = bundle.get("withheld", [])
+        for item in withheld:
+            if not 1 <= item["seq"] <= checkpoint.size:
+                raise ProofError(f"withheld seq {item['seq']} is outside the checkpoint's tree of {checkpoint.size}")
+            leaves[item["seq"] - 1] = bytes.fromhex(item["leaf"])
+        if len(leaves) != len(items) + len(withheld):
             raise ProofError("an entry appears twice")
         verify_multiproof(checkpoint.size, leaves, [bytes.fromhex(h) for h in bundle["inclusion"]], checkpoint.root)
         _check_complete(tenant, items, bundle["tenant_head"], checkpoint)

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from ledger import LedgerError, Store
 from ledger.checkpoint import sign_checkpoint
@@ -44,10 +44,11 @@ from ledger.evidence import BUNDLE_VERSION, build_bundle, verify_bundle
 from ledger.note import Signer, Verifier
 from ledger.proofs import Checkpoint, ProofError
 from ledger.tables import entries as entries_table
-from reconcile import MoneyOverflow, reconcile_entries, reconcile_store
+from reconcile import MoneyOverflow, reconcile_entries
+from reconcile.isolation import Isolation, IsolationError, check_packet, tenant_identifiers
 from reconcile.untrusted import PacketError, first_difference, hex_string, member, no_other_members, show, typed
 
-__all__ = ["PacketError", "PacketUnreadable", "VerifiedPacket", "build_dispute", "explaining_fleet_seqs", "read_packet",
+__all__ = ["IsolationError", "PacketError", "PacketUnreadable", "VerifiedPacket", "build_dispute", "choose_fleet", "explaining_fleet_seqs", "read_packet",
            "touches", "verify_dispute", "write_packet"]
 
 PACKET_VERSION = 1
@@ -67,24 +68,71 @@ class VerifiedPacket:
     tenant_entries: int
     fleet_entries: int
     checkpoint: Checkpoint
+    withheld: int = 0  # fleet entries proven by leaf hash alone: they hold another tenant's identifiers
 
 
 # -- building -------------------------------------------------------------------------
 
 
-def build_dispute(store: Store, tenant: str, invoice: str, signer: Signer) -> dict[str, Any]:
-    """Sign the head, reconcile `invoice` as that checkpoint sees it, and bundle the
-    tenant's entries with the fleet faults that touch its allocations."""
+def build_dispute(store: Store, tenant: str, invoice: str, signer: Signer, since_size: int | None = None) -> dict[str, Any]:
+    """Bundle the tenant's entries with the clean fleet faults that touch its allocations,
+    sign the head, and reconcile `invoice` from exactly what the packet carries.
+
+    Isolation (reconcile/isolation.py) is checked twice: on the material before anything
+    is signed, and on the whole packet before it is returned; IsolationError names the
+    first identifier of another tenant found."""
     _require_invoice(store, tenant, invoice)
+    before = _head_size(store)
+    isolation = Isolation(tenant_identifiers(store, before), tenant)
+    _check_material(store, isolation, before)
     signed = sign_checkpoint(store, signer)
     size = signed.body.size
-    findings = reconcile_store(store, tenant=tenant, invoice=invoice, upto_seq=size)
+    if size != before:  # appends landed in between: what they add is checked by the gate below
+        isolation = Isolation(tenant_identifiers(store, size), tenant)
+    carried, withheld = choose_fleet(store, isolation, size)
+    bundle = build_bundle(store, tenant, carried, signed.checkpoint_seq, withheld_seqs=withheld, since_size=since_size)
+    findings = reconcile_entries(bundle["entries"], invoice=invoice)
     if not findings.cells:
         raise LedgerError(f"--invoice: tenant {tenant!r} has no billing line left on invoice {invoice!r} "
                           f"after corrections, up to seq {size}")
-    bundle = build_bundle(store, tenant, explaining_fleet_seqs(store, tenant, size), signed.checkpoint_seq)
-    return {"version": PACKET_VERSION, "kind": PACKET_KIND, "tenant": tenant, "invoice_id": invoice,
-            "findings": json.loads(json.dumps(findings.as_json())), "bundle": bundle}
+    packet = {"version": PACKET_VERSION, "kind": PACKET_KIND, "tenant": tenant, "invoice_id": invoice,
+              "findings": json.loads(json.dumps(findings.as_json())), "bundle": bundle}
+    check_packet(isolation, packet)
+    return packet
+
+
+def _head_size(store: Store) -> int:
+    with store.reading() as conn:
+        return int(conn.execute(select(func.coalesce(func.max(entries_table.c.seq), 0))).scalar_one())
+
+
+def _check_material(store: Store, isolation: Isolation, size: int) -> None:
+    """The tenant's own entries up to `size` hold no other tenant's identifier (the fleet
+    entries are chosen clean): checked before a checkpoint is signed for the packet."""
+    query = (select(*[entries_table.c[f] for f in ("seq", "source", "id", "event")])
+             .where(entries_table.c.tenant == isolation.tenant, entries_table.c.seq <= size)
+             .order_by(entries_table.c.tenant_seq))
+    with store.reading() as conn:
+        for row in conn.execute(query):
+            leak = isolation.leak_in_entry(dict(row._mapping))
+            if leak is not None:
+                raise IsolationError(leak.message(isolation.tenant))
+
+
+def choose_fleet(store: Store, isolation: Isolation, size: int) -> tuple[list[int], list[int]]:
+    """The fleet health entries (seq ≤ size) that touch one of the tenant's allocations,
+    split into those the packet carries and those it withholds because they hold another
+    tenant's identifier (canonical bytes cannot be redacted: see docs/packets.md)."""
+    carried: list[int] = []
+    withheld: list[int] = []
+    seqs = explaining_fleet_seqs(store, isolation.tenant, size)
+    query = select(*[entries_table.c[f] for f in ("seq", "source", "id", "event")])
+    with store.reading() as conn:
+        for start in range(0, len(seqs), 500):
+            for row in conn.execute(query.where(entries_table.c.seq.in_(seqs[start:start + 500]))):
+                clean = isolation.leak_in_entry(dict(row._mapping)) is None
+                (carried if clean else withheld).append(int(row.seq))
+    return sorted(carried), sorted(withheld)
 
 
 def _require_invoice(store: Store, tenant: str, invoice: str) -> None:
@@ -167,7 +215,8 @@ def verify_dispute(packet: Any, verifier: Verifier) -> VerifiedPacket:
     if difference is not None:
         raise PacketError(f"{difference} (recomputed from the packet's own entries)")
     fleet = sum(1 for e in items if e["tenant"] is None)
-    return VerifiedPacket(tenant, invoice, len(findings["lines"]), len(items) - fleet, fleet, checkpoint)
+    return VerifiedPacket(tenant, invoice, len(findings["lines"]), len(items) - fleet, fleet, checkpoint,
+                          len(bundle.get("withheld", [])))
 
 
 def _packet_parts(packet: Any) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
@@ -189,7 +238,8 @@ def _packet_parts(packet: Any) -> tuple[str, str, dict[str, Any], dict[str, Any]
 
 def _check_bundle_shape(bundle: dict[str, Any]) -> None:
     where = "packet.bundle"
-    no_other_members(bundle, ("version", "tenant", "checkpoint", "entries", "inclusion", "tenant_head"), where)
+    no_other_members(bundle, ("version", "tenant", "checkpoint", "entries", "inclusion", "tenant_head", "withheld",
+                              "consistency"), where)
     for key, kind in (("version", int), ("tenant", str), ("checkpoint", str), ("entries", list), ("inclusion", list)):
         member(bundle, key, kind, where)
     if bundle["version"] != BUNDLE_VERSION:
@@ -205,6 +255,17 @@ def _check_bundle_shape(bundle: dict[str, Any]) -> None:
         hex_string(item, f"{where}.tenant_head.proof[{i}]")
     for i, entry in enumerate(bundle["entries"]):
         _check_entry_shape(typed(entry, dict, f"{where}.entries[{i}]"), f"{where}.entries[{i}]")
+    for i, item in enumerate(typed(bundle.get("withheld", []), list, f"{where}.withheld")):
+        typed(item, dict, f"{where}.withheld[{i}]")
+        no_other_members(item, ("seq", "leaf"), f"{where}.withheld[{i}]")
+        member(item, "seq", int, f"{where}.withheld[{i}]")
+        _hash(member(item, "leaf", str, f"{where}.withheld[{i}]"), f"{where}.withheld[{i}].leaf")
+
+
+def _hash(value: str, where: str) -> None:
+    hex_string(value, where)
+    if len(value) != 64:
+        raise PacketError(f"{where}: expected a SHA-256 hash (64 hex digits), got {len(value)} characters")
 
 
 _ENTRY_SHAPE: tuple[tuple[str, type | tuple[type, ...]], ...] = (

@@ -1,0 +1,255 @@
+"""Tenant isolation of dispute packets (reconcile/isolation.py, docs/packets.md).
+
+On simulated fleets with shared nodes, MIG and time-sliced nodes, every tenant's packet
+is scanned for every other tenant's identifiers, which this test collects itself from the
+raw simulated source files (sacct, Kueue, Kubernetes Events, CloudEvents, FOCUS), never
+from the engine. Small ledgers show the refusal: one line naming the identifier, its kind
+and where it is, nothing written and nothing signed.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import text
+
+import ingest
+from cli import main
+from fixtures.sim import Rates, SimConfig, simulate
+from ledger import Appender, Store, append_stream
+from ledger.note import Signer
+from reconcile.dispute import build_dispute, verify_dispute
+from reconcile.isolation import Isolation
+from tests.conftest import event, write_jsonl
+
+#: tenant -> kind -> identifiers, as the raw source files give them.
+Identifiers = dict[str, dict[str, set[str]]]
+TOKEN = re.compile(r"[\w-]+")
+
+
+def sacct_identifiers(path: Path, found: Identifiers) -> None:
+    with path.open(newline="") as handle:
+        for row in csv.DictReader(handle, delimiter="|"):
+            tenant = row["Account"] or row["User"]
+            job = row["JobID"].split(".")[0]  # a step row belongs to its job
+            found[tenant]["job"].add(job)
+            found[tenant]["allocation"].add(job)
+            if row["User"]:
+                found[tenant]["user"].add(row["User"])
+
+
+def kueue_identifiers(path: Path, found: Identifiers) -> None:
+    for item in json.loads(path.read_text())["items"]:
+        meta = item["metadata"]
+        found[meta["namespace"]]["allocation"].add(meta["name"])
+        found[meta["namespace"]]["job"].update(owner["name"] for owner in meta.get("ownerReferences", []))
+
+
+def k8s_identifiers(path: Path, found: Identifiers) -> None:
+    for item in json.loads(path.read_text())["items"]:
+        involved = item["involvedObject"]
+        if involved["kind"] == "Pod":
+            found[involved["namespace"]]["pod"].add(involved["name"])
+
+
+def cloudevents_identifiers(path: Path, found: Identifiers) -> None:
+    for line in path.read_text().splitlines():
+        data = json.loads(line)["data"]
+        if data.get("tenant") is None:
+            continue
+        for kind, field in (("job", "job_id"), ("allocation", "allocation_id"), ("pod", "pod"), ("invoice", "invoice_id")):
+            if data.get(field) is not None:
+                found[data["tenant"]][kind].add(str(data[field]))
+
+
+def focus_identifiers(path: Path, found: Identifiers) -> None:
+    with path.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            tenant = row["SubAccountId"]
+            found[tenant]["invoice"].add(row["InvoiceId"])
+            if row["ResourceId"] not in ("", "NULL"):
+                found[tenant]["allocation"].add(row["ResourceId"])
+
+
+READERS = {"sacct": sacct_identifiers, "kueue": kueue_identifiers, "k8s-events": k8s_identifiers,
+           "cloudevents": cloudevents_identifiers, "focus": focus_identifiers}
+
+
+def raw_identifiers(folder: Path) -> Identifiers:
+    found: Identifiers = defaultdict(lambda: defaultdict(set))
+    for item in json.loads((folder / "manifest.json").read_text())["files"]:
+        if item["format"] in READERS:
+            READERS[item["format"]](folder / item["path"], found)
+    for tenant in list(found):
+        found[tenant]["tenant"].add(tenant)
+    return found
+
+
+def packet_strings(value: Any) -> list[str]:
+    """Every string of a packet: keys and values, each entry's event parsed and walked."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [s for inner in value for s in packet_strings(inner)]
+    if isinstance(value, dict):
+        out = list(value)
+        for key, inner in value.items():
+            out += packet_strings(json.loads(inner) if key == "event" else inner)
+        return out
+    return []
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Store, Path]:
+    out = tmp_path_factory.mktemp("shared-fleet")
+    rates = Rates(mig=0.4, timeslice=0.4, hardware_failure=0.3, fault_stall=0.3, fabric_fault=0.5, node_down=0.3)
+    simulate(SimConfig(seed=29, gpus=64, days=1, tenants=4, rates=rates), out)
+    store = Store(f"sqlite:///{out / 'ledger.db'}")
+    store.init()
+    appender = Appender(store)
+    for item in json.loads((out / "manifest.json").read_text())["files"]:
+        records = ingest.extract(out / item["path"], item["format"], **item.get("options", {}))
+        assert append_stream(appender, records, 5000).quarantined == 0
+    return store, out
+
+
+def test_no_packet_holds_another_tenants_identifier(fleet: tuple[Store, Path]) -> None:
+    store, folder = fleet
+    ids = raw_identifiers(folder)
+    flat = {tenant: set().union(*kinds.values()) for tenant, kinds in ids.items()}
+    assert len(flat) == 4
+    assert all(TOKEN.fullmatch(i) for values in flat.values() for i in values)  # so a token check sees them all
+    classes = {json.loads(e)["data"].get("placement_class") for (e,) in store.engine.connect().execute(
+        text("SELECT event FROM entries WHERE type = 'allocation.granted'"))}
+    assert {"whole", "mig", "timeslice"} <= classes
+    signer = Signer.generate("fleet.test")
+    withheld_leaks = carried = 0
+    for tenant in sorted(flat):
+        foreign = set().union(*(v for t, v in flat.items() if t != tenant)) - flat[tenant]
+        for invoice in sorted(ids[tenant]["invoice"]):
+            packet = json.loads(json.dumps(build_dispute(store, tenant, invoice, signer)))
+            assert verify_dispute(packet, signer.verifier).tenant == tenant
+            tokens = {t for s in packet_strings(packet) for t in TOKEN.findall(s)}
+            assert sorted(tokens & foreign) == [], (tenant, invoice)
+            carried += sum(1 for e in packet["bundle"]["entries"] if e["tenant"] is None)
+            withheld_leaks += sum(1 for w in packet["bundle"].get("withheld", []) if leaks(store, w["seq"], foreign))
+    # Not vacuous: faults on shared nodes touched these tenants, some of them naming another
+    # tenant's job (dcgmi per-job stats): those were withheld, the clean ones carried.
+    assert carried > 0 and withheld_leaks > 0
+
+
+def leaks(store: Store, seq: int, foreign: set[str]) -> bool:
+    with store.reading() as conn:
+        row = conn.execute(text("SELECT source, id, event FROM entries WHERE seq = :s"), {"s": seq}).one()
+    return bool({t for s in packet_strings(dict(row._mapping)) for t in TOKEN.findall(s)} & foreign)
+
+
+# -- the gate and the choice on a small ledger -------------------------------------------
+
+def _at(clock: str) -> str:
+    return f"2026-01-05T{clock}Z"
+
+
+def _acme(type_: str, id_: str, clock: str, **data: Any) -> dict[str, Any]:
+    return event(type_, id_, {"tenant": "acme", **data}, source="slurm://c", time=_at(clock))
+
+
+ZETA = [event("job.started", "z1", {"tenant": "zeta", "job_id": "zeta-secret-job", "allocation_id": "Z-9"},
+              source="slurm://c", time=_at("10:00:00"))]
+ACME = [
+    _acme("allocation.granted", "g", "10:00:00", allocation_id="A-1", gpus=2, node="n1", devices=[0, 1]),
+    _acme("job.started", "s", "10:00:30", job_id="acme-train", allocation_id="A-1"),
+    _acme("job.progress", "p1", "10:02:00", job_id="acme-train", step=1),
+    _acme("job.completed", "c", "10:05:00", job_id="acme-train"),
+    _acme("allocation.released", "r", "10:10:00", allocation_id="A-1"),
+    event("billing.line", "l", {"tenant": "acme", "invoice_id": "INV-1", "line_id": "L-1", "allocation_id": "A-1",
+                                "period_start": _at("10:00:00"), "period_end": _at("10:10:00"), "gpus": 2,
+                                "amount": "1.00", "currency": "USD"}, source="billing://c", time=_at("10:10:00")),
+]
+CLEAN_FAULT = event("health.fault", "f-clean", {"node": "n1", "device": 0, "code": "xid-79", "severity": "critical"},
+                    source="dcgm://n1", time=_at("10:03:00"))
+DIRTY_FAULT = event("health.fault", "f-dirty", {"node": "n1", "device": 1, "code": "xid-48", "severity": "critical",
+                                               "dcgm_job": "zeta-secret-job"}, source="dcgm://n1", time=_at("10:04:00"))
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+def ledger_of(folder: Path, records: list[dict[str, Any]]) -> str:
+    url = f"sqlite:///{folder / 'ledger.db'}"
+    assert run("keygen", "--out", str(folder / "key"))[0] == 0
+    assert run("ingest", "--db", url, str(write_jsonl(folder / "e.jsonl", records)))[0] == 0
+    return url
+
+
+def checkpoints(url: str) -> int:
+    store = Store(url)
+    with store.reading() as conn:
+        count = int(conn.execute(text("SELECT count(*) FROM checkpoints")).scalar_one())
+    store.close()
+    return count
+
+
+def dispute(folder: Path, url: str) -> tuple[int, str, str]:
+    return run("dispute", "--db", url, "--tenant", "acme", "--invoice", "INV-1", "--key", str(folder / "key"),
+               "--out", str(folder / "packet.json"))
+
+
+def test_a_fault_naming_another_tenants_job_is_withheld_the_clean_one_carried(tmp_path: Path) -> None:
+    url = ledger_of(tmp_path, ZETA + ACME[:3] + [CLEAN_FAULT, DIRTY_FAULT] + ACME[3:])
+    code, out, err = dispute(tmp_path, url)
+    assert (code, err) == (0, "")
+    assert out.endswith("; 6 entries of acme and 1 fleet entries; checkpoint of tree size 9; "
+                        "1 fleet entries withheld (they name another tenant)\n")
+    packet_text = (tmp_path / "packet.json").read_text()
+    assert "zeta" not in packet_text and "f-dirty" not in packet_text and "f-clean" in packet_text
+    packet = json.loads(packet_text)
+    assert [w["seq"] for w in packet["bundle"]["withheld"]] == [6]  # zeta 1, acme 2-4, clean 5, dirty 6
+    code, out, err = run("verify-packet", str(tmp_path / "packet.json"), "--pubkey", str(tmp_path / "key.pub"))
+    assert (code, err) == (0, "") and out.startswith("ok: invoice INV-1 of acme, 1 lines; 6 entries of acme")
+
+
+def test_a_tenant_entry_naming_another_tenants_job_refuses_the_packet(tmp_path: Path) -> None:
+    naming = _acme("policy.decision", "d", "10:01:00", decision="preempted", allocation_id="A-1",
+                   reason="preempted by zeta-secret-job")
+    url = ledger_of(tmp_path, ZETA + ACME[:2] + [naming] + ACME[2:])
+    code, out, err = dispute(tmp_path, url)
+    assert (code, out) == (1, "")
+    assert err == ("REFUSED: seq 4 event.data.reason: the packet for 'acme' would hold 'zeta-secret-job', "
+                   "a job id of tenant 'zeta'; nothing written\n")
+    assert not (tmp_path / "packet.json").exists()
+    assert checkpoints(url) == 0  # refused before anything was signed
+
+
+@pytest.mark.parametrize(("value", "found"), [
+    ("zeta-secret-job", True),
+    ("zeta-secret-job:2:xid-94:2026-01-02T21:09:19Z", True),  # a dcgmi event id built from the job
+    ("ran after zeta-secret-job.", True),
+    ("7965768.batch", True),  # a sacct step of job 7965768
+    ("acme-labs zeta-secret-jobs", False),  # not whole tokens
+    ("9f7965768aa", False),  # inside a hex hash
+    ("ns/pod-a.1 moved", True),  # an identifier with other characters, at token boundaries
+    ("xns/pod-a.1", False),
+])
+def test_identifiers_match_whole_tokens(value: str, found: bool) -> None:
+    isolation = Isolation({"zeta": {"zeta-secret-job": "job", "7965768": "job", "ns/pod-a.1": "pod"},
+                           "acme": {"acme-train": "job"}}, "acme")
+    assert (isolation.leak_in({"data": {"reason": value}}, "e") is not None) is found
+
+
+def test_keys_and_parsed_events_are_scanned_and_own_identifiers_are_not_foreign() -> None:
+    isolation = Isolation({"zeta": {"shared-name": "job", "zeta": "tenant"}, "acme": {"shared-name": "job"}}, "acme")
+    leak = isolation.leak_in({"entries": [{"event": json.dumps({"data": {"zeta": 1}})}]}, "p")
+    assert leak is not None and (leak.where, leak.kind, leak.owner) == ("p.entries[0].event.data.zeta (the key)", "tenant", "zeta")
+    assert isolation.leak_in({"job": "shared-name"}, "p") is None
