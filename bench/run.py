@@ -1,7 +1,7 @@
 """Every benchmark in turn (`python -m bench.run [--quick]`), results into bench/results.json.
 
 Full: ingest (1M native events into SQLite; PostgreSQL, FOCUS and sacct at 200k-250k),
-verify (1M entries), proofs at 1M and 10M entries, memory at 2 GiB of JSON Lines,
+verify (1M entries), proofs at 1M and 10M entries, verify-packet on a tenant's month (1M entries), memory at 2 GiB of JSON Lines,
 reconcile (10,000 GPUs for 30 days beside pandas on a tenth) and its scaling series:
 well over an hour on two cores. Quick: small sizes of each, one run, about a minute.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench import ingest, memory, proofs, verify
+from bench import ingest, memory, packet, proofs, verify
 from bench import reconcile as reconcile_bench
 from bench.results_file import record
 
@@ -26,6 +26,7 @@ def main() -> None:
         result = proofs.measure(size)
         record(f"proofs_{size}", result)
         print(f"proofs {size}: {result}", flush=True)
+    packet.main(quick)  # verify-packet on one tenant's month: 1M entries (quick: 20k)
     memory.main(["16"] if args.quick else ["2048"])
     # reconcile: 10,000 GPUs x 30 days beside pandas on a tenth, then the scaling series
     reconcile_bench.main(["--quick"] if args.quick else [])
