@@ -304,7 +304,9 @@ def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | Non
 @click.option("--key", "key_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
               help="Private key file written by keygen: a fresh checkpoint of the head is signed with it.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The packet file to write (JSON).")
-def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Path, out: Path) -> None:
+@click.option("--since-size", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Add a consistency proof from tree size N (the customer's previous checkpoint) to the packet's.")
+def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Path, out: Path, since_size: int | None) -> None:
     """Write a customer's dispute packet for one invoice: findings, the tenant's entries, proofs, signed checkpoint."""
     import ledger
     from ledger.note import read_signer
@@ -314,7 +316,7 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
     signer = read_signer(key_path)
     _require_store(store)
     try:
-        packet = build_dispute(store, tenant, invoice, signer)
+        packet = build_dispute(store, tenant, invoice, signer, since_size)
     except IsolationError as exc:  # the ledger holds what would leak: a finding, not bad input
         click.echo(f"REFUSED: {exc}", err=True)
         sys.exit(1)
@@ -331,20 +333,25 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--pubkey", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
               help="The ledger's verifier key (keygen's PATH.pub).")
-def verify_packet_command(file: Path, pubkey: Path) -> None:
+@click.option("--previous", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="An older packet or a checkpoint note: the packet's checkpoint must be that tree or extend it.")
+def verify_packet_command(file: Path, pubkey: Path, previous: Path | None) -> None:
     """Check a dispute packet with the public key alone and recompute its findings; exit 1 names what failed."""
     from ledger.note import read_verifier
-    from reconcile.dispute import PacketError, read_packet, verify_dispute
+    from reconcile.dispute import PacketError, read_packet, read_previous, verify_dispute
 
     verifier = read_verifier(pubkey)
+    earlier = None if previous is None else read_previous(previous)
     try:
-        checked = verify_dispute(read_packet(file), verifier)
+        checked = verify_dispute(read_packet(file), verifier, earlier)
     except PacketError as exc:
         click.echo(f"FAILED: {exc}", err=True)
         sys.exit(1)
     click.echo(f"ok: invoice {checked.invoice_id} of {checked.tenant}, {checked.lines} lines; "
                f"{checked.tenant_entries} entries of {checked.tenant} complete up to tree size {checked.checkpoint.size} "
-               f"and {checked.fleet_entries} fleet entries, signed by {verifier.name}; findings recomputed and equal")
+               f"and {checked.fleet_entries} fleet entries, signed by {verifier.name}; findings recomputed and equal"
+               + ("" if checked.previous_size is None else
+                  f"; extends the previous checkpoint of tree size {checked.previous_size}"))
 
 
 def _decimal_option(name: str, text: str | None) -> Decimal | None:

@@ -158,10 +158,38 @@ def _check_complete(tenant: str, items: list[dict[str, Any]], head: dict[str, An
 
 
 def _check_consistent(bundle: dict[str, Any], verifier: Verifier, earlier_note: str, checkpoint: Checkpoint) -> None:
-    earlier = Checkpoint.parse(verifier.verify(earlier_note))
-    if "consistency" not in bundle:
-        raise ProofError("the bundle has no consistency proof to the earlier checkpoint")
-    proof = bundle["consistency"]
-    if proof["from_size"] != earlier.size:
-        raise ProofError(f"the consistency proof starts at size {proof['from_size']}, the earlier checkpoint is size {earlier.size}")
-    verify_consistency(earlier.size, checkpoint.size, earlier.root, checkpoint.root, [bytes.fromhex(h) for h in proof["proof"]])
+    try:
+        earlier = Checkpoint.parse(verifier.verify(earlier_note))
+    except NoteError as exc:
+        raise ProofError(f"previous checkpoint: {exc}") from None
+    check_extends(checkpoint, bundle.get("consistency"), earlier)
+
+
+def check_extends(checkpoint: Checkpoint, consistency: dict[str, Any] | None, earlier: Checkpoint) -> None:
+    """Raise ProofError unless `checkpoint` is the same tree as `earlier` or a later one
+    that extends it, by the consistency proof `consistency` ({from_size, proof}) carries.
+
+    A stale checkpoint (older than the one the customer holds) and a fork (the same size
+    with another root, or a proof that fails) are told apart, each naming both sizes."""
+    old, new = earlier.size, checkpoint.size
+    if checkpoint.origin != earlier.origin:
+        raise ProofError(f"the packet's checkpoint is of log {checkpoint.origin!r}, the previous one of {earlier.origin!r}")
+    if new < old:
+        raise ProofError(f"stale: the packet's checkpoint is of tree size {new}, older than the previous checkpoint "
+                         f"of tree size {old}")
+    if new == old:
+        if checkpoint.root != earlier.root:
+            raise ProofError(f"fork: the packet's checkpoint and the previous one are both of tree size {new} "
+                             f"with different roots ({checkpoint.root.hex()} and {earlier.root.hex()})")
+        return
+    if consistency is None:
+        raise ProofError(f"the packet carries no consistency proof from the previous tree size {old} to its tree size "
+                         f"{new} (`dispute --since-size {old}` makes one)")
+    if consistency["from_size"] != old:
+        raise ProofError(f"the packet's consistency proof starts at tree size {consistency['from_size']}, "
+                         f"the previous checkpoint is of tree size {old}")
+    try:
+        verify_consistency(old, new, earlier.root, checkpoint.root, [bytes.fromhex(h) for h in consistency["proof"]])
+    except ProofError as exc:
+        raise ProofError(f"fork: the packet's tree of size {new} does not extend the previous tree of size {old}: "
+                         f"{exc}") from None

@@ -48,7 +48,7 @@ from reconcile import MoneyOverflow, reconcile_entries
 from reconcile.isolation import Isolation, IsolationError, check_packet, tenant_identifiers
 from reconcile.untrusted import PacketError, first_difference, hex_string, member, no_other_members, show, typed
 
-__all__ = ["IsolationError", "PacketError", "PacketUnreadable", "VerifiedPacket", "build_dispute", "choose_fleet", "explaining_fleet_seqs", "read_packet",
+__all__ = ["IsolationError", "PacketError", "PacketUnreadable", "VerifiedPacket", "build_dispute", "choose_fleet", "explaining_fleet_seqs", "read_packet", "read_previous",
            "touches", "verify_dispute", "write_packet"]
 
 PACKET_VERSION = 1
@@ -69,6 +69,7 @@ class VerifiedPacket:
     fleet_entries: int
     checkpoint: Checkpoint
     withheld: int = 0  # fleet entries proven by leaf hash alone: they hold another tenant's identifiers
+    previous_size: int | None = None  # the tree size of the previous checkpoint this one extends
 
 
 # -- building -------------------------------------------------------------------------
@@ -83,6 +84,8 @@ def build_dispute(store: Store, tenant: str, invoice: str, signer: Signer, since
     first identifier of another tenant found."""
     _require_invoice(store, tenant, invoice)
     before = _head_size(store)
+    if since_size is not None and not 0 < since_size <= before:
+        raise LedgerError(f"--since-size: {since_size} is not a tree size of this ledger, [1, {before}]")
     isolation = Isolation(tenant_identifiers(store, before), tenant)
     _check_material(store, isolation, before)
     signed = sign_checkpoint(store, signer)
@@ -196,14 +199,36 @@ def read_packet(path: Path) -> Any:
         raise PacketUnreadable(f"{path}: not a packet: JSON nested too deeply") from None
 
 
+def read_previous(path: Path) -> str:
+    """The signed checkpoint note in `path`: an older dispute packet's, or the note itself
+    (as `gpuledger checkpoint` prints it); PacketUnreadable (exit 2) when it holds neither."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise PacketUnreadable(f"--previous: {path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise PacketUnreadable(f"--previous: {path}: byte {exc.start}: not UTF-8 text") from None
+    if not text.lstrip().startswith("{"):
+        return text
+    try:
+        note = json.loads(text).get("bundle", {}).get("checkpoint")
+    except (json.JSONDecodeError, AttributeError, RecursionError):
+        note = None
+    if not isinstance(note, str):
+        raise PacketUnreadable(f"--previous: {path}: neither a checkpoint note nor a packet with bundle.checkpoint")
+    return note
+
+
 # -- verifying ------------------------------------------------------------------------
 
 
-def verify_dispute(packet: Any, verifier: Verifier) -> VerifiedPacket:
-    """Check a packet with the public key alone; raise PacketError naming what fails."""
+def verify_dispute(packet: Any, verifier: Verifier, previous: str | None = None) -> VerifiedPacket:
+    """Check a packet with the public key alone; raise PacketError naming what fails.
+    With `previous` (a signed checkpoint note the customer holds, from an older packet or
+    saved by itself), the packet's checkpoint must be that tree or extend it."""
     tenant, invoice, findings, bundle = _packet_parts(packet)
     try:
-        checkpoint = verify_bundle(bundle, verifier)
+        checkpoint = verify_bundle(bundle, verifier, previous)
     except ProofError as exc:
         raise PacketError(f"bundle: {exc}") from None
     items: list[dict[str, Any]] = bundle["entries"]
@@ -215,8 +240,9 @@ def verify_dispute(packet: Any, verifier: Verifier) -> VerifiedPacket:
     if difference is not None:
         raise PacketError(f"{difference} (recomputed from the packet's own entries)")
     fleet = sum(1 for e in items if e["tenant"] is None)
+    previous_size = None if previous is None else Checkpoint.parse(verifier.verify(previous)).size
     return VerifiedPacket(tenant, invoice, len(findings["lines"]), len(items) - fleet, fleet, checkpoint,
-                          len(bundle.get("withheld", [])))
+                          len(bundle.get("withheld", [])), previous_size)
 
 
 def _packet_parts(packet: Any) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
@@ -255,6 +281,12 @@ def _check_bundle_shape(bundle: dict[str, Any]) -> None:
         hex_string(item, f"{where}.tenant_head.proof[{i}]")
     for i, entry in enumerate(bundle["entries"]):
         _check_entry_shape(typed(entry, dict, f"{where}.entries[{i}]"), f"{where}.entries[{i}]")
+    if "consistency" in bundle:
+        proof = typed(bundle["consistency"], dict, f"{where}.consistency")
+        no_other_members(proof, ("from_size", "proof"), f"{where}.consistency")
+        member(proof, "from_size", int, f"{where}.consistency")
+        for i, item in enumerate(member(proof, "proof", list, f"{where}.consistency")):
+            _hash(typed(item, str, f"{where}.consistency.proof[{i}]"), f"{where}.consistency.proof[{i}]")
     for i, item in enumerate(typed(bundle.get("withheld", []), list, f"{where}.withheld")):
         typed(item, dict, f"{where}.withheld[{i}]")
         no_other_members(item, ("seq", "leaf"), f"{where}.withheld[{i}]")
