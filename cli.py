@@ -350,6 +350,8 @@ def verify_packet_command(file: Path, pubkey: Path, previous: Path | None) -> No
     click.echo(f"ok: invoice {checked.invoice_id} of {checked.tenant}, {checked.lines} lines; "
                f"{checked.tenant_entries} entries of {checked.tenant} complete up to tree size {checked.checkpoint.size} "
                f"and {checked.fleet_entries} fleet entries, signed by {verifier.name}; findings recomputed and equal"
+               + (f"; {checked.withheld} fleet entries withheld (leaf hash only: they name another tenant)"
+                  if checked.withheld else "")
                + ("" if checked.previous_size is None else
                   f"; extends the previous checkpoint of tree size {checked.previous_size}"))
 

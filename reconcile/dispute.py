@@ -39,13 +39,13 @@ import duckdb
 from sqlalchemy import func, select
 
 from ledger import LedgerError, Store
-from ledger.checkpoint import sign_checkpoint
+from ledger.checkpoint import DEFAULT_ORIGIN, sign_checkpoint
 from ledger.evidence import BUNDLE_VERSION, build_bundle, verify_bundle
 from ledger.note import Signer, Verifier
 from ledger.proofs import Checkpoint, ProofError
 from ledger.tables import entries as entries_table
 from reconcile import MoneyOverflow, reconcile_entries
-from reconcile.isolation import Isolation, IsolationError, check_packet, tenant_identifiers
+from reconcile.isolation import Isolation, IsolationError, Leak, check_packet, tenant_identifiers
 from reconcile.untrusted import PacketError, first_difference, hex_string, member, no_other_members, show, typed
 
 __all__ = ["IsolationError", "PacketError", "PacketUnreadable", "VerifiedPacket", "build_dispute", "choose_fleet", "explaining_fleet_seqs", "read_packet", "read_previous",
@@ -88,6 +88,7 @@ def build_dispute(store: Store, tenant: str, invoice: str, signer: Signer, since
         raise LedgerError(f"--since-size: {since_size} is not a tree size of this ledger, [1, {before}]")
     isolation = Isolation(tenant_identifiers(store, before), tenant)
     _check_material(store, isolation, before)
+    _raise_leak(isolation, isolation.leak_in_string(f"{DEFAULT_ORIGIN}\n— {signer.name}", "the checkpoint note"))
     signed = sign_checkpoint(store, signer)
     size = signed.body.size
     if size != before:  # appends landed in between: what they add is checked by the gate below
@@ -117,9 +118,12 @@ def _check_material(store: Store, isolation: Isolation, size: int) -> None:
              .order_by(entries_table.c.tenant_seq))
     with store.reading() as conn:
         for row in conn.execute(query):
-            leak = isolation.leak_in_entry(dict(row._mapping))
-            if leak is not None:
-                raise IsolationError(leak.message(isolation.tenant))
+            _raise_leak(isolation, isolation.leak_in_entry(dict(row._mapping)))
+
+
+def _raise_leak(isolation: Isolation, leak: Leak | None) -> None:
+    if leak is not None:
+        raise IsolationError(leak.message(isolation.tenant))
 
 
 def choose_fleet(store: Store, isolation: Isolation, size: int) -> tuple[list[int], list[int]]:

@@ -218,6 +218,15 @@ def test_a_fault_naming_another_tenants_job_is_withheld_the_clean_one_carried(tm
     assert [w["seq"] for w in packet["bundle"]["withheld"]] == [6]  # zeta 1, acme 2-4, clean 5, dirty 6
     code, out, err = run("verify-packet", str(tmp_path / "packet.json"), "--pubkey", str(tmp_path / "key.pub"))
     assert (code, err) == (0, "") and out.startswith("ok: invoice INV-1 of acme, 1 lines; 6 entries of acme")
+    assert out.endswith("; 1 fleet entries withheld (leaf hash only: they name another tenant)\n")
+    # The withheld entry is proven: dropping it, or changing its leaf, breaks the multi-leaf proof.
+    for change, reason in ((lambda b: b.pop("withheld"), "bundle: multi-leaf proof for 7 leaves of 9: expected 2 hashes, got 1"),
+                           (lambda b: b["withheld"][0].update(leaf="00" * 32), "bundle: multi-leaf proof of 8 leaves: computed root")):
+        altered = json.loads(packet_text)
+        change(altered["bundle"])
+        (tmp_path / "altered.json").write_text(json.dumps(altered))
+        code, out, err = run("verify-packet", str(tmp_path / "altered.json"), "--pubkey", str(tmp_path / "key.pub"))
+        assert (code, out) == (1, "") and err.startswith(f"FAILED: {reason}"), err
 
 
 def test_a_tenant_entry_naming_another_tenants_job_refuses_the_packet(tmp_path: Path) -> None:
