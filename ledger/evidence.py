@@ -2,10 +2,15 @@
 the ledger, all of them, as one signed checkpoint says.
 
 A bundle holds: the signed checkpoint note; the entries (canonical event, salt and every
-hashed column, so each leaf can be recomputed); one multi-leaf inclusion proof of them;
-the tenant-head proof; and, when asked, a consistency proof back to an earlier checkpoint
-the customer already holds. Other tenants appear only as hashes, and leaves are salted,
-so those hashes reveal nothing.
+hashed column, so each leaf can be recomputed); `withheld` fleet entries, by seq and leaf
+hash only (their content names another tenant); one multi-leaf inclusion proof of both;
+the tenant-head proof; and, when asked, a consistency proof from an earlier tree size the
+customer already holds. Other tenants appear only as hashes, and leaves are salted, so
+those hashes reveal nothing.
+
+Freshness rule (`check_extends`): given the customer's previous checkpoint, the bundle's
+must be of the same log and either the same tree (same size, same root) or a larger one
+that the carried consistency proof shows extends it; smaller is stale, anything else a fork.
 
 Completeness rule: the tenant's entries in the bundle must carry tenant_seq 1..n exactly,
 where (n, leaf) is the head the checkpoint commits to, and the n-th must have that leaf.

@@ -1,5 +1,5 @@
 """Dispute packets (issue 7): a customer's evidence for one invoice, checked offline with
-the ledger's public key alone.
+the ledger's public key alone (docs/packets.md is the newcomer's account).
 
 A packet is one JSON object:
 
@@ -8,19 +8,24 @@ A packet is one JSON object:
     tenant      the tenant it is for
     invoice_id  the invoice it is about
     findings    Reconciliation.as_json() of that invoice's lines (DESIGN.md §6), computed
-                from the ledger as the bundle's checkpoint saw it
+                by the engine from exactly the entries the bundle carries
     bundle      ledger.evidence's bundle: the signed checkpoint; every entry of the tenant up
                 to it (canonical event, salt, all hashed columns); the fleet's `health.fault`
                 and `health.cleared` entries that touch one of the tenant's allocations
-                (RULES.md §7 "touches": node, device, fabric_domain); one multi-leaf
-                inclusion proof of them all; and the tenant-head proof
+                (RULES.md §7 "touches": node, device, fabric_domain) and hold no other
+                tenant's identifier; `withheld`: the seq and leaf hash of each touching
+                fleet entry that does hold one; one multi-leaf inclusion proof of them all;
+                the tenant-head proof; and, with `dispute --since-size N`, `consistency`:
+                the RFC 9162 proof from tree size N to the checkpoint's
 
-Other tenants appear only as hashes in the proofs. Verification, in this order, names the
-first check that fails: the packet's shape, the bundle (signature, inclusion, the
-tenant's entries complete up to the checkpoint), that the fleet entries are health
-events and every event agrees with its entry's type and tenant, that the findings speak
-of this tenant's lines on this invoice only, and that the engine run on the packet's own
-entries gives the findings exactly.
+Other tenants appear only as hashes in the proofs; `build_dispute` refuses (IsolationError)
+a packet any string of which holds another tenant's identifier (reconcile/isolation.py).
+Verification, in this order, names the first check that fails: the packet's shape, the
+bundle (signature, inclusion, the tenant's entries complete up to the checkpoint, and,
+given a previous checkpoint, that this one is the same tree or extends it), that the
+fleet entries are health events and every event agrees with its entry's type and
+tenant, that the findings speak of this tenant's lines on this invoice only, and that
+the engine run on the packet's own entries gives the findings exactly.
 
 What a packet cannot prove: that it holds *every* fleet fault touching the tenant's
 allocations (the checkpoint commits to tenants' heads, not to the fleet's). A provider
