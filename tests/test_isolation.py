@@ -13,6 +13,7 @@ import csv
 import json
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,25 +107,51 @@ def packet_strings(value: Any) -> list[str]:
     return []
 
 
-@pytest.fixture(scope="module")
-def fleet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Store, Path]:
+FLEETS = {  # seed, GPUs, tenants: 8-GPU nodes, a share of the Kubernetes ones MIG or time-sliced
+    "4 tenants on 64 GPUs": (29, 64, 4),
+    "6 tenants on 48 GPUs": (31, 48, 6),
+}
+
+
+@pytest.fixture(scope="module", params=list(FLEETS))
+def fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Store, Path, int]:
     out = tmp_path_factory.mktemp("shared-fleet")
+    seed, gpus, tenants = FLEETS[request.param]
     rates = Rates(mig=0.4, timeslice=0.4, hardware_failure=0.3, fault_stall=0.3, fabric_fault=0.5, node_down=0.3)
-    simulate(SimConfig(seed=29, gpus=64, days=1, tenants=4, rates=rates), out)
+    simulate(SimConfig(seed=seed, gpus=gpus, days=1, tenants=tenants, rates=rates), out)
     store = Store(f"sqlite:///{out / 'ledger.db'}")
     store.init()
     appender = Appender(store)
     for item in json.loads((out / "manifest.json").read_text())["files"]:
         records = ingest.extract(out / item["path"], item["format"], **item.get("options", {}))
         assert append_stream(appender, records, 5000).quarantined == 0
-    return store, out
+    records = ingest.extract(write_jsonl(out / "dirty.jsonl", dirty_faults(store, raw_identifiers(out))), "cloudevents")
+    assert append_stream(appender, records, 5000).appended == 2
+    return store, out, tenants
 
 
-def test_no_packet_holds_another_tenants_identifier(fleet: tuple[Store, Path]) -> None:
-    store, folder = fleet
+def dirty_faults(store: Store, ids: Identifiers) -> list[dict[str, Any]]:
+    """A fault as a per-job dcgmi ingest would write it, whatever the ingestors do now: on
+    the node of a time-sliced or MIG allocation, naming another tenant's pod."""
+    with store.reading() as conn:
+        rows = conn.execute(text("SELECT tenant, event FROM entries WHERE type = 'allocation.granted' ORDER BY seq")).all()
+    tenant, grant = next((t, json.loads(e)) for t, e in rows
+                         if json.loads(e)["data"].get("placement_class") in ("timeslice", "mig"))
+    other = min(t for t in ids if t != tenant and (ids[t]["pod"] or ids[t]["job"]))
+    pod = min(ids[other]["pod"] or ids[other]["job"])
+    node, at = grant["data"]["node"], grant["time"]
+    fault = event("health.fault", f"{pod}:xid-79:{at}", {"node": node, "code": "xid-79", "severity": "critical",
+                                                        "dcgm_job": pod}, source=f"dcgm://{node}", time=at)
+    cleared = event("health.cleared", f"{pod}:xid-79:{at}:cleared", {"node": node, "code": "xid-79"},
+                    source=f"dcgm://{node}", time=at)
+    return [fault, cleared]
+
+
+def test_no_packet_holds_another_tenants_identifier(fleet: tuple[Store, Path, int]) -> None:
+    store, folder, tenants = fleet
     ids = raw_identifiers(folder)
     flat = {tenant: set().union(*kinds.values()) for tenant, kinds in ids.items()}
-    assert len(flat) == 4
+    assert len(flat) == tenants
     assert all(TOKEN.fullmatch(i) for values in flat.values() for i in values)  # so a token check sees them all
     classes = {json.loads(e)["data"].get("placement_class") for (e,) in store.engine.connect().execute(
         text("SELECT event FROM entries WHERE type = 'allocation.granted'"))}
@@ -141,7 +168,8 @@ def test_no_packet_holds_another_tenants_identifier(fleet: tuple[Store, Path]) -
             carried += sum(1 for e in packet["bundle"]["entries"] if e["tenant"] is None)
             withheld_leaks += sum(1 for w in packet["bundle"].get("withheld", []) if leaks(store, w["seq"], foreign))
     # Not vacuous: faults on shared nodes touched these tenants, some of them naming another
-    # tenant's job (dcgmi per-job stats): those were withheld, the clean ones carried.
+    # tenant's job or pod (dcgmi per-job stats, and the two added above): those were
+    # withheld, the clean ones carried.
     assert carried > 0 and withheld_leaks > 0
 
 
@@ -186,8 +214,7 @@ def run(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def ledger_of(folder: Path, records: list[dict[str, Any]]) -> str:
-    url = f"sqlite:///{folder / 'ledger.db'}"
+def ledger_of(folder: Path, url: str, records: list[dict[str, Any]]) -> str:
     assert run("keygen", "--out", str(folder / "key"))[0] == 0
     assert run("ingest", "--db", url, str(write_jsonl(folder / "e.jsonl", records)))[0] == 0
     return url
@@ -206,8 +233,8 @@ def dispute(folder: Path, url: str) -> tuple[int, str, str]:
                "--out", str(folder / "packet.json"))
 
 
-def test_a_fault_naming_another_tenants_job_is_withheld_the_clean_one_carried(tmp_path: Path) -> None:
-    url = ledger_of(tmp_path, ZETA + ACME[:3] + [CLEAN_FAULT, DIRTY_FAULT] + ACME[3:])
+def test_a_fault_naming_another_tenants_job_is_withheld_the_clean_one_carried(tmp_path: Path, db_url: str) -> None:
+    url = ledger_of(tmp_path, db_url, ZETA + ACME[:3] + [CLEAN_FAULT, DIRTY_FAULT] + ACME[3:])
     code, out, err = dispute(tmp_path, url)
     assert (code, err) == (0, "")
     assert out.endswith("; 6 entries of acme and 1 fleet entries; checkpoint of tree size 9; "
@@ -220,8 +247,10 @@ def test_a_fault_naming_another_tenants_job_is_withheld_the_clean_one_carried(tm
     assert (code, err) == (0, "") and out.startswith("ok: invoice INV-1 of acme, 1 lines; 6 entries of acme")
     assert out.endswith("; 1 fleet entries withheld (leaf hash only: they name another tenant)\n")
     # The withheld entry is proven: dropping it, or changing its leaf, breaks the multi-leaf proof.
-    for change, reason in ((lambda b: b.pop("withheld"), "bundle: multi-leaf proof for 7 leaves of 9: expected 2 hashes, got 1"),
-                           (lambda b: b["withheld"][0].update(leaf="00" * 32), "bundle: multi-leaf proof of 8 leaves: computed root")):
+    changes: list[tuple[Callable[[dict[str, Any]], Any], str]] = [
+        (lambda b: b.pop("withheld"), "bundle: multi-leaf proof for 7 leaves of 9: expected 2 hashes, got 1"),
+        (lambda b: b["withheld"][0].update(leaf="00" * 32), "bundle: multi-leaf proof of 8 leaves: computed root")]
+    for change, reason in changes:
         altered = json.loads(packet_text)
         change(altered["bundle"])
         (tmp_path / "altered.json").write_text(json.dumps(altered))
@@ -229,10 +258,10 @@ def test_a_fault_naming_another_tenants_job_is_withheld_the_clean_one_carried(tm
         assert (code, out) == (1, "") and err.startswith(f"FAILED: {reason}"), err
 
 
-def test_a_tenant_entry_naming_another_tenants_job_refuses_the_packet(tmp_path: Path) -> None:
+def test_a_tenant_entry_naming_another_tenants_job_refuses_the_packet(tmp_path: Path, db_url: str) -> None:
     naming = _acme("policy.decision", "d", "10:01:00", decision="preempted", allocation_id="A-1",
                    reason="preempted by zeta-secret-job")
-    url = ledger_of(tmp_path, ZETA + ACME[:2] + [naming] + ACME[2:])
+    url = ledger_of(tmp_path, db_url, ZETA + ACME[:2] + [naming] + ACME[2:])
     code, out, err = dispute(tmp_path, url)
     assert (code, out) == (1, "")
     assert err == ("REFUSED: seq 4 event.data.reason: the packet for 'acme' would hold 'zeta-secret-job', "
