@@ -12,8 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ledger import Appender, Store, append_stream
 from ledger.proofs import ProofError, multiproof_ranges, root_from_multiproof, verify_multiproof
-from tests.conftest import SLOW
+from ledger.tree import TreeReader
+from schemas import Accepted, Origin, validate_event
+from tests.conftest import SLOW, progress
 
 
 def rfc_leaf(i: int) -> bytes:
@@ -116,3 +119,16 @@ def test_ranges_of_a_subtree_and_of_no_leaves() -> None:
     # the subtree [8, 13) of a larger tree, leaf 9 proven: 8, then [10, 12), then 12
     assert multiproof_ranges([1, 9, 20], 8, 13) == [(8, 9), (10, 12), (12, 13)]
     assert multiproof_ranges([], 0, 5) == [(0, 5)]
+
+
+def test_the_store_cuts_the_naive_proof(store: Store) -> None:
+    """TreeReader.multiproof (stored subtree hashes) against the naive proof of its leaves."""
+    append_stream(Appender(store), [Accepted.of(validate_event(progress(i)), Origin("t", i)) for i in range(1, 301)],
+                  batch_size=64)
+    with store.reading() as conn:
+        reader = TreeReader(conn)
+        leaves = reader.leaves(0, 300)
+        for size, chosen in ((300, set(range(0, 300, 3))), (257, {0, 256}), (256, {17}), (100, set(range(40, 90)))):
+            proof = reader.multiproof(sorted(chosen), size)
+            assert proof == naive_proof(leaves[:size], chosen)
+            assert root_from_multiproof(size, {i: leaves[i] for i in chosen}, proof) == reader.root(size)
