@@ -32,9 +32,9 @@ ROWS: list[tuple[str, str, list[str], dict[str, int]]] = [
         "job.cancelled": 2, "allocation.released": 8}),
     # Three GPU-hour usage rows, a credit, a correction.
     ("focus.csv", "focus", [], {"billing.line": 5}),
-    # GPU 1: two XIDs (both cleared at End); GPU 2: ECC DBE; GPU 3: PCIe replays; GPU 4: one XID (cleared)
-    # and ECC DBE; GPU 6 (still running): PCIe replays at Start. Faults at End Time are never cleared.
-    ("dcgm_stats.txt", "dcgm-stats", ["--node", "gpu-node-07"], {"health.fault": 7, "health.cleared": 3}),
+    # GPU 1: two XIDs; GPU 2: ECC DBE; GPU 3: PCIe replays; GPU 4: one XID and ECC DBE: each cleared at End
+    # (counts with no time open at Start); GPU 6 (still running): PCIe replays at Start, not cleared yet.
+    ("dcgm_stats.txt", "dcgm-stats", ["--node", "gpu-node-07", "--timezone", "UTC"], {"health.fault": 7, "health.cleared": 6}),
     # Four scrapes; XID series: 0,0,79,79 (one fault), 13,13,0,13 (two), 0,31,31,43 (two), 0,0,0,0 (none).
     ("dcgm_metrics.prom", "dcgm-metrics", [], {"health.fault": 5}),
     # Six v1beta1 Workloads: admitted (2, each a grant), stand-in QuotaReserved (1, a grant), Finished (a release),
