@@ -196,7 +196,7 @@ def _billing_data(row: dict[str, str | None], options: dict[str, Any]) -> dict[s
         "tenant": tenant, "invoice_id": row.get("InvoiceId") or _invoice_from_period(row),
         "allocation_id": allocation, "period_start": start, "period_end": end, "gpus": gpus,
         "amount": format_money(amount), "currency": row.get("BillingCurrency"), "category": category,
-        "charge_category": row.get("ChargeCategory"), "corrects": row.get("x_Corrects"), "focus": row,
+        "charge_category": row.get("ChargeCategory") or row.get("ChargeType"), "corrects": row.get("x_Corrects"), "focus": row,
     }
     if gpus:
         price = _decimal(row, "ContractedUnitPrice") or _decimal(row, "ListUnitPrice")
@@ -251,10 +251,11 @@ def _gpus(row: dict[str, str | None], gpu_field: str | None, start: str, end: st
 
 def _category(row: dict[str, str | None]) -> tuple[str, bool]:
     """The ledger's category, and whether the row may bill GPU time (FOCUS ChargeCategory)."""
-    text = row.get("ChargeCategory") or ""
+    column = "ChargeCategory" if "ChargeCategory" in row or "ChargeType" not in row else "ChargeType"  # FOCUS 0.5's name
+    text = row.get(column) or ""
     found = _CATEGORIES.get(text.strip().lower())
     if found is None:
-        raise ValueError(f"ChargeCategory: not a FOCUS charge category: {text!r} (Usage, Purchase, Tax, Credit, Adjustment)")
+        raise ValueError(f"{column}: not a FOCUS charge category: {text!r} (Usage, Purchase, Tax, Credit, Adjustment)")
     charge_class = (row.get("ChargeClass") or "").strip()
     if charge_class.lower() == "correction":
         return "correction", found[1]

@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -274,12 +274,15 @@ def _tenant(row: dict[str, str], context: _Context) -> str:
 
 
 def _time(row: dict[str, str], field: str, context: _Context) -> str | None:
+    """ISO local time as sacct prints it, or epoch seconds (`SLURM_TIME_FORMAT=%s`)."""
     text = row.get(field, "")
     if text in ABSENT:
         return None
     try:
+        if text.isdigit() and text.isascii() and len(text) <= 12:
+            return format_utc(datetime.fromtimestamp(int(text), timezone.utc))
         return format_utc(context.zone.utc(datetime.fromisoformat(text)))
-    except ValueError:
+    except (ValueError, OverflowError, OSError):
         raise ValueError(f"{field}: not a time: {text!r}") from None
 
 
@@ -290,12 +293,27 @@ def _seconds(row: dict[str, str], field: str) -> float | None:
         raise ValueError(f"{field}: {exc}") from None
 
 
+def gres_gpu_count(gres: str) -> int | None:
+    """The GPUs of an old-style GRES list (Slurm before TRES: `gpu:2`, `gpu:tesla:2(IDX:0-1)`)."""
+    count = 0
+    for item in re.sub(r"\(.*?\)", "", gres).split(","):
+        parts = item.split(":")
+        if parts[0] == "gpu" and len(parts) >= 2:
+            count += int(parts[-1])
+    return count or None
+
+
 def _gpus(row: dict[str, str], field: str) -> int | None:
+    """From the TRES list (`AllocTRES`, `ReqTRES`), else the GRES list older Slurm printed."""
+    gres = field.replace("TRES", "GRES")
     try:
+        if field not in row and gres in row:
+            return gres_gpu_count(row[gres])
         return gpu_count(row.get(field, "")) or None
     except ValueError as exc:
-        reason = str(exc) if "negative" in str(exc) else f"not a TRES list: {row.get(field)!r}"
-        raise ValueError(f"{field}: {reason}") from None
+        where = field if field in row else gres
+        reason = str(exc) if "negative" in str(exc) else f"not a {where[-4:]} list: {row.get(where)!r}"
+        raise ValueError(f"{where}: {reason}") from None
 
 
 def _job_row_events(row: dict[str, str], steps: list[dict[str, str]], context: _Context) -> list[dict[str, Any]]:

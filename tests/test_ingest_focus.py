@@ -210,3 +210,14 @@ def test_real_sample_providers_and_charges_without_a_resource() -> None:
     assert providers == {"AWS": 942, "Microsoft": 51, "Oracle": 7}
     data = [orjson.loads(r.body)["data"] for r in records]
     assert sum(1 for d in data if "allocation_id" not in d) == 75 and {d["gpus"] for d in data} == {0}
+
+
+def test_focus_0_5_names_the_category_charge_type(tmp_path: Path) -> None:
+    path = tmp_path / "f.csv"
+    header = ["ChargeType" if h == "ChargeCategory" else h for h in HEADER if h != "ChargeClass"]
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerow([v for h, v in zip(HEADER, row_with(ChargeCategory="Purchase")) if h != "ChargeClass"])
+    [line] = lines(path)
+    assert (line["category"], line["gpus"], line["charge_category"]) == ("adjustment", 0, "Purchase")

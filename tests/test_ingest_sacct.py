@@ -281,3 +281,14 @@ def test_real_file_without_tenant_columns_needs_tenant_and_then_ingests(tmp_path
     failed = orjson.loads(events[2].body)["data"]
     assert (failed["cause"], failed["state"], failed["elapsed_s"]) == ("hardware", "NODE_FAIL", 1232)
     assert [(s["JobID"], s["State"]) for s in failed["steps"]] == [("12.0", "CANCELLED")]
+
+
+def test_epoch_times_and_the_gres_list_of_older_slurm(tmp_path: Path) -> None:
+    # SLURM_TIME_FORMAT=%s prints epoch seconds (zone-free); Slurm before TRES printed AllocGRES `gpu:tesla:2(IDX:0-1)`.
+    path = tmp_path / "sacct.txt"
+    path.write_text("JobID|Account|State|Submit|Start|End|AllocGRES\n"
+                    "100|physics|COMPLETED|1767600000|1767603600|1767607200|gpu:tesla:2(IDX:0-1)\n")
+    events = {r.type: orjson.loads(r.body) for r in accepted(path, timezone="Asia/Tokyo")}
+    # 1767603600 s is 2026-01-05T09:00:00Z.
+    assert (events["allocation.granted"]["time"], events["allocation.granted"]["data"]["gpus"]) == ("2026-01-05T09:00:00Z", 2)
+    assert events["job.submitted"]["time"] == "2026-01-05T08:00:00Z"
