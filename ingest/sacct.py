@@ -7,7 +7,7 @@ transition has happened; a later poll repeats it byte for byte (a duplicate) and
 only the transitions that are new (DESIGN.md §2: same key, same content):
 
 - `job.submitted` at Submit: what is known at submission (SUBMIT_FIELDS: name, user,
-  account, request, time limit), `gpus` from ReqTRES. Never the state, the elapsed
+  account, request), `gpus` from ReqTRES. Never the state, the elapsed
   time or the usage, which change while the job runs.
 - `job.started` at Start (`allocation.granted` beside it when AllocTRES holds
   `gres/gpu`): what is fixed at start (START_FIELDS: partition, nodes, allocation).
@@ -67,16 +67,17 @@ SACCT_FIELDS = (
     "TRESUsageOutMinTask", "TRESUsageOutTot", "UID", "User", "UserCPU", "WCKey", "WCKeyID", "WorkDir",
 )
 _BY_LOWER = {name.lower(): name for name in SACCT_FIELDS}
-#: Fixed once the job is submitted: they ride on `job.submitted`.
+#: Fixed once the job is submitted: they ride on `job.submitted`. Not the time limit or the
+#: QOS, which `scontrol update` changes while the job waits or runs: they go with the end.
 SUBMIT_FIELDS = frozenset({
     "JobID", "JobIDRaw", "User", "UID", "Group", "GID", "Account", "Cluster", "WCKey", "WCKeyID",
-    "QOSREQ", "Submit", "SubmitLine", "Timelimit", "TimelimitRaw", "ReqTRES", "ReqGRES", "ReqMem", "ReqCPUS",
+    "QOSREQ", "Submit", "SubmitLine", "ReqTRES", "ReqGRES", "ReqMem", "ReqCPUS",
     "ReqNodes", "ReqCPUFreq", "ReqCPUFreqGov", "ReqCPUFreqMax", "ReqCPUFreqMin", "Constraints", "WorkDir",
     "StdIn", "StdOut", "StdErr", "AssocID", "DBIndex",
 })
 #: Fixed once the job has started: they ride on `job.started`.
 START_FIELDS = frozenset({
-    "Partition", "QOS", "QOSRAW", "NodeList", "NNodes", "NCPUS", "AllocCPUS", "AllocNodes", "AllocTRES",
+    "Partition", "NodeList", "NNodes", "NCPUS", "AllocCPUS", "AllocNodes", "AllocTRES",
     "AllocGRES", "Start", "Eligible", "Reservation", "ReservationId", "Layout", "Licenses", "McsLabel",
 })
 #: Read but kept out of every event: a job's name is free text its owner may change at any
@@ -175,6 +176,9 @@ class SacctIngestor:
 def _check_fields(fields: list[str], context: _Context, where: str) -> None:
     if "JobID" not in fields and "JobIDRaw" not in fields:
         raise IngestError(f"{where}: the field list has no JobID")
+    if not {"Submit", "Start", "End"} & set(fields):
+        raise IngestError(f"{where}: the field list has no Submit, Start or End, so no transition has a time; "
+                          "add them to sacct's --format")
     if context.tenant is not None:
         return
     wanted = [context.tenant_field] if context.tenant_field else list(TENANT_FIELDS)
@@ -335,14 +339,13 @@ def _job_row_events(row: dict[str, str], steps: list[dict[str, str]], context: _
             out.append({"specversion": "1.0", "id": event_id, "source": context.source, "type": kind,
                         "time": at, "data": {k: v for k, v in data.items() if v is not None}})
 
-    add("job.submitted", submit, {**job, "gpus": _gpus(row, "ReqTRES"), "timelimit_s": timelimit,
-                                  "sacct": submitted_fields}, at_in_id=False)
+    add("job.submitted", submit, {**job, "gpus": _gpus(row, "ReqTRES"), "sacct": submitted_fields}, at_in_id=False)
     if start is not None and gpus:
         add("allocation.granted", start, {"tenant": tenant, "allocation_id": job_id, "gpus": gpus, "node": node})
     add("job.started", start, {**job, "allocation_id": job_id, "attempt": 1, "queue": row.get("Partition") or None,
                                "sacct": started_fields})
     kind, cause = _END_EVENTS.get(state, (None, None))
-    final = {**job, "state": state, "elapsed_s": elapsed, "sacct": final_fields, "steps": steps or None}
+    final = {**job, "state": state, "elapsed_s": elapsed, "timelimit_s": timelimit, "sacct": final_fields, "steps": steps or None}
     if state.startswith("CANCELLED"):
         by = state.removeprefix("CANCELLED").strip().removeprefix("by").strip()
         add("job.cancelled", end, {**final, "by": by or None})

@@ -44,7 +44,8 @@ SMALL = """JobID|Account|User|Partition|NodeList|State|Submit|Start|End|Elapsed|
 """
 
 # Three polls of one cluster, as `sacct -a --parsable2 --format=...` prints them on a host
-# whose clock is in Europe/Berlin (CET, UTC+1 in January).
+# whose clock is in Europe/Berlin (CET, UTC+1 in January). Between them 7002 leaves the
+# partition list `gpu,debug` for `debug`, its time limit is raised, 7001 is renamed.
 POLL_HEAD = "JobID|JobName|Account|User|Partition|NodeList|State|Submit|Start|End|Elapsed|Timelimit|ReqTRES|AllocTRES|TotalCPU"
 TRES4 = "billing=8,cpu=8,gres/gpu=4,mem=64G,node=1"
 TRES1 = "billing=2,cpu=2,gres/gpu=1,mem=16G,node=1"
@@ -57,12 +58,12 @@ POLLS = [
      f"7001|train|physics|ann|gpu|node7|RUNNING|2026-01-05T09:00:00|2026-01-05T10:00:00|Unknown|01:00:00|1-00:00:00|{TRES4}|{TRES4}|00:00:00",
      f"7001.batch|batch|physics||gpu|node7|RUNNING|2026-01-05T10:00:00|2026-01-05T10:00:00|Unknown|01:00:00||{TRES4}|{TRES4}|00:00:00",
      f"7001.0|python|physics||gpu|node7|RUNNING|2026-01-05T10:01:00|2026-01-05T10:01:00|Unknown|00:59:00||{TRES4}|{TRES4}|00:00:00",
-     f"7002|eval|physics|ann|debug|node8|RUNNING|2026-01-05T10:20:00|2026-01-05T10:45:00|Unknown|00:15:00|02:00:00|{TRES1}|{TRES1}|00:00:00"],
+     f"7002|eval|physics|ann|debug|node8|RUNNING|2026-01-05T10:20:00|2026-01-05T10:45:00|Unknown|00:15:00|04:00:00|{TRES1}|{TRES1}|00:00:00"],
     [POLL_HEAD,
      f"7001|train-renamed|physics|ann|gpu|node7|COMPLETED|2026-01-05T09:00:00|2026-01-05T10:00:00|2026-01-05T12:00:00|02:00:00|1-00:00:00|{TRES4}|{TRES4}|15:51:10",
      f"7001.batch|batch|physics||gpu|node7|COMPLETED|2026-01-05T10:00:00|2026-01-05T10:00:00|2026-01-05T12:00:00|02:00:00||{TRES4}|{TRES4}|00:01:10",
      f"7001.0|python|physics||gpu|node7|COMPLETED|2026-01-05T10:01:00|2026-01-05T10:01:00|2026-01-05T11:59:00|01:58:00||{TRES4}|{TRES4}|15:50:00",
-     f"7002|eval|physics|ann|debug|node8|RUNNING|2026-01-05T10:20:00|2026-01-05T10:45:00|Unknown|01:45:00|02:00:00|{TRES1}|{TRES1}|00:00:00"],
+     f"7002|eval|physics|ann|debug|node8|RUNNING|2026-01-05T10:20:00|2026-01-05T10:45:00|Unknown|01:45:00|04:00:00|{TRES1}|{TRES1}|00:00:00"],
 ]
 
 
@@ -122,13 +123,14 @@ def test_the_end_event_carries_the_final_usage_and_steps_and_submission_what_was
     path.write_text("\n".join(POLLS[2]) + "\n")
     events = {r.id: orjson.loads(r.body)["data"] for r in accepted(path, timezone="UTC")}
     done = events["7001:job.completed@2026-01-05T12:00:00Z"]
-    assert (done["state"], done["elapsed_s"], done["sacct"]) == (
-        "COMPLETED", 7200, {"State": "COMPLETED", "End": "2026-01-05T12:00:00", "Elapsed": "02:00:00", "TotalCPU": "15:51:10"})
+    assert (done["state"], done["elapsed_s"], done["timelimit_s"], done["sacct"]) == (
+        "COMPLETED", 7200, 86400, {"State": "COMPLETED", "End": "2026-01-05T12:00:00", "Elapsed": "02:00:00",
+                                   "Timelimit": "1-00:00:00", "TotalCPU": "15:51:10"})
     assert [s["JobID"] for s in done["steps"]] == ["7001.batch", "7001.0"] and "JobName" not in done["steps"][0]
     submitted = events["7001:job.submitted"]
-    assert (submitted["gpus"], submitted["timelimit_s"]) == (4, 86400)
+    assert submitted["gpus"] == 4
     assert submitted["sacct"] == {"JobID": "7001", "Account": "physics", "User": "ann", "Submit": "2026-01-05T09:00:00",
-                                  "Timelimit": "1-00:00:00", "ReqTRES": TRES4}
+                                  "ReqTRES": TRES4}
     started = events["7002:job.started@2026-01-05T10:45:00Z"]
     assert (started["queue"], started["sacct"]["NodeList"]) == ("debug", "node8")
 
@@ -166,11 +168,13 @@ def test_field_names_are_taken_in_any_case(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("options", "header", "message"), [
     (["--fields", "JobID,Account,Strat"], "", "Error: --fields: unknown sacct field 'Strat' (`sacct --helpformat` lists them)"),
     ([], "JobID|Account|Strat\n", "Error: {path}:1: header: unknown sacct field 'Strat' (`sacct --helpformat` lists them)"),
-    (["--fields", "JobID,Partition,State"], "", "Error: --fields: no tenant column: the fields have no Account or User; "
+    (["--fields", "JobID,Partition,State,Submit"], "", "Error: --fields: no tenant column: the fields have no Account or User; "
                                                  "name the tenant of the whole file with --tenant NAME"),
     (["--tenant-field", "Acount"], "", "Error: --tenant-field: unknown sacct field 'Acount' (`sacct --helpformat` lists them)"),
     (["--tenant", "physics", "--tenant-field", "User"], "",
      "Error: --tenant and --tenant-field: give one (a fixed tenant, or the field to read it from)"),
+    (["--fields", "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"], "",  # sacct's default fields
+     "Error: --fields: the field list has no Submit, Start or End, so no transition has a time; add them to sacct's --format"),
     (["--timezone", "Mars/Olympus"], "", "Error: --timezone: unknown time zone 'Mars/Olympus' (an IANA name such as Europe/Berlin or UTC)"),
 ])
 def test_input_errors_exit_2_naming_the_field(tmp_path: Path, options: list[str], header: str, message: str) -> None:
