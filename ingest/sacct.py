@@ -84,6 +84,7 @@ START_FIELDS = frozenset({
 #: time (`scontrol update JobName=`), and anonymisers replace it at each sighting, so it
 #: would make two polls of one unchanged job disagree; it identifies nothing reconciled.
 UNSTABLE_FIELDS = frozenset({"JobName"})
+_NOT_FINAL = SUBMIT_FIELDS | START_FIELDS | UNSTABLE_FIELDS
 TENANT_FIELDS = ("Account", "User")
 ABSENT = frozenset({"", "Unknown", "None", "None assigned", "(null)"})
 _END_EVENTS = {
@@ -329,7 +330,7 @@ def _job_row_events(row: dict[str, str], steps: list[dict[str, str]], context: _
     job = {"tenant": tenant, "job_id": job_id}
     submitted_fields = {k: v for k, v in row.items() if k in SUBMIT_FIELDS}
     started_fields = {k: v for k, v in row.items() if k in START_FIELDS}
-    final_fields = {k: v for k, v in row.items() if k not in SUBMIT_FIELDS | START_FIELDS | UNSTABLE_FIELDS}
+    final_fields = {k: v for k, v in row.items() if k not in _NOT_FINAL}
     steps = [{k: v for k, v in step.items() if k not in UNSTABLE_FIELDS} for step in steps]
     out: list[dict[str, Any]] = []
 

@@ -267,3 +267,35 @@ def test_real_files_have_no_fault_and_give_their_tenant_one_telemetry_event(tmp_
     assert set(data["dcgm_stats"]["events"].values()) == {"0"}
     result = CliRunner().invoke(main, ["ingest", "--db", f"sqlite:///{tmp_path / 'l.db'}", "--timezone", zone, str(path)])
     assert (result.exit_code, result.stdout) == (0, f"{path}: read 0 · appended 0 · duplicate 0 · quarantined 0 · times in {zone}\n")
+
+
+def test_the_reconciliation_blames_a_mig_instance_fault_on_that_instance_alone(tmp_path: Path) -> None:
+    # Two tenants on two MIG instances of GPU 0 of one node, each job stalled over [10:04, 10:14).
+    # dcgmi saw a critical XID on instance 0/13 at 10:06 (window 10:00-10:20, so cleared at 10:20).
+    from ledger import Appender, Store, append_stream
+    from reconcile import reconcile_store
+    from tests.reconcile_helpers import C, D, P, Scenario, cats, line, records
+
+    s = Scenario()
+    for tenant, alloc, device in (("acme", "A1", "0/13"), ("zeta", "Z1", "0/14")):
+        s.grant(alloc, gpus=1, at="10:00", node="gpu-node-07", devices=[device], tenant=tenant)
+        s.add("job.started", "10:00", {"job_id": f"{alloc}-job", "allocation_id": alloc}, tenant)
+        for step, clock in enumerate(("10:02", "10:04", "10:14"), start=1):
+            s.add("job.progress", clock, {"job_id": f"{alloc}-job", "step": step}, tenant)
+        s.add("job.completed", "10:16", {"job_id": f"{alloc}-job"}, tenant)
+        s.release(alloc, at="10:20", tenant=tenant)
+        s.line(f"L-{alloc}", alloc, "10:00", "10:20", gpus=1, amount="1.20", tenant=tenant)
+    path = tmp_path / "gpu-node-07.txt"
+    path.write_text("\n".join(header() + table(gpu="0/13", start="Mon Jan  5 10:00:00 2026", end="Mon Jan  5 10:20:00 2026",
+                                               xids=("0:06:00",))) + "\n")
+    dcgm = [r for r in extract(path, "dcgm-stats", timezone="UTC") if isinstance(r, Accepted)]
+    assert [r.type for r in dcgm] == ["health.fault", "health.cleared"]
+    store = Store(f"sqlite:///{tmp_path / 'l.db'}")
+    store.init()
+    append_stream(Appender(store), [*records(s.events), *dcgm], 5000)
+    doc = reconcile_store(store).as_json()
+    store.close()
+    # startup [10:00, 10:02) 120; productive [10:02, 10:04) + [10:14, 10:16) 240; the gap 600; idle_reserved 240.
+    rest = {"startup": (120, "0.12", C), "productive": (240, "0.24", C), "idle_reserved": (240, "0.24", C)}
+    assert cats(line(doc, "L-A1")) == {**rest, "stalled_fault": (600, "0.60", P)}
+    assert cats(line(doc, "L-Z1")) == {**rest, "idle_unexplained": (600, "0.60", D)}
