@@ -35,7 +35,8 @@ dcgmi never names its host; `fabric_domain` optional):
   (`0:12:05 (XID 43, GPU-I:13)`), gives device `0/13`, which touches an allocation whose
   `devices` lists `0/13`, not the GPU's other instances. A Summary table's faults name
   the node alone.
-- ids `<device>:<code>:<time>` and `<device>:<code>:<time>:cleared@<end>`, so re-reading
+- ids `<device>:<code>:<time>` and `<device>:<code>:<time>:cleared@<end>` (the telemetry:
+  `<job>:<gpu>:stats@<start>`), so re-reading
   appends nothing, and the same fault seen in two jobs' stats is one fault.
 
 Tenant event: when `--tenant` names the tenant whose job the file's stats are, each GPU
@@ -391,7 +392,8 @@ def _telemetry(stats: _Stats, job: str, how: _Options) -> list[tuple[int, dict[s
                  "utilisation": stats.sections.get("Performance Stats"), "events": stats.sections.get("Event Stats"),
                  "health": stats.sections.get("Overall Health", {}).get("Overall Health")}
     data = {"tenant": how.tenant, "job_id": job, "dcgm_stats": {k: v for k, v in telemetry.items() if v is not None}}
-    return [(stats.line, _event(f"{job}:{stats.gpu}:stats", how.source, "job.submitted", stats.start, data))]
+    key = f"{job}:{stats.gpu}:stats@{format_utc(stats.start)}"  # a job id reused later is another window
+    return [(stats.line, _event(key, how.source, "job.submitted", stats.start, data))]
 
 
 def _event(event_id: str, source: str, kind: str, moment: datetime, data: dict[str, Any]) -> dict[str, Any]:

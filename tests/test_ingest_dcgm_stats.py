@@ -116,7 +116,7 @@ def test_fleet_faults_carry_no_job_and_the_telemetry_is_the_tenants_own_event(tm
     assert not any(b"train-8812" in r.body or b"Avg: 72" in r.body for r in fleet)
     [own] = [r for r in records if r.tenant is not None]
     event = orjson.loads(own.body)
-    assert (own.tenant, event["type"], event["id"], event["time"]) == ("physics", "job.submitted", "train-8812:0:stats",
+    assert (own.tenant, event["type"], event["id"], event["time"]) == ("physics", "job.submitted", "train-8812:0:stats@2026-01-07T10:00:00Z",
                                                                       "2026-01-07T10:00:00Z")
     assert event["data"]["job_id"] == "train-8812"
     assert event["data"]["dcgm_stats"] == {
@@ -152,7 +152,7 @@ def test_successive_polls_of_one_job_append_only_what_changed(tmp_path: Path) ->
     assert appended == [
         ["0:ecc-dbe:2026-01-07T09:00:00Z", "0:xid:2026-01-07T09:12:05Z"],
         ["0:ecc-dbe:2026-01-07T09:00:00Z:cleared@2026-01-07T11:00:00Z", "0:xid:2026-01-07T09:12:05Z:cleared@2026-01-07T11:00:00Z",
-         "0:xid:2026-01-07T10:30:00Z", "0:xid:2026-01-07T10:30:00Z:cleared@2026-01-07T11:00:00Z", "4711:0:stats"],
+         "0:xid:2026-01-07T10:30:00Z", "0:xid:2026-01-07T10:30:00Z:cleared@2026-01-07T11:00:00Z", "4711:0:stats@2026-01-07T09:00:00Z"],
         [],
     ]
     assert outputs == ["read 2 · appended 2 · duplicate 0 · quarantined 0 · times in Europe/Berlin\n",
