@@ -36,8 +36,8 @@ dcgmi never names its host; `fabric_domain` optional):
   `devices` lists `0/13`, not the GPU's other instances. A Summary table's faults name
   the node alone.
 - ids `<device>:<code>:<time>` and `<device>:<code>:<time>:cleared@<end>` (the telemetry:
-  `<job>:<gpu>:stats@<start>`), so re-reading
-  appends nothing, and the same fault seen in two jobs' stats is one fault.
+  `<job>:<gpu>:stats@<start>`), so re-reading appends nothing, and the same fault seen in
+  two jobs' stats is one fault.
 
 Tenant event: when `--tenant` names the tenant whose job the file's stats are, each GPU
 table of an ended window also yields a `job.submitted` (tenant, job_id = the dcgmi job)
