@@ -55,18 +55,19 @@ class LocalZone:
         return moment.astimezone(timezone.utc)
 
 
-def _zone(name: str) -> tuple[tzinfo, str]:
+def _zone(name: str, where: str = "--timezone") -> tuple[tzinfo, str]:
     try:
         return ZoneInfo(name), name
     except (ZoneInfoNotFoundError, ValueError):
-        raise IngestError(f"--timezone: unknown time zone {name!r} (an IANA name such as Europe/Berlin or UTC)") from None
+        hint = "" if where == "--timezone" else "; name the zone with --timezone"
+        raise IngestError(f"{where}: unknown time zone {name!r} (an IANA name such as Europe/Berlin or UTC){hint}") from None
 
 
 def _machine_zone() -> tuple[tzinfo, str]:
     """$TZ, else the zone /etc/localtime points to, else /etc/localtime's rules unnamed."""
     name = os.environ.get("TZ", "").removeprefix(":")
     if name:
-        return _zone(name)
+        return _zone(name, "$TZ")
     localtime = Path("/etc/localtime")
     target = os.path.realpath(localtime)
     if "zoneinfo/" in target:

@@ -296,3 +296,13 @@ def test_epoch_times_and_the_gres_list_of_older_slurm(tmp_path: Path) -> None:
     # 1767603600 s is 2026-01-05T09:00:00Z.
     assert (events["allocation.granted"]["time"], events["allocation.granted"]["data"]["gpus"]) == ("2026-01-05T09:00:00Z", 2)
     assert events["job.submitted"]["time"] == "2026-01-05T08:00:00Z"
+
+
+def test_a_machine_zone_that_names_no_iana_zone_asks_for_timezone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "CET-1CEST")  # a POSIX rule, not an IANA name
+    path = tmp_path / "sacct.txt"
+    path.write_text("JobID|Account|State|Submit\n100|physics|PENDING|2026-01-05T09:00:00\n")
+    code, output = ingest(f"sqlite:///{tmp_path / 'l.db'}", path)
+    assert (code, output.strip()) == (2, "Error: $TZ: unknown time zone 'CET-1CEST' (an IANA name such as Europe/Berlin or UTC); "
+                                         "name the zone with --timezone")
+    assert ingest(f"sqlite:///{tmp_path / 'l.db'}", path, "--timezone", "Europe/Paris")[0] == 0
