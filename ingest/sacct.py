@@ -19,9 +19,8 @@ only the transitions that are new (DESIGN.md §2: same key, same content):
   A running job's steps and usage are recorded when it has ended.
 
 allocation_id = JobID and gpus = the `gres/gpu=` count (typed `gres/gpu:<model>=` counts
-are never added to it). Event ids are JobID, the kind and, for the start and end
-transitions, their time: a requeued job (a new Start) is a new transition, not a
-conflict. Source `slurm://<cluster>`. `Unknown`, `None` and `None assigned` mean absent.
+are never added to it). Event ids are `<JobID>:<kind>@<time>`: a requeued job (Slurm
+resets its Submit, and it starts again) makes new transitions, not conflicts. Source `slurm://<cluster>`. `Unknown`, `None` and `None assigned` mean absent.
 
 Field names are taken in any case, as sacct takes them (`start,end,elapsed`); a name
 sacct does not know is an input error naming it. Times carry no zone: they are read in
@@ -334,13 +333,12 @@ def _job_row_events(row: dict[str, str], steps: list[dict[str, str]], context: _
     steps = [{k: v for k, v in step.items() if k not in UNSTABLE_FIELDS} for step in steps]
     out: list[dict[str, Any]] = []
 
-    def add(kind: str, at: str | None, data: dict[str, Any], at_in_id: bool = True) -> None:
+    def add(kind: str, at: str | None, data: dict[str, Any]) -> None:
         if at is not None:
-            event_id = f"{job_id}:{kind}@{at}" if at_in_id else f"{job_id}:{kind}"
-            out.append({"specversion": "1.0", "id": event_id, "source": context.source, "type": kind,
+            out.append({"specversion": "1.0", "id": f"{job_id}:{kind}@{at}", "source": context.source, "type": kind,
                         "time": at, "data": {k: v for k, v in data.items() if v is not None}})
 
-    add("job.submitted", submit, {**job, "gpus": _gpus(row, "ReqTRES"), "sacct": submitted_fields}, at_in_id=False)
+    add("job.submitted", submit, {**job, "gpus": _gpus(row, "ReqTRES"), "sacct": submitted_fields})
     if start is not None and gpus:
         add("allocation.granted", start, {"tenant": tenant, "allocation_id": job_id, "gpus": gpus, "node": node})
     add("job.started", start, {**job, "allocation_id": job_id, "attempt": 1, "queue": row.get("Partition") or None,

@@ -106,8 +106,8 @@ def test_each_poll_appends_only_the_transitions_it_is_the_first_to_show(tmp_path
         assert output.endswith(" · times in Europe/Berlin\n")
     # 10:00 in Berlin in January is 09:00 UTC.
     assert seen == [
-        ["7001:allocation.granted@2026-01-05T09:00:00Z", "7001:job.started@2026-01-05T09:00:00Z", "7001:job.submitted",
-         "7002:job.submitted"],
+        ["7001:allocation.granted@2026-01-05T09:00:00Z", "7001:job.started@2026-01-05T09:00:00Z",
+         "7001:job.submitted@2026-01-05T08:00:00Z", "7002:job.submitted@2026-01-05T09:20:00Z"],
         ["7002:allocation.granted@2026-01-05T09:45:00Z", "7002:job.started@2026-01-05T09:45:00Z"],
         ["7001:allocation.released@2026-01-05T11:00:00Z", "7001:job.completed@2026-01-05T11:00:00Z"],
     ]
@@ -127,7 +127,7 @@ def test_the_end_event_carries_the_final_usage_and_steps_and_submission_what_was
         "COMPLETED", 7200, 86400, {"State": "COMPLETED", "End": "2026-01-05T12:00:00", "Elapsed": "02:00:00",
                                    "Timelimit": "1-00:00:00", "TotalCPU": "15:51:10"})
     assert [s["JobID"] for s in done["steps"]] == ["7001.batch", "7001.0"] and "JobName" not in done["steps"][0]
-    submitted = events["7001:job.submitted"]
+    submitted = events["7001:job.submitted@2026-01-05T09:00:00Z"]
     assert submitted["gpus"] == 4
     assert submitted["sacct"] == {"JobID": "7001", "Account": "physics", "User": "ann", "Submit": "2026-01-05T09:00:00",
                                   "ReqTRES": TRES4}
@@ -140,13 +140,13 @@ def test_rows_map_to_events(tmp_path: Path) -> None:
     path.write_text(SMALL)
     events = {r.id: r for r in accepted(path, cluster="hb", timezone="UTC")}
     assert sorted(events) == sorted([
-        "100:job.submitted", "100:allocation.granted@2026-01-05T10:00:00Z", "100:job.started@2026-01-05T10:00:00Z",
+        "100:job.submitted@2026-01-05T09:00:00Z", "100:allocation.granted@2026-01-05T10:00:00Z", "100:job.started@2026-01-05T10:00:00Z",
         "100:job.completed@2026-01-05T12:00:00Z", "100:allocation.released@2026-01-05T12:00:00Z",
-        "101:job.submitted", "101:allocation.granted@2026-01-05T10:00:00Z", "101:job.started@2026-01-05T10:00:00Z",
+        "101:job.submitted@2026-01-05T09:00:00Z", "101:allocation.granted@2026-01-05T10:00:00Z", "101:job.started@2026-01-05T10:00:00Z",
         "101:job.failed@2026-01-05T10:30:00Z", "101:allocation.released@2026-01-05T10:30:00Z",
-        "102:job.submitted",
-        "103:job.submitted", "103:allocation.granted@2026-01-05T11:00:00Z", "103:job.started@2026-01-05T11:00:00Z",
-        "104:job.submitted", "104:allocation.granted@2026-01-05T11:00:00Z", "104:job.started@2026-01-05T11:00:00Z",
+        "102:job.submitted@2026-01-05T09:00:00Z",
+        "103:job.submitted@2026-01-05T09:00:00Z", "103:allocation.granted@2026-01-05T11:00:00Z", "103:job.started@2026-01-05T11:00:00Z",
+        "104:job.submitted@2026-01-05T09:00:00Z", "104:allocation.granted@2026-01-05T11:00:00Z", "104:job.started@2026-01-05T11:00:00Z",
         "104:job.cancelled@2026-01-05T11:05:00Z", "104:allocation.released@2026-01-05T11:05:00Z",
     ])
     granted = events["100:allocation.granted@2026-01-05T10:00:00Z"]
@@ -250,7 +250,7 @@ def test_real_sample_ingests_with_nothing_quarantined(tmp_path: Path) -> None:
     assert type_counts(events) == {"job.submitted": 100, "job.started": 90, "job.completed": 66, "job.failed": 16,
                                    "job.cancelled": 8, "allocation.granted": 9, "allocation.released": 7}
     # The first row: job 4034541 submitted 2023-08-31T12:29:47 in Groningen (CEST, UTC+2).
-    assert (events[0].id, orjson.loads(events[0].body)["time"]) == ("4034541:job.submitted", "2023-08-31T10:29:47Z")
+    assert (events[0].id, orjson.loads(events[0].body)["time"]) == ("4034541:job.submitted@2023-08-31T10:29:47Z", "2023-08-31T10:29:47Z")
     code, output = ingest(f"sqlite:///{tmp_path / 'l.db'}", REAL, "--fields", REAL_FIELDS.lower(), "--delimiter", "☃",
                           "--timezone", "Europe/Amsterdam")
     assert code == 0 and "appended 296 · duplicate 0 · quarantined 0 · times in Europe/Amsterdam" in output
@@ -280,7 +280,7 @@ def test_real_file_without_tenant_columns_needs_tenant_and_then_ingests(tmp_path
                                          "name the tenant of the whole file with --tenant NAME")
     events = accepted(ISSUE59, fields=ISSUE59_FIELDS, tenant="aws-hpc", timezone="UTC")
     assert [(r.id, r.tenant) for r in events] == [
-        ("12:job.submitted", "aws-hpc"), ("12:job.started@2022-08-19T16:56:03Z", "aws-hpc"),
+        ("12:job.submitted@2022-08-19T16:56:03Z", "aws-hpc"), ("12:job.started@2022-08-19T16:56:03Z", "aws-hpc"),
         ("12:job.failed@2022-08-19T17:16:35Z", "aws-hpc")]
     failed = orjson.loads(events[2].body)["data"]
     assert (failed["cause"], failed["state"], failed["elapsed_s"]) == ("hardware", "NODE_FAIL", 1232)
@@ -306,3 +306,19 @@ def test_a_machine_zone_that_names_no_iana_zone_asks_for_timezone(tmp_path: Path
     assert (code, output.strip()) == (2, "Error: $TZ: unknown time zone 'CET-1CEST' (an IANA name such as Europe/Berlin or UTC); "
                                          "name the zone with --timezone")
     assert ingest(f"sqlite:///{tmp_path / 'l.db'}", path, "--timezone", "Europe/Paris")[0] == 0
+
+
+def test_a_requeued_job_is_new_transitions_not_a_conflict(tmp_path: Path) -> None:
+    # `sacct -D` lists each run of a requeued job; Slurm resets the Submit time on requeue.
+    path = tmp_path / "sacct.txt"
+    path.write_text("JobID|Account|User|Partition|NodeList|State|Submit|Start|End|Elapsed|AllocTRES\n"
+                    "7005|physics|ann|gpu|node7|PREEMPTED|2026-01-05T09:00:00|2026-01-05T09:10:00|2026-01-05T10:00:00|00:50:00|gres/gpu=8\n"
+                    "7005|physics|ann|gpu|node9|RUNNING|2026-01-05T10:00:05|2026-01-05T10:30:00|Unknown|00:10:00|gres/gpu=8\n")
+    assert [r.id for r in accepted(path, timezone="UTC")] == [
+        "7005:job.submitted@2026-01-05T09:00:00Z", "7005:allocation.granted@2026-01-05T09:10:00Z",
+        "7005:job.started@2026-01-05T09:10:00Z", "7005:job.failed@2026-01-05T10:00:00Z",
+        "7005:allocation.released@2026-01-05T10:00:00Z",
+        "7005:job.submitted@2026-01-05T10:00:05Z", "7005:allocation.granted@2026-01-05T10:30:00Z",
+        "7005:job.started@2026-01-05T10:30:00Z"]
+    code, output = ingest(f"sqlite:///{tmp_path / 'l.db'}", path, "--timezone", "UTC")
+    assert code == 0 and "appended 8 · duplicate 0 · quarantined 0" in output
