@@ -211,6 +211,9 @@ class _Rows:
                 values.pop()  # --parsable's trailing delimiter
             if self.fields is None:  # the header names the fields
                 where = f"{self.context.file}:{number}: header"
+                if values[0][:1].isdigit():
+                    raise IngestError(f"{where}: the first line is a job ({values[0]}), not a header: for "
+                                      "`sacct --noheader` output give the field list with --fields")
                 self.fields = sacct_fields(values, where)
                 _check_fields(self.fields, self.context, where)
                 continue

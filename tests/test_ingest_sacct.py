@@ -175,6 +175,8 @@ def test_field_names_are_taken_in_any_case(tmp_path: Path) -> None:
      "Error: --tenant and --tenant-field: give one (a fixed tenant, or the field to read it from)"),
     (["--fields", "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"], "",  # sacct's default fields
      "Error: --fields: the field list has no Submit, Start or End, so no transition has a time; add them to sacct's --format"),
+    ([], "", "Error: {path}:1: header: the first line is a job (100), not a header: for `sacct --noheader` output "
+             "give the field list with --fields"),
     (["--timezone", "Mars/Olympus"], "", "Error: --timezone: unknown time zone 'Mars/Olympus' (an IANA name such as Europe/Berlin or UTC)"),
 ])
 def test_input_errors_exit_2_naming_the_field(tmp_path: Path, options: list[str], header: str, message: str) -> None:
