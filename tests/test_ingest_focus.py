@@ -145,26 +145,45 @@ def test_rows_that_cannot_be_read_say_why(tmp_path: Path, changes: dict[str, str
     assert isinstance(record, Rejected) and (record.origin.line, record.field, record.reason) == (2, field, reason)
 
 
-def test_successive_exports_of_an_open_month_append_new_rows_and_refuse_restated_ones(tmp_path: Path) -> None:
-    day1 = [row_with(ChargePeriodStart="2026-01-05 10:00:00", ChargePeriodEnd="2026-01-05 13:00:00"),
-            row_with(ResourceId="A2", BilledCost="8.00", PricingQuantity="8", ChargePeriodStart="2026-01-05 10:00:00",
-                     ChargePeriodEnd="2026-01-05 11:00:00")]
-    day2 = [row_with(ChargePeriodStart="2026-01-06 10:00:00", ChargePeriodEnd="2026-01-06 13:00:00"),
-            row_with(ChargeCategory="Tax", BilledCost="3.20", PricingQuantity="NULL", PricingUnit="NULL", ResourceId="NULL",
-                     ChargePeriodStart="2026-01-06 00:00:00", ChargePeriodEnd="2026-01-07 00:00:00")]
-    restated = [row_with(BilledCost="30.00", ChargePeriodStart="2026-01-05 10:00:00", ChargePeriodEnd="2026-01-05 13:00:00"),
-                *day1[1:], *day2]
+DAY1 = [row_with(ChargePeriodStart="2026-01-05 10:00:00", ChargePeriodEnd="2026-01-05 13:00:00"),
+        row_with(ResourceId="A2", BilledCost="8.00", PricingQuantity="8", ChargePeriodStart="2026-01-05 10:00:00",
+                 ChargePeriodEnd="2026-01-05 11:00:00")]
+DAY2 = [row_with(ChargePeriodStart="2026-01-06 10:00:00", ChargePeriodEnd="2026-01-06 13:00:00"),
+        row_with(ChargeCategory="Tax", BilledCost="3.20", PricingQuantity="NULL", PricingUnit="NULL", ResourceId="NULL",
+                 ChargePeriodStart="2026-01-06 00:00:00", ChargePeriodEnd="2026-01-07 00:00:00")]
+DAY3 = [row_with(ChargePeriodStart="2026-01-07 10:00:00", ChargePeriodEnd="2026-01-07 13:00:00")]
+
+
+def ingest_exports(tmp_path: Path, exports: list[list[list[str]]]) -> tuple[str, list[tuple[int, str]]]:
     db = f"sqlite:///{tmp_path / 'l.db'}"
     results = []
-    for number, rows in enumerate([day1, day1 + day2, restated], start=1):
+    for number, rows in enumerate(exports, start=1):
         path = write_csv(tmp_path / f"export{number}.csv", rows)
         result = CliRunner().invoke(main, ["ingest", "--db", db, "--format", "focus", str(path)])
         results.append((result.exit_code, result.stdout.partition(": ")[2]))
+    return db, results
+
+
+def stored_amounts(db: str) -> list[str]:
+    stored = CliRunner().invoke(main, ["export", "--db", db]).stdout.splitlines()
+    return [orjson.loads(line)["event"]["data"]["amount"] for line in stored]
+
+
+def test_successive_exports_of_a_month_to_date_append_only_the_new_rows(tmp_path: Path) -> None:
+    db, results = ingest_exports(tmp_path, [DAY1, DAY1 + DAY2, DAY1 + DAY2 + DAY3])
     assert results == [(0, "read 2 · appended 2 · duplicate 0 · quarantined 0\n"),
                        (0, "read 4 · appended 2 · duplicate 2 · quarantined 0\n"),
-                       (1, "read 4 · appended 0 · duplicate 3 · quarantined 1\n")]
-    stored = CliRunner().invoke(main, ["export", "--db", db]).stdout.splitlines()
-    assert [orjson.loads(line)["event"]["data"]["amount"] for line in stored] == ["24.00", "8.00", "24.00", "3.20"]
+                       (0, "read 5 · appended 1 · duplicate 4 · quarantined 0\n")]
+    assert stored_amounts(db) == ["24.00", "8.00", "24.00", "3.20", "24.00"]
+
+
+def test_a_charge_restated_under_the_same_identity_is_a_conflict_and_the_first_stays(tmp_path: Path) -> None:
+    restated = [row_with(BilledCost="30.00", ChargePeriodStart="2026-01-05 10:00:00", ChargePeriodEnd="2026-01-05 13:00:00"),
+                *DAY1[1:]]
+    db, results = ingest_exports(tmp_path, [DAY1, restated])
+    assert results == [(0, "read 2 · appended 2 · duplicate 0 · quarantined 0\n"),
+                       (1, "read 2 · appended 0 · duplicate 1 · quarantined 1\n")]
+    assert stored_amounts(db) == ["24.00", "8.00"]
 
 
 def test_tenant_names_the_tenant_of_a_file_without_account_columns(tmp_path: Path) -> None:
