@@ -20,12 +20,15 @@ only the transitions that are new (DESIGN.md §2: same key, same content):
 
 allocation_id = JobID and gpus = the `gres/gpu=` count (typed `gres/gpu:<model>=` counts
 are never added to it). Event ids are `<JobID>:<kind>@<time>`: a requeued job (Slurm
-resets its Submit, and it starts again) makes new transitions, not conflicts. Source `slurm://<cluster>`. `Unknown`, `None` and `None assigned` mean absent.
+resets its Submit, and it starts again) makes new transitions, not conflicts. Source
+`slurm://<cluster>`. `Unknown`, `None` and `None assigned` mean absent.
 
-Field names are taken in any case, as sacct takes them (`start,end,elapsed`); a name
-sacct does not know is an input error naming it. Times carry no zone: they are read in
-`--timezone` (default: this machine's zone). The tenant is Account, else User (or
-`--tenant-field`); `--tenant NAME` names it for a file with neither column.
+Field names are taken as sacct takes them: in any case (`start,end,elapsed`), and a leading
+part of a name for the first field that starts with it (`time` is Timelimit); a name sacct
+would refuse is an input error naming it. A header printed by sacct is taken as printed.
+Times carry no zone: they are read in `--timezone` (default: this machine's zone). The
+tenant is Account, else User (or `--tenant-field`); `--tenant NAME` names it for a file
+with neither column.
 """
 
 from __future__ import annotations
@@ -125,15 +128,31 @@ def gpu_count(tres: str) -> int | None:
     return count
 
 
+def sacct_field(name: str) -> str | None:
+    """A field as sacct reads one in `--format`: any case, and, like sacct, a leading part
+    of a name stands for the first field in sacct's table that starts with it (`time` is
+    Timelimit, `node` NodeList). None when sacct would refuse it."""
+    wanted = _WIDTH.sub("", name.strip()).lower()
+    if not wanted:
+        return None
+    return _BY_LOWER.get(wanted) or next((f for f in SACCT_FIELDS if f.lower().startswith(wanted)), None)
+
+
 def sacct_fields(names: list[str], where: str) -> list[str]:
-    """Field names in sacct's own spelling, whatever case they were written in."""
+    """A field list given by hand (`--fields`), in sacct's own spelling."""
     fields = []
     for name in names:
-        canonical = _BY_LOWER.get(_WIDTH.sub("", name.strip()).lower())
+        canonical = sacct_field(name)
         if canonical is None:
             raise IngestError(f"{where}: unknown sacct field {name.strip()!r} (`sacct --helpformat` lists them)")
         fields.append(canonical)
     return fields
+
+
+def header_fields(names: list[str]) -> list[str]:
+    """The field names of a header sacct printed: its own spelling, kept as printed when a
+    newer Slurm prints one this list does not know (`--format=ALL`)."""
+    return [_BY_LOWER.get(name.strip().lower(), name.strip()) for name in names]
 
 
 @dataclass(frozen=True)
@@ -214,7 +233,7 @@ class _Rows:
                 if values[0][:1].isdigit():
                     raise IngestError(f"{where}: the first line is a job ({values[0]}), not a header: for "
                                       "`sacct --noheader` output give the field list with --fields")
-                self.fields = sacct_fields(values, where)
+                self.fields = header_fields(values)
                 _check_fields(self.fields, self.context, where)
                 continue
             if [v.lower() for v in values] == [f.lower() for f in self.fields]:
