@@ -319,7 +319,8 @@ def _xid_row(stats: _Stats, value: str, number: int) -> _Xid:
     instance = _XID_INSTANCE.search(value)
     if instance is not None:  # the kernel's `GPU-I:13`: the fault is that MIG instance's
         value = (value[:instance.start()] + value[instance.end():]).strip()
-        device = f"{stats.gpu.partition('/')[0]}/{int(instance.group(1))}"
+        if stats.device is not None:  # a Summary names no GPU, so no instance of one either
+            device = f"{stats.gpu.partition('/')[0]}/{int(instance.group(1))}"
     named = _XID_VALUE.fullmatch(value)
     when, xid = (named.group("when"), int(named.group("xid"))) if named else (value, None)
     offset = _OFFSET.fullmatch(when)
