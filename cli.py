@@ -101,6 +101,10 @@ def init(db_url: str | None) -> None:
 @click.option("--tenant-field", default=None,
               help="Source field to take the tenant from (sacct: Account, else User; focus: SubAccountId, else BillingAccountId; "
                    "kueue, k8s-events: a metadata label, else the namespace).")
+@click.option("--tenant", default=None, metavar="NAME",
+              help="The tenant of every record of the file, for sources with no tenant column (sacct without Account and User, dcgmi stats of one tenant's job).")
+@click.option("--timezone", default=None, metavar="IANA",
+              help="sacct, dcgm-stats: the zone their zoneless local times are read in (default: this machine's zone).")
 @click.option("--gpu-field", default=None, help="focus: the column holding the GPU count (default: PricingQuantity when PricingUnit is GPU-hours).")
 @click.option("--allocation-field", default=None, help="focus: the column holding the allocation id (default: ResourceId).")
 @click.option("--node", default=None,
@@ -126,13 +130,23 @@ def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, files: 
             click.echo(problem, err=True)
         if report.quarantined > len(report.problems):
             click.echo(f"… and {report.quarantined - len(report.problems)} more: see `gpuledger quarantine`", err=True)
-        click.echo(f"{path}: {_counts(report)}")
+        click.echo(f"{path}: {_counts(report)}{_zone_note(path, fmt, options)}")
         for name in ("read", "appended", "duplicates", "quarantined"):
             setattr(total, name, getattr(total, name) + getattr(report, name))
     if len(files) > 1:
         click.echo(f"total: {_counts(total)}")
     if total.quarantined:
         sys.exit(1)
+
+
+def _zone_note(path: Path, fmt: str | None, options: dict[str, str | None]) -> str:
+    """` · times in ZONE` for formats that print local time with no zone (DESIGN §2)."""
+    from ingest import ingestor_for
+    from ingest.base import LocalZone
+
+    if not getattr(ingestor_for(path, fmt), "local_times", False):
+        return ""
+    return f" · times in {LocalZone(options.get('timezone')).name}"
 
 
 def _counts(report: ledger.AppendReport) -> str:

@@ -7,9 +7,12 @@ It never writes: appends go through the ledger's API, called by the CLI or a run
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
+from datetime import datetime, timezone, tzinfo
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import ValidationError
 
@@ -34,6 +37,57 @@ class Ingestor(Protocol):
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
         """The file's records in file order."""
         ...
+
+
+class LocalZone:
+    """The zone in which a tool that prints local time with no offset (sacct, dcgmi) is
+    read: `--timezone NAME` (IANA), else the local zone of the machine running the ingest
+    (DESIGN §2). `name` goes into the ingest summary, so a reader sees which was used."""
+
+    def __init__(self, name: str | None = None) -> None:
+        self.zone, self.name = _zone(name) if name else _machine_zone()
+
+    def utc(self, moment: datetime) -> datetime:
+        """A time as the tool printed it, in UTC. An offset written in the text wins; in a
+        repeated hour (clocks going back) the first of the two instants is taken (fold 0)."""
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=self.zone)
+        return moment.astimezone(timezone.utc)
+
+
+def _zone(name: str, where: str = "--timezone") -> tuple[tzinfo, str]:
+    try:
+        return ZoneInfo(name), name
+    except (ZoneInfoNotFoundError, ValueError):
+        hint = "" if where == "--timezone" else "; name the zone with --timezone"
+        raise IngestError(f"{where}: unknown time zone {name!r} (an IANA name such as Europe/Berlin or UTC){hint}") from None
+
+
+def _machine_zone() -> tuple[tzinfo, str]:
+    """$TZ, else the zone /etc/localtime points to, else /etc/localtime's rules unnamed."""
+    name = os.environ.get("TZ", "").removeprefix(":")
+    if name:
+        return _zone(name, "$TZ")
+    localtime = Path("/etc/localtime")
+    target = os.path.realpath(localtime)
+    if "zoneinfo/" in target:
+        return _zone(target.split("zoneinfo/", 1)[1])
+    if localtime.exists():
+        with localtime.open("rb") as rules:
+            return ZoneInfo.from_file(rules, key="localtime"), "localtime (/etc/localtime)"
+    return timezone.utc, "UTC (this machine names no zone)"
+
+
+def fixed_tenant(options: dict[str, Any]) -> str | None:
+    """`--tenant NAME`: the tenant of every record of a file whose source names none."""
+    tenant = options.get("tenant")
+    if tenant is None:
+        return None
+    if not str(tenant).strip():
+        raise IngestError("--tenant: empty tenant name")
+    if options.get("tenant_field"):
+        raise IngestError("--tenant and --tenant-field: give one (a fixed tenant, or the field to read it from)")
+    return str(tenant)
 
 
 def open_source(path: Path) -> BinaryIO:

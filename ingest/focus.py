@@ -2,19 +2,32 @@
 
 Mapping: ChargePeriodStart/End → the period; BilledCost → amount (exact Decimal text);
 BillingCurrency → currency; InvoiceId, else BillingPeriodStart → invoice_id;
-ChargeCategory / ChargeClass → category (ChargeClass Correction → correction); the extension
-column `x_Corrects` (the `Id` of the line this row replaces) → corrects; ResourceId
-(or the column given as `allocation_field`) → allocation_id; tenant from SubAccountId,
-else BillingAccountId (or `tenant_field`). GPUs: the column `gpu_field` when given,
-else PricingQuantity ÷ the period's hours when PricingUnit is GPU-hours; any other row is
-money only (gpus = 0). The original columns ride along whole under `data.focus`.
+ResourceId (or the column given as `allocation_field`) → allocation_id; tenant from
+SubAccountId, else BillingAccountId (or `tenant_field`, or `--tenant NAME` for the whole
+file). The original columns ride along whole under `data.focus`.
+
+Charge categories as FOCUS defines them (ChargeCategory: Usage, Purchase, Tax, Credit,
+Adjustment; ChargeClass `Correction`: a correction to a previously invoiced period):
+- Usage and Adjustment bill GPU time: gpus from the column `gpu_field` when given, else
+  PricingQuantity ÷ the period's hours when PricingUnit is GPU-hours, else 0;
+- Purchase (a commitment bought upfront or recurring), Tax and Credit are money only:
+  gpus 0, whatever their PricingUnit says;
+- category: Usage → usage, Credit → credit, Adjustment → adjustment; Purchase and Tax →
+  adjustment (the ledger's categories have no purchase or tax; the row's own value is
+  kept as `charge_category`); ChargeClass Correction → correction; the extension column
+  `x_Corrects` (the `Id` of the line this row replaces) → corrects.
+A value FOCUS does not allow is refused with the allowed ones.
 
 Quirks taken as they are: the literal NULL for empty, times with a space and no zone
-(UTC), money with many decimal places, a non-standard `Id` column.
+(UTC, as FOCUS requires), money with many decimal places, a non-standard `Id` column.
 
-A line's id is the row's `Id` when there is one, else a digest of the row's values and
-how many identical rows came before it, so re-reading a file appends nothing while two
-identical rows (a duplicated charge) stay two lines.
+A line's id is the row's `Id` when there is one, else a digest of what identifies the
+charge (IDENTITY: provider, accounts, invoice period, charge period, category, class,
+description, resource, SKU, pricing unit, commitment) and how many rows with that
+identity came before it in the file. A later export of the same period repeats its
+earlier rows as duplicates and appends only the new ones; a row whose amounts changed
+under the same identity is a conflict (kept in quarantine, the first stays), never a
+second charge; two identical rows (a duplicated charge) stay two lines.
 """
 
 from __future__ import annotations
@@ -28,13 +41,20 @@ from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
-from ingest.base import UTF8_BOM, IngestError, event_from_object, open_source
+from ingest.base import UTF8_BOM, IngestError, event_from_object, fixed_tenant, open_source
 from schemas import Origin, Record, Rejected
 from schemas.types import format_money
 
 NULLS = frozenset({"", "NULL", "null"})
 _GPU_HOUR_UNITS = frozenset({"gpu-hours", "gpu-hour", "gpu hours", "gpu hour", "gpuhours", "gpu-hrs"})
-_CATEGORIES = {"usage": "usage", "purchase": "usage", "tax": "adjustment", "credit": "credit", "adjustment": "adjustment"}
+#: FOCUS ChargeCategory → (the ledger's category, whether the row may bill GPU time).
+_CATEGORIES = {"usage": ("usage", True), "adjustment": ("adjustment", True), "purchase": ("adjustment", False),
+               "tax": ("adjustment", False), "credit": ("credit", False)}
+IDENTITY = ("ProviderName", "BillingAccountId", "SubAccountId", "BillingPeriodStart", "ChargePeriodStart", "ChargePeriodEnd",
+            "ChargeCategory", "ChargeClass", "ChargeDescription", "ChargeFrequency", "ResourceId", "SkuId", "SkuPriceId",
+            "PricingUnit", "CommitmentDiscountId", "CommitmentDiscountStatus", "CapacityReservationId", "RegionId",
+            "AvailabilityZone", "ServiceName", "x_Corrects")
+TENANT_COLUMNS = ("SubAccountId", "BillingAccountId")
 
 
 class FocusIngestor:
@@ -51,9 +71,22 @@ class FocusIngestor:
         with open_source(path) as stream:
             is_parquet = stream.read(4) == b"PAR1"
         rows = _parquet_rows(path) if is_parquet else _csv_rows(path)
+        options = {**options, "tenant": fixed_tenant(options)}
         seen: dict[bytes, int] = {}
         for line, row, raw in rows:
+            if not seen:
+                _check_columns(path, row, options)
             yield _line_event(row, Origin(str(path), line), raw, seen, options)
+
+
+def _check_columns(path: Path, row: dict[str, str | None], options: dict[str, Any]) -> None:
+    """The columns a tenant comes from exist (checked once, on the first row)."""
+    if options.get("tenant") is not None or "__error__" in row:
+        return
+    wanted = [options["tenant_field"]] if options.get("tenant_field") else list(TENANT_COLUMNS)
+    if not any(column in row for column in wanted):
+        raise IngestError(f"{path}: no tenant column: the file has no {' or '.join(wanted)}; "
+                          "name the tenant of the whole file with --tenant NAME")
 
 
 def _parquet_schema_text(path: Path) -> bytes:
@@ -125,7 +158,7 @@ def _line_event(row: dict[str, str | None], origin: Origin, raw: bytes, seen: di
     except ValueError as exc:
         field, _, reason = str(exc).partition(": ")
         return Rejected(origin, field, reason, raw)
-    digest = sha256(raw).digest()
+    digest = _identity(row)
     seen[digest] = seen.get(digest, 0) + 1
     line_id = row.get("Id") or f"{digest.hex()[:24]}-{seen[digest]}"
     data["line_id"] = line_id
@@ -135,21 +168,35 @@ def _line_event(row: dict[str, str | None], origin: Origin, raw: bytes, seen: di
     return event_from_object(event, origin, raw)
 
 
-def _billing_data(row: dict[str, str | None], options: dict[str, Any]) -> dict[str, Any]:
+def _identity(row: dict[str, str | None]) -> bytes:
+    """What identifies a charge, independent of the file's column order or format."""
+    return sha256(repr([(k, row.get(k)) for k in IDENTITY]).encode("utf-8", "surrogateescape")).digest()
+
+
+def _tenant(row: dict[str, str | None], options: dict[str, Any]) -> str:
+    if options.get("tenant") is not None:
+        return str(options["tenant"])
     tenant_field = options.get("tenant_field")
     tenant = row.get(tenant_field) if tenant_field else (row.get("SubAccountId") or row.get("BillingAccountId"))
     if not tenant:
-        raise ValueError(f"{tenant_field or 'SubAccountId'}: no tenant: SubAccountId and BillingAccountId are empty")
+        empty = f"{tenant_field} is empty" if tenant_field else "SubAccountId and BillingAccountId are empty"
+        raise ValueError(f"{tenant_field or 'SubAccountId'}: no tenant: {empty}")
+    return tenant
+
+
+def _billing_data(row: dict[str, str | None], options: dict[str, Any]) -> dict[str, Any]:
+    tenant = _tenant(row, options)
     start, end = _time(row, "ChargePeriodStart"), _time(row, "ChargePeriodEnd")
     amount = _decimal(row, "BilledCost", required=True)
     assert amount is not None  # required=True raised otherwise
     allocation = row.get(options.get("allocation_field") or "ResourceId")
-    gpus = _gpus(row, options.get("gpu_field"), start, end)
+    category, bills_time = _category(row)
+    gpus = _gpus(row, options.get("gpu_field"), start, end) if bills_time else 0
     data: dict[str, Any] = {
         "tenant": tenant, "invoice_id": row.get("InvoiceId") or _invoice_from_period(row),
         "allocation_id": allocation, "period_start": start, "period_end": end, "gpus": gpus,
-        "amount": format_money(amount), "currency": row.get("BillingCurrency"), "category": _category(row),
-        "corrects": row.get("x_Corrects"), "focus": row,
+        "amount": format_money(amount), "currency": row.get("BillingCurrency"), "category": category,
+        "charge_category": row.get("ChargeCategory") or row.get("ChargeType"), "corrects": row.get("x_Corrects"), "focus": row,
     }
     if gpus:
         price = _decimal(row, "ContractedUnitPrice") or _decimal(row, "ListUnitPrice")
@@ -184,23 +231,37 @@ def _decimal(row: dict[str, str | None], field: str, required: bool = False) -> 
 def _gpus(row: dict[str, str | None], gpu_field: str | None, start: str, end: str) -> int:
     if gpu_field:
         count = _decimal(row, gpu_field)
-    elif (row.get("PricingUnit") or "").strip().lower() in _GPU_HOUR_UNITS:
-        quantity = _decimal(row, "PricingQuantity") or Decimal(0)
-        hours = Decimal(int((datetime.fromisoformat(end[:-1]) - datetime.fromisoformat(start[:-1])).total_seconds())) / 3600
-        if hours <= 0:
-            raise ValueError("PricingQuantity: GPU-hours over an empty charge period")
-        count = quantity / hours
-    else:
+        if count is None or count != count.to_integral_value() or count < 0:
+            raise ValueError(f"{gpu_field}: not a whole number of GPUs: {count}")
+        return int(count)
+    if (row.get("PricingUnit") or "").strip().lower() not in _GPU_HOUR_UNITS:
         return 0
-    if count is None or count != count.to_integral_value() or count < 0:
-        raise ValueError(f"{gpu_field or 'PricingQuantity'}: not a whole number of GPUs: {count}")
+    quantity = _decimal(row, "PricingQuantity") or Decimal(0)
+    hours = Decimal(int((datetime.fromisoformat(end[:-1]) - datetime.fromisoformat(start[:-1])).total_seconds())) / 3600
+    if hours <= 0:
+        raise ValueError("PricingQuantity: GPU-hours over an empty charge period")
+    count = quantity / hours
+    if count < 0:
+        raise ValueError(f"PricingQuantity: not a whole number of GPUs: {count}")
+    if count != count.to_integral_value():
+        raise ValueError(f"PricingQuantity: {quantity} GPU-hours over {hours.normalize()} h is no whole number of GPUs; "
+                         "name the column that holds the GPU count with --gpu-field")
     return int(count)
 
 
-def _category(row: dict[str, str | None]) -> str:
-    if (row.get("ChargeClass") or "").lower() == "correction":
-        return "correction"
-    return _CATEGORIES.get((row.get("ChargeCategory") or "usage").lower(), "usage")
+def _category(row: dict[str, str | None]) -> tuple[str, bool]:
+    """The ledger's category, and whether the row may bill GPU time (FOCUS ChargeCategory)."""
+    column = "ChargeCategory" if "ChargeCategory" in row or "ChargeType" not in row else "ChargeType"  # FOCUS 0.5's name
+    text = row.get(column) or ""
+    found = _CATEGORIES.get(text.strip().lower())
+    if found is None:
+        raise ValueError(f"{column}: not a FOCUS charge category: {text!r} (Usage, Purchase, Tax, Credit, Adjustment)")
+    charge_class = (row.get("ChargeClass") or "").strip()
+    if charge_class.lower() == "correction":
+        return "correction", found[1]
+    if charge_class:
+        raise ValueError(f"ChargeClass: not a FOCUS charge class: {charge_class!r} (Correction, or empty)")
+    return found
 
 
 def _invoice_from_period(row: dict[str, str | None]) -> str:

@@ -1,35 +1,93 @@
 """Slurm accounting, as printed by `sacct --parsable2` (or `--parsable`, whose rows end
-with one more delimiter).
+with one more delimiter), with a header line or with `--noheader` and the field list.
 
-Mapping (DESIGN.md §2): a job row yields `job.submitted` (Submit), `job.started` (Start)
-and its end event by State at End: COMPLETED → job.completed; FAILED, TIMEOUT,
-OUT_OF_MEMORY → job.failed (application); NODE_FAIL → job.failed (hardware); PREEMPTED →
-job.failed (preempted); CANCELLED… → job.cancelled. A row with `gres/gpu` in AllocTRES
-also yields `allocation.granted` at Start and `allocation.released` at End, with
+sacct is polled: the same job is printed again and again while it waits, runs and ends.
+So each event records one transition of the job, and holds only what is fixed once that
+transition has happened; a later poll repeats it byte for byte (a duplicate) and adds
+only the transitions that are new (DESIGN.md §2: same key, same content):
+
+- `job.submitted` at Submit: what is known at submission (SUBMIT_FIELDS: name, user,
+  account, request), `gpus` from ReqTRES. Never the state, the elapsed
+  time or the usage, which change while the job runs.
+- `job.started` at Start (`allocation.granted` beside it when AllocTRES holds
+  `gres/gpu`): what is fixed at start (START_FIELDS: partition, nodes, allocation).
+- the end event at End, by State: COMPLETED → job.completed; FAILED, TIMEOUT,
+  OUT_OF_MEMORY → job.failed (application); NODE_FAIL, BOOT_FAIL → job.failed
+  (hardware); PREEMPTED → job.failed (preempted); CANCELLED… → job.cancelled; and
+  `allocation.released` beside it. It carries the final state, Elapsed and every other
+  field (the usage), and the job's step rows (`.batch`, `.extern`, `.N`) under `steps`.
+  A running job's steps and usage are recorded when it has ended.
+
 allocation_id = JobID and gpus = the `gres/gpu=` count (typed `gres/gpu:<model>=` counts
-are never added to it). Step rows (`.batch`, `.extern`, `.N`) are evidence, not
-allocations: they ride along, whole, on their job's `job.submitted` under `steps`.
-`Unknown`, `None` and `None assigned` mean absent; a job still running has an open
-allocation. The event id is JobID and the event kind, under source `slurm://<cluster>`,
-so re-reading a file appends nothing.
+are never added to it). Event ids are `<JobID>:<kind>@<time>`: a requeued job (Slurm
+resets its Submit, and it starts again) makes new transitions, not conflicts. Source
+`slurm://<cluster>`. `Unknown`, `None` and `None assigned` mean absent.
+
+Field names are taken as sacct takes them: in any case (`start,end,elapsed`), and a leading
+part of a name for the first field that starts with it (`time` is Timelimit); a name sacct
+would refuse is an input error naming it. A header printed by sacct is taken as printed.
+Times carry no zone: they are read in `--timezone` (default: this machine's zone). The
+tenant is Account, else User (or `--tenant-field`); `--tenant NAME` names it for a file
+with neither column.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from ingest.base import IngestError, UTF8_BOM, event_from_object, open_source
-from schemas import Origin, Record, Rejected
+from ingest.base import UTF8_BOM, IngestError, LocalZone, event_from_object, fixed_tenant, open_source
+from schemas import Origin, Record, Rejected, format_utc
 
 #: The field list assumed when none is given; the file then starts with a header line.
 STANDARD_FIELDS = (
     "JobID", "JobName", "Account", "User", "Partition", "NodeList", "State", "Submit", "Start",
     "End", "Elapsed", "Timelimit", "AllocTRES",
 )
+#: Every field `sacct --helpformat` lists (Slurm 17.11 to 24.05), in sacct's own spelling.
+SACCT_FIELDS = (
+    "Account", "AdminComment", "AllocCPUS", "AllocGRES", "AllocNodes", "AllocTRES", "AssocID", "AveCPU",
+    "AveCPUFreq", "AveDiskRead", "AveDiskWrite", "AvePages", "AveRSS", "AveVMSize", "BlockID", "Cluster",
+    "Comment", "Constraints", "ConsumedEnergy", "ConsumedEnergyRaw", "Container", "CPUTime", "CPUTimeRAW",
+    "DBIndex", "DerivedExitCode", "Elapsed", "ElapsedRaw", "Eligible", "End", "ExitCode", "Extra",
+    "FailedNode", "Flags", "GID", "Group", "JobID", "JobIDRaw", "JobName", "Layout", "Licenses",
+    "MaxDiskRead", "MaxDiskReadNode", "MaxDiskReadTask", "MaxDiskWrite", "MaxDiskWriteNode",
+    "MaxDiskWriteTask", "MaxPages", "MaxPagesNode", "MaxPagesTask", "MaxRSS", "MaxRSSNode", "MaxRSSTask",
+    "MaxVMSize", "MaxVMSizeNode", "MaxVMSizeTask", "McsLabel", "MinCPU", "MinCPUNode", "MinCPUTask",
+    "NCPUS", "NNodes", "NodeList", "NTasks", "Partition", "Planned", "PlannedCPU", "PlannedCPURAW",
+    "Priority", "QOS", "QOSRAW", "QOSREQ", "Reason", "ReqCPUFreq", "ReqCPUFreqGov", "ReqCPUFreqMax",
+    "ReqCPUFreqMin", "ReqCPUS", "ReqGRES", "ReqMem", "ReqNodes", "ReqTRES", "Reservation", "ReservationId",
+    "Reserved", "ResvCPU", "ResvCPURAW", "Start", "State", "StdErr", "StdIn", "StdOut", "Submit",
+    "SubmitLine", "Suspended", "SystemComment", "SystemCPU", "Timelimit", "TimelimitRaw", "TotalCPU",
+    "TRESUsageInAve", "TRESUsageInMax", "TRESUsageInMaxNode", "TRESUsageInMaxTask", "TRESUsageInMin",
+    "TRESUsageInMinNode", "TRESUsageInMinTask", "TRESUsageInTot", "TRESUsageOutAve", "TRESUsageOutMax",
+    "TRESUsageOutMaxNode", "TRESUsageOutMaxTask", "TRESUsageOutMin", "TRESUsageOutMinNode",
+    "TRESUsageOutMinTask", "TRESUsageOutTot", "UID", "User", "UserCPU", "WCKey", "WCKeyID", "WorkDir",
+)
+_BY_LOWER = {name.lower(): name for name in SACCT_FIELDS}
+#: Fixed once the job is submitted: they ride on `job.submitted`. Not the time limit or the
+#: QOS, which `scontrol update` changes while the job waits or runs: they go with the end.
+SUBMIT_FIELDS = frozenset({
+    "JobID", "JobIDRaw", "User", "UID", "Group", "GID", "Account", "Cluster", "WCKey", "WCKeyID",
+    "QOSREQ", "Submit", "SubmitLine", "ReqTRES", "ReqGRES", "ReqMem", "ReqCPUS",
+    "ReqNodes", "ReqCPUFreq", "ReqCPUFreqGov", "ReqCPUFreqMax", "ReqCPUFreqMin", "Constraints", "WorkDir",
+    "StdIn", "StdOut", "StdErr", "AssocID", "DBIndex",
+})
+#: Fixed once the job has started: they ride on `job.started`.
+START_FIELDS = frozenset({
+    "Partition", "NodeList", "NNodes", "NCPUS", "AllocCPUS", "AllocNodes", "AllocTRES",
+    "AllocGRES", "Start", "Eligible", "Reservation", "ReservationId", "Layout", "Licenses", "McsLabel",
+})
+#: Read but kept out of every event: a job's name is free text its owner may change at any
+#: time (`scontrol update JobName=`), and anonymisers replace it at each sighting, so it
+#: would make two polls of one unchanged job disagree; it identifies nothing reconciled.
+UNSTABLE_FIELDS = frozenset({"JobName"})
+_NOT_FINAL = SUBMIT_FIELDS | START_FIELDS | UNSTABLE_FIELDS
+TENANT_FIELDS = ("Account", "User")
 ABSENT = frozenset({"", "Unknown", "None", "None assigned", "(null)"})
 _END_EVENTS = {
     "COMPLETED": ("job.completed", None),
@@ -41,6 +99,7 @@ _END_EVENTS = {
     "PREEMPTED": ("job.failed", "preempted"),
 }
 _ELAPSED = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)")
+_WIDTH = re.compile(r"%-?\d*$")  # `JobName%30`: sacct's column width, meaningless when parsable
 
 
 def parse_elapsed(text: str) -> float | None:
@@ -69,42 +128,95 @@ def gpu_count(tres: str) -> int | None:
     return count
 
 
-def slurm_time(text: str) -> str | None:
-    if text in ABSENT:
+def sacct_field(name: str) -> str | None:
+    """A field as sacct reads one in `--format`: any case, and, like sacct, a leading part
+    of a name stands for the first field in sacct's table that starts with it (`time` is
+    Timelimit, `node` NodeList). None when sacct would refuse it."""
+    wanted = _WIDTH.sub("", name.strip()).lower()
+    if not wanted:
         return None
-    datetime.fromisoformat(text)  # raises ValueError on a malformed time
-    return text
+    return _BY_LOWER.get(wanted) or next((f for f in SACCT_FIELDS if f.lower().startswith(wanted)), None)
+
+
+def sacct_fields(names: list[str], where: str) -> list[str]:
+    """A field list given by hand (`--fields`), in sacct's own spelling."""
+    fields = []
+    for name in names:
+        canonical = sacct_field(name)
+        if canonical is None:
+            raise IngestError(f"{where}: unknown sacct field {name.strip()!r} (`sacct --helpformat` lists them)")
+        fields.append(canonical)
+    return fields
+
+
+def header_fields(names: list[str]) -> list[str]:
+    """The field names of a header sacct printed: its own spelling, kept as printed when a
+    newer Slurm prints one this list does not know (`--format=ALL`)."""
+    return [_BY_LOWER.get(name.strip().lower(), name.strip()) for name in names]
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What every row of one file is read with."""
+
+    file: str
+    cluster: str
+    zone: LocalZone
+    tenant: str | None  # --tenant: one tenant for the whole file
+    tenant_field: str | None  # --tenant-field, in sacct's spelling
+
+    @property
+    def source(self) -> str:
+        return f"slurm://{self.cluster}"
 
 
 class SacctIngestor:
     name = "sacct"
     description = "Slurm sacct --parsable2 / --parsable output"
+    local_times = True  # sacct prints local time with no zone
 
     def identify(self, path: Path, head: bytes) -> bool:
         first = head.removeprefix(UTF8_BOM).split(b"\n", 1)[0]
         return first.startswith(b"JobID|") or first.startswith(b"JobIDRaw|")
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
+        tenant = fixed_tenant(options)
+        field = options.get("tenant_field")
+        context = _Context(str(path), options.get("cluster") or "default", LocalZone(options.get("timezone")),
+                           tenant, sacct_fields([field], "--tenant-field")[0] if field else None)
         fields = options.get("fields")
-        delimiter = options.get("delimiter") or "|"
-        cluster = options.get("cluster") or "default"
-        tenant_field = options.get("tenant_field")
-        field_list = [f.strip() for f in fields.split(",")] if fields else None
+        field_list = sacct_fields(fields.split(","), "--fields") if fields else None
+        if field_list is not None:
+            _check_fields(field_list, context, "--fields")
         with open_source(path) as stream:
-            reader = _Rows(str(path), stream, delimiter, field_list)
-            yield from _job_events(reader, cluster, tenant_field)
+            yield from _job_events(_Rows(context, stream, options.get("delimiter") or "|", field_list), context)
+
+
+def _check_fields(fields: list[str], context: _Context, where: str) -> None:
+    if "JobID" not in fields and "JobIDRaw" not in fields:
+        raise IngestError(f"{where}: the field list has no JobID")
+    if not {"Submit", "Start", "End"} & set(fields):
+        raise IngestError(f"{where}: the field list has no Submit, Start or End, so no transition has a time; "
+                          "add them to sacct's --format")
+    if context.tenant is not None:
+        return
+    wanted = [context.tenant_field] if context.tenant_field else list(TENANT_FIELDS)
+    if not any(f in fields for f in wanted):
+        raise IngestError(f"{where}: no tenant column: the fields have no {' or '.join(wanted)}; "
+                          "name the tenant of the whole file with --tenant NAME")
 
 
 class _Rows:
-    """The file's rows as dicts, with line numbers; bad rows become rejections."""
+    """The file's rows as dicts keyed by sacct's field names, with line numbers; rows of
+    the wrong width become rejections."""
 
-    def __init__(self, name: str, stream: Any, delimiter: str, fields: list[str] | None) -> None:
-        self.name, self.stream, self.delimiter, self.fields = name, stream, delimiter, fields
+    def __init__(self, context: _Context, stream: BinaryIO, delimiter: str, fields: list[str] | None) -> None:
+        self.context, self.stream, self.delimiter, self.fields = context, stream, delimiter, fields
 
     def __iter__(self) -> Iterator[tuple[Origin, dict[str, str] | Rejected, bytes]]:
         offset = 0
         for number, raw in enumerate(self.stream, start=1):
-            origin = Origin(self.name, number, offset)
+            origin = Origin(self.context.file, number, offset)
             offset += len(raw)
             try:
                 text = raw.decode("utf-8").removeprefix("\ufeff").rstrip("\r\n")
@@ -114,48 +226,57 @@ class _Rows:
             if not text.strip():
                 continue
             values = text.split(self.delimiter)
-            if self.fields is None:  # the header names the fields
-                self.fields = values[:-1] if values[-1] == "" else values
-                continue
-            if values == self.fields or values[:-1] == self.fields:
-                continue  # a header line although --fields was given
-            if len(values) == len(self.fields) + 1 and values[-1] == "":
+            if values[-1] == "" and (self.fields is None or len(values) == len(self.fields) + 1):
                 values.pop()  # --parsable's trailing delimiter
+            if self.fields is None:  # the header names the fields
+                where = f"{self.context.file}:{number}: header"
+                if values[0][:1].isdigit():
+                    raise IngestError(f"{where}: the first line is a job ({values[0]}), not a header: for "
+                                      "`sacct --noheader` output give the field list with --fields")
+                self.fields = header_fields(values)
+                _check_fields(self.fields, self.context, where)
+                continue
+            if [v.lower() for v in values] == [f.lower() for f in self.fields]:
+                continue  # a header line although --fields was given
             if len(values) != len(self.fields):
                 yield origin, Rejected(origin, "(row)", f"expected {len(self.fields)} fields, found {len(values)}", raw), raw
                 continue
-            yield origin, dict(zip(self.fields, values)), raw
+            row = dict(zip(self.fields, values))
+            if "JobID" not in row:
+                row["JobID"] = row["JobIDRaw"]
+            yield origin, row, raw
 
 
-def _job_events(rows: _Rows, cluster: str, tenant_field: str | None) -> Iterator[Record]:
-    pending: list[tuple[Origin, dict[str, str], bytes]] = []
+_Group = list[tuple[Origin, dict[str, str], bytes]]
+
+
+def _job_events(rows: _Rows, context: _Context) -> Iterator[Record]:
+    """A job row and the step rows after it are one group, read together."""
+    pending: _Group = []
     for origin, row, raw in rows:
         if isinstance(row, Rejected):
-            if pending:  # keep file order
-                yield from _events_of(pending, cluster, tenant_field)
-                pending = []
+            yield from _events_of(pending, context)  # keep file order
+            pending = []
             yield row
             continue
-        if "JobID" not in row:
-            raise IngestError(f"{origin.file}: the field list has no JobID")
         if "." in row["JobID"] and pending and row["JobID"].split(".")[0] == pending[0][1]["JobID"]:
             pending.append((origin, row, raw))
             continue
-        if pending:
-            yield from _events_of(pending, cluster, tenant_field)
+        yield from _events_of(pending, context)
         pending = [(origin, row, raw)]
-    if pending:
-        yield from _events_of(pending, cluster, tenant_field)
+    yield from _events_of(pending, context)
 
 
-def _events_of(group: list[tuple[Origin, dict[str, str], bytes]], cluster: str, tenant_field: str | None) -> Iterator[Record]:
+def _events_of(group: _Group, context: _Context) -> Iterator[Record]:
+    if not group:
+        return
     origin, row, raw = group[0]
     if "." in row["JobID"]:  # steps whose job row is not in this file: kept, in quarantine
         job = row["JobID"].split(".")[0]
         yield from (Rejected(o, "JobID", f"step {r['JobID']} without its job row {job}", b) for o, r, b in group)
         return
     try:
-        events = _job_row_events(row, [r for _, r, _ in group[1:]], cluster, tenant_field)
+        events = _job_row_events(row, [r for _, r, _ in group[1:]], context)
     except ValueError as exc:
         field, _, reason = str(exc).partition(": ")
         yield Rejected(origin, field if reason else "(row)", reason or str(exc), raw)
@@ -166,57 +287,91 @@ def _events_of(group: list[tuple[Origin, dict[str, str], bytes]], cluster: str, 
     yield from (rejected[:1] if rejected else records)
 
 
-def _tenant(row: dict[str, str], tenant_field: str | None) -> str:
-    for field in ([tenant_field] if tenant_field else ["Account", "User"]):
+def _tenant(row: dict[str, str], context: _Context) -> str:
+    if context.tenant is not None:
+        return context.tenant
+    fields = [context.tenant_field] if context.tenant_field else list(TENANT_FIELDS)
+    for field in fields:
         value = row.get(field, "")
         if value not in ABSENT:
             return value
-    raise ValueError(f"{tenant_field or 'Account'}: no tenant: Account and User are both empty")
+    empty = f"{fields[0]} is empty" if len(fields) == 1 else f"{' and '.join(fields)} are both empty"
+    raise ValueError(f"{fields[0]}: no tenant: {empty}")
 
 
-def _job_row_events(row: dict[str, str], steps: list[dict[str, str]], cluster: str, tenant_field: str | None) -> list[dict[str, Any]]:
-    job_id, tenant, state = row["JobID"], _tenant(row, tenant_field), row.get("State", "")
-    times = {}
-    for field in ("Submit", "Start", "End"):
-        try:
-            times[field] = slurm_time(row.get(field, ""))
-        except ValueError:
-            raise ValueError(f"{field}: not a time: {row.get(field)!r}") from None
-    elapsed = {}
-    for field in ("Elapsed", "Timelimit"):
-        if field in row:
-            try:
-                elapsed[f"{field.lower()}_s"] = parse_elapsed(row[field])
-            except ValueError as exc:
-                raise ValueError(f"{field}: {exc}") from None
+def _time(row: dict[str, str], field: str, context: _Context) -> str | None:
+    """ISO local time as sacct prints it, or epoch seconds (`SLURM_TIME_FORMAT=%s`)."""
+    text = row.get(field, "")
+    if text in ABSENT:
+        return None
     try:
-        gpus = gpu_count(row.get("AllocTRES", "")) or None
+        if text.isdigit() and text.isascii() and len(text) <= 12:
+            return format_utc(datetime.fromtimestamp(int(text), timezone.utc))
+        return format_utc(context.zone.utc(datetime.fromisoformat(text)))
+    except (ValueError, OverflowError, OSError):
+        raise ValueError(f"{field}: not a time: {text!r}") from None
+
+
+def _seconds(row: dict[str, str], field: str) -> float | None:
+    try:
+        return parse_elapsed(row[field]) if field in row else None
     except ValueError as exc:
-        reason = str(exc) if "negative" in str(exc) else f"not a TRES list: {row.get('AllocTRES')!r}"
-        raise ValueError(f"AllocTRES: {reason}") from None
-    source = f"slurm://{cluster}"
-    node_list = row.get("NodeList", "")
-    node = None if node_list in ABSENT else node_list
-    base = {"tenant": tenant, "job_id": job_id}
+        raise ValueError(f"{field}: {exc}") from None
+
+
+def gres_gpu_count(gres: str) -> int | None:
+    """The GPUs of an old-style GRES list (Slurm before TRES: `gpu:2`, `gpu:tesla:2(IDX:0-1)`)."""
+    count = 0
+    for item in re.sub(r"\(.*?\)", "", gres).split(","):
+        parts = item.split(":")
+        if parts[0] == "gpu" and len(parts) >= 2:
+            count += int(parts[-1])
+    return count or None
+
+
+def _gpus(row: dict[str, str], field: str) -> int | None:
+    """From the TRES list (`AllocTRES`, `ReqTRES`), else the GRES list older Slurm printed."""
+    gres = field.replace("TRES", "GRES")
+    try:
+        if field not in row and gres in row:
+            return gres_gpu_count(row[gres])
+        return gpu_count(row.get(field, "")) or None
+    except ValueError as exc:
+        where = field if field in row else gres
+        reason = str(exc) if "negative" in str(exc) else f"not a {where[-4:]} list: {row.get(where)!r}"
+        raise ValueError(f"{where}: {reason}") from None
+
+
+def _job_row_events(row: dict[str, str], steps: list[dict[str, str]], context: _Context) -> list[dict[str, Any]]:
+    job_id, tenant, state = row["JobID"], _tenant(row, context), row.get("State", "")
+    submit, start, end = (_time(row, f, context) for f in ("Submit", "Start", "End"))
+    elapsed, timelimit = _seconds(row, "Elapsed"), _seconds(row, "Timelimit")
+    gpus = _gpus(row, "AllocTRES")
+    node = None if row.get("NodeList", "") in ABSENT else row["NodeList"]
+    job = {"tenant": tenant, "job_id": job_id}
+    submitted_fields = {k: v for k, v in row.items() if k in SUBMIT_FIELDS}
+    started_fields = {k: v for k, v in row.items() if k in START_FIELDS}
+    final_fields = {k: v for k, v in row.items() if k not in _NOT_FINAL}
+    steps = [{k: v for k, v in step.items() if k not in UNSTABLE_FIELDS} for step in steps]
     out: list[dict[str, Any]] = []
 
     def add(kind: str, at: str | None, data: dict[str, Any]) -> None:
         if at is not None:
-            out.append({"specversion": "1.0", "id": f"{job_id}:{kind}", "source": source, "type": kind,
+            out.append({"specversion": "1.0", "id": f"{job_id}:{kind}@{at}", "source": context.source, "type": kind,
                         "time": at, "data": {k: v for k, v in data.items() if v is not None}})
 
-    evidence = {"sacct": row, "steps": steps or None}
-    add("job.submitted", times["Submit"], {**base, "gpus": gpus, "queue": row.get("Partition") or None, **evidence})
-    if times["Start"] is not None and gpus:
-        add("allocation.granted", times["Start"], {"tenant": tenant, "allocation_id": job_id, "gpus": gpus, "node": node})
-    add("job.started", times["Start"], {**base, "allocation_id": job_id, "attempt": 1})
+    add("job.submitted", submit, {**job, "gpus": _gpus(row, "ReqTRES"), "sacct": submitted_fields})
+    if start is not None and gpus:
+        add("allocation.granted", start, {"tenant": tenant, "allocation_id": job_id, "gpus": gpus, "node": node})
+    add("job.started", start, {**job, "allocation_id": job_id, "attempt": 1, "queue": row.get("Partition") or None,
+                               "sacct": started_fields})
     kind, cause = _END_EVENTS.get(state, (None, None))
+    final = {**job, "state": state, "elapsed_s": elapsed, "timelimit_s": timelimit, "sacct": final_fields, "steps": steps or None}
     if state.startswith("CANCELLED"):
-        kind = "job.cancelled"
         by = state.removeprefix("CANCELLED").strip().removeprefix("by").strip()
-        add(kind, times["End"], {**base, "by": by or None, "state": state, **elapsed})
+        add("job.cancelled", end, {**final, "by": by or None})
     elif kind is not None:
-        add(kind, times["End"], {**base, "cause": cause, "state": state, **elapsed})
-    if times["Start"] is not None and gpus and times["End"] is not None and state not in ("RUNNING", "PENDING"):
-        add("allocation.released", times["End"], {"tenant": tenant, "allocation_id": job_id, "reason": state})
+        add(kind, end, {**final, "cause": cause})
+    if start is not None and gpus and end is not None and state not in ("RUNNING", "PENDING"):
+        add("allocation.released", end, {"tenant": tenant, "allocation_id": job_id, "reason": state})
     return out
