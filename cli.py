@@ -182,13 +182,20 @@ def verify(db_url: str | None, pubkeys: tuple[Path, ...]) -> None:
 
 
 @main.command()
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Private key file to create (mode 0600); the public key goes to PATH.pub.")
 @click.option("--name", default="gpuledger", show_default=True, help="Key name, as it appears in signed notes.")
-def keygen(out: Path, name: str) -> None:
+@click.option("--show", "show", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Print the C2SP verifier key of this private key file, and write nothing.")
+def keygen(out: Path | None, name: str, show: Path | None) -> None:
     """Create an Ed25519 signing key for checkpoints (never stored in the ledger)."""
-    from ledger.note import write_keypair
+    from ledger.note import read_any_signer, write_keypair
 
+    if show is not None:
+        click.echo(read_any_signer(show).verifier.text())
+        return
+    if out is None:
+        raise InputError("--out: give the private key file to create (or --show PATH to print a key's verifier)")
     signer = write_keypair(out, name)
     click.echo(f"wrote {out} (private, mode 0600) and {out}.pub: {signer.verifier.text()}")
 

@@ -54,7 +54,7 @@ _LEAF_EVENT_OPEN = LEAF_PREFIX + b'{"event":'
 @dataclass(frozen=True)
 class Problem:
     seq: int
-    kind: str  # deleted | edited | moved | chain | tenant-chain | batch | tree | truncated | inserted | checkpoint | signature | fork
+    kind: str  # deleted | edited | moved | chain | tenant-chain | batch | tree | truncated | inserted | checkpoint | signature | fork | unsigned
     message: str
 
     def __str__(self) -> str:
@@ -111,7 +111,7 @@ def verify_ledger(store: Store, verifiers: Sequence[Verifier] = ()) -> VerifyRes
                 result.problem = problem
                 break
         else:
-            result.problem = _check_end(conn, walk)
+            result.problem = _check_end(conn, walk) or _check_signed_by(walk, verifiers)
         result.entries = walk.seq
         result.tenants = len(walk.tenants)
         result.checked = ["leaves", "chain", "tenant chains", "batch heads", "tree nodes"]
@@ -277,6 +277,17 @@ def _check_signature(walk: _Walk, row: Any) -> Problem | None:
         return Problem(size, "signature", f"checkpoint #{number}: {exc}")
     if (body.size, body.root, body.chain_head, body.tenant_root, body.tenant_count) != (size, bytes(row.root_hash), bytes(row.chain_head), bytes(row.tenant_root), len(walk.tenants)):
         return Problem(size, "checkpoint", f"checkpoint #{number}: its stored columns differ from its signed note")
+    return None
+
+
+def _check_signed_by(walk: _Walk, verifiers: Sequence[Verifier]) -> Problem | None:
+    """Given a public key, the store must hold a checkpoint it signed: whoever keeps the
+    ledger could otherwise delete every checkpoint, and nothing would be checked."""
+    names = {row.key_name for rows in walk.signed.values() for row in rows}
+    for verifier in verifiers:
+        if verifier.name not in names:
+            return Problem(walk.seq, "unsigned", f"no checkpoint signed by {verifier.name} (key id {verifier.id.hex()}) is stored: "
+                                                 "nothing ties the store to that key (checkpoints deleted, or never signed)")
     return None
 
 
