@@ -162,23 +162,37 @@ def _ingest_one(appender: ledger.Appender, path: Path, fmt: str | None, batch_si
 @main.command()
 @db_option
 @click.option("--pubkey", "pubkeys", type=click.Path(exists=True, dir_okay=False, path_type=Path), multiple=True,
-              help="Verifier key (keygen's PATH.pub): also check checkpoint signatures. Repeat for several keys.")
-def verify(db_url: str | None, pubkeys: tuple[Path, ...]) -> None:
+              help="Verifier key (keygen's PATH.pub): also check checkpoint signatures, and that one is signed by it. Repeatable.")
+@click.option("--checkpoint", "saved", type=click.Path(exists=True, dir_okay=False, path_type=Path), multiple=True,
+              help="A signed checkpoint saved earlier (needs --pubkey): prove the store still extends it. Repeatable.")
+def verify(db_url: str | None, pubkeys: tuple[Path, ...], saved: tuple[Path, ...]) -> None:
     """Recompute every leaf, the chain, the tenant chains, the tree and the checkpoints.
 
-    Exits 1 and names the first broken seq when the ledger was tampered with.
+    Exits 1 and names the first broken seq when the ledger was tampered with, rolled
+    back below a saved checkpoint, or forked from it.
     """
     import ledger
     from ledger.note import read_verifier
+    from ledger.verify import SavedCheckpoint
 
     store = ledger.Store(db_url)
     verifiers = [read_verifier(p) for p in pubkeys]
+    if saved and not verifiers:
+        raise InputError("--checkpoint: give the log's --pubkey too, so that the saved checkpoint's signature is checked")
+    checkpoints = [SavedCheckpoint(str(p), _read_text(p, "--checkpoint")) for p in saved]
     _require_store(store)
-    result = ledger.verify_ledger(store, verifiers)
+    result = ledger.verify_ledger(store, verifiers, checkpoints)
     if result.problem is not None:
         click.echo(f"FAILED at {result.problem}", err=True)
         sys.exit(1)
     click.echo(f"ok: {result.entries} entries, {result.tenants} tenants; checked {', '.join(result.checked)}")
+
+
+def _read_text(path: Path, option: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{option}: {path}: cannot read it as UTF-8 text: {exc}") from None
 
 
 @main.command()

@@ -304,3 +304,27 @@ def test_proof_hashes_of_the_wrong_length_are_refused() -> None:
         verify_consistency(1, 1, bytes(12), bytes(12), [])
     with pytest.raises(ProofError, match="proof hash 0: expected 32 bytes, got 0"):
         verify_consistency(1, 2, bytes(32), bytes(32), [b""])
+
+
+def test_verify_checkpoint_file_catches_a_rollback_the_store_hides(tmp_path: Path, db_url: str, key: Path) -> None:
+    ingest(db_url, tmp_path / "a.jsonl", 1, 10)
+    saved_early = tmp_path / "early.txt"
+    saved_early.write_text(run("checkpoint", "--db", db_url, "--key", str(key))[1])
+    ingest(db_url, tmp_path / "b.jsonl", 10, 30)
+    saved_late = tmp_path / "late.txt"
+    saved_late.write_text(run("checkpoint", "--db", db_url, "--key", str(key))[1])
+    code, out, _ = run("verify", "--db", db_url, "--pubkey", f"{key}.pub", "--checkpoint", str(saved_early), "--checkpoint", str(saved_late))
+    assert code == 0 and out.endswith("that the store extends 2 saved checkpoints\n")
+    # Roll back to the first ingest (9 entries, one batch) and delete the checkpoint signed after it.
+    tamper(db_url, "DELETE FROM checkpoint_tenants WHERE checkpoint_seq = 2", "DELETE FROM checkpoints WHERE checkpoint_seq = 2",
+           "DELETE FROM entries WHERE seq > 9", "DELETE FROM batches WHERE last_seq > 9", "DELETE FROM tree_nodes")
+    assert run("verify", "--db", db_url, "--pubkey", f"{key}.pub")[0] == 0
+    code, _, err = run("verify", "--db", db_url, "--pubkey", f"{key}.pub", "--checkpoint", str(saved_late))
+    assert code == 1 and err.startswith(f"FAILED at seq 10: rollback: the saved checkpoint {saved_late} (size 29, root ")
+
+
+def test_verify_checkpoint_needs_the_public_key(tmp_path: Path, sqlite_url: str) -> None:
+    saved = tmp_path / "c.txt"
+    saved.write_text("x\n")
+    code, _, err = run("verify", "--db", sqlite_url, "--checkpoint", str(saved))
+    assert code == 2 and err == "Error: --checkpoint: give the log's --pubkey too, so that the saved checkpoint's signature is checked\n"

@@ -14,6 +14,7 @@ from ledger.checkpoint import sign_checkpoint
 from ledger.hashing import chain_hash, entry_bytes, leaf_hash
 from ledger.note import Signer
 from ledger.tables import APPEND_ONLY, batches, checkpoints, entries, tree_nodes
+from ledger.verify import SavedCheckpoint
 from schemas import Accepted, Origin, validate_event
 from tests.conftest import progress
 
@@ -185,3 +186,111 @@ def test_checkpoint_forks_are_found(store: Store, case: str) -> None:
         assert result.problem is not None, case
         assert (result.problem.seq, result.problem.kind) == (seq, kind), str(result.problem)
         assert message in result.problem.message, str(result.problem)
+
+
+# -- rollback and fork: whoever keeps the ledger deletes rows and re-signs ---------------
+#
+# The store alone cannot show these: after each tamper below the store is consistent with
+# itself. What catches them is a key (verify --pubkey: some checkpoint must be signed by
+# it) or a checkpoint saved outside the store (verify --checkpoint).
+
+ROLLED_BACK_TO = 85  # a batch boundary: batches of 25 end at 25, 50, 60 (the checkpoint), 85, 110, 120
+
+
+def saved_checkpoints(store: Store, signer: Signer) -> list[SavedCheckpoint]:
+    """The signed ledger, and both its checkpoints as a customer would have saved them."""
+    signed_ledger(store, signer)
+    with store.reading() as conn:
+        notes = conn.execute(select(checkpoints.c.note).order_by(checkpoints.c.checkpoint_seq)).scalars().all()
+    return [SavedCheckpoint(f"#{i}", note) for i, note in enumerate(notes, 1)]
+
+
+def delete_checkpoints(conn: Connection, above_size: int = -1) -> None:
+    numbers = f"(SELECT checkpoint_seq FROM checkpoints WHERE tree_size > {above_size})"
+    conn.execute(text(f"DELETE FROM checkpoint_tenants WHERE checkpoint_seq IN {numbers}"))
+    conn.execute(text(f"DELETE FROM checkpoints WHERE tree_size > {above_size}"))
+
+
+def roll_back(conn: Connection, size: int) -> None:
+    """Entries, batches and tree nodes cut back to `size`, as if nothing came after."""
+    conn.execute(text(f"DELETE FROM entries WHERE seq > {size}"))
+    conn.execute(text(f"DELETE FROM batches WHERE last_seq > {size}"))
+    conn.execute(text(f"DELETE FROM tree_nodes WHERE ((idx + 1) * (1 << level)) > {size}"))
+
+
+def rollback_with_the_latest_checkpoint_deleted(store: Store, signer: Signer) -> None:
+    with store.engine.begin() as conn:
+        drop_guards(conn)
+        delete_checkpoints(conn, above_size=ROLLED_BACK_TO)
+        roll_back(conn, ROLLED_BACK_TO)
+
+
+def every_checkpoint_deleted(store: Store, signer: Signer) -> None:
+    with store.engine.begin() as conn:
+        drop_guards(conn)
+        delete_checkpoints(conn)
+
+
+def fork_rewritten_and_re_signed(store: Store, signer: Signer) -> None:
+    """Another history from seq 30 on, every checkpoint of the first one deleted, and
+    the new head signed: the store agrees with itself throughout."""
+    fork = other_history(SIZE, edit_at=30)
+    with fork.reading() as source:
+        tables = {t: [dict(r._mapping) for r in source.execute(select(t))] for t in (entries, tree_nodes, batches)}
+    with store.engine.begin() as conn:
+        drop_guards(conn)
+        delete_checkpoints(conn)
+        for table, rows in tables.items():
+            conn.execute(table.delete())
+            conn.execute(insert(table), rows)
+    sign_checkpoint(store, signer)
+
+
+ROLLBACK_CASES: dict[str, tuple[Callable[[Store, Signer], None], int, str, str]] = {
+    "rolled back to a batch boundary, the latest checkpoint deleted": (
+        rollback_with_the_latest_checkpoint_deleted, 1, "rollback",
+        f"seq {ROLLED_BACK_TO + 1}: rollback: the saved checkpoint #2 (size {SIZE}, root "),
+    "every checkpoint deleted": (
+        every_checkpoint_deleted, 0, "unsigned",
+        f"seq {SIZE}: unsigned: no checkpoint signed by ledger.example (key id "),
+    "forked from seq 30, old checkpoints deleted, head re-signed": (
+        fork_rewritten_and_re_signed, 0, "fork",
+        f"seq {SIGNED_AT}: fork: the store does not extend the saved checkpoint #1 (size {SIGNED_AT}, root "),
+}
+
+
+@pytest.mark.parametrize("case", list(ROLLBACK_CASES), ids=list(ROLLBACK_CASES))
+def test_rollback_and_fork_are_found_from_outside_the_store(store: Store, case: str) -> None:
+    tamper, which, kind, message = ROLLBACK_CASES[case]
+    signer = Signer.generate("ledger.example")
+    saved = saved_checkpoints(store, signer)
+    tamper(store, signer)
+    assert verify_ledger(store).ok, "the store alone shows nothing: the test's premise"
+    result = verify_ledger(store, [signer.verifier], [saved[which]] if kind != "unsigned" else [])
+    assert result.problem is not None and result.problem.kind == kind, str(result.problem)
+    assert str(result.problem).startswith(message), str(result.problem)
+
+
+def test_a_store_that_still_extends_the_saved_checkpoints_passes(store: Store) -> None:
+    signer = Signer.generate("ledger.example")
+    saved = saved_checkpoints(store, signer)
+    result = verify_ledger(store, [signer.verifier], saved)
+    assert result.ok and "that the store extends 2 saved checkpoints" in result.checked
+
+
+def test_a_rolled_back_store_still_extends_the_earlier_saved_checkpoint(store: Store) -> None:
+    signer = Signer.generate("ledger.example")
+    saved = saved_checkpoints(store, signer)
+    rollback_with_the_latest_checkpoint_deleted(store, signer)
+    assert verify_ledger(store, [signer.verifier], saved[:1]).ok  # size 60 <= 85: still extended
+    assert verify_ledger(store, [signer.verifier]).ok  # --pubkey alone cannot see it
+
+
+def test_a_saved_checkpoint_signed_by_another_key_is_refused(store: Store) -> None:
+    signer = Signer.generate("ledger.example")
+    saved = saved_checkpoints(store, signer)
+    forger = Signer.generate("ledger.example")
+    note = forger.sign(saved[0].note.partition("\n\n")[0] + "\n")
+    result = verify_ledger(store, [signer.verifier], [SavedCheckpoint("forged.txt", note)])
+    assert str(result.problem) == (f"seq {SIZE}: signature: the saved checkpoint forged.txt does not verify: "
+                                   f"the note carries no signature by ledger.example (key id {signer.verifier.id.hex()})")
