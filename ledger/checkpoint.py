@@ -15,6 +15,7 @@ from ledger.append import utc_now
 from ledger.errors import LedgerError
 from ledger.merkle import inclusion_path
 from ledger.note import NoteError, Signer, check_key_name
+from ledger.quarantine import quarantine_head
 from ledger.proofs import Checkpoint, ProofError, merkle_root, tenant_head_leaf, tenant_order
 from ledger.store import Store
 from ledger.tables import checkpoint_tenants, checkpoints, entries
@@ -90,7 +91,7 @@ def sign_checkpoint(store: Store, signer: Signer, origin: str = DEFAULT_ORIGIN) 
         size = int(head.seq)
         heads = current_tenant_heads(conn)
         body = Checkpoint(origin, size, TreeReader(conn).root(size), bytes(head.chain_hash),
-                          len(heads), tenant_root(heads), format_utc(utc_now()))
+                          len(heads), tenant_root(heads), format_utc(utc_now()), *quarantine_head(conn))
         note = sign_body(signer, body)
         number = conn.execute(select(func.coalesce(func.max(checkpoints.c.checkpoint_seq), 0))).scalar_one() + 1
         conn.execute(insert(checkpoints).values(

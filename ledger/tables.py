@@ -66,6 +66,9 @@ quarantine = Table(
     Column("record_hash", LargeBinary, nullable=False),
     Column("existing_hash", LargeBinary),
     Column("incoming_hash", LargeBinary),
+    # The quarantine's own hash chain (ledger/quarantine.py); NULL only in rows written
+    # before the chain existed.
+    Column("chain_hash", LargeBinary),
     # Re-reading the same file must not quarantine the same record twice.
     UniqueConstraint("file", "line", "record_hash", name="quarantine_record_key"),
 )

@@ -16,7 +16,8 @@ Checks, in the order they apply to the entry at position `seq` (expected gapless
 At the end: the last seq against the last committed batch (a truncated tail or rows past
 it), every checkpoint above the last seq (truncated below a signed size), the count of
 stored tree nodes, and a consistency proof between each pair of consecutive checkpoints
-(in signing order: each later one extends the earlier one).
+(in signing order: each later one extends the earlier one), and the quarantine's chain
+against the head each checkpoint commits to (ledger/quarantine.py's rules).
 Then, since the store's own tables can be rolled back or rewritten by whoever keeps it:
 given public keys, each must have signed at least one stored checkpoint; and each
 checkpoint saved outside the store must verify under a given key, be no larger than the
@@ -39,8 +40,9 @@ from sqlalchemy import Connection, func, select
 from ledger.checkpoint import TenantHead, tenant_root
 from ledger.hashing import CHAIN_PREFIX, LEAF_PREFIX, ZERO_HASH, chain_hash, entry_bytes, leaf_hash
 from ledger.merkle import STORED_MIN_LEVEL, Frontier
-from ledger.note import NoteError, Verifier
+from ledger.note import NoteError, Verifier, split_note
 from ledger.proofs import Checkpoint, CheckpointBody, ProofError, tenant_order, verify_consistency
+from ledger.quarantine import quarantine_problem
 from ledger.store import Store
 from ledger.tables import batches, checkpoints, entries, tree_nodes
 from ledger.tree import TreeReader, stored_nodes
@@ -60,7 +62,7 @@ _LEAF_EVENT_OPEN = LEAF_PREFIX + b'{"event":'
 @dataclass(frozen=True)
 class Problem:
     seq: int
-    kind: str  # deleted | edited | moved | chain | tenant-chain | batch | tree | truncated | inserted | checkpoint | signature | fork | unsigned | rollback
+    kind: str  # deleted | edited | moved | chain | tenant-chain | batch | tree | truncated | inserted | checkpoint | signature | fork | unsigned | rollback | quarantine
     message: str
 
     def __str__(self) -> str:
@@ -130,7 +132,7 @@ def verify_ledger(store: Store, verifiers: Sequence[Verifier] = (), saved: Seque
                               or next(filter(None, (_check_saved(conn, walk, c) for c in saved)), None))
         result.entries = walk.seq
         result.tenants = len(walk.tenants)
-        result.checked = ["leaves", "chain", "tenant chains", "batch heads", "tree nodes"]
+        result.checked = ["leaves", "chain", "tenant chains", "batch heads", "tree nodes", "quarantine chain"]
         count = sum(len(v) for v in signed.values())
         if count:
             result.checked.append(f"{count} checkpoints" + (" and their signatures" if verifiers else " (signatures not checked: no --pubkey)"))
@@ -392,7 +394,23 @@ def _check_end(conn: Connection, walk: _Walk) -> Problem | None:
     stored_nodes = conn.execute(select(func.count()).select_from(tree_nodes)).scalar_one()
     if stored_nodes != walk.nodes_seen:
         return Problem(walk.seq + 1, "truncated", f"{stored_nodes} tree nodes are stored, but {walk.seq} entries make {walk.nodes_seen}: leaves are missing past seq {walk.seq}")
-    return _check_consistency(conn, walk)
+    return _check_consistency(conn, walk) or _check_quarantine(conn, walk)
+
+
+def _check_quarantine(conn: Connection, walk: _Walk) -> Problem | None:
+    """The quarantine's chain, and each checkpoint's commitment to its head (the note's
+    `quarantine` extension line; checkpoints signed before the chain have none)."""
+    commitments = []
+    for rows in walk.signed.values():
+        for row in rows:
+            try:
+                body = Checkpoint.parse(split_note(row.note)[0])
+            except (NoteError, ProofError) as exc:
+                return Problem(int(row.tree_size), "checkpoint", f"checkpoint #{row.checkpoint_seq}: its note does not parse: {exc}")
+            if body.quarantine_count is not None and body.quarantine_head is not None:
+                commitments.append((int(row.checkpoint_seq), body.quarantine_count, body.quarantine_head))
+    message = quarantine_problem(conn, commitments)
+    return Problem(walk.seq, "quarantine", message) if message else None
 
 
 def _check_consistency(conn: Connection, walk: _Walk) -> Problem | None:
