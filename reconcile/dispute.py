@@ -40,6 +40,7 @@ from sqlalchemy import select
 
 from ledger import LedgerError, Store
 from ledger.checkpoint import sign_checkpoint
+from ledger.witness import latest_cosigned_checkpoint
 from ledger.evidence import BUNDLE_VERSION, build_bundle, verify_bundle
 from ledger.note import Signer, Verifier
 from ledger.proofs import Checkpoint, ProofError
@@ -72,17 +73,19 @@ class VerifiedPacket:
 # -- building -------------------------------------------------------------------------
 
 
-def build_dispute(store: Store, tenant: str, invoice: str, signer: Signer) -> dict[str, Any]:
-    """Sign the head, reconcile `invoice` as that checkpoint sees it, and bundle the
-    tenant's entries with the fleet faults that touch its allocations."""
+def build_dispute(store: Store, tenant: str, invoice: str, signer: Signer, stored_checkpoint: bool = False) -> dict[str, Any]:
+    """Sign the head (or, with `stored_checkpoint`, take the stored checkpoint of the head
+    with its witnesses' cosignatures), reconcile `invoice` as that checkpoint sees it, and
+    bundle the tenant's entries with the fleet faults that touch its allocations."""
     _require_invoice(store, tenant, invoice)
-    signed = sign_checkpoint(store, signer)
+    signed = latest_cosigned_checkpoint(store) if stored_checkpoint else sign_checkpoint(store, signer)
     size = signed.body.size
     findings = reconcile_store(store, tenant=tenant, invoice=invoice, upto_seq=size)
     if not findings.cells:
         raise LedgerError(f"--invoice: tenant {tenant!r} has no billing line left on invoice {invoice!r} "
                           f"after corrections, up to seq {size}")
     bundle = build_bundle(store, tenant, explaining_fleet_seqs(store, tenant, size), signed.checkpoint_seq)
+    bundle["checkpoint"] = signed.note  # the signed note, with any cosignatures gathered for it
     return {"version": PACKET_VERSION, "kind": PACKET_KIND, "tenant": tenant, "invoice_id": invoice,
             "findings": json.loads(json.dumps(findings.as_json())), "bundle": bundle}
 
