@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 from sqlalchemy import Connection, func, inspect, select, text
 
+from ledger.errors import LedgerError
 from ledger.hashing import ZERO_HASH
 from ledger.tables import quarantine
 
@@ -46,9 +47,17 @@ def next_chain(previous: bytes, row: Mapping[Any, Any]) -> bytes:
     return sha256(QUARANTINE_PREFIX + previous + row_bytes(row)).digest()
 
 
+def require_chain_column(conn: Connection) -> None:
+    """A store from before the chain is upgraded by `gpuledger init`, never silently."""
+    if "chain_hash" not in {c["name"] for c in inspect(conn).get_columns("quarantine")}:
+        raise LedgerError("--db: this store was made before the quarantine was chained: "
+                          "run `gpuledger init` once to upgrade it (it adds a column; no row changes)")
+
+
 def quarantine_head(conn: Connection) -> tuple[int, bytes]:
     """(rows stored, chain head): read from the last row, or recomputed when the store
     holds only rows from before the chain."""
+    require_chain_column(conn)
     count = conn.execute(select(func.count()).select_from(quarantine)).scalar_one()
     last = conn.execute(select(quarantine.c.chain_hash).order_by(quarantine.c.qid.desc()).limit(1)).scalar()
     if count == 0:
@@ -119,6 +128,7 @@ def add_chain_column(conn: Connection) -> None:
 def quarantine_problem(conn: Connection, commitments: list[tuple[int, int, bytes]]) -> str | None:
     """Rules 1 to 3 over the stored rows, against (checkpoint_seq, count, head) commitments;
     what is wrong first, or None."""
+    require_chain_column(conn)
     wanted: dict[int, list[tuple[int, bytes]]] = {}
     for number, count, head in commitments:
         wanted.setdefault(count, []).append((number, head))

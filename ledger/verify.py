@@ -17,7 +17,8 @@ At the end: the last seq against the last committed batch (a truncated tail or r
 it), every checkpoint above the last seq (truncated below a signed size), the count of
 stored tree nodes, and a consistency proof between each pair of consecutive checkpoints
 (in signing order: each later one extends the earlier one), and the quarantine's chain
-against the head each checkpoint commits to (ledger/quarantine.py's rules).
+against the head each checkpoint commits to (ledger/quarantine.py's rules), and each
+witness cosignature kept with a checkpoint under the witness key stored beside it.
 Then, since the store's own tables can be rolled back or rewritten by whoever keeps it:
 given public keys, each must have signed at least one stored checkpoint; and each
 checkpoint saved outside the store must verify under a given key, be no larger than the
@@ -40,12 +41,13 @@ from sqlalchemy import Connection, func, select
 from ledger.checkpoint import TenantHead, tenant_root
 from ledger.hashing import CHAIN_PREFIX, LEAF_PREFIX, ZERO_HASH, chain_hash, entry_bytes, leaf_hash
 from ledger.merkle import STORED_MIN_LEVEL, Frontier
-from ledger.note import NoteError, Verifier, split_note
+from ledger.note import COSIGNATURE_V1, NoteError, Verifier, split_note
 from ledger.proofs import Checkpoint, CheckpointBody, ProofError, tenant_order, verify_consistency
 from ledger.quarantine import quarantine_problem
 from ledger.store import Store
-from ledger.tables import batches, checkpoints, entries, tree_nodes
+from ledger.tables import batches, checkpoints, cosignatures, entries, tree_nodes
 from ledger.tree import TreeReader, stored_nodes
+from ledger.witness import verify_cosignature
 
 _PAGE = 20_000
 _MOVE_WINDOW = 64
@@ -62,7 +64,7 @@ _LEAF_EVENT_OPEN = LEAF_PREFIX + b'{"event":'
 @dataclass(frozen=True)
 class Problem:
     seq: int
-    kind: str  # deleted | edited | moved | chain | tenant-chain | batch | tree | truncated | inserted | checkpoint | signature | fork | unsigned | rollback | quarantine
+    kind: str  # deleted | edited | moved | chain | tenant-chain | batch | tree | truncated | inserted | checkpoint | signature | fork | unsigned | rollback | quarantine | cosignature
     message: str
 
     def __str__(self) -> str:
@@ -394,7 +396,24 @@ def _check_end(conn: Connection, walk: _Walk) -> Problem | None:
     stored_nodes = conn.execute(select(func.count()).select_from(tree_nodes)).scalar_one()
     if stored_nodes != walk.nodes_seen:
         return Problem(walk.seq + 1, "truncated", f"{stored_nodes} tree nodes are stored, but {walk.seq} entries make {walk.nodes_seen}: leaves are missing past seq {walk.seq}")
-    return _check_consistency(conn, walk) or _check_quarantine(conn, walk)
+    return _check_consistency(conn, walk) or _check_quarantine(conn, walk) or _check_cosignatures(conn, walk)
+
+
+def _check_cosignatures(conn: Connection, walk: _Walk) -> Problem | None:
+    """Each witness cosignature kept with a checkpoint verifies under the key stored with
+    it (whether that witness is trusted is for verify-packet --witness to say)."""
+    if not conn.dialect.has_table(conn, "cosignatures"):
+        return None  # a store from before witnesses: nothing gathered
+    notes = {int(row.checkpoint_seq): row for rows in walk.signed.values() for row in rows}
+    for row in conn.execute(select(cosignatures).order_by(cosignatures.c.checkpoint_seq, cosignatures.c.witness_key)):
+        checkpoint = notes.get(int(row.checkpoint_seq))
+        if checkpoint is None:
+            return Problem(walk.seq, "cosignature", f"a cosignature by {row.witness_key} is kept for checkpoint #{row.checkpoint_seq}, which is not stored")
+        try:
+            verify_cosignature(checkpoint.note + row.line, Verifier.parse(row.witness_key, COSIGNATURE_V1))
+        except NoteError as exc:
+            return Problem(int(checkpoint.tree_size), "cosignature", f"checkpoint #{row.checkpoint_seq}: {exc}")
+    return None
 
 
 def _check_quarantine(conn: Connection, walk: _Walk) -> Problem | None:

@@ -18,10 +18,11 @@ from sqlalchemy import select
 from ledger import Appender, Store, append_stream
 from ledger.checkpoint import sign_checkpoint
 from ledger.hashing import entry_bytes
-from ledger.note import Signer
+from ledger.note import COSIGNATURE_V1, Signer
 from ledger.proofs import Checkpoint
 from ledger.tables import entries
 from ledger.tree import TreeReader
+from ledger.witness import cosign
 from schemas import Accepted, Origin, validate_event
 from tests.conftest import ROOT, progress
 from tests.test_checkpoints import BAD_NOTES, SIGNER
@@ -136,3 +137,13 @@ def test_go_refuses_notes_signed_with_a_control_byte_in_the_key_name(go_checker:
     signed = ask_go(go_checker, {"vkey": SIGNER.verifier.text(), "sign": {"skey": named.text(), "text": "x\n"}})["signed"]
     answer = ask_go(go_checker, {"vkey": named.verifier.text(), "notes": [signed]})
     assert answer["notes"][0]["ok"] is False
+
+
+def test_go_reads_a_cosigned_checkpoint_and_ignores_the_cosignature(go_checker: Path) -> None:
+    """A witness's cosignature/v1 line (key type 04, unknown to Go's note) does not stop
+    Go from verifying the log's own signature, as signed-note requires."""
+    witness = Signer("witness.example/w1", bytes(range(1, 33)), COSIGNATURE_V1)
+    body = "example.com/log\n3\n" + "A" * 43 + "=\n"
+    note = SIGNER.sign(body) + cosign(witness, body, 1_700_000_000)
+    answer = ask_go(go_checker, {"vkey": SIGNER.verifier.text(), "notes": [note]})["notes"][0]
+    assert (answer["ok"], answer["signed"], answer["text"]) == (True, [SIGNER.name], body)

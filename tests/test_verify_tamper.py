@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, insert, select, text
 
-from ledger import Appender, Store, append_stream, verify_ledger
+from ledger import Appender, LedgerError, Store, append_stream, verify_ledger
 from ledger.checkpoint import sign_checkpoint
 from ledger.hashing import chain_hash, entry_bytes, leaf_hash
 from ledger.note import Signer
@@ -404,6 +404,8 @@ def test_a_store_from_before_the_chain_is_upgraded_and_verifies(store: Store) ->
     with store.engine.begin() as conn:
         drop_guards(conn)
         conn.execute(text("ALTER TABLE quarantine DROP COLUMN chain_hash"))
+    with pytest.raises(LedgerError, match="made before the quarantine was chained: run `gpuledger init` once to upgrade it"):
+        verify_ledger(store)
     store.init()
     Appender(store).append([rejected(2)])
     signer = Signer.generate("ledger.example")

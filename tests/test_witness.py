@@ -18,6 +18,7 @@ from ledger import Store
 from ledger.note import COSIGNATURE_V1, Signer
 from ledger.witness import CosignatureError, WitnessError, WitnessRequest, cosign, verify_cosignature
 from tests.conftest import write_jsonl
+from tests.test_verify_tamper import drop_guards
 from tests.test_dispute import ACME_AFTER, ACME_BEFORE, FLEET, ZETA
 
 ORIGIN = "gpuledger.local/ledger"
@@ -181,3 +182,17 @@ def test_cosignatures_are_append_only(setup: Setup) -> None:
     with pytest.raises(Exception, match="append-only"):
         with Store(setup.url).engine.begin() as conn:
             conn.execute(text("UPDATE cosignatures SET timestamp = 0"))
+
+
+def test_verify_checks_the_cosignatures_kept_in_the_store(setup: Setup) -> None:
+    setup.ingest("first.jsonl", FIRST)
+    setup.cosign_and_keep(setup.request(0, "r1.txt"))
+    assert run("verify", "--db", setup.url, "--pubkey", f"{setup.key}.pub")[0] == 0
+    with Store(setup.url).engine.begin() as conn:
+        drop_guards(conn)
+        line = conn.execute(text("SELECT line FROM cosignatures")).scalar_one()
+        blob = bytearray(base64.b64decode(line.rstrip("\n").rsplit(" ", 1)[1]))
+        blob[-1] ^= 1
+        conn.execute(text("UPDATE cosignatures SET line = :l"), {"l": line.rsplit(" ", 1)[0] + " " + base64.b64encode(bytes(blob)).decode() + "\n"})
+    code, _, err = run("verify", "--db", setup.url, "--pubkey", f"{setup.key}.pub")
+    assert code == 1 and err == "FAILED at seq 10: cosignature: checkpoint #1: the cosignature by witness.example/w1 does not match the checkpoint\n"
