@@ -208,8 +208,11 @@ def read_any_signer(path: Path) -> Signer:
     """A note signing key or a witness cosigner key, whichever the file holds."""
     try:
         return read_signer(path)
-    except NoteError:
-        return read_signer(path, COSIGNATURE_V1)
+    except NoteError as as_note_key:
+        try:
+            return read_signer(path, COSIGNATURE_V1)
+        except NoteError:
+            raise as_note_key from None
 
 
 def _read_key(path: Path, parse: Callable[[str], K]) -> K:

@@ -158,9 +158,12 @@ def init_witness(state: Path, name: str) -> Verifier:
     state.mkdir(parents=True, exist_ok=True)
     (state / LOGS).mkdir(exist_ok=True)
     key = state / KEY_FILE
-    if key.exists():
-        return read_signer(key, COSIGNATURE_V1).verifier
-    return write_keypair(key, name, COSIGNATURE_V1).verifier
+    if not key.exists():
+        return write_keypair(key, name, COSIGNATURE_V1).verifier
+    verifier = read_signer(key, COSIGNATURE_V1).verifier
+    if name and name != verifier.name:
+        raise WitnessError(f"--name: the witness in {state} is already named {verifier.name!r}; a key's name never changes")
+    return verifier
 
 
 def follow_log(state: Path, origin: str, log_key: Verifier) -> LogRecord:

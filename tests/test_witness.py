@@ -196,3 +196,11 @@ def test_verify_checks_the_cosignatures_kept_in_the_store(setup: Setup) -> None:
         conn.execute(text("UPDATE cosignatures SET line = :l"), {"l": line.rsplit(" ", 1)[0] + " " + base64.b64encode(bytes(blob)).decode() + "\n"})
     code, _, err = run("verify", "--db", setup.url, "--pubkey", f"{setup.key}.pub")
     assert code == 1 and err == "FAILED at seq 10: cosignature: checkpoint #1: the cosignature by witness.example/w1 does not match the checkpoint\n"
+
+
+def test_the_witness_key_is_shown_again_and_never_renamed(setup: Setup) -> None:
+    assert setup.ok("keygen", "--show", str(setup.state / "witness.key")) == setup.witness_pub.read_text()
+    assert setup.witness_pub.read_text().startswith("witness.example/w1+")
+    code, _, err = run("witness", "init", "--state", str(setup.state), "--name", "witness.example/other")
+    assert code == 2 and err == (f"Error: --name: the witness in {setup.state} is already named 'witness.example/w1'; "
+                                 "a key's name never changes\n")
