@@ -28,6 +28,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PrivateFormat, PublicFormat, NoEncryption
 
+from ledger.proofs import b64decode_strict
+
 ED25519 = b"\x01"
 COSIGNATURE_V1 = b"\x04"
 SIGNATURE_LINE_PREFIX = "\u2014 "  # em dash, space
@@ -239,6 +241,6 @@ def _ed25519_key(encoded: str, what: str, alg: bytes = ED25519) -> bytes:
 
 def _b64(text: str, what: str) -> bytes:
     try:
-        return base64.b64decode(text, validate=True)
+        return b64decode_strict(text)
     except ValueError:
         raise NoteError(f"the {what} is not valid base64") from None

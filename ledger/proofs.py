@@ -162,10 +162,22 @@ def parse_decimal(text: str, what: str) -> int:
     return int(text)
 
 
+#: RFC 4648 §4 base64 with its padding, whole quads only: what Go's base64.StdEncoding
+#: reads. Python's decoder alone also takes data after the padding, or padding inside.
+_BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+
+
+def b64decode_strict(text: str) -> bytes:
+    """Standard base64, exactly: raise ValueError on anything Go's StdEncoding refuses."""
+    if not _BASE64.fullmatch(text):
+        raise ValueError("not standard base64 with padding")
+    return base64.b64decode(text, validate=True)
+
+
 def parse_hash_base64(text: str, what: str) -> bytes:
     """A base64 (RFC 4648 §4) SHA-256 hash: exactly 32 bytes."""
     try:
-        raw = base64.b64decode(text, validate=True)
+        raw = b64decode_strict(text)
     except ValueError:
         raise ProofError(f"{what}: not valid base64") from None
     if len(raw) != HASH_SIZE:

@@ -24,6 +24,7 @@ type request struct {
 	Inclusion   []inclusion   `json:"inclusion"`
 	Consistency []consistency `json:"consistency"`
 	Sign        *signRequest  `json:"sign"`
+	Vkeys       []string      `json:"vkeys"`
 }
 
 type leaf struct {
@@ -74,6 +75,7 @@ type answer struct {
 	Inclusion   []result     `json:"inclusion"`
 	Consistency []result     `json:"consistency"`
 	Signed      string       `json:"signed,omitempty"`
+	Vkeys       []result     `json:"vkeys"`
 }
 
 func main() {
@@ -82,7 +84,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "interop: bad request:", err)
 		os.Exit(2)
 	}
-	ans := answer{Notes: []noteResult{}, LeafHashes: []string{}, Roots: []string{}, Inclusion: []result{}, Consistency: []result{}}
+	ans := answer{Notes: []noteResult{}, LeafHashes: []string{}, Roots: []string{}, Inclusion: []result{}, Consistency: []result{},
+		Vkeys: []result{}}
 	for _, msg := range req.Notes {
 		ans.Notes = append(ans.Notes, openNote(req.Vkey, msg))
 	}
@@ -92,6 +95,10 @@ func main() {
 	}
 	for _, c := range req.Consistency {
 		ans.Consistency = append(ans.Consistency, outcome(checkConsistency(c)))
+	}
+	for _, vkey := range req.Vkeys {
+		_, err := note.NewVerifier(vkey)
+		ans.Vkeys = append(ans.Vkeys, outcome(err))
 	}
 	if req.Sign != nil {
 		ans.Signed = sign(*req.Sign)
