@@ -461,6 +461,8 @@ def verify_packet_command(file: Path, pubkey: Path, witness_keys: tuple[Path, ..
     click.echo(f"ok: invoice {checked.invoice_id} of {checked.tenant}, {checked.lines} lines; "
                f"{checked.tenant_entries} entries of {checked.tenant} complete up to tree size {checked.checkpoint.size} "
                f"and {checked.fleet_entries} fleet entries, signed by {verifier.name}; findings recomputed and equal")
+    if witnesses:
+        click.echo(f"cosigned by {', '.join(w.name for w in witnesses)}")
 
 
 def _decimal_option(name: str, text: str | None) -> Decimal | None:
