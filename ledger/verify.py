@@ -130,8 +130,9 @@ def verify_ledger(store: Store, verifiers: Sequence[Verifier] = (), saved: Seque
                 result.problem = problem
                 break
         else:
-            result.problem = (_check_end(conn, walk) or _check_signed_by(walk, verifiers)
-                              or next(filter(None, (_check_saved(conn, walk, c) for c in saved)), None))
+            # A saved checkpoint says more (rolled back to where, or forked) than a missing signature.
+            result.problem = (_check_end(conn, walk) or next(filter(None, (_check_saved(conn, walk, c) for c in saved)), None)
+                              or _check_signed_by(walk, verifiers))
         result.entries = walk.seq
         result.tenants = len(walk.tenants)
         result.checked = ["leaves", "chain", "tenant chains", "batch heads", "tree nodes", "quarantine chain"]

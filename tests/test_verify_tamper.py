@@ -413,3 +413,14 @@ def test_a_store_from_before_the_chain_is_upgraded_and_verifies(store: Store) ->
     with store.reading() as conn:
         assert [r is None for r in conn.execute(select(quarantine.c.chain_hash).order_by(quarantine.c.qid)).scalars()] == [True, False]
     assert verify_ledger(store, [signer.verifier]).ok
+
+
+def test_a_store_emptied_of_checkpoints_and_rolled_back_names_the_rollback(store: Store) -> None:
+    signer = Signer.generate("ledger.example")
+    saved = saved_checkpoints(store, signer)
+    with store.engine.begin() as conn:
+        drop_guards(conn)
+        delete_checkpoints(conn)
+        roll_back(conn, 50)
+    result = verify_ledger(store, [signer.verifier], saved)
+    assert str(result.problem).startswith(f"seq 51: rollback: the saved checkpoint #1 (size {SIGNED_AT}, root ")
