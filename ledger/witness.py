@@ -184,17 +184,15 @@ def cosign_request(state: Path, request: WitnessRequest, now: int | None = None)
     """Rules 1 to 5 of the module docstring: the cosignature line, or an exception."""
     witness = read_signer(state / KEY_FILE, COSIGNATURE_V1)
     with _locked(state):
-        text = _checked_text(state, request)
-        body = CheckpointBody.parse(text)
-        record = _read_log(state, body.origin)
-        assert record is not None  # _checked_text found it
-        _check_consistent(record, request, body)
+        record, text = _checked_text(state, request)
+        _check_consistent(record, request, CheckpointBody.parse(text))
         _write_log(state, LogRecord(record.origin, record.log_key, request.note))
     return cosign(witness, text, now)
 
 
-def _checked_text(state: Path, request: WitnessRequest) -> str:
-    """Rules 1 and 2: the checkpoint is of a followed log, signed by that log's key."""
+def _checked_text(state: Path, request: WitnessRequest) -> tuple[LogRecord, str]:
+    """Rules 1 and 2: the checkpoint is of a followed log, signed by that log's key; the
+    log's record and the checkpoint's text."""
     try:
         text, _ = split_note(request.note)
         body = CheckpointBody.parse(text)
@@ -204,7 +202,7 @@ def _checked_text(state: Path, request: WitnessRequest) -> str:
     if record is None:
         raise WitnessError(f"the witness does not follow a log with origin {body.origin!r} (witness init --origin ... --log-key ...)")
     try:
-        return record.log_key.verify(request.note)
+        return record, record.log_key.verify(request.note)
     except NoteError as exc:
         raise WitnessError(f"the checkpoint of {body.origin!r} is not signed by the log's key: {exc}") from None
 
