@@ -14,12 +14,12 @@ from sqlalchemy import text
 from cli import main
 from ledger import Store, verify_ledger
 from ledger.checkpoint import sign_checkpoint, tenant_head_proof
-from ledger.merkle import root_of_leaves
 from ledger.note import COSIGNATURE_V1, NoteError, Signer, Verifier, read_verifier
 from ledger.proofs import (Checkpoint, CheckpointBody, ProofError, hash_leaf, verify_consistency, verify_inclusion,
                            verify_tenant_head)
 from ledger.tree import TreeReader
 from tests.conftest import progress, write_jsonl
+from tests.test_proofs import mth
 from tests.test_verify_tamper import drop_guards
 
 
@@ -57,7 +57,7 @@ def test_checkpoint_commits_to_root_chain_and_tenant_heads(tmp_path: Path, db_ur
     with store.reading() as conn:
         rows = conn.execute(text("SELECT seq, tenant, tenant_seq, leaf_hash, chain_hash FROM entries ORDER BY seq")).all()
         proof = tenant_head_proof(conn, 1, "zeta")
-    assert body.size == 44 and body.root == root_of_leaves([bytes(r.leaf_hash) for r in rows])
+    assert body.size == 44 and body.root == mth([bytes(r.leaf_hash) for r in rows])
     assert body.chain_head == bytes(rows[-1].chain_hash)
     # Heads by hand: the last entry of each tenant; zeta's tree leaf is index 1 ("acme" < "zeta").
     last = {r.tenant: r for r in rows}
@@ -149,7 +149,7 @@ def test_tree_root_reads_stay_logarithmic(tmp_path: Path, sqlite_url: str) -> No
     with Store(sqlite_url).reading() as conn:
         reader = TreeReader(conn)
         leaves = reader.leaves(0, 99)
-        assert reader.root(99) == root_of_leaves(leaves)
+        assert reader.root(99) == mth(leaves)
         assert hash_leaf(b"") != reader.root(99)
 
 
