@@ -176,53 +176,167 @@ def _ingest_one(appender: ledger.Appender, path: Path, fmt: str | None, batch_si
 @main.command()
 @db_option
 @click.option("--pubkey", "pubkeys", type=click.Path(exists=True, dir_okay=False, path_type=Path), multiple=True,
-              help="Verifier key (keygen's PATH.pub): also check checkpoint signatures. Repeat for several keys.")
-def verify(db_url: str | None, pubkeys: tuple[Path, ...]) -> None:
+              help="Verifier key (keygen's PATH.pub): also check checkpoint signatures, and that one is signed by it. Repeatable.")
+@click.option("--checkpoint", "saved", type=click.Path(exists=True, dir_okay=False, path_type=Path), multiple=True,
+              help="A signed checkpoint saved earlier (needs --pubkey): prove the store still extends it. Repeatable.")
+def verify(db_url: str | None, pubkeys: tuple[Path, ...], saved: tuple[Path, ...]) -> None:
     """Recompute every leaf, the chain, the tenant chains, the tree and the checkpoints.
 
-    Exits 1 and names the first broken seq when the ledger was tampered with.
+    Exits 1 and names the first broken seq when the ledger was tampered with, rolled
+    back below a saved checkpoint, or forked from it.
     """
     import ledger
     from ledger.note import read_verifier
+    from ledger.verify import SavedCheckpoint
 
     store = ledger.Store(db_url)
     verifiers = [read_verifier(p) for p in pubkeys]
+    if saved and not verifiers:
+        raise InputError("--checkpoint: give the log's --pubkey too, so that the saved checkpoint's signature is checked")
+    checkpoints = [SavedCheckpoint(str(p), _read_text(p, "--checkpoint")) for p in saved]
     _require_store(store)
-    result = ledger.verify_ledger(store, verifiers)
+    result = ledger.verify_ledger(store, verifiers, checkpoints)
     if result.problem is not None:
         click.echo(f"FAILED at {result.problem}", err=True)
         sys.exit(1)
     click.echo(f"ok: {result.entries} entries, {result.tenants} tenants; checked {', '.join(result.checked)}")
 
 
+def _read_text(path: Path, option: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{option}: {path}: cannot read it as UTF-8 text: {exc}") from None
+
+
 @main.command()
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True,
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Private key file to create (mode 0600); the public key goes to PATH.pub.")
 @click.option("--name", default="gpuledger", show_default=True, help="Key name, as it appears in signed notes.")
-def keygen(out: Path, name: str) -> None:
+@click.option("--show", "show", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Print the C2SP verifier key of this private key file, and write nothing.")
+def keygen(out: Path | None, name: str, show: Path | None) -> None:
     """Create an Ed25519 signing key for checkpoints (never stored in the ledger)."""
-    from ledger.note import write_keypair
+    from ledger.note import read_any_signer, write_keypair
 
+    if show is not None:
+        click.echo(read_any_signer(show).verifier.text())
+        return
+    if out is None:
+        raise InputError("--out: give the private key file to create (or --show PATH to print a key's verifier)")
     signer = write_keypair(out, name)
     click.echo(f"wrote {out} (private, mode 0600) and {out}.pub: {signer.verifier.text()}")
 
 
 @main.command()
 @db_option
-@click.option("--key", "key_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
-              help="Private key file written by keygen.")
+@click.option("--key", "key_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Private key file written by keygen: sign the head.")
 @click.option("--origin", default=DEFAULT_ORIGIN, show_default=True, help="The log's origin line.")
-def checkpoint(db_url: str | None, key_path: Path, origin: str) -> None:
-    """Sign the ledger's head as a C2SP checkpoint, store it, and print it."""
+@click.option("--witness-request-from", "old_size", type=click.IntRange(0), default=None, metavar="OLD_SIZE",
+              help="Also write, to --out, a witness request (tlog-witness add-checkpoint body) from this size.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="File for the witness request.")
+@click.option("--cosignatures", "answer", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="A witness's answer (cosignature lines): keep those of each --witness with the checkpoint they sign.")
+@click.option("--witness", "witness_keys", type=click.Path(exists=True, dir_okay=False, path_type=Path), multiple=True,
+              help="A witness's verifier key (witness init writes it); repeatable.")
+def checkpoint(db_url: str | None, key_path: Path | None, origin: str, old_size: int | None, out: Path | None,
+               answer: Path | None, witness_keys: tuple[Path, ...]) -> None:
+    """Sign the ledger's head as a C2SP checkpoint, store it, and print it; or gather
+    witnesses' cosignatures into the stored checkpoints."""
     import ledger
     from ledger.checkpoint import sign_checkpoint
-    from ledger.note import read_signer
+    from ledger.note import COSIGNATURE_V1, read_signer, read_verifier
+    from ledger.witness import add_cosignatures, witness_request
 
     store = ledger.Store(db_url)
+    if answer is not None:
+        if not witness_keys:
+            raise InputError("--cosignatures: name the witnesses whose cosignatures to keep with --witness VKEY")
+        witnesses = [read_verifier(p, COSIGNATURE_V1) for p in witness_keys]
+        _require_store(store)
+        for number, name in add_cosignatures(store, _read_text(answer, "--cosignatures"), witnesses):
+            click.echo(f"checkpoint #{number}: cosigned by {name}")
+        return
+    if key_path is None:
+        raise InputError("--key: give the private key file to sign with (or --cosignatures FILE --witness VKEY)")
+    if (old_size is None) != (out is None):
+        raise InputError("--witness-request-from and --out go together")
     signer = read_signer(key_path)
     _require_store(store)
     signed = sign_checkpoint(store, signer, origin)
     click.echo(signed.note, nl=False)
+    if old_size is not None and out is not None:
+        out.write_text(witness_request(store, signed, old_size).text(), encoding="utf-8")
+        click.echo(f"wrote {out}: a witness request from size {old_size} to {signed.body.size}", err=True)
+
+
+@main.group("witness", cls=Group)
+def witness_group() -> None:
+    """A witness (c2sp.org/tlog-witness, offline): cosign a log's checkpoint only if it
+    extends the last one cosigned."""
+
+
+def state_option(fn: F) -> F:
+    return click.option("--state", type=click.Path(file_okay=False, path_type=Path), required=True,
+                        help="The witness's state folder: its key, and the last checkpoint cosigned per log.")(fn)
+
+
+@witness_group.command("init")
+@state_option
+@click.option("--name", default=None, help="The witness's key name (first init only), e.g. witness.example/w1.")
+@click.option("--origin", default=None, help="A log to follow: its origin line.")
+@click.option("--log-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="That log's verifier key (keygen's PATH.pub).")
+def witness_init(state: Path, name: str | None, origin: str | None, log_key: Path | None) -> None:
+    """Create the witness (key in STATE, mode 0600) and follow a log; safe to repeat."""
+    from ledger.note import read_verifier
+    from ledger.witness import KEY_FILE, follow_log, init_witness
+
+    if name is None and not (state / KEY_FILE).exists():
+        raise InputError("--name: a new witness needs a key name")
+    if (origin is None) != (log_key is None):
+        raise InputError("--origin and --log-key go together")
+    verifier = init_witness(state, name or "")
+    click.echo(f"witness {verifier.text()} (verifier key in {state / KEY_FILE}.pub)")
+    if origin is not None and log_key is not None:
+        follow_log(state, origin, read_verifier(log_key))
+        click.echo(f"following {origin}")
+
+
+@witness_group.command("cosign")
+@state_option
+@click.argument("request", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="File for the cosignature line (default: standard output).")
+def witness_cosign(state: Path, request: Path, out: Path | None) -> None:
+    """Cosign the checkpoint of REQUEST (`checkpoint --witness-request-from`) if it extends
+    the last one cosigned for its log; exit 1, naming both checkpoints, on a fork."""
+    from ledger.witness import ForkDetected, WitnessRequest, cosign_request
+
+    try:
+        line = cosign_request(state, WitnessRequest.parse(_read_text(request, "REQUEST")))
+    except ForkDetected as exc:
+        click.echo(f"FAILED: {exc}", err=True)
+        sys.exit(1)
+    if out is None:
+        click.echo(line, nl=False)
+    else:
+        out.write_text(line, encoding="utf-8")
+        click.echo(f"wrote {out}")
+
+
+@witness_group.command("show")
+@state_option
+def witness_show(state: Path) -> None:
+    """The witness's verifier key, and each log it follows with the last size cosigned."""
+    from ledger.witness import WitnessError, show_witness
+
+    try:
+        lines = show_witness(state)
+    except OSError as exc:
+        raise WitnessError(f"--state: {state}: {exc.strerror}") from None
+    click.echo("\n".join(lines))
 
 
 @main.command()
@@ -320,7 +434,10 @@ def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | Non
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The packet file to write (JSON).")
 @click.option("--since-size", type=click.IntRange(min=1), default=None, metavar="N",
               help="Add a consistency proof from tree size N (the customer's previous checkpoint) to the packet's.")
-def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Path, out: Path, since_size: int | None) -> None:
+@click.option("--stored-checkpoint", is_flag=True,
+              help="Use the stored checkpoint of the head, with its witnesses' cosignatures, instead of signing a new one.")
+def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Path, out: Path, since_size: int | None,
+                    stored_checkpoint: bool) -> None:
     """Write a customer's dispute packet for one invoice: findings, the tenant's entries, proofs, signed checkpoint."""
     import ledger
     from ledger.note import read_signer
@@ -330,7 +447,7 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
     signer = read_signer(key_path)
     _require_store(store)
     try:
-        packet = build_dispute(store, tenant, invoice, signer, since_size)
+        packet = build_dispute(store, tenant, invoice, signer, since_size, stored_checkpoint)
     except IsolationError as exc:  # the ledger holds what would leak: a finding, not bad input
         click.echo(f"REFUSED: {exc}", err=True)
         sys.exit(1)
@@ -349,16 +466,22 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
               help="The ledger's verifier key (keygen's PATH.pub).")
 @click.option("--previous", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="An older packet or a checkpoint note: the packet's checkpoint must be that tree or extend it.")
-def verify_packet_command(file: Path, pubkey: Path, previous: Path | None) -> None:
+@click.option("--witness", "witness_keys", type=click.Path(exists=True, dir_okay=False, path_type=Path), multiple=True,
+              help="A witness's verifier key: require its valid cosignature on the packet's checkpoint. Repeatable.")
+def verify_packet_command(file: Path, pubkey: Path, previous: Path | None, witness_keys: tuple[Path, ...]) -> None:
     """Check a dispute packet with the public key alone and recompute its findings; exit 1 names what failed."""
-    from ledger.note import read_verifier
+    from ledger.note import COSIGNATURE_V1, read_verifier
+    from ledger.witness import CosignatureError, require_cosignatures
     from reconcile.dispute import PacketError, read_packet, read_previous, verify_dispute
 
     verifier = read_verifier(pubkey)
+    witnesses = [read_verifier(p, COSIGNATURE_V1) for p in witness_keys]
     earlier = None if previous is None else read_previous(previous)
     try:
-        checked = verify_dispute(read_packet(file), verifier, earlier)
-    except PacketError as exc:
+        packet = read_packet(file)
+        checked = verify_dispute(packet, verifier, earlier)
+        require_cosignatures(packet["bundle"]["checkpoint"], witnesses)
+    except (PacketError, CosignatureError) as exc:
         click.echo(f"FAILED: {exc}", err=True)
         sys.exit(1)
     click.echo(f"ok: invoice {checked.invoice_id} of {checked.tenant}, {checked.lines} lines; "
@@ -368,6 +491,8 @@ def verify_packet_command(file: Path, pubkey: Path, previous: Path | None) -> No
                   if checked.withheld else "")
                + ("" if checked.previous_size is None else
                   f"; extends the previous checkpoint of tree size {checked.previous_size}"))
+    if witnesses:
+        click.echo(f"cosigned by {', '.join(w.name for w in witnesses)}")
 
 
 def _decimal_option(name: str, text: str | None) -> Decimal | None:

@@ -21,12 +21,12 @@ from itertools import islice
 from typing import Any
 
 from sqlalchemy import Connection, func, insert, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
 from ledger.errors import StoreWriteFailed
 from ledger.hashing import CHAIN_PREFIX, SALT_SIZE, ZERO_HASH, entry_leaf
 from ledger.merkle import Frontier
+from ledger.quarantine import chained_rows
 from ledger.store import Store
 from ledger.tables import batches, entries, quarantine
 from ledger.tree import TreeReader
@@ -157,12 +157,10 @@ class Appender:
         return _Tip(size, chain, frontier, heads)
 
     def _insert_quarantine(self, conn: Connection, rows: list[dict[str, Any]]) -> int:
-        """Insert, skipping records this file already had quarantined at that line."""
-        dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-        statement = dialect_insert(quarantine).on_conflict_do_nothing(
-            index_elements=["file", "line", "record_hash"]
-        )
-        conn.execute(statement, rows)
+        """Insert, chained, skipping records this file already had quarantined at that line."""
+        fresh = chained_rows(conn, rows)
+        if fresh:
+            conn.execute(insert(quarantine), fresh)
         return len(rows)
 
 

@@ -14,8 +14,9 @@ from sqlalchemy import Connection, func, insert, select
 from ledger.append import utc_now
 from ledger.errors import LedgerError
 from ledger.merkle import inclusion_path
-from ledger.note import Signer
-from ledger.proofs import Checkpoint, merkle_root, tenant_head_leaf, tenant_order
+from ledger.note import NoteError, Signer, check_key_name
+from ledger.quarantine import quarantine_head
+from ledger.proofs import Checkpoint, ProofError, merkle_root, tenant_head_leaf, tenant_order
 from ledger.store import Store
 from ledger.tables import checkpoint_tenants, checkpoints, entries
 from ledger.tree import TreeReader
@@ -56,8 +57,33 @@ def tenant_root(heads: list[TenantHead]) -> bytes:
     return merkle_root([tenant_head_leaf(h.tenant, h.tenant_seq, h.leaf) for h in heads])
 
 
+def check_origin(origin: str) -> None:
+    """tlog-checkpoint: the origin is one non-empty line; as note text it holds no control
+    character (a newline in it would make every later parse of the note fail)."""
+    if not origin:
+        raise NoteError("--origin: must not be empty (c2sp.org/tlog-checkpoint)")
+    bad = next((c for c in origin if ord(c) < 0x20 or 0xD800 <= ord(c) <= 0xDFFF), None)
+    if bad is not None:
+        raise NoteError(f"--origin: {origin!r} holds {bad!r}: an origin is one line with no control character")
+
+
+def sign_body(signer: Signer, body: Checkpoint) -> str:
+    """The signed note of `body`, refused unless it parses back to the same checkpoint:
+    nothing is signed that a reader would refuse."""
+    text = body.text()
+    try:
+        parsed = Checkpoint.parse(text)
+    except ProofError as exc:
+        raise NoteError(f"the checkpoint would not parse back: {exc}") from None
+    if parsed != body:
+        raise NoteError("the checkpoint would not parse back to what was signed")
+    return signer.sign(text)
+
+
 def sign_checkpoint(store: Store, signer: Signer, origin: str = DEFAULT_ORIGIN) -> SignedCheckpoint:
     """Sign the ledger's head as a C2SP checkpoint, store it, and return it."""
+    check_origin(origin)
+    check_key_name(signer.name)
     with store.writing() as conn:
         head = conn.execute(select(entries.c.seq, entries.c.chain_hash).order_by(entries.c.seq.desc()).limit(1)).first()
         if head is None:
@@ -65,8 +91,8 @@ def sign_checkpoint(store: Store, signer: Signer, origin: str = DEFAULT_ORIGIN) 
         size = int(head.seq)
         heads = current_tenant_heads(conn)
         body = Checkpoint(origin, size, TreeReader(conn).root(size), bytes(head.chain_hash),
-                          len(heads), tenant_root(heads), format_utc(utc_now()))
-        note = signer.sign(body.text())
+                          len(heads), tenant_root(heads), format_utc(utc_now()), *quarantine_head(conn))
+        note = sign_body(signer, body)
         number = conn.execute(select(func.coalesce(func.max(checkpoints.c.checkpoint_seq), 0))).scalar_one() + 1
         conn.execute(insert(checkpoints).values(
             checkpoint_seq=number, origin=origin, tree_size=size, root_hash=body.root,

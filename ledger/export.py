@@ -80,7 +80,7 @@ def quarantined(store: Store) -> list[dict[str, Any]]:
     for row in rows:
         item = dict(row)
         item["record"] = bytes(item["record"]).decode("utf-8", "replace")
-        for name in ("record_hash", "existing_hash", "incoming_hash"):
+        for name in ("record_hash", "existing_hash", "incoming_hash", "chain_hash"):
             item[name] = bytes(item[name]).hex() if item[name] is not None else None
         listing.append(item)
     return listing

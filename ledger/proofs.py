@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from dataclasses import dataclass
 from hashlib import sha256
 
 LEAF_PREFIX = b"\x00"
 NODE_PREFIX = b"\x01"
+#: What every hash must be: one SHA-256 output (RFC 9162 §2.1; C2SP tlog-checkpoint roots).
+HASH_SIZE = 32
 
 
 class ProofError(ValueError):
@@ -41,6 +44,7 @@ def inclusion_proof_length(index: int, size: int) -> int:
 def root_from_inclusion_proof(index: int, size: int, leaf: bytes, proof: list[bytes]) -> bytes:
     """The root that `proof` and `leaf` imply (RFC 9162 §2.1.3.2)."""
     expected = inclusion_proof_length(index, size)
+    _require_hash_sizes(f"inclusion proof for leaf {index} of {size}", leaf=leaf, proof=proof)
     if len(proof) != expected:
         raise ProofError(f"inclusion proof for leaf {index} of {size}: expected {expected} hashes, got {len(proof)}")
     fn, sn, r = index, size - 1, leaf
@@ -63,9 +67,18 @@ def root_from_inclusion_proof(index: int, size: int, leaf: bytes, proof: list[by
 
 def verify_inclusion(index: int, size: int, leaf: bytes, proof: list[bytes], root: bytes) -> None:
     """Raise ProofError unless `leaf` is leaf `index` of the tree of `size` with `root`."""
+    _require_hash_sizes(f"inclusion proof for leaf {index} of {size}", root=root)
     computed = root_from_inclusion_proof(index, size, leaf, proof)
     if computed != root:
         raise ProofError(f"inclusion proof for leaf {index} of {size}: computed root {computed.hex()}, expected {root.hex()}")
+
+
+def _require_hash_sizes(where: str, proof: list[bytes] | tuple[bytes, ...] = (), **hashes: bytes) -> None:
+    """Every hash a proof handles is one SHA-256 output: "expected 32 bytes, got M"."""
+    named = list(hashes.items()) + [(f"proof hash {i}", h) for i, h in enumerate(proof)]
+    for name, value in named:
+        if len(value) != HASH_SIZE:
+            raise ProofError(f"{where}: {name.replace('_', ' ')}: expected 32 bytes, got {len(value)}")
 
 
 def verify_consistency(first: int, second: int, first_root: bytes, second_root: bytes, proof: list[bytes]) -> None:
@@ -73,6 +86,7 @@ def verify_consistency(first: int, second: int, first_root: bytes, second_root: 
     (RFC 9162 §2.1.4.2)."""
     if not 0 < first <= second:
         raise ProofError(f"no consistency proof from size {first} to size {second}")
+    _require_hash_sizes(f"consistency proof from {first} to {second}", first_root=first_root, second_root=second_root, proof=proof)
     if first == second:
         if proof:
             raise ProofError(f"consistency proof between equal sizes: expected 0 hashes, got {len(proof)}")
@@ -134,10 +148,79 @@ def tenant_order(tenant: str) -> bytes:
     return tenant.encode("utf-8")
 
 
+#: tlog-checkpoint: "ASCII decimal ... with no leading zeroes (unless ... 0)". No sign,
+#: no spaces, no underscores, no other scripts' digits (which int() would all accept).
+_DECIMAL = re.compile(r"0|[1-9][0-9]*")
+_HEX_HASH = re.compile(r"[0-9a-f]{64}")
+_MAX_SIZE = 2**63 - 1  # the tree size is a u64 everywhere, an int64 in Go's tlog
+
+
+def parse_decimal(text: str, what: str) -> int:
+    """A C2SP decimal: ASCII digits, no leading zero, no sign; at most 2**63 - 1."""
+    if not _DECIMAL.fullmatch(text) or int(text) > _MAX_SIZE:
+        raise ProofError(f"{what}: {text[:30]!r} is not an ASCII decimal without leading zeroes")
+    return int(text)
+
+
+#: RFC 4648 §4 base64 with its padding, whole quads only: what Go's base64.StdEncoding
+#: reads. Python's decoder alone also takes data after the padding, or padding inside.
+_BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+
+
+def b64decode_strict(text: str) -> bytes:
+    """Standard base64, exactly: raise ValueError on anything Go's StdEncoding refuses."""
+    if not _BASE64.fullmatch(text):
+        raise ValueError("not standard base64 with padding")
+    return base64.b64decode(text, validate=True)
+
+
+def parse_hash_base64(text: str, what: str) -> bytes:
+    """A base64 (RFC 4648 §4) SHA-256 hash: exactly 32 bytes."""
+    try:
+        raw = b64decode_strict(text)
+    except ValueError:
+        raise ProofError(f"{what}: not valid base64") from None
+    if len(raw) != HASH_SIZE:
+        raise ProofError(f"{what}: expected {HASH_SIZE} bytes, got {len(raw)}")
+    return raw
+
+
+@dataclass(frozen=True)
+class CheckpointBody:
+    """Any log's checkpoint text (c2sp.org/tlog-checkpoint): origin, size, root, then
+    opaque extension lines. Parsing is as strict as the spec: at least three lines, each
+    non-empty and ending in a newline; no control characters but the newlines."""
+
+    origin: str
+    size: int
+    root: bytes
+    extensions: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        lines = [self.origin, str(self.size), base64.b64encode(self.root).decode(), *self.extensions]
+        return "".join(f"{line}\n" for line in lines)
+
+    @classmethod
+    def parse(cls, text: str) -> CheckpointBody:
+        if not text.endswith("\n"):
+            raise ProofError("a checkpoint's text ends in a newline")
+        lines = text[:-1].split("\n")
+        if len(lines) < 3:
+            raise ProofError(f"a checkpoint has at least 3 lines (origin, size, root), got {len(lines)}")
+        for number, line in enumerate(lines, 1):
+            if not line:
+                raise ProofError(f"checkpoint line {number} is empty")
+            if any(ord(c) < 0x20 for c in line):
+                raise ProofError(f"checkpoint line {number} holds a control character")
+        return cls(lines[0], parse_decimal(lines[1], "checkpoint size"), parse_hash_base64(lines[2], "checkpoint root"),
+                   tuple(lines[3:]))
+
+
 @dataclass(frozen=True)
 class Checkpoint:
-    """The body of a checkpoint note: origin, size, root, then gpuledger's extension lines
-    `chain <hex>`, `tenants <count> <base64 root>` and `time <RFC 3339>`."""
+    """gpuledger's checkpoint: origin, size, root, then the extension lines `chain <hex>`,
+    `tenants <count> <base64 root>`, `time <RFC 3339>` and (since the quarantine is
+    chained) `quarantine <count> <hex head>`. Other extension lines are ignored."""
 
     origin: str
     size: int
@@ -146,32 +229,43 @@ class Checkpoint:
     tenant_count: int
     tenant_root: bytes
     time: str
+    quarantine_count: int | None = None
+    quarantine_head: bytes | None = None
 
     def text(self) -> str:
-        return (
-            f"{self.origin}\n{self.size}\n{base64.b64encode(self.root).decode()}\n"
-            f"chain {self.chain_head.hex()}\n"
-            f"tenants {self.tenant_count} {base64.b64encode(self.tenant_root).decode()}\n"
-            f"time {self.time}\n"
-        )
+        extensions = [f"chain {self.chain_head.hex()}",
+                      f"tenants {self.tenant_count} {base64.b64encode(self.tenant_root).decode()}",
+                      f"time {self.time}"]
+        if self.quarantine_count is not None and self.quarantine_head is not None:
+            extensions.append(f"quarantine {self.quarantine_count} {self.quarantine_head.hex()}")
+        return CheckpointBody(self.origin, self.size, self.root, tuple(extensions)).text()
 
     @classmethod
     def parse(cls, text: str) -> Checkpoint:
-        lines = text.split("\n")
-        if len(lines) < 7 or lines[-1] != "":
-            raise ProofError("a checkpoint has origin, size, root and extension lines, each ending in a newline")
-        origin, size, root = lines[0], lines[1], lines[2]
-        extensions = {}
-        for line in lines[3:-1]:
+        body = CheckpointBody.parse(text)
+        extensions: dict[str, str] = {}
+        for line in body.extensions:
             key, _, value = line.partition(" ")
+            if key in extensions:
+                raise ProofError(f"checkpoint: the {key!r} extension line appears twice")
             extensions[key] = value
-        try:
-            count, tenant_root = extensions["tenants"].split(" ")
-            return cls(origin, int(size), base64.b64decode(root, validate=True),
-                       bytes.fromhex(extensions["chain"]), int(count),
-                       base64.b64decode(tenant_root, validate=True), extensions["time"])
-        except (KeyError, ValueError) as exc:
-            raise ProofError(f"malformed checkpoint: {exc}") from None
+        for key in ("chain", "tenants", "time"):
+            if key not in extensions:
+                raise ProofError(f"not a gpuledger checkpoint: no {key!r} extension line")
+        count, _, tenant_root = extensions["tenants"].partition(" ")
+        quarantine = None
+        if "quarantine" in extensions:
+            q_count, _, q_head = extensions["quarantine"].partition(" ")
+            quarantine = (parse_decimal(q_count, "checkpoint quarantine count"), _hex_hash(q_head, "checkpoint quarantine head"))
+        return cls(body.origin, body.size, body.root, _hex_hash(extensions["chain"], "checkpoint chain head"),
+                   parse_decimal(count, "checkpoint tenant count"), parse_hash_base64(tenant_root, "checkpoint tenant root"),
+                   extensions["time"], *(quarantine or (None, None)))
+
+
+def _hex_hash(text: str, what: str) -> bytes:
+    if not _HEX_HASH.fullmatch(text):
+        raise ProofError(f"{what}: expected 64 lower-case hex digits, got {text[:70]!r}")
+    return bytes.fromhex(text)
 
 
 def verify_tenant_head(tenant: str, tenant_seq: int, leaf: bytes, index: int, proof: list[bytes], checkpoint: Checkpoint) -> None:

@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, InternalError, OperationalError
 
 from ledger.errors import StoreUnavailable, StoreWriteFailed
+from ledger.quarantine import add_chain_column
 from ledger.tables import APPEND_ONLY, metadata
 
 DEFAULT_URL = "sqlite:///gpuledger.db"
@@ -116,6 +117,7 @@ class Store:
         """Create the tables and the append-only triggers; safe to repeat, and to race."""
         with self.writing() as conn:
             metadata.create_all(conn)
+            add_chain_column(conn)  # stores made before the quarantine was chained
             for statement in _trigger_ddl(self.dialect):
                 conn.exec_driver_sql(statement)
 

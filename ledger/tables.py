@@ -66,6 +66,9 @@ quarantine = Table(
     Column("record_hash", LargeBinary, nullable=False),
     Column("existing_hash", LargeBinary),
     Column("incoming_hash", LargeBinary),
+    # The quarantine's own hash chain (ledger/quarantine.py); NULL only in rows written
+    # before the chain existed.
+    Column("chain_hash", LargeBinary),
     # Re-reading the same file must not quarantine the same record twice.
     UniqueConstraint("file", "line", "record_hash", name="quarantine_record_key"),
 )
@@ -104,5 +107,16 @@ checkpoint_tenants = Table(
     Column("leaf_hash", LargeBinary, nullable=False),
 )
 
+#: Witnesses' cosignatures on stored checkpoints (c2sp.org/tlog-cosignature), gathered
+#: after signing: `line` is the note signature line exactly as the witness wrote it.
+cosignatures = Table(
+    "cosignatures",
+    metadata,
+    Column("checkpoint_seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("witness_key", Text, primary_key=True),  # the witness's verifier key (vkey)
+    Column("timestamp", BigInteger, nullable=False),
+    Column("line", Text, nullable=False),
+)
+
 #: The tables no row of which may change once written.
-APPEND_ONLY = ("entries", "batches", "quarantine", "tree_nodes", "checkpoints", "checkpoint_tenants")
+APPEND_ONLY = ("entries", "batches", "quarantine", "tree_nodes", "checkpoints", "checkpoint_tenants", "cosignatures")

@@ -15,7 +15,15 @@ Checks, in the order they apply to the entry at position `seq` (expected gapless
    that differ are a fork: two histories signed for one size).
 At the end: the last seq against the last committed batch (a truncated tail or rows past
 it), every checkpoint above the last seq (truncated below a signed size), the count of
-stored tree nodes, and a consistency proof between each pair of consecutive checkpoints.
+stored tree nodes, and a consistency proof between each pair of consecutive checkpoints
+(in signing order: each later one extends the earlier one), and the quarantine's chain
+against the head each checkpoint commits to (ledger/quarantine.py's rules), and each
+witness cosignature kept with a checkpoint under the witness key stored beside it.
+Then, since the store's own tables can be rolled back or rewritten by whoever keeps it:
+given public keys, each must have signed at least one stored checkpoint; and each
+checkpoint saved outside the store must verify under a given key, be no larger than the
+store, and be extended by it (an RFC 9162 consistency proof from its size to the head,
+computed from the stored tree, against its signed root).
 The first failure is reported, with its seq.
 """
 
@@ -33,11 +41,13 @@ from sqlalchemy import Connection, func, select
 from ledger.checkpoint import TenantHead, tenant_root
 from ledger.hashing import CHAIN_PREFIX, LEAF_PREFIX, ZERO_HASH, chain_hash, entry_bytes, leaf_hash
 from ledger.merkle import STORED_MIN_LEVEL, Frontier
-from ledger.note import NoteError, Verifier
-from ledger.proofs import Checkpoint, ProofError, tenant_order, verify_consistency
+from ledger.note import COSIGNATURE_V1, NoteError, Verifier, split_note
+from ledger.proofs import Checkpoint, CheckpointBody, ProofError, tenant_order, verify_consistency
+from ledger.quarantine import quarantine_problem
 from ledger.store import Store
-from ledger.tables import batches, checkpoints, entries, tree_nodes
+from ledger.tables import batches, checkpoints, cosignatures, entries, tree_nodes
 from ledger.tree import TreeReader, stored_nodes
+from ledger.witness import verify_cosignature
 
 _PAGE = 20_000
 _MOVE_WINDOW = 64
@@ -54,7 +64,7 @@ _LEAF_EVENT_OPEN = LEAF_PREFIX + b'{"event":'
 @dataclass(frozen=True)
 class Problem:
     seq: int
-    kind: str  # deleted | edited | moved | chain | tenant-chain | batch | tree | truncated | inserted | checkpoint | signature | fork
+    kind: str  # deleted | edited | moved | chain | tenant-chain | batch | tree | truncated | inserted | checkpoint | signature | fork | unsigned | rollback | quarantine | cosignature
     message: str
 
     def __str__(self) -> str:
@@ -95,9 +105,18 @@ class _Walk:
         self.special = set(batch_heads) | set(signed)
 
 
-def verify_ledger(store: Store, verifiers: Sequence[Verifier] = ()) -> VerifyResult:
-    """Check the whole ledger (and, given the public key, every checkpoint's signature);
-    the result names the first problem, if any."""
+@dataclass(frozen=True)
+class SavedCheckpoint:
+    """A checkpoint's signed note that someone kept outside the store, and where from."""
+
+    where: str
+    note: str
+
+
+def verify_ledger(store: Store, verifiers: Sequence[Verifier] = (), saved: Sequence[SavedCheckpoint] = ()) -> VerifyResult:
+    """Check the whole ledger (and, given the public key, every checkpoint's signature,
+    and that the store still extends each saved checkpoint); the result names the first
+    problem, if any."""
     with store.reading() as conn:
         heads = {int(r.last_seq): bytes(r.chain_head) for r in conn.execute(select(batches.c.last_seq, batches.c.chain_head))}
         signed: dict[int, list[Any]] = {}
@@ -111,13 +130,17 @@ def verify_ledger(store: Store, verifiers: Sequence[Verifier] = ()) -> VerifyRes
                 result.problem = problem
                 break
         else:
-            result.problem = _check_end(conn, walk)
+            # A saved checkpoint says more (rolled back to where, or forked) than a missing signature.
+            result.problem = (_check_end(conn, walk) or next(filter(None, (_check_saved(conn, walk, c) for c in saved)), None)
+                              or _check_signed_by(walk, verifiers))
         result.entries = walk.seq
         result.tenants = len(walk.tenants)
-        result.checked = ["leaves", "chain", "tenant chains", "batch heads", "tree nodes"]
+        result.checked = ["leaves", "chain", "tenant chains", "batch heads", "tree nodes", "quarantine chain"]
         count = sum(len(v) for v in signed.values())
         if count:
             result.checked.append(f"{count} checkpoints" + (" and their signatures" if verifiers else " (signatures not checked: no --pubkey)"))
+        if saved:
+            result.checked.append(f"that the store extends {len(saved)} saved checkpoint{'s' if len(saved) > 1 else ''}")
         return result
 
 
@@ -280,6 +303,54 @@ def _check_signature(walk: _Walk, row: Any) -> Problem | None:
     return None
 
 
+def _check_saved(conn: Connection, walk: _Walk, saved: SavedCheckpoint) -> Problem | None:
+    """The store still extends a checkpoint saved outside it: signed by a given key, no
+    larger than the store, and consistent with the store's head by an RFC 9162 proof
+    computed from the stored tree. A rollback or a fork of the store fails here, even with
+    every checkpoint row deleted or rewritten."""
+    body, problem = _saved_body(walk, saved)
+    if body is None:
+        return problem
+    size, head = body.size, walk.seq
+    label = f"the saved checkpoint {saved.where} (size {size}, root {body.root.hex()})"
+    if size > head:
+        return Problem(head + 1, "rollback", f"{label} is larger than the store, which ends at seq {head}: "
+                                             "the store was rolled back or truncated below a checkpoint the log signed")
+    if size == 0:
+        return None
+    head_root = walk.frontier.root() or b""
+    proof = TreeReader(conn).consistency_proof(size, head)
+    try:
+        verify_consistency(size, head, body.root, head_root, proof)
+    except ProofError as exc:
+        stored = TreeReader(conn).root(size)
+        return Problem(size, "fork", f"the store does not extend {label}: the store's root at size {size} is {stored.hex()} ({exc})")
+    return None
+
+
+def _saved_body(walk: _Walk, saved: SavedCheckpoint) -> tuple[CheckpointBody | None, Problem | None]:
+    """The saved checkpoint's body, once a given key's signature on it verifies."""
+    errors = []
+    for verifier in walk.verifiers.values():
+        try:
+            return CheckpointBody.parse(verifier.verify(saved.note)), None
+        except (NoteError, ProofError) as exc:
+            errors.append(str(exc))
+    reason = "; ".join(errors) or "no public key was given"
+    return None, Problem(walk.seq, "signature", f"the saved checkpoint {saved.where} does not verify: {reason}")
+
+
+def _check_signed_by(walk: _Walk, verifiers: Sequence[Verifier]) -> Problem | None:
+    """Given a public key, the store must hold a checkpoint it signed: whoever keeps the
+    ledger could otherwise delete every checkpoint, and nothing would be checked."""
+    names = {row.key_name for rows in walk.signed.values() for row in rows}
+    for verifier in verifiers:
+        if verifier.name not in names:
+            return Problem(walk.seq, "unsigned", f"no checkpoint signed by {verifier.name} (key id {verifier.id.hex()}) is stored: "
+                                                 "nothing ties the store to that key (checkpoints deleted, or never signed)")
+    return None
+
+
 def _leaf_problem(row: tuple, body: bytes, salt: bytes, stored: bytes) -> Problem:  # type: ignore[type-arg]
     seq, recorded_at, source, id_, type_, tenant, tenant_seq = row[:7]
     for other in range(max(1, seq - _MOVE_WINDOW), seq + _MOVE_WINDOW + 1):
@@ -326,7 +397,40 @@ def _check_end(conn: Connection, walk: _Walk) -> Problem | None:
     stored_nodes = conn.execute(select(func.count()).select_from(tree_nodes)).scalar_one()
     if stored_nodes != walk.nodes_seen:
         return Problem(walk.seq + 1, "truncated", f"{stored_nodes} tree nodes are stored, but {walk.seq} entries make {walk.nodes_seen}: leaves are missing past seq {walk.seq}")
-    return _check_consistency(conn, walk)
+    return _check_consistency(conn, walk) or _check_quarantine(conn, walk) or _check_cosignatures(conn, walk)
+
+
+def _check_cosignatures(conn: Connection, walk: _Walk) -> Problem | None:
+    """Each witness cosignature kept with a checkpoint verifies under the key stored with
+    it (whether that witness is trusted is for verify-packet --witness to say)."""
+    if not conn.dialect.has_table(conn, "cosignatures"):
+        return None  # a store from before witnesses: nothing gathered
+    notes = {int(row.checkpoint_seq): row for rows in walk.signed.values() for row in rows}
+    for row in conn.execute(select(cosignatures).order_by(cosignatures.c.checkpoint_seq, cosignatures.c.witness_key)):
+        checkpoint = notes.get(int(row.checkpoint_seq))
+        if checkpoint is None:
+            return Problem(walk.seq, "cosignature", f"a cosignature by {row.witness_key} is kept for checkpoint #{row.checkpoint_seq}, which is not stored")
+        try:
+            verify_cosignature(checkpoint.note + row.line, Verifier.parse(row.witness_key, COSIGNATURE_V1))
+        except NoteError as exc:
+            return Problem(int(checkpoint.tree_size), "cosignature", f"checkpoint #{row.checkpoint_seq}: {exc}")
+    return None
+
+
+def _check_quarantine(conn: Connection, walk: _Walk) -> Problem | None:
+    """The quarantine's chain, and each checkpoint's commitment to its head (the note's
+    `quarantine` extension line; checkpoints signed before the chain have none)."""
+    commitments = []
+    for rows in walk.signed.values():
+        for row in rows:
+            try:
+                body = Checkpoint.parse(split_note(row.note)[0])
+            except (NoteError, ProofError) as exc:
+                return Problem(int(row.tree_size), "checkpoint", f"checkpoint #{row.checkpoint_seq}: its note does not parse: {exc}")
+            if body.quarantine_count is not None and body.quarantine_head is not None:
+                commitments.append((int(row.checkpoint_seq), body.quarantine_count, body.quarantine_head))
+    message = quarantine_problem(conn, commitments)
+    return Problem(walk.seq, "quarantine", message) if message else None
 
 
 def _check_consistency(conn: Connection, walk: _Walk) -> Problem | None:
@@ -344,4 +448,4 @@ def _check_consistency(conn: Connection, walk: _Walk) -> Problem | None:
     return None
 
 
-__all__ = ["LedgerTampered", "Problem", "STORED_MIN_LEVEL", "VerifyResult", "require_intact", "verify_ledger", "verify_pages"]
+__all__ = ["LedgerTampered", "Problem", "STORED_MIN_LEVEL", "SavedCheckpoint", "VerifyResult", "require_intact", "verify_ledger", "verify_pages"]

@@ -45,6 +45,7 @@ from sqlalchemy import func, select
 
 from ledger import LedgerError, Store
 from ledger.checkpoint import DEFAULT_ORIGIN, sign_checkpoint
+from ledger.witness import latest_cosigned_checkpoint
 from ledger.evidence import BUNDLE_VERSION, build_bundle, verify_bundle
 from ledger.note import Signer, Verifier
 from ledger.proofs import Checkpoint, ProofError
@@ -80,9 +81,11 @@ class VerifiedPacket:
 # -- building -------------------------------------------------------------------------
 
 
-def build_dispute(store: Store, tenant: str, invoice: str, signer: Signer, since_size: int | None = None) -> dict[str, Any]:
+def build_dispute(store: Store, tenant: str, invoice: str, signer: Signer, since_size: int | None = None,
+                  stored_checkpoint: bool = False) -> dict[str, Any]:
     """Bundle the tenant's entries with the clean fleet faults that touch its allocations,
-    sign the head, and reconcile `invoice` from exactly what the packet carries.
+    sign the head (or, with `stored_checkpoint`, take the stored checkpoint of the head with
+    its witnesses' cosignatures), and reconcile `invoice` from exactly what the packet carries.
 
     Isolation (reconcile/isolation.py) is checked twice: on the material before anything
     is signed, and on the whole packet before it is returned; IsolationError names the
@@ -94,7 +97,7 @@ def build_dispute(store: Store, tenant: str, invoice: str, signer: Signer, since
     isolation = Isolation(tenant_identifiers(store, before), tenant)
     _check_material(store, isolation, before)
     _raise_leak(isolation, isolation.leak_in_string(f"{DEFAULT_ORIGIN}\n— {signer.name}", "the checkpoint note"))
-    signed = sign_checkpoint(store, signer)
+    signed = latest_cosigned_checkpoint(store) if stored_checkpoint else sign_checkpoint(store, signer)
     size = signed.body.size
     if size != before:  # appends landed in between: what they add is checked by the gate below
         isolation = Isolation(tenant_identifiers(store, size), tenant)
@@ -104,6 +107,7 @@ def build_dispute(store: Store, tenant: str, invoice: str, signer: Signer, since
     if not findings.cells:
         raise LedgerError(f"--invoice: tenant {tenant!r} has no billing line left on invoice {invoice!r} "
                           f"after corrections, up to seq {size}")
+    bundle["checkpoint"] = signed.note  # the signed note, with any cosignatures gathered for it
     packet = {"version": PACKET_VERSION, "kind": PACKET_KIND, "tenant": tenant, "invoice_id": invoice,
               "findings": json.loads(json.dumps(findings.as_json())), "bundle": bundle}
     check_packet(isolation, packet)

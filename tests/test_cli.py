@@ -75,7 +75,7 @@ def test_ingest_reports_counts_and_reingest_is_idempotent(tmp_path: Path, db_url
     assert run("ingest", "--db", db_url, str(path)) == (
         0, f"{path}: read 5 · appended 0 · duplicate 5 · quarantined 0\n", "")
     code, out, _ = run("verify", "--db", db_url)
-    assert (code, out) == (0, "ok: 5 entries, 1 tenants; checked leaves, chain, tenant chains, batch heads, tree nodes\n")
+    assert (code, out) == (0, "ok: 5 entries, 1 tenants; checked leaves, chain, tenant chains, batch heads, tree nodes, quarantine chain\n")
 
 
 def test_bad_records_exit_1_name_file_line_field_and_keep_the_good(tmp_path: Path, sqlite_url: str) -> None:

@@ -13,7 +13,8 @@ from sqlalchemy.exc import DBAPIError
 from ingest import extract
 from ledger import Appender, Store, append_stream, verify_ledger
 from ledger.checkpoint import sign_checkpoint
-from ledger.note import Signer
+from ledger.note import COSIGNATURE_V1, Signer
+from ledger.witness import add_cosignatures, cosign
 from ledger.tables import APPEND_ONLY, batches, entries, quarantine
 from schemas import Accepted, Origin, Rejected, validate_event
 from tests.conftest import FIXED_TIME, event, fixed_salts, progress, write_jsonl
@@ -118,9 +119,11 @@ def test_database_refuses_update_and_delete(store: Store, tmp_path: Path, table:
     appender = Appender(store)
     append_stream(appender, [accepted(progress(i), i) for i in range(1, 40)])
     appender.append([Rejected(Origin("x", 1), "f", "r", b"{}")])
-    sign_checkpoint(store, Signer.generate("test"))
+    note = sign_checkpoint(store, Signer.generate("test")).note
+    witness = Signer.generate("witness", COSIGNATURE_V1)
+    add_cosignatures(store, cosign(witness, note.partition("\n\n")[0] + "\n"), [witness.verifier])
     column = {"entries": "event", "batches": "recorded_at", "quarantine": "reason", "tree_nodes": "hash",
-              "checkpoints": "note", "checkpoint_tenants": "tenant_seq"}[table]
+              "checkpoints": "note", "checkpoint_tenants": "tenant_seq", "cosignatures": "line"}[table]
     with store.reading() as conn:
         assert conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one() > 0
     with pytest.raises(DBAPIError, match="append-only"):
