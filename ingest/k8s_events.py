@@ -3,12 +3,18 @@
 `deprecated…` fields), as `kubectl get events -o json|yaml` prints them: one object, an
 `EventList`/`List`, a run of objects (`-w`), or a YAML stream (reading: ingest/k8sdocs.py).
 
-One record per (metadata.uid, metadata.resourceVersion): an Event updated in place (its
-count grows) is a new record at each resourceVersion, with event id
-`<uid>@<resourceVersion>` under source `k8s://<cluster>`. Its time is the first present
-of `series.lastObservedTime`, `eventTime`, `lastTimestamp`, `firstTimestamp` (then the
-events.k8s.io `deprecatedLastTimestamp`, `deprecatedFirstTimestamp`), in UTC. The whole
-Event rides along under data `k8s_event`: at one resourceVersion it never changes.
+An Event object is one transition (one reason about one object), updated in place while
+it repeats: the API server bumps `count`, `lastTimestamp` or `series`, and
+`metadata.resourceVersion`, and client-go's aggregator rewrites the `message` of its
+"(combined from similar events): …" Events. A collector polling every few minutes sees
+the same Event again and again, so one Event is one record whatever its state: event id
+`<metadata.uid>` under source `k8s://<cluster>`, time the first present of the fixed
+`eventTime`, `firstTimestamp`, `deprecatedFirstTimestamp`, `metadata.creationTimestamp`
+(the moving `lastTimestamp`, `series.lastObservedTime`, `deprecatedLastTimestamp` only
+when none is set), in UTC. The Event rides along under data `k8s_event` without the
+fields that move (VOLATILE: count, lastTimestamp, series, the deprecated count and last
+time, resourceVersion, managedFields, and an aggregated message), so a later poll of it
+is a duplicate, never a conflict.
 
 | involved object | reason | event |
 |---|---|---|
@@ -26,8 +32,9 @@ Event rides along under data `k8s_event`: at one resourceVersion it never change
 
 A decision's tenant is the involved object's namespace (the Event's own namespace when
 the involved object leaves it out: the API server requires them equal), or the Event's
-label `tenant_field` when it has one; its reason is the Event's reason; `notice_s` is
-never guessed. Node events are fleet events (no tenant).
+label `tenant_field` when it has one, or the option `tenant` when the Event names no
+namespace at all; its reason is the Event's reason; `notice_s` is never guessed. Node
+events are fleet events (no tenant).
 
 Everything else (Job SuccessfulCreate, Pod Pulled, kubelet NodeHasSufficientMemory, …)
 is valid input we have no use for: skipped, neither accepted nor quarantined. Pass a
@@ -47,8 +54,12 @@ from ingest.k8sdocs import K8sObject, kinds_in, read_objects
 from ingest.k8sfields import ObjectError, field, mapping, tenant, text, utc_time
 from schemas import Record, Rejected
 
-TIME_FIELDS = (("series", "lastObservedTime"), ("eventTime",), ("lastTimestamp",), ("firstTimestamp",),
-               ("deprecatedLastTimestamp",), ("deprecatedFirstTimestamp",))
+#: Fixed times first: an Event's identity must not move when the API server updates it.
+TIME_FIELDS = (("eventTime",), ("firstTimestamp",), ("deprecatedFirstTimestamp",), ("metadata", "creationTimestamp"),
+               ("lastTimestamp",), ("series", "lastObservedTime"), ("deprecatedLastTimestamp",))
+VOLATILE = ("count", "lastTimestamp", "series", "deprecatedCount", "deprecatedLastTimestamp", "deprecatedSeries")
+VOLATILE_METADATA = ("resourceVersion", "managedFields")
+AGGREGATED = "(combined from similar events): "  # client-go's prefix of a message it rewrites on each repeat
 POD_DECISIONS = {"Scheduled": "placed", "Preempted": "preempted", "Preempting": "preempted",
                  "Evicted": "evicted", "Evicting": "evicted", "FailedScheduling": "queued"}
 WORKLOAD_DECISIONS = {"QuotaReserved": "admitted", "Admitted": "admitted", "Pending": "queued",
@@ -68,14 +79,14 @@ class K8sEventsIngestor:
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
         cluster = options.get("cluster") or "default"
-        tenant_field = options.get("tenant_field")
+        tenant_field, default_tenant = options.get("tenant_field"), options.get("tenant")
         skipped: Counter[tuple[str, str]] = options.get("skipped", Counter())
         for item in read_objects(path):
             if isinstance(item, Rejected):
                 yield item
                 continue
             try:
-                event = k8s_event(item.body, cluster, tenant_field)
+                event = k8s_event(item.body, cluster, tenant_field, default_tenant)
             except ObjectError as exc:
                 yield item.rejected(exc)
                 continue
@@ -90,7 +101,8 @@ def _involved_kind_reason(item: K8sObject) -> tuple[str, str]:
     return str(kind or ""), str(item.body.get("reason") or "")
 
 
-def k8s_event(body: dict[str, Any], cluster: str = "default", tenant_field: str | None = None) -> dict[str, Any] | None:
+def k8s_event(body: dict[str, Any], cluster: str = "default", tenant_field: str | None = None,
+              default_tenant: str | None = None) -> dict[str, Any] | None:
     """The CloudEvent (as a dict) of one Kubernetes Event, None when it is not one we use."""
     kind = text(body, ("kind",), required=True)
     if kind != "Event":
@@ -99,21 +111,34 @@ def k8s_event(body: dict[str, Any], cluster: str = "default", tenant_field: str 
     mapping(body, (involved,))
     target_kind = text(body, (involved, "kind")) or ""
     reason = text(body, ("reason",)) or ""
-    made = _mapped(body, involved, target_kind, reason, tenant_field)
+    made = _mapped(body, involved, target_kind, reason, (tenant_field, default_tenant))
     if made is None:
         return None
     event_type, data = made
     uid = text(body, ("metadata", "uid"), required=True)
-    version = text(body, ("metadata", "resourceVersion"), required=True)
-    data["k8s_event"] = body
-    return {"specversion": "1.0", "id": f"{uid}@{version}", "source": f"k8s://{cluster}", "type": event_type,
+    data["k8s_event"] = fixed_part(body)
+    return {"specversion": "1.0", "id": uid, "source": f"k8s://{cluster}", "type": event_type,
             "time": _event_time(body), "data": {k: v for k, v in data.items() if v is not None}}
 
 
+def fixed_part(body: dict[str, Any]) -> dict[str, Any]:
+    """The Event without what the API server changes while the same transition repeats."""
+    kept = {k: v for k, v in body.items() if k not in VOLATILE}
+    if isinstance(kept.get("metadata"), dict):
+        kept["metadata"] = {k: v for k, v in kept["metadata"].items() if k not in VOLATILE_METADATA}
+    for name in ("message", "note"):
+        if isinstance(kept.get(name), str) and kept[name].startswith(AGGREGATED):
+            del kept[name]
+    return kept
+
+
+Tenancy = tuple[str | None, str | None]  # (tenant_field, the tenant option)
+
+
 def _mapped(body: dict[str, Any], involved: str, kind: str, reason: str,
-            tenant_field: str | None) -> tuple[str, dict[str, Any]] | None:
+            tenancy: Tenancy) -> tuple[str, dict[str, Any]] | None:
     if kind == "Pod" and reason in POD_DECISIONS:
-        data = _decision(body, involved, POD_DECISIONS[reason], reason, tenant_field)
+        data = _decision(body, involved, POD_DECISIONS[reason], reason, tenancy)
         data["job_id"] = text(body, (involved, "name"), required=True)
         if reason == "Scheduled":
             match = _ASSIGNED.search(_message(body))
@@ -123,7 +148,7 @@ def _mapped(body: dict[str, Any], involved: str, kind: str, reason: str,
         decision = _workload_decision(reason, _message(body))
         if decision is None:
             return None
-        data = _decision(body, involved, decision, reason, tenant_field)
+        data = _decision(body, involved, decision, reason, tenancy)
         data["allocation_id"] = text(body, (involved, "name"), required=True)
         return "policy.decision", data
     if kind == "Node":
@@ -138,9 +163,9 @@ def _workload_decision(reason: str, message: str) -> str | None:
     return decision
 
 
-def _decision(body: dict[str, Any], involved: str, decision: str, reason: str, tenant_field: str | None) -> dict[str, Any]:
+def _decision(body: dict[str, Any], involved: str, decision: str, reason: str, tenancy: Tenancy) -> dict[str, Any]:
     namespace_path = (involved, "namespace") if text(body, (involved, "namespace")) else ("metadata", "namespace")
-    return {"tenant": tenant(body, namespace_path, tenant_field), "decision": decision, "reason": reason}
+    return {"tenant": tenant(body, namespace_path, *tenancy), "decision": decision, "reason": reason}
 
 
 def _node_health(body: dict[str, Any], involved: str, reason: str) -> tuple[str, dict[str, Any]] | None:
@@ -168,7 +193,8 @@ def _event_time(body: dict[str, Any]) -> str:
         moment = utc_time(body, path, required=False)
         if moment is not None:
             return moment
-    raise ObjectError(("eventTime",), "no time: none of series.lastObservedTime, eventTime, lastTimestamp, firstTimestamp is set")
+    raise ObjectError(("eventTime",), "no time: none of eventTime, firstTimestamp, metadata.creationTimestamp, "
+                                      "lastTimestamp, series.lastObservedTime is set")
 
 
-__all__ = ["K8sEventsIngestor", "k8s_event", "kebab"]
+__all__ = ["K8sEventsIngestor", "fixed_part", "k8s_event", "kebab"]

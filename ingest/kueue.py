@@ -11,13 +11,24 @@ Each condition of `status.conditions` with status "True" is a transition at its
 
 | condition | events |
 |---|---|
-| QuotaReserved | none when Admitted is True; else it stands in for Admitted |
+| QuotaReserved | stands in for Admitted only when the Workload has no Admitted condition at all (a Kueue before v0.5, or a writer that leaves it out) |
 | Admitted | `policy.decision` admitted, and `allocation.granted` |
+| Evicted, reason Deactivated / InactiveWorkload / DeactivatedDueTo… | decision deactivated, `allocation.released` |
 | Evicted, reason Preempted / InClusterQueue / InCohort… | decision preempted (reclaimed for the reclaim reasons), `allocation.released` |
 | Evicted, any other reason | decision evicted, `allocation.released` |
+| Evicted at or after Finished | nothing: the workload had finished, Finished releases it |
 | Preempted | decision reclaimed for InCohortReclamation / InCohortReclaimWhileBorrowing, else preempted; no release |
 | Requeued | decision queued |
 | Finished | `allocation.released` (reason Succeeded, Failed, …), no decision |
+
+Deactivation is the owner's own act (`spec.active: false`, set by the user or by the
+owner's own limits, such as its maximum execution time or requeuing limit): Kueue writes
+Evicted with reason `Deactivated` (`InactiveWorkload` before v0.9, `DeactivatedDueTo<why>`
+for its limits). It is never a provider's eviction, so its seconds are never `reclaimed`.
+
+QuotaReserved True with Admitted False means admission checks are still pending: the
+pods stay suspended, nothing is granted yet. Taking QuotaReserved as the grant there
+would grant twice once Admitted turns True, so a later poll would add a second grant.
 
 A condition with status "False" and reason `Pending` is a decision `queued`. Other
 conditions (PodsReady, DeactivationTarget, …) say nothing we use. A decision's data is
@@ -59,6 +70,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field as dataclass_field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +81,8 @@ from schemas import Record, Rejected
 
 API_GROUP = "kueue.x-k8s.io/"
 RECLAIM_REASONS = frozenset({"InCohortReclamation", "InCohortReclaimWhileBorrowing"})
+DEACTIVATED_REASONS = frozenset({"Deactivated", "InactiveWorkload"})
+DEACTIVATED_PREFIX = "DeactivatedDueTo"
 WHOLE_GPU, SHARED_GPU, MIG_PREFIX = "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-"
 HOSTNAME_LEVEL = "kubernetes.io/hostname"
 ACCUMULATED = ("accumulatedPastExecutionTimeSeconds", "accumulatedPastExexcutionTimeSeconds")
@@ -137,10 +151,18 @@ def workload_events(body: dict[str, Any], cluster: str = "default", tenant_field
     """The CloudEvents (as dicts) of one Workload object; ObjectError names a bad field."""
     workload = _read_identity(body, cluster, tenant_field)
     conditions = _conditions(body)
-    admitted = any(c["type"] == "Admitted" and c["status"] == "True" for _, c in conditions)
+    has_admitted = any(c["type"] == "Admitted" for _, c in conditions)
+    finished = _finished_time(body, conditions)
     for index, condition in conditions:
-        _condition_events(workload, index, condition, admitted)
+        _condition_events(workload, index, condition, has_admitted, finished)
     return workload.events
+
+
+def _finished_time(body: dict[str, Any], conditions: list[tuple[int, dict[str, str]]]) -> str | None:
+    for index, condition in conditions:
+        if condition["type"] == "Finished" and condition["status"] == "True":
+            return utc_time(body, ("status", "conditions", index, "lastTransitionTime"))
+    return None
 
 
 def _read_identity(body: dict[str, Any], cluster: str, tenant_field: str | None) -> _Workload:
@@ -172,14 +194,17 @@ def _conditions(body: dict[str, Any]) -> list[tuple[int, dict[str, str]]]:
     return out
 
 
-def _condition_events(wl: _Workload, index: int, condition: dict[str, str], admitted: bool) -> None:
+def _condition_events(wl: _Workload, index: int, condition: dict[str, str], has_admitted: bool,
+                      finished: str | None) -> None:
     kind, status, reason = condition["type"], condition["status"], condition["reason"]
     queued = status == "False" and reason == "Pending"
-    if not queued and (status != "True" or kind not in _TRANSITIONS or (kind == "QuotaReserved" and admitted)):
+    if not queued and (status != "True" or kind not in _TRANSITIONS or (kind == "QuotaReserved" and has_admitted)):
         return  # says nothing we use: its time is not even read
     path = ("status", "conditions", index, "lastTransitionTime")
     time = utc_time(wl.body, path)
     assert time is not None
+    if kind == "Evicted" and finished is not None and _instant(time) >= _instant(finished):
+        return  # the workload had finished: no eviction, and Finished is its release
     event_id = f"{wl.key}:{kind}:{status}:{reason}:{time}"
     if queued:
         wl.decide("queued", event_id, time, kind, reason)
@@ -199,7 +224,13 @@ def _condition_events(wl: _Workload, index: int, condition: dict[str, str], admi
         wl.release(event_id, time, reason, kind, accumulated_past_execution_time_s=_accumulated(wl.body))
 
 
+def _instant(utc_text: str) -> datetime:
+    return datetime.fromisoformat(utc_text.replace("Z", "+00:00"))
+
+
 def _eviction_decision(reason: str) -> str:
+    if reason in DEACTIVATED_REASONS or reason.startswith(DEACTIVATED_PREFIX):
+        return "deactivated"
     if reason in RECLAIM_REASONS:
         return "reclaimed"
     if reason in ("Preempted", "InClusterQueue") or reason.startswith("InCohort"):

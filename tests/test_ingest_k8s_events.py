@@ -138,9 +138,11 @@ def test_mapping_table(tmp_path: Path, name: str) -> None:
 def test_decision_data(tmp_path: Path) -> None:
     body = core_event("Pod", "Scheduled", "Successfully assigned team-a/obj-1 to gpu-node-4", uid="e-9", version="77")
     (event,) = accepted(write(tmp_path, body), cluster="west")
-    assert (event["id"], event["source"], event["time"]) == ("e-9@77", "k8s://west", "2026-01-05T10:05:00Z")
+    assert (event["id"], event["source"], event["time"]) == ("e-9", "k8s://west", "2026-01-05T10:00:00Z")
+    fixed = {k: v for k, v in body.items() if k not in ("count", "lastTimestamp")}
+    fixed["metadata"] = {"name": "obj-1.1881e4c6a7b2f001", "namespace": "team-a", "uid": "e-9"}
     assert event["data"] == {"tenant": "team-a", "decision": "placed", "job_id": "obj-1", "reason": "Scheduled",
-                             "node": "gpu-node-4", "k8s_event": body}
+                             "node": "gpu-node-4", "k8s_event": fixed}
     assert "notice_s" not in event["data"]
 
 
@@ -173,19 +175,24 @@ def test_kebab_case(reason: str, code: str) -> None:
 
 
 @pytest.mark.parametrize(("drop", "expected"), [
-    ((), "2026-01-05T10:10:00.500000Z"),
-    (("series",), "2026-01-05T10:00:00.250000Z"),
-    (("series", "eventTime"), "2026-01-05T10:05:00Z"),
-    (("series", "eventTime", "lastTimestamp"), "2026-01-05T10:00:00Z"),
-    (("series", "eventTime", "lastTimestamp", "firstTimestamp"), "2026-01-05T09:30:00Z"),
-    (("series", "eventTime", "lastTimestamp", "firstTimestamp", "deprecatedLastTimestamp"), "2026-01-05T09:00:00Z"),
+    ((), "2026-01-05T10:00:00.250000Z"),
+    (("eventTime",), "2026-01-05T10:00:00Z"),
+    (("eventTime", "firstTimestamp"), "2026-01-05T09:00:00Z"),
+    (("eventTime", "firstTimestamp", "deprecatedFirstTimestamp"), "2026-01-05T09:59:59Z"),
+    (("eventTime", "firstTimestamp", "deprecatedFirstTimestamp", "creationTimestamp"), "2026-01-05T10:05:00Z"),
+    (("eventTime", "firstTimestamp", "deprecatedFirstTimestamp", "creationTimestamp", "lastTimestamp"),
+     "2026-01-05T10:10:00.500000Z"),
+    (("eventTime", "firstTimestamp", "deprecatedFirstTimestamp", "creationTimestamp", "lastTimestamp", "series"),
+     "2026-01-05T09:30:00Z"),
 ])
 def test_time_precedence(tmp_path: Path, drop: tuple[str, ...], expected: str) -> None:
+    # Fixed times first (eventTime, firstTimestamp, deprecatedFirstTimestamp, creationTimestamp), then the moving ones.
     body = core_event("Pod", "FailedScheduling", eventTime="2026-01-05T10:00:00.250000Z",
                       series={"count": 5, "lastObservedTime": "2026-01-05T10:10:00.5Z"},
                       deprecatedLastTimestamp="2026-01-05T09:30:00Z", deprecatedFirstTimestamp="2026-01-05T09:00:00Z")
+    body["metadata"]["creationTimestamp"] = "2026-01-05T09:59:59Z"
     for name in drop:
-        body[name] = None  # kubectl prints absent times as null
+        (body["metadata"] if name == "creationTimestamp" else body)[name] = None  # kubectl prints absent times as null
     (event,) = accepted(write(tmp_path, body))
     assert event["time"] == expected
 
@@ -196,22 +203,6 @@ def test_events_k8s_io_v1(tmp_path: Path) -> None:
     assert [brief(e) for e in events] == [("policy.decision", "queued", "obj-1", "team-a"),
                                           ("policy.decision", "reclaimed", "wl-2", "team-a")]
     assert events[0]["time"] == "2026-01-05T10:00:00.250000Z"
-
-
-def test_one_record_per_uid_and_resource_version(tmp_path: Path) -> None:
-    db = f"sqlite:///{tmp_path / 'l.db'}"
-    first = core_event("Workload", "Pending", "couldn't assign flavors", version="100")
-    later = copy.deepcopy(first)
-    later["metadata"]["resourceVersion"], later["count"], later["lastTimestamp"] = "140", 5, "2026-01-05T10:09:00Z"
-    runner = CliRunner()
-    out = [runner.invoke(main, ["ingest", "--db", db, "--format", "k8s-events", str(write(tmp_path, *objects, name=f"{i}.json"))])
-           for i, objects in enumerate([(first,), (first, later), (first, later)])]
-    assert [o.exit_code for o in out] == [0, 0, 0]
-    assert [o.stdout.split(": ", 1)[1].strip() for o in out] == [
-        "read 1 · appended 1 · duplicate 0 · quarantined 0",
-        "read 2 · appended 1 · duplicate 1 · quarantined 0",
-        "read 2 · appended 0 · duplicate 2 · quarantined 0",
-    ]
 
 
 def test_tenant_field_label_and_namespace_fallbacks(tmp_path: Path) -> None:
@@ -227,13 +218,14 @@ def test_tenant_field_label_and_namespace_fallbacks(tmp_path: Path) -> None:
 def test_missing_identity_and_time_are_rejected(tmp_path: Path) -> None:
     no_uid = core_event("Pod", "Evicted")
     del no_uid["metadata"]["uid"]
-    no_version = core_event("Pod", "Evicted")
+    no_version = core_event("Pod", "Evicted", uid="ev-2")  # resourceVersion is not part of the identity
     del no_version["metadata"]["resourceVersion"]
-    no_time = core_event("Pod", "Evicted", firstTimestamp=None, lastTimestamp=None)
+    no_time = core_event("Pod", "Evicted", uid="ev-3", firstTimestamp=None, lastTimestamp=None)
     found = records(write(tmp_path, no_uid, no_version, no_time))
-    assert [(r.field, r.reason) for r in found if isinstance(r, Rejected)] == [
-        ("metadata.uid", "missing"), ("metadata.resourceVersion", "missing"),
-        ("eventTime", "no time: none of series.lastObservedTime, eventTime, lastTimestamp, firstTimestamp is set")]
+    assert [(r.field, r.reason) if isinstance(r, Rejected) else r.id for r in found] == [
+        ("metadata.uid", "missing"), "ev-2",
+        ("eventTime", "no time: none of eventTime, firstTimestamp, metadata.creationTimestamp, lastTimestamp, "
+                      "series.lastObservedTime is set")]
 
 
 def test_skipped_events_are_counted_not_quarantined(tmp_path: Path) -> None:
@@ -270,8 +262,8 @@ def test_sample() -> None:
     ]
     placed = events[2]
     assert placed["data"]["node"] == "gpu-node-07" and placed["time"] == "2026-01-05T10:00:02.481235Z"
-    assert events[4]["time"] == "2026-01-05T10:08:11.904412Z"  # series.lastObservedTime
-    assert events[3]["time"] == "2026-01-05T10:09:31Z"  # lastTimestamp of an Event seen 7 times
+    assert events[4]["time"] == "2026-01-05T10:05:03.117302Z"  # eventTime, not series.lastObservedTime
+    assert events[3]["time"] == "2026-01-05T10:05:01Z"  # firstTimestamp of an Event seen 7 times
 
 
 def test_sample_as_yaml_gives_the_same_events(tmp_path: Path) -> None:
