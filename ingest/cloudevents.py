@@ -1,5 +1,10 @@
-"""CloudEvents 1.0, structured mode, in JSON: one event a line (JSON Lines), or a batch
-file holding one JSON array (`application/cloudevents-batch+json`). Both stream.
+"""CloudEvents 1.0, structured mode, in JSON, in the shapes tools write it; all stream:
+- JSON Lines, one event a line (a broken line is one rejection, the next is read on);
+- a batch file holding one JSON array (`application/cloudevents-batch+json`);
+- one JSON object over several lines (a pretty-printed event, as the SDKs' test files
+  and `jq .` write it), or several such objects one after another.
+The shape is read from the first non-blank line: `[` opens an array; a line that is a
+whole object (`{` … `}`) starts JSON Lines; anything else starts multi-line objects.
 
 An event may carry its data as `data_base64` (CloudEvents JSON format §3.1.1); it is
 decoded, and must then be the JSON object the event type expects."""
@@ -14,7 +19,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from ingest.base import UTF8_BOM, event_from_json, event_from_object, open_source
-from ingest.jsonarray import MalformedArray, iter_array
+from ingest.jsonarray import MalformedArray, iter_array, iter_values
 from schemas import Origin, Record, Rejected
 
 
@@ -31,10 +36,14 @@ class CloudEventsIngestor:
             head = stream.read(4096)
             start = len(UTF8_BOM) if head.startswith(UTF8_BOM) else 0
             stream.seek(start)
-            if head[start:].lstrip()[:1] == b"[":
+            text = head[start:].lstrip()
+            first_line, cut = text.split(b"\n", 1)[0].strip(), b"\n" not in text and len(head) == 4096
+            if first_line[:1] == b"[":
                 yield from _array_records(str(path), stream, start)
-            else:
+            elif first_line[:1] == b"{" and (first_line[-1:] == b"}" or cut):  # a line past the head: JSON Lines
                 yield from _line_records(str(path), stream, start)
+            else:
+                yield from _value_records(str(path), stream, start)
 
 
 def _line_records(name: str, stream: BinaryIO, offset: int) -> Iterator[Record]:
@@ -66,6 +75,14 @@ def _event(raw: bytes, origin: Origin) -> Record:
 def _array_records(name: str, stream: BinaryIO, base: int) -> Iterator[Record]:
     try:
         for element in iter_array(stream, b"", base):
+            yield _event(element.raw, Origin(name, element.line, element.offset))
+    except MalformedArray as exc:
+        yield Rejected(Origin(name, exc.line), "(file)", str(exc), b"")
+
+
+def _value_records(name: str, stream: BinaryIO, base: int) -> Iterator[Record]:
+    try:
+        for element in iter_values(stream, b"", base):
             yield _event(element.raw, Origin(name, element.line, element.offset))
     except MalformedArray as exc:
         yield Rejected(Origin(name, exc.line), "(file)", str(exc), b"")
