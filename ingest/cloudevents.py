@@ -3,8 +3,9 @@
 - a batch file holding one JSON array (`application/cloudevents-batch+json`);
 - one JSON object over several lines (a pretty-printed event, as the SDKs' test files
   and `jq .` write it), or several such objects one after another.
-The shape is read from the first non-blank line: `[` opens an array; a line that is a
-whole object (`{` … `}`) starts JSON Lines; anything else starts multi-line objects.
+The shape is read from the first non-blank line: `[` opens an array; a line that ends
+its object (`{` … `}`), or one with no line after it in the first 4 KiB, starts JSON
+Lines; a line that opens an object and goes on to the next starts multi-line objects.
 
 An event may carry its data as `data_base64` (CloudEvents JSON format §3.1.1); it is
 decoded, and must then be the JSON object the event type expects."""
@@ -25,7 +26,7 @@ from schemas import Origin, Record, Rejected
 
 class CloudEventsIngestor:
     name = "cloudevents"
-    description = "CloudEvents 1.0 JSON: JSON Lines, or one JSON array (batch mode)"
+    description = "CloudEvents 1.0 JSON: JSON Lines, one JSON array (batch mode), or pretty-printed objects"
 
     def identify(self, path: Path, head: bytes) -> bool:
         text = head.removeprefix(UTF8_BOM).lstrip()
@@ -37,10 +38,10 @@ class CloudEventsIngestor:
             start = len(UTF8_BOM) if head.startswith(UTF8_BOM) else 0
             stream.seek(start)
             text = head[start:].lstrip()
-            first_line, cut = text.split(b"\n", 1)[0].strip(), b"\n" not in text and len(head) == 4096
+            first_line, more_lines = text.split(b"\n", 1)[0].strip(), b"\n" in text
             if first_line[:1] == b"[":
                 yield from _array_records(str(path), stream, start)
-            elif first_line[:1] == b"{" and (first_line[-1:] == b"}" or cut):  # a line past the head: JSON Lines
+            elif first_line[-1:] == b"}" or not more_lines:  # a whole object, or one line (cut short or past the head)
                 yield from _line_records(str(path), stream, start)
             else:
                 yield from _value_records(str(path), stream, start)

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from ingest import extract, ingestor_for
+from ingest import choose, expect_records, extract
 from ingest.base import IngestError
 from schemas import Accepted, Origin, Record, Rejected
 
@@ -41,10 +41,17 @@ _Packed = tuple[Any, ...]
 def extract_parallel(path: Path, name: str | None = None, **options: Any) -> Iterator[Record]:
     """The records of one source file, in file order, parsed by a child process when the
     file is large enough (MIN_BYTES) to repay starting one."""
-    ingestor = ingestor_for(path, name)  # identification (and its errors) stay here
-    if (os.cpu_count() or 1) < 2 or not path.is_file() or path.stat().st_size < MIN_BYTES:
-        return ingestor.extract(path, **options)
-    return _from_child(path, ingestor.name, options)
+    ingestor, claimed = choose(path, name)  # identification (and its errors) stay here
+    if (os.cpu_count() or 1) < 2 or not path.is_file() or path.stat().st_size < MIN_BYTES or _not_json(options):
+        records = ingestor.extract(path, **options)
+    else:
+        records = _from_child(path, ingestor.name, options)
+    return records if claimed else expect_records(records, path, ingestor.name)
+
+
+def _not_json(options: dict[str, Any]) -> bool:
+    """Options the child cannot be given (a function, such as dcgm-metrics' `recorded`)."""
+    return any(callable(value) for value in options.values())
 
 
 def _from_child(path: Path, name: str, options: dict[str, Any]) -> Iterator[Record]:

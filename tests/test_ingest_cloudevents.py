@@ -18,7 +18,7 @@ from tests.conftest import progress
 
 
 def records(path: Path) -> list[Any]:
-    return list(extract(path))
+    return list(extract(path, "cloudevents"))
 
 
 def test_jsonl_lines_are_numbered_from_one_and_blank_lines_skipped(tmp_path: Path) -> None:

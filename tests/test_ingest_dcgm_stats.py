@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from ingest import extract, ingestor_for
+from ingest import IngestError, extract, ingestor_for
 from schemas import Accepted, Rejected
 
 START, END = "Wed Jan  7 10:00:00 2026", "Wed Jan  7 12:00:00 2026"
@@ -176,4 +176,5 @@ def test_identify(tmp_path: Path) -> None:
     stats.write_text("step 10\n" + "\n".join(header() + table()))
     other.write_text("| GPU ID: 0 | a table of something else |\n")
     assert ingestor_for(stats).name == "dcgm-stats"
-    assert ingestor_for(other).name == "cloudevents"  # not claimed: the default
+    with pytest.raises(IngestError, match="no format recognises this file"):
+        ingestor_for(other)  # claimed by none: an error, never a guess
