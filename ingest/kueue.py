@@ -4,7 +4,8 @@ YAML stream (reading: ingest/k8sdocs.py).
 
 Identity: allocation_id = `metadata.name`; job_id = `metadata.ownerReferences[0].name`,
 else the name; tenant = `metadata.namespace` (or the label named by `tenant_field`, when
-the Workload has it); source = `kueue://<cluster>` (`cluster` defaults to `default`).
+the Workload has it; the option `tenant` only for a Workload that names no namespace,
+as an object exported without its metadata.namespace does); source = `kueue://<cluster>` (`cluster` defaults to `default`).
 
 Each condition of `status.conditions` with status "True" is a transition at its
 `lastTransitionTime` (UTC):
@@ -102,17 +103,17 @@ class KueueIngestor:
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
         cluster = options.get("cluster") or "default"
-        tenant_field = options.get("tenant_field")
+        tenancy = (options.get("tenant_field"), options.get("tenant"))
         for item in read_objects(path):
             if isinstance(item, Rejected):
                 yield item
             else:
-                yield from _workload_records(item, cluster, tenant_field)
+                yield from _workload_records(item, cluster, tenancy)
 
 
-def _workload_records(obj: K8sObject, cluster: str, tenant_field: str | None) -> Iterator[Record]:
+def _workload_records(obj: K8sObject, cluster: str, tenancy: tuple[str | None, str | None]) -> Iterator[Record]:
     try:
-        events = workload_events(obj.body, cluster, tenant_field)
+        events = workload_events(obj.body, cluster, *tenancy)
     except ObjectError as exc:
         yield obj.rejected(exc)
         return
@@ -147,9 +148,10 @@ class _Workload:
             "tenant": self.tenant, "allocation_id": self.name, "reason": reason or None, "condition": condition, **extra})
 
 
-def workload_events(body: dict[str, Any], cluster: str = "default", tenant_field: str | None = None) -> list[dict[str, Any]]:
+def workload_events(body: dict[str, Any], cluster: str = "default", tenant_field: str | None = None,
+                    default_tenant: str | None = None) -> list[dict[str, Any]]:
     """The CloudEvents (as dicts) of one Workload object; ObjectError names a bad field."""
-    workload = _read_identity(body, cluster, tenant_field)
+    workload = _read_identity(body, cluster, tenant_field, default_tenant)
     conditions = _conditions(body)
     has_admitted = any(c["type"] == "Admitted" for _, c in conditions)
     finished = _finished_time(body, conditions)
@@ -165,18 +167,19 @@ def _finished_time(body: dict[str, Any], conditions: list[tuple[int, dict[str, s
     return None
 
 
-def _read_identity(body: dict[str, Any], cluster: str, tenant_field: str | None) -> _Workload:
+def _read_identity(body: dict[str, Any], cluster: str, tenant_field: str | None, default_tenant: str | None) -> _Workload:
     kind, api = text(body, ("kind",), required=True), text(body, ("apiVersion",), required=True)
     if kind != "Workload":
         raise ObjectError(("kind",), f"not a Kueue Workload: {kind!r}")
     if not (api or "").startswith(API_GROUP):
         raise ObjectError(("apiVersion",), f"not a Kueue API version: {api!r}")
-    name, namespace, uid = (text(body, ("metadata", f), required=True) or "" for f in ("name", "namespace", "uid"))
+    name, uid = (text(body, ("metadata", f), required=True) or "" for f in ("name", "uid"))
+    namespace = text(body, ("metadata", "namespace"), required=default_tenant is None) or ""
     owners = sequence(body, ("metadata", "ownerReferences"))
     owner = text(body, ("metadata", "ownerReferences", 0, "name")) if owners else None
     return _Workload(
         body=body, source=f"kueue://{cluster}", key=f"{namespace}/{name}/{uid}",
-        tenant=tenant(body, ("metadata", "namespace"), tenant_field), name=name, job_id=owner or name,
+        tenant=tenant(body, ("metadata", "namespace"), tenant_field, default_tenant), name=name, job_id=owner or name,
         queue=text(body, ("spec", "queueName")), priority=integer(body, ("spec", "priority")),
     )
 

@@ -163,3 +163,15 @@ def test_value_scanner_returns_each_object(objects: list[dict[str, Any]], pretty
     found = list(iter_values(io.BytesIO(text)))
     assert [json.loads(e.raw) for e in found] == objects
     assert [text[e.offset:e.offset + len(e.raw)] for e in found] == [e.raw for e in found]
+
+
+def test_tenant_option_fills_only_a_missing_tenant_of_a_tenant_type(tmp_path: Path) -> None:
+    unnamed = progress(1)
+    del unnamed["data"]["tenant"]
+    fault = {"specversion": "1.0", "id": "f1", "source": "test://fleet", "type": "health.fault",
+             "time": "2026-01-05T10:00:00Z", "data": {"node": "n1", "code": "xid-79", "severity": "critical"}}
+    path = tmp_path / "e.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in (unnamed, progress(2, tenant="beta"), fault)))
+    found = list(extract(path, "cloudevents", tenant="acme"))
+    assert [r.tenant for r in found if isinstance(r, Accepted)] == ["acme", "beta", None]
+    assert isinstance(records(path)[0], Rejected)  # without the option, the missing tenant is an error

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -286,3 +287,52 @@ def test_objects_that_are_not_events_are_rejected(tmp_path: Path) -> None:
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "n"}}
     (found,) = records(write(tmp_path, pod))
     assert isinstance(found, Rejected) and (found.field, found.reason) == ("kind", "not a Kubernetes Event: 'Pod'")
+
+
+# --- lists as the API writes them: items with no kind or apiVersion ------------------------------
+
+
+def api_list(*items: dict[str, Any], kind: str = "EventList") -> dict[str, Any]:
+    """The API's list form (`kubectl get --raw`, `kubectl cluster-info dump`): the list names
+    the kind, the items do not."""
+    bare = [{k: v for k, v in item.items() if k not in ("kind", "apiVersion")} for item in items]
+    return {"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": "770"}, "items": bare}
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_event_list_items_without_kind_are_events(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"dump{suffix}"
+    body = api_list(core_event("Pod", "Scheduled", "Successfully assigned team-a/obj-1 to n1", uid="a"),
+                    core_event("Pod", "Pulled", "pulled", uid="b"))
+    path.write_text(json.dumps(body, indent=4) if suffix == ".json" else yaml.safe_dump(body, sort_keys=False))
+    skipped: Counter[tuple[str, str]] = Counter()
+    events = accepted(path, skipped=skipped)
+    assert [(e["id"], e["data"]["decision"]) for e in events] == [("a", "placed")]
+    assert skipped == Counter({("Pod", "Pulled"): 1})  # skipped as the mapping says, not quarantined
+    assert events[0]["data"]["k8s_event"]["kind"] == "Event" and events[0]["data"]["k8s_event"]["apiVersion"] == "v1"
+
+
+def test_items_of_a_plain_list_keep_needing_their_own_kind(tmp_path: Path) -> None:
+    path = tmp_path / "list.json"
+    path.write_text(json.dumps(api_list(core_event("Pod", "Evicted"), kind="List")))
+    (found,) = records(path)
+    assert isinstance(found, Rejected) and (found.field, found.reason) == ("kind", "missing")
+
+
+def test_an_items_own_kind_wins_over_the_lists(tmp_path: Path) -> None:
+    body = api_list(core_event("Pod", "Evicted"))
+    body["items"][0]["kind"] = "Pod"
+    path = tmp_path / "list.json"
+    path.write_text(json.dumps(body))
+    (found,) = records(path)
+    assert isinstance(found, Rejected) and found.reason == "not a Kubernetes Event: 'Pod'"
+
+
+def test_tenant_option_only_where_the_event_names_no_namespace(tmp_path: Path) -> None:
+    named = core_event("Pod", "Evicted", uid="a")
+    unnamed = core_event("Pod", "Evicted", uid="b")
+    del unnamed["involvedObject"]["namespace"], unnamed["metadata"]["namespace"]
+    events = accepted(write(tmp_path, named, unnamed), tenant="acme")
+    assert [e["data"]["tenant"] for e in events] == ["team-a", "acme"]
+    (rejected,) = [r for r in records(write(tmp_path, unnamed)) if isinstance(r, Rejected)]
+    assert (rejected.field, rejected.reason) == ("metadata.namespace", "missing")  # no option: no tenant, no guess

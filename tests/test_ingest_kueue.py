@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any, get_args
 
@@ -481,3 +482,20 @@ def test_cli_ingest_and_export(tmp_path: Path) -> None:
     exported = CliRunner().invoke(main, ["export", "--db", db, "--type", "allocation.granted"])
     assert exported.exit_code == 0
     assert sorted(orjson.loads(line)["event"]["data"]["gpus"] for line in exported.stdout.splitlines()) == [2, 4, 16]
+
+
+def test_workload_list_items_without_kind_take_the_lists(tmp_path: Path) -> None:
+    bare = {k: v for k, v in workload(condition("Requeued", "True", "Reactivated")).items() if k not in ("kind", "apiVersion")}
+    path = tmp_path / "wl.json"
+    path.write_text(json.dumps({"kind": "WorkloadList", "apiVersion": "kueue.x-k8s.io/v1beta1", "metadata": {},
+                                "items": [bare]}, indent=2))
+    (event,) = accepted(path)
+    assert event["data"]["decision"] == "queued"
+
+
+def test_tenant_option_only_for_a_workload_with_no_namespace() -> None:
+    named = workload(condition("Requeued", "True", "Reactivated"))
+    unnamed = copy.deepcopy(named)
+    del unnamed["metadata"]["namespace"]
+    assert workload_events(named, default_tenant="acme")[0]["data"]["tenant"] == "team-a"
+    assert workload_events(unnamed, default_tenant="acme")[0]["data"]["tenant"] == "acme"
