@@ -32,7 +32,7 @@ def collection(folder: Path, files: list[dict[str, Any]]) -> Path:
     return manifest
 
 
-COLLECTION = [
+COLLECTION: list[dict[str, Any]] = [
     {"path": "k8s_events.json", "format": "k8s-events", "options": {"cluster": "k8s-a"}},
     {"path": "kueue_workloads.json", "options": {"cluster": "k8s-a"}},  # format detected
     {"path": "dcgm_metrics.prom", "format": "dcgm-metrics", "options": {"node": "gpu-node-07"}},
