@@ -15,7 +15,7 @@ matches a fault's device against an allocation's `devices` as text, so an alloca
 that lists `"0/13"` is touched, one that lists GPU `"0"` or instance `"0/14"` is not, and
 one that lists no devices is touched through its node. The sample's labels ride along
 under `labels` (the model also as `model`), less those that name a tenant's workload
-(`pod`, `namespace`, `container`, their `exported_` forms, `hpc_job`): a fault is a
+(`pod`, `pod_uid`, `namespace`, `container`, their `exported_` forms, `hpc_job`): a fault is a
 fleet event and carries no tenant's data.
 
 Identity: `<node>:<gpu>:<UUID>:<GPU_I_ID>:xid:<v>` (`-` for a missing label) under
@@ -62,7 +62,7 @@ _NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|Inf|inf|NaN|
 _INTEGER = re.compile(r"-?\d{1,18}")
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 #: Labels that name a tenant's workload (dcgm-exporter's Kubernetes and HPC job mapping).
-TENANT_LABELS = frozenset({"pod", "namespace", "container", "exported_pod", "exported_namespace",
+TENANT_LABELS = frozenset({"pod", "pod_uid", "namespace", "container", "exported_pod", "exported_namespace",
                            "exported_container", "hpc_job"})
 Recorded = Callable[[str, str], bytes | None]
 Series = tuple[str, str, str, str]

@@ -100,9 +100,10 @@ def test_a_sample_without_time_is_an_input_error_naming_its_line(tmp_path: Path)
 
 
 def test_workload_labels_are_left_out_of_a_fleet_fault(tmp_path: Path) -> None:
-    labels = H07 + ',pod="train-0",namespace="team-a",container="main",hpc_job="4411",err_code="79"'
+    # as dcgm-exporter 4.x writes them on Kubernetes (err_code, err_msg; the pod using the GPU)
+    labels = H07 + ',container="main",err_code="79",err_msg="GPU has fallen off the bus",namespace="team-a",pod="train-0",pod_uid=""'
     [event] = faults(tmp_path, [xid(labels, "79")])
-    assert sorted(event["data"]["labels"]) == ["Hostname", "UUID", "err_code", "gpu", "modelName"]
+    assert sorted(event["data"]["labels"]) == ["Hostname", "UUID", "err_code", "err_msg", "gpu", "modelName"]
 
 
 def test_fabric_domain_option(tmp_path: Path) -> None:
