@@ -59,6 +59,7 @@ TIME_FIELDS = (("eventTime",), ("firstTimestamp",), ("deprecatedFirstTimestamp",
                ("lastTimestamp",), ("series", "lastObservedTime"), ("deprecatedLastTimestamp",))
 VOLATILE = ("count", "lastTimestamp", "series", "deprecatedCount", "deprecatedLastTimestamp", "deprecatedSeries")
 VOLATILE_METADATA = ("resourceVersion", "managedFields")
+ZERO_TIME = "0001-01-01T00:00:00"  # metav1.Time's zero value, which some writers print instead of null: unset
 AGGREGATED = "(combined from similar events): "  # client-go's prefix of a message it rewrites on each repeat
 POD_DECISIONS = {"Scheduled": "placed", "Preempted": "preempted", "Preempting": "preempted",
                  "Evicted": "evicted", "Evicting": "evicted", "FailedScheduling": "queued"}
@@ -191,7 +192,7 @@ def _message(body: dict[str, Any]) -> str:
 def _event_time(body: dict[str, Any]) -> str:
     for path in TIME_FIELDS:
         moment = utc_time(body, path, required=False)
-        if moment is not None:
+        if moment is not None and not moment.startswith(ZERO_TIME):
             return moment
     raise ObjectError(("eventTime",), "no time: none of eventTime, firstTimestamp, metadata.creationTimestamp, "
                                       "lastTimestamp, series.lastObservedTime is set")

@@ -198,6 +198,13 @@ def test_time_precedence(tmp_path: Path, drop: tuple[str, ...], expected: str) -
     assert event["time"] == expected
 
 
+def test_the_zero_time_is_unset(tmp_path: Path) -> None:
+    # Some writers print metav1.Time's zero value instead of null; it is no time at all.
+    body = core_event("Pod", "Evicted", firstTimestamp="0001-01-01T00:00:00Z", lastTimestamp="2026-01-05T10:05:00Z")
+    (event,) = accepted(write(tmp_path, body))
+    assert event["time"] == "2026-01-05T10:05:00Z"
+
+
 def test_events_k8s_io_v1(tmp_path: Path) -> None:
     events = accepted(write(tmp_path, new_event("Pod", "FailedScheduling", "0/4 nodes are available"),
                             new_event("Workload", "Preempted", "due to reclamation within the cohort", name="wl-2")))
