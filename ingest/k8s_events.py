@@ -190,8 +190,10 @@ def _message(body: dict[str, Any]) -> str:
 
 
 def _event_time(body: dict[str, Any]) -> str:
-    for path in TIME_FIELDS:
-        moment = utc_time(body, path, required=False)
+    """The first fixed time set; every time field is checked, so a malformed moving one
+    is still an error, not a value quietly passed over."""
+    times = [utc_time(body, path, required=False) for path in TIME_FIELDS]
+    for moment in times:
         if moment is not None and not moment.startswith(ZERO_TIME):
             return moment
     raise ObjectError(("eventTime",), "no time: none of eventTime, firstTimestamp, metadata.creationTimestamp, "
