@@ -25,6 +25,7 @@ is a duplicate, never a conflict.
 | Workload (kueue.x-k8s.io) | QuotaReserved, Admitted | decision admitted, allocation_id = workload |
 | Workload | Pending | decision queued |
 | Workload | Preempted, EvictedDueToPreempted | decision preempted; reclaimed when the message names InCohortReclamation, InCohortReclaimWhileBorrowing, or "reclamation within the cohort" (Kueue's wording of both) |
+| Workload | EvictedDueTo<reason> | the decision of an Evicted condition with that reason (ingest/kueue.py): EvictedDueToDeactivated → deactivated (the owner's act), EvictedDueToPodsReadyTimeout → evicted, … |
 | Workload | any other reason starting with Evicted | decision evicted |
 | Node | NodeNotReady | `health.fault` node-down, critical, detail = message |
 | Node | NodeReady | `health.cleared` node-down |
@@ -52,6 +53,7 @@ from typing import Any
 from ingest.base import event_from_object
 from ingest.k8sdocs import K8sObject, kinds_in, read_objects
 from ingest.k8sfields import ObjectError, field, mapping, tenant, text, utc_time
+from ingest.kueue import eviction_decision
 from schemas import Record, Rejected
 
 #: Fixed times first: an Event's identity must not move when the API server updates it.
@@ -158,7 +160,9 @@ def _mapped(body: dict[str, Any], involved: str, kind: str, reason: str,
 
 
 def _workload_decision(reason: str, message: str) -> str | None:
-    decision = WORKLOAD_DECISIONS.get(reason) or ("evicted" if reason.startswith("Evicted") else None)
+    decision = WORKLOAD_DECISIONS.get(reason)
+    if decision is None and reason.startswith("Evicted"):
+        decision = eviction_decision(reason.removeprefix("EvictedDueTo")) if reason.startswith("EvictedDueTo") else "evicted"
     if decision == "preempted" and _RECLAIM.search(message):
         return "reclaimed"
     return decision

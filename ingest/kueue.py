@@ -14,7 +14,7 @@ Each condition of `status.conditions` with status "True" is a transition at its
 |---|---|
 | QuotaReserved | stands in for Admitted only when the Workload has no Admitted condition at all (a Kueue before v0.5, or a writer that leaves it out) |
 | Admitted | `policy.decision` admitted, and `allocation.granted` |
-| Evicted, reason Deactivated / InactiveWorkload / DeactivatedDueTo… | decision deactivated, `allocation.released` |
+| Evicted, reason Deactivated / InactiveWorkload / DeactivatedDueToMaximumExecutionTimeExceeded | decision deactivated, `allocation.released` |
 | Evicted, reason Preempted / InClusterQueue / InCohort… | decision preempted (reclaimed for the reclaim reasons), `allocation.released` |
 | Evicted, any other reason | decision evicted, `allocation.released` |
 | Evicted at or after Finished | nothing: the workload had finished, Finished releases it |
@@ -22,10 +22,13 @@ Each condition of `status.conditions` with status "True" is a transition at its
 | Requeued | decision queued |
 | Finished | `allocation.released` (reason Succeeded, Failed, …), no decision |
 
-Deactivation is the owner's own act (`spec.active: false`, set by the user or by the
-owner's own limits, such as its maximum execution time or requeuing limit): Kueue writes
-Evicted with reason `Deactivated` (`InactiveWorkload` before v0.9, `DeactivatedDueTo<why>`
-for its limits). It is never a provider's eviction, so its seconds are never `reclaimed`.
+Deactivation by the owner (`spec.active: false` set by its user, or by Kueue enforcing
+the Workload's own `maximumExecutionTimeSeconds`) is Evicted with reason `Deactivated`
+(`InactiveWorkload` before v0.9), or `DeactivatedDueToMaximumExecutionTimeExceeded`: a
+decision `deactivated`, never a provider's eviction, so its seconds are never `reclaimed`.
+Kueue's other deactivations, `DeactivatedDueTo<cause>` for a rejected admission check or
+a requeuing limit reached after pods never became ready, are Kueue's act for a cause
+that may be the provider's: they stay evictions (`evicted`), with the reason kept.
 
 QuotaReserved True with Admitted False means admission checks are still pending: the
 pods stay suspended, nothing is granted yet. Taking QuotaReserved as the grant there
@@ -82,8 +85,9 @@ from schemas import Record, Rejected
 
 API_GROUP = "kueue.x-k8s.io/"
 RECLAIM_REASONS = frozenset({"InCohortReclamation", "InCohortReclaimWhileBorrowing"})
-DEACTIVATED_REASONS = frozenset({"Deactivated", "InactiveWorkload"})
-DEACTIVATED_PREFIX = "DeactivatedDueTo"
+#: Evicted reasons of a deactivation by the owner: spec.active set false by its user (InactiveWorkload before
+#: v0.9), or by Kueue enforcing the Workload's own spec.maximumExecutionTimeSeconds.
+DEACTIVATED_REASONS = frozenset({"Deactivated", "InactiveWorkload", "DeactivatedDueToMaximumExecutionTimeExceeded"})
 WHOLE_GPU, SHARED_GPU, MIG_PREFIX = "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-"
 HOSTNAME_LEVEL = "kubernetes.io/hostname"
 ACCUMULATED = ("accumulatedPastExecutionTimeSeconds", "accumulatedPastExexcutionTimeSeconds")
@@ -217,7 +221,7 @@ def _condition_events(wl: _Workload, index: int, condition: dict[str, str], has_
         if grant is not None:
             wl.add("allocation.granted", f"{event_id}:granted", time, grant)
     elif kind == "Evicted":
-        wl.decide(_eviction_decision(reason), event_id, time, kind, reason)
+        wl.decide(eviction_decision(reason), event_id, time, kind, reason)
         wl.release(event_id, time, reason, kind)
     elif kind == "Preempted":
         wl.decide("reclaimed" if reason in RECLAIM_REASONS else "preempted", event_id, time, kind, reason)
@@ -231,8 +235,9 @@ def _instant(utc_text: str) -> datetime:
     return datetime.fromisoformat(utc_text.replace("Z", "+00:00"))
 
 
-def _eviction_decision(reason: str) -> str:
-    if reason in DEACTIVATED_REASONS or reason.startswith(DEACTIVATED_PREFIX):
+def eviction_decision(reason: str) -> str:
+    """The decision of an Evicted condition's reason (a Workload event's `EvictedDueTo<reason>`)."""
+    if reason in DEACTIVATED_REASONS:
         return "deactivated"
     if reason in RECLAIM_REASONS:
         return "reclaimed"
@@ -349,4 +354,4 @@ def _slice_values(body: dict[str, Any], path: FieldPath, level: int) -> list[str
     return [prefix + root + suffix for root in roots]
 
 
-__all__ = ["KueueIngestor", "workload_events"]
+__all__ = ["KueueIngestor", "eviction_decision", "workload_events"]

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from cli import main
 from ingest import extract
-from ingest.k8s_events import kebab
+from ingest.k8s_events import k8s_event, kebab
 from schemas import Accepted, Rejected
 from tests.conftest import ROOT
 
@@ -107,8 +107,9 @@ MAPPING: dict[str, tuple[dict[str, Any], tuple[str, ...] | None]] = {
         core_event("Workload", "EvictedDueToPreempted", "InCohortReclaimWhileBorrowing"), ("policy.decision", "reclaimed", "obj-1", "team-a")),
     "Workload EvictedDueToPodsReadyTimeout": (core_event("Workload", "EvictedDueToPodsReadyTimeout", "Exceeded the PodsReady timeout"),
                                               ("policy.decision", "evicted", "obj-1", "team-a")),
-    "Workload EvictedDueToDeactivated": (core_event("Workload", "EvictedDueToDeactivated", "The workload is deactivated"),
-                                         ("policy.decision", "evicted", "obj-1", "team-a")),
+    "Workload EvictedDueToDeactivatedDueToAdmissionCheck (Kueue's act)": (
+        core_event("Workload", "EvictedDueToDeactivatedDueToAdmissionCheck", "The workload is deactivated due to Admission check(s): "
+                   "check-1, were rejected"), ("policy.decision", "evicted", "obj-1", "team-a")),
     "Workload Finished: skipped": (core_event("Workload", "Finished", "Job finished successfully"), None),
     "Job SuccessfulCreate: skipped": (core_event("Job", "SuccessfulCreate", "Created pod: obj-1-x"), None),
     "Job Suspended: skipped": (core_event("Job", "Suspended", "Kueue managed job suspended"), None),
@@ -145,6 +146,13 @@ def test_decision_data(tmp_path: Path) -> None:
     assert event["data"] == {"tenant": "team-a", "decision": "placed", "job_id": "obj-1", "reason": "Scheduled",
                              "node": "gpu-node-4", "k8s_event": fixed}
     assert "notice_s" not in event["data"]
+
+
+@pytest.mark.parametrize("reason", ["EvictedDueToDeactivated", "EvictedDueToInactiveWorkload",
+                                    "EvictedDueToDeactivatedDueToMaximumExecutionTimeExceeded"])
+def test_a_workload_deactivated_by_its_owner_is_no_eviction(reason: str) -> None:
+    event = k8s_event(core_event("Workload", reason, "The workload is deactivated"))
+    assert event is not None and event["data"]["decision"] == "deactivated"
 
 
 def test_scheduled_with_another_message_has_no_node(tmp_path: Path) -> None:

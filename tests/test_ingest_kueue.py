@@ -150,7 +150,7 @@ def test_decision_table(tmp_path: Path, name: str) -> None:
 DEACTIVATIONS = {
     "Evicted Deactivated (spec.active: false)": "Deactivated",
     "Evicted InactiveWorkload (Kueue before v0.9)": "InactiveWorkload",
-    "Evicted DeactivatedDueToRequeuingLimitExceeded": "DeactivatedDueToRequeuingLimitExceeded",
+    "Evicted DeactivatedDueToMaximumExecutionTimeExceeded (the owner's own limit)": "DeactivatedDueToMaximumExecutionTimeExceeded",
 }
 
 
@@ -160,6 +160,13 @@ def test_deactivation_is_the_owners_act_not_an_eviction(reason: str) -> None:
     body["spec"]["active"] = False
     assert summary(workload_events(body)) == [("policy.decision", "deactivated", "Evicted"),
                                               ("allocation.released", reason, "Evicted")]
+
+
+@pytest.mark.parametrize("reason", ["DeactivatedDueToAdmissionCheck", "DeactivatedDueToRequeuingLimitExceeded"])
+def test_kueues_own_deactivation_for_a_cause_stays_an_eviction(reason: str) -> None:
+    body = workload(condition("Evicted", "True", reason), usage={"nvidia.com/gpu": "8"})
+    body["spec"]["active"] = False
+    assert summary(workload_events(body)) == [("policy.decision", "evicted", "Evicted"), ("allocation.released", reason, "Evicted")]
 
 
 def test_an_eviction_at_or_after_finishing_is_no_eviction() -> None:
