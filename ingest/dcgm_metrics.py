@@ -86,6 +86,7 @@ class Sample:
 class DcgmMetricsIngestor:
     name = "dcgm-metrics"
     description = "NVIDIA dcgm-exporter metrics: Prometheus text exposition, one scrape or several"
+    reads_ledger = True  # its option `recorded` is a function: parsed in the ingesting process (ingest/worker.py)
 
     def identify(self, path: Path, head: bytes) -> bool:
         return re.search(rb"(?m)^(?:# (?:HELP|TYPE) )?DCGM_FI_[A-Z0-9_]+[{ ]", head.removeprefix(UTF8_BOM)) is not None
