@@ -149,10 +149,13 @@ def _ingest_jobs(manifest: Path | None, files: Sequence[Path], fmt: str | None,
         return [(path, fmt, options) for path in files]
     if files or fmt:
         raise InputError("--manifest: the manifest names the files and their formats; give no FILES or --format with it")
-    from ingest import format_names
+    from ingest import choose, format_names
     from ingest.manifest import read_manifest
 
-    return [(e.path, e.format, {**options, **e.options}) for e in read_manifest(manifest, format_names())]
+    entries = read_manifest(manifest, format_names())
+    for entry in entries:
+        choose(entry.path, entry.format)  # a wrong or unknown format stops the run before anything is read
+    return [(e.path, e.format, {**options, **e.options}) for e in entries]
 
 
 def _counts(report: ledger.AppendReport) -> str:

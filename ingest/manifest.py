@@ -13,7 +13,8 @@ for a collection that runs every few minutes. It is JSON; only `files` is read:
 - `format`: an ingest format; left out or null, the file's format is detected;
 - `options`: the `ingest` options by their Python names (`cluster`, `node`,
   `scrape_time`, `tenant_field`, ...; OPTION_NAMES), each a string.
-Files are ingested in the order listed. Anything else in the manifest (the simulator's
+Files are ingested in the order listed; every entry is checked, and every file found and
+its format identified, before the first is read, so a mistake appends nothing. Anything else in the manifest (the simulator's
 seed, truth and counts) is left alone. A mistake is an IngestError naming the manifest,
 the entry and the field.
 """
@@ -73,7 +74,10 @@ def _entry(manifest: Path, index: int, item: Any, formats: list[str]) -> Manifes
             raise IngestError(f"{where}.options.{name}: unknown option (known: {', '.join(sorted(OPTION_NAMES))})")
         if not isinstance(value, str):
             raise IngestError(f"{where}.options.{name}: expected a string, found {value!r}")
-    return ManifestEntry(manifest.parent / path, fmt, dict(options))
+    found = manifest.parent / path
+    if not found.is_file():
+        raise IngestError(f"{where}.path: {found}: no such file")
+    return ManifestEntry(found, fmt, dict(options))
 
 
 __all__ = ["OPTION_NAMES", "ManifestEntry", "read_manifest"]

@@ -90,11 +90,21 @@ def test_a_bad_entry_is_exit_2_naming_it(tmp_path: Path, entry: dict[str, Any], 
         2, f"Error: {manifest}: {message}\n")
 
 
-def test_a_listed_file_that_is_missing_is_exit_2(tmp_path: Path) -> None:
-    manifest = tmp_path / "m.json"
-    manifest.write_text(json.dumps({"files": [{"path": "gone.json", "format": "cloudevents"}]}))
-    assert run("ingest", "--db", f"sqlite:///{tmp_path / 'l.db'}", "--manifest", str(manifest)) == (
-        2, f"Error: {tmp_path / 'gone.json'}: no such file\n")
+def test_a_listed_file_that_is_missing_is_exit_2_before_anything_is_read(tmp_path: Path) -> None:
+    manifest = collection(tmp_path, [*COLLECTION, {"path": "gone.json", "format": "cloudevents"}])
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    assert run("ingest", "--db", db, "--manifest", str(manifest)) == (
+        2, f"Error: {manifest}: files[4].path: {tmp_path / 'gone.json'}: no such file\n")
+    assert not (tmp_path / "l.db").exists()  # the files before it were not ingested: the store was not even opened
+
+
+def test_a_wrong_format_in_a_manifest_stops_it_before_anything_is_read(tmp_path: Path) -> None:
+    manifest = collection(tmp_path, [*COLLECTION, {"path": "k8s_events.json", "format": "kueue"}])
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    code, out = run("ingest", "--db", db, "--manifest", str(manifest))
+    assert (code, out) == (2, f"Error: {tmp_path / 'k8s_events.json'}: --format kueue: this is not kueue input, it looks like "
+                              "k8s-events (use --format k8s-events)\n")
+    assert not (tmp_path / "l.db").exists()
 
 
 def test_manifest_and_files_together_are_a_usage_error(tmp_path: Path) -> None:
