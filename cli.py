@@ -143,19 +143,10 @@ def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, manifes
 def _ingest_jobs(manifest: Path | None, files: Sequence[Path], fmt: str | None,
                  options: dict[str, str]) -> list[tuple[Path, str | None, dict[str, str]]]:
     """(file, format, options) to ingest, in order: FILES with the command's options, or the manifest's."""
-    if manifest is None:
-        if not files:
-            raise InputError("FILES: give the files to ingest, or --manifest FILE")
-        return [(path, fmt, options) for path in files]
-    if files or fmt:
-        raise InputError("--manifest: the manifest names the files and their formats; give no FILES or --format with it")
     from ingest import choose, format_names
-    from ingest.manifest import read_manifest
+    from ingest.manifest import ingest_plan
 
-    entries = read_manifest(manifest, format_names())
-    for entry in entries:
-        choose(entry.path, entry.format)  # a wrong or unknown format stops the run before anything is read
-    return [(e.path, e.format, {**options, **e.options}) for e in entries]
+    return [(e.path, e.format, e.options) for e in ingest_plan(manifest, files, fmt, options, format_names(), choose)]
 
 
 def _counts(report: ledger.AppendReport) -> str:

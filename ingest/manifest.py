@@ -21,6 +21,7 @@ the entry and the field.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,24 @@ class ManifestEntry:
     path: Path
     format: str | None
     options: dict[str, str] = field(default_factory=dict)
+
+
+def ingest_plan(manifest: Path | None, files: Sequence[Path], fmt: str | None, options: dict[str, str],
+                formats: list[str], identify: Callable[[Path, str | None], object]) -> list[ManifestEntry]:
+    """What one `gpuledger ingest` reads, in order: FILES with the command's format and
+    options, or every file of the manifest with its own (the command's options as defaults
+    under them). With a manifest, `identify` (the format registry's) is asked about every
+    file first, so a wrong format stops the run before anything is read."""
+    if manifest is None:
+        if not files:
+            raise IngestError("FILES: give the files to ingest, or --manifest FILE")
+        return [ManifestEntry(path, fmt, options) for path in files]
+    if files or fmt:
+        raise IngestError("--manifest: the manifest names the files and their formats; give no FILES or --format with it")
+    entries = read_manifest(manifest, formats)
+    for entry in entries:
+        identify(entry.path, entry.format)
+    return [ManifestEntry(e.path, e.format, {**options, **e.options}) for e in entries]
 
 
 def read_manifest(manifest: Path, formats: list[str]) -> list[ManifestEntry]:
@@ -80,4 +99,4 @@ def _entry(manifest: Path, index: int, item: Any, formats: list[str]) -> Manifes
     return ManifestEntry(found, fmt, dict(options))
 
 
-__all__ = ["OPTION_NAMES", "ManifestEntry", "read_manifest"]
+__all__ = ["OPTION_NAMES", "ManifestEntry", "ingest_plan", "read_manifest"]
