@@ -89,6 +89,17 @@ def test_kubernetes_events_polled_three_times(tmp_path: Path) -> None:
     ]
 
 
+def test_a_watch_stream_shows_one_event_growing(tmp_path: Path) -> None:
+    """`kubectl get events -w -o json` writes each update of an Event as a whole object, one after another."""
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    fresh(db)
+    versions = [k8s_event("w", "train-9", "FailedScheduling", "0/4 nodes are available", T0, last, count, str(100 + count),
+                          "Warning") for count, last in ((1, T0), (2, T1), (3, T2))]
+    stream = tmp_path / "watch.json"
+    stream.write_text("".join(json.dumps({"kind": "Event", "apiVersion": "v1", **v}, indent=4) + "\n" for v in versions))
+    assert poll(db, stream) == (0, "read 3 · appended 1 · duplicate 2 · quarantined 0", ["policy.decision w"])
+
+
 # --- Kueue: `kubectl get workloads -A -o yaml`, a List whose items carry their kind -------------
 
 
