@@ -110,9 +110,11 @@ _NOT_BLANK = re.compile(rb"[^ \t\r\n]")
 
 def iter_values(stream: BinaryIO, initial: bytes = b"", base: int = 0) -> Iterator[Element]:
     """Top-level JSON objects or arrays written one after another, each over any number
-    of lines (`jq .` output, a pretty-printed object): each value's bytes whole."""
+    of lines (`jq .` output, a pretty-printed object): each value's bytes whole. The
+    window is cut only when more must be read, so many small values cost no copying."""
     s = _Scanner(stream, initial, base)
-    i, depth, in_string, start, start_line = 0, 0, False, 0, 1
+    i = start = depth = 0
+    in_string, start_line = False, 1
     while True:
         if depth == 0:
             blank = _NOT_BLANK.search(s.buf, i)
@@ -125,11 +127,11 @@ def iter_values(stream: BinaryIO, initial: bytes = b"", base: int = 0) -> Iterat
             s.line += s.buf.count(b"\n", i, blank.start())
             if s.buf[blank.start():blank.start() + 1] not in (b"{", b"["):
                 raise MalformedArray(s.line, "expected a JSON object")
-            s.buf, s.base = s.buf[blank.start():], s.base + blank.start()
-            start, start_line, i = 0, s.line, 0
+            start = i = blank.start()
+            start_line = s.line
         match = (_INSIDE if in_string else _VALUE_TOKENS).search(s.buf, i)
         if match is None:
-            i = len(s.buf)
+            s.buf, s.base, i, start = s.buf[start:], s.base + start, len(s.buf) - start, 0  # keep only this value
             if not s.more():
                 raise MalformedArray(start_line, "the file ends inside this JSON object")
             continue
@@ -151,4 +153,3 @@ def iter_values(stream: BinaryIO, initial: bytes = b"", base: int = 0) -> Iterat
             depth -= 1
             if depth == 0:
                 yield Element(s.buf[start:i], start_line, s.base + start)
-                s.buf, s.base, i = s.buf[i:], s.base + i, 0

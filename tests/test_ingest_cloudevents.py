@@ -175,3 +175,17 @@ def test_tenant_option_fills_only_a_missing_tenant_of_a_tenant_type(tmp_path: Pa
     found = list(extract(path, "cloudevents", tenant="acme"))
     assert [r.tenant for r in found if isinstance(r, Accepted)] == ["acme", "beta", None]
     assert isinstance(records(path)[0], Rejected)  # without the option, the missing tenant is an error
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 8])
+def test_value_scanner_across_read_boundaries(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    import ingest.jsonarray as jsonarray
+
+    monkeypatch.setattr(jsonarray, "_CHUNK", chunk)
+    objects: list[Any] = [{"a": 'x,}"\\{'}, [1, [2, {"b": "]"}]], {"c": "☃\n"}, {}]
+    text = b"\n\n".join(json.dumps(o, indent=1, ensure_ascii=False).encode() for o in objects) + b"\n"
+    found = list(iter_values(io.BytesIO(text)))
+    assert [json.loads(e.raw) for e in found] == objects
+    assert [text[e.offset:e.offset + len(e.raw)] for e in found] == [e.raw for e in found]
+    # indent=1 prints the objects over 3, 9, 3 and 1 lines, each followed by a blank line.
+    assert [e.line for e in found] == [1, 1 + 3 + 1, 5 + 9 + 1, 15 + 3 + 1]
