@@ -8,7 +8,7 @@ import json
 import shutil
 import sys
 from decimal import Decimal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -111,35 +111,40 @@ def init(db_url: str | None) -> None:
               help="dcgm-stats: the host the output came from (default: the file's stem); dcgm-metrics: the node of samples with no Hostname label.")
 @click.option("--fabric-domain", default=None, help="dcgm-stats, dcgm-metrics: the fabric domain the node belongs to.")
 @click.option("--scrape-time", default=None, metavar="RFC3339", help="dcgm-metrics: the time of samples that carry no timestamp.")
-@click.argument("files", nargs=-1, required=True,
+@click.option("--manifest", type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path), default=None,
+              help="Ingest every file this manifest lists, with its format and options, in order "
+                   "(options given here are defaults under each file's own).")
+@click.argument("files", nargs=-1, required=False,
                 type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path))
-def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, files: Sequence[Path], **options: str | None) -> None:
-    """Append the events of FILES; prints read / appended / duplicate / quarantined.
+def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, manifest: Path | None, files: Sequence[Path],
+                   **options: str | None) -> None:
+    """Append the events of FILES (or of every file --manifest lists); prints read / appended / duplicate / quarantined.
 
     Exits 1 when any record was quarantined (the good records are still appended).
     """
     import ledger
 
+    jobs = _ingest_jobs(manifest, files, fmt, {k: v for k, v in options.items() if v is not None})
     store = ledger.Store(db_url)
     store.init()
     appender = ledger.Appender(store)
     total = ledger.AppendReport()
-    for path in files:
-        report = _ingest_one(appender, path, fmt, batch_size, options)
+    for path, file_format, file_options in jobs:
+        report = _ingest_one(appender, path, file_format, batch_size, file_options)
         for problem in report.problems:
             click.echo(problem, err=True)
         if report.quarantined > len(report.problems):
             click.echo(f"… and {report.quarantined - len(report.problems)} more: see `gpuledger quarantine`", err=True)
-        click.echo(f"{path}: {_counts(report)}{_zone_note(path, fmt, options)}")
+        click.echo(f"{path}: {_counts(report)}{_zone_note(path, file_format, file_options)}")
         for name in ("read", "appended", "duplicates", "quarantined"):
             setattr(total, name, getattr(total, name) + getattr(report, name))
-    if len(files) > 1:
+    if len(jobs) > 1:
         click.echo(f"total: {_counts(total)}")
     if total.quarantined:
         sys.exit(1)
 
 
-def _zone_note(path: Path, fmt: str | None, options: dict[str, str | None]) -> str:
+def _zone_note(path: Path, fmt: str | None, options: Mapping[str, str | None]) -> str:
     """` · times in ZONE` for formats that print local time with no zone (DESIGN §2)."""
     from ingest import ingestor_for
     from ingest.base import LocalZone
@@ -149,17 +154,27 @@ def _zone_note(path: Path, fmt: str | None, options: dict[str, str | None]) -> s
     return f" · times in {LocalZone(options.get('timezone')).name}"
 
 
+def _ingest_jobs(manifest: Path | None, files: Sequence[Path], fmt: str | None,
+                 options: dict[str, str]) -> list[tuple[Path, str | None, dict[str, str]]]:
+    """(file, format, options) to ingest, in order: FILES with the command's options, or the manifest's."""
+    from ingest import choose, format_names
+    from ingest.manifest import ingest_plan
+
+    return [(e.path, e.format, e.options) for e in ingest_plan(manifest, files, fmt, options, format_names(), choose)]
+
+
 def _counts(report: ledger.AppendReport) -> str:
     return (f"read {report.read} · appended {report.appended} · "
             f"duplicate {report.duplicates} · quarantined {report.quarantined}")
 
 
 def _ingest_one(appender: ledger.Appender, path: Path, fmt: str | None, batch_size: int,
-                options: dict[str, str | None] | None = None) -> ledger.AppendReport:
+                options: Mapping[str, str | None] | None = None) -> ledger.AppendReport:
     import ledger
     from ingest.worker import extract_parallel
 
-    records = extract_parallel(path, fmt, **{k: v for k, v in (options or {}).items() if v is not None})
+    given = {k: v for k, v in (options or {}).items() if v is not None}
+    records = extract_parallel(path, fmt, recorded=_recorded_event(appender.store), **given)
     progress = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
         console=stderr, disable=not stderr.is_terminal, transient=True,
@@ -171,6 +186,21 @@ def _ingest_one(appender: ledger.Appender, path: Path, fmt: str | None, batch_si
             progress.update(task, completed=batch[-1].origin.offset)
 
         return ledger.append_stream(appender, records, batch_size, advance)
+
+
+def _recorded_event(store: ledger.Store) -> Callable[[str, str], bytes | None]:
+    """The stored event of a (source, id), for ingestors that see a state again on every
+    poll (dcgm-metrics: the XID gauge) and must give a fault already recorded unchanged."""
+    from sqlalchemy import select
+
+    from ledger.tables import entries
+
+    def recorded(source: str, event_id: str) -> bytes | None:
+        with store.reading() as conn:
+            found = conn.execute(select(entries.c.event).where(entries.c.source == source, entries.c.id == event_id)).scalar()
+        return None if found is None else str(found).encode()
+
+    return recorded
 
 
 @main.command()

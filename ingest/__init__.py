@@ -1,8 +1,14 @@
 """Ingestors: one module per source format, registered in one explicit list.
 
-`extract(path, format)` picks the ingestor by name; with no name, the one whose
-`identify` claims the file (a file claimed by two is an error, not a guess), else
-CloudEvents, the native format.
+`extract(path, format)` reads a file with the named ingestor, or with none named, the
+one whose `identify` claims the file's first 64 KiB. Detection never guesses:
+- no name, one claim: that format; two claims: an error naming both; none: an error
+  (a blank file, which holds nothing to misread, is read as CloudEvents);
+- a name whose ingestor does not claim the file, while another does: an error naming
+  the one that does (`--format kueue` on a file of Events);
+- a name no ingestor's identify can confirm (a headerless sacct file, say): read it, and
+  if a non-blank file yields no record at all, that is an error too, before anything is
+  written. A wrong format is a usage error, never "read 0, exit 0".
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ingest.base import IngestError, Ingestor, open_source
+from ingest.base import UTF8_BOM, IngestError, Ingestor, open_source
 from ingest.cloudevents import CloudEventsIngestor
 from ingest.dcgm_metrics import DcgmMetricsIngestor
 from ingest.dcgm_stats import DcgmStatsIngestor
@@ -21,6 +27,7 @@ from ingest.kueue import KueueIngestor
 from ingest.sacct import SacctIngestor
 from schemas import Record
 
+HEAD_BYTES = 64 << 10  # what identify sees: enough for a log that runs before the part we read
 INGESTORS: list[Ingestor] = [CloudEventsIngestor(), SacctIngestor(), FocusIngestor(), DcgmStatsIngestor(),
                              DcgmMetricsIngestor(), KueueIngestor(), K8sEventsIngestor()]
 DEFAULT_FORMAT = "cloudevents"
@@ -31,23 +38,61 @@ def format_names() -> list[str]:
 
 
 def ingestor_for(path: Path, name: str | None = None) -> Ingestor:
-    if name is not None:
-        for ingestor in INGESTORS:
-            if ingestor.name == name:
-                return ingestor
-        raise IngestError(f"--format: unknown format {name!r} (known: {', '.join(format_names())})")
+    return choose(path, name)[0]
+
+
+def choose(path: Path, name: str | None = None) -> tuple[Ingestor, bool]:
+    """The ingestor for the file, and whether its identify claims the file."""
     with open_source(path) as stream:
-        head = stream.read(8192)
+        head = stream.read(HEAD_BYTES)
     claims = [i for i in INGESTORS if i.identify(path, head)]
+    if name is not None:
+        chosen = _named(name)
+        others = [i.name for i in claims if i is not chosen]
+        if chosen not in claims and others:
+            raise IngestError(f"{path}: --format {name}: this is not {name} input, it looks like {' or '.join(others)} "
+                              f"(use --format {others[0]})")
+        return chosen, chosen in claims
     if len(claims) > 1:
         names = ", ".join(i.name for i in claims)
         raise IngestError(f"{path}: claimed by several formats ({names}); choose one with --format")
-    return claims[0] if claims else ingestor_for(path, DEFAULT_FORMAT)
+    if not claims and head.strip():
+        raise IngestError(f"{path}: no format recognises this file; choose one with --format "
+                          f"({', '.join(format_names())})")
+    return (claims[0], True) if claims else (_named(DEFAULT_FORMAT), True)
+
+
+def _named(name: str) -> Ingestor:
+    for ingestor in INGESTORS:
+        if ingestor.name == name:
+            return ingestor
+    raise IngestError(f"--format: unknown format {name!r} (known: {', '.join(format_names())})")
 
 
 def extract(path: Path, name: str | None = None, **options: Any) -> Iterator[Record]:
     """The records of one source file, in file order."""
-    return ingestor_for(path, name).extract(path, **options)
+    ingestor, claimed = choose(path, name)
+    records = ingestor.extract(path, **options)
+    return records if claimed else expect_records(records, path, ingestor.name)
 
 
-__all__ = ["INGESTORS", "IngestError", "Ingestor", "extract", "format_names", "ingestor_for"]
+def expect_records(records: Iterator[Record], path: Path, name: str) -> Iterator[Record]:
+    """The records, or an error when a file no identify could confirm yields none."""
+    found = False
+    for record in records:
+        found = True
+        yield record
+    if not found and _has_content(path):
+        raise IngestError(f"{path}: --format {name}: no {name} record in this non-empty file; "
+                          f"is it another format? ({', '.join(format_names())})")
+
+
+def _has_content(path: Path) -> bool:
+    with open_source(path) as stream:
+        while chunk := stream.read(1 << 16):
+            if chunk.removeprefix(UTF8_BOM).strip():
+                return True
+    return False
+
+
+__all__ = ["INGESTORS", "IngestError", "Ingestor", "choose", "expect_records", "extract", "format_names", "ingestor_for"]

@@ -2,22 +2,35 @@
 samples `name{label="value",...} value [timestamp ms]`), one scrape or several concatenated.
 
 Only `DCGM_FI_DEV_XID_ERRORS` makes events. It is a gauge holding the last XID a GPU
-raised, so a fault is a change: for each series (node, `gpu`, `UUID`, `GPU_I_ID`), in
-file order, a value v > 0 that differs from the previous value of that series in this
-file (or the series' first value > 0) → `health.fault` {node, device: the `gpu` index (an
-int; the UUID when there is no `gpu` label), code `xid-<v>`, severity `critical` for the
-XIDs in CRITICAL_XIDS, else `warning`}. The node is the `Hostname` label (dcgm-exporter's),
-else `hostname` (a common relabelling), else the `node` option. The sample's labels ride
-along whole under `labels` (the MIG labels `GPU_I_PROFILE`, `GPU_I_ID`, `modelName`,
-`pod`, ...), the model also as `model`.
+(or MIG instance) raised, and it keeps that value until the driver is reset, the node
+rebooted or the exporter restarted (dcgm-exporter issues #190, #500): a repeat of the same
+XID cannot be seen in it. So a fault is the gauge of one series (node, `gpu`, `UUID`,
+`GPU_I_ID`) taking a value v > 0, and every scrape after that shows the same fault again.
+It becomes `health.fault` {node, device, code `xid-<v>`, severity `critical` for the XIDs
+in CRITICAL_XIDS, else `warning`}. The node is the `Hostname` label (dcgm-exporter's),
+else `hostname` (a common relabelling), else the `node` option. The device is the `gpu`
+index (an int; the UUID when there is no `gpu` label); for a MIG instance (`GPU_I_ID`) it
+is `<gpu>/<GPU_I_ID>` (`"0/13"`), so the fault touches that instance only: reconcile
+matches a fault's device against an allocation's `devices` as text, so an allocation
+that lists `"0/13"` is touched, one that lists GPU `"0"` or instance `"0/14"` is not, and
+one that lists no devices is touched through its node. The sample's labels ride along
+under `labels` (the model also as `model`), less those that name a tenant's workload
+(`pod`, `pod_uid`, `namespace`, `container`, their `exported_` forms, `hpc_job`): a fault is a
+fleet event and carries no tenant's data.
 
-State is per file: the ingestor cannot read the ledger, so an XID already reported by an
-earlier file's last scrape is reported again when the next file starts with it. The
-event id (`<node>:<gpu>:<GPU_I_ID or ->:xid:<v>:<timestamp ms>`) then differs, since the
-time does; a scrape file that begins where the last one ended repeats one fault, no more.
+Identity: `<node>:<gpu>:<UUID>:<GPU_I_ID>:xid:<v>` (`-` for a missing label) under
+source `dcgm-exporter://<node>`, at the time of the first scrape that shows it. A
+collector scraping every few minutes shows the same fault in every later file: where the
+caller passes the option `recorded` (a function (source, id) → the stored event's bytes,
+or None; `gpuledger ingest` passes the ledger's), a fault already recorded is given again
+exactly as stored, a duplicate, and nothing is appended. A file that shows the gauge
+change to v (from 0 or another XID) after v was already recorded saw a new occurrence
+(the gauge was reset in between): its id gets `:<timestamp ms>`. Without `recorded`
+each file stands alone: its first sighting of each fault is reported once.
 
-Every sample needs a time: its own timestamp, else the `scrape_time` option (RFC 3339);
-an XID sample with neither is an input error naming its line. Other metrics are not
+Every fault needs a time: its sample's own timestamp, else the `scrape_time` option
+(RFC 3339); an XID sample > 0 with neither is an input error naming its line (0 and
+blank values say nothing, so dcgm-exporter's usual scrapes without timestamps read). Other metrics are not
 events: their lines are checked for form and otherwise passed over. DCGM's "blank"
 sentinels (values near 2^63) mean no value. Source `dcgm-exporter://<node>`.
 """
@@ -26,14 +39,16 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from ingest.base import UTF8_BOM, IngestError, event_from_object, open_source
-from schemas import Origin, Record, Rejected, format_utc
+import orjson
+
+from ingest.base import UTF8_BOM, IngestError, event_from_json, event_from_object, open_source
+from schemas import Accepted, Origin, Record, Rejected, format_utc
 
 XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
 #: XIDs that mean the GPU or its memory cannot be trusted until it is reset or replaced.
@@ -46,6 +61,11 @@ _CLOSE = re.compile(r"\s*\}")
 _NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|Inf|inf|NaN|nan)")
 _INTEGER = re.compile(r"-?\d{1,18}")
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+#: Labels that name a tenant's workload (dcgm-exporter's Kubernetes and HPC job mapping).
+TENANT_LABELS = frozenset({"pod", "pod_uid", "namespace", "container", "exported_pod", "exported_namespace",
+                           "exported_container", "hpc_job"})
+Recorded = Callable[[str, str], bytes | None]
+Series = tuple[str, str, str, str]
 
 
 class _Bad(ValueError):
@@ -66,21 +86,37 @@ class Sample:
 class DcgmMetricsIngestor:
     name = "dcgm-metrics"
     description = "NVIDIA dcgm-exporter metrics: Prometheus text exposition, one scrape or several"
+    reads_ledger = True  # its option `recorded` is a function: parsed in the ingesting process (ingest/worker.py)
 
     def identify(self, path: Path, head: bytes) -> bool:
         return re.search(rb"(?m)^(?:# (?:HELP|TYPE) )?DCGM_FI_[A-Z0-9_]+[{ ]", head.removeprefix(UTF8_BOM)) is not None
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
-        scrape_ms = _scrape_ms(options.get("scrape_time"))
-        last: dict[tuple[str, str, str, str], int] = {}
+        state = _FileState(_scrape_ms(options.get("scrape_time")), options.get("recorded"), options)
         offset = 0
         with open_source(path) as stream:
             for number, raw in enumerate(stream, start=1):
                 origin = Origin(str(path), number, offset)
                 offset += len(raw)
-                record = _line_record(origin, raw.removeprefix(UTF8_BOM) if number == 1 else raw, scrape_ms, last, options)
+                record = _line_record(origin, raw.removeprefix(UTF8_BOM) if number == 1 else raw, state)
                 if record is not None:
                     yield record
+
+
+@dataclass
+class _FileState:
+    scrape_ms: int | None
+    recorded: Recorded | None
+    options: dict[str, Any]
+    last: dict[Series, int] = field(default_factory=dict)  # each series' last value in this file
+    emitted: dict[tuple[str, str], bytes] = field(default_factory=dict)  # faults this file gave, by key
+
+    def known(self, source: str, event_id: str) -> bytes | None:
+        """The fault under this key, as this file or the ledger already has it."""
+        held = self.emitted.get((source, event_id))
+        if held is None and self.recorded is not None:
+            held = self.recorded(source, event_id)
+        return held
 
 
 def _scrape_ms(text: str | None) -> int | None:
@@ -94,8 +130,7 @@ def _scrape_ms(text: str | None) -> int | None:
     return (moment - _EPOCH) // timedelta(milliseconds=1)
 
 
-def _line_record(origin: Origin, raw: bytes, scrape_ms: int | None, last: dict[tuple[str, str, str, str], int],
-                 options: dict[str, Any]) -> Record | None:
+def _line_record(origin: Origin, raw: bytes, state: _FileState) -> Record | None:
     try:
         text = raw.decode("utf-8").strip()
     except UnicodeDecodeError as exc:
@@ -106,10 +141,7 @@ def _line_record(origin: Origin, raw: bytes, scrape_ms: int | None, last: dict[t
         sample = parse_sample(text)
         if sample.name != XID_METRIC:
             return None
-        if sample.timestamp_ms is None and scrape_ms is None:
-            raise IngestError(f"{origin}: timestamp: the sample has no timestamp; give --scrape-time RFC3339")
-        return _xid_record(sample, sample.timestamp_ms if sample.timestamp_ms is not None else scrape_ms,
-                           origin, raw, last, options)
+        return _xid_record(sample, origin, raw, state)
     except _Bad as bad:
         return Rejected(origin, bad.field, bad.reason, raw)
 
@@ -150,13 +182,12 @@ def _labels(text: str, start: int) -> tuple[dict[str, str], int]:
         position = found.end()
 
 
-def _xid_record(sample: Sample, timestamp_ms: int | None, origin: Origin, raw: bytes,
-                last: dict[tuple[str, str, str, str], int], options: dict[str, Any]) -> Record | None:
+def _xid_record(sample: Sample, origin: Origin, raw: bytes, state: _FileState) -> Record | None:
     xid = _xid_value(sample)
     if xid is None:
         return None
     labels = sample.labels
-    node = labels.get("Hostname") or labels.get("hostname") or options.get("node")
+    node = labels.get("Hostname") or labels.get("hostname") or state.options.get("node")
     if not node:
         raise _Bad("Hostname", "no Hostname or hostname label, and no --node")
     gpu, uuid, instance = labels.get("gpu", ""), labels.get("UUID", ""), labels.get("GPU_I_ID", "")
@@ -165,12 +196,25 @@ def _xid_record(sample: Sample, timestamp_ms: int | None, origin: Origin, raw: b
     if not gpu and not uuid:
         raise _Bad("gpu", "no gpu or UUID label to name the device")
     series = (node, gpu, uuid, instance)
-    previous = last.get(series)
-    last[series] = xid
+    previous = state.last.get(series)
+    state.last[series] = xid
     if xid == 0 or xid == previous:
         return None
-    assert timestamp_ms is not None  # the caller raised otherwise
-    return event_from_object(_fault(sample, xid, previous, node, timestamp_ms, options), origin, raw)
+    timestamp_ms = sample.timestamp_ms if sample.timestamp_ms is not None else state.scrape_ms
+    if timestamp_ms is None:
+        raise IngestError(f"{origin}: timestamp: the sample has no timestamp; give --scrape-time RFC3339")
+    source, key = f"dcgm-exporter://{node}", ":".join(part or "-" for part in (*series, "xid", str(xid)))
+    known = state.known(source, key)
+    if known is not None and previous is None:
+        return event_from_json(known, origin)  # the gauge still shows a fault already recorded
+    event = _fault(sample, xid, previous, node, timestamp_ms, state.options)
+    event["source"], event["id"] = source, key
+    if known is not None and orjson.loads(known).get("time") != event["time"]:
+        event["id"] = f"{key}:{timestamp_ms}"  # the gauge changed to v again: a new occurrence
+    record = event_from_object(event, origin, raw)
+    if isinstance(record, Accepted):
+        state.emitted.setdefault((source, event["id"]), record.body)
+    return record
 
 
 def _xid_value(sample: Sample) -> int | None:
@@ -186,6 +230,13 @@ def _xid_value(sample: Sample) -> int | None:
     return int(value)
 
 
+def _device(labels: dict[str, str]) -> int | str:
+    """The GPU index (else its UUID); `<gpu>/<GPU_I_ID>` for a MIG instance."""
+    gpu, instance = labels.get("gpu", ""), labels.get("GPU_I_ID", "")
+    whole: int | str = int(gpu) if gpu else labels["UUID"]
+    return f"{whole}/{instance}" if instance else whole
+
+
 def _fault(sample: Sample, xid: int, previous: int | None, node: str, timestamp_ms: int,
            options: dict[str, Any]) -> dict[str, Any]:
     labels = sample.labels
@@ -196,14 +247,13 @@ def _fault(sample: Sample, xid: int, previous: int | None, node: str, timestamp_
         raise _Bad("timestamp", f"out of range: {timestamp_ms}") from None
     change = f"from {previous}" if previous is not None else "first value in this file"
     data = {
-        "node": node, "device": int(gpu) if gpu else labels["UUID"], "fabric_domain": options.get("fabric_domain"),
+        "node": node, "device": _device(labels), "fabric_domain": options.get("fabric_domain"),
         "code": f"xid-{xid}", "severity": "critical" if xid in CRITICAL_XIDS else "warning",
         "detail": f"{XID_METRIC} = {xid} ({change})", "xid": xid, "previous_xid": previous,
-        "model": labels.get("modelName"), "labels": labels,
+        "model": labels.get("modelName"), "labels": {k: v for k, v in labels.items() if k not in TENANT_LABELS},
     }
-    event_id = f"{node}:{gpu or labels['UUID']}:{labels.get('GPU_I_ID') or '-'}:xid:{xid}:{timestamp_ms}"
-    return {"specversion": "1.0", "id": event_id, "source": f"dcgm-exporter://{node}", "type": "health.fault",
-            "time": format_utc(moment), "data": {k: v for k, v in data.items() if v is not None}}
+    return {"specversion": "1.0", "type": "health.fault", "time": format_utc(moment),
+            "data": {k: v for k, v in data.items() if v is not None}}
 
 
 __all__ = ["CRITICAL_XIDS", "DcgmMetricsIngestor", "Sample", "parse_sample"]

@@ -102,3 +102,54 @@ def iter_array(stream: BinaryIO, initial: bytes = b"", base: int = 0) -> Iterato
                 return
             s.buf, s.base, i = s.buf[i:], s.base + i, 0
             seg_start, seg_line = 0, s.line
+
+
+_VALUE_TOKENS = re.compile(rb'["\[\]{}\n]')
+_NOT_BLANK = re.compile(rb"[^ \t\r\n]")
+
+
+def iter_values(stream: BinaryIO, initial: bytes = b"", base: int = 0) -> Iterator[Element]:
+    """Top-level JSON objects or arrays written one after another, each over any number
+    of lines (`jq .` output, a pretty-printed object): each value's bytes whole. The
+    window is cut only when more must be read, so many small values cost no copying."""
+    s = _Scanner(stream, initial, base)
+    i = start = depth = 0
+    in_string, start_line = False, 1
+    while True:
+        if depth == 0:
+            blank = _NOT_BLANK.search(s.buf, i)
+            if blank is None:
+                s.line += s.buf.count(b"\n", i)
+                s.buf, s.base, i = b"", s.base + len(s.buf), 0
+                if not s.more():
+                    return
+                continue
+            s.line += s.buf.count(b"\n", i, blank.start())
+            if s.buf[blank.start():blank.start() + 1] not in (b"{", b"["):
+                raise MalformedArray(s.line, "expected a JSON object")
+            start = i = blank.start()
+            start_line = s.line
+        match = (_INSIDE if in_string else _VALUE_TOKENS).search(s.buf, i)
+        if match is None:
+            s.buf, s.base, i, start = s.buf[start:], s.base + start, len(s.buf) - start, 0  # keep only this value
+            if not s.more():
+                raise MalformedArray(start_line, "the file ends inside this JSON object")
+            continue
+        token, i = match.group(), match.end()
+        if token == b"\n":
+            s.line += 1
+        elif in_string:
+            if token == b"\\":
+                if i >= len(s.buf):
+                    s.more()
+                i += 1
+            else:
+                in_string = False
+        elif token == b'"':
+            in_string = True
+        elif token in (b"[", b"{"):
+            depth += 1
+        else:
+            depth -= 1
+            if depth == 0:
+                yield Element(s.buf[start:i], start_line, s.base + start)

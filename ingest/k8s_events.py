@@ -3,12 +3,18 @@
 `deprecated…` fields), as `kubectl get events -o json|yaml` prints them: one object, an
 `EventList`/`List`, a run of objects (`-w`), or a YAML stream (reading: ingest/k8sdocs.py).
 
-One record per (metadata.uid, metadata.resourceVersion): an Event updated in place (its
-count grows) is a new record at each resourceVersion, with event id
-`<uid>@<resourceVersion>` under source `k8s://<cluster>`. Its time is the first present
-of `series.lastObservedTime`, `eventTime`, `lastTimestamp`, `firstTimestamp` (then the
-events.k8s.io `deprecatedLastTimestamp`, `deprecatedFirstTimestamp`), in UTC. The whole
-Event rides along under data `k8s_event`: at one resourceVersion it never changes.
+An Event object is one transition (one reason about one object), updated in place while
+it repeats: the API server bumps `count`, `lastTimestamp` or `series`, and
+`metadata.resourceVersion`, and client-go's aggregator rewrites the `message` of its
+"(combined from similar events): …" Events. A collector polling every few minutes sees
+the same Event again and again, so one Event is one record whatever its state: event id
+`<metadata.uid>` under source `k8s://<cluster>`, time the first present of the fixed
+`eventTime`, `firstTimestamp`, `deprecatedFirstTimestamp`, `metadata.creationTimestamp`
+(the moving `lastTimestamp`, `series.lastObservedTime`, `deprecatedLastTimestamp` only
+when none is set), in UTC. The Event rides along under data `k8s_event` without the
+fields that move (VOLATILE: count, lastTimestamp, series, the deprecated count and last
+time, resourceVersion, managedFields, and an aggregated message), so a later poll of it
+is a duplicate, never a conflict.
 
 | involved object | reason | event |
 |---|---|---|
@@ -19,6 +25,7 @@ Event rides along under data `k8s_event`: at one resourceVersion it never change
 | Workload (kueue.x-k8s.io) | QuotaReserved, Admitted | decision admitted, allocation_id = workload |
 | Workload | Pending | decision queued |
 | Workload | Preempted, EvictedDueToPreempted | decision preempted; reclaimed when the message names InCohortReclamation, InCohortReclaimWhileBorrowing, or "reclamation within the cohort" (Kueue's wording of both) |
+| Workload | EvictedDueTo<reason> | the decision of an Evicted condition with that reason (ingest/kueue.py): EvictedDueToDeactivated → deactivated (the owner's act), EvictedDueToPodsReadyTimeout → evicted, … |
 | Workload | any other reason starting with Evicted | decision evicted |
 | Node | NodeNotReady | `health.fault` node-down, critical, detail = message |
 | Node | NodeReady | `health.cleared` node-down |
@@ -26,8 +33,9 @@ Event rides along under data `k8s_event`: at one resourceVersion it never change
 
 A decision's tenant is the involved object's namespace (the Event's own namespace when
 the involved object leaves it out: the API server requires them equal), or the Event's
-label `tenant_field` when it has one; its reason is the Event's reason; `notice_s` is
-never guessed. Node events are fleet events (no tenant).
+label `tenant_field` when it has one, or the option `tenant` when the Event names no
+namespace at all; its reason is the Event's reason; `notice_s` is never guessed. Node
+events are fleet events (no tenant).
 
 Everything else (Job SuccessfulCreate, Pod Pulled, kubelet NodeHasSufficientMemory, …)
 is valid input we have no use for: skipped, neither accepted nor quarantined. Pass a
@@ -45,10 +53,16 @@ from typing import Any
 from ingest.base import event_from_object
 from ingest.k8sdocs import K8sObject, kinds_in, read_objects
 from ingest.k8sfields import ObjectError, field, mapping, tenant, text, utc_time
+from ingest.kueue import eviction_decision
 from schemas import Record, Rejected
 
-TIME_FIELDS = (("series", "lastObservedTime"), ("eventTime",), ("lastTimestamp",), ("firstTimestamp",),
-               ("deprecatedLastTimestamp",), ("deprecatedFirstTimestamp",))
+#: Fixed times first: an Event's identity must not move when the API server updates it.
+TIME_FIELDS = (("eventTime",), ("firstTimestamp",), ("deprecatedFirstTimestamp",), ("metadata", "creationTimestamp"),
+               ("lastTimestamp",), ("series", "lastObservedTime"), ("deprecatedLastTimestamp",))
+VOLATILE = ("count", "lastTimestamp", "series", "deprecatedCount", "deprecatedLastTimestamp", "deprecatedSeries")
+VOLATILE_METADATA = ("resourceVersion", "managedFields")
+ZERO_TIME = "0001-01-01T00:00:00"  # metav1.Time's zero value, which some writers print instead of null: unset
+AGGREGATED = "(combined from similar events): "  # client-go's prefix of a message it rewrites on each repeat
 POD_DECISIONS = {"Scheduled": "placed", "Preempted": "preempted", "Preempting": "preempted",
                  "Evicted": "evicted", "Evicting": "evicted", "FailedScheduling": "queued"}
 WORKLOAD_DECISIONS = {"QuotaReserved": "admitted", "Admitted": "admitted", "Pending": "queued",
@@ -68,14 +82,14 @@ class K8sEventsIngestor:
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
         cluster = options.get("cluster") or "default"
-        tenant_field = options.get("tenant_field")
+        tenant_field, default_tenant = options.get("tenant_field"), options.get("tenant")
         skipped: Counter[tuple[str, str]] = options.get("skipped", Counter())
         for item in read_objects(path):
             if isinstance(item, Rejected):
                 yield item
                 continue
             try:
-                event = k8s_event(item.body, cluster, tenant_field)
+                event = k8s_event(item.body, cluster, tenant_field, default_tenant)
             except ObjectError as exc:
                 yield item.rejected(exc)
                 continue
@@ -90,7 +104,8 @@ def _involved_kind_reason(item: K8sObject) -> tuple[str, str]:
     return str(kind or ""), str(item.body.get("reason") or "")
 
 
-def k8s_event(body: dict[str, Any], cluster: str = "default", tenant_field: str | None = None) -> dict[str, Any] | None:
+def k8s_event(body: dict[str, Any], cluster: str = "default", tenant_field: str | None = None,
+              default_tenant: str | None = None) -> dict[str, Any] | None:
     """The CloudEvent (as a dict) of one Kubernetes Event, None when it is not one we use."""
     kind = text(body, ("kind",), required=True)
     if kind != "Event":
@@ -99,21 +114,34 @@ def k8s_event(body: dict[str, Any], cluster: str = "default", tenant_field: str 
     mapping(body, (involved,))
     target_kind = text(body, (involved, "kind")) or ""
     reason = text(body, ("reason",)) or ""
-    made = _mapped(body, involved, target_kind, reason, tenant_field)
+    made = _mapped(body, involved, target_kind, reason, (tenant_field, default_tenant))
     if made is None:
         return None
     event_type, data = made
     uid = text(body, ("metadata", "uid"), required=True)
-    version = text(body, ("metadata", "resourceVersion"), required=True)
-    data["k8s_event"] = body
-    return {"specversion": "1.0", "id": f"{uid}@{version}", "source": f"k8s://{cluster}", "type": event_type,
+    data["k8s_event"] = fixed_part(body)
+    return {"specversion": "1.0", "id": uid, "source": f"k8s://{cluster}", "type": event_type,
             "time": _event_time(body), "data": {k: v for k, v in data.items() if v is not None}}
 
 
+def fixed_part(body: dict[str, Any]) -> dict[str, Any]:
+    """The Event without what the API server changes while the same transition repeats."""
+    kept = {k: v for k, v in body.items() if k not in VOLATILE}
+    if isinstance(kept.get("metadata"), dict):
+        kept["metadata"] = {k: v for k, v in kept["metadata"].items() if k not in VOLATILE_METADATA}
+    for name in ("message", "note"):
+        if isinstance(kept.get(name), str) and kept[name].startswith(AGGREGATED):
+            del kept[name]
+    return kept
+
+
+Tenancy = tuple[str | None, str | None]  # (tenant_field, the tenant option)
+
+
 def _mapped(body: dict[str, Any], involved: str, kind: str, reason: str,
-            tenant_field: str | None) -> tuple[str, dict[str, Any]] | None:
+            tenancy: Tenancy) -> tuple[str, dict[str, Any]] | None:
     if kind == "Pod" and reason in POD_DECISIONS:
-        data = _decision(body, involved, POD_DECISIONS[reason], reason, tenant_field)
+        data = _decision(body, involved, POD_DECISIONS[reason], reason, tenancy)
         data["job_id"] = text(body, (involved, "name"), required=True)
         if reason == "Scheduled":
             match = _ASSIGNED.search(_message(body))
@@ -123,7 +151,7 @@ def _mapped(body: dict[str, Any], involved: str, kind: str, reason: str,
         decision = _workload_decision(reason, _message(body))
         if decision is None:
             return None
-        data = _decision(body, involved, decision, reason, tenant_field)
+        data = _decision(body, involved, decision, reason, tenancy)
         data["allocation_id"] = text(body, (involved, "name"), required=True)
         return "policy.decision", data
     if kind == "Node":
@@ -132,15 +160,17 @@ def _mapped(body: dict[str, Any], involved: str, kind: str, reason: str,
 
 
 def _workload_decision(reason: str, message: str) -> str | None:
-    decision = WORKLOAD_DECISIONS.get(reason) or ("evicted" if reason.startswith("Evicted") else None)
+    decision = WORKLOAD_DECISIONS.get(reason)
+    if decision is None and reason.startswith("Evicted"):
+        decision = eviction_decision(reason.removeprefix("EvictedDueTo")) if reason.startswith("EvictedDueTo") else "evicted"
     if decision == "preempted" and _RECLAIM.search(message):
         return "reclaimed"
     return decision
 
 
-def _decision(body: dict[str, Any], involved: str, decision: str, reason: str, tenant_field: str | None) -> dict[str, Any]:
+def _decision(body: dict[str, Any], involved: str, decision: str, reason: str, tenancy: Tenancy) -> dict[str, Any]:
     namespace_path = (involved, "namespace") if text(body, (involved, "namespace")) else ("metadata", "namespace")
-    return {"tenant": tenant(body, namespace_path, tenant_field), "decision": decision, "reason": reason}
+    return {"tenant": tenant(body, namespace_path, *tenancy), "decision": decision, "reason": reason}
 
 
 def _node_health(body: dict[str, Any], involved: str, reason: str) -> tuple[str, dict[str, Any]] | None:
@@ -164,11 +194,14 @@ def _message(body: dict[str, Any]) -> str:
 
 
 def _event_time(body: dict[str, Any]) -> str:
-    for path in TIME_FIELDS:
-        moment = utc_time(body, path, required=False)
-        if moment is not None:
+    """The first fixed time set; every time field is checked, so a malformed moving one
+    is still an error, not a value quietly passed over."""
+    times = [utc_time(body, path, required=False) for path in TIME_FIELDS]
+    for moment in times:
+        if moment is not None and not moment.startswith(ZERO_TIME):
             return moment
-    raise ObjectError(("eventTime",), "no time: none of series.lastObservedTime, eventTime, lastTimestamp, firstTimestamp is set")
+    raise ObjectError(("eventTime",), "no time: none of eventTime, firstTimestamp, metadata.creationTimestamp, "
+                                      "lastTimestamp, series.lastObservedTime is set")
 
 
-__all__ = ["K8sEventsIngestor", "k8s_event", "kebab"]
+__all__ = ["K8sEventsIngestor", "fixed_part", "k8s_event", "kebab"]

@@ -5,10 +5,14 @@ yields one `K8sObject` per object, each with the line it starts on and its own b
 - JSON: one or more top-level values (`kubectl get -w -o json` writes them one after
   another); an array, or an object with an `items` array (`kind: List`, `WorkloadList`,
   `EventList`), stands for its elements. Each element is parsed alone, so one broken
-  element is one rejection and its neighbours still count.
+  element is one rejection and its neighbours still count. Items of a typed list as the
+  API and `kubectl cluster-info dump` write it (`EventList`, `WorkloadList`) carry no
+  `kind` or `apiVersion`: they take the list's (EventList → Event), read from the list's
+  header, which those writers put before `items`.
 - YAML: a stream of documents split at `---` lines; a document that is a mapping with an
-  `items` sequence, or a sequence, stands for its elements. A document that is not valid
-  UTF-8 or not valid YAML is one rejection, and the next document is read as usual.
+  `items` sequence, or a sequence, stands for its elements (items without `kind` take
+  the list's, as in JSON). A document that is not valid UTF-8 or not valid YAML is one
+  rejection, and the next document is read as usual.
   Timestamps stay text (as in JSON), so one time parser serves both; YAML aliases are
   expanded, within a size limit.
 
@@ -42,6 +46,10 @@ MAX_DEPTH = 64  # far beyond any Kubernetes object; bounds recursion on hostile 
 MAX_VALUES = 1_000_000  # per object, after YAML aliases are expanded
 _CHUNK = 1 << 20  # bytes read at a time
 _KIND = re.compile(rb'"?\bkind"?\s*:\s*"?([A-Za-z][A-Za-z0-9]*)')
+_HEADER_KEYS = {b'"kind"': "kind", b'"apiVersion"': "apiVersion"}
+
+#: The `kind` and `apiVersion` of the list an item came from, as (name, value) pairs.
+ListHeader = tuple[tuple[str, str], ...]
 
 _BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -107,6 +115,7 @@ class _Span:
     raw: bytes
     offset: int
     line: int
+    header: ListHeader = ()
 
 
 class _Malformed(ValueError):
@@ -149,7 +158,7 @@ def _json_objects(name: str, source: _Source) -> Iterator[K8sObject | Rejected]:
             except orjson.JSONDecodeError as exc:
                 yield _json_rejection(exc, span.raw, origin)
                 continue
-            yield _checked(body, origin, span.raw, _FixedLine(span.line))
+            yield _checked(body, origin, span.raw, _FixedLine(span.line), span.header)
     except _Malformed as exc:
         yield Rejected(Origin(name, exc.line, exc.offset), "(file)", str(exc), exc.raw)
 
@@ -200,6 +209,7 @@ class _ValueScan:
         self.collect: int | None = None  # depth of the array whose elements are the objects
         self.seg_start, self.seg_line, self.found = 0, 0, 0
         self.last_key_end, self.last_key = -1, b""
+        self.header: dict[str, str] = {}  # the top-level kind and apiVersion read so far
 
     def line_at(self, pos: int) -> int:
         """The line of `pos`, which never moves backwards."""
@@ -252,6 +262,12 @@ class _ValueScan:
         if len(token) == 1:  # a quote the string pattern could not close
             raise self._broken("the file ends inside a string of this JSON object")
         if len(self.stack) == 1 and self.stack[0] == b"{":
+            name = _HEADER_KEYS.get(self.last_key)
+            if name and self.last_key_end >= 0 and self.source.buf[self.last_key_end:at].strip() == b":":
+                try:
+                    self.header[name] = orjson.loads(token)
+                except orjson.JSONDecodeError:
+                    pass  # a broken string names no kind; the object's own parse reports it
             self.last_key, self.last_key_end = token, self.i
 
     def _open(self, token: bytes) -> None:
@@ -286,7 +302,7 @@ class _ValueScan:
         if lead.end() < at:
             self.found += 1
             line = self.seg_line + buf.count(b"\n", self.seg_start, lead.end())
-            yield _Span(buf[lead.end():at].rstrip(), self.source.base + lead.end(), line)
+            yield _Span(buf[lead.end():at].rstrip(), self.source.base + lead.end(), line, tuple(self.header.items()))
         elif not closing or self.found:
             raise _Malformed(self.line_at(at), "empty element in a JSON array", self.source.base + at, buf[at:])
         if closing:
@@ -374,8 +390,10 @@ def _yaml_chunk(name: str, text: str, first_line: int, offset: int) -> Iterator[
             node = loader.get_node()
             if node is None:
                 continue
-            for item in _yaml_items(node):
-                yield _yaml_object(loader, item, text, Origin(name, first_line + item.start_mark.line, offset + item.start_mark.index))
+            items, header = _yaml_items(node)
+            for item in items:
+                origin = Origin(name, first_line + item.start_mark.line, offset + item.start_mark.index)
+                yield _yaml_object(loader, item, text, origin, header)
     except (yaml.YAMLError, RecursionError) as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = first_line + (mark.line if mark is not None else 0)
@@ -385,22 +403,25 @@ def _yaml_chunk(name: str, text: str, first_line: int, offset: int) -> Iterator[
         loader.dispose()
 
 
-def _yaml_items(node: yaml.Node) -> Sequence[yaml.Node]:
+def _yaml_items(node: yaml.Node) -> tuple[Sequence[yaml.Node], ListHeader]:
+    """The objects a document stands for, and the header of the list holding them."""
     if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
+        return list(node.value), ()
     items = _child(node, "items")
     if isinstance(items, yaml.SequenceNode):
-        return list(items.value)
-    return [node]
+        header = tuple((key, value.value) for key in ("kind", "apiVersion")
+                       if isinstance(value := _child(node, key), yaml.ScalarNode) and isinstance(value.value, str))
+        return list(items.value), header
+    return [node], ()
 
 
-def _yaml_object(loader: _Loader, node: yaml.Node, text: str, origin: Origin) -> K8sObject | Rejected:
+def _yaml_object(loader: _Loader, node: yaml.Node, text: str, origin: Origin, header: ListHeader) -> K8sObject | Rejected:
     raw = text[node.start_mark.index:node.end_mark.index].strip().encode()
     try:
         body = loader.construct_document(node)
     except (yaml.YAMLError, RecursionError) as exc:
         return Rejected(origin, "(object)", f"not valid YAML: {_yaml_reason(exc)}", raw)
-    return _checked(body, origin, raw, _NodeLocator(node, origin.line - node.start_mark.line))
+    return _checked(body, origin, raw, _NodeLocator(node, origin.line - node.start_mark.line), header)
 
 
 def _yaml_reason(exc: BaseException) -> str:
@@ -414,7 +435,7 @@ def _yaml_reason(exc: BaseException) -> str:
 # --- both ------------------------------------------------------------------------------
 
 
-def _checked(body: Any, origin: Origin, raw: bytes, locator: _Locator) -> K8sObject | Rejected:
+def _checked(body: Any, origin: Origin, raw: bytes, locator: _Locator, header: ListHeader = ()) -> K8sObject | Rejected:
     if not isinstance(body, dict):
         found = "nothing" if body is None else json_type(body)
         return Rejected(origin, "(object)", f"expected a Kubernetes object (a mapping), found {found}", raw)
@@ -422,7 +443,19 @@ def _checked(body: Any, origin: Origin, raw: bytes, locator: _Locator) -> K8sObj
         plain = _Plain().value(body, ())
     except ObjectError as exc:
         return Rejected(Origin(origin.file, locator.line(exc.path), origin.offset), dotted(exc.path), exc.reason, raw)
-    return K8sObject(plain, origin, raw, locator)
+    return K8sObject(_inherit(plain, dict(header)), origin, raw, locator)
+
+
+def _inherit(body: dict[str, Any], header: dict[str, str]) -> dict[str, Any]:
+    """An item of a typed list (`EventList`, `WorkloadList`) as the API writes it, with no
+    `kind` or `apiVersion` of its own: it is of the list's item kind and version. The items
+    of a plain `List` carry their own (kubectl writes them), so nothing is taken from it."""
+    list_kind = header.get("kind", "")
+    if not isinstance(list_kind, str) or not list_kind.endswith("List") or list_kind == "List":
+        return body
+    inherited = {"kind": list_kind.removesuffix("List"), "apiVersion": header.get("apiVersion")}
+    missing = {k: v for k, v in inherited.items() if v and body.get(k) is None}
+    return {**body, **missing} if missing else body
 
 
 class _Plain:

@@ -101,13 +101,14 @@ def _zone(zone: str | None) -> str:
     return "+00:00" if zone is None or zone in ("Z", "z") else zone
 
 
-def tenant(obj: dict[str, Any], namespace_path: FieldPath, tenant_field: str | None) -> str:
-    """The namespace, or the label `tenant_field` when the object carries it."""
+def tenant(obj: dict[str, Any], namespace_path: FieldPath, tenant_field: str | None, default: str | None = None) -> str:
+    """The label `tenant_field` when the object carries it, else the namespace, else the
+    `default` given (the ingest's tenant option, for a source that names none)."""
     if tenant_field:
         label = text(obj, ("metadata", "labels", tenant_field))
         if label:
             return label
-    name = text(obj, namespace_path, required=True)
+    name = text(obj, namespace_path, required=default is None) or default
     assert name is not None
     return name
 

@@ -4,20 +4,35 @@ YAML stream (reading: ingest/k8sdocs.py).
 
 Identity: allocation_id = `metadata.name`; job_id = `metadata.ownerReferences[0].name`,
 else the name; tenant = `metadata.namespace` (or the label named by `tenant_field`, when
-the Workload has it); source = `kueue://<cluster>` (`cluster` defaults to `default`).
+the Workload has it; the option `tenant` only for a Workload that names no namespace,
+as an object exported without its metadata.namespace does); source = `kueue://<cluster>` (`cluster` defaults to `default`).
 
 Each condition of `status.conditions` with status "True" is a transition at its
 `lastTransitionTime` (UTC):
 
 | condition | events |
 |---|---|
-| QuotaReserved | none when Admitted is True; else it stands in for Admitted |
+| QuotaReserved | stands in for Admitted only when the Workload has no Admitted condition at all (a Kueue before v0.5, or a writer that leaves it out) |
 | Admitted | `policy.decision` admitted, and `allocation.granted` |
+| Evicted, reason Deactivated / InactiveWorkload / DeactivatedDueToMaximumExecutionTimeExceeded | decision deactivated, `allocation.released` |
 | Evicted, reason Preempted / InClusterQueue / InCohort… | decision preempted (reclaimed for the reclaim reasons), `allocation.released` |
 | Evicted, any other reason | decision evicted, `allocation.released` |
+| Evicted at or after Finished | nothing: the workload had finished, Finished releases it |
 | Preempted | decision reclaimed for InCohortReclamation / InCohortReclaimWhileBorrowing, else preempted; no release |
 | Requeued | decision queued |
 | Finished | `allocation.released` (reason Succeeded, Failed, …), no decision |
+
+Deactivation by the owner (`spec.active: false` set by its user, or by Kueue enforcing
+the Workload's own `maximumExecutionTimeSeconds`) is Evicted with reason `Deactivated`
+(`InactiveWorkload` before v0.9), or `DeactivatedDueToMaximumExecutionTimeExceeded`: a
+decision `deactivated`, never a provider's eviction, so its seconds are never `reclaimed`.
+Kueue's other deactivations, `DeactivatedDueTo<cause>` for a rejected admission check or
+a requeuing limit reached after pods never became ready, are Kueue's act for a cause
+that may be the provider's: they stay evictions (`evicted`), with the reason kept.
+
+QuotaReserved True with Admitted False means admission checks are still pending: the
+pods stay suspended, nothing is granted yet. Taking QuotaReserved as the grant there
+would grant twice once Admitted turns True, so a later poll would add a second grant.
 
 A condition with status "False" and reason `Pending` is a decision `queued`. Other
 conditions (PodsReady, DeactivationTarget, …) say nothing we use. A decision's data is
@@ -59,6 +74,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field as dataclass_field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +85,9 @@ from schemas import Record, Rejected
 
 API_GROUP = "kueue.x-k8s.io/"
 RECLAIM_REASONS = frozenset({"InCohortReclamation", "InCohortReclaimWhileBorrowing"})
+#: Evicted reasons of a deactivation by the owner: spec.active set false by its user (InactiveWorkload before
+#: v0.9), or by Kueue enforcing the Workload's own spec.maximumExecutionTimeSeconds.
+DEACTIVATED_REASONS = frozenset({"Deactivated", "InactiveWorkload", "DeactivatedDueToMaximumExecutionTimeExceeded"})
 WHOLE_GPU, SHARED_GPU, MIG_PREFIX = "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-"
 HOSTNAME_LEVEL = "kubernetes.io/hostname"
 ACCUMULATED = ("accumulatedPastExecutionTimeSeconds", "accumulatedPastExexcutionTimeSeconds")
@@ -88,17 +107,17 @@ class KueueIngestor:
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
         cluster = options.get("cluster") or "default"
-        tenant_field = options.get("tenant_field")
+        tenancy = (options.get("tenant_field"), options.get("tenant"))
         for item in read_objects(path):
             if isinstance(item, Rejected):
                 yield item
             else:
-                yield from _workload_records(item, cluster, tenant_field)
+                yield from _workload_records(item, cluster, tenancy)
 
 
-def _workload_records(obj: K8sObject, cluster: str, tenant_field: str | None) -> Iterator[Record]:
+def _workload_records(obj: K8sObject, cluster: str, tenancy: tuple[str | None, str | None]) -> Iterator[Record]:
     try:
-        events = workload_events(obj.body, cluster, tenant_field)
+        events = workload_events(obj.body, cluster, *tenancy)
     except ObjectError as exc:
         yield obj.rejected(exc)
         return
@@ -133,28 +152,38 @@ class _Workload:
             "tenant": self.tenant, "allocation_id": self.name, "reason": reason or None, "condition": condition, **extra})
 
 
-def workload_events(body: dict[str, Any], cluster: str = "default", tenant_field: str | None = None) -> list[dict[str, Any]]:
+def workload_events(body: dict[str, Any], cluster: str = "default", tenant_field: str | None = None,
+                    default_tenant: str | None = None) -> list[dict[str, Any]]:
     """The CloudEvents (as dicts) of one Workload object; ObjectError names a bad field."""
-    workload = _read_identity(body, cluster, tenant_field)
+    workload = _read_identity(body, cluster, tenant_field, default_tenant)
     conditions = _conditions(body)
-    admitted = any(c["type"] == "Admitted" and c["status"] == "True" for _, c in conditions)
+    has_admitted = any(c["type"] == "Admitted" for _, c in conditions)
+    finished = _finished_time(body, conditions)
     for index, condition in conditions:
-        _condition_events(workload, index, condition, admitted)
+        _condition_events(workload, index, condition, has_admitted, finished)
     return workload.events
 
 
-def _read_identity(body: dict[str, Any], cluster: str, tenant_field: str | None) -> _Workload:
+def _finished_time(body: dict[str, Any], conditions: list[tuple[int, dict[str, str]]]) -> str | None:
+    for index, condition in conditions:
+        if condition["type"] == "Finished" and condition["status"] == "True":
+            return utc_time(body, ("status", "conditions", index, "lastTransitionTime"))
+    return None
+
+
+def _read_identity(body: dict[str, Any], cluster: str, tenant_field: str | None, default_tenant: str | None) -> _Workload:
     kind, api = text(body, ("kind",), required=True), text(body, ("apiVersion",), required=True)
     if kind != "Workload":
         raise ObjectError(("kind",), f"not a Kueue Workload: {kind!r}")
     if not (api or "").startswith(API_GROUP):
         raise ObjectError(("apiVersion",), f"not a Kueue API version: {api!r}")
-    name, namespace, uid = (text(body, ("metadata", f), required=True) or "" for f in ("name", "namespace", "uid"))
+    name, uid = (text(body, ("metadata", f), required=True) or "" for f in ("name", "uid"))
+    namespace = text(body, ("metadata", "namespace"), required=default_tenant is None) or ""
     owners = sequence(body, ("metadata", "ownerReferences"))
     owner = text(body, ("metadata", "ownerReferences", 0, "name")) if owners else None
     return _Workload(
         body=body, source=f"kueue://{cluster}", key=f"{namespace}/{name}/{uid}",
-        tenant=tenant(body, ("metadata", "namespace"), tenant_field), name=name, job_id=owner or name,
+        tenant=tenant(body, ("metadata", "namespace"), tenant_field, default_tenant), name=name, job_id=owner or name,
         queue=text(body, ("spec", "queueName")), priority=integer(body, ("spec", "priority")),
     )
 
@@ -172,14 +201,17 @@ def _conditions(body: dict[str, Any]) -> list[tuple[int, dict[str, str]]]:
     return out
 
 
-def _condition_events(wl: _Workload, index: int, condition: dict[str, str], admitted: bool) -> None:
+def _condition_events(wl: _Workload, index: int, condition: dict[str, str], has_admitted: bool,
+                      finished: str | None) -> None:
     kind, status, reason = condition["type"], condition["status"], condition["reason"]
     queued = status == "False" and reason == "Pending"
-    if not queued and (status != "True" or kind not in _TRANSITIONS or (kind == "QuotaReserved" and admitted)):
+    if not queued and (status != "True" or kind not in _TRANSITIONS or (kind == "QuotaReserved" and has_admitted)):
         return  # says nothing we use: its time is not even read
     path = ("status", "conditions", index, "lastTransitionTime")
     time = utc_time(wl.body, path)
     assert time is not None
+    if kind == "Evicted" and finished is not None and _instant(time) >= _instant(finished):
+        return  # the workload had finished: no eviction, and Finished is its release
     event_id = f"{wl.key}:{kind}:{status}:{reason}:{time}"
     if queued:
         wl.decide("queued", event_id, time, kind, reason)
@@ -189,7 +221,7 @@ def _condition_events(wl: _Workload, index: int, condition: dict[str, str], admi
         if grant is not None:
             wl.add("allocation.granted", f"{event_id}:granted", time, grant)
     elif kind == "Evicted":
-        wl.decide(_eviction_decision(reason), event_id, time, kind, reason)
+        wl.decide(eviction_decision(reason), event_id, time, kind, reason)
         wl.release(event_id, time, reason, kind)
     elif kind == "Preempted":
         wl.decide("reclaimed" if reason in RECLAIM_REASONS else "preempted", event_id, time, kind, reason)
@@ -199,7 +231,14 @@ def _condition_events(wl: _Workload, index: int, condition: dict[str, str], admi
         wl.release(event_id, time, reason, kind, accumulated_past_execution_time_s=_accumulated(wl.body))
 
 
-def _eviction_decision(reason: str) -> str:
+def _instant(utc_text: str) -> datetime:
+    return datetime.fromisoformat(utc_text.replace("Z", "+00:00"))
+
+
+def eviction_decision(reason: str) -> str:
+    """The decision of an Evicted condition's reason (a Workload event's `EvictedDueTo<reason>`)."""
+    if reason in DEACTIVATED_REASONS:
+        return "deactivated"
     if reason in RECLAIM_REASONS:
         return "reclaimed"
     if reason in ("Preempted", "InClusterQueue") or reason.startswith("InCohort"):
@@ -315,4 +354,4 @@ def _slice_values(body: dict[str, Any], path: FieldPath, level: int) -> list[str
     return [prefix + root + suffix for root in roots]
 
 
-__all__ = ["KueueIngestor", "workload_events"]
+__all__ = ["KueueIngestor", "eviction_decision", "workload_events"]

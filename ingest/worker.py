@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from ingest import extract, ingestor_for
+from ingest import choose, expect_records, extract
 from ingest.base import IngestError
 from schemas import Accepted, Origin, Record, Rejected
 
@@ -41,10 +41,16 @@ _Packed = tuple[Any, ...]
 def extract_parallel(path: Path, name: str | None = None, **options: Any) -> Iterator[Record]:
     """The records of one source file, in file order, parsed by a child process when the
     file is large enough (MIN_BYTES) to repay starting one."""
-    ingestor = ingestor_for(path, name)  # identification (and its errors) stay here
-    if (os.cpu_count() or 1) < 2 or not path.is_file() or path.stat().st_size < MIN_BYTES:
-        return ingestor.extract(path, **options)
-    return _from_child(path, ingestor.name, options)
+    ingestor, claimed = choose(path, name)  # identification (and its errors) stay here
+    # A function (dcgm-metrics' `recorded`, a look-up in this process's ledger) cannot cross
+    # the pipe: an ingestor that reads one parses here, the others do not need it.
+    functions = {key for key, value in options.items() if callable(value)}
+    if ((os.cpu_count() or 1) < 2 or not path.is_file() or path.stat().st_size < MIN_BYTES
+            or (functions and getattr(ingestor, "reads_ledger", False))):
+        records = ingestor.extract(path, **options)
+    else:
+        records = _from_child(path, ingestor.name, {k: v for k, v in options.items() if k not in functions})
+    return records if claimed else expect_records(records, path, ingestor.name)
 
 
 def _from_child(path: Path, name: str, options: dict[str, Any]) -> Iterator[Record]:

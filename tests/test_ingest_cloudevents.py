@@ -1,4 +1,4 @@
-"""The CloudEvents reader: JSON Lines and JSON arrays, line numbers, BOM, bad structure."""
+"""The CloudEvents reader: JSON Lines, JSON arrays, pretty-printed objects; line numbers, BOM, bad structure."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest import IngestError, extract, ingestor_for
-from ingest.jsonarray import MalformedArray, iter_array
+from ingest.jsonarray import MalformedArray, iter_array, iter_values
 from schemas import Accepted, Rejected
 from tests.conftest import progress
 
 
 def records(path: Path) -> list[Any]:
-    return list(extract(path))
+    return list(extract(path, "cloudevents"))
 
 
 def test_jsonl_lines_are_numbered_from_one_and_blank_lines_skipped(tmp_path: Path) -> None:
@@ -110,3 +110,82 @@ def test_bad_data_base64_is_rejected(tmp_path: Path, event_: dict[str, Any], rea
     path.write_text(json.dumps(event_) + "\n")
     [record] = records(path)
     assert isinstance(record, Rejected) and record.field == "data_base64" and record.reason.startswith(reason)
+
+
+# --- the shapes tools write: one pretty object, several, an array, JSON Lines ------------------
+
+
+def shapes(events: list[dict[str, Any]]) -> dict[str, bytes]:
+    return {
+        "JSON Lines": b"".join(json.dumps(e).encode() + b"\n" for e in events),
+        "one array": json.dumps(events, indent=2).encode(),
+        "pretty objects one after another (jq .)": b"".join(json.dumps(e, indent=4).encode() + b"\n" for e in events),
+    }
+
+
+@pytest.mark.parametrize("shape", list(shapes([])))
+def test_every_shape_gives_the_same_events(tmp_path: Path, shape: str) -> None:
+    events = [progress(1), b64_event({"tenant": "acme", "job_id": "j1", "step": 7}), progress(2)]
+    path = tmp_path / "e.json"
+    path.write_bytes(shapes(events)[shape])
+    found = records(path)
+    assert [type(r) for r in found] == [Accepted] * 3, found
+    assert [json.loads(r.body)["data"]["step"] for r in found] == [1, 7, 2]  # data_base64 decoded in every shape
+
+
+def test_one_pretty_object_is_one_record_at_its_first_line(tmp_path: Path) -> None:
+    path = tmp_path / "e.json"
+    path.write_text("\n\n" + json.dumps(progress(1), indent=4) + "\n")
+    [record] = records(path)
+    assert isinstance(record, Accepted) and record.origin.line == 3
+
+
+def test_pretty_objects_carry_their_first_line(tmp_path: Path) -> None:
+    path = tmp_path / "e.json"
+    first = json.dumps(progress(1), indent=2)
+    path.write_text(first + "\n\n" + json.dumps(progress(2), indent=2) + "\n")
+    assert [r.origin.line for r in records(path)] == [1, first.count("\n") + 3]
+
+
+def test_a_pretty_object_cut_short_is_one_rejection(tmp_path: Path) -> None:
+    path = tmp_path / "e.json"
+    path.write_text(json.dumps(progress(1), indent=2) + "\n" + json.dumps(progress(2), indent=2)[:-3])
+    found = records(path)
+    assert isinstance(found[0], Accepted)
+    assert isinstance(found[1], Rejected) and (found[1].field, found[1].reason) == (
+        "(file)", "the file ends inside this JSON object")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.dictionaries(st.text(max_size=4), json_values, max_size=3), max_size=5), st.booleans())
+def test_value_scanner_returns_each_object(objects: list[dict[str, Any]], pretty: bool) -> None:
+    text = b"\n".join(json.dumps(o, indent=2 if pretty else None, ensure_ascii=False).encode() for o in objects)
+    found = list(iter_values(io.BytesIO(text)))
+    assert [json.loads(e.raw) for e in found] == objects
+    assert [text[e.offset:e.offset + len(e.raw)] for e in found] == [e.raw for e in found]
+
+
+def test_tenant_option_fills_only_a_missing_tenant_of_a_tenant_type(tmp_path: Path) -> None:
+    unnamed = progress(1)
+    del unnamed["data"]["tenant"]
+    fault = {"specversion": "1.0", "id": "f1", "source": "test://fleet", "type": "health.fault",
+             "time": "2026-01-05T10:00:00Z", "data": {"node": "n1", "code": "xid-79", "severity": "critical"}}
+    path = tmp_path / "e.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in (unnamed, progress(2, tenant="beta"), fault)))
+    found = list(extract(path, "cloudevents", tenant="acme"))
+    assert [r.tenant for r in found if isinstance(r, Accepted)] == ["acme", "beta", None]
+    assert isinstance(records(path)[0], Rejected)  # without the option, the missing tenant is an error
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 8])
+def test_value_scanner_across_read_boundaries(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    import ingest.jsonarray as jsonarray
+
+    monkeypatch.setattr(jsonarray, "_CHUNK", chunk)
+    objects: list[Any] = [{"a": 'x,}"\\{'}, [1, [2, {"b": "]"}]], {"c": "☃\n"}, {}]
+    text = b"\n\n".join(json.dumps(o, indent=1, ensure_ascii=False).encode() for o in objects) + b"\n"
+    found = list(iter_values(io.BytesIO(text)))
+    assert [json.loads(e.raw) for e in found] == objects
+    assert [text[e.offset:e.offset + len(e.raw)] for e in found] == [e.raw for e in found]
+    # indent=1 prints the objects over 3, 9, 3 and 1 lines, each followed by a blank line.
+    assert [e.line for e in found] == [1, 1 + 3 + 1, 5 + 9 + 1, 15 + 3 + 1]

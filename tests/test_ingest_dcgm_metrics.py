@@ -35,7 +35,9 @@ def test_a_change_of_the_last_xid_is_a_fault(tmp_path: Path) -> None:
     assert [(e["data"]["code"], e["data"].get("previous_xid")) for e in events] == [("xid-79", 0), ("xid-79", 0), ("xid-13", 79)]
     first = events[0]
     assert (first["type"], first["source"], first["time"]) == ("health.fault", "dcgm-exporter://node-07", "2026-01-07T10:00:30Z")
-    assert first["id"] == f"node-07:0:-:xid:79:{T + 30000}"
+    # The second 79 came after the gauge was reset to 0: a new occurrence, its id takes its time.
+    assert [e["id"] for e in events] == ["node-07:0:GPU-a:-:xid:79", f"node-07:0:GPU-a:-:xid:79:{T + 120000}",
+                                         "node-07:0:GPU-a:-:xid:13"]
     assert (first["data"]["node"], first["data"]["device"], first["data"]["model"]) == ("node-07", 0, "NVIDIA H100 80GB HBM3")
 
 
@@ -57,10 +59,12 @@ def test_series_are_told_apart_by_host_gpu_uuid_and_gpu_instance(tmp_path: Path)
     lines = [xid(mig.format(1), "31"), xid(mig.format(2), "31"), xid(H07, "31"),
              xid(H07.replace("node-07", "node-08"), "31"), xid(mig.format(1), "31", T + 1000)]
     events = faults(tmp_path, lines)
-    assert [e["id"] for e in events] == [f"node-09:0:1:xid:31:{T}", f"node-09:0:2:xid:31:{T}",
-                                         f"node-07:0:-:xid:31:{T}", f"node-08:0:-:xid:31:{T}"]
+    assert [e["id"] for e in events] == ["node-09:0:GPU-a:1:xid:31", "node-09:0:GPU-a:2:xid:31",
+                                         "node-07:0:GPU-a:-:xid:31", "node-08:0:GPU-a:-:xid:31"]
     labels = events[0]["data"]["labels"]
     assert (labels["GPU_I_PROFILE"], labels["GPU_I_ID"], events[0]["data"]["node"]) == ("3g.40gb", "1", "node-09")
+    # A MIG instance's fault names that instance (GPU 0, GPU instance 1), so it touches that instance only.
+    assert [e["data"]["device"] for e in events] == ["0/1", "0/2", 0, 0]
 
 
 def test_hostname_label_wins_over_lowercase_and_option(tmp_path: Path) -> None:
@@ -72,7 +76,7 @@ def test_hostname_label_wins_over_lowercase_and_option(tmp_path: Path) -> None:
 
 def test_without_gpu_label_the_device_is_the_uuid(tmp_path: Path) -> None:
     [event] = faults(tmp_path, [xid('UUID="GPU-5d3c",Hostname="node-07"', "79")])
-    assert event["data"]["device"] == "GPU-5d3c" and event["id"] == f"node-07:GPU-5d3c:-:xid:79:{T}"
+    assert event["data"]["device"] == "GPU-5d3c" and event["id"] == "node-07:-:GPU-5d3c:-:xid:79"
 
 
 def test_other_metrics_and_blank_values_are_not_events(tmp_path: Path) -> None:
@@ -83,16 +87,23 @@ def test_other_metrics_and_blank_values_are_not_events(tmp_path: Path) -> None:
 
 def test_scrape_time_stands_for_missing_timestamps(tmp_path: Path) -> None:
     [event] = faults(tmp_path, [xid(H07, "79", None)], scrape_time="2026-01-07T11:00:00+01:00")
-    assert event["time"] == "2026-01-07T10:00:00Z" and event["id"].endswith(f":{T}")
+    assert event["time"] == "2026-01-07T10:00:00Z"
 
 
 def test_a_sample_without_time_is_an_input_error_naming_its_line(tmp_path: Path) -> None:
     path = tmp_path / "scrape.prom"
-    path.write_text(f"# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n{xid(H07, '0', None)}\n")
-    with pytest.raises(IngestError, match=r"scrape.prom:2: timestamp: the sample has no timestamp; give --scrape-time"):
+    path.write_text(f"# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n{xid(H07, '0', None)}\n{xid(H07, '79', None)}\n")
+    with pytest.raises(IngestError, match=r"scrape.prom:3: timestamp: the sample has no timestamp; give --scrape-time"):
         list(extract(path, "dcgm-metrics"))
     with pytest.raises(IngestError, match=r"--scrape-time: not an RFC 3339 time: 'noon'"):
         list(extract(path, "dcgm-metrics", scrape_time="noon"))
+
+
+def test_workload_labels_are_left_out_of_a_fleet_fault(tmp_path: Path) -> None:
+    # as dcgm-exporter 4.x writes them on Kubernetes (err_code, err_msg; the pod using the GPU)
+    labels = H07 + ',container="main",err_code="79",err_msg="GPU has fallen off the bus",namespace="team-a",pod="train-0",pod_uid=""'
+    [event] = faults(tmp_path, [xid(labels, "79")])
+    assert sorted(event["data"]["labels"]) == ["Hostname", "UUID", "err_code", "err_msg", "gpu", "modelName"]
 
 
 def test_fabric_domain_option(tmp_path: Path) -> None:
@@ -123,4 +134,5 @@ def test_identify(tmp_path: Path) -> None:
     other = tmp_path / "other.prom"
     other.write_text('node_cpu_seconds_total{cpu="0",mode="idle"} 12.5\n')
     assert ingestor_for(prom).name == "dcgm-metrics"
-    assert ingestor_for(other).name == "cloudevents"  # not claimed: the default
+    with pytest.raises(IngestError, match="other.prom: no format recognises this file; choose one with --format"):
+        ingestor_for(other)  # claimed by none: an error, never a guess

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli import main
-from ingest import extract, ingestor_for
+from ingest import IngestError, extract, ingestor_for
 from reconcile.dispute import touches
 from schemas import Accepted, Rejected
 from tests.conftest import REALDATA
@@ -244,7 +244,8 @@ def test_identify(tmp_path: Path) -> None:
     stats.write_text("step 10\n" + "\n".join(header() + table()))
     other.write_text("| GPU ID: 0 | a table of something else |\n")
     assert ingestor_for(stats).name == "dcgm-stats"
-    assert ingestor_for(other).name == "cloudevents"  # not claimed: the default
+    with pytest.raises(IngestError, match="no format recognises this file"):
+        ingestor_for(other)  # claimed by none: an error, never a guess
 
 
 @pytest.mark.parametrize(("path", "zone", "job", "window"), [

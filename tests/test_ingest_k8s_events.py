@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from click.testing import CliRunner
 
 from cli import main
 from ingest import extract
-from ingest.k8s_events import kebab
+from ingest.k8s_events import k8s_event, kebab
 from schemas import Accepted, Rejected
 from tests.conftest import ROOT
 
@@ -106,8 +107,9 @@ MAPPING: dict[str, tuple[dict[str, Any], tuple[str, ...] | None]] = {
         core_event("Workload", "EvictedDueToPreempted", "InCohortReclaimWhileBorrowing"), ("policy.decision", "reclaimed", "obj-1", "team-a")),
     "Workload EvictedDueToPodsReadyTimeout": (core_event("Workload", "EvictedDueToPodsReadyTimeout", "Exceeded the PodsReady timeout"),
                                               ("policy.decision", "evicted", "obj-1", "team-a")),
-    "Workload EvictedDueToDeactivated": (core_event("Workload", "EvictedDueToDeactivated", "The workload is deactivated"),
-                                         ("policy.decision", "evicted", "obj-1", "team-a")),
+    "Workload EvictedDueToDeactivatedDueToAdmissionCheck (Kueue's act)": (
+        core_event("Workload", "EvictedDueToDeactivatedDueToAdmissionCheck", "The workload is deactivated due to Admission check(s): "
+                   "check-1, were rejected"), ("policy.decision", "evicted", "obj-1", "team-a")),
     "Workload Finished: skipped": (core_event("Workload", "Finished", "Job finished successfully"), None),
     "Job SuccessfulCreate: skipped": (core_event("Job", "SuccessfulCreate", "Created pod: obj-1-x"), None),
     "Job Suspended: skipped": (core_event("Job", "Suspended", "Kueue managed job suspended"), None),
@@ -138,10 +140,19 @@ def test_mapping_table(tmp_path: Path, name: str) -> None:
 def test_decision_data(tmp_path: Path) -> None:
     body = core_event("Pod", "Scheduled", "Successfully assigned team-a/obj-1 to gpu-node-4", uid="e-9", version="77")
     (event,) = accepted(write(tmp_path, body), cluster="west")
-    assert (event["id"], event["source"], event["time"]) == ("e-9@77", "k8s://west", "2026-01-05T10:05:00Z")
+    assert (event["id"], event["source"], event["time"]) == ("e-9", "k8s://west", "2026-01-05T10:00:00Z")
+    fixed = {k: v for k, v in body.items() if k not in ("count", "lastTimestamp")}
+    fixed["metadata"] = {"name": "obj-1.1881e4c6a7b2f001", "namespace": "team-a", "uid": "e-9"}
     assert event["data"] == {"tenant": "team-a", "decision": "placed", "job_id": "obj-1", "reason": "Scheduled",
-                             "node": "gpu-node-4", "k8s_event": body}
+                             "node": "gpu-node-4", "k8s_event": fixed}
     assert "notice_s" not in event["data"]
+
+
+@pytest.mark.parametrize("reason", ["EvictedDueToDeactivated", "EvictedDueToInactiveWorkload",
+                                    "EvictedDueToDeactivatedDueToMaximumExecutionTimeExceeded"])
+def test_a_workload_deactivated_by_its_owner_is_no_eviction(reason: str) -> None:
+    event = k8s_event(core_event("Workload", reason, "The workload is deactivated"))
+    assert event is not None and event["data"]["decision"] == "deactivated"
 
 
 def test_scheduled_with_another_message_has_no_node(tmp_path: Path) -> None:
@@ -173,21 +184,33 @@ def test_kebab_case(reason: str, code: str) -> None:
 
 
 @pytest.mark.parametrize(("drop", "expected"), [
-    ((), "2026-01-05T10:10:00.500000Z"),
-    (("series",), "2026-01-05T10:00:00.250000Z"),
-    (("series", "eventTime"), "2026-01-05T10:05:00Z"),
-    (("series", "eventTime", "lastTimestamp"), "2026-01-05T10:00:00Z"),
-    (("series", "eventTime", "lastTimestamp", "firstTimestamp"), "2026-01-05T09:30:00Z"),
-    (("series", "eventTime", "lastTimestamp", "firstTimestamp", "deprecatedLastTimestamp"), "2026-01-05T09:00:00Z"),
+    ((), "2026-01-05T10:00:00.250000Z"),
+    (("eventTime",), "2026-01-05T10:00:00Z"),
+    (("eventTime", "firstTimestamp"), "2026-01-05T09:00:00Z"),
+    (("eventTime", "firstTimestamp", "deprecatedFirstTimestamp"), "2026-01-05T09:59:59Z"),
+    (("eventTime", "firstTimestamp", "deprecatedFirstTimestamp", "creationTimestamp"), "2026-01-05T10:05:00Z"),
+    (("eventTime", "firstTimestamp", "deprecatedFirstTimestamp", "creationTimestamp", "lastTimestamp"),
+     "2026-01-05T10:10:00.500000Z"),
+    (("eventTime", "firstTimestamp", "deprecatedFirstTimestamp", "creationTimestamp", "lastTimestamp", "series"),
+     "2026-01-05T09:30:00Z"),
 ])
 def test_time_precedence(tmp_path: Path, drop: tuple[str, ...], expected: str) -> None:
+    # Fixed times first (eventTime, firstTimestamp, deprecatedFirstTimestamp, creationTimestamp), then the moving ones.
     body = core_event("Pod", "FailedScheduling", eventTime="2026-01-05T10:00:00.250000Z",
                       series={"count": 5, "lastObservedTime": "2026-01-05T10:10:00.5Z"},
                       deprecatedLastTimestamp="2026-01-05T09:30:00Z", deprecatedFirstTimestamp="2026-01-05T09:00:00Z")
+    body["metadata"]["creationTimestamp"] = "2026-01-05T09:59:59Z"
     for name in drop:
-        body[name] = None  # kubectl prints absent times as null
+        (body["metadata"] if name == "creationTimestamp" else body)[name] = None  # kubectl prints absent times as null
     (event,) = accepted(write(tmp_path, body))
     assert event["time"] == expected
+
+
+def test_the_zero_time_is_unset(tmp_path: Path) -> None:
+    # Some writers print metav1.Time's zero value instead of null; it is no time at all.
+    body = core_event("Pod", "Evicted", firstTimestamp="0001-01-01T00:00:00Z", lastTimestamp="2026-01-05T10:05:00Z")
+    (event,) = accepted(write(tmp_path, body))
+    assert event["time"] == "2026-01-05T10:05:00Z"
 
 
 def test_events_k8s_io_v1(tmp_path: Path) -> None:
@@ -196,22 +219,6 @@ def test_events_k8s_io_v1(tmp_path: Path) -> None:
     assert [brief(e) for e in events] == [("policy.decision", "queued", "obj-1", "team-a"),
                                           ("policy.decision", "reclaimed", "wl-2", "team-a")]
     assert events[0]["time"] == "2026-01-05T10:00:00.250000Z"
-
-
-def test_one_record_per_uid_and_resource_version(tmp_path: Path) -> None:
-    db = f"sqlite:///{tmp_path / 'l.db'}"
-    first = core_event("Workload", "Pending", "couldn't assign flavors", version="100")
-    later = copy.deepcopy(first)
-    later["metadata"]["resourceVersion"], later["count"], later["lastTimestamp"] = "140", 5, "2026-01-05T10:09:00Z"
-    runner = CliRunner()
-    out = [runner.invoke(main, ["ingest", "--db", db, "--format", "k8s-events", str(write(tmp_path, *objects, name=f"{i}.json"))])
-           for i, objects in enumerate([(first,), (first, later), (first, later)])]
-    assert [o.exit_code for o in out] == [0, 0, 0]
-    assert [o.stdout.split(": ", 1)[1].strip() for o in out] == [
-        "read 1 · appended 1 · duplicate 0 · quarantined 0",
-        "read 2 · appended 1 · duplicate 1 · quarantined 0",
-        "read 2 · appended 0 · duplicate 2 · quarantined 0",
-    ]
 
 
 def test_tenant_field_label_and_namespace_fallbacks(tmp_path: Path) -> None:
@@ -227,13 +234,14 @@ def test_tenant_field_label_and_namespace_fallbacks(tmp_path: Path) -> None:
 def test_missing_identity_and_time_are_rejected(tmp_path: Path) -> None:
     no_uid = core_event("Pod", "Evicted")
     del no_uid["metadata"]["uid"]
-    no_version = core_event("Pod", "Evicted")
+    no_version = core_event("Pod", "Evicted", uid="ev-2")  # resourceVersion is not part of the identity
     del no_version["metadata"]["resourceVersion"]
-    no_time = core_event("Pod", "Evicted", firstTimestamp=None, lastTimestamp=None)
+    no_time = core_event("Pod", "Evicted", uid="ev-3", firstTimestamp=None, lastTimestamp=None)
     found = records(write(tmp_path, no_uid, no_version, no_time))
-    assert [(r.field, r.reason) for r in found if isinstance(r, Rejected)] == [
-        ("metadata.uid", "missing"), ("metadata.resourceVersion", "missing"),
-        ("eventTime", "no time: none of series.lastObservedTime, eventTime, lastTimestamp, firstTimestamp is set")]
+    assert [(r.field, r.reason) if isinstance(r, Rejected) else r.id for r in found] == [
+        ("metadata.uid", "missing"), "ev-2",
+        ("eventTime", "no time: none of eventTime, firstTimestamp, metadata.creationTimestamp, lastTimestamp, "
+                      "series.lastObservedTime is set")]
 
 
 def test_skipped_events_are_counted_not_quarantined(tmp_path: Path) -> None:
@@ -270,8 +278,8 @@ def test_sample() -> None:
     ]
     placed = events[2]
     assert placed["data"]["node"] == "gpu-node-07" and placed["time"] == "2026-01-05T10:00:02.481235Z"
-    assert events[4]["time"] == "2026-01-05T10:08:11.904412Z"  # series.lastObservedTime
-    assert events[3]["time"] == "2026-01-05T10:09:31Z"  # lastTimestamp of an Event seen 7 times
+    assert events[4]["time"] == "2026-01-05T10:05:03.117302Z"  # eventTime, not series.lastObservedTime
+    assert events[3]["time"] == "2026-01-05T10:05:01Z"  # firstTimestamp of an Event seen 7 times
 
 
 def test_sample_as_yaml_gives_the_same_events(tmp_path: Path) -> None:
@@ -294,3 +302,52 @@ def test_objects_that_are_not_events_are_rejected(tmp_path: Path) -> None:
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "n"}}
     (found,) = records(write(tmp_path, pod))
     assert isinstance(found, Rejected) and (found.field, found.reason) == ("kind", "not a Kubernetes Event: 'Pod'")
+
+
+# --- lists as the API writes them: items with no kind or apiVersion ------------------------------
+
+
+def api_list(*items: dict[str, Any], kind: str = "EventList") -> dict[str, Any]:
+    """The API's list form (`kubectl get --raw`, `kubectl cluster-info dump`): the list names
+    the kind, the items do not."""
+    bare = [{k: v for k, v in item.items() if k not in ("kind", "apiVersion")} for item in items]
+    return {"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": "770"}, "items": bare}
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_event_list_items_without_kind_are_events(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"dump{suffix}"
+    body = api_list(core_event("Pod", "Scheduled", "Successfully assigned team-a/obj-1 to n1", uid="a"),
+                    core_event("Pod", "Pulled", "pulled", uid="b"))
+    path.write_text(json.dumps(body, indent=4) if suffix == ".json" else yaml.safe_dump(body, sort_keys=False))
+    skipped: Counter[tuple[str, str]] = Counter()
+    events = accepted(path, skipped=skipped)
+    assert [(e["id"], e["data"]["decision"]) for e in events] == [("a", "placed")]
+    assert skipped == Counter({("Pod", "Pulled"): 1})  # skipped as the mapping says, not quarantined
+    assert events[0]["data"]["k8s_event"]["kind"] == "Event" and events[0]["data"]["k8s_event"]["apiVersion"] == "v1"
+
+
+def test_items_of_a_plain_list_keep_needing_their_own_kind(tmp_path: Path) -> None:
+    path = tmp_path / "list.json"
+    path.write_text(json.dumps(api_list(core_event("Pod", "Evicted"), kind="List")))
+    (found,) = records(path)
+    assert isinstance(found, Rejected) and (found.field, found.reason) == ("kind", "missing")
+
+
+def test_an_items_own_kind_wins_over_the_lists(tmp_path: Path) -> None:
+    body = api_list(core_event("Pod", "Evicted"))
+    body["items"][0]["kind"] = "Pod"
+    path = tmp_path / "list.json"
+    path.write_text(json.dumps(body))
+    (found,) = records(path)
+    assert isinstance(found, Rejected) and found.reason == "not a Kubernetes Event: 'Pod'"
+
+
+def test_tenant_option_only_where_the_event_names_no_namespace(tmp_path: Path) -> None:
+    named = core_event("Pod", "Evicted", uid="a")
+    unnamed = core_event("Pod", "Evicted", uid="b")
+    del unnamed["involvedObject"]["namespace"], unnamed["metadata"]["namespace"]
+    events = accepted(write(tmp_path, named, unnamed), tenant="acme")
+    assert [e["data"]["tenant"] for e in events] == ["team-a", "acme"]
+    (rejected,) = [r for r in records(write(tmp_path, unnamed)) if isinstance(r, Rejected)]
+    assert (rejected.field, rejected.reason) == ("metadata.namespace", "missing")  # no option: no tenant, no guess

@@ -10,6 +10,7 @@ import pytest
 
 from ingest import IngestError, extract
 from ingest.worker import extract_parallel
+from schemas import Accepted
 from tests.conftest import progress, write_jsonl
 
 
@@ -78,3 +79,23 @@ def test_small_files_stay_in_this_process(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr("ingest.worker.subprocess.Popen", no_child)
     path = write_jsonl(tmp_path / "e.jsonl", [progress(1)])
     assert list(extract_parallel(path)) == list(extract(path))
+
+
+def test_a_function_option_stays_in_this_process(tmp_path: Path) -> None:
+    # cloudevents does not read `recorded`: the child parses, without it.
+    path = write_jsonl(tmp_path / "e.jsonl", [progress(i) for i in range(3)])
+    assert list(extract_parallel(path, recorded=lambda source, event_id: None)) == list(extract(path))
+    # dcgm-metrics reads it: parsed here, where the function is, which gives the fault as stored.
+    scrape = tmp_path / "scrape.prom"
+    scrape.write_text('DCGM_FI_DEV_XID_ERRORS{gpu="1",UUID="GPU-b",Hostname="n7"} 79 1767607800000\n')
+    stored = (b'{"data":{"code":"xid-79","device":1,"node":"n7","severity":"critical"},"id":"n7:1:GPU-b:-:xid:79",'
+              b'"source":"dcgm-exporter://n7","specversion":"1.0","time":"2026-01-05T09:00:00Z","type":"health.fault"}')
+    asked: list[tuple[str, str]] = []
+
+    def recorded(source: str, event_id: str) -> bytes | None:
+        asked.append((source, event_id))
+        return stored
+
+    (record,) = list(extract_parallel(scrape, "dcgm-metrics", recorded=recorded))
+    assert asked == [("dcgm-exporter://n7", "n7:1:GPU-b:-:xid:79")]
+    assert isinstance(record, Accepted) and record.body == stored

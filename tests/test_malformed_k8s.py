@@ -141,9 +141,10 @@ CASES: dict[str, tuple[str, bytes, tuple[int, str, str]]] = {
                                             (4, "involvedObject", "expected an object, found string")),
     "events json reason a number": ("k8s-events", b(EJ.replace('"reason": "Evicted"', '"reason": 5')),
                                     (4, "reason", "expected a string, found number 5")),
-    "events json no resourceVersion": ("k8s-events", b(EJ.replace(', "resourceVersion": "9"', "")), (4, "metadata.resourceVersion", "missing")),
+    "events json no uid": ("k8s-events", b(EJ.replace('"uid": "ev-1", ', "")), (4, "metadata.uid", "missing")),
     "events json no time": ("k8s-events", b(EJ.replace('"firstTimestamp": "2026-01-05T10:00:00Z", "lastTimestamp": "2026-01-05T10:00:00Z", ', "")),
-                            (4, "eventTime", "no time: none of series.lastObservedTime, eventTime, lastTimestamp, firstTimestamp is set")),
+                            (4, "eventTime", "no time: none of eventTime, firstTimestamp, metadata.creationTimestamp, "
+                                             "lastTimestamp, series.lastObservedTime is set")),
     "events json pod without a namespace": ("k8s-events", b(EJ.replace('"namespace": "team-a", ', "")), (4, "metadata.namespace", "missing")),
     "events yaml truncated": ("k8s-events", b(EY[:EY.index("0/4") + 3]), (9, "(document)",
                               "not valid YAML: while scanning a quoted scalar found unexpected end of stream")),

@@ -1,0 +1,134 @@
+"""Real files written by others (../shared/realdata: k8s-events, kueue, cloudevents,
+dcgm-metrics), ingested as a user would; each checks the facts its README states,
+counted by hand from the bytes. Skipped, with the reason, where the folder is absent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, get_args
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from cli import main
+from ingest import choose, extract
+from ingest.k8sdocs import read_objects
+from ingest.kueue import workload_events
+from schemas import Accepted, Rejected
+from schemas.events import DecisionKind
+from tests.conftest import REALDATA
+
+needs = pytest.mark.skipif(not REALDATA.is_dir(), reason=f"no real data at {REALDATA} (a clone without ../shared/realdata)")
+needs_deactivated = pytest.mark.skipif("deactivated" not in get_args(DecisionKind),
+                                       reason="schemas/ has no policy.decision `deactivated` yet (DESIGN §2)")
+pytestmark = needs
+
+DEVOPS2 = REALDATA / "k8s-events" / "devops2_volodymyr_k8s_log_EventList_1_kube-system.json"
+INQUISITIVE = REALDATA / "k8s-events" / "inquisitivefrog-kubernetes_cluster-info-dump_EventList.json"
+KUEUE_1726 = REALDATA / "kueue" / "kueue-issue-1726_workload-list_v1beta1.yaml"
+KUEUE_8387 = REALDATA / "kueue" / "kueue-issue-8387_workload_v1beta1.yaml"
+CLOUDEVENTS = [REALDATA / "cloudevents" / "sdk-java_v1_json_data.json", REALDATA / "cloudevents" / "sdk-java_v1_min.json"]
+DCGM_MIG = REALDATA / "dcgm-metrics" / "nvidia-docs_dcgm-exporter_mig_ub20-a100-k8s.prom"
+
+
+def ingest(tmp_path: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["ingest", "--db", f"sqlite:///{tmp_path / 'l.db'}", *args])
+    return result.exit_code, result.output
+
+
+def events(path: Path, **options: Any) -> list[dict[str, Any]]:
+    found = list(extract(path, **options))
+    assert not [r for r in found if isinstance(r, Rejected)], found
+    return [orjson.loads(r.body) for r in found if isinstance(r, Accepted)]
+
+
+def test_every_file_is_detected_as_its_folder_says() -> None:
+    folders = {"k8s-events": "k8s-events", "kueue": "kueue", "cloudevents": "cloudevents", "dcgm-metrics": "dcgm-metrics"}
+    for folder, fmt in folders.items():
+        for path in sorted((REALDATA / folder).iterdir()):
+            assert choose(path)[0].name == fmt, path
+
+
+def test_cluster_info_dump_event_list_devops2(tmp_path: Path) -> None:
+    # 40 core/v1 Events, no kind on the items; 4 Scheduled become placements, the 36 others
+    # (Pulled, Created, Started 8 each, Unhealthy 4, Killing 1, 7 others) are skipped, none quarantined.
+    assert ingest(tmp_path, str(DEVOPS2)) == (0, f"{DEVOPS2}: read 4 · appended 4 · duplicate 0 · quarantined 0\n")
+    placed = events(DEVOPS2)
+    assert [(e["data"]["decision"], e["data"]["job_id"], e["data"]["node"], e["data"]["tenant"], e["time"]) for e in placed] == [
+        ("placed", "coredns-6f6b679f8f-5m7kq", "minikube", "kube-system", "2024-11-17T10:19:41Z"),
+        ("placed", "coredns-6f6b679f8f-rgq7r", "minikube", "kube-system", "2024-11-17T10:19:41Z"),
+        ("placed", "kube-proxy-njm2k", "minikube", "kube-system", "2024-11-17T10:19:41Z"),
+        ("placed", "storage-provisioner", "minikube", "kube-system", "2024-11-17T10:19:43Z"),
+    ]
+    assert ingest(tmp_path, str(DEVOPS2)) == (0, f"{DEVOPS2}: read 4 · appended 0 · duplicate 4 · quarantined 0\n")
+
+
+def test_cluster_info_dump_event_list_inquisitivefrog(tmp_path: Path) -> None:
+    # 2 Warning FailedScheduling Events (count 23 each, first 16:06:21Z, last 17:56:23Z): each queued once,
+    # at its first time; a later dump with a higher count would be the same records.
+    queued = events(INQUISITIVE)
+    assert [(e["id"], e["data"]["decision"], e["data"]["job_id"], e["data"]["tenant"], e["time"]) for e in queued] == [
+        ("5d09dddf-985c-4483-8d76-ad4cf7caee0e", "queued", "coredns-5dd5756b68-2zrhr", "kube-system", "2024-10-25T16:06:21Z"),
+        ("b5114958-925d-458c-ba21-b74f82e567f9", "queued", "coredns-5dd5756b68-wcs5x", "kube-system", "2024-10-25T16:06:21Z"),
+    ]
+    assert all("count" not in e["data"]["k8s_event"] and "lastTimestamp" not in e["data"]["k8s_event"] for e in queued)
+
+
+def test_kueue_workload_list_issue_1726(tmp_path: Path) -> None:
+    # kind: List, 1 v1beta1 Workload in pgrunt; QuotaReserved and Admitted True at 10:42:40Z; 2 GPUs of flavor gpu-a40.
+    decision, grant = events(KUEUE_1726)
+    key = "pgrunt/job-ml-job-annotator-gt-webface-gpu-ff6d8/feb1af8b-abe6-4b35-a6f2-29a808a3416f:Admitted:True:Admitted:2024-02-11T10:42:40Z"
+    assert (decision["id"], decision["type"], decision["time"]) == (key, "policy.decision", "2024-02-11T10:42:40Z")
+    assert decision["data"] == {"tenant": "pgrunt", "decision": "admitted", "job_id": "job-ml-job-annotator-gt-webface-gpu-ff6d8",
+                                "allocation_id": "job-ml-job-annotator-gt-webface-gpu-ff6d8", "reason": "Admitted",
+                                "queue": "lq-all-resources", "priority": 10, "condition": "Admitted"}
+    assert (grant["id"], grant["data"]["gpus"], grant["data"]["placement_class"], grant["data"]["flavors"],
+            grant["data"]["cluster_queue"]) == (key + ":granted", 2, "whole", ["default-flavor", "gpu-a40"], "cq-all-resources")
+    assert ingest(tmp_path, str(KUEUE_1726)) == (0, f"{KUEUE_1726}: read 2 · appended 2 · duplicate 0 · quarantined 0\n")
+
+
+def test_kueue_deactivated_workload_issue_8387_is_no_eviction() -> None:
+    # spec.active: false; Evicted True reason Deactivated at 09:35:24Z; Finished True Succeeded at 09:36:25Z;
+    # no status.admission (no grant). The owner's own act: deactivated, never evicted.
+    (item,) = list(read_objects(KUEUE_8387))
+    assert not isinstance(item, Rejected)
+    found = workload_events(item.body)
+    assert [(e["type"], e["data"].get("decision"), e["data"].get("reason"), e["time"]) for e in found] == [
+        ("policy.decision", "deactivated", "Deactivated", "2025-12-22T09:35:24Z"),
+        ("allocation.released", None, "Deactivated", "2025-12-22T09:35:24Z"),
+        ("allocation.released", None, "Succeeded", "2025-12-22T09:36:25Z"),
+    ]
+    assert {e["data"]["tenant"] for e in found} == {"default"} and found[0]["data"]["job_id"] == "job-suspend-test"
+    assert found[2]["data"]["accumulated_past_execution_time_s"] == 103  # v1beta1's misspelt field
+
+
+@needs_deactivated
+def test_kueue_deactivated_workload_issue_8387_ingests(tmp_path: Path) -> None:
+    assert ingest(tmp_path, str(KUEUE_8387)) == (0, f"{KUEUE_8387}: read 3 · appended 3 · duplicate 0 · quarantined 0\n")
+
+
+@pytest.mark.parametrize("path", CLOUDEVENTS, ids=[p.name for p in CLOUDEVENTS])
+def test_sdk_java_pretty_printed_event_is_one_record(tmp_path: Path, path: Path) -> None:
+    # One pretty-printed CloudEvent of type mock.test: one record, quarantined with that reason.
+    (record,) = list(extract(path))
+    assert isinstance(record, Rejected)
+    assert (record.origin.line, record.field, record.reason) == (1, "type", "unknown event type 'mock.test'")
+    assert ingest(tmp_path, str(path)) == (1, f"{record}\n{path}: read 1 · appended 0 · duplicate 0 · quarantined 1\n")
+
+
+def test_dcgm_exporter_mig_scrape(tmp_path: Path) -> None:
+    # 21 samples, no HELP/TYPE, no timestamps; host ub20-a100-k8s, GPU 0 and MIG instance 13; two XID samples, both 0.
+    assert list(extract(DCGM_MIG)) == []
+    assert ingest(tmp_path, str(DCGM_MIG)) == (0, f"{DCGM_MIG}: read 0 · appended 0 · duplicate 0 · quarantined 0\n")
+
+
+def test_dcgm_exporter_mig_scrape_with_an_xid_names_the_instance(tmp_path: Path) -> None:
+    # The same scrape as it would read after XID 31 on the MIG instance (the file's own lines, one value changed).
+    text = DCGM_MIG.read_text()
+    mig_line = next(line for line in text.splitlines() if line.startswith("DCGM_FI_DEV_XID_ERRORS") and "GPU_I_ID" in line)
+    raised = tmp_path / "raised.prom"
+    raised.write_text(text.replace(mig_line, mig_line[:-1] + "31"))
+    (fault,) = events(raised, scrape_time="2026-01-05T10:00:00Z")
+    assert (fault["id"], fault["data"]["device"], fault["data"]["code"], fault["data"]["node"]) == (
+        "ub20-a100-k8s:0:GPU-34319582-d595-d1c7-d1d2-179bcfa61660:13:xid:31", "0/13", "xid-31", "ub20-a100-k8s")
