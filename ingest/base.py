@@ -13,8 +13,7 @@ from typing import Any, BinaryIO, Protocol
 
 from pydantic import ValidationError
 
-from schemas import Accepted, CloudEvent, Origin, Record, Rejected, rejections, validate_event, validate_event_json
-from schemas.canonical import NotCanonicalizable
+from schemas import Accepted, CloudEvent, Origin, Record, Unstorable, rejections, unstorable, validate_event, validate_event_json
 
 UTF8_BOM = b"\xef\xbb\xbf"
 
@@ -53,8 +52,9 @@ def event_from_json(raw: bytes, origin: Origin) -> Record:
 
 
 def event_from_object(obj: dict[str, Any], origin: Origin, raw: bytes) -> Record:
-    """One CloudEvent built by a parser of another format, accepted or rejected."""
-    return _accept(lambda: validate_event(obj), origin, raw)
+    """One CloudEvent built by a parser of another format, accepted or rejected. A naive
+    time from the parser means UTC (a CloudEvent's own JSON text must carry a zone)."""
+    return _accept(lambda: validate_event(obj, naive_is_utc=True), origin, raw)
 
 
 def _accept(validate: Callable[[], CloudEvent], origin: Origin, raw: bytes) -> Record:
@@ -62,5 +62,5 @@ def _accept(validate: Callable[[], CloudEvent], origin: Origin, raw: bytes) -> R
         return Accepted.of(validate(), origin)
     except ValidationError as exc:
         return rejections(exc, origin, raw)
-    except NotCanonicalizable as exc:
-        return Rejected(origin, "(record)", str(exc), raw)
+    except Unstorable as exc:
+        return unstorable(exc, origin, raw)
