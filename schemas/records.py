@@ -63,14 +63,22 @@ class Rejected:
 Record = Accepted | Rejected
 
 
+#: The member names pydantic adds to a location inside a `str | int` field (`device`,
+#: `devices[i]`): they name the type tried, not a place, so a field path leaves them out.
+_MEMBER_TAGS = frozenset({"str", "int", "constrained-str", "constrained-int"})
+
+
 def field_path(loc: tuple[str | int, ...]) -> str:
-    """`data.gpus`, `data.devices[2]`; the union tag pydantic puts first is dropped."""
-    parts = [str(p) for p in loc]
-    if parts and "." in parts[0]:  # the discriminator value, e.g. 'billing.line'
-        parts = parts[1:]
+    """`data.gpus`, `data.devices[2]`; the union tag pydantic puts first is dropped, and
+    so are the member names of a union field."""
+    steps = list(loc)
+    if steps and "." in str(steps[0]):  # the discriminator value, e.g. 'billing.line'
+        steps = steps[1:]
+    while len(steps) > 1 and steps[-1] in _MEMBER_TAGS:
+        steps.pop()
     text = ""
-    for part, raw in zip(parts, loc[len(loc) - len(parts):]):
-        text += f"[{raw}]" if isinstance(raw, int) else (f".{part}" if text else part)
+    for step in steps:
+        text += f"[{step}]" if isinstance(step, int) else (f".{step}" if text else str(step))
     return text or "(record)"
 
 
