@@ -150,9 +150,11 @@ DATA: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "work.rejected": _tenant(job_id=jobs, result_id=names, units=optional(counts)),
 }
 
-#: JSON values an unknown field may hold (I-JSON: integers within ±(2**53 - 1)).
+#: JSON values an unknown field may hold: integers within ±(2**53 - 1), or larger ones that
+#: RFC 8785 writes as their own digits (a double holds them exactly, below 10**21).
 json_values = st.recursive(
-    st.none() | st.booleans() | safe_ints | st.floats(allow_nan=False, allow_infinity=False) | names,
+    st.none() | st.booleans() | safe_ints | st.sampled_from([2**53, -(2**53), 2**53 + 2, 10**20])
+    | st.floats(allow_nan=False, allow_infinity=False) | names,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(names, inner, max_size=3),
     max_leaves=8,
 )
