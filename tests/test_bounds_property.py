@@ -2,8 +2,8 @@
 
 Random events of every type, built through the real validators with the edge value at
 each bound drawn often (tests/event_strategies.py), are appended to a real SQLite store;
-then `reconcile`, every `report`, `verify`, and `dispute` + `verify-packet` for every
-invoice the reconciliation shows are run through the CLI. None may exit 2 (the stored data
+then `reconcile`, every `report`, `verify`, `packet` for every promise, and `dispute` +
+`verify-packet` for every invoice the reconciliation shows are run through the CLI. None may exit 2 (the stored data
 is not the user's input error) or raise: each exits 0, and the packets verify.
 """
 
@@ -102,6 +102,9 @@ def test_every_command_processes_whatever_ingest_accepted(key: Path, drawn: tupl
         for report in REPORTS:
             run(db, *report)
         run(db, "verify")
+        promises = {(e["data"]["tenant"], e["data"]["promise_id"]) for e in drawn[0] if e["type"] == "policy.promise"}
+        for tenant, promise in sorted(promises):
+            run(db, "packet", "--promise", promise, "--tenant", tenant, "--out", str(Path(folder) / "packet"))
         invoices = sorted({(line["tenant"], line["invoice_id"]) for line in reconciled["lines"]})
         note_outcome(f"invoices disputed: {len(invoices)}")
         for tenant, invoice in invoices:
