@@ -3,7 +3,8 @@
 Each `data` model declares its fields; unknown fields under `data` are kept as evidence
 (`extra="allow"`) and never interpreted. The envelope is CloudEvents 1.0 structured mode;
 extension attributes are kept too. One discriminated union on `type` validates an event
-in a single pass.
+in a single pass. The field types carry the bounds at the door (schemas/types.py): what
+validates, every later command can process.
 """
 
 from __future__ import annotations
