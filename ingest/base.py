@@ -51,10 +51,11 @@ def event_from_json(raw: bytes, origin: Origin) -> Record:
     return _accept(lambda: validate_event_json(raw), origin, raw)
 
 
-def event_from_object(obj: dict[str, Any], origin: Origin, raw: bytes) -> Record:
+def event_from_object(obj: dict[str, Any], origin: Origin, raw: bytes, naive_is_utc: bool = True) -> Record:
     """One CloudEvent built by a parser of another format, accepted or rejected. A naive
-    time from the parser means UTC (a CloudEvent's own JSON text must carry a zone)."""
-    return _accept(lambda: validate_event(obj, naive_is_utc=True), origin, raw)
+    time from the parser means UTC unless `naive_is_utc` is False (a CloudEvent's own
+    JSON text must carry a zone)."""
+    return _accept(lambda: validate_event(obj, naive_is_utc=naive_is_utc), origin, raw)
 
 
 def _accept(validate: Callable[[], CloudEvent], origin: Origin, raw: bytes) -> Record:

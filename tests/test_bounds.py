@@ -195,3 +195,15 @@ def test_the_issues_examples_are_quarantined_and_every_command_still_runs(tmp_pa
     reconciled = json.loads(runner.invoke(main, ["reconcile", *db, "--format", "json"]).output)
     assert reconciled["tenants"]["acme"]["billed_gpu_seconds"] == 8 * 3600
 
+
+
+def test_a_parser_may_hand_over_naive_times_meaning_utc_unless_told_not_to() -> None:
+    """sacct-style parsers read local times in their --timezone; a naive time they pass is
+    UTC. A caller whose text is RFC 3339 (CloudEvents' data_base64 path) passes False."""
+    naive = event("job.completed", "c", {"tenant": "t", "job_id": "j"}, time="2026-01-05T10:00:00")
+    accepted = event_from_object(naive, ORIGIN, b"raw")
+    assert isinstance(accepted, Accepted) and b'"time":"2026-01-05T10:00:00Z"' in accepted.body
+    refused = event_from_object(naive, ORIGIN, b"raw", naive_is_utc=False)
+    assert isinstance(refused, Rejected)
+    assert (refused.field, refused.reason) == ("time", "a time with no zone: '2026-01-05T10:00:00' "
+                                               "(RFC 3339 requires Z or an offset)")
