@@ -16,8 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import ValidationError
 
-from schemas import Accepted, CloudEvent, Origin, Record, Rejected, rejections, validate_event, validate_event_json
-from schemas.canonical import NotCanonicalizable
+from schemas import Accepted, CloudEvent, Origin, Record, Unstorable, rejections, unstorable, validate_event, validate_event_json
 
 UTF8_BOM = b"\xef\xbb\xbf"
 
@@ -106,9 +105,11 @@ def event_from_json(raw: bytes, origin: Origin) -> Record:
     return _accept(lambda: validate_event_json(raw), origin, raw)
 
 
-def event_from_object(obj: dict[str, Any], origin: Origin, raw: bytes) -> Record:
-    """One CloudEvent built by a parser of another format, accepted or rejected."""
-    return _accept(lambda: validate_event(obj), origin, raw)
+def event_from_object(obj: dict[str, Any], origin: Origin, raw: bytes, naive_is_utc: bool = True) -> Record:
+    """One CloudEvent built by a parser of another format, accepted or rejected. A naive
+    time from the parser means UTC unless `naive_is_utc` is False (a CloudEvent's own
+    JSON text must carry a zone)."""
+    return _accept(lambda: validate_event(obj, naive_is_utc=naive_is_utc), origin, raw)
 
 
 def _accept(validate: Callable[[], CloudEvent], origin: Origin, raw: bytes) -> Record:
@@ -116,5 +117,5 @@ def _accept(validate: Callable[[], CloudEvent], origin: Origin, raw: bytes) -> R
         return Accepted.of(validate(), origin)
     except ValidationError as exc:
         return rejections(exc, origin, raw)
-    except NotCanonicalizable as exc:
-        return Rejected(origin, "(record)", str(exc), raw)
+    except Unstorable as exc:
+        return unstorable(exc, origin, raw)

@@ -84,7 +84,7 @@ def _event(raw: bytes, origin: Origin, tenant: str | None = None) -> Record:
             return Rejected(origin, "data_base64", f"not base64 of JSON: {exc}", raw)
     if tenant is not None:
         _fill_tenant(envelope, tenant)
-    return event_from_object(envelope, origin, raw)
+    return event_from_object(envelope, origin, raw, naive_is_utc=False)  # a CloudEvent's time must carry its zone
 
 
 def _fill_tenant(envelope: dict[str, Any], tenant: str) -> None:

@@ -3,22 +3,27 @@
 Each `data` model declares its fields; unknown fields under `data` are kept as evidence
 (`extra="allow"`) and never interpreted. The envelope is CloudEvents 1.0 structured mode;
 extension attributes are kept too. One discriminated union on `type` validates an event
-in a single pass.
+in a single pass. The field types carry the bounds at the door (schemas/types.py): what
+validates, every later command can process.
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model, model_validator
 
-from schemas.types import Count, Currency, Money, Name, PositiveCount, UtcTime
+from schemas.types import (
+    MAX_LINE_GPU_SECONDS, MAX_SAFE_INT, NAIVE_IS_UTC, NOW, Amount, Count, Currency, Deadline, GpuCount, Money,
+    Name, PositiveCount, PositiveGpuCount, SafeInt, Seconds, UtcTime,
+)
 
 PlacementClass = Literal["whole", "mig", "timeslice"]
 FailureCause = Literal["hardware", "fabric", "application", "preempted", "unknown"]
 DecisionKind = Literal[
     "queued", "admitted", "placed", "preempted", "reclaimed", "evicted", "borrowed", "lent",
-    "backfilled",
+    "backfilled", "deactivated",
 ]
 Severity = Literal["critical", "warning"]
 BillingCategory = Literal["usage", "credit", "adjustment", "correction"]
@@ -30,13 +35,17 @@ class EventData(BaseModel):
     model_config = ConfigDict(frozen=True, extra="allow")
 
 
+#: A device named by its index: a count like any other.
+DeviceIndex = Annotated[int, Field(ge=0, le=MAX_SAFE_INT)]
+
+
 class TenantData(EventData):
     tenant: Name
 
 
 class DeviceDiscovered(EventData):
     node: Name
-    device: Name | Annotated[int, Field(ge=0)]
+    device: Name | DeviceIndex
     model: str | None = None
     fabric_domain: str | None = None
     mig_capable: bool | None = None
@@ -44,8 +53,8 @@ class DeviceDiscovered(EventData):
 
 class AllocationGranted(TenantData):
     allocation_id: Name
-    gpus: PositiveCount
-    devices: list[str | int] | None = None
+    gpus: PositiveGpuCount
+    devices: list[str | SafeInt] | None = None
     node: str | None = None
     fabric_domain: str | None = None
     placement_class: PlacementClass = "whole"
@@ -59,9 +68,9 @@ class AllocationReleased(TenantData):
 
 class JobSubmitted(TenantData):
     job_id: Name
-    gpus: PositiveCount | None = None
+    gpus: PositiveGpuCount | None = None
     queue: str | None = None
-    priority: int | None = None
+    priority: SafeInt | None = None
 
 
 class JobStarted(TenantData):
@@ -112,18 +121,18 @@ class CheckpointRestored(TenantData):
 
 
 class PolicyTerms(TenantData):
-    warmup_allowance_s: Count = 600
-    stall_threshold_s: Count = 300
-    reclaim_notice_s: Count = 0
+    warmup_allowance_s: Seconds = 600
+    stall_threshold_s: Seconds = 300
+    reclaim_notice_s: Seconds = 0
 
 
 class PolicyPromise(TenantData):
     promise_id: Name
     job_id: Name
-    start_by: UtcTime
-    complete_by: UtcTime | None = None
+    start_by: Deadline
+    complete_by: Deadline | None = None
     placement_class: PlacementClass | None = None
-    gpus: PositiveCount | None = None
+    gpus: PositiveGpuCount | None = None
 
 
 class PolicyDecision(TenantData):
@@ -131,14 +140,14 @@ class PolicyDecision(TenantData):
     job_id: str | None = None
     allocation_id: str | None = None
     reason: str | None = None
-    notice_s: Count | None = None
+    notice_s: Seconds | None = None
     queue: str | None = None
-    priority: int | None = None
+    priority: SafeInt | None = None
 
 
 class HealthData(EventData):
     node: str | None = None
-    device: str | Annotated[int, Field(ge=0)] | None = None
+    device: str | DeviceIndex | None = None
     fabric_domain: str | None = None
     code: Name
     severity: Severity | None = None
@@ -157,8 +166,8 @@ class BillingLine(TenantData):
     allocation_id: str | None = None
     period_start: UtcTime
     period_end: UtcTime
-    gpus: Count
-    amount: Money
+    gpus: GpuCount
+    amount: Amount
     currency: Currency
     unit_price: Money | None = None
     category: BillingCategory = "usage"
@@ -170,7 +179,14 @@ class BillingLine(TenantData):
             raise ValueError("allocation_id is required when gpus > 0")
         if self.period_end < self.period_start:
             raise ValueError("period_end is before period_start")
+        if self.gpus * _microseconds(self.period_end - self.period_start) > MAX_LINE_GPU_SECONDS * 10**6:
+            raise ValueError(f"the line bills more than {MAX_LINE_GPU_SECONDS // 3600:,} GPU-hours, "
+                             "more than the engine computes money for exactly (split it into lines)")
         return self
+
+
+def _microseconds(span: timedelta) -> int:
+    return span // timedelta(microseconds=1)
 
 
 class WorkResult(TenantData):
@@ -244,11 +260,17 @@ _AnyEvent = Annotated[Union[tuple(ENVELOPES.values())], Field(discriminator="typ
 EVENT_ADAPTER: TypeAdapter[CloudEvent] = TypeAdapter(_AnyEvent)  # type: ignore[arg-type]
 
 
-def validate_event_json(raw: bytes | str) -> CloudEvent:
-    """Parse and validate one CloudEvent from JSON text; raises pydantic.ValidationError."""
-    return EVENT_ADAPTER.validate_json(raw)
+def validate_event_json(raw: bytes | str, now: datetime | None = None) -> CloudEvent:
+    """Parse and validate one CloudEvent from JSON text; raises pydantic.ValidationError.
+
+    `now` is the ingest's clock (default: this machine's): no time may lie more than a day
+    past it. Every time must carry a zone (RFC 3339)."""
+    return EVENT_ADAPTER.validate_json(raw, context={NOW: now})
 
 
-def validate_event(obj: Any) -> CloudEvent:
-    """Validate one CloudEvent given as Python objects; raises pydantic.ValidationError."""
-    return EVENT_ADAPTER.validate_python(obj)
+def validate_event(obj: Any, now: datetime | None = None, naive_is_utc: bool = False) -> CloudEvent:
+    """Validate one CloudEvent given as Python objects; raises pydantic.ValidationError.
+
+    `now` as for `validate_event_json`. `naive_is_utc` lets a parser of a tool that prints
+    no zone hand over naive times, meaning UTC (its own `--timezone` decides first)."""
+    return EVENT_ADAPTER.validate_python(obj, context={NOW: now, NAIVE_IS_UTC: naive_is_utc})

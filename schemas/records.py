@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from schemas.canonical import canonical_event
+from schemas.canonical import Unstorable, canonical_event
 from schemas.events import CloudEvent
+from schemas.types import MAX_EVENT_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +35,16 @@ class Accepted:
 
     @classmethod
     def of(cls, event: CloudEvent, origin: Origin) -> Accepted:
-        return cls(event.source, event.id, event.type, event.tenant, canonical_event(event), origin)
+        """Raises Unstorable for an event JSON cannot carry exactly or one over 1 MiB."""
+        body = canonical_event(event)
+        if len(body) > MAX_EVENT_BYTES:
+            raise EventTooLarge(f"the event is {len(body):,} bytes in canonical form, over the limit of "
+                                f"{MAX_EVENT_BYTES:,} (1 MiB)")
+        return cls(event.source, event.id, event.type, event.tenant, body, origin)
+
+
+class EventTooLarge(Unstorable):
+    """An event whose canonical bytes pass MAX_EVENT_BYTES."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,14 +63,22 @@ class Rejected:
 Record = Accepted | Rejected
 
 
+#: The member names pydantic adds to a location inside a `str | int` field (`device`,
+#: `devices[i]`): they name the type tried, not a place, so a field path leaves them out.
+_MEMBER_TAGS = frozenset({"str", "int", "constrained-str", "constrained-int"})
+
+
 def field_path(loc: tuple[str | int, ...]) -> str:
-    """`data.gpus`, `data.devices[2]`; the union tag pydantic puts first is dropped."""
-    parts = [str(p) for p in loc]
-    if parts and "." in parts[0]:  # the discriminator value, e.g. 'billing.line'
-        parts = parts[1:]
+    """`data.gpus`, `data.devices[2]`; the union tag pydantic puts first is dropped, and
+    so are the member names of a union field."""
+    steps = list(loc)
+    if steps and "." in str(steps[0]):  # the discriminator value, e.g. 'billing.line'
+        steps = steps[1:]
+    while len(steps) > 1 and steps[-1] in _MEMBER_TAGS:
+        steps.pop()
     text = ""
-    for part, raw in zip(parts, loc[len(loc) - len(parts):]):
-        text += f"[{raw}]" if isinstance(raw, int) else (f".{part}" if text else part)
+    for step in steps:
+        text += f"[{step}]" if isinstance(step, int) else (f".{step}" if text else str(step))
     return text or "(record)"
 
 
@@ -77,6 +95,11 @@ def rejections(error: ValidationError, origin: Origin, record: bytes) -> Rejecte
             f"{field_path(tuple(e['loc']))}: {_message(e['msg'])}" for e in errors[1:4]
         ) + ")"
     return Rejected(origin, field, reason, record)
+
+
+def unstorable(error: Unstorable, origin: Origin, record: bytes) -> Rejected:
+    """The Rejected for an event that validated but must not be stored."""
+    return Rejected(origin, error.field, error.reason, record)
 
 
 def _tag_reason(error: object) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import orjson
 import pytest
@@ -16,15 +16,11 @@ from cli import main
 from ingest import extract, ingestor_for
 from ingest.kueue import workload_events
 from schemas import Accepted, Rejected
-from schemas.events import DecisionKind
 from tests.conftest import ROOT
 
 SAMPLES = ROOT / "fixtures" / "samples"
 T0, T1, T2 = "2026-01-05T10:00:00Z", "2026-01-05T11:00:00Z", "2026-01-05T12:00:00Z"
 UID = "0d6f1c3e-2a4b-4c5d-8e6f-7a8b9c0d1e2f"
-#: DESIGN §2 names the decision `deactivated`; schemas/ (another branch's) adds it to DecisionKind.
-needs_deactivated = pytest.mark.skipif("deactivated" not in get_args(DecisionKind),
-                                       reason="schemas/ has no policy.decision `deactivated` yet (DESIGN §2)")
 
 
 def condition(type_: str, status: str, reason: str, at: str = T0, message: str = "m") -> dict[str, Any]:
@@ -330,7 +326,7 @@ def test_a_later_snapshot_appends_only_its_new_transitions(tmp_path: Path) -> No
     assert ingest(db, write(tmp_path, later, name="b.yaml")).endswith("appended 1 · duplicate 2 · quarantined 0\n")
 
 
-@pytest.mark.parametrize("sample", ["kueue_workloads.json", pytest.param("kueue_workloads.yaml", marks=needs_deactivated)])
+@pytest.mark.parametrize("sample", ["kueue_workloads.json", "kueue_workloads.yaml"])
 def test_reingesting_a_sample_appends_nothing(tmp_path: Path, sample: str) -> None:
     db = f"sqlite:///{tmp_path / 'l.db'}"
     first, again = ingest(db, SAMPLES / sample), ingest(db, SAMPLES / sample)
@@ -373,7 +369,6 @@ def test_json_sample_grants(tmp_path: Path) -> None:
     assert [e["data"]["accumulated_past_execution_time_s"] for e in released] == [1800]  # the v1beta1 spelling
 
 
-@needs_deactivated
 def test_yaml_sample(tmp_path: Path) -> None:
     # Four YAML documents, the third a List of three: seven v1beta2 Workloads in all.
     dec, grant, rel = "policy.decision", "allocation.granted", "allocation.released"
@@ -481,7 +476,6 @@ def test_identify_claims_workloads_and_nothing_else() -> None:
     assert ingestor_for(SAMPLES / "events_batch.json").name == "cloudevents"
 
 
-@needs_deactivated
 def test_cli_ingest_and_export(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'l.db'}"
     out = ingest(db, SAMPLES / "kueue_workloads.yaml")

@@ -5,7 +5,7 @@ counted by hand from the bytes. Skipped, with the reason, where the folder is ab
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import orjson
 import pytest
@@ -16,12 +16,9 @@ from ingest import choose, extract
 from ingest.k8sdocs import read_objects
 from ingest.kueue import workload_events
 from schemas import Accepted, Rejected
-from schemas.events import DecisionKind
 from tests.conftest import REALDATA
 
 needs = pytest.mark.skipif(not REALDATA.is_dir(), reason=f"no real data at {REALDATA} (a clone without ../shared/realdata)")
-needs_deactivated = pytest.mark.skipif("deactivated" not in get_args(DecisionKind),
-                                       reason="schemas/ has no policy.decision `deactivated` yet (DESIGN §2)")
 pytestmark = needs
 
 DEVOPS2 = REALDATA / "k8s-events" / "devops2_volodymyr_k8s_log_EventList_1_kube-system.json"
@@ -103,7 +100,6 @@ def test_kueue_deactivated_workload_issue_8387_is_no_eviction() -> None:
     assert found[2]["data"]["accumulated_past_execution_time_s"] == 103  # v1beta1's misspelt field
 
 
-@needs_deactivated
 def test_kueue_deactivated_workload_issue_8387_ingests(tmp_path: Path) -> None:
     assert ingest(tmp_path, str(KUEUE_8387)) == (0, f"{KUEUE_8387}: read 3 · appended 3 · duplicate 0 · quarantined 0\n")
 

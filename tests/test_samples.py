@@ -4,7 +4,6 @@ hand from the file, and a second ingest appends nothing. One row per sample: add
 from __future__ import annotations
 
 from pathlib import Path
-from typing import get_args
 
 import pytest
 from click.testing import CliRunner
@@ -13,7 +12,6 @@ from sqlalchemy import text
 from cli import main
 from ingest import ingestor_for
 from ledger import Store
-from schemas.events import DecisionKind
 
 SAMPLES = Path(__file__).resolve().parent.parent / "fixtures" / "samples"
 
@@ -57,13 +55,9 @@ def _ingest(db: str, fmt: str, options: list[str], path: Path) -> str:
     return result.stdout
 
 
-#: Samples holding a Kueue deactivation, which needs schemas/ to know the decision `deactivated` (DESIGN §2).
-NEEDS_DEACTIVATED = pytest.mark.skipif("deactivated" not in get_args(DecisionKind),
-                                       reason="schemas/ has no policy.decision `deactivated` yet (DESIGN §2)")
-
 
 @pytest.mark.parametrize(("name", "fmt", "options", "expected"), [
-    pytest.param(*row, id=row[0], marks=[NEEDS_DEACTIVATED] if row[0] == "kueue_workloads.yaml" else []) for row in ROWS])
+    pytest.param(*row, id=row[0]) for row in ROWS])
 def test_sample_ingests_whole_and_once(tmp_path: Path, name: str, fmt: str, options: list[str], expected: dict[str, int]) -> None:
     path, db, total = SAMPLES / name, f"sqlite:///{tmp_path / 'ledger.db'}", sum(expected.values())
     first = _ingest(db, fmt, options, path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -38,8 +39,8 @@ MINIMAL: dict[str, dict[str, Any]] = {
 }
 
 
-def error_of(data: dict[str, Any], type_: str) -> tuple[str, str]:
-    raw = event(type_, "e1", data)
+def error_of(data: dict[str, Any], type_: str, **envelope: Any) -> tuple[str, str]:
+    raw = event(type_, "e1", data, **envelope)
     with pytest.raises(ValidationError) as info:
         validate_event(raw)
     rejected = rejections(info.value, Origin("f.jsonl", 7), b"raw")
@@ -89,9 +90,9 @@ def test_money_keeps_its_scale_in_canonical_bytes() -> None:
 
 @pytest.mark.parametrize(("given", "stored"), [
     ("2026-01-05T10:00:00Z", "2026-01-05T10:00:00Z"),
-    ("2026-01-05T10:00:00", "2026-01-05T10:00:00Z"),            # no zone: UTC
-    ("2026-01-05 10:00:00", "2026-01-05T10:00:00Z"),
+    ("2026-01-05 10:00:00Z", "2026-01-05T10:00:00Z"),
     ("2026-01-05T12:30:00+02:30", "2026-01-05T10:00:00Z"),      # offset: converted
+    ("2026-01-05T05:00:00-05:00", "2026-01-05T10:00:00Z"),
     ("2026-01-05t10:00:00.5z", "2026-01-05T10:00:00.500000Z"),
     ("2026-01-05T10:00:00.123456789Z", "2026-01-05T10:00:00.123456Z"),
 ])
@@ -105,6 +106,14 @@ def test_times_that_would_be_guessed_are_refused(bad: Any) -> None:
     raw = event("job.completed", "c", MINIMAL["job.completed"], time=bad)
     with pytest.raises(ValidationError):
         validate_event(raw)
+
+
+@pytest.mark.parametrize("naive", ["2026-01-05T10:00:00", "2026-01-05 10:00:00", "2026-01-05T10:00:00.5"])
+def test_a_time_with_no_zone_is_refused_unless_a_parser_says_it_means_utc(naive: str) -> None:
+    field, reason = error_of(MINIMAL["job.completed"], "job.completed", time=naive)
+    assert (field, reason) == ("time", f"a time with no zone: {naive!r} (RFC 3339 requires Z or an offset)")
+    ev = validate_event(event("job.completed", "c", MINIMAL["job.completed"], time=naive), naive_is_utc=True)
+    assert ev.time == datetime(2026, 1, 5, 10, 0, 0, 500000 if naive.endswith(".5") else 0, tzinfo=timezone.utc)
 
 
 def test_counts_are_strict_integers() -> None:
