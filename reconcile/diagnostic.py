@@ -40,15 +40,33 @@ from sqlalchemy import select
 
 from ledger import Store
 from ledger.tables import entries
-from reconcile import outcomes, promises
+from reconcile import outcomes, promises, story
 from reconcile.figures import iso, money, parse_time, seconds
 from reconcile.packet_sql import (
     ALLOCATIONS, ATTEMPTS, BILLING, CHECKPOINTS, DECISIONS, DEVICES, FAULTS, HISTOGRAM, PROGRESS, RESTORES, SCOPE,
+    SUBMITTED,
 )
 from reconcile.reports import Loaded, loaded
 from reconcile.timeline import timeline
 
 HISTOGRAM_BINS = 120
+#: The timeline's legend: (CSS classes of the swatch, what it means), in lane order.
+LEGEND = (
+    ("lane-path wait-queue", "queue wait: submitted → admitted (Slurm: → started)"),
+    ("lane-path wait-placement", "placement: admitted → placed"),
+    ("lane-path wait-startup", "start-up: placed → started"),
+    ("lane-path wait-first-progress", "started → first progress mark"),
+    ("lane-allocation held", "allocation held (grant → release)"),
+    ("lane-attempts completed", "attempt completed"), ("lane-attempts failed", "attempt failed"),
+    ("lane-attempts cancelled", "attempt cancelled"), ("lane-attempts running", "attempt still running"),
+    ("lane-progress density", "progress marks (height: how many)"),
+    ("lane-checkpoints saved", "checkpoint saved"), ("lane-checkpoints restored", "checkpoint restored"),
+    ("lane-decisions decision-admitted", "decision: admitted / placed"),
+    ("lane-decisions decision-preempted", "decision: preempted / reclaimed / evicted"),
+    ("lane-decisions", "other decision (queued, ...)"),
+    ("lane-faults fault-critical", "critical fault (open → cleared)"), ("lane-faults fault-warning", "warning fault"),
+    ("lane-billed line", "billed period"), ("lane-billed replaced", "billed period replaced by a correction"),
+)
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
@@ -77,9 +95,13 @@ def build_packet(store: Store, promise_id: str, tenant: str | None = None) -> di
     tenant = find_promise_tenant(store, promise_id, tenant)
     with loaded(store, tenant) as data:
         packet = assemble(data, tenant, promise_id)
-    packet["evidence"] = evidence(store, _cited(packet))
+        submitted = data.con.execute(SUBMITTED, {"tenant": tenant, "job": packet["job"]["job_id"]}).fetchone()
+    steps = story.path(packet, None if submitted is None else (iso(submitted[0]) or "", int(submitted[1])))
+    packet["evidence"] = evidence(store, _cited(packet) | {s["seq"] for s in steps if s["seq"] is not None})
     _details(packet)
-    return packet
+    told = {"promise": packet["promise"], "why": story.why(packet, steps), "path": steps,
+            "zoom": story.zoom(packet, steps)}
+    return told | packet  # the story first: what an operator reads before the sections
 
 
 def write_packet(store: Store, promise_id: str, out_dir: Path, tenant: str | None = None) -> list[Path]:
@@ -95,7 +117,8 @@ def write_packet(store: Store, promise_id: str, out_dir: Path, tenant: str | Non
 def render_html(packet: dict[str, Any]) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    return env.get_template("packet.html.j2").render(p=packet, tl=timeline(packet))
+    return env.get_template("packet.html.j2").render(p=packet, tl=timeline(packet), zoom=timeline(packet, packet["zoom"]),
+                                                     zoom_span=packet["zoom"], legend=LEGEND)
 
 
 # -- assembly ---------------------------------------------------------------------------

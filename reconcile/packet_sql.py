@@ -144,3 +144,7 @@ FROM ev l
 WHERE l.type = 'billing.line' AND l.tenant = $tenant AND l.allocation_id IN (SELECT aid FROM pk_allocs)
 ORDER BY l.ps, l.seq
 """
+
+SUBMITTED = """
+SELECT t, seq FROM ev WHERE type = 'job.submitted' AND tenant = $tenant AND job_id = $job ORDER BY t, seq LIMIT 1
+"""
