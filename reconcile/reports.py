@@ -185,12 +185,22 @@ def _what_missed(m: dict[str, Any]) -> str:
 
 
 def _capacity_table(doc: dict[str, Any]) -> Table:
+    """Counts, then each rate as a share with the counts it divides (reconcile/capacity.py)."""
     window = doc["window"]
-    table = Table("class", "devices", "admitted", "placed", "started", "gap d→a", "gap a→p", "gap p→s",
-                  title=f"capacity [{window['since'] or '-∞'}, {window['until'] or '+∞'})")
+    table = Table("class", "devices", "jobs admitted", "placed", "started", "started, no admission needed",
+                  "devices admitted", "devices placed", "devices started", "admitted jobs started",
+                  title=f"capacity [{window['since'] or '-∞'}, {window['until'] or '+∞'}): "
+                        "shares of devices discovered, and of jobs admitted")
     for row in [*doc["classes"], doc["total"]]:
-        table.add_row(*(str(v) for v in row.values()), style="bold" if row is doc["total"] else "")
+        counts = [str(row[k]) for k in ("devices_discovered", "jobs_admitted", "jobs_placed", "workloads_started",
+                                        "started_without_admission")]
+        shares = [_share(row[name], row[part], row[whole]) for name, part, whole in capacity.RATES]
+        table.add_row(row["placement_class"], *counts, *shares, style="bold" if row is doc["total"] else "")
     return table
+
+
+def _share(share: float | None, part: int, whole: int) -> str:
+    return "–" if share is None else f"{share:.0%} ({part}/{whole})"
 
 
 def _outcome_table(doc: dict[str, Any]) -> Table:
