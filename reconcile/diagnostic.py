@@ -83,7 +83,8 @@ def find_promise_tenant(store: Store, promise_id: str, tenant: str | None = None
         tenants = [t for t in tenants if t == tenant]
     if not tenants:
         whose = f" of tenant {tenant!r}" if tenant is not None else ""
-        raise PacketError(f"--promise: no policy.promise{whose} with promise_id {promise_id!r} in the ledger")
+        raise PacketError(f"--promise: no policy.promise{whose} with promise_id {promise_id!r} in the ledger "
+                          "(`gpuledger report promises` lists them)")
     if len(tenants) > 1:
         raise PacketError(f"--promise: {promise_id!r} is promised by {', '.join(tenants)}: name one with --tenant")
     found: str = tenants[0]

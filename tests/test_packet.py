@@ -186,7 +186,8 @@ def test_unknown_promise(store: Store, tmp_path: Path) -> None:
     with pytest.raises(PacketError):
         build_packet(store, "P9")
     result = CliRunner().invoke(main, ["packet", "--db", store.url, "--promise", "P9", "--out", str(tmp_path / "x")])
-    assert (result.exit_code, result.stderr) == (2, "Error: --promise: no policy.promise with promise_id 'P9' in the ledger\n")
+    assert (result.exit_code, result.stderr) == (2, "Error: --promise: no policy.promise with promise_id 'P9' in the ledger "
+                                                   "(`gpuledger report promises` lists them)\n")
     assert not (tmp_path / "x").exists()
 
 
