@@ -96,13 +96,23 @@ def build_packet(store: Store, promise_id: str, tenant: str | None = None) -> di
     tenant = find_promise_tenant(store, promise_id, tenant)
     with loaded(store, tenant) as data:
         packet = assemble(data, tenant, promise_id)
-        submitted = data.con.execute(SUBMITTED, {"tenant": tenant, "job": packet["job"]["job_id"]}).fetchone()
-    steps = story.path(packet, None if submitted is None else (iso(submitted[0]) or "", int(submitted[1])))
+        job = {"tenant": tenant, "job": packet["job"]["job_id"]}
+        submitted = data.con.execute(SUBMITTED, job).fetchone()
+        steps = story.path(packet, None if submitted is None else (iso(submitted[0]) or "", int(submitted[1])))
+        zoom = story.zoom(packet, steps)
+        zoom["progress_histogram"] = _zoom_histogram(data.con, job, zoom)
     packet["evidence"] = evidence(store, _cited(packet) | {s["seq"] for s in steps if s["seq"] is not None})
     _details(packet)
-    told = {"promise": packet["promise"], "why": story.why(packet, steps), "path": steps,
-            "zoom": story.zoom(packet, steps)}
+    told = {"promise": packet["promise"], "why": story.why(packet, steps), "path": steps, "zoom": zoom}
     return told | packet  # the story first: what an operator reads before the sections
+
+
+def _zoom_histogram(con: duckdb.DuckDBPyConnection, job: dict[str, Any], zoom: dict[str, Any]) -> dict[str, Any]:
+    """The progress marks in the zoom, in bins of its own (the whole window's may be wider than it)."""
+    w0, w1 = parse_time(zoom["from"]), parse_time(zoom["to"])
+    params = job | {"w0": w0, "w1": w1, "bins": HISTOGRAM_BINS}
+    return {"bins": HISTOGRAM_BINS, "bin_seconds": seconds(max(1, (w1 - w0) // HISTOGRAM_BINS)),
+            "counts": _histogram(con, params)}
 
 
 def write_packet(store: Store, promise_id: str, out_dir: Path, tenant: str | None = None) -> list[Path]:

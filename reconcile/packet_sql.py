@@ -111,7 +111,7 @@ FROM gaps GROUP BY att ORDER BY first
 
 HISTOGRAM = """
 SELECT (t - $w0) * $bins // ($w1 - $w0) AS bin, count(*) FROM ev
-WHERE type = 'job.progress' AND tenant = $tenant AND job_id = $job GROUP BY ALL
+WHERE type = 'job.progress' AND tenant = $tenant AND job_id = $job AND t BETWEEN $w0 AND $w1 GROUP BY ALL
 """
 
 CHECKPOINTS = """

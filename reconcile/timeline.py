@@ -90,7 +90,8 @@ def timeline(packet: dict[str, Any], span: dict[str, Any] | None = None) -> Time
     tl = Timeline(WIDTH, TOP + len(LANES) * LANE_H + AXIS_H, LEFT, WIDTH - LEFT - RIGHT, lanes)
     y = {name: TOP + i * LANE_H + (LANE_H - BAR_H) / 2 for i, (name, _) in enumerate(LANES)}
     _bars(tl, scale, y, packet)
-    _progress(tl, scale, y["progress"], packet)
+    hist = span.get("progress_histogram") or packet["application"]["progress_histogram"]
+    _progress(tl, scale, y["progress"], hist, span)
     _markers(tl, scale, packet)
     tl.ticks = _ticks(w0, w1)
     return tl
@@ -140,17 +141,17 @@ def _bars(tl: Timeline, scale: _Scale, y: dict[str, float], p: dict[str, Any]) -
              f"{line['period_start']} → {line['period_end']}{' (replaced by a correction)' if line['replaced'] else ''}")
 
 
-def _progress(tl: Timeline, scale: _Scale, y: float, p: dict[str, Any]) -> None:
-    hist = p["application"]["progress_histogram"]
+def _progress(tl: Timeline, scale: _Scale, y: float, hist: dict[str, Any], span: dict[str, Any]) -> None:
+    """One bar per non-empty bin of `hist`, the histogram of `span` (its bins split it evenly)."""
     counts: list[int] = hist["counts"]
     peak = max(counts, default=0)
     if not peak:
         return
-    h0, h1 = parse_time(p["window"]["from"]), parse_time(p["window"]["to"])
+    h0, h1 = parse_time(span["from"]), parse_time(span["to"])
     bin_us = (h1 - h0) / hist["bins"]
     for i, n in enumerate(counts):
         b0, b1 = h0 + i * bin_us, h0 + (i + 1) * bin_us
-        if n and b1 > scale.w0 and b0 < scale.w1:  # a bin is drawn where it overlaps the span
+        if n:
             h = max(2.0, BAR_H * n / peak)
             x0, x1 = scale.x_us(b0), scale.x_us(b1)
             tl.marks.append(Mark("progress", x0, y + BAR_H - h, max(1.0, x1 - x0 - 0.5), h, "density",

@@ -71,7 +71,12 @@ def test_why_a_late_start_was_missed(packet: dict[str, Any]) -> None:
     assert packet["why"] == ("Started 15 min late (10:25 UTC, promised by 10:10 UTC): start_by passed during the "
                              "queue wait (submitted 09:58 UTC → admitted 10:20 UTC, 22 min).")
     # the path from 09:58 to 10:30 and start_by 10:10: 32 min, padded by 4 min (a tenth, in whole minutes)
-    assert packet["zoom"] == {"about": "start", "from": at("09:54"), "to": at("10:34"), "seconds": 2400}
+    zoom = dict(packet["zoom"])
+    hist = zoom.pop("progress_histogram")
+    assert zoom == {"about": "start", "from": at("09:54"), "to": at("10:34"), "seconds": 2400}
+    # its own 120 bins of 20 s from 09:54: 10:30 → 2160 s → bin 108; 10:31 → 111; 10:33 → 117 (10:45, 10:50 are out)
+    assert (hist["bin_seconds"], [i for i, n in enumerate(hist["counts"]) if n], sum(hist["counts"])) == (
+        20, [108, 111, 117], 3)
 
 
 @pytest.mark.parametrize(("promise", "why"), [
@@ -107,7 +112,8 @@ def test_a_job_without_admission_waits_in_the_queue_until_it_starts(tmp_path: Pa
     assert packet["why"] == ("Started 40 min late (10:40 UTC, promised by 10:00 UTC): start_by passed during the "
                              "queue wait (submitted 09:30 UTC → started 10:40 UTC, 1 h 10 min).")
     # focus 09:30-10:45 (75 min) padded by 8 min, cut at the window's end (10:45, the last event)
-    assert packet["zoom"] == {"about": "start", "from": at("09:22"), "to": at("10:45"), "seconds": 4980}
+    assert {k: v for k, v in packet["zoom"].items() if k != "progress_histogram"} == {
+        "about": "start", "from": at("09:22"), "to": at("10:45"), "seconds": 4980}
 
 
 def test_decisions_in_time_order(packet: dict[str, Any]) -> None:
