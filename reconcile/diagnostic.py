@@ -3,6 +3,9 @@
 `packet.json` holds, for the promise's job and every allocation it ran on or was
 decided onto (its *allocations*), over the packet's *window*:
 - `promise`: what was promised and what happened (reconcile/promises.py's definitions);
+- `why`, `path` and `zoom`: the story of the miss (reconcile/story.py): one sentence,
+  the job's steps from submission to first progress with each wait, and the span the
+  page draws zoomed (with its own progress histogram);
 - `decisions`: every `policy.decision` naming the job, one of its Pods (a `job.started`
   `pod`) or one of its allocations, in order (time, then ledger order), numbered;
 - `reservations` and `preemptions`: each allocation's grant and release, and the
@@ -23,7 +26,8 @@ decided onto (its *allocations*), over the packet's *window*:
 The **window** runs from the earliest to the latest time among the promise, the job's
 events, its decisions and its allocations' events (billing periods included), and
 start_by / complete_by. `packet.html` is the same packet on one self-contained page
-(inline CSS, a server-drawn SVG timeline; no script, no network).
+(inline CSS, server-drawn SVG timelines of the zoom and the whole job, a legend; no
+script, no network).
 """
 
 from __future__ import annotations
