@@ -22,6 +22,7 @@ from cli import main
 from ledger import Store
 from reconcile.diagnostic import PacketError, build_packet, write_packet
 from reconcile.reports import report
+from reconcile.story import duration
 from tests.reports_scenario import Events, at, make_store_of, sqlite_store
 
 CHROMIUM = shutil.which("chromium")
@@ -114,6 +115,25 @@ def test_a_job_without_admission_waits_in_the_queue_until_it_starts(tmp_path: Pa
     # focus 09:30-10:45 (75 min) padded by 8 min, cut at the window's end (10:45, the last event)
     assert {k: v for k, v in packet["zoom"].items() if k != "progress_histogram"} == {
         "about": "start", "from": at("09:22"), "to": at("10:45"), "seconds": 4980}
+
+
+def test_a_job_submitted_after_start_by(tmp_path: Path) -> None:
+    e = Events()
+    e.add("policy.promise", "09:00", promise_id="P", job_id="J", start_by=at("10:00"))
+    e.add("job.submitted", "10:05", job_id="J")
+    e.add("job.started", "10:10", job_id="J", allocation_id="A")
+    store = make_store_of(f"sqlite:///{tmp_path / 'after.db'}", e.items)
+    try:
+        assert build_packet(store, "P")["why"] == (
+            "Started 10 min late (10:10 UTC, promised by 10:00 UTC): the job was submitted after start_by.")
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(("s", "text"), [(0, "0 s"), (45, "45 s"), (60, "1 min"), (150, "2 min 30 s"),
+                                         (4200, "1 h 10 min"), (46800, "13 h"), (-90, "-1 min 30 s"), (None, "—")])
+def test_durations_as_people_say_them(s: int | None, text: str) -> None:
+    assert duration(s) == text
 
 
 def test_decisions_in_time_order(packet: dict[str, Any]) -> None:
