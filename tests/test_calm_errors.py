@@ -5,6 +5,7 @@ invoice INV-1)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from cli import _missed_count, main
 from ledger import Store
 from ledger.note import write_keypair
 from ledger.tables import checkpoints
-from tests.reports_scenario import sqlite_store
+from tests.reports_scenario import make_store, sqlite_store
 
 NO_TENANT = "Error: --tenant: no tenant 'nosuch' in the ledger (tenants: acme)\n"
 
@@ -52,6 +53,18 @@ def test_unknown_invoice(store: Store) -> None:
         2, "", "Error: --invoice: no invoice 'INV-9' in the ledger (invoices: INV-1)\n")
     assert run("reconcile", "--db", store.url, "--tenant", "acme", "--invoice", "INV-9") == (
         2, "", "Error: --invoice: no invoice 'INV-9' of tenant 'acme' in the ledger (invoices: INV-1)\n")
+
+
+def test_the_scope_check_on_sqlite_and_postgresql(db_url: str) -> None:
+    backend = make_store(db_url)
+    try:
+        assert run("report", "promises", "--db", db_url, "--tenant", "nosuch") == (2, "", NO_TENANT)
+        assert run("reconcile", "--db", db_url, "--invoice", "INV-9") == (
+            2, "", "Error: --invoice: no invoice 'INV-9' in the ledger (invoices: INV-1)\n")
+        code, out, _ = run("reconcile", "--db", db_url, "--tenant", "acme", "--invoice", "INV-1", "--format", "json")
+        assert code == 0 and list(json.loads(out)["tenants"]) == ["acme"]
+    finally:
+        backend.close()
 
 
 def test_unknown_tenant_or_invoice_of_a_dispute_signs_nothing(store: Store, tmp_path: Path) -> None:
