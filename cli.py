@@ -52,6 +52,9 @@ class Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # click's own three lines (usage, hint, error) as one
+            path = exc.ctx.command_path if exc.ctx else ctx.command_path
+            raise InputError(f"{exc.format_message()} See `{path} --help`.") from None
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # click's own (--help among them): checked first, so they import nothing
         except _bad_input_errors() as exc:

@@ -170,6 +170,14 @@ def test_tables_use_the_full_width_when_piped(store: Store) -> None:
     assert lines[-1].split("\t")[:5] == ["all", "5", "3", "3", "4"]
 
 
+def test_click_usage_errors_are_one_line() -> None:
+    assert run("report", "capacity", "--format", "nope") == (2, "", (
+        "Error: Invalid value for '--format': 'nope' is not one of 'table', 'json', 'csv', 'tsv'. "
+        "See `main report capacity --help`.\n"))
+    assert run("packet", "--out", "x") == (2, "", "Error: Missing option '--promise'. See `main packet --help`.\n")
+    assert run("nosuch") == (2, "", "Error: No such command 'nosuch'. See `main --help`.\n")
+
+
 def test_the_demo_says_how_many_promises_were_missed() -> None:
     assert _missed_count([{}] * 17) == "17 missed; the first 5, with the command that writes the packet:"
     assert _missed_count([{}] * 3) == "3 missed; the first 3, with the command that writes the packet:"
