@@ -322,7 +322,7 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
 
     store = ledger.Store(db_url)
     signer = read_signer(key_path)
-    _require_store(store, tenant, invoice)
+    _require_store(store)
     try:
         packet = build_dispute(store, tenant, invoice, signer, since_size)
     except IsolationError as exc:  # the ledger holds what would leak: a finding, not bad input
