@@ -581,7 +581,7 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
 
 
 def _missed_count(misses: Sequence[dict[str, Any]], shown: int = 5) -> str:
-    """"17 missed; the first 5, ..." (the demo prints the first `shown`)."""
+    """How many were missed, and which the demo lists (the first `shown`)."""
     if not misses:
         return "none missed"
     which = "it" if len(misses) == 1 else f"the first {min(shown, len(misses))}"
