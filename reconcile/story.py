@@ -32,7 +32,7 @@ MINUTE = 60 * SECOND
 #: (step, label, the name of the wait that ends at it)
 STEPS = (("submitted", "submitted", ""), ("admitted", "admitted", "queue wait"), ("placed", "placed", "placement"),
          ("started", "started", "start-up"), ("first_progress", "first progress", "wait for first progress"))
-NO_ADMISSION = "not needed: no scheduling decision names the job (Slurm writes none)"
+NO_ADMISSION = "no scheduling decision names the job (Slurm writes none)"
 
 
 def duration(s: int | float | None) -> str:
@@ -65,7 +65,8 @@ def path(packet: dict[str, Any], submitted: tuple[str, int] | None) -> list[dict
         t, seq = found[step]
         status = "recorded" if t else ("not needed" if step in ("admitted", "placed") and not decided else "not recorded")
         row: dict[str, Any] = {"step": step, "label": label, "t": t, "seq": seq, "status": status,
-               "wait": None, "wait_s": None, "wait_text": None, "since": None}
+               "wait": None, "wait_s": None, "wait_text": None, "since": None,
+               "note": NO_ADMISSION if status == "not needed" else None}
         out.append(row)
         if t and previous:
             wait_us = parse_time(t) - parse_time(previous["t"])

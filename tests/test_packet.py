@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from cli import main
 from ledger import Store
-from reconcile.diagnostic import PacketError, build_packet, write_packet
+from reconcile.diagnostic import PacketError, build_packet, render_html, write_packet
 from reconcile.reports import report
 from reconcile.story import duration
 from tests.reports_scenario import Events, at, make_store_of, sqlite_store
@@ -110,6 +110,8 @@ def test_a_job_without_admission_waits_in_the_queue_until_it_starts(tmp_path: Pa
         ("submitted", "recorded", None, None), ("admitted", "not needed", None, None),
         ("placed", "not needed", None, None), ("started", "recorded", "queue wait", 4200),
         ("first_progress", "recorded", "wait for first progress", 300)]
+    assert packet["path"][1]["note"] == "no scheduling decision names the job (Slurm writes none)"
+    assert "not needed: no scheduling decision names the job (Slurm writes none)" in render_html(packet)
     assert packet["why"] == ("Started 40 min late (10:40 UTC, promised by 10:00 UTC): start_by passed during the "
                              "queue wait (submitted 09:30 UTC → started 10:40 UTC, 1 h 10 min).")
     # focus 09:30-10:45 (75 min) padded by 8 min, cut at the window's end (10:45, the last event)
@@ -128,6 +130,42 @@ def test_a_job_submitted_after_start_by(tmp_path: Path) -> None:
             "Started 10 min late (10:10 UTC, promised by 10:00 UTC): the job was submitted after start_by.")
     finally:
         store.close()
+
+
+def _packet_of(tmp_path: Path, e: Events) -> dict[str, Any]:
+    store = make_store_of(f"sqlite:///{tmp_path / 'one.db'}", e.items)
+    try:
+        return build_packet(store, "P")
+    finally:
+        store.close()
+
+
+def test_the_longest_wait_is_named_when_start_by_passed_in_another(tmp_path: Path) -> None:
+    e = Events()
+    e.add("policy.promise", "08:00", promise_id="P", job_id="J", start_by=at("09:45"))
+    e.add("job.submitted", "09:00", job_id="J")
+    e.add("policy.decision", "09:40", decision="admitted", job_id="J", allocation_id="A")
+    e.add("policy.decision", "09:50", decision="placed", job_id="J")
+    e.add("job.started", "09:52", job_id="J", allocation_id="A")
+    # start_by 09:45 falls in [09:40 admitted, 09:50 placed]; the queue wait (40 min) was longer
+    assert _packet_of(tmp_path, e)["why"] == (
+        "Started 7 min late (09:52 UTC, promised by 09:45 UTC): start_by passed during the placement "
+        "(admitted 09:40 UTC → placed 09:50 UTC, 10 min); the longest wait was the queue wait (40 min).")
+
+
+def test_a_late_completion_names_its_failures(tmp_path: Path) -> None:
+    e = Events()
+    e.add("policy.promise", "09:00", promise_id="P", job_id="J", start_by=at("10:00"), complete_by=at("11:00"))
+    e.add("job.started", "10:00", job_id="J", allocation_id="A", attempt=1)
+    e.add("job.failed", "10:30", job_id="J", cause="hardware", detail="XID 79")
+    e.add("job.started", "10:40", job_id="J", allocation_id="A", attempt=2)
+    e.add("job.completed", "11:20", job_id="J")
+    packet = _packet_of(tmp_path, e)
+    assert packet["why"] == ("Completed 20 min late (11:20 UTC, promised by 11:00 UTC): attempt 1 failed at "
+                             "10:30 UTC (hardware: XID 79); 1 restart.")
+    # about the completion: complete_by 11:00 to completed 11:20, padded by 2 min (a tenth, at least one)
+    assert {k: v for k, v in packet["zoom"].items() if k != "progress_histogram"} == {
+        "about": "completion", "from": at("10:58"), "to": at("11:20"), "seconds": 1320}
 
 
 @pytest.mark.parametrize(("s", "text"), [(0, "0 s"), (45, "45 s"), (60, "1 min"), (150, "2 min 30 s"),
