@@ -76,6 +76,17 @@ def path(packet: dict[str, Any], submitted: tuple[str, int] | None) -> list[dict
     return out
 
 
+def open_wait(steps: list[dict[str, Any]]) -> tuple[dict[str, Any], str] | None:
+    """The wait still open after the last step recorded before the start: that step and the
+    wait's name (the next step's: the queue wait when admission was not needed or never came)."""
+    before_start = steps[:[s["step"] for s in steps].index("started")]
+    recorded = [i for i, s in enumerate(before_start) if s["t"]]
+    if not recorded:
+        return None
+    last = recorded[-1]
+    return steps[last], STEPS[last + 1][2]
+
+
 def _s(us: int) -> int | float:
     return us // SECOND if us % SECOND == 0 else us / SECOND
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reconcile.figures import iso, parse_time
+from reconcile.story import open_wait
 
 WIDTH, LEFT, RIGHT = 1340, 150, 20
 LANE_H, BAR_H, TOP, AXIS_H = 46, 24, 30, 34
@@ -106,12 +107,7 @@ def _bar(tl: Timeline, scale: _Scale, lane: str, y: float, start: str | None, en
 
 
 def _bars(tl: Timeline, scale: _Scale, y: dict[str, float], p: dict[str, Any]) -> None:
-    steps = {s["step"]: s for s in p["path"]}
-    for s in p["path"]:
-        if s["wait"] is not None:
-            since = steps[s["since"]]
-            _bar(tl, scale, "path", y["path"], since["t"], s["t"], "wait-" + WAIT_KINDS[s["wait"]],
-                 f"{s['wait']}: {since['label']} {since['t']} → {s['label']} {s['t']} ({s['wait_text']})")
+    _path(tl, scale, y["path"], p)
     for a in p["reservations"]:
         _bar(tl, scale, "allocation", y["allocation"], a["granted"], a["released"], "held",
              f"allocation {a['allocation_id']}: {a['gpus']} GPU(s) on {a['node'] or '?'}, "
@@ -139,6 +135,21 @@ def _bars(tl: Timeline, scale: _Scale, y: dict[str, float], p: dict[str, Any]) -
              "replaced" if line["replaced"] else "line",
              f"{line['invoice_id']}/{line['line_id']}: {line['gpus']} GPU(s), {line['amount']} {line['currency']}, "
              f"{line['period_start']} → {line['period_end']}{' (replaced by a correction)' if line['replaced'] else ''}")
+
+
+def _path(tl: Timeline, scale: _Scale, y: float, p: dict[str, Any]) -> None:
+    """A bar per wait; a job that never started waits on, open, to the window's end."""
+    steps = {s["step"]: s for s in p["path"]}
+    for s in p["path"]:
+        if s["wait"] is not None:
+            since = steps[s["since"]]
+            _bar(tl, scale, "path", y, since["t"], s["t"], "wait-" + WAIT_KINDS[s["wait"]],
+                 f"{s['wait']}: {since['label']} {since['t']} → {s['label']} {s['t']} ({s['wait_text']})")
+    waiting = open_wait(p["path"]) if p["promise"]["started"] is None else None
+    if waiting is not None:
+        since, name = waiting
+        _bar(tl, scale, "path", y, since["t"], None, "wait-" + WAIT_KINDS[name],
+             f"{name}: {since['label']} {since['t']} → still waiting at the window's end")
 
 
 def _progress(tl: Timeline, scale: _Scale, y: float, hist: dict[str, Any], span: dict[str, Any]) -> None:

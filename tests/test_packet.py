@@ -278,7 +278,11 @@ def test_cli_packet_of_a_promise_never_started(store: Store, tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     doc = json.loads((tmp_path / "P5" / "packet.json").read_text())
     assert (doc["promise"]["start_status"], doc["application"]["attempts"], doc["reservations"]) == ("not_started", [], [])
-    assert "the job never started" in (tmp_path / "P5" / "packet.html").read_text()
+    html = (tmp_path / "P5" / "packet.html").read_text()
+    assert "the job never started" in html
+    # J5 was submitted at 10:50 and is still queued: one open queue wait in each picture, and no other wait
+    assert (html.count('class="mark lane-path wait-queue"'), html.count('class="mark lane-path')) == (2, 2)
+    assert "queue wait: submitted 2026-01-05T10:50:00Z → still waiting at the window&#39;s end" in html
 
 
 # -- headless Chromium ----------------------------------------------------------------
