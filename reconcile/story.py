@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from reconcile.figures import iso, parse_time
+from reconcile.figures import iso, parse_time, seconds
 from reconcile.intervals import SECOND
 
 MINUTE = 60 * SECOND
@@ -65,13 +65,13 @@ def path(packet: dict[str, Any], submitted: tuple[str, int] | None) -> list[dict
         t, seq = found[step]
         status = "recorded" if t else ("not needed" if step in ("admitted", "placed") and not decided else "not recorded")
         row: dict[str, Any] = {"step": step, "label": label, "t": t, "seq": seq, "status": status,
-               "wait": None, "wait_s": None, "wait_text": None, "since": None,
-               "note": NO_ADMISSION if status == "not needed" else None}
+                               "wait": None, "wait_s": None, "wait_text": None, "since": None,
+                               "note": NO_ADMISSION if status == "not needed" else None}
         out.append(row)
         if t and previous:
             wait_us = parse_time(t) - parse_time(previous["t"])
-            row |= {"wait": _wait_name(out, previous["step"], step), "wait_s": _s(wait_us),
-                    "wait_text": duration(_s(wait_us)), "since": previous["step"]}
+            row |= {"wait": _wait_name(out, previous["step"], step), "wait_s": seconds(wait_us),
+                    "wait_text": duration(seconds(wait_us)), "since": previous["step"]}
         previous = row if t else previous
     return out
 
@@ -85,10 +85,6 @@ def open_wait(steps: list[dict[str, Any]]) -> tuple[dict[str, Any], str] | None:
         return None
     last = recorded[-1]
     return steps[last], STEPS[last + 1][2]
-
-
-def _s(us: int) -> int | float:
-    return us // SECOND if us % SECOND == 0 else us / SECOND
 
 
 def _wait_name(rows: list[dict[str, Any]], since: str, step: str) -> str:
@@ -176,7 +172,7 @@ def _why_completion(packet: dict[str, Any], clock: Callable[[str | None], str]) 
                 + (f"; {restarts} restart{'s' if restarts != 1 else ''}" if restarts else "") + ".")
     attempts = packet["application"]["attempts"]
     if p["started"] and p["completed"]:
-        run = _s(parse_time(p["completed"]) - parse_time(p["started"]))
+        run = seconds(parse_time(p["completed"]) - parse_time(p["started"]))
         return f"{head}: no failure or preemption recorded; the run took {duration(run)} from its start."
     return f"{head}: no failure or preemption recorded; {len(attempts)} attempt(s), none completed."
 
@@ -211,4 +207,4 @@ def zoom(packet: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
     if z1 <= z0:
         z1 = z0 + MINUTE
     return {"about": "start" if start_story else "completion", "from": iso(z0), "to": iso(z1),
-            "seconds": _s(z1 - z0)}
+            "seconds": seconds(z1 - z0)}
