@@ -33,11 +33,13 @@ INGEST_FORMATS = ("cloudevents", "sacct", "focus", "dcgm-stats", "dcgm-metrics",
 DEFAULT_BATCH_SIZE = 5000
 DEFAULT_ORIGIN = "gpuledger.local/ledger"
 RECONCILE_FORMATS = ("table", "json", "csv", "parquet")
-REPORT_FORMATS = ("table", "json", "csv")
+REPORT_FORMATS = ("table", "json", "csv", "tsv")
+#: Piped or redirected, a table is as wide as its cells need (rich would cut it to 80 columns).
+PIPED_WIDTH = 10_000
 
 F = TypeVar("F", bound=Callable[..., Any])
 stderr = Console(stderr=True)
-stdout = Console()
+stdout = Console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
 
 
 class InputError(click.ClickException):
@@ -50,10 +52,17 @@ class Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # click's own three lines (usage, hint, error) as one
+            path = exc.ctx.command_path if exc.ctx else ctx.command_path
+            raise InputError(f"{exc.format_message()} See `{path} --help`.") from None
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # click's own (--help among them): checked first, so they import nothing
         except _bad_input_errors() as exc:
             raise InputError(str(exc)) from None
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError) as exc:
+            if exc.filename is None:
+                raise
+            raise InputError(f"{exc.filename}: {exc.strerror}") from None
 
 
 def _bad_input_errors() -> tuple[type[Exception], ...]:
@@ -61,8 +70,9 @@ def _bad_input_errors() -> tuple[type[Exception], ...]:
     from ledger import LedgerError
     from ledger.note import NoteError
     from reconcile.money import MoneyOverflow
+    from reconcile.scope import ScopeError
 
-    return LedgerError, IngestError, NoteError, MoneyOverflow
+    return LedgerError, IngestError, NoteError, MoneyOverflow, ScopeError
 
 
 def db_option(fn: F) -> F:
@@ -82,9 +92,7 @@ def main() -> None:
 @db_option
 def init(db_url: str | None) -> None:
     """Create the store: tables and append-only triggers (safe to repeat)."""
-    import ledger
-
-    store = ledger.Store(db_url)
+    store = _writable_store(db_url)
     store.init()
     click.echo(f"initialised {store.safe_url}")
 
@@ -125,7 +133,7 @@ def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, manifes
     import ledger
 
     jobs = _ingest_jobs(manifest, files, fmt, {k: v for k, v in options.items() if v is not None})
-    store = ledger.Store(db_url)
+    store = _writable_store(db_url)
     store.init()
     appender = ledger.Appender(store)
     total = ledger.AppendReport()
@@ -381,7 +389,7 @@ def export(db_url: str | None, type_: str | None, tenant: str | None, fmt: str, 
     import ledger
 
     store = ledger.Store(db_url)
-    _require_store(store)
+    _require_store(store, tenant)
     if fmt == "parquet" and out is None:
         raise InputError("--out: Parquet needs an output file")
     if out is None:
@@ -437,7 +445,7 @@ def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | Non
 
     limit = _decimal_option("--fail-on-disputed", fail_on)
     store = ledger.Store(db_url)
-    _require_store(store)
+    _require_store(store, tenant, invoice)
     result = reconcile.reconcile_store(store, tenant, invoice)
     if fmt == "table":
         for table in reconcile_render.tables(result):
@@ -556,8 +564,10 @@ def _emit_report(name: str, db_url: str | None, tenant: str | None, fmt: str, ou
     import ledger
     import reconcile.reports as reports
 
+    if since is not None and until is not None and since >= until:
+        raise InputError("--since: not before --until: the time range is empty")
     store = ledger.Store(db_url)
-    _require_store(store)
+    _require_store(store, tenant)
     rendered = reports.render(name, reports.report(store, name, tenant, since, until), fmt)
     if isinstance(rendered, str):
         if out is None:
@@ -570,7 +580,7 @@ def _emit_report(name: str, db_url: str | None, tenant: str | None, fmt: str, ou
         _print_all(stdout, rendered)
         return
     with out.open("w") as handle:
-        _print_all(Console(file=handle, width=160), rendered)
+        _print_all(Console(file=handle, width=PIPED_WIDTH), rendered)
 
 
 def _print_all(console: Console, parts: Sequence[Table | Text]) -> None:
@@ -726,8 +736,8 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
     _say(f"5 reconcile: {len(done.result.cells)} line categories; {totals_line(done.result)}")
     stdout.print(category_table(done.result))
     stdout.print(biggest_findings(done.result))
-    _say(f"6 missed promises: {len(done.missed_promises)}")
-    for miss in done.missed_promises[:5]:
+    _say(f"6 promises: {_missed_count(done.missed_promises)}")
+    for miss in done.missed_promises[:5]:  # as many as _missed_count says
         command = str(miss.get("packet_command", "")).replace("gpuledger packet", f"gpuledger packet --db {store.safe_url}", 1)
         _say(f"  {miss['tenant']} {miss['promise_id']}: {_miss_text(miss)}  → {command}")
     _say(f"7 {done.dispute}")
@@ -737,6 +747,14 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
     _say(f"outputs: store {store.safe_url} · sources and truth {out / 'sim'} · verifier key {key}.pub")
     if not result.ok or report.quarantined:
         sys.exit(1)
+
+
+def _missed_count(misses: Sequence[dict[str, Any]], shown: int = 5) -> str:
+    """How many were missed, and which the demo lists (the first `shown`)."""
+    if not misses:
+        return "none missed"
+    which = "it" if len(misses) == 1 else f"the first {min(shown, len(misses))}"
+    return f"{len(misses)} missed; {which}, with the command that writes the packet:"
 
 
 def _miss_text(miss: dict[str, Any]) -> str:
@@ -768,7 +786,7 @@ def _demo_store(out: Path, db_url: str | None) -> ledger.Store:
         for leftover in out.glob("gpuledger.db*"):
             leftover.unlink()
         db_url = f"sqlite:///{out / 'gpuledger.db'}"
-    store = ledger.Store(db_url)
+    store = _writable_store(db_url)
     store.init()
     return store
 
@@ -800,11 +818,55 @@ def _demo_key(out: Path) -> Path:
     return key
 
 
-def _require_store(store: ledger.Store) -> None:
-    if not store.is_initialised():
+def _require_store(store: ledger.Store, tenant: str | None = None, invoice: str | None = None) -> None:
+    """The one way a command that reads opens the store: it must hold a ledger (a missing
+    SQLite file is never created), and the tenant and invoice asked for must be in it."""
+    from reconcile.scope import check_scope
+
+    if store.in_memory or store.file_missing() or not store.is_initialised():
         raise InputError(f"--db: no ledger at {store.safe_url} (run `gpuledger init` first)")
+    check_scope(store, tenant, invoice)
 
 
+def _writable_store(db_url: str | None) -> ledger.Store:
+    """The store a command writes to: never one in memory, which the process takes with it."""
+    import ledger
+
+    store = ledger.Store(db_url)
+    if store.in_memory:
+        raise InputError(f"--db: {store.safe_url} is in memory: what is written is lost when the command ends "
+                         "(give a file, sqlite:///PATH)")
+    return store
+
+
+class OutputPath(click.Path):
+    """An `--out` checked before the command runs, so nothing is signed or written when it
+    cannot be: a file's folder must exist; a folder (created) must not be a file."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        path = Path(value)
+        if not self.file_okay:
+            if path.exists() and not path.is_dir():
+                raise InputError(f"--out: {path} is a file, not a folder")
+        elif not path.parent.is_dir():
+            raise InputError(f"--out: no folder {path.parent} (create it first)")
+        elif path.is_dir():
+            raise InputError(f"--out: {path} is a folder; name a file in it")
+        return super().convert(value, param, ctx)
+
+
+def _check_outputs(group: click.Group) -> None:
+    """Every command's `--out` becomes an OutputPath: one check for all (and any added later)."""
+    for command in group.commands.values():
+        if isinstance(command, click.Group):
+            _check_outputs(command)
+        for param in command.params:
+            if param.name == "out" and isinstance(param.type, click.Path) and not isinstance(param.type, OutputPath):
+                old = param.type
+                param.type = OutputPath(file_okay=old.file_okay, dir_okay=old.dir_okay, path_type=Path)
+
+
+_check_outputs(main)
 
 if __name__ == "__main__":
     main()

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, InternalError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError, InternalError, OperationalError
 
 from ledger.errors import StoreUnavailable, StoreWriteFailed
 from ledger.quarantine import add_chain_column
@@ -102,7 +102,7 @@ class Store:
     def _connect(self) -> Iterator[Connection]:
         try:
             conn = self.engine.connect()
-        except OperationalError as exc:
+        except DatabaseError as exc:  # OperationalError among them; also SQLite's "file is not a database"
             raise StoreUnavailable(f"--db: cannot open {self.safe_url}: {_first_line(exc)}") from exc
         with conn:
             yield conn
@@ -120,6 +120,18 @@ class Store:
             add_chain_column(conn)  # stores made before the quarantine was chained
             for statement in _trigger_ddl(self.dialect):
                 conn.exec_driver_sql(statement)
+
+    @property
+    def in_memory(self) -> bool:
+        """SQLite in memory (`sqlite://`): it lasts as long as the process, so what is
+        written to it is lost and a reader finds nothing."""
+        database = make_url(self.url).database or ""
+        return self.dialect == "sqlite" and (database in ("", ":memory:") or "mode=memory" in self.url)
+
+    def file_missing(self) -> bool:
+        """A SQLite file store whose file does not exist: connecting would create it, empty."""
+        database = make_url(self.url).database or ""
+        return self.dialect == "sqlite" and not self.in_memory and not os.path.exists(database)
 
     def is_initialised(self) -> bool:
         with self.reading() as conn:

@@ -1,4 +1,4 @@
-"""`report capacity`: the four capacities of a window [since, until), and the gaps between.
+"""`report capacity`: the four capacities of a window [since, until), and the rates between.
 
 Definitions (README "Reports and packets" repeats them):
 - **devices discovered**: distinct (node, device) of `device.discovered` events with time
@@ -10,9 +10,18 @@ Definitions (README "Reports and packets" repeats them):
   allocation, the job that first started on it, else the allocation itself.
 - **jobs placed**: the same, for decisions `placed`.
 - **workloads started**: distinct (tenant, job_id) with a `job.started` in the window.
-- **gap** of a step: the count of the step before it minus its own (discovered → admitted
-  compares devices with jobs: a funnel of counts, not of GPUs). A negative gap says the
-  later step saw jobs the earlier did not record (Slurm, say, writes no admissions).
+- **started without admission**: workloads started whose job no `policy.decision` names
+  (by job_id, one of its Pods, or an allocation it started on). Slurm writes no
+  decisions: its jobs are counted here, not as a shortfall of admissions.
+- **devices admitted / placed / started**: distinct discovered devices held, by the
+  allocation the step names (as for the class below), by a job admitted / placed /
+  started in the window; a grant that lists no devices holds its node's.
+- **admitted, then started**: jobs admitted in the window that also started in it.
+- **rates** (each a share in [0, 1], to four places; none when nothing to share): of the
+  devices discovered, the share admitted, placed and started (`devices_<step>_share`);
+  of the jobs admitted, the share started (`admitted_started_share`). Each compares
+  like with like (devices with devices, jobs with the same jobs), so none can go
+  negative or past 1, as a difference of job and device counts did.
 - **placement class** (whole, mig:<profile>, timeslice, unknown): a device's own
   `placement_class` (and `profile`) when its event has one, completed from the first
   allocation granted on it (its node, and its device when the grant lists devices); a
@@ -30,6 +39,13 @@ from reconcile.figures import iso, placement_sql
 from reconcile.intervals import INF
 
 STEPS = ("devices_discovered", "jobs_admitted", "jobs_placed", "workloads_started")
+COUNTS = (*STEPS, "started_without_admission", "devices_admitted", "devices_placed", "devices_started",
+          "admitted_started")
+#: Each rate: (name, numerator, denominator), all counts of COUNTS.
+RATES = (("devices_admitted_share", "devices_admitted", "devices_discovered"),
+         ("devices_placed_share", "devices_placed", "devices_discovered"),
+         ("devices_started_share", "devices_started", "devices_discovered"),
+         ("admitted_started_share", "admitted_started", "jobs_admitted"))
 
 CAPACITY = f"""
 CREATE OR REPLACE TEMP TABLE rp_capacity AS
@@ -79,12 +95,36 @@ jobs AS (
            {placement_sql('coalesce(g.cls, x.promised)', 'CASE WHEN g.cls IS NOT NULL THEN g.profile END')} AS placement
     FROM (SELECT * FROM decided UNION ALL SELECT * FROM started) x
     LEFT JOIN grant_ g ON g.tenant = x.tenant AND g.allocation_id = x.allocation_id
-    QUALIFY row_number() OVER (PARTITION BY x.tenant, x.decision, x.job ORDER BY x.t, x.seq) = 1)
+    QUALIFY row_number() OVER (PARTITION BY x.tenant, x.decision, x.job ORDER BY x.t, x.seq) = 1),
+held AS (
+    SELECT DISTINCT x.decision, dc.node, dc.device, dc.placement
+    FROM (SELECT * FROM decided UNION ALL SELECT * FROM started) x
+    JOIN grant_ g ON g.tenant = x.tenant AND g.allocation_id = x.allocation_id
+    JOIN device_class dc ON dc.node = g.node AND (g.devices IS NULL OR list_contains(g.devices, dc.device))),
+named AS (
+    SELECT d.tenant, coalesce(pd.job_id, d.job_id) AS job FROM ev d
+    LEFT JOIN pod pd ON pd.tenant = d.tenant AND pd.pod = d.job_id
+    WHERE d.type = 'policy.decision' AND d.job_id IS NOT NULL
+    UNION
+    SELECT s.tenant, s.job_id FROM ev s
+    JOIN ev d ON d.type = 'policy.decision' AND d.tenant = s.tenant AND d.allocation_id = s.allocation_id
+    WHERE s.type = 'job.started')
 SELECT placement, 'devices_discovered' AS step, count(*) AS n FROM device_class GROUP BY placement
 UNION ALL
 SELECT placement, CASE decision WHEN 'admitted' THEN 'jobs_admitted' WHEN 'placed' THEN 'jobs_placed'
                   ELSE 'workloads_started' END, count(*)
 FROM jobs GROUP BY ALL
+UNION ALL
+SELECT placement, 'started_without_admission', count(*) FROM jobs j
+WHERE decision = 'started' AND NOT EXISTS (SELECT 1 FROM named n WHERE n.tenant = j.tenant AND n.job = j.job)
+GROUP BY ALL
+UNION ALL
+SELECT placement, 'admitted_started', count(*) FROM jobs a
+WHERE decision = 'admitted'
+  AND EXISTS (SELECT 1 FROM jobs s WHERE s.decision = 'started' AND s.tenant = a.tenant AND s.job = a.job)
+GROUP BY ALL
+UNION ALL
+SELECT placement, 'devices_' || decision, count(*) FROM held GROUP BY ALL
 """
 
 
@@ -95,19 +135,18 @@ def report(con: duckdb.DuckDBPyConnection, tenant: str | None = None, since: int
                            "until": until if until is not None else INF})
     counts: dict[str, dict[str, int]] = {}
     for placement, step, n in con.execute("SELECT placement, step, n FROM rp_capacity").fetchall():
-        counts.setdefault(placement, dict.fromkeys(STEPS, 0))[step] = int(n)
-    total = {step: sum(c[step] for c in counts.values()) for step in STEPS}
+        counts.setdefault(placement, dict.fromkeys(COUNTS, 0))[step] = int(n)
+    total = {step: sum(c[step] for c in counts.values()) for step in COUNTS}
     return {
         "window": {"since": iso(since) if since is not None else None, "until": iso(until) if until is not None else None},
         "tenant": tenant,
-        "classes": [_with_gaps({"placement_class": p, **counts[p]}) for p in sorted(counts)],
-        "total": _with_gaps({"placement_class": "all", **total}),
+        "classes": [_with_rates({"placement_class": p, **counts[p]}) for p in sorted(counts)],
+        "total": _with_rates({"placement_class": "all", **total}),
     }
 
 
-def _with_gaps(row: dict[str, Any]) -> dict[str, Any]:
-    """Adds `gap_<earlier>_<later>`: the earlier step's count minus the later's."""
-    short = ("discovered", "admitted", "placed", "started")
-    for i in range(1, len(STEPS)):
-        row[f"gap_{short[i - 1]}_{short[i]}"] = row[STEPS[i - 1]] - row[STEPS[i]]
+def _with_rates(row: dict[str, Any]) -> dict[str, Any]:
+    """Adds each rate of RATES: the share, to four places (None when the denominator is 0)."""
+    for name, part, whole in RATES:
+        row[name] = round(row[part] / row[whole], 4) if row[whole] else None
     return row

@@ -9,6 +9,7 @@ user of each kind takes away, and summarise the findings for the terminal.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -55,8 +56,10 @@ def run_demo_outputs(store: Store, out: Path, signer: Signer, verifier: Verifier
     if done.missed_promises:
         first = done.missed_promises[0]
         folder = out / f"packet-{first['promise_id']}"
-        done.files += write_packet(store, first["promise_id"], folder, first.get("tenant"))
-        done.packet = f"diagnostic packet for missed promise {first['promise_id']}: {folder / 'packet.html'}"
+        pages = write_packet(store, first["promise_id"], folder, first.get("tenant"))
+        done.files += pages
+        why = json.loads(pages[0].read_text())["why"]
+        done.packet = f"diagnostic packet for missed promise {first['promise_id']}: {folder / 'packet.html'}\n  why: {why}"
     return done
 
 

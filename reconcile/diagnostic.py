@@ -3,6 +3,9 @@
 `packet.json` holds, for the promise's job and every allocation it ran on or was
 decided onto (its *allocations*), over the packet's *window*:
 - `promise`: what was promised and what happened (reconcile/promises.py's definitions);
+- `why`, `path` and `zoom`: the story of the miss (reconcile/story.py): one sentence,
+  the job's steps from submission to first progress with each wait, and the span the
+  page draws zoomed (with its own progress histogram);
 - `decisions`: every `policy.decision` naming the job, one of its Pods (a `job.started`
   `pod`) or one of its allocations, in order (time, then ledger order), numbered;
 - `reservations` and `preemptions`: each allocation's grant and release, and the
@@ -23,7 +26,8 @@ decided onto (its *allocations*), over the packet's *window*:
 The **window** runs from the earliest to the latest time among the promise, the job's
 events, its decisions and its allocations' events (billing periods included), and
 start_by / complete_by. `packet.html` is the same packet on one self-contained page
-(inline CSS, a server-drawn SVG timeline; no script, no network).
+(inline CSS, server-drawn SVG timelines of the zoom and the whole job, a legend; no
+script, no network).
 """
 
 from __future__ import annotations
@@ -40,15 +44,33 @@ from sqlalchemy import select
 
 from ledger import Store
 from ledger.tables import entries
-from reconcile import outcomes, promises
+from reconcile import outcomes, promises, story
 from reconcile.figures import iso, money, parse_time, seconds
 from reconcile.packet_sql import (
     ALLOCATIONS, ATTEMPTS, BILLING, CHECKPOINTS, DECISIONS, DEVICES, FAULTS, HISTOGRAM, PROGRESS, RESTORES, SCOPE,
+    SUBMITTED,
 )
 from reconcile.reports import Loaded, loaded
 from reconcile.timeline import timeline
 
 HISTOGRAM_BINS = 120
+#: The timeline's legend: (CSS classes of the swatch, what it means), in lane order.
+LEGEND = (
+    ("lane-path wait-queue", "queue wait: submitted → admitted (Slurm: → started)"),
+    ("lane-path wait-placement", "placement: admitted → placed"),
+    ("lane-path wait-startup", "start-up: placed → started"),
+    ("lane-path wait-first-progress", "started → first progress mark"),
+    ("lane-allocation held", "allocation held (grant → release)"),
+    ("lane-attempts completed", "attempt completed"), ("lane-attempts failed", "attempt failed"),
+    ("lane-attempts cancelled", "attempt cancelled"), ("lane-attempts running", "attempt still running"),
+    ("lane-progress density", "progress marks (height: how many)"),
+    ("lane-checkpoints saved", "checkpoint saved"), ("lane-checkpoints restored", "checkpoint restored"),
+    ("lane-decisions decision-admitted", "decision: admitted / placed"),
+    ("lane-decisions decision-preempted", "decision: preempted / reclaimed / evicted"),
+    ("lane-decisions", "other decision (queued, ...)"),
+    ("lane-faults fault-critical", "critical fault (open → cleared)"), ("lane-faults fault-warning", "warning fault"),
+    ("lane-billed line", "billed period"), ("lane-billed replaced", "billed period replaced by a correction"),
+)
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
@@ -65,7 +87,8 @@ def find_promise_tenant(store: Store, promise_id: str, tenant: str | None = None
         tenants = [t for t in tenants if t == tenant]
     if not tenants:
         whose = f" of tenant {tenant!r}" if tenant is not None else ""
-        raise PacketError(f"--promise: no policy.promise{whose} with promise_id {promise_id!r} in the ledger")
+        raise PacketError(f"--promise: no policy.promise{whose} with promise_id {promise_id!r} in the ledger "
+                          "(`gpuledger report promises` lists them)")
     if len(tenants) > 1:
         raise PacketError(f"--promise: {promise_id!r} is promised by {', '.join(tenants)}: name one with --tenant")
     found: str = tenants[0]
@@ -77,9 +100,23 @@ def build_packet(store: Store, promise_id: str, tenant: str | None = None) -> di
     tenant = find_promise_tenant(store, promise_id, tenant)
     with loaded(store, tenant) as data:
         packet = assemble(data, tenant, promise_id)
-    packet["evidence"] = evidence(store, _cited(packet))
+        job = {"tenant": tenant, "job": packet["job"]["job_id"]}
+        submitted = data.con.execute(SUBMITTED, job).fetchone()
+        steps = story.path(packet, None if submitted is None else (iso(submitted[0]) or "", int(submitted[1])))
+        zoom = story.zoom(packet, steps)
+        zoom["progress_histogram"] = _zoom_histogram(data.con, job, zoom)
+    packet["evidence"] = evidence(store, _cited(packet) | {s["seq"] for s in steps if s["seq"] is not None})
     _details(packet)
-    return packet
+    told = {"promise": packet["promise"], "why": story.why(packet, steps), "path": steps, "zoom": zoom}
+    return told | packet  # the story first: what an operator reads before the sections
+
+
+def _zoom_histogram(con: duckdb.DuckDBPyConnection, job: dict[str, Any], zoom: dict[str, Any]) -> dict[str, Any]:
+    """The progress marks in the zoom, in bins of its own (the whole window's may be wider than it)."""
+    w0, w1 = parse_time(zoom["from"]), parse_time(zoom["to"])
+    params = job | {"w0": w0, "w1": w1, "bins": HISTOGRAM_BINS}
+    return {"bins": HISTOGRAM_BINS, "bin_seconds": seconds(max(1, (w1 - w0) // HISTOGRAM_BINS)),
+            "counts": _histogram(con, params)}
 
 
 def write_packet(store: Store, promise_id: str, out_dir: Path, tenant: str | None = None) -> list[Path]:
@@ -95,7 +132,8 @@ def write_packet(store: Store, promise_id: str, out_dir: Path, tenant: str | Non
 def render_html(packet: dict[str, Any]) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    return env.get_template("packet.html.j2").render(p=packet, tl=timeline(packet))
+    return env.get_template("packet.html.j2").render(p=packet, tl=timeline(packet), zoom=timeline(packet, packet["zoom"]),
+                                                     zoom_span=packet["zoom"], legend=LEGEND)
 
 
 # -- assembly ---------------------------------------------------------------------------

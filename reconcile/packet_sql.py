@@ -111,7 +111,7 @@ FROM gaps GROUP BY att ORDER BY first
 
 HISTOGRAM = """
 SELECT (t - $w0) * $bins // ($w1 - $w0) AS bin, count(*) FROM ev
-WHERE type = 'job.progress' AND tenant = $tenant AND job_id = $job GROUP BY ALL
+WHERE type = 'job.progress' AND tenant = $tenant AND job_id = $job AND t BETWEEN $w0 AND $w1 GROUP BY ALL
 """
 
 CHECKPOINTS = """
@@ -143,4 +143,8 @@ SELECT l.seq, l.invoice_id, l.line_id, l.allocation_id, l.ps AS period_start, l.
 FROM ev l
 WHERE l.type = 'billing.line' AND l.tenant = $tenant AND l.allocation_id IN (SELECT aid FROM pk_allocs)
 ORDER BY l.ps, l.seq
+"""
+
+SUBMITTED = """
+SELECT t, seq FROM ev WHERE type = 'job.submitted' AND tenant = $tenant AND job_id = $job ORDER BY t, seq LIMIT 1
 """

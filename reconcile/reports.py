@@ -32,7 +32,7 @@ from reconcile.result import Reconciliation
 from reconcile.snapshot import load_pages, open_engine, store_pages
 
 REPORTS = ("promises", "capacity", "outcomes")
-FORMATS = ("table", "json", "csv")
+FORMATS = ("table", "json", "csv", "tsv")
 
 
 @dataclass
@@ -102,11 +102,11 @@ def write_reports(store: Store, out_dir: Path) -> Written:
 
 
 def render(name: str, doc: dict[str, Any], fmt: str) -> str | list[Table | Text]:
-    """JSON or CSV text, or rich tables (and plain lines, printed unwrapped) for the terminal."""
+    """JSON, CSV or TSV text, or rich tables (and plain lines, printed unwrapped) for the terminal."""
     if fmt == "json":
         return json.dumps(doc, indent=2) + "\n"
-    if fmt == "csv":
-        return to_csv(name, doc)
+    if fmt in ("csv", "tsv"):
+        return to_csv(name, doc, "," if fmt == "csv" else "\t")
     if fmt == "table":
         return tables(name, doc)
     raise ValueError(f"--format: unknown format {fmt!r}")
@@ -130,12 +130,13 @@ def csv_rows(name: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def to_csv(name: str, doc: dict[str, Any]) -> str:
+def to_csv(name: str, doc: dict[str, Any], delimiter: str = ",") -> str:
+    """The rows of csv_rows as CSV (or, with a tab delimiter, TSV: a table for `cut` and `column -t`)."""
     rows = csv_rows(name, doc)
     if not rows:
         return ""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n", delimiter=delimiter)
     writer.writeheader()
     writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
     return buffer.getvalue()
@@ -185,12 +186,22 @@ def _what_missed(m: dict[str, Any]) -> str:
 
 
 def _capacity_table(doc: dict[str, Any]) -> Table:
+    """Counts, then each rate as a share with the counts it divides (reconcile/capacity.py)."""
     window = doc["window"]
-    table = Table("class", "devices", "admitted", "placed", "started", "gap d→a", "gap a→p", "gap p→s",
-                  title=f"capacity [{window['since'] or '-∞'}, {window['until'] or '+∞'})")
+    table = Table("class", "devices", "jobs admitted", "placed", "started", "started, no admission needed",
+                  "devices admitted", "devices placed", "devices started", "admitted jobs started",
+                  title=f"capacity [{window['since'] or '-∞'}, {window['until'] or '+∞'}): "
+                        "shares of devices discovered, and of jobs admitted")
     for row in [*doc["classes"], doc["total"]]:
-        table.add_row(*(str(v) for v in row.values()), style="bold" if row is doc["total"] else "")
+        counts = [str(row[k]) for k in ("devices_discovered", "jobs_admitted", "jobs_placed", "workloads_started",
+                                        "started_without_admission")]
+        shares = [_share(row[name], row[part], row[whole]) for name, part, whole in capacity.RATES]
+        table.add_row(row["placement_class"], *counts, *shares, style="bold" if row is doc["total"] else "")
     return table
+
+
+def _share(share: float | None, part: int, whole: int) -> str:
+    return "–" if share is None else f"{share:.0%} ({part}/{whole})"
 
 
 def _outcome_table(doc: dict[str, Any]) -> Table:

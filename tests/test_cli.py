@@ -193,5 +193,9 @@ def test_demo_simulates_ingests_signs_and_verifies(tmp_path: Path) -> None:
             assert (out_dir / name).exists(), name
         assert len(list(out_dir.glob("dispute-*.json"))) == 1
         assert len(list(out_dir.glob("packet-*/packet.html"))) == 1
+        # step 6 counts the misses the promises report lists; step 7 says why the first was missed
+        misses = json.loads((out_dir / "reports" / "promises.json").read_text())["misses"]
+        assert f"6 promises: {len(misses)} missed; the first 5, with the command that writes the packet:" in out
+        assert f"  why: {json.loads(next(out_dir.glob('packet-*/packet.json')).read_text())['why']}" in out
         doc = json.loads((out_dir / "reconcile.json").read_text())
         assert len(doc["tenants"]) == 4

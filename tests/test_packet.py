@@ -20,8 +20,9 @@ from click.testing import CliRunner
 
 from cli import main
 from ledger import Store
-from reconcile.diagnostic import PacketError, build_packet, write_packet
+from reconcile.diagnostic import PacketError, build_packet, render_html, write_packet
 from reconcile.reports import report
+from reconcile.story import duration
 from tests.reports_scenario import Events, at, make_store_of, sqlite_store
 
 CHROMIUM = shutil.which("chromium")
@@ -52,6 +53,125 @@ def test_promise_and_window(packet: dict[str, Any]) -> None:
     assert (p["promise_id"], p["job_id"], p["start_status"], p["start_delay_s"], p["missed"]) == ("P2", "J2", "late", 900, True)
     # from the promise (09:50) to complete_by (12:00), the latest of J2's and A2's times
     assert packet["window"] == {"from": at("09:50"), "to": at("12:00"), "seconds": 7800}
+
+
+def test_path_of_a_late_start(packet: dict[str, Any]) -> None:
+    # J2: submitted 09:58, admitted 10:20 (22 min queued), placed 10:21, started 10:25, first progress 10:30
+    assert [(s["step"], s["t"], s["status"], s["wait"], s["wait_s"], s["wait_text"], s["since"]) for s in packet["path"]] == [
+        ("submitted", at("09:58"), "recorded", None, None, None, None),
+        ("admitted", at("10:20"), "recorded", "queue wait", 1320, "22 min", "submitted"),
+        ("placed", at("10:21"), "recorded", "placement", 60, "1 min", "admitted"),
+        ("started", at("10:25"), "recorded", "start-up", 240, "4 min", "placed"),
+        ("first_progress", at("10:30"), "recorded", "wait for first progress", 300, "5 min", "started")]
+    by_seq = {e["seq"]: e for e in packet["evidence"]}
+    assert by_seq[packet["path"][0]["seq"]]["type"] == "job.submitted"  # the submission is evidence too
+
+
+def test_why_a_late_start_was_missed(packet: dict[str, Any]) -> None:
+    # start_by 10:10 falls inside [09:58 submitted, 10:20 admitted]: the queue wait, also the longest
+    assert packet["why"] == ("Started 15 min late (10:25 UTC, promised by 10:10 UTC): start_by passed during the "
+                             "queue wait (submitted 09:58 UTC → admitted 10:20 UTC, 22 min).")
+    # the path from 09:58 to 10:30 and start_by 10:10: 32 min, padded by 4 min (a tenth, in whole minutes)
+    zoom = dict(packet["zoom"])
+    hist = zoom.pop("progress_histogram")
+    assert zoom == {"about": "start", "from": at("09:54"), "to": at("10:34"), "seconds": 2400}
+    # its own 120 bins of 20 s from 09:54: 10:30 → 2160 s → bin 108; 10:31 → 111; 10:33 → 117 (10:45, 10:50 are out)
+    assert (hist["bin_seconds"], [i for i, n in enumerate(hist["counts"]) if n], sum(hist["counts"])) == (
+        20, [108, 111, 117], 3)
+
+
+@pytest.mark.parametrize(("promise", "why"), [
+    ("P1", "Kept: started at 10:02 UTC, by 10:05 UTC; completed at 10:16 UTC, by 11:00 UTC."),
+    # J3 started 10:06 and completed 11:10 against 10:50, with no failure: the run itself was long
+    ("P3", "Completed 20 min late (11:10 UTC, promised by 10:50 UTC): no failure or preemption recorded; "
+           "the run took 1 h 4 min from its start."),
+    # J5: submitted 10:50, no decision names it, never started; start_by 11:00 < horizon 11:20
+    ("P5", "Never started (promised by 11:00 UTC): submitted at 10:50 UTC, then no start in the ledger; "
+           "it was waiting to start when start_by passed."),
+    ("P6", "Not missed yet: the ledger does not reach the promised time."),
+])
+def test_why_sentences(store: Store, promise: str, why: str) -> None:
+    assert build_packet(store, promise)["why"] == why
+
+
+def test_a_job_without_admission_waits_in_the_queue_until_it_starts(tmp_path: Path) -> None:
+    """A Slurm-like job: no scheduling decision names it, so admission and placement are not needed."""
+    e = Events()
+    e.add("policy.promise", "09:00", promise_id="P", job_id="J", start_by=at("10:00"))
+    e.add("job.submitted", "09:30", job_id="J")
+    e.add("job.started", "10:40", job_id="J", allocation_id="A")
+    e.add("job.progress", "10:45", job_id="J", step=1)
+    store = make_store_of(f"sqlite:///{tmp_path / 'slurm.db'}", e.items)
+    try:
+        packet = build_packet(store, "P")
+    finally:
+        store.close()
+    assert [(s["step"], s["status"], s["wait"], s["wait_s"]) for s in packet["path"]] == [
+        ("submitted", "recorded", None, None), ("admitted", "not needed", None, None),
+        ("placed", "not needed", None, None), ("started", "recorded", "queue wait", 4200),
+        ("first_progress", "recorded", "wait for first progress", 300)]
+    assert packet["path"][1]["note"] == "no scheduling decision names the job (Slurm writes none)"
+    assert "not needed: no scheduling decision names the job (Slurm writes none)" in render_html(packet)
+    assert packet["why"] == ("Started 40 min late (10:40 UTC, promised by 10:00 UTC): start_by passed during the "
+                             "queue wait (submitted 09:30 UTC → started 10:40 UTC, 1 h 10 min).")
+    # focus 09:30-10:45 (75 min) padded by 8 min, cut at the window's end (10:45, the last event)
+    assert {k: v for k, v in packet["zoom"].items() if k != "progress_histogram"} == {
+        "about": "start", "from": at("09:22"), "to": at("10:45"), "seconds": 4980}
+
+
+def test_a_job_submitted_after_start_by(tmp_path: Path) -> None:
+    e = Events()
+    e.add("policy.promise", "09:00", promise_id="P", job_id="J", start_by=at("10:00"))
+    e.add("job.submitted", "10:05", job_id="J")
+    e.add("job.started", "10:10", job_id="J", allocation_id="A")
+    store = make_store_of(f"sqlite:///{tmp_path / 'after.db'}", e.items)
+    try:
+        assert build_packet(store, "P")["why"] == (
+            "Started 10 min late (10:10 UTC, promised by 10:00 UTC): the job was submitted after start_by.")
+    finally:
+        store.close()
+
+
+def _packet_of(tmp_path: Path, e: Events) -> dict[str, Any]:
+    store = make_store_of(f"sqlite:///{tmp_path / 'one.db'}", e.items)
+    try:
+        return build_packet(store, "P")
+    finally:
+        store.close()
+
+
+def test_the_longest_wait_is_named_when_start_by_passed_in_another(tmp_path: Path) -> None:
+    e = Events()
+    e.add("policy.promise", "08:00", promise_id="P", job_id="J", start_by=at("09:45"))
+    e.add("job.submitted", "09:00", job_id="J")
+    e.add("policy.decision", "09:40", decision="admitted", job_id="J", allocation_id="A")
+    e.add("policy.decision", "09:50", decision="placed", job_id="J")
+    e.add("job.started", "09:52", job_id="J", allocation_id="A")
+    # start_by 09:45 falls in [09:40 admitted, 09:50 placed]; the queue wait (40 min) was longer
+    assert _packet_of(tmp_path, e)["why"] == (
+        "Started 7 min late (09:52 UTC, promised by 09:45 UTC): start_by passed during the placement "
+        "(admitted 09:40 UTC → placed 09:50 UTC, 10 min); the longest wait was the queue wait (40 min).")
+
+
+def test_a_late_completion_names_its_failures(tmp_path: Path) -> None:
+    e = Events()
+    e.add("policy.promise", "09:00", promise_id="P", job_id="J", start_by=at("10:00"), complete_by=at("11:00"))
+    e.add("job.started", "10:00", job_id="J", allocation_id="A", attempt=1)
+    e.add("job.failed", "10:30", job_id="J", cause="hardware", detail="XID 79")
+    e.add("job.started", "10:40", job_id="J", allocation_id="A", attempt=2)
+    e.add("job.completed", "11:20", job_id="J")
+    packet = _packet_of(tmp_path, e)
+    assert packet["why"] == ("Completed 20 min late (11:20 UTC, promised by 11:00 UTC): attempt 1 failed at "
+                             "10:30 UTC (hardware: XID 79); 1 restart.")
+    # about the completion: complete_by 11:00 to completed 11:20, padded by 2 min (a tenth, at least one)
+    assert {k: v for k, v in packet["zoom"].items() if k != "progress_histogram"} == {
+        "about": "completion", "from": at("10:58"), "to": at("11:20"), "seconds": 1320}
+
+
+@pytest.mark.parametrize(("s", "text"), [(0, "0 s"), (45, "45 s"), (60, "1 min"), (150, "2 min 30 s"),
+                                         (4200, "1 h 10 min"), (46800, "13 h"), (-90, "-1 min 30 s"), (None, "—")])
+def test_durations_as_people_say_them(s: int | None, text: str) -> None:
+    assert duration(s) == text
 
 
 def test_decisions_in_time_order(packet: dict[str, Any]) -> None:
@@ -120,14 +240,18 @@ def test_html_is_self_contained(packet_dir: Path) -> None:
     assert "http://" not in html and "https://" not in html
     assert not re.search(r"\b(src|href)\s*=", html, re.I)
     assert "<script" not in html.lower() and "<link" not in html.lower() and "@import" not in html
-    assert html.count('class="mark lane-') == 1 + 2 + 5 + 2 + 3 + 1 + 1
+    # the whole job: path 4 waits, allocation 1, attempts 2, progress bins 5, checkpoints 2, decisions 3,
+    # faults 1, billed 1; the zoom [09:54, 10:34]: the same less attempt 2 (10:40), progress at 10:45 and
+    # 10:50, the restore (10:41)
+    assert html.count('class="mark lane-') == (4 + 1 + 2 + 5 + 2 + 3 + 1 + 1) + (4 + 1 + 1 + 3 + 1 + 3 + 1 + 1)
 
 
 def test_unknown_promise(store: Store, tmp_path: Path) -> None:
     with pytest.raises(PacketError):
         build_packet(store, "P9")
     result = CliRunner().invoke(main, ["packet", "--db", store.url, "--promise", "P9", "--out", str(tmp_path / "x")])
-    assert (result.exit_code, result.stderr) == (2, "Error: --promise: no policy.promise with promise_id 'P9' in the ledger\n")
+    assert (result.exit_code, result.stderr) == (2, "Error: --promise: no policy.promise with promise_id 'P9' in the ledger "
+                                                   "(`gpuledger report promises` lists them)\n")
     assert not (tmp_path / "x").exists()
 
 
@@ -154,7 +278,11 @@ def test_cli_packet_of_a_promise_never_started(store: Store, tmp_path: Path) -> 
     assert result.exit_code == 0, result.output
     doc = json.loads((tmp_path / "P5" / "packet.json").read_text())
     assert (doc["promise"]["start_status"], doc["application"]["attempts"], doc["reservations"]) == ("not_started", [], [])
-    assert "the job never started" in (tmp_path / "P5" / "packet.html").read_text()
+    html = (tmp_path / "P5" / "packet.html").read_text()
+    assert "the job never started" in html
+    # J5 was submitted at 10:50 and is still queued: one open queue wait in each picture, and no other wait
+    assert (html.count('class="mark lane-path wait-queue"'), html.count('class="mark lane-path')) == (2, 2)
+    assert "queue wait: submitted 2026-01-05T10:50:00Z → still waiting at the window&#39;s end" in html
 
 
 # -- headless Chromium ----------------------------------------------------------------
@@ -213,27 +341,84 @@ def _pixels_near(found: Counter[tuple[int, int, int]], rgb: tuple[int, int, int]
     return sum(n for colour, n in found.items() if all(abs(colour[k] - rgb[k]) <= tolerance for k in range(3)))
 
 
+# What the test page asks Chromium after layout: the text people see (innerText) of the
+# why line and the path table, and every box whose content is wider than it, or SVG text
+# outside its picture. Injected into a copy of the page: packet.html itself has no script.
+PROBE = """<pre id="probe"></pre><script>
+const out = {why: document.getElementById("why").innerText,
+  path: [...document.querySelectorAll("#path tr")].slice(1).map(r => [...r.cells].map(c => c.innerText)),
+  zoom_heading: document.querySelectorAll("h2")[1].innerText, overflow: [],
+  page: [document.documentElement.scrollWidth, window.innerWidth]};
+for (const el of document.body.querySelectorAll("p, td, th, h1, h2, dd, dt, .legend, .legend .item, table")) {
+  if (el.scrollWidth > el.clientWidth + 1) out.overflow.push(el.tagName + " " + el.innerText.slice(0, 60));
+}
+for (const svg of document.querySelectorAll("svg.timeline")) {
+  const width = svg.viewBox.baseVal.width, height = svg.viewBox.baseVal.height;
+  for (const t of svg.querySelectorAll("text")) {
+    const b = t.getBBox();
+    if (b.x < 0 || b.y < 0 || b.x + b.width > width || b.y + b.height > height) out.overflow.push(svg.id + " " + t.textContent);
+  }
+}
+document.getElementById("probe").textContent = JSON.stringify(out);
+</script>"""
+
+
+def _lanes(dom: str, svg_id: str) -> dict[str, int]:
+    svg = re.search(rf'<svg class="timeline" id="{svg_id}".*?</svg>', dom, re.S)
+    assert svg is not None, svg_id
+    return dict(Counter(re.findall(r'<rect class="mark lane-(\w+)', svg.group(0))))
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (Debian package `chromium`; .ci/run installs it)")
 def test_timeline_renders_in_headless_chromium(packet_dir: Path, tmp_path: Path) -> None:
     page = packet_dir / "packet.html"
     dom = _chromium(page, tmp_path / "profile-dom", "--dump-dom")
     assert dom.returncode == 0, dom.stderr[-2000:]
-    svg = re.search(r'<svg class="timeline".*?</svg>', dom.stdout, re.S)
-    assert svg is not None
-    marks = re.findall(r'<rect class="mark lane-(\w+)', svg.group(0))
-    # one allocation, two attempts, five progress bins, one checkpoint + one restore,
-    # three decisions, one fault, one billed period
-    assert {lane: marks.count(lane) for lane in set(marks)} == {
-        "allocation": 1, "attempts": 2, "progress": 5, "checkpoints": 2, "decisions": 3, "faults": 1, "billed": 1}
+    # the whole job: four waits on the path, one allocation, two attempts, five progress bins, one
+    # checkpoint + one restore, three decisions, one fault, one billed period
+    assert _lanes(dom.stdout, "timeline") == {
+        "path": 4, "allocation": 1, "attempts": 2, "progress": 5, "checkpoints": 2, "decisions": 3, "faults": 1,
+        "billed": 1}
+    # the zoom [09:54, 10:34]: attempt 2 (10:40), the restore (10:41) and the marks at 10:45, 10:50 fall outside
+    assert _lanes(dom.stdout, "timeline-zoom") == {
+        "path": 4, "allocation": 1, "attempts": 1, "progress": 3, "checkpoints": 1, "decisions": 3, "faults": 1,
+        "billed": 1}
 
     shot = tmp_path / "packet.png"
-    result = _chromium(page, tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1400,900")
+    result = _chromium(page, tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1400,1200")
     assert result.returncode == 0 and shot.exists(), result.stderr[-2000:]
     width, height, rows = read_png(shot)
-    assert (width, height) == (1400, 900)
+    assert (width, height) == (1400, 1200)
     found = colours(rows)
-    # the timeline's bars are drawn in their own colours (packet.html.j2): the failed attempt
-    # (#d64541, 10 min of 130 ≈ 90 px × 24 px), the completed one (#2e9d57), the billed period (#1aa39a at 75 %)
+    # the timeline's bars are drawn in their own colours (packet.html.j2): the queue wait (#e05597, 22 of
+    # the zoom's 40 min ≈ 650 px × 24 px, and 22 of 130 min in the whole view), the failed attempt
+    # (#d64541), the completed one (#2e9d57, whole view), the allocation held (#7f8fa6)
+    assert _pixels_near(found, (0xE0, 0x55, 0x97)) > 10_000
     assert _pixels_near(found, (0xD6, 0x45, 0x41)) > 1000
     assert _pixels_near(found, (0x2E, 0x9D, 0x57)) > 1000
-    assert _pixels_near(found, (0x7F, 0x8F, 0xA6)) > 1000  # the allocation held
+    assert _pixels_near(found, (0x7F, 0x8F, 0xA6)) > 1000
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (Debian package `chromium`; .ci/run installs it)")
+@pytest.mark.parametrize("window", [1400, 1024])  # a desktop, and a laptop where the pictures shrink to fit
+def test_rendered_figures_equal_the_packet_and_nothing_overflows(packet_dir: Path, packet: dict[str, Any],
+                                                                 tmp_path: Path, window: int) -> None:
+    probe = tmp_path / "probe.html"
+    probe.write_text((packet_dir / "packet.html").read_text().replace("</body>", PROBE + "</body>"))
+    dom = _chromium(probe, tmp_path / "profile-probe", f"--window-size={window},1200", "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    found = re.search(r'<pre id="probe">(.*?)</pre>', dom.stdout, re.S)
+    assert found is not None and found.group(1), dom.stdout[-2000:]
+    shown = json.loads(found.group(1).replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">"))
+    assert shown["why"] == f"Why: {packet['why']}"
+    # each step as shown: label, time, "<wait>: <text> (<seconds> s)", the step it waited since, seq
+    assert [row[:4] for row in shown["path"]] == [
+        [s["label"], s["t"], "" if s["wait_s"] is None else f"{s['wait']}: {s['wait_text']} ({s['wait_s']} s)",
+         (s["since"] or "").replace("_", " ")] for s in packet["path"]]
+    # and the figures themselves, as worked out by hand in test_path_of_a_late_start
+    assert shown["path"][1][1:3] == [at("10:20"), "queue wait: 22 min (1320 s)"]
+    zoom = packet["zoom"]
+    assert f"{zoom['from']} → {zoom['to']} ({zoom['seconds']} s)" in shown["zoom_heading"]
+    assert shown["overflow"] == []
+    page_width, window_width = shown["page"]
+    assert page_width <= window_width == window  # no horizontal scrolling

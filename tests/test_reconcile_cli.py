@@ -90,9 +90,9 @@ def test_table_names_the_tenant_and_each_category(tmp_path: Path) -> None:
         assert category in out
 
 
-def test_filters_that_match_nothing_print_so(tmp_path: Path) -> None:
-    code, out, _ = invoke("reconcile", "--db", _store(tmp_path), "--invoice", "NOPE")
-    assert code == 0 and "no billing lines to reconcile" in out
+def test_an_invoice_not_in_the_ledger_is_a_usage_error(tmp_path: Path) -> None:
+    code, out, err = invoke("reconcile", "--db", _store(tmp_path), "--invoice", "NOPE")
+    assert (code, out) == (2, "") and err.startswith("Error: --invoice: no invoice 'NOPE' in the ledger (invoices: ")
 
 
 def test_usage_errors_are_one_line_exit_2(tmp_path: Path) -> None:

@@ -20,9 +20,11 @@ import ingest
 from cli import main
 from fixtures.sim import SimConfig, simulate
 from ledger import Appender, Store, append_stream
+from reconcile.capacity import RATES
 from reconcile.figures import nearest_rank, parse_time
-from reconcile.reports import report, to_csv, write_reports
-from tests.reports_scenario import at, make_store, sqlite_store
+from reconcile.reports import render, report, to_csv, write_reports
+from rich.table import Table
+from tests.reports_scenario import Events, at, make_store, make_store_of, sqlite_store
 
 
 @pytest.fixture(scope="module")
@@ -112,16 +114,19 @@ def _funnel(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 
 def test_capacity_by_placement_class(docs: dict[str, dict[str, Any]]) -> None:
-    # (class, discovered, admitted, placed, started, gap d→a, gap a→p, gap p→s)
+    # (class, discovered, admitted, placed, started, started without admission, devices admitted, placed,
+    #  started, admitted then started, then the rates: devices admitted / placed / started ÷ discovered,
+    #  admitted then started ÷ admitted). Every job is named by a decision (J4 by A3's admission), so
+    #  none started without admission.
     assert _funnel(docs["capacity"]) == [
         # n2/0 says mig, the profile comes from A2 on it; J2 admitted and placed (A2), started twice (one job)
-        ("mig:1g.10gb", 1, 1, 1, 1, 0, 0, 0),
-        # n3/0 from A3; A3's admission names no job: J3 first started on it; J3 placed as pod j3-pod-x;
-        # J3 and J4 started on A3
-        ("timeslice", 1, 1, 1, 2, 0, 0, -1),
-        ("unknown", 1, 0, 0, 0, 1, 0, 0),  # n4/0: no class, no allocation
-        ("whole", 2, 1, 1, 1, 1, 0, 0),    # n1/0, n1/1; J1
-        ("all", 5, 3, 3, 4, 2, 0, -1),
+        ("mig:1g.10gb", 1, 1, 1, 1, 0, 1, 1, 1, 1, 1.0, 1.0, 1.0, 1.0),
+        # n3/0 from A3 (no device list: the node's one device); A3's admission names no job: J3 first
+        # started on it; J3 placed as pod j3-pod-x; J3 and J4 started on A3
+        ("timeslice", 1, 1, 1, 2, 0, 1, 1, 1, 1, 1.0, 1.0, 1.0, 1.0),
+        ("unknown", 1, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, None),  # n4/0: no class, no allocation
+        ("whole", 2, 1, 1, 1, 0, 1, 1, 1, 1, 0.5, 0.5, 0.5, 1.0),    # n1/0 held by J1 (A1), n1/1 idle
+        ("all", 5, 3, 3, 4, 0, 3, 3, 3, 3, 0.6, 0.6, 0.6, 1.0),
     ]
 
 
@@ -130,13 +135,39 @@ def test_capacity_window_is_half_open(store: Store) -> None:
     # 10:40 starts are out; J1 (10:00) and A3 (10:05) admissions are before; devices stay
     doc = report(store, "capacity", since=parse_time(at("10:20")), until=parse_time(at("10:40")))
     assert _funnel(doc) == [
-        ("mig:1g.10gb", 1, 1, 1, 1, 0, 0, 0),
-        ("timeslice", 1, 0, 0, 0, 1, 0, 0),
-        ("unknown", 1, 0, 0, 0, 1, 0, 0),
-        ("whole", 2, 0, 0, 0, 2, 0, 0),
-        ("all", 5, 1, 1, 1, 4, 0, 0),
+        ("mig:1g.10gb", 1, 1, 1, 1, 0, 1, 1, 1, 1, 1.0, 1.0, 1.0, 1.0),
+        ("timeslice", 1, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, None),
+        ("unknown", 1, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, None),
+        ("whole", 2, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, None),
+        ("all", 5, 1, 1, 1, 0, 1, 1, 1, 1, 0.2, 0.2, 0.2, 1.0),
     ]
     assert doc["window"] == {"since": at("10:20"), "until": at("10:40")}
+
+
+def test_capacity_counts_jobs_that_need_no_admission(tmp_path: Path) -> None:
+    """A Slurm job (no decision names it) beside a Kueue one on the same two whole GPUs."""
+    e = Events()
+    for device in (0, 1):
+        e.add("device.discovered", "09:00", node="n1", device=device, placement_class="whole")
+    e.add("job.submitted", "09:30", job_id="K1")
+    e.add("policy.decision", "10:00", decision="admitted", job_id="K1", allocation_id="AK")
+    e.add("allocation.granted", "10:00", allocation_id="AK", gpus=1, node="n1", devices=[0], placement_class="whole")
+    e.add("job.started", "10:01", job_id="K1", allocation_id="AK")
+    e.add("job.submitted", "09:40", job_id="S1")
+    e.add("allocation.granted", "10:02", allocation_id="S1", gpus=1, node="n1", devices=[1], placement_class="whole")
+    e.add("job.started", "10:02", job_id="S1", allocation_id="S1")
+    store = make_store_of(f"sqlite:///{tmp_path / 'mixed.db'}", e.items)
+    try:
+        doc = report(store, "capacity")
+    finally:
+        store.close()
+    # 2 devices; K1 admitted (holds n1/0), none placed; K1 and S1 started (n1/0, n1/1), S1 without
+    # admission: devices admitted 1/2, placed 0/2, started 2/2; admitted jobs started 1/1
+    assert _funnel(doc)[0] == ("whole", 2, 1, 0, 2, 1, 1, 0, 2, 1, 0.5, 0.0, 1.0, 1.0)
+    table = render("capacity", doc, "table")
+    assert isinstance(table, list) and isinstance(table[0], Table)
+    assert [cell for cell in table[0].columns[5].cells] == ["1", "1"]
+    assert [cell for cell in table[0].columns[6].cells] == ["50% (1/2)", "50% (1/2)"]
 
 
 def test_capacity_of_another_tenant_counts_the_fleet_only(store: Store) -> None:
@@ -249,6 +280,9 @@ def test_a_simulated_fleet_against_its_ground_truth(tmp_path: Path) -> None:
         counts = manifest["counts"]  # one job per allocation, each started at least once
         assert started == {c: counts[f"allocations.{c}"] for c in ("whole", "mig", "timeslice") if f"allocations.{c}" in counts}
         assert capacity["total"]["devices_discovered"] == 64
+        # a share of like with like never leaves [0, 1]
+        assert all(0 <= row[name] <= 1 for row in [*capacity["classes"], capacity["total"]]
+                   for name, _, _ in RATES if row[name] is not None)
     finally:
         fleet_store.close()
 
