@@ -154,8 +154,7 @@ def _invoice_totals(con: duckdb.DuckDBPyConnection, scale: int) -> list[tuple[st
         FROM line_amounts GROUP BY invoice_id, currency""").fetchall()
     out = []
     for invoice_id, currency, total in rows:
-        exact = Decimal(int(total)).scaleb(-scale)
-        out.append((invoice_id, currency, int(exact.scaleb(minor_unit(currency)).to_integral_value("ROUND_HALF_EVEN"))))
+        out.append((invoice_id, currency, round_minor(Decimal(int(total)).scaleb(-scale, _EXACT), minor_unit(currency))))
     return out
 
 
@@ -224,3 +223,8 @@ def exact_text(value: Decimal, places: int) -> str:
     if isinstance(exponent, int) and -exponent > places:
         return format(trimmed, "f")
     return format(_EXACT.quantize(value, Decimal(1).scaleb(-places)), "f")
+
+
+def round_minor(value: Decimal, minor: int) -> int:
+    """An exact amount in minor units, rounded half-even (RULES.md §Money)."""
+    return int(_EXACT.scaleb(value, minor).to_integral_value(ROUND_HALF_EVEN))

@@ -3,42 +3,67 @@
 from __future__ import annotations
 
 import json
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from typing import IO
 
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-from rich.table import Table
+from rich.table import Column, Table
 
-from reconcile.intervals import CATEGORY_ORDER
-from reconcile.result import Reconciliation
+from reconcile.result import InvoiceTotal, Reconciliation
 
 FORMATS = ("table", "json", "csv", "parquet")
 
 
+#: GPU-µs in a GPU-hour.
+HOUR_US = 3_600 * 1_000_000
+
+
+def number(value: Decimal, places: int) -> str:
+    """The one number format of finance's views: thousands separated, `places` decimals,
+    rounded half-even (GPU-hours; amounts are already whole minor units)."""
+    return format(value.quantize(Decimal(1).scaleb(-places), ROUND_HALF_EVEN), f",.{places}f")
+
+
+def hours(gpu_us: int) -> str:
+    return number(Decimal(gpu_us) / HOUR_US, 2)
+
+
+def money(cents: int, minor: int) -> str:
+    return number(Decimal(cents).scaleb(-minor), minor)
+
+
 def tables(result: Reconciliation) -> list[Table]:
-    """One table per tenant: its invoices' billed GPU-hours and money by category."""
+    """One table per tenant. Each invoice (per currency) leads with its total as billed
+    beside what was classified, then the bearers' totals, then the categories."""
+    invoices = result.invoices()
     out = []
-    invoices: dict[str, dict[str, dict[str, list[Decimal]]]] = {}
-    for cell in result.cells:
-        per_category = invoices.setdefault(cell.tenant, {}).setdefault(cell.invoice_id, {})
-        totals = per_category.setdefault(f"{cell.category}|{cell.bearer}", [Decimal(0), Decimal(0)])
-        totals[0] += Decimal(cell.gpu_us) / 3_600_000_000
-        totals[1] += Decimal(cell.cents).scaleb(-cell.minor)
     for tenant, tally in result.tenants().items():
-        table = Table("invoice", "category", "bearer", "GPU-hours", "amount", title=f"tenant {tenant}",
-                      caption=f"billed {tally.billed_us / 3.6e9:,.2f} GPU-h · unbilled "
-                              f"{result.unbilled_us.get(tenant, 0) / 3.6e9:,.2f} GPU-h · "
-                              + " · ".join(f"{b} {a}" for b, a in tally.by_bearer().items()))
-        for invoice, per_category in sorted(invoices.get(tenant, {}).items()):
-            for key in sorted(per_category, key=lambda k: (CATEGORY_ORDER.index(k.split("|")[0]), k)):
-                category, bearer = key.split("|")
-                hours, amount = per_category[key]
-                style = {"provider": "red", "disputed": "yellow"}.get(bearer, "")
-                table.add_row(invoice, category, bearer, f"{hours:,.2f}", f"{amount:,}", style=style)
+        table = Table("invoice", "currency", "", "bearer", Column("GPU-hours", justify="right"),
+                      Column("amount", justify="right"), title=f"tenant {tenant}",
+                      caption=f"billed {hours(tally.billed_us)} GPU-h · unbilled (held, billed by no line) "
+                              f"{hours(result.unbilled_us.get(tenant, 0))} GPU-h · "
+                              "`gpuledger explain CATEGORY` says what each category and bearer means")
+        for invoice in (i for i in invoices if i.tenant == tenant):
+            _invoice_rows(table, invoice)
         out.append(table)
     return out
+
+
+def _invoice_rows(table: Table, invoice: InvoiceTotal) -> None:
+    name, currency, minor = invoice.invoice_id, invoice.currency or "", invoice.minor
+    billed_us = invoice.tally.billed_us
+    table.add_row(name, currency, "total billed", "", hours(billed_us), money(invoice.billed_cents, minor), style="bold")
+    table.add_row(name, currency, "classified", "", hours(billed_us), money(invoice.tally.total_cents, minor))
+    for bearer, (us, cents) in invoice.bearer_totals().items():
+        table.add_row(name, currency, "bearer total", bearer, hours(us), money(cents, minor), style=STYLE.get(bearer, ""))
+    for category, bearer, us, cents in invoice.category_totals():
+        table.add_row(name, currency, f"  {category}", bearer, hours(us), money(cents, minor), style=STYLE.get(bearer, ""))
+    table.add_section()
+
+
+STYLE = {"provider": "red", "disputed": "yellow"}
 
 
 def write(result: Reconciliation, fmt: str, out: IO[str] | Path) -> None:

@@ -16,7 +16,8 @@ import pyarrow as pa
 
 from reconcile.figures import iso
 from reconcile.intervals import CATEGORY_ORDER, LABEL_BY_CODE, SECOND
-from reconcile.money import category_rank, exact_shares, exact_sum, exact_text, format_minor, places_of
+from reconcile.money import (category_rank, exact_shares, exact_sum, exact_text, format_minor, places_of,
+                             round_minor)
 
 BEARERS = ("provider", "customer", "disputed")
 ACCEPTANCE = ("accepted", "rejected", "pending")
@@ -137,6 +138,34 @@ class _Tally:
 
 
 @dataclass
+class InvoiceTotal:
+    """One invoice in one currency: what its lines bill (exactly, and rounded as reported)
+    beside what the classification gives each bearer and category."""
+
+    tenant: str
+    invoice_id: str
+    currency: str | None
+    minor: int
+    billed_exact: Decimal = Decimal(0)  # the lines' billed amounts added up, unrounded
+    tally: _Tally = field(default_factory=_Tally)
+
+    @property
+    def billed_cents(self) -> int:
+        """The exact total rounded half-even to the minor unit (RULES.md §Money)."""
+        return round_minor(self.billed_exact, self.minor)
+
+    def bearer_totals(self) -> dict[str, tuple[int, int]]:
+        """GPU-µs and cents per bearer."""
+        return {b: (sum(us for k, us in self.tally.gpu_us.items() if k[1] == b),
+                    sum(c for k, c in self.tally.cents.items() if k[1] == b)) for b in BEARERS}
+
+    def category_totals(self) -> list[tuple[str, str, int, int]]:
+        """(category, bearer, GPU-µs, cents) in RULES.md's category order."""
+        keys = sorted(self.tally.gpu_us, key=lambda k: (CATEGORY_ORDER.index(k[0]), BEARERS.index(k[1])))
+        return [(k[0], k[1], self.tally.gpu_us[k], self.tally.cents[k]) for k in keys]
+
+
+@dataclass
 class Reconciliation:
     table: pa.Table  # one row per cell, the columns of `Cell`
     unbilled_us: dict[str, int]
@@ -169,6 +198,19 @@ class Reconciliation:
                 out[cell.line_key] = (cell, _Tally())
             out[cell.line_key][1].add(cell, exact)
         return out
+
+    def invoices(self) -> list[InvoiceTotal]:
+        """Each invoice per currency, in tenant, invoice and currency order."""
+        out: dict[tuple[str, str, str], InvoiceTotal] = {}
+        counted: set[tuple[str, str, str]] = set()
+        for cell in self.cells:
+            key = (cell.tenant, cell.invoice_id, cell.currency or "")
+            total = out.setdefault(key, InvoiceTotal(cell.tenant, cell.invoice_id, cell.currency, cell.minor))
+            total.tally.add(cell)
+            if cell.line_key not in counted:  # a line's billed amount counts once, not per cell
+                counted.add(cell.line_key)
+                total.billed_exact = exact_sum([total.billed_exact, Decimal(cell.billed_amount)])
+        return [out[k] for k in sorted(out)]
 
     def tenants(self) -> dict[str, _Tally]:
         out: dict[str, _Tally] = {}
