@@ -297,6 +297,18 @@ def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | Non
         sys.exit(1)
 
 
+@main.command("explain")
+@click.argument("category", required=False)
+def explain_command(category: str | None) -> None:
+    """What each category and bearer of a reconciliation means, and the rule (RULES.md) that decides it."""
+    from reconcile.explain import UnknownTerm, render
+
+    try:
+        click.echo(render(category), nl=False)
+    except UnknownTerm as exc:
+        raise InputError(str(exc)) from None
+
+
 @main.command("dispute")
 @db_option
 @click.option("--tenant", required=True, help="The tenant the packet is for.")
