@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 INGEST_FORMATS = ("cloudevents", "sacct", "focus", "dcgm-stats", "dcgm-metrics", "kueue", "k8s-events")
 DEFAULT_BATCH_SIZE = 5000
 DEFAULT_ORIGIN = "gpuledger.local/ledger"
-RECONCILE_FORMATS = ("table", "json", "csv", "parquet")
+RECONCILE_FORMATS = ("table", "json", "csv", "parquet", "html")
 REPORT_FORMATS = ("table", "json", "csv")
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -265,7 +265,8 @@ def quarantine_command(db_url: str | None, fmt: str) -> None:
 @click.option("--tenant", default=None, help="Only this tenant.")
 @click.option("--invoice", default=None, help="Only this invoice's lines.")
 @click.option("--format", "fmt", type=click.Choice(RECONCILE_FORMATS), default="table", show_default=True,
-              help="table (terminal), json (DESIGN.md §6 shape), csv or parquet (one row per line and category).")
+              help="table (terminal), json (DESIGN.md §6 shape), csv or parquet (one row per line and category), "
+                   "html (finance's page, with pictures).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Output file (default: standard output; Parquet needs a file).")
 @click.option("--fail-on-disputed", "fail_on", type=click.STRING, default=None, metavar="AMOUNT",
@@ -289,7 +290,7 @@ def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | Non
     else:
         if fmt == "parquet" and out is None:
             raise InputError("--out: Parquet needs an output file")
-        reconcile_render.write(result, fmt, out if out is not None else sys.stdout)
+        reconcile_render.write(result, fmt, out if out is not None else sys.stdout, store.safe_url if db_url else None)
         if out is not None:
             click.echo(f"wrote {len(result.cells)} rows to {out}", err=True)
     if limit is not None and any(amount > limit for amount in result.disputed_amounts().values()):

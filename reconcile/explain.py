@@ -18,8 +18,8 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconcile.intervals import CATEGORY_ORDER, LABELS
-from reconcile.money import category_rank
+from reconcile.intervals import LABELS
+from reconcile.result import RULES_ORDER
 
 RULES = Path(__file__).with_name("RULES.md")
 
@@ -89,8 +89,7 @@ def items(text: str) -> list[Item]:
 
 def terms() -> tuple[str, ...]:
     """The billed categories in RULES.md's order (the rounding's too), then the extra terms."""
-    ranked = sorted(CATEGORY_ORDER, key=lambda c: min(category_rank(l.code) for l in LABELS if l.category == c))
-    return tuple(ranked) + EXTRA_TERMS
+    return RULES_ORDER + EXTRA_TERMS
 
 
 def explain(term: str, rules_text: str | None = None) -> Explanation:

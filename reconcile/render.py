@@ -13,7 +13,7 @@ from rich.table import Column, Table
 
 from reconcile.result import InvoiceTotal, Reconciliation
 
-FORMATS = ("table", "json", "csv", "parquet")
+FORMATS = ("table", "json", "csv", "parquet", "html")
 
 
 #: GPU-µs in a GPU-hour.
@@ -66,11 +66,11 @@ def _invoice_rows(table: Table, invoice: InvoiceTotal) -> None:
 STYLE = {"provider": "red", "disputed": "yellow"}
 
 
-def write(result: Reconciliation, fmt: str, out: IO[str] | Path) -> None:
-    """JSON to a stream or file; CSV and Parquet (one row per line and category) to a file
-    or (CSV) a stream."""
-    if fmt == "json":
-        text = json.dumps(result.as_json(), indent=2) + "\n"
+def write(result: Reconciliation, fmt: str, out: IO[str] | Path, db: str | None = None) -> None:
+    """JSON or HTML (finance's page; `db` goes into its commands) to a stream or file; CSV
+    and Parquet (one row per line and category) to a file or (CSV) a stream."""
+    if fmt in ("json", "html"):
+        text = json.dumps(result.as_json(), indent=2) + "\n" if fmt == "json" else _page(result, db)
         if isinstance(out, Path):
             out.write_text(text)
         else:
@@ -87,3 +87,9 @@ def write(result: Reconciliation, fmt: str, out: IO[str] | Path) -> None:
         pq.write_table(result.frame(), out)
     else:
         raise ValueError(f"--format: unknown format {fmt!r}")
+
+
+def _page(result: Reconciliation, db: str | None) -> str:
+    from reconcile.finance_page import render_page  # it draws on this module's number format
+
+    return render_page(result, db)

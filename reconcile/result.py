@@ -15,11 +15,14 @@ from typing import Any
 import pyarrow as pa
 
 from reconcile.figures import iso
-from reconcile.intervals import CATEGORY_ORDER, LABEL_BY_CODE, SECOND
+from reconcile.intervals import CATEGORY_ORDER, LABEL_BY_CODE, LABELS, SECOND
 from reconcile.money import (category_rank, exact_shares, exact_sum, exact_text, format_minor, places_of,
                              round_minor)
 
 BEARERS = ("provider", "customer", "disputed")
+#: The categories in RULES.md's order (unallocated, then rules 1-10, then money_only):
+#: the order finance reads them in (the JSON keeps the engine's CATEGORY_ORDER).
+RULES_ORDER = tuple(sorted(CATEGORY_ORDER, key=lambda c: min(category_rank(l.code) for l in LABELS if l.category == c)))
 ACCEPTANCE = ("accepted", "rejected", "pending")
 
 
@@ -161,7 +164,7 @@ class InvoiceTotal:
 
     def category_totals(self) -> list[tuple[str, str, int, int]]:
         """(category, bearer, GPU-µs, cents) in RULES.md's category order."""
-        keys = sorted(self.tally.gpu_us, key=lambda k: (CATEGORY_ORDER.index(k[0]), BEARERS.index(k[1])))
+        keys = sorted(self.tally.gpu_us, key=lambda k: (RULES_ORDER.index(k[0]), BEARERS.index(k[1])))
         return [(k[0], k[1], self.tally.gpu_us[k], self.tally.cents[k]) for k in keys]
 
 
