@@ -113,8 +113,8 @@ def _place(chosen: list[Item]) -> str:
     if not chosen:
         return "RULES.md (not named there)"
     numbers = [i.number for i in chosen if i.number]
-    where = f'RULES.md, "{chosen[0].section}"'
-    return where + (f", rule {', '.join(numbers)}" if numbers else "")
+    rule = f"rule {', '.join(numbers)} of " if numbers else ""
+    return f'{rule}RULES.md, "{chosen[0].section}"'
 
 
 def _bearer_clauses(every: list[Item], named: str) -> tuple[str, ...]:
