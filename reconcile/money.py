@@ -114,10 +114,10 @@ WITH gap AS (
     FROM invoice_cents i JOIN line_cents lc ON lc.invoice_id = i.invoice_id AND lc.currency IS NOT DISTINCT FROM i.currency
     GROUP BY i.invoice_id, i.currency, i.cents),
 ranked AS (  -- only the invoices whose rounded lines miss their total need ranking
+    -- every line has the same d (10^scale), so remainders compare exactly as integers
     SELECT lc.*, g.k,
            row_number() OVER (PARTITION BY lc.invoice_id, lc.currency, lc.up
-                              ORDER BY CASE WHEN lc.up THEN CAST(lc.r AS DOUBLE) / CAST(lc.d AS DOUBLE)
-                                            ELSE -CAST(lc.r AS DOUBLE) / CAST(lc.d AS DOUBLE) END, lc.seq) AS rank
+                              ORDER BY CASE WHEN lc.up THEN lc.r ELSE -lc.r END, lc.seq) AS rank
     FROM line_cents lc JOIN gap g ON g.invoice_id = lc.invoice_id AND g.currency IS NOT DISTINCT FROM lc.currency
     WHERE g.k <> 0)
 SELECT seq, rounded + CASE WHEN k > 0 AND NOT up AND rank <= k THEN 1

@@ -387,3 +387,19 @@ def test_the_overflow_check_sees_a_box_that_overflows(findings: str, tmp_path: P
     parser = _Figures()
     parser.feed(_chromium_dom(checked, tmp_path / "profile", 1280))
     assert re.fullmatch(r"DIV \d+>100", parser.figures["overflow"]), parser.figures["overflow"]
+
+
+def test_which_line_gives_back_a_cent_is_decided_exactly(tmp_path: Path) -> None:
+    """Two money-only lines of 0.00500000000000000002 and …01 (20 places): each is half a cent
+    and a little more, so each rounds up to 0.01, but the invoice's exact total
+    0.01000000000000000003 rounds to 0.01: one cent comes back, from the line whose rounding
+    was the least deserved, L2 (a remainder smaller by 10^-18 of a cent, which a double
+    cannot tell apart: it would take it from the earlier line, L1)."""
+    s = Scenario()
+    s.line("L1", None, "10:00", "11:00", gpus=0, amount="0.00500000000000000002", category="adjustment")
+    s.line("L2", None, "10:00", "11:00", gpus=0, amount="0.00500000000000000001", category="adjustment")
+    code, out, _ = invoke("reconcile", "--db", _url(tmp_path, s), "--format", "json")
+    assert code == 0
+    got = {line["line_id"]: (line["amount"], line["categories"]["money_only"]["amount_exact"])
+           for line in json.loads(out)["lines"]}
+    assert got == {"L1": ("0.01", "0.00500000000000000002"), "L2": ("0.00", "0.00500000000000000001")}
