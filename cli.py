@@ -292,7 +292,7 @@ def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | Non
             raise InputError("--out: Parquet needs an output file")
         reconcile_render.write(result, fmt, out if out is not None else sys.stdout, store.safe_url if db_url else None)
         if out is not None:
-            click.echo(f"wrote {len(result.cells)} rows to {out}", err=True)
+            click.echo(f"wrote {'the finance page' if fmt == 'html' else f'{len(result.cells)} rows'} to {out}", err=True)
     if limit is not None and any(amount > limit for amount in result.disputed_amounts().values()):
         click.echo(f"provider-borne and disputed money exceeds {limit}", err=True)
         sys.exit(1)
