@@ -29,7 +29,7 @@ import jinja2
 from reconcile.explain import terms
 from reconcile.figures import EPOCH, safe_name
 from reconcile.intervals import SECOND
-from reconcile.render import HOUR_US, hours, money, number
+from reconcile.render import HOUR_US, exact_number, hours, money, number
 from reconcile.result import BEARERS, Cell, Reconciliation
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -269,7 +269,7 @@ def tenant_rows(result: Reconciliation) -> list[TenantRow]:
 def render_page(result: Reconciliation, db: str | None = None) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.globals.update(hours=hours, money=money, safe_name=safe_name)
+    env.globals.update(hours=hours, money=money, exact_number=exact_number, safe_name=safe_name)
     return env.get_template("finance.html.j2").render(
         invoices=result.invoices(), tenants=tenant_rows(result), charts=charts(result),
         findings=largest_findings(result, db), colours=COLOURS, categories=[t for t in terms() if t in COLOURS],

@@ -11,6 +11,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from rich.table import Column, Table
 
+from reconcile.money import places_of
 from reconcile.result import InvoiceTotal, Reconciliation
 
 FORMATS = ("table", "json", "csv", "parquet", "html")
@@ -26,6 +27,11 @@ def number(value: Decimal, places: int) -> str:
     return format(value.quantize(Decimal(1).scaleb(-places), ROUND_HALF_EVEN), f",.{places}f")
 
 
+def exact_number(value: Decimal, minor: int) -> str:
+    """An exact amount in the same format: the minor unit's places, more only where it has them."""
+    return number(value, max(minor, places_of(format(value, "f"))))
+
+
 def hours(gpu_us: int) -> str:
     return number(Decimal(gpu_us) / HOUR_US, 2)
 
@@ -35,8 +41,10 @@ def money(cents: int, minor: int) -> str:
 
 
 def tables(result: Reconciliation) -> list[Table]:
-    """One table per tenant. Each invoice (per currency) leads with its total as billed
-    beside what was classified, then the bearers' totals, then the categories."""
+    """One table per tenant. Each invoice (per currency) leads with its total exactly as
+    billed beside what was classified (rounded to the minor unit: an invoice shared by
+    tenants is rounded whole, so a tenant's part may differ from its exact total by a
+    cent), then the bearers' totals, then the categories."""
     invoices = result.invoices()
     out = []
     for tenant, tally in result.tenants().items():
@@ -54,7 +62,7 @@ def tables(result: Reconciliation) -> list[Table]:
 def _invoice_rows(table: Table, invoice: InvoiceTotal) -> None:
     name, currency, minor = invoice.invoice_id, invoice.currency or "", invoice.minor
     billed_us = invoice.tally.billed_us
-    table.add_row(name, currency, "total billed", "", hours(billed_us), money(invoice.billed_cents, minor), style="bold")
+    table.add_row(name, currency, "total billed", "", hours(billed_us), exact_number(invoice.billed_exact, minor), style="bold")
     table.add_row(name, currency, "classified", "", hours(billed_us), money(invoice.tally.total_cents, minor))
     for bearer, (us, cents) in invoice.bearer_totals().items():
         table.add_row(name, currency, "bearer total", bearer, hours(us), money(cents, minor), style=STYLE.get(bearer, ""))
