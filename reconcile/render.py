@@ -48,27 +48,51 @@ def tables(result: Reconciliation) -> list[Table]:
     invoices = result.invoices()
     out = []
     for tenant, tally in result.tenants().items():
-        table = Table("invoice", "currency", "", "bearer", Column("GPU-hours", justify="right"),
-                      Column("amount", justify="right"), title=f"tenant {tenant}",
+        rows = [row for invoice in invoices if invoice.tenant == tenant for row in _invoice_rows(invoice)]
+        # figures are never cut short: the number columns are as wide as their widest figure
+        # (a narrow terminal folds the names instead)
+        widths = [max([len(r[0][k]) for r in rows if r[0]] + [len(h)]) for k, h in ((4, "GPU-hours"), (5, "amount"))]
+        table = Table(Column("invoice", overflow="fold"), "currency", "", "bearer",
+                      Column("GPU-hours", justify="right", no_wrap=True, min_width=widths[0]),
+                      Column("amount", justify="right", no_wrap=True, min_width=widths[1]), title=f"tenant {tenant}",
                       caption=f"billed {hours(tally.billed_us)} GPU-h · unbilled (held, billed by no line) "
                               f"{hours(result.unbilled_us.get(tenant, 0))} GPU-h · "
-                              "`gpuledger explain CATEGORY` says what each category and bearer means")
-        for invoice in (i for i in invoices if i.tenant == tenant):
-            _invoice_rows(table, invoice)
+                              "`gpuledger explain CATEGORY` says what each category and bearer means"
+                              + _shared_note([i for i in invoices if i.tenant == tenant]))
+        for cells, style in rows:
+            if cells:
+                table.add_row(*cells, style=style)
+            else:
+                table.add_section()
         out.append(table)
     return out
 
 
-def _invoice_rows(table: Table, invoice: InvoiceTotal) -> None:
+def _shared_note(invoices: list[InvoiceTotal]) -> str:
+    """Why classified may miss the billed total rounded: RULES.md rounds an invoice whole,
+    and one shared by tenants (a FOCUS InvoiceId over sub-accounts) gives its cents to
+    the lines with the largest remainders, whichever tenant's they are."""
+    shared = [i.invoice_id for i in invoices if i.billed_cents != i.tally.total_cents]
+    if not shared:
+        return ""
+    return (f" · {', '.join(shared)}: shared with other tenants and rounded whole, so this tenant's part "
+            "is not its own total rounded")
+
+
+Row = tuple[tuple[str, ...], str]  # the cells and their style; no cells: a section break
+
+
+def _invoice_rows(invoice: InvoiceTotal) -> list[Row]:
     name, currency, minor = invoice.invoice_id, invoice.currency or "", invoice.minor
     billed_us = invoice.tally.billed_us
-    table.add_row(name, currency, "total billed", "", hours(billed_us), exact_number(invoice.billed_exact, minor), style="bold")
-    table.add_row(name, currency, "classified", "", hours(billed_us), money(invoice.tally.total_cents, minor))
+    rows: list[Row] = [
+        ((name, currency, "total billed", "", hours(billed_us), exact_number(invoice.billed_exact, minor)), "bold"),
+        ((name, currency, "classified", "", hours(billed_us), money(invoice.tally.total_cents, minor)), "")]
     for bearer, (us, cents) in invoice.bearer_totals().items():
-        table.add_row(name, currency, "bearer total", bearer, hours(us), money(cents, minor), style=STYLE.get(bearer, ""))
+        rows.append(((name, currency, "bearer total", bearer, hours(us), money(cents, minor)), STYLE.get(bearer, "")))
     for category, bearer, us, cents in invoice.category_totals():
-        table.add_row(name, currency, f"  {category}", bearer, hours(us), money(cents, minor), style=STYLE.get(bearer, ""))
-    table.add_section()
+        rows.append(((name, currency, f"  {category}", bearer, hours(us), money(cents, minor)), STYLE.get(bearer, "")))
+    return rows + [((), "")]
 
 
 STYLE = {"provider": "red", "disputed": "yellow"}
