@@ -365,7 +365,7 @@ def _plain(text: str) -> Decimal:
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (Debian package `chromium`; .ci/run installs it)")
-@pytest.mark.parametrize("width", [1280, 1000])
+@pytest.mark.parametrize("width", [1280, 800])
 def test_page_as_chromium_renders_it_shows_the_json_figures_and_nothing_overflows(
         findings: str, tmp_path: Path, width: int) -> None:
     page = _page(findings, tmp_path)
@@ -426,3 +426,24 @@ def test_which_line_gives_back_a_cent_is_decided_exactly(tmp_path: Path) -> None
     got = {line["line_id"]: (line["amount"], line["categories"]["money_only"]["amount_exact"])
            for line in json.loads(out)["lines"]}
     assert got == {"L1": ("0.01", "0.00500000000000000002"), "L2": ("0.00", "0.00500000000000000001")}
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (Debian package `chromium`; .ci/run installs it)")
+def test_long_ids_wrap_inside_their_boxes(tmp_path: Path) -> None:
+    """Ids as real exports have them (an Azure subscription path as the tenant, a FOCUS
+    period as the invoice, an ARN as the line) in an 800 px window."""
+    tenant = "/subscriptions/64e355d7-997c-491d-b0c1-8414dccfcf42"
+    s = Scenario(tenant=tenant)
+    s.grant("A1", gpus=4, at="10:00")
+    s.release("A1", at="11:00")
+    s.line("arn:aws:ec2:us-west-2:347410479675:instance/i-032a64f2065481b12-with-a-long-tail", "A1",
+           "10:00", "12:00", gpus=8, amount="1234567.89", invoice="period-2024-09-01T00:00:00Z-billing-account-0001")
+    checked = tmp_path / "checked.html"
+    checked.write_text(_page(_url(tmp_path, s), tmp_path).read_text().replace("</body>", OVERFLOW_CHECK + "</body>"))
+    parser = _Figures()
+    parser.feed(_chromium_dom(checked, tmp_path / "profile", 800))
+    assert parser.figures["overflow"] == "none"
+    # 8 GPUs for 2 h on an allocation of 4 for 1 h: 12 of the 16 GPU-h are unallocated, so
+    # 1,234,567.89 × 12/16 = 925,925.9175 → 925,925.92 (provider)
+    assert parser.figures[f"invoice/{tenant}/period-2024-09-01T00:00:00Z-billing-account-0001/USD/bearer/provider"] \
+        == "925,925.92"
