@@ -80,6 +80,9 @@ def _scale_and_type(con: duckdb.DuckDBPyConnection) -> tuple[int, str]:
                (max(biggest_line, 1) * 10**scale).bit_length())
     if bits > _HUGEINT_BITS:
         raise MoneyOverflow(f"amounts of {scale} decimal places over lines this long exceed exact 128-bit arithmetic")
+    if biggest_amount * 10**4 >= 2**_BIGINT_BITS * 10**scale:  # cells report cents as BIGINT
+        raise MoneyOverflow(f"an amount of {Decimal(biggest_amount).scaleb(-scale, _EXACT):f} is too large to report "
+                            f"in minor units (at most {2**_BIGINT_BITS // 10**4:,} in any currency)")
     return scale, "BIGINT" if bits <= _BIGINT_BITS else "HUGEINT"
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from pathlib import Path
 from typing import IO
 
@@ -24,7 +24,9 @@ HOUR_US = 3_600 * 1_000_000
 def number(value: Decimal, places: int) -> str:
     """The one number format of finance's views: thousands separated, `places` decimals,
     rounded half-even (GPU-hours; amounts are already whole minor units)."""
-    return format(value.quantize(Decimal(1).scaleb(-places), ROUND_HALF_EVEN), f",.{places}f")
+    with localcontext() as ctx:
+        ctx.prec = 100  # an exact amount may have 38 digits and more places (the default keeps 28)
+        return format(value.quantize(Decimal(1).scaleb(-places), ROUND_HALF_EVEN), f",.{places}f")
 
 
 def exact_number(value: Decimal, minor: int) -> str:

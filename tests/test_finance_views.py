@@ -447,3 +447,31 @@ def test_long_ids_wrap_inside_their_boxes(tmp_path: Path) -> None:
     # 1,234,567.89 × 12/16 = 925,925.9175 → 925,925.92 (provider)
     assert parser.figures[f"invoice/{tenant}/period-2024-09-01T00:00:00Z-billing-account-0001/USD/bearer/provider"] \
         == "925,925.92"
+
+
+def test_amounts_past_28_digits_are_shown_whole(tmp_path: Path) -> None:
+    """Python's default Decimal context keeps 28 digits; an amount the engine accepts may
+    have more (15 whole digits and 14 places here). A money-only line: all of it is money_only."""
+    s = Scenario()
+    s.line("M1", None, "10:00", "11:00", gpus=0, amount="123456789012345.12345678901234", category="adjustment")
+    url = _url(tmp_path, s)
+    code, out, _ = invoke("reconcile", "--db", url)
+    assert code == 0
+    rows = [[cell.strip() for cell in line.split("│")[3:-1]] for line in out.splitlines() if line.startswith("│")]
+    amounts = [r[-1] for r in rows if r[-1]]  # (at 80 columns the labels wrap; the figures may not)
+    assert amounts[:2] == ["123,456,789,012,345.12345678901234", "123,456,789,012,345.12"]
+    code, out, _ = invoke("reconcile", "--db", url, "--format", "json")
+    assert json.loads(out)["lines"][0]["categories"]["money_only"] == {
+        "gpu_seconds": 0, "amount": "123456789012345.12", "amount_exact": "123456789012345.12345678901234",
+        "bearer": "customer"}
+
+
+def test_an_amount_too_large_to_report_in_cents_is_refused_in_one_line(tmp_path: Path) -> None:
+    """2^62 ÷ 10^4 (the largest minor unit) = 461,168,601,842,738 and 79/100: past it a
+    line's cents would not fit the engine's 64-bit cells."""
+    s = Scenario()
+    s.line("M1", None, "10:00", "11:00", gpus=0, amount="1234567890123456789.01", category="adjustment")
+    code, out, err = invoke("reconcile", "--db", _url(tmp_path, s))
+    assert code == 2 and out == ""
+    assert err.strip() == ("Error: an amount of 1234567890123456789.01 is too large to report in minor units "
+                           "(at most 461,168,601,842,738 in any currency)")
