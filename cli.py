@@ -301,7 +301,10 @@ def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | Non
 @main.command("explain")
 @click.argument("category", required=False)
 def explain_command(category: str | None) -> None:
-    """What each category and bearer of a reconciliation means, and the rule (RULES.md) that decides it."""
+    """What each category and bearer of a reconciliation means, and the rule (RULES.md) that decides it.
+
+    CATEGORY is a category (`productive`, `idle_unexplained`, ...), `unbilled`, or a bearer
+    (`provider`, `customer`, `disputed`); without it, all of them."""
     from reconcile.explain import UnknownTerm, render
 
     try:
