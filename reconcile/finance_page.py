@@ -16,6 +16,8 @@ the categories' split inside such a line as the line's own.
 
 from __future__ import annotations
 
+import html
+import re
 import shlex
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import jinja2
 
-from reconcile.explain import terms
+from reconcile.explain import BEARER_MEANING, explain, terms
 from reconcile.figures import EPOCH, safe_name
 from reconcile.intervals import SECOND
 from reconcile.render import HOUR_US, exact_number, hours, money, number
@@ -266,11 +268,20 @@ def tenant_rows(result: Reconciliation) -> list[TenantRow]:
             for (tenant, currency), (us, cents, minor) in sorted(rows.items())]
 
 
+def rule_html(text: str) -> str:
+    """RULES.md text, escaped, with its `code` spans and **bold** as HTML (the template
+    marks the result safe: everything from the text itself is escaped here)."""
+    escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", escaped)
+
+
 def render_page(result: Reconciliation, db: str | None = None) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["rule"] = rule_html
     env.globals.update(hours=hours, money=money, exact_number=exact_number, safe_name=safe_name)
     return env.get_template("finance.html.j2").render(
         invoices=result.invoices(), tenants=tenant_rows(result), charts=charts(result),
         findings=largest_findings(result, db), colours=COLOURS, categories=[t for t in terms() if t in COLOURS],
+        meanings={t: explain(t) for t in terms()}, bearer_meaning=BEARER_MEANING,
         bearers=BEARERS, geometry={"label_w": LABEL_W, "plot_w": PLOT_W, "bar_h": BAR_H, "gap": GAP})

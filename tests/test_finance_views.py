@@ -292,6 +292,13 @@ def test_page_is_self_contained(findings: str, tmp_path: Path) -> None:
     assert not re.search(r"(src|href)=\"(https?:)?//", html)
 
 
+def test_page_says_what_each_category_means_in_rules_md_words(findings: str, tmp_path: Path) -> None:
+    html = _page(findings, tmp_path).read_text()
+    # RULES.md rule 10, its code spans as HTML
+    assert "<dd><code>idle_unexplained</code>: anything else: a job running with no progress" in html
+    assert '<dt>idle_unexplained <span class="note">bearer: disputed · rule 10 of RULES.md' in html
+
+
 def test_page_links_each_finding_to_its_dispute_command(findings: str, tmp_path: Path) -> None:
     html = _page(findings, tmp_path).read_text()
     commands = re.findall(r'<code class="command">(.*?)</code>', html)
