@@ -11,7 +11,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from rich.table import Column, Table
 
-from reconcile.money import places_of
+from reconcile.money import exact_text, places_of
 from reconcile.result import InvoiceTotal, Reconciliation
 
 FORMATS = ("table", "json", "csv", "parquet", "html")
@@ -30,8 +30,9 @@ def number(value: Decimal, places: int) -> str:
 
 
 def exact_number(value: Decimal, minor: int) -> str:
-    """An exact amount in the same format: the minor unit's places, more only where it has them."""
-    return number(value, max(minor, places_of(format(value, "f"))))
+    """An exact amount in the same format: the minor unit's places, more only where it has
+    digits other than trailing zeros ("2,468.456400" is shown 2,468.4564)."""
+    return number(value, max(minor, places_of(exact_text(value, 0))))
 
 
 def hours(gpu_us: int) -> str:

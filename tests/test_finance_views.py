@@ -238,6 +238,17 @@ def test_a_shared_invoice_says_why_a_tenants_part_is_not_its_total_rounded(tmp_p
     assert "shared with other tenants" in " ".join(acme.split()) and "shared" not in beta
 
 
+def test_total_billed_drops_trailing_zeros_past_the_minor_unit(tmp_path: Path) -> None:
+    """Billed 0.123400 and 1.000000 (six places, as some exports write): exactly 1.1234 in all."""
+    s = Scenario()
+    s.line("M1", None, "10:00", "11:00", gpus=0, amount="0.123400", category="adjustment")
+    s.line("M2", None, "10:00", "11:00", gpus=0, amount="1.000000", category="adjustment")
+    code, out, _ = invoke("reconcile", "--db", _url(tmp_path, s))
+    assert code == 0
+    rows = [[cell.strip() for cell in line.split("│")[3:-1]] for line in out.splitlines() if line.startswith("│")]
+    assert rows[0][-1] == "1.1234" and rows[1][-1] == "1.12"
+
+
 # -- explain --------------------------------------------------------------------------
 
 def test_explain_quotes_the_rule_that_decides_each_category(cents: str) -> None:
