@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 INGEST_FORMATS = ("cloudevents", "sacct", "focus", "dcgm-stats", "dcgm-metrics", "kueue", "k8s-events")
 DEFAULT_BATCH_SIZE = 5000
 DEFAULT_ORIGIN = "gpuledger.local/ledger"
-RECONCILE_FORMATS = ("table", "json", "csv", "parquet")
+RECONCILE_FORMATS = ("table", "json", "csv", "parquet", "html")
 REPORT_FORMATS = ("table", "json", "csv", "tsv")
 #: Piped or redirected, a table is as wide as its cells need (rich would cut it to 80 columns).
 PIPED_WIDTH = 10_000
@@ -431,7 +431,8 @@ def quarantine_command(db_url: str | None, fmt: str) -> None:
 @click.option("--tenant", default=None, help="Only this tenant.")
 @click.option("--invoice", default=None, help="Only this invoice's lines.")
 @click.option("--format", "fmt", type=click.Choice(RECONCILE_FORMATS), default="table", show_default=True,
-              help="table (terminal), json (DESIGN.md §6 shape), csv or parquet (one row per line and category).")
+              help="table (terminal), json (DESIGN.md §6 shape), csv or parquet (one row per line and category), "
+                   "html (finance's page, with pictures).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Output file (default: standard output; Parquet needs a file).")
 @click.option("--fail-on-disputed", "fail_on", type=click.STRING, default=None, metavar="AMOUNT",
@@ -455,12 +456,27 @@ def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | Non
     else:
         if fmt == "parquet" and out is None:
             raise InputError("--out: Parquet needs an output file")
-        reconcile_render.write(result, fmt, out if out is not None else sys.stdout)
+        reconcile_render.write(result, fmt, out if out is not None else sys.stdout, store.safe_url if db_url else None)
         if out is not None:
-            click.echo(f"wrote {len(result.cells)} rows to {out}", err=True)
+            click.echo(f"wrote {'the finance page' if fmt == 'html' else f'{len(result.cells)} rows'} to {out}", err=True)
     if limit is not None and any(amount > limit for amount in result.disputed_amounts().values()):
         click.echo(f"provider-borne and disputed money exceeds {limit}", err=True)
         sys.exit(1)
+
+
+@main.command("explain")
+@click.argument("category", required=False)
+def explain_command(category: str | None) -> None:
+    """What each category and bearer of a reconciliation means, and the rule (RULES.md) that decides it.
+
+    CATEGORY is a category (`productive`, `idle_unexplained`, ...), `unbilled`, or a bearer
+    (`provider`, `customer`, `disputed`); without it, all of them."""
+    from reconcile.explain import UnknownTerm, render
+
+    try:
+        click.echo(render(category), nl=False)
+    except UnknownTerm as exc:
+        raise InputError(str(exc)) from None
 
 
 @main.command("dispute")

@@ -36,7 +36,8 @@ SELECT held.tenant, CAST(held.us - coalesce(billed.us, 0) AS VARCHAR) FROM held 
 
 CELLS = """
 SELECT l.invoice_id, l.line_id, l.tenant, l.allocation_id, l.currency, m.minor, m.label,
-       CAST(m.gpu_us AS BIGINT) AS gpu_us, CAST(m.cents AS BIGINT) AS cents
+       CAST(m.gpu_us AS BIGINT) AS gpu_us, CAST(m.cents AS BIGINT) AS cents,
+       l.amount AS billed_amount, l.ps, l.pe, l.description
 FROM money m JOIN lines_ev l ON l.seq = m.seq  -- money holds no replaced line
 WHERE ($invoice IS NULL OR l.invoice_id = $invoice)
 ORDER BY l.seq, m.label

@@ -13,7 +13,8 @@ up to their line, and lines to the invoice total, to the cent.
 
 from __future__ import annotations
 
-from decimal import Decimal
+from collections.abc import Iterable, Sequence
+from decimal import ROUND_HALF_EVEN, Context, Decimal, Inexact, InvalidOperation
 
 import duckdb
 
@@ -30,8 +31,21 @@ _BIGINT_BITS = 62  # and below its signed 64-bit BIGINT
 #: Ties in the rounding go in RULES.md's category order: unallocated, double_billed, the
 #: span labels by priority, idle_reserved, idle_unexplained, money_only.
 #: (The span labels 1–11 rank 2–12, so idle_reserved, label 0, ranks 13.)
-_CATEGORY_RANK = ("CASE f.label WHEN 21 THEN 0 WHEN 20 THEN 1 WHEN 0 THEN 13 WHEN 12 THEN 14 WHEN 22 THEN 15 "
-                  "ELSE 1 + f.label END")
+_RANK_APART = {21: 0, 20: 1, 0: 13, 12: 14, 22: 15}
+
+
+def category_rank(label: int) -> int:
+    """A label's place in RULES.md's category order (rounding ties, exact shares' ties)."""
+    return _RANK_APART.get(label, 1 + label)
+
+
+_CATEGORY_RANK = ("CASE f.label " + " ".join(f"WHEN {k} THEN {v}" for k, v in _RANK_APART.items())
+                  + " ELSE 1 + f.label END")
+
+#: An exact share is written with at most this many decimal places (see `exact_shares`).
+EXACT_PLACES = 18
+#: Decimal digits enough for any amount the engine accepts (38) with EXACT_PLACES more.
+_EXACT = Context(prec=100, rounding=ROUND_HALF_EVEN, traps=[Inexact, InvalidOperation])
 
 
 class MoneyOverflow(ValueError):
@@ -66,6 +80,9 @@ def _scale_and_type(con: duckdb.DuckDBPyConnection) -> tuple[int, str]:
                (max(biggest_line, 1) * 10**scale).bit_length())
     if bits > _HUGEINT_BITS:
         raise MoneyOverflow(f"amounts of {scale} decimal places over lines this long exceed exact 128-bit arithmetic")
+    if biggest_amount * 10**4 >= 2**_BIGINT_BITS * 10**scale:  # cells report cents as BIGINT
+        raise MoneyOverflow(f"an amount of {Decimal(biggest_amount).scaleb(-scale, _EXACT):f} is too large to report "
+                            f"in minor units (at most {2**_BIGINT_BITS // 10**4:,} in any currency)")
     return scale, "BIGINT" if bits <= _BIGINT_BITS else "HUGEINT"
 
 
@@ -100,10 +117,10 @@ WITH gap AS (
     FROM invoice_cents i JOIN line_cents lc ON lc.invoice_id = i.invoice_id AND lc.currency IS NOT DISTINCT FROM i.currency
     GROUP BY i.invoice_id, i.currency, i.cents),
 ranked AS (  -- only the invoices whose rounded lines miss their total need ranking
+    -- every line has the same d (10^scale), so remainders compare exactly as integers
     SELECT lc.*, g.k,
            row_number() OVER (PARTITION BY lc.invoice_id, lc.currency, lc.up
-                              ORDER BY CASE WHEN lc.up THEN CAST(lc.r AS DOUBLE) / CAST(lc.d AS DOUBLE)
-                                            ELSE -CAST(lc.r AS DOUBLE) / CAST(lc.d AS DOUBLE) END, lc.seq) AS rank
+                              ORDER BY CASE WHEN lc.up THEN lc.r ELSE -lc.r END, lc.seq) AS rank
     FROM line_cents lc JOIN gap g ON g.invoice_id = lc.invoice_id AND g.currency IS NOT DISTINCT FROM lc.currency
     WHERE g.k <> 0)
 SELECT seq, rounded + CASE WHEN k > 0 AND NOT up AND rank <= k THEN 1
@@ -140,11 +157,77 @@ def _invoice_totals(con: duckdb.DuckDBPyConnection, scale: int) -> list[tuple[st
         FROM line_amounts GROUP BY invoice_id, currency""").fetchall()
     out = []
     for invoice_id, currency, total in rows:
-        exact = Decimal(int(total)).scaleb(-scale)
-        out.append((invoice_id, currency, int(exact.scaleb(minor_unit(currency)).to_integral_value("ROUND_HALF_EVEN"))))
+        out.append((invoice_id, currency, round_minor(Decimal(int(total)).scaleb(-scale, _EXACT), minor_unit(currency))))
     return out
 
 
 def format_minor(cents: int, minor: int) -> str:
     """Integer minor units as a decimal string with exactly `minor` places."""
     return format(Decimal(cents).scaleb(-minor), f".{minor}f")
+
+
+def places_of(text: str) -> int:
+    """The decimal places an amount was written with ("0.735": 3, "12": 0)."""
+    exponent = Decimal(text).as_tuple().exponent
+    return -exponent if isinstance(exponent, int) and exponent < 0 else 0
+
+
+def exact_shares(billed: str, weights: Sequence[int], minor: int) -> list[Decimal]:
+    """A line's billed amount split in proportion to `weights` (its cells' GPU-µs, in
+    category order; a lone money-only cell of weight 0 takes all of it), in exact decimals.
+
+    Each share is written at the fewest places (at least the billed amount's own and the
+    currency's minor unit) at which every share of the line is exact. A share with no
+    finite decimal expansion within EXACT_PLACES (a third) is floored there, and the
+    10^-EXACT_PLACES units the floors leave go to the largest remainders (ties: the order
+    given), so the shares always add up to the billed amount exactly."""
+    total = sum(weights)
+    if total == 0:
+        return [Decimal(billed)] + [Decimal(0)] * (len(weights) - 1)
+    scale = places_of(billed)
+    units = int(Decimal(billed).scaleb(scale, _EXACT))  # the amount in 10^-scale units, exactly
+    needed = max(_places_needed(units * w, total) + scale for w in weights)
+    places = max(scale, minor, min(needed, EXACT_PLACES))
+    x = [units * w * 10 ** (places - scale) for w in weights]
+    floors = [v // total for v in x]
+    leftover = units * 10 ** (places - scale) - sum(floors)
+    by_remainder = sorted(range(len(x)), key=lambda i: (-(x[i] - floors[i] * total), i))
+    for i in by_remainder[:leftover]:
+        floors[i] += 1
+    return [Decimal(f"{q}E-{places}") for q in floors]
+
+
+def _places_needed(numerator: int, denominator: int) -> int:
+    """Decimal places of numerator ÷ denominator when it terminates, else a number past
+    EXACT_PLACES (the denominator then has a factor other than 2 and 5)."""
+    from math import gcd
+
+    rest = denominator // gcd(numerator, denominator)
+    twos = fives = 0
+    while rest % 2 == 0:
+        rest, twos = rest // 2, twos + 1
+    while rest % 5 == 0:
+        rest, fives = rest // 5, fives + 1
+    return max(twos, fives) if rest == 1 else EXACT_PLACES + 1
+
+
+def exact_sum(values: Iterable[Decimal]) -> Decimal:
+    """Decimals added with no rounding (the default context keeps only 28 digits)."""
+    total = Decimal(0)
+    for value in values:
+        total = _EXACT.add(total, value)
+    return total
+
+
+def exact_text(value: Decimal, places: int) -> str:
+    """An exact amount with at least `places` decimals, and more only where it has them."""
+    trimmed = _EXACT.normalize(value) if value else Decimal(0)
+    exponent = trimmed.as_tuple().exponent
+    if isinstance(exponent, int) and -exponent > places:
+        return format(trimmed, "f")
+    return format(_EXACT.quantize(value, Decimal(1).scaleb(-places)), "f")
+
+
+def round_minor(value: Decimal, minor: int) -> int:
+    """An exact amount in minor units, rounded half-even (RULES.md §Money)."""
+    return int(_EXACT.scaleb(value, minor).to_integral_value(ROUND_HALF_EVEN))

@@ -3,49 +3,109 @@
 from __future__ import annotations
 
 import json
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from pathlib import Path
 from typing import IO
 
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-from rich.table import Table
+from rich.table import Column, Table
 
-from reconcile.intervals import CATEGORY_ORDER
-from reconcile.result import Reconciliation
+from reconcile.money import exact_text, places_of
+from reconcile.result import InvoiceTotal, Reconciliation
 
-FORMATS = ("table", "json", "csv", "parquet")
+FORMATS = ("table", "json", "csv", "parquet", "html")
+
+
+#: GPU-µs in a GPU-hour.
+HOUR_US = 3_600 * 1_000_000
+
+
+def number(value: Decimal, places: int) -> str:
+    """The one number format of finance's views: thousands separated, `places` decimals,
+    rounded half-even (GPU-hours; amounts are already whole minor units)."""
+    with localcontext() as ctx:
+        ctx.prec = 100  # an exact amount may have 38 digits and more places (the default keeps 28)
+        return format(value.quantize(Decimal(1).scaleb(-places), ROUND_HALF_EVEN), f",.{places}f")
+
+
+def exact_number(value: Decimal, minor: int) -> str:
+    """An exact amount in the same format: the minor unit's places, more only where it has
+    digits other than trailing zeros ("2,468.456400" is shown 2,468.4564)."""
+    return number(value, max(minor, places_of(exact_text(value, 0))))
+
+
+def hours(gpu_us: int) -> str:
+    return number(Decimal(gpu_us) / HOUR_US, 2)
+
+
+def money(cents: int, minor: int) -> str:
+    return number(Decimal(cents).scaleb(-minor), minor)
 
 
 def tables(result: Reconciliation) -> list[Table]:
-    """One table per tenant: its invoices' billed GPU-hours and money by category."""
+    """One table per tenant. Each invoice (per currency) leads with its total exactly as
+    billed beside what was classified (rounded to the minor unit: an invoice shared by
+    tenants is rounded whole, so a tenant's part may differ from its exact total by a
+    cent), then the bearers' totals, then the categories."""
+    invoices = result.invoices()
     out = []
-    invoices: dict[str, dict[str, dict[str, list[Decimal]]]] = {}
-    for cell in result.cells:
-        per_category = invoices.setdefault(cell.tenant, {}).setdefault(cell.invoice_id, {})
-        totals = per_category.setdefault(f"{cell.category}|{cell.bearer}", [Decimal(0), Decimal(0)])
-        totals[0] += Decimal(cell.gpu_us) / 3_600_000_000
-        totals[1] += Decimal(cell.cents).scaleb(-cell.minor)
     for tenant, tally in result.tenants().items():
-        table = Table("invoice", "category", "bearer", "GPU-hours", "amount", title=f"tenant {tenant}",
-                      caption=f"billed {tally.billed_us / 3.6e9:,.2f} GPU-h · unbilled "
-                              f"{result.unbilled_us.get(tenant, 0) / 3.6e9:,.2f} GPU-h · "
-                              + " · ".join(f"{b} {a}" for b, a in tally.by_bearer().items()))
-        for invoice, per_category in sorted(invoices.get(tenant, {}).items()):
-            for key in sorted(per_category, key=lambda k: (CATEGORY_ORDER.index(k.split("|")[0]), k)):
-                category, bearer = key.split("|")
-                hours, amount = per_category[key]
-                style = {"provider": "red", "disputed": "yellow"}.get(bearer, "")
-                table.add_row(invoice, category, bearer, f"{hours:,.2f}", f"{amount:,}", style=style)
+        rows = [row for invoice in invoices if invoice.tenant == tenant for row in _invoice_rows(invoice)]
+        # figures are never cut short: the number columns are as wide as their widest figure
+        # (a narrow terminal folds the names instead)
+        widths = [max([len(r[0][k]) for r in rows if r[0]] + [len(h)]) for k, h in ((4, "GPU-hours"), (5, "amount"))]
+        table = Table(Column("invoice", overflow="fold"), "currency", "", "bearer",
+                      Column("GPU-hours", justify="right", no_wrap=True, min_width=widths[0]),
+                      Column("amount", justify="right", no_wrap=True, min_width=widths[1]), title=f"tenant {tenant}",
+                      caption=f"billed {hours(tally.billed_us)} GPU-h · unbilled (held, billed by no line) "
+                              f"{hours(result.unbilled_us.get(tenant, 0))} GPU-h · "
+                              "`gpuledger explain CATEGORY` says what each category and bearer means"
+                              + _shared_note([i for i in invoices if i.tenant == tenant]))
+        for cells, style in rows:
+            if cells:
+                table.add_row(*cells, style=style)
+            else:
+                table.add_section()
         out.append(table)
     return out
 
 
-def write(result: Reconciliation, fmt: str, out: IO[str] | Path) -> None:
-    """JSON to a stream or file; CSV and Parquet (one row per line and category) to a file
-    or (CSV) a stream."""
-    if fmt == "json":
-        text = json.dumps(result.as_json(), indent=2) + "\n"
+def _shared_note(invoices: list[InvoiceTotal]) -> str:
+    """Why classified may miss the billed total rounded: RULES.md rounds an invoice whole,
+    and one shared by tenants (a FOCUS InvoiceId over sub-accounts) gives its cents to
+    the lines with the largest remainders, whichever tenant's they are."""
+    shared = [i.invoice_id for i in invoices if i.billed_cents != i.tally.total_cents]
+    if not shared:
+        return ""
+    return (f" · {', '.join(shared)}: shared with other tenants and rounded whole, so this tenant's part "
+            "is not its own total rounded")
+
+
+Row = tuple[tuple[str, ...], str]  # the cells and their style; no cells: a section break
+
+
+def _invoice_rows(invoice: InvoiceTotal) -> list[Row]:
+    name, currency, minor = invoice.invoice_id, invoice.currency or "", invoice.minor
+    billed_us = invoice.tally.billed_us
+    rows: list[Row] = [
+        ((name, currency, "total billed", "", hours(billed_us), exact_number(invoice.billed_exact, minor)), "bold"),
+        ((name, currency, "classified", "", hours(billed_us), money(invoice.tally.total_cents, minor)), "")]
+    for bearer, (us, cents) in invoice.bearer_totals().items():
+        rows.append(((name, currency, "bearer total", bearer, hours(us), money(cents, minor)), STYLE.get(bearer, "")))
+    for category, bearer, us, cents in invoice.category_totals():
+        rows.append(((name, currency, f"  {category}", bearer, hours(us), money(cents, minor)), STYLE.get(bearer, "")))
+    return rows + [((), "")]
+
+
+STYLE = {"provider": "red", "disputed": "yellow"}
+
+
+def write(result: Reconciliation, fmt: str, out: IO[str] | Path, db: str | None = None) -> None:
+    """JSON or HTML (finance's page; `db` goes into its commands) to a stream or file; CSV
+    and Parquet (one row per line and category) to a file or (CSV) a stream."""
+    if fmt in ("json", "html"):
+        text = json.dumps(result.as_json(), indent=2) + "\n" if fmt == "json" else _page(result, db)
         if isinstance(out, Path):
             out.write_text(text)
         else:
@@ -62,3 +122,9 @@ def write(result: Reconciliation, fmt: str, out: IO[str] | Path) -> None:
         pq.write_table(result.frame(), out)
     else:
         raise ValueError(f"--format: unknown format {fmt!r}")
+
+
+def _page(result: Reconciliation, db: str | None) -> str:
+    from reconcile.finance_page import render_page  # it draws on this module's number format
+
+    return render_page(result, db)

@@ -8,20 +8,26 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
 
-from reconcile.intervals import CATEGORY_ORDER, LABEL_BY_CODE, SECOND
-from reconcile.money import format_minor
+from reconcile.figures import iso
+from reconcile.intervals import CATEGORY_ORDER, LABEL_BY_CODE, LABELS, SECOND
+from reconcile.money import (category_rank, exact_shares, exact_sum, exact_text, format_minor, places_of,
+                             round_minor)
 
 BEARERS = ("provider", "customer", "disputed")
+#: The categories in RULES.md's order (unallocated, then rules 1-10, then money_only):
+#: the order finance reads them in (the JSON keeps the engine's CATEGORY_ORDER).
+RULES_ORDER = tuple(sorted(CATEGORY_ORDER, key=lambda c: min(category_rank(l.code) for l in LABELS if l.category == c)))
 ACCEPTANCE = ("accepted", "rejected", "pending")
 
 
-CELL_COLUMNS = ("invoice_id", "line_id", "tenant", "allocation_id", "currency", "minor", "label", "gpu_us", "cents")
+CELL_COLUMNS = ("invoice_id", "line_id", "tenant", "allocation_id", "currency", "minor", "label", "gpu_us", "cents",
+                "billed_amount", "ps", "pe", "description")
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,19 @@ class Cell:
     label: int
     gpu_us: int
     cents: int
+    billed_amount: str  # the line's amount exactly as billed (decimal text)
+    ps: int | None  # the line's period, µs since the epoch
+    pe: int | None
+    description: str | None  # what the billing source says the line is
+
+    @property
+    def line_key(self) -> tuple[str, str, str]:
+        return (self.tenant, self.invoice_id, self.line_id)
+
+    @property
+    def exact_places(self) -> int:
+        """Exact amounts of this line show at least the billed amount's own places."""
+        return max(self.minor, places_of(self.billed_amount))
 
     @property
     def category(self) -> str:
@@ -47,6 +66,12 @@ class Cell:
     @property
     def acceptance(self) -> str | None:
         return LABEL_BY_CODE[self.label].acceptance
+
+
+@lru_cache(maxsize=65_536)
+def _iso(us: int | None) -> str | None:
+    """A line period's bound as text: hourly lines share a few thousand of them."""
+    return iso(us)
 
 
 def gpu_seconds(gpu_us: int) -> int | float:
@@ -63,12 +88,18 @@ class _Tally:
     gpu_us: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
     cents: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
     acceptance: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ACCEPTANCE, 0))
+    exact: dict[tuple[str, str], list[Decimal]] | None = None  # a line's: its cells' exact amounts
+    exact_places: int = 2
 
-    def add(self, cell: Cell) -> None:
+    def add(self, cell: Cell, exact: Decimal | None = None) -> None:
         key = (cell.category, cell.bearer)
         self.minor = cell.minor
         self.gpu_us[key] += cell.gpu_us
         self.cents[key] += cell.cents
+        if exact is not None:
+            self.exact = self.exact if self.exact is not None else defaultdict(list)
+            self.exact[key].append(exact)
+            self.exact_places = cell.exact_places
         if cell.acceptance is not None:
             self.acceptance[cell.acceptance] += cell.gpu_us
 
@@ -92,19 +123,55 @@ class _Tally:
             entry: dict[str, Any] = {
                 "gpu_seconds": gpu_seconds(sum(self.gpu_us[k] for k in keys)),
                 "amount": self.money(sum(self.cents[k] for k in keys)),
+                **self._exact(keys),
                 "bearer": keys[0][1] if len(keys) == 1 else "mixed",
             }
             if len(keys) > 1:
-                entry["by_bearer"] = {k[1]: {"gpu_seconds": gpu_seconds(self.gpu_us[k]), "amount": self.money(self.cents[k])}
+                entry["by_bearer"] = {k[1]: {"gpu_seconds": gpu_seconds(self.gpu_us[k]), "amount": self.money(self.cents[k]),
+                                             **self._exact([k])}
                                       for k in sorted(keys, key=lambda k: BEARERS.index(k[1]))}
             out[category] = entry
         return out
+
+    def _exact(self, keys: list[tuple[str, str]]) -> dict[str, str]:
+        """`amount_exact` of these keys, for a line's tally (a tenant's has none)."""
+        if self.exact is None:
+            return {}
+        return {"amount_exact": exact_text(exact_sum(v for k in keys for v in self.exact[k]), self.exact_places)}
 
     def by_bearer(self) -> dict[str, str]:
         return {b: self.money(sum(c for k, c in self.cents.items() if k[1] == b)) for b in BEARERS}
 
     def productive_by_acceptance(self) -> dict[str, int | float]:
         return {state: gpu_seconds(us) for state, us in self.acceptance.items()}
+
+
+@dataclass
+class InvoiceTotal:
+    """One invoice in one currency: what its lines bill (exactly, and rounded as reported)
+    beside what the classification gives each bearer and category."""
+
+    tenant: str
+    invoice_id: str
+    currency: str | None
+    minor: int
+    billed_exact: Decimal = Decimal(0)  # the lines' billed amounts added up, unrounded
+    tally: _Tally = field(default_factory=_Tally)
+
+    @property
+    def billed_cents(self) -> int:
+        """The exact total rounded half-even to the minor unit (RULES.md §Money)."""
+        return round_minor(self.billed_exact, self.minor)
+
+    def bearer_totals(self) -> dict[str, tuple[int, int]]:
+        """GPU-µs and cents per bearer."""
+        return {b: (sum(us for k, us in self.tally.gpu_us.items() if k[1] == b),
+                    sum(c for k, c in self.tally.cents.items() if k[1] == b)) for b in BEARERS}
+
+    def category_totals(self) -> list[tuple[str, str, int, int]]:
+        """(category, bearer, GPU-µs, cents) in RULES.md's category order."""
+        keys = sorted(self.tally.gpu_us, key=lambda k: (RULES_ORDER.index(k[0]), BEARERS.index(k[1])))
+        return [(k[0], k[1], self.tally.gpu_us[k], self.tally.cents[k]) for k in keys]
 
 
 @dataclass
@@ -117,14 +184,42 @@ class Reconciliation:
         columns = [self.table.column(name).to_pylist() for name in CELL_COLUMNS]
         return [Cell(*row) for row in zip(*columns)]
 
+    @cached_property
+    def exact_amounts(self) -> list[Decimal]:
+        """Each cell's exact share of its line's billed amount (RULES.md §Money, before any
+        rounding), in the order of `cells`: a line's exact amounts add up to its billed amount."""
+        by_line: dict[tuple[str, str, str], list[int]] = defaultdict(list)
+        for index, cell in enumerate(self.cells):
+            by_line[cell.line_key].append(index)
+        out = [Decimal(0)] * len(self.cells)
+        for indices in by_line.values():
+            indices.sort(key=lambda i: category_rank(self.cells[i].label))  # ties in category order
+            first = self.cells[indices[0]]
+            shares = exact_shares(first.billed_amount, [self.cells[i].gpu_us for i in indices], first.minor)
+            for index, share in zip(indices, shares):
+                out[index] = share
+        return out
+
     def lines(self) -> dict[tuple[str, str, str], tuple[Cell, _Tally]]:
         out: dict[tuple[str, str, str], tuple[Cell, _Tally]] = {}
-        for cell in self.cells:
-            key = (cell.tenant, cell.invoice_id, cell.line_id)
-            if key not in out:
-                out[key] = (cell, _Tally())
-            out[key][1].add(cell)
+        for cell, exact in zip(self.cells, self.exact_amounts):
+            if cell.line_key not in out:
+                out[cell.line_key] = (cell, _Tally())
+            out[cell.line_key][1].add(cell, exact)
         return out
+
+    def invoices(self) -> list[InvoiceTotal]:
+        """Each invoice per currency, in tenant, invoice and currency order."""
+        out: dict[tuple[str, str, str], InvoiceTotal] = {}
+        counted: set[tuple[str, str, str]] = set()
+        for cell in self.cells:
+            key = (cell.tenant, cell.invoice_id, cell.currency or "")
+            total = out.setdefault(key, InvoiceTotal(cell.tenant, cell.invoice_id, cell.currency, cell.minor))
+            total.tally.add(cell)
+            if cell.line_key not in counted:  # a line's billed amount counts once, not per cell
+                counted.add(cell.line_key)
+                total.billed_exact = exact_sum([total.billed_exact, Decimal(cell.billed_amount)])
+        return [out[k] for k in sorted(out)]
 
     def tenants(self) -> dict[str, _Tally]:
         out: dict[str, _Tally] = {}
@@ -157,6 +252,8 @@ class Reconciliation:
             {"invoice_id": first.invoice_id, "line_id": first.line_id, "tenant": first.tenant,
              "allocation_id": first.allocation_id, "gpu_seconds": gpu_seconds(tally.billed_us),
              "amount": tally.money(tally.total_cents), "currency": first.currency,
+             "billed_amount": first.billed_amount, "period_start": _iso(first.ps), "period_end": _iso(first.pe),
+             "description": first.description,
              "categories": tally.categories(), "productive_by_acceptance": tally.productive_by_acceptance()}
             for first, tally in self.lines().values()
         ]
@@ -166,16 +263,20 @@ class Reconciliation:
         """One row per line, category, bearer and acceptance: for CSV and Parquet."""
         rows = [
             {"invoice_id": c.invoice_id, "line_id": c.line_id, "tenant": c.tenant, "allocation_id": c.allocation_id,
+             "period_start": _iso(c.ps), "period_end": _iso(c.pe), "description": c.description,
+             "billed_amount": c.billed_amount,
              "category": c.category, "bearer": c.bearer, "acceptance": c.acceptance,
              "gpu_seconds": c.gpu_us / SECOND if c.gpu_us % SECOND else c.gpu_us // SECOND,
-             "amount": format_minor(c.cents, c.minor), "currency": c.currency}
-            for c in self.cells
+             "amount": format_minor(c.cents, c.minor), "amount_exact": exact_text(exact, c.exact_places),
+             "currency": c.currency}
+            for c, exact in zip(self.cells, self.exact_amounts)
         ]
         schema = pa.schema([
             ("invoice_id", pa.string()), ("line_id", pa.string()), ("tenant", pa.string()),
-            ("allocation_id", pa.string()), ("category", pa.string()), ("bearer", pa.string()),
-            ("acceptance", pa.string()),
+            ("allocation_id", pa.string()), ("period_start", pa.string()), ("period_end", pa.string()),
+            ("description", pa.string()), ("billed_amount", pa.string()),
+            ("category", pa.string()), ("bearer", pa.string()), ("acceptance", pa.string()),
             ("gpu_seconds", pa.float64() if any(c.gpu_us % SECOND for c in self.cells) else pa.int64()),
-            ("amount", pa.string()), ("currency", pa.string()),
+            ("amount", pa.string()), ("amount_exact", pa.string()), ("currency", pa.string()),
         ])
         return pa.Table.from_pylist(rows, schema=schema)

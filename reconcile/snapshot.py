@@ -59,23 +59,32 @@ NARROW_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 _PROGRESS_FIELDS = ("job_id", "step", "units")
 
 
-def _structure(fields: Iterable[str]) -> str:
+#: What a billing source says a line is, shown to finance and never interpreted: a
+#: CloudEvents line's own `description`, else the FOCUS row's ChargeDescription (ingest
+#: keeps the whole row under `focus`). Parsed for billing lines only, into `lines_ev`.
+_LINE_TEXT_STRUCTURE = ',"description":"VARCHAR","focus":{"ChargeDescription":"VARCHAR"}'
+_LINE_TEXT_COLUMN = ", coalesce(j.data.description, j.data.focus.ChargeDescription) AS description"
+
+
+def _structure(fields: Iterable[str], extra: str = "") -> str:
     data = ",".join(f'"{name}":"{_DATA_FIELDS[name]}"' for name in fields)
-    return '{"time":"VARCHAR","data":{' + data + "}}"
+    return '{"time":"VARCHAR","data":{' + data + extra + "}}"
 
 
 def _us(expr: str) -> str:
     return f"epoch_us(CAST({expr} AS TIMESTAMPTZ))"
 
 
-def _projection(source: str, fields: Iterable[str] = tuple(_DATA_FIELDS)) -> str:
-    """Typed columns of `fields` (times as µs) from each event of `source`, parsed once."""
+def _projection(source: str, fields: Iterable[str] = tuple(_DATA_FIELDS), line_text: bool = False) -> str:
+    """Typed columns of `fields` (times as µs) from each event of `source`, parsed once;
+    with `line_text`, a billing line's `description` last."""
     fields = tuple(fields)
     columns = "".join(
         f', {_us(f"j.data.{name}") if name in _TIME_FIELDS else f"j.data.{name}"} AS "{_RENAMED.get(name, name)}"'
-        for name in fields)
+        for name in fields) + (_LINE_TEXT_COLUMN if line_text else "")
+    structure = _structure(fields, _LINE_TEXT_STRUCTURE if line_text else "")
     return (f"SELECT seq, type, tenant, {_us('j.time')} AS t{columns} "
-            f"FROM (SELECT seq, type, tenant, json_transform(event, '{_structure(fields)}') AS j FROM {source})")
+            f"FROM (SELECT seq, type, tenant, json_transform(event, '{structure}') AS j FROM {source})")
 
 
 _PROGRESS_PATHS = "['$.time', " + ", ".join(f"'$.data.{name}'" for name in _PROGRESS_FIELDS) + "]"
@@ -115,7 +124,8 @@ def _types_in(types: Iterable[str]) -> str:
 def _loads(source: str) -> list[tuple[str, str]]:
     """Each engine table with the SELECT that fills it from `source` (seq, type, tenant, event)."""
     narrow_types = [t for types, _ in NARROW_TABLES.values() for t in types] + ["job.progress"]
-    loads = [(table, _projection(f"(SELECT * FROM {source} WHERE type IN {_types_in(types)})", fields))
+    loads = [(table, _projection(f"(SELECT * FROM {source} WHERE type IN {_types_in(types)})", fields,
+                                 table == "lines_ev"))
              for table, (types, fields) in NARROW_TABLES.items()]
     loads.append(("ev_other", _projection(f"(SELECT * FROM {source} WHERE type NOT IN {_types_in(narrow_types)})")))
     # progress last: it looks its jobs up in `jobs`, which has this source's starts by then

@@ -1,0 +1,287 @@
+"""`gpuledger reconcile --format html`: one self-contained page for finance.
+
+The page holds its own pictures (inline SVG, no script, nothing fetched): GPU-hours and
+money by category per day, per tenant and per invoice, each stacked in RULES.md's
+category order, and the largest findings, each with the `gpuledger dispute` command that
+writes its packet. Every figure comes from the same cells as `reconcile --format json`,
+in integers and Fractions: no amount passes through a float (a bar's length in pixels is
+the only thing rounded, and it is never shown as a number).
+
+Days: the engine gives each line's GPU-seconds per category, not per moment, so a line is
+placed on the UTC days of its billing period. A line within one day (hourly or daily
+billing, as FOCUS exports are) falls wholly on it; a line spanning days is spread over
+them in proportion to its time in each, which keeps every day's total exact and leaves
+the categories' split inside such a line as the line's own.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import shlex
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import timedelta
+from decimal import Decimal, localcontext
+from fractions import Fraction
+from pathlib import Path
+
+import jinja2
+
+from reconcile.explain import BEARER_MEANING, explain, terms
+from reconcile.figures import EPOCH, safe_name
+from reconcile.intervals import SECOND
+from reconcile.render import HOUR_US, exact_number, hours, money, number
+from reconcile.result import BEARERS, Cell, Reconciliation
+
+TEMPLATES = Path(__file__).with_name("templates")
+DAY_US = 86_400 * SECOND
+LARGEST_FINDINGS = 10
+
+#: Bar geometry (SVG user units): label column, plot, room for the total on the right.
+LABEL_W, PLOT_W, TOTAL_W, BAR_H, GAP = 210, 540, 170, 18, 6
+
+#: A colour per category: the provider's in reds, the customer's in blues and greens,
+#: disputed in amber, money with no GPU time in grey.
+COLOURS = {
+    "unallocated": "#8e1b16", "double_billed": "#c0392b", "reclaimed": "#e0645a", "restart_lost": "#f08a5d",
+    "restart_recovery": "#f6b38e", "stalled_fault": "#b3261e", "checkpoint": "#6b8fd6", "productive": "#2e9d57",
+    "startup": "#56a3e8", "idle_reserved": "#9cc3ea", "idle_unexplained": "#e8a33d", "money_only": "#9aa5b1",
+}
+
+
+@dataclass
+class Segment:
+    category: str
+    x: int
+    width: int
+    title: str
+
+
+@dataclass
+class Bar:
+    label: str
+    total: str  # the bar's figure as shown
+    key: str  # what the figure is, for a reader of the page's DOM (data-figure)
+    segments: list[Segment] = field(default_factory=list)
+    anchor: str | None = None  # a link to the table row it stands for
+
+
+@dataclass
+class Chart:
+    title: str
+    bars: list[Bar]
+
+    @property
+    def width(self) -> int:
+        return LABEL_W + PLOT_W + TOTAL_W
+
+    @property
+    def height(self) -> int:
+        return len(self.bars) * (BAR_H + GAP) + GAP
+
+
+@dataclass
+class Finding:
+    tenant: str
+    invoice_id: str
+    line_id: str
+    category: str
+    bearer: str
+    hours: str
+    amount: str
+    currency: str
+    command: str
+
+
+# -- stacking -----------------------------------------------------------------------
+
+Stack = dict[str, Fraction]  # category -> value in the chart's unit (GPU-µs or minor units)
+
+
+def _bar(label: str, stack: Stack, biggest: Fraction, total: str, key: str, unit: str,
+         show: dict[str, str], anchor: str | None = None) -> Bar:
+    """A bar of the categories in RULES.md's order; lengths scale to `biggest`. Only the
+    positive parts are drawn (a credit is negative money: it is in the figures, not the bar)."""
+    bar, reach = Bar(label, total, key, anchor=anchor), Fraction(0)
+    for category in terms():
+        value = stack.get(category, Fraction(0))
+        if value <= 0:
+            continue
+        start, reach = _px(reach, biggest), reach + value
+        bar.segments.append(Segment(category, LABEL_W + start, max(_px(reach, biggest) - start, 1),
+                                    f"{label}: {category} {show[category]} {unit}"))
+    return bar
+
+
+def _px(value: Fraction, biggest: Fraction) -> int:
+    return 0 if biggest <= 0 else int(value * PLOT_W / biggest)
+
+
+def _biggest(stacks: list[Stack]) -> Fraction:
+    return max((sum((v for v in s.values() if v > 0), Fraction(0)) for s in stacks), default=Fraction(0))
+
+
+def _hours_chart(title: str, rows: dict[str, Stack], anchors: dict[str, str] | None = None) -> Chart:
+    biggest = _biggest(list(rows.values()))
+    bars = [_bar(label, stack, biggest, f"{_hours(sum(stack.values(), Fraction(0)))} GPU-h", f"hours/{label}", "GPU-h",
+                 {c: _hours(v) for c, v in stack.items()}, (anchors or {}).get(label))
+            for label, stack in rows.items()]
+    return Chart(title, bars)
+
+
+def _money_chart(title: str, rows: dict[str, Stack], minor: int, currency: str,
+                 anchors: dict[str, str] | None = None) -> Chart:
+    biggest = _biggest(list(rows.values()))
+    bars = [_bar(label, stack, biggest, f"{_money(sum(stack.values(), Fraction(0)), minor)} {currency}",
+                 f"money/{currency}/{label}", currency, {c: _money(v, minor) for c, v in stack.items()},
+                 (anchors or {}).get(label))
+            for label, stack in rows.items()]
+    return Chart(title, bars)
+
+
+def _hours(us: Fraction) -> str:
+    return number(_decimal(us / HOUR_US), 2)
+
+
+def _money(minor_units: Fraction, minor: int) -> str:
+    """Minor units (a day's share may be a fraction of one) shown rounded half-even."""
+    return number(_decimal(minor_units).scaleb(-minor), minor)
+
+
+def _decimal(value: Fraction) -> Decimal:
+    with localcontext() as ctx:
+        ctx.prec = 60  # a quotient only shown, to two or three places
+        return Decimal(value.numerator) / Decimal(value.denominator)
+
+
+# -- the page's figures ------------------------------------------------------------------
+
+def _days(cell: Cell) -> list[tuple[str, Fraction]]:
+    """The UTC days of the cell's line period, each with its share of the period."""
+    ps, pe = cell.ps or 0, cell.pe or 0
+    first = ps - ps % DAY_US
+    if pe <= ps or pe <= first + DAY_US:  # within one day (or an empty window: its start's)
+        return [(_day(first), Fraction(1))]
+    return [(_day(d), Fraction(min(pe, d + DAY_US) - max(ps, d), pe - ps)) for d in range(first, pe, DAY_US)]
+
+
+def _day(us: int) -> str:
+    return (EPOCH + timedelta(microseconds=us)).date().isoformat()
+
+
+def _currency(cell: Cell) -> str:
+    return cell.currency or ""
+
+
+#: The bearers of money the customer may not owe.
+OWED_BY = ("provider", "disputed")
+
+
+@dataclass
+class Figures:
+    hours_by_day: dict[str, Stack] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Fraction)))
+    money_by_day: dict[tuple[str, str], Stack] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Fraction)))
+    hours_by_tenant: dict[str, Stack] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Fraction)))
+    money_by_tenant: dict[tuple[str, str], Stack] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Fraction)))
+    money_by_invoice: dict[tuple[str, str], Stack] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Fraction)))
+    owed_by_invoice: dict[tuple[str, str], Stack] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Fraction)))
+    minor: dict[str, int] = field(default_factory=dict)
+
+    def add(self, cell: Cell) -> None:
+        currency = _currency(cell)
+        self.minor[currency] = cell.minor
+        for day, share in _days(cell):
+            self.hours_by_day[day][cell.category] += share * cell.gpu_us
+            self.money_by_day[(currency, day)][cell.category] += share * cell.cents
+        self.hours_by_tenant[cell.tenant][cell.category] += cell.gpu_us
+        self.money_by_tenant[(currency, cell.tenant)][cell.category] += cell.cents
+        self.money_by_invoice[(currency, f"{cell.tenant} / {cell.invoice_id}")][cell.category] += cell.cents
+        if cell.bearer in OWED_BY:
+            self.owed_by_invoice[(currency, f"{cell.tenant} / {cell.invoice_id}")][cell.category] += cell.cents
+
+
+def _by_currency(stacks: dict[tuple[str, str], Stack]) -> dict[str, dict[str, Stack]]:
+    out: dict[str, dict[str, Stack]] = defaultdict(dict)
+    for (currency, label), stack in sorted(stacks.items()):
+        out[currency][label] = stack
+    return out
+
+
+def charts(result: Reconciliation) -> list[Chart]:
+    figures = Figures()
+    for cell in result.cells:
+        figures.add(cell)
+    out = [_hours_chart("GPU-hours by category, per day (UTC)", dict(sorted(figures.hours_by_day.items())))]
+    for currency, rows in _by_currency(figures.money_by_day).items():
+        out.append(_money_chart(f"Money by category, per day ({currency})", rows, figures.minor[currency], currency))
+    out.append(_hours_chart("GPU-hours by category, per tenant", dict(sorted(figures.hours_by_tenant.items()))))
+    for currency, rows in _by_currency(figures.money_by_tenant).items():
+        out.append(_money_chart(f"Money by category, per tenant ({currency})", rows, figures.minor[currency], currency))
+    for currency, rows in _by_currency(figures.money_by_invoice).items():
+        anchors = {label: f"#invoice-{safe_name(label.replace(' / ', '-'))}-{safe_name(currency)}" for label in rows}
+        out.append(_money_chart(f"Money by category, per invoice ({currency})", rows, figures.minor[currency], currency,
+                                anchors))
+        # what finance looks for, drawn on its own scale (beside productive time it is a sliver)
+        owed = {label: figures.owed_by_invoice.get((currency, label), {}) for label in rows}
+        out.append(_money_chart(f"Provider-borne and disputed money, per invoice ({currency})", owed,
+                                figures.minor[currency], currency, anchors))
+    return out
+
+
+def dispute_command(tenant: str, invoice_id: str, db: str | None = None) -> str:
+    """The command that writes the customer's dispute packet for this invoice."""
+    words = ["gpuledger", "dispute"] + (["--db", db] if db else []) + [
+        "--tenant", tenant, "--invoice", invoice_id, "--key", "KEY",
+        "--out", f"dispute-{safe_name(tenant)}-{safe_name(invoice_id)}.json"]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def largest_findings(result: Reconciliation, db: str | None = None, count: int = LARGEST_FINDINGS) -> list[Finding]:
+    """The line categories with the most provider-borne or disputed money."""
+    cells = sorted((c for c in result.cells if c.bearer in OWED_BY and c.cents > 0),
+                   key=lambda c: (-c.cents, c.tenant, c.invoice_id, c.line_id, c.label))[:count]
+    return [Finding(c.tenant, c.invoice_id, c.line_id, c.category, c.bearer, hours(c.gpu_us), money(c.cents, c.minor),
+                    _currency(c), dispute_command(c.tenant, c.invoice_id, db)) for c in cells]
+
+
+@dataclass
+class TenantRow:
+    tenant: str
+    currency: str
+    billed_hours: str
+    unbilled_hours: str
+    bearers: dict[str, str]
+
+
+def tenant_rows(result: Reconciliation) -> list[TenantRow]:
+    """Per tenant and currency: GPU-hours billed and unbilled, and money per bearer."""
+    rows: dict[tuple[str, str], tuple[int, dict[str, int], int]] = {}
+    for invoice in result.invoices():
+        key = (invoice.tenant, invoice.currency or "")
+        us, cents, minor = rows.get(key, (0, dict.fromkeys(BEARERS, 0), invoice.minor))
+        for bearer, (_, c) in invoice.bearer_totals().items():
+            cents[bearer] += c
+        rows[key] = (us + invoice.tally.billed_us, cents, minor)
+    return [TenantRow(tenant, currency, hours(us), hours(result.unbilled_us.get(tenant, 0)),
+                      {b: money(c, minor) for b, c in cents.items()})
+            for (tenant, currency), (us, cents, minor) in sorted(rows.items())]
+
+
+def rule_html(text: str) -> str:
+    """RULES.md text, escaped, with its `code` spans and **bold** as HTML (the template
+    marks the result safe: everything from the text itself is escaped here)."""
+    escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", escaped)
+
+
+def render_page(result: Reconciliation, db: str | None = None) -> str:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["rule"] = rule_html
+    env.globals.update(hours=hours, money=money, exact_number=exact_number, safe_name=safe_name)
+    return env.get_template("finance.html.j2").render(
+        invoices=result.invoices(), tenants=tenant_rows(result), charts=charts(result),
+        findings=largest_findings(result, db), colours=COLOURS, categories=[t for t in terms() if t in COLOURS],
+        meanings={t: explain(t) for t in terms()}, bearer_meaning=BEARER_MEANING,
+        bearers=BEARERS, geometry={"label_w": LABEL_W, "plot_w": PLOT_W, "bar_h": BAR_H, "gap": GAP})
