@@ -321,12 +321,23 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
         click.echo(f"REFUSED: {exc}", err=True)
         sys.exit(1)
     write_packet(packet, out)
+    letter = _write_letter(packet, signer.verifier, out.with_suffix(".letter.html"))
     fleet = sum(1 for e in packet["bundle"]["entries"] if e["tenant"] is None)
     withheld = len(packet["bundle"].get("withheld", []))
     click.echo(f"wrote {out}: invoice {invoice} of {tenant}, {len(packet['findings']['lines'])} lines; "
                f"{len(packet['bundle']['entries']) - fleet} entries of {tenant} and {fleet} fleet entries; "
                f"checkpoint of tree size {packet['bundle']['checkpoint'].splitlines()[1]}"
                + (f"; {withheld} fleet entries withheld (they name another tenant)" if withheld else ""))
+    click.echo(f"wrote {letter}: the dispute letter, from verify-packet's recomputation of the packet")
+
+
+def _write_letter(packet: Any, verifier: "ledger.note.Verifier", path: Path) -> Path:
+    """The letter beside a packet, written from its verification (never from its findings)."""
+    from reconcile.dispute import verify_dispute
+    from reconcile.letter import build_letter, write_letter
+
+    write_letter(build_letter(verify_dispute(packet, verifier), verifier.name), path)
+    return path
 
 
 @main.command("verify-packet")
@@ -335,7 +346,9 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
               help="The ledger's verifier key (keygen's PATH.pub).")
 @click.option("--previous", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="An older packet or a checkpoint note: the packet's checkpoint must be that tree or extend it.")
-def verify_packet_command(file: Path, pubkey: Path, previous: Path | None) -> None:
+@click.option("--letter", "letter_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the dispute letter (HTML) from this verification's recomputation.")
+def verify_packet_command(file: Path, pubkey: Path, previous: Path | None, letter_path: Path | None) -> None:
     """Check a dispute packet with the public key alone and recompute its findings; exit 1 names what failed."""
     from ledger.note import read_verifier
     from reconcile.dispute import PacketError, read_packet, read_previous, verify_dispute
@@ -354,6 +367,13 @@ def verify_packet_command(file: Path, pubkey: Path, previous: Path | None) -> No
                   if checked.withheld else "")
                + ("" if checked.previous_size is None else
                   f"; extends the previous checkpoint of tree size {checked.previous_size}"))
+    from reconcile.letter import build_letter, summary, write_letter
+
+    letter = build_letter(checked, verifier.name)
+    click.echo(summary(letter))
+    if letter_path is not None:
+        write_letter(letter, letter_path)
+        click.echo(f"wrote {letter_path}")
 
 
 def _decimal_option(name: str, text: str | None) -> Decimal | None:
