@@ -159,7 +159,7 @@ def _rules() -> dict[str, tuple[str, str]]:
     text = RULES.read_text(encoding="utf-8")
     out: dict[str, tuple[str, str]] = {}
     categories = _section(text, "Categories of a second t in W ∩ H (first that applies)")
-    for number, name, body in re.findall(r"^(\d+)\. `(\w+)`:(.*?)(?=^\d+\. `|\Z)", categories, re.S | re.M):
+    for number, name, body in re.findall(r"^(\d+)\. `(\w+)`:(.*?)(?=^\d+\. `|\n\n|\Z)", categories, re.S | re.M):
         out[name] = (f"RULES.md, Categories, rule {number}", _flat(f"`{name}`:{body}"))
     unallocated = _section(text, "Unallocated")
     out["unallocated"] = ("RULES.md, Unallocated", _flat(unallocated))

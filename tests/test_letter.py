@@ -1,0 +1,225 @@
+"""The dispute letter (docs/dispute-letter.md): the packet's claims for a one-allocation
+invoice worked out by hand from RULES.md, verify-packet's text summary, the HTML letter
+beside the packet, and that letter rendered in headless Chromium (skipped when `chromium`
+is absent): the figures it shows are the hand-worked ones and nothing overflows its box.
+
+acme holds A1, 2 GPUs on n1 (devices 0, 1), 10:00-10:40; job J1 starts at 10:00, progress
+at 10:05, 10:06, 10:07, then nothing until 10:20 while a critical xid-79 on n1 device 0 is
+open (10:10-10:12), progress at 10:21, completed at 10:30. Invoice INV-1 (0.10 USD per
+GPU-minute throughout):
+
+    L1  10:00-10:40, 2 GPUs, 8.00   startup [10:00, 10:05) 1.00, productive 0.40 + 0.20,
+                                    stalled_fault [10:07, 10:20) 26 GPU-min 2.60 (provider),
+                                    idle_unexplained [10:21, 10:30) 18 GPU-min 1.80 (disputed),
+                                    idle_reserved [10:30, 10:40) 2.00
+    L2  10:40-10:50, 2 GPUs, 2.00   after the release: unallocated, 20 GPU-min 2.00 (provider)
+    L3  10:30-10:40, 2 GPUs, 1.00   inside L1's window: double_billed 20 GPU-min 1.00 (provider)
+
+billed 11.00, provider-borne 2.60 + 2.00 + 1.00 = 5.60, disputed 1.80, disputed in all 7.40.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from cli import main
+from tests.conftest import event, write_jsonl
+
+CHROMIUM = shutil.which("chromium")
+
+
+def at(clock: str) -> str:
+    return f"2026-01-05T{clock}Z"
+
+
+def acme(type_: str, id_: str, clock: str, **data: Any) -> dict[str, Any]:
+    return event(type_, id_, {"tenant": "acme", **data}, source="slurm://acme", time=at(clock))
+
+
+def line(id_: str, start: str, end: str, amount: str) -> dict[str, Any]:
+    return acme("billing.line", id_, end, invoice_id="INV-1", line_id=id_, allocation_id="A1",
+                period_start=at(start), period_end=at(end), gpus=2, amount=amount, currency="USD")
+
+
+#: In ledger order: seq 1 is the grant, …, seq 14 the line L3.
+EVENTS = [
+    acme("allocation.granted", "grant", "10:00:00", allocation_id="A1", gpus=2, node="n1", devices=[0, 1]),  # 1
+    acme("job.started", "start", "10:00:00", job_id="J1", allocation_id="A1"),  # 2
+    acme("job.progress", "p1", "10:05:00", job_id="J1", step=1),  # 3
+    acme("job.progress", "p2", "10:06:00", job_id="J1", step=2),  # 4
+    acme("job.progress", "p3", "10:07:00", job_id="J1", step=3),  # 5
+    event("health.fault", "xid", {"node": "n1", "device": 0, "code": "xid-79", "severity": "critical"},
+          source="dcgm://n1", time=at("10:10:00")),  # 6
+    event("health.cleared", "xid-ok", {"node": "n1", "device": 0, "code": "xid-79"}, source="dcgm://n1",
+          time=at("10:12:00")),  # 7
+    acme("job.progress", "p4", "10:20:00", job_id="J1", step=4),  # 8
+    acme("job.progress", "p5", "10:21:00", job_id="J1", step=5),  # 9
+    acme("job.completed", "done", "10:30:00", job_id="J1"),  # 10
+    acme("allocation.released", "release", "10:40:00", allocation_id="A1"),  # 11
+    line("L1", "10:00:00", "10:40:00", "8.00"),  # 12
+    line("L2", "10:40:00", "10:50:00", "2.00"),  # 13
+    line("L3", "10:30:00", "10:40:00", "1.00"),  # 14
+]
+
+#: (line, category, bearer, GPU-seconds, amount, stretches, cited seqs), worked out above.
+CLAIMS = [
+    ("L1", "stalled_fault", "provider", 1560, "2.60", [[at("10:07:00"), at("10:20:00"), 2]],
+     [1, 5, 6, 7, 8, 11, 12]),  # grant, the gap's marks p3 and p4, the fault and its clearing, release, L1
+    ("L1", "idle_unexplained", "disputed", 1080, "1.80", [[at("10:21:00"), at("10:30:00"), 2]],
+     [1, 2, 9, 10, 11, 12]),  # grant, the attempt's start, p5 and the completion at its edges, release, L1
+    ("L2", "unallocated", "provider", 1200, "2.00", [[at("10:40:00"), at("10:50:00"), 2]], [1, 11, 13]),
+    ("L3", "double_billed", "provider", 1200, "1.00", [[at("10:30:00"), at("10:40:00"), 2]],
+     [1, 11, 12, 14]),  # L1 owns the seconds
+]
+SENTENCE = ("acme disputes 7.40 USD of the 11.00 USD billed on invoice INV-1 (5.60 USD the provider bears by its own "
+            "records and 1.80 USD of unexplained idle time), in 4 findings.")
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("letter")
+    url = f"sqlite:///{folder / 'ledger.db'}"
+    assert run("keygen", "--out", str(folder / "key"))[0] == 0
+    assert run("ingest", "--db", url, str(write_jsonl(folder / "e.jsonl", EVENTS)))[0] == 0
+    code, out, err = run("dispute", "--db", url, "--tenant", "acme", "--invoice", "INV-1", "--key", str(folder / "key"),
+                         "--out", str(folder / "acme.json"))
+    assert code == 0, err
+    assert out.splitlines()[-1] == f"wrote {folder / 'acme.letter.html'}: the dispute letter, from verify-packet's recomputation of the packet"
+    return folder
+
+
+def packet(folder: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((folder / "acme.json").read_text())
+    return doc
+
+
+def test_claims_worked_by_hand(folder: Path) -> None:
+    claims = packet(folder)["claims"]
+    assert [(c["line_id"], c["category"], c["bearer"], c["gpu_seconds"], c["amount"], c["stretches"], c["cites"])
+            for c in claims] == CLAIMS
+    assert {(c["allocation_id"], c["currency"]) for c in claims} == {("A1", "USD")}
+
+
+def test_verify_packet_prints_the_letter(folder: Path) -> None:
+    code, out, err = run("verify-packet", str(folder / "acme.json"), "--pubkey", str(folder / "key.pub"),
+                         "--letter", str(folder / "mine.html"))
+    assert (code, err) == (0, "")
+    said = out.splitlines()
+    assert said[0].startswith("ok: invoice INV-1 of acme, 3 lines;")
+    assert said[1] == SENTENCE
+    assert said[2] == "  billed 11.00 USD · provider-borne 5.60 USD · disputed 1.80 USD · we dispute 7.40 USD"
+    assert said[3] == ("  1. 2026-01-05T10:07:00Z → 2026-01-05T10:20:00Z  stalled_fault (provider)  2.60 USD  "
+                       "line L1, allocation A1; RULES.md, Categories, rule 7; cites seq 1, 5, 6, 7, 8, 11, 12")
+    assert said[4].startswith("  2. 2026-01-05T10:21:00Z → 2026-01-05T10:30:00Z  idle_unexplained (disputed)  1.80 USD")
+    assert said[7] == f"wrote {folder / 'mine.html'}" and len(said) == 8
+    # the customer's own letter and the one written beside the packet say the same
+    assert (folder / "mine.html").read_text() == (folder / "acme.letter.html").read_text()
+
+
+def test_the_letter_is_written_from_the_recomputation_not_the_file(folder: Path) -> None:
+    # a packet without claims (as written before them) still verifies, and the letter has them all
+    doc = packet(folder)
+    del doc["claims"]
+    (folder / "bare.json").write_text(json.dumps(doc))
+    code, out, _ = run("verify-packet", str(folder / "bare.json"), "--pubkey", str(folder / "key.pub"))
+    assert code == 0 and out.splitlines()[1] == SENTENCE
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    (lambda c: c[0].update(amount="0.60"), 'claims[0] (line L1).amount: the packet says "0.60", recomputed "2.60"'),
+    (lambda c: c[1]["cites"].remove(2), "claims[1] (line L1).cites"),
+    (lambda c: c.pop(), "claims"),
+])
+def test_a_claim_that_is_not_the_recomputation_is_refused(folder: Path, change: Any, reason: str) -> None:
+    doc = packet(folder)
+    change(doc["claims"])
+    (folder / "altered.json").write_text(json.dumps(doc))
+    code, out, err = run("verify-packet", str(folder / "altered.json"), "--pubkey", str(folder / "key.pub"))
+    assert (code, out) == (1, "")
+    assert err.startswith(f"FAILED: {reason}") and err.endswith("(recomputed from the packet's own entries)\n"), err
+
+
+def test_the_rule_is_quoted_from_rules_md(folder: Path) -> None:
+    page = (folder / "acme.letter.html").read_text()
+    rules = re.sub(r"\s+", " ", (Path(__file__).parent.parent / "reconcile" / "RULES.md").read_text())
+    quotes = [html.unescape(q) for q in re.findall(r"<blockquote><strong>[^<]*</strong> (.*?)</blockquote>", page, re.S)]
+    assert len(quotes) == 4
+    assert quotes[0].startswith("`stalled_fault`: a gap [m_i, m_{i+1}) longer than stall_threshold_s")
+    assert quotes[1] == "`idle_unexplained`: anything else."
+    for quote in quotes:  # word for word (RULES.md's list bullets are run together as sentences)
+        assert quote.replace("`. `", "`. - `") in rules.replace("\n- ", " - ") or quote.split(". ")[0] in rules
+
+
+# -- headless Chromium ----------------------------------------------------------------
+
+#: Added to a copy of the letter (the letter itself has no script): every element whose
+#: content is wider than its box, and the page's own width against the window's.
+OVERFLOW_CHECK = """<script>
+(function () {
+  var bad = [];
+  document.querySelectorAll("body *").forEach(function (el) {
+    if (el.closest("svg") || el.clientWidth === 0) return;
+    if (el.scrollWidth > el.clientWidth + 1) bad.push(el.tagName + "." + el.className + " " + el.scrollWidth + ">" + el.clientWidth);
+  });
+  if (document.documentElement.scrollWidth > window.innerWidth) bad.push("page " + document.documentElement.scrollWidth + ">" + window.innerWidth);
+  var out = document.createElement("pre");
+  out.id = "overflow-report";
+  out.textContent = JSON.stringify(bad);
+  document.body.appendChild(out);
+})();
+</script>
+</body>"""
+
+
+def _chromium(page: Path, profile: Path, width: int) -> str:
+    assert CHROMIUM is not None
+    args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={profile}", f"--window-size={width},1000", "--dump-dom", page.resolve().as_uri()]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def _text(fragment: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment)).strip()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (Debian package `chromium`; .ci/run installs it)")
+@pytest.mark.parametrize("width", [1280, 420])
+def test_the_letter_as_chromium_renders_it(folder: Path, tmp_path: Path, width: int) -> None:
+    page = tmp_path / "letter.html"
+    page.write_text((folder / "acme.letter.html").read_text().replace("</body>", OVERFLOW_CHECK))
+    dom = _chromium(page, tmp_path / "profile", width)
+    report = re.search(r'<pre id="overflow-report">(.*?)</pre>', dom, re.S)
+    assert report is not None, "the check did not run"
+    assert json.loads(html.unescape(report.group(1))) == []
+    claim = re.search(r'<p class="claim" id="claim">(.*?)</p>', dom, re.S)
+    assert claim is not None and " ".join(_text(claim.group(1)).split()) == SENTENCE
+    figures = dict(re.findall(r'data-figure="(\w+)">([^<]*)<', dom))
+    assert figures == {"billed": "11.00 USD", "provider": "5.60 USD", "disputed": "1.80 USD", "claimed": "7.40 USD"}
+    # each finding as shown equals the packet's claim and the hand-worked one
+    shown = re.findall(r'<section class="finding (\w+)" id="finding-(\d+)" data-amount="([^"]*)" data-category="(\w+)">'
+                       r'.*?<dd class="amount">([^<]*)</dd>(.*?)</section>', dom, re.S)
+    assert [(s[0], s[3], s[2], s[4]) for s in shown] == [(c[2], c[1], c[4], f"{c[4]} USD") for c in CLAIMS]
+    assert [(c["bearer"], c["category"], c["amount"]) for c in packet(folder)["claims"]] == [(s[0], s[3], s[2]) for s in shown]
+    cited = [[int(n) for n in re.findall(r'<tr><td class="num">(\d+)</td>', s[5])] for s in shown]
+    assert cited == [c[6] for c in CLAIMS]
+    # the timeline: one bar per stretch, each linked to its finding
+    assert re.findall(r'<rect class="bar [\w ]+" data-finding="(\d+)"', dom) == ["1", "2", "3", "4"]
