@@ -15,10 +15,12 @@ entries at the edges of its stretches that RULES.md's rule for its category read
     reclaimed          the policy.decision(s) that set the bound, the policy.terms in force
     restart_lost       the job.failed, its attempt's job.started, the checkpoint.saved the
                        loss counts from, a critical fault touching the allocation ≤ 300 s before
-    restart_recovery   the job.failed, the next attempt's job.started, its first job.progress
+    restart_recovery   the job.failed, the job's events at the edges (the next attempt's
+                       job.started, its first job.progress)
     stalled_fault      the job.progress marks either side of the gap, the critical fault open
                        in it and its health.cleared, the policy.terms in force
-    idle_unexplained   the attempt's job.started and end, job.progress marks at the edges,
+    idle_unexplained   the attempt's job.started and end, the marks either side of a gap it lies
+                       in, the job's progress, checkpoint, start and end events at the edges,
                        the policy.terms in force
 """
 
@@ -143,16 +145,18 @@ WHERE k.label = 5
 QUALIFY f.tf >= k.first_s OR f.tf = max(f.tf) FILTER (WHERE f.tf <= k.first_s) OVER (PARTITION BY k.owner, k.label)
 UNION ALL  -- recovery ends at the next attempt's first progress; gaps and idle time at marks, starts and ends
 SELECT st.owner, st.label, e.seq FROM claim_stretch st JOIN ev e
-  ON e.tenant = st.tenant AND e.type IN ('job.started', 'job.progress', 'job.completed', 'job.failed', 'job.cancelled')
+  ON e.tenant = st.tenant AND e.type IN ('job.started', 'job.progress', 'job.completed', 'job.failed', 'job.cancelled',
+                                         'checkpoint.started', 'checkpoint.saved')
  AND e.t IN (st.s, st.e)
  AND e.job_id IN (SELECT job FROM attempts a WHERE a.tenant = st.tenant AND a.aid = st.aid AND a.s <= st.e AND a.e >= st.s)
 WHERE st.label IN (5, 12)
-UNION ALL  -- stalled_fault: the long gaps it lies in: their two progress marks, the critical faults
-           -- touching the allocation open in the gap, and their clearing
+UNION ALL  -- stalled_fault and idle_unexplained: the gaps between marks they lie in (long ones for a
+           -- stall): the two marks; for a stall, the critical faults touching the allocation open in
+           -- the gap, and their clearing
 SELECT st.owner, st.label, e.seq FROM claim_stretch st JOIN odd_gaps g
-  ON g.tenant = st.tenant AND g.aid = st.aid AND g.long AND g.s < st.e AND g.e > st.s
-JOIN ev e ON e.type = 'job.progress' AND e.tenant = g.tenant AND e.job_id = g.job AND e.t IN (g.s, g.e)
-WHERE st.label = 10
+  ON g.tenant = st.tenant AND g.aid = st.aid AND (g.long OR st.label = 12) AND g.s < st.e AND g.e > st.s
+JOIN ev e ON e.type IN ('job.progress', 'job.completed') AND e.tenant = g.tenant AND e.job_id = g.job AND e.t IN (g.s, g.e)
+WHERE st.label IN (10, 12)
 UNION ALL
 SELECT DISTINCT st.owner, st.label, unnest([x.seq, (
     SELECT min_by(c.seq, (c.t, c.seq)) FROM ev_rest c JOIN faults f ON f.seq = x.seq

@@ -21,6 +21,7 @@ import jinja2
 from ledger import LedgerError
 from reconcile.dispute import VerifiedPacket
 from reconcile.figures import iso, parse_time
+from reconcile.intervals import CATEGORY_ORDER
 from reconcile.money import format_minor, minor_unit
 
 RULES = Path(__file__).parent / "RULES.md"
@@ -43,9 +44,17 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "health.cleared": ("code", "node", "device", "fabric_domain"),
 }
 
-#: What a bearer means for the customer, in the letter's words.
-BEARER_WORDS = {"provider": "The provider's own records put this on the provider.",
-                "disputed": "Billed while our job ran, with nothing in the record to explain it."}
+#: Why a category is not the customer's to pay, in plain words (RULES.md's are quoted beside them).
+WHY = {
+    "unallocated": "Billed for GPUs or time that the allocation did not hold.",
+    "double_billed": "These GPU-seconds were already billed on an earlier line of the same allocation.",
+    "reclaimed": "The provider preempted, reclaimed or evicted the allocation; the time after the notice is the provider's.",
+    "restart_lost": "Work lost when the job failed for a hardware or fabric cause, or just after a critical fault on its "
+                    "GPUs, counted back to its last saved checkpoint.",
+    "restart_recovery": "Time the job took to get going again after that failure, up to its first progress.",
+    "stalled_fault": "The job made no progress for longer than the stall threshold while a critical fault touched its GPUs.",
+    "idle_unexplained": "The job was running but made no progress, and nothing in the ledger explains why.",
+}
 
 
 @dataclass(frozen=True)
@@ -80,10 +89,15 @@ class Totals:
     billed: Decimal = Decimal(0)
     provider: Decimal = Decimal(0)
     disputed: Decimal = Decimal(0)
+    accepted: dict[str, Decimal] = field(default_factory=dict)  # customer-borne money by category
 
     @property
     def claimed(self) -> Decimal:
         return self.provider + self.disputed
+
+    def not_disputed(self) -> list[tuple[str, Decimal]]:
+        """The customer-borne categories, in the engine's category order."""
+        return sorted(self.accepted.items(), key=lambda item: CATEGORY_ORDER.index(item[0]))
 
     def text(self, value: Decimal) -> str:
         minor = minor_unit(self.currency)
@@ -103,12 +117,20 @@ class Letter:
     findings: list[Finding] = field(default_factory=list)
 
     def sentence(self) -> str:
-        """The letter's one sentence: what is disputed, of what, and why in two words."""
-        parts = [f"{t.text(t.claimed)} of the {t.text(t.billed)} billed" for t in self.totals]
-        reasons = "; ".join(f"{t.text(t.provider)} the provider bears by its own records and {t.text(t.disputed)} "
-                            "of unexplained idle time" for t in self.totals)
-        return (f"{self.tenant} disputes {' and '.join(parts)} on invoice {self.invoice_id} "
-                f"({reasons}), in {len(self.findings)} findings.")
+        """The letter's one sentence: how much of the invoice is disputed, and why in short."""
+        if not self.findings:
+            billed = " and ".join(t.text(t.billed) for t in self.totals)
+            return f"{self.tenant} disputes nothing on invoice {self.invoice_id}: the ledger puts all {billed} on {self.tenant}."
+        counted = f"{len(self.findings)} finding{'s' if len(self.findings) != 1 else ''} below"
+        return (f"{self.tenant} disputes " + "; and ".join(self._part(t) for t in self.totals if t.claimed)
+                + f" ({counted}).")
+
+    def _part(self, t: Totals) -> str:
+        why = [f"{t.text(t.provider)} that the provider's own records put on the provider" if t.provider else "",
+               f"{t.text(t.disputed)} billed while its jobs ran idle with nothing in the ledger to explain it"
+               if t.disputed else ""]
+        return (f"{t.text(t.claimed)} of the {t.text(t.billed)} billed on invoice {self.invoice_id}: "
+                + " and ".join(w for w in why if w))
 
 
 def build_letter(checked: VerifiedPacket, signer: str) -> Letter:
@@ -116,7 +138,10 @@ def build_letter(checked: VerifiedPacket, signer: str) -> Letter:
     names the key that signed the checkpoint."""
     totals: dict[str, Totals] = {}
     for line in checked.findings["lines"]:
-        totals.setdefault(line["currency"] or "", Totals(line["currency"] or "")).billed += Decimal(line["amount"])
+        tally = totals.setdefault(line["currency"] or "", Totals(line["currency"] or ""))
+        tally.billed += Decimal(line["amount"])
+        for category, amount in _customer_borne(line["categories"]):
+            tally.accepted[category] = tally.accepted.get(category, Decimal(0)) + amount
     findings = []
     for number, claim in enumerate(checked.claims, 1):
         tally = totals.setdefault(claim["currency"] or "", Totals(claim["currency"] or ""))
@@ -127,6 +152,17 @@ def build_letter(checked: VerifiedPacket, signer: str) -> Letter:
     return Letter(checked.tenant, checked.invoice_id, signer, checked.checkpoint.size, checked.lines,
                   checked.tenant_entries + checked.fleet_entries, checked.withheld,
                   [totals[c] for c in sorted(totals)], findings)
+
+
+def _customer_borne(categories: dict[str, Any]) -> list[tuple[str, Decimal]]:
+    """(category, amount) of a line's categories (Reconciliation.as_json) borne by the customer."""
+    out = []
+    for category, cell in categories.items():
+        if cell["bearer"] == "customer":
+            out.append((category, Decimal(cell["amount"])))
+        elif "customer" in cell.get("by_bearer", {}):
+            out.append((category, Decimal(cell["by_bearer"]["customer"]["amount"])))
+    return out
 
 
 def _finding(number: int, claim: dict[str, Any], entries: dict[int, dict[str, Any]]) -> Finding:
@@ -209,7 +245,7 @@ def summary(letter: Letter) -> str:
 def render_html(letter: Letter) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    return env.get_template("letter.html.j2").render(letter=letter, tl=timeline(letter), why=BEARER_WORDS)
+    return env.get_template("letter.html.j2").render(letter=letter, tl=timeline(letter), why=WHY)
 
 
 def write_letter(letter: Letter, path: Path) -> None:

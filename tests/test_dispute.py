@@ -154,8 +154,8 @@ def test_the_packet_verifies_with_the_public_key_alone(disputed: Disputed) -> No
     assert said[0] == (f"ok: invoice INV-acme-01 of acme, 1 lines; {len(ACME_BEFORE + ACME_AFTER)} entries of acme complete "
                        f"up to tree size {total} and 3 fleet entries, signed by gpuledger; findings recomputed and equal")
     # then the letter (tests/test_letter.py): stalled_fault 10:05-10:15 at 4 GPUs is 2 400 of 4 800 GPU-s, 4.00 of 8.00
-    assert said[1] == ("acme disputes 4.00 USD of the 8.00 USD billed on invoice INV-acme-01 (4.00 USD the provider "
-                       "bears by its own records and 0.00 USD of unexplained idle time), in 1 findings.")
+    assert said[1] == ("acme disputes 4.00 USD of the 8.00 USD billed on invoice INV-acme-01: 4.00 USD that the "
+                       "provider's own records put on the provider (1 finding below).")
 
 
 def test_the_findings_are_the_hand_worked_ones(disputed: Disputed) -> None:

@@ -5,17 +5,18 @@ is absent): the figures it shows are the hand-worked ones and nothing overflows 
 
 acme holds A1, 2 GPUs on n1 (devices 0, 1), 10:00-10:40; job J1 starts at 10:00, progress
 at 10:05, 10:06, 10:07, then nothing until 10:20 while a critical xid-79 on n1 device 0 is
-open (10:10-10:12), progress at 10:21, completed at 10:30. Invoice INV-1 (0.10 USD per
-GPU-minute throughout):
+open (10:10-10:12), progress at 10:21, a checkpoint from 10:21 to 10:23, completed at 10:30.
+Invoice INV-1 (0.10 USD per GPU-minute throughout):
 
     L1  10:00-10:40, 2 GPUs, 8.00   startup [10:00, 10:05) 1.00, productive 0.40 + 0.20,
                                     stalled_fault [10:07, 10:20) 26 GPU-min 2.60 (provider),
-                                    idle_unexplained [10:21, 10:30) 18 GPU-min 1.80 (disputed),
+                                    checkpoint [10:21, 10:23) 0.40,
+                                    idle_unexplained [10:23, 10:30) 14 GPU-min 1.40 (disputed),
                                     idle_reserved [10:30, 10:40) 2.00
     L2  10:40-10:50, 2 GPUs, 2.00   after the release: unallocated, 20 GPU-min 2.00 (provider)
     L3  10:30-10:40, 2 GPUs, 1.00   inside L1's window: double_billed 20 GPU-min 1.00 (provider)
 
-billed 11.00, provider-borne 2.60 + 2.00 + 1.00 = 5.60, disputed 1.80, disputed in all 7.40.
+billed 11.00, provider-borne 2.60 + 2.00 + 1.00 = 5.60, disputed 1.40, disputed in all 7.00.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def line(id_: str, start: str, end: str, amount: str) -> dict[str, Any]:
                 period_start=at(start), period_end=at(end), gpus=2, amount=amount, currency="USD")
 
 
-#: In ledger order: seq 1 is the grant, …, seq 14 the line L3.
+#: In ledger order: seq 1 is the grant, …, seq 16 the line L3.
 EVENTS = [
     acme("allocation.granted", "grant", "10:00:00", allocation_id="A1", gpus=2, node="n1", devices=[0, 1]),  # 1
     acme("job.started", "start", "10:00:00", job_id="J1", allocation_id="A1"),  # 2
@@ -63,25 +64,29 @@ EVENTS = [
           time=at("10:12:00")),  # 7
     acme("job.progress", "p4", "10:20:00", job_id="J1", step=4),  # 8
     acme("job.progress", "p5", "10:21:00", job_id="J1", step=5),  # 9
-    acme("job.completed", "done", "10:30:00", job_id="J1"),  # 10
-    acme("allocation.released", "release", "10:40:00", allocation_id="A1"),  # 11
-    line("L1", "10:00:00", "10:40:00", "8.00"),  # 12
-    line("L2", "10:40:00", "10:50:00", "2.00"),  # 13
-    line("L3", "10:30:00", "10:40:00", "1.00"),  # 14
+    acme("checkpoint.started", "ck-start", "10:21:00", job_id="J1", checkpoint_id="ck1", step=5),  # 10
+    acme("checkpoint.saved", "ck-saved", "10:23:00", job_id="J1", checkpoint_id="ck1", step=5),  # 11
+    acme("job.completed", "done", "10:30:00", job_id="J1"),  # 12
+    acme("allocation.released", "release", "10:40:00", allocation_id="A1"),  # 13
+    line("L1", "10:00:00", "10:40:00", "8.00"),  # 14
+    line("L2", "10:40:00", "10:50:00", "2.00"),  # 15
+    line("L3", "10:30:00", "10:40:00", "1.00"),  # 16
 ]
 
 #: (line, category, bearer, GPU-seconds, amount, stretches, cited seqs), worked out above.
 CLAIMS = [
     ("L1", "stalled_fault", "provider", 1560, "2.60", [[at("10:07:00"), at("10:20:00"), 2]],
-     [1, 5, 6, 7, 8, 11, 12]),  # grant, the gap's marks p3 and p4, the fault and its clearing, release, L1
-    ("L1", "idle_unexplained", "disputed", 1080, "1.80", [[at("10:21:00"), at("10:30:00"), 2]],
-     [1, 2, 9, 10, 11, 12]),  # grant, the attempt's start, p5 and the completion at its edges, release, L1
-    ("L2", "unallocated", "provider", 1200, "2.00", [[at("10:40:00"), at("10:50:00"), 2]], [1, 11, 13]),
+     [1, 5, 6, 7, 8, 13, 14]),  # grant, the gap's marks p3 and p4, the fault and its clearing, release, L1
+    ("L1", "idle_unexplained", "disputed", 840, "1.40", [[at("10:23:00"), at("10:30:00"), 2]],
+     # grant, the attempt's start, the gap's marks p5 and the completion, the save at its start, release, L1
+     [1, 2, 9, 11, 12, 13, 14]),
+    ("L2", "unallocated", "provider", 1200, "2.00", [[at("10:40:00"), at("10:50:00"), 2]], [1, 13, 15]),
     ("L3", "double_billed", "provider", 1200, "1.00", [[at("10:30:00"), at("10:40:00"), 2]],
-     [1, 11, 12, 14]),  # L1 owns the seconds
+     [1, 13, 14, 16]),  # L1 owns the seconds
 ]
-SENTENCE = ("acme disputes 7.40 USD of the 11.00 USD billed on invoice INV-1 (5.60 USD the provider bears by its own "
-            "records and 1.80 USD of unexplained idle time), in 4 findings.")
+SENTENCE = ("acme disputes 7.00 USD of the 11.00 USD billed on invoice INV-1: 5.60 USD that the provider's own records "
+            "put on the provider and 1.40 USD billed while its jobs ran idle with nothing in the ledger to explain it "
+            "(4 findings below).")
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -123,10 +128,10 @@ def test_verify_packet_prints_the_letter(folder: Path) -> None:
     said = out.splitlines()
     assert said[0].startswith("ok: invoice INV-1 of acme, 3 lines;")
     assert said[1] == SENTENCE
-    assert said[2] == "  billed 11.00 USD · provider-borne 5.60 USD · disputed 1.80 USD · we dispute 7.40 USD"
+    assert said[2] == "  billed 11.00 USD · provider-borne 5.60 USD · disputed 1.40 USD · we dispute 7.00 USD"
     assert said[3] == ("  1. 2026-01-05T10:07:00Z → 2026-01-05T10:20:00Z  stalled_fault (provider)  2.60 USD  "
-                       "line L1, allocation A1; RULES.md, Categories, rule 7; cites seq 1, 5, 6, 7, 8, 11, 12")
-    assert said[4].startswith("  2. 2026-01-05T10:21:00Z → 2026-01-05T10:30:00Z  idle_unexplained (disputed)  1.80 USD")
+                       "line L1, allocation A1; RULES.md, Categories, rule 7; cites seq 1, 5, 6, 7, 8, 13, 14")
+    assert said[4].startswith("  2. 2026-01-05T10:23:00Z → 2026-01-05T10:30:00Z  idle_unexplained (disputed)  1.40 USD")
     assert said[7] == f"wrote {folder / 'mine.html'}" and len(said) == 8
     # the customer's own letter and the one written beside the packet say the same
     assert (folder / "mine.html").read_text() == (folder / "acme.letter.html").read_text()
@@ -213,7 +218,12 @@ def test_the_letter_as_chromium_renders_it(folder: Path, tmp_path: Path, width: 
     claim = re.search(r'<p class="claim" id="claim">(.*?)</p>', dom, re.S)
     assert claim is not None and " ".join(_text(claim.group(1)).split()) == SENTENCE
     figures = dict(re.findall(r'data-figure="(\w+)">([^<]*)<', dom))
-    assert figures == {"billed": "11.00 USD", "provider": "5.60 USD", "disputed": "1.80 USD", "claimed": "7.40 USD"}
+    assert figures == {"billed": "11.00 USD", "provider": "5.60 USD", "disputed": "1.40 USD", "claimed": "7.00 USD"}
+    # the rest of the 11.00 is the customer's: 11.00 - 7.00 = 0.40 + (0.40 + 0.20) + 1.00 + 2.00
+    kept = re.search(r'<p class="small" id="not-disputed">(.*?)</p>', dom, re.S)
+    assert kept is not None and " ".join(_text(kept.group(1)).split()) == (
+        "Not disputed, the customer's by the same rules: checkpoint 0.40 USD · productive 0.60 USD · startup 1.00 USD · "
+        "idle_reserved 2.00 USD.")
     # each finding as shown equals the packet's claim and the hand-worked one
     shown = re.findall(r'<section class="finding (\w+)" id="finding-(\d+)" data-amount="([^"]*)" data-category="(\w+)">'
                        r'.*?<dd class="amount">([^<]*)</dd>(.*?)</section>', dom, re.S)
