@@ -17,6 +17,10 @@ Invoice INV-1 (0.10 USD per GPU-minute throughout):
     L3  10:30-10:40, 2 GPUs, 1.00   inside L1's window: double_billed 20 GPU-min 1.00 (provider)
 
 billed 11.00, provider-borne 2.60 + 2.00 + 1.00 = 5.60, disputed 1.40, disputed in all 7.00.
+
+Invoice INV-2 has one line, L4, for J2 on A2 (2 GPUs on n2, 11:00-11:03, progress at 11:01
+and 11:02, completed 11:03), 0.60 for 6 GPU-minutes: startup 0.20 and productive 0.40,
+all the customer's, so nothing to dispute.
 """
 
 from __future__ import annotations
@@ -71,6 +75,14 @@ EVENTS = [
     line("L1", "10:00:00", "10:40:00", "8.00"),  # 14
     line("L2", "10:40:00", "10:50:00", "2.00"),  # 15
     line("L3", "10:30:00", "10:40:00", "1.00"),  # 16
+    acme("allocation.granted", "grant-2", "11:00:00", allocation_id="A2", gpus=2, node="n2", devices=[0, 1]),
+    acme("job.started", "start-2", "11:00:00", job_id="J2", allocation_id="A2"),
+    acme("job.progress", "q1", "11:01:00", job_id="J2", step=1),
+    acme("job.progress", "q2", "11:02:00", job_id="J2", step=2),
+    acme("job.completed", "done-2", "11:03:00", job_id="J2"),
+    acme("allocation.released", "release-2", "11:03:00", allocation_id="A2"),
+    acme("billing.line", "L4", "11:03:00", invoice_id="INV-2", line_id="L4", allocation_id="A2",
+         period_start=at("11:00:00"), period_end=at("11:03:00"), gpus=2, amount="0.60", currency="USD"),
 ]
 
 #: (line, category, bearer, GPU-seconds, amount, stretches, cited seqs), worked out above.
@@ -144,6 +156,20 @@ def test_the_letter_is_written_from_the_recomputation_not_the_file(folder: Path)
     (folder / "bare.json").write_text(json.dumps(doc))
     code, out, _ = run("verify-packet", str(folder / "bare.json"), "--pubkey", str(folder / "key.pub"))
     assert code == 0 and out.splitlines()[1] == SENTENCE
+
+
+def test_an_invoice_with_nothing_to_dispute_says_so(folder: Path) -> None:
+    code, out, err = run("dispute", "--db", f"sqlite:///{folder / 'ledger.db'}", "--tenant", "acme", "--invoice", "INV-2",
+                         "--key", str(folder / "key"), "--out", str(folder / "inv2.json"))
+    assert (code, err) == (0, "")
+    assert json.loads((folder / "inv2.json").read_text())["claims"] == []
+    code, out, _ = run("verify-packet", str(folder / "inv2.json"), "--pubkey", str(folder / "key.pub"))
+    assert code == 0 and out.splitlines()[1:] == [
+        "acme disputes nothing on invoice INV-2: the ledger puts all 0.60 USD on acme.",
+        "  billed 0.60 USD · provider-borne 0.00 USD · disputed 0.00 USD · we dispute 0.00 USD"]
+    page = (folder / "inv2.letter.html").read_text()
+    assert "Nothing on this invoice is provider-borne or disputed." in page
+    assert "productive 0.40 USD · startup 0.20 USD." in page
 
 
 @pytest.mark.parametrize(("change", "reason"), [
