@@ -53,10 +53,6 @@ def _stretch_sql() -> str:
     # its [s, e) and merged with the next when they touch (same line and label).
     lowest = " ".join(f"WHEN mask & {1 << code} <> 0 THEN {code}" for code in SPAN_LABELS)
     return f"""
-CREATE OR REPLACE TEMP TABLE claim_lines AS
-SELECT g.seq, g.tenant, g.aid, g.ak, g.g, g.g_b, g.cs, g.ce, l.ps, l.pe
-FROM gline g JOIN lines_ev l ON l.seq = g.seq WHERE l.invoice_id = $invoice;
-
 CREATE OR REPLACE TEMP TABLE claim_raw AS
 WITH aks AS (SELECT DISTINCT ak FROM claim_lines),
 pts AS (
@@ -176,7 +172,10 @@ WHERE st.label = 12
 def claims(con: duckdb.DuckDBPyConnection, invoice: str) -> list[dict[str, Any]]:
     """The invoice's claims, in ledger order of their lines then RULES.md's category
     order, each as the packet holds it (docs/dispute-letter.md)."""
-    con.execute(_stretch_sql().replace("$invoice", _quote(invoice)))
+    con.execute("""CREATE OR REPLACE TEMP TABLE claim_lines AS
+                   SELECT g.seq, g.tenant, g.aid, g.ak, g.g, g.g_b, g.cs, g.ce, l.ps, l.pe
+                   FROM gline g JOIN lines_ev l ON l.seq = g.seq WHERE l.invoice_id = ?""", [invoice])
+    con.execute(_stretch_sql())
     cites: dict[tuple[int, int], set[int]] = defaultdict(set)
     for owner, label, seq in con.execute(_cites_sql()).fetchall():
         cites[(int(owner), int(label))].add(int(seq))
@@ -186,8 +185,8 @@ def claims(con: duckdb.DuckDBPyConnection, invoice: str) -> list[dict[str, Any]]
     cells = con.execute(f"""
         SELECT m.seq, m.label, l.line_id, l.allocation_id, l.currency, m.minor, CAST(m.gpu_us AS BIGINT), CAST(m.cents AS BIGINT)
         FROM money m JOIN lines_ev l ON l.seq = m.seq
-        WHERE l.invoice_id = {_quote(invoice)} AND m.label IN ({", ".join(map(str, CLAIM_LABELS))})
-        ORDER BY m.seq""").fetchall()
+        WHERE l.invoice_id = ? AND m.label IN ({", ".join(map(str, CLAIM_LABELS))})
+        ORDER BY m.seq""", [invoice]).fetchall()
     ordered = sorted(cells, key=lambda row: (int(row[0]), _ORDER.index(int(row[1]))))
     return [_claim(row, stretches[(int(row[0]), int(row[1]))], cites[(int(row[0]), int(row[1]))]) for row in ordered]
 
@@ -205,10 +204,6 @@ def _claim(row: tuple[Any, ...], stretches: list[tuple[int, int, int]], cites: s
             "gpu_seconds": gpu_seconds(int(gpu_us)),
             "amount": format_minor(int(cents), int(minor)), "currency": currency,
             "stretches": [[iso(s), iso(e), g] for s, e, g in stretches], "cites": sorted(cites)}
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def reconcile_claims(entries: Iterable[dict[str, Any]], invoice: str) -> tuple[Reconciliation, list[dict[str, Any]]]:
