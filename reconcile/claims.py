@@ -19,9 +19,9 @@ entries at the edges of its stretches that RULES.md's rule for its category read
                        job.started, its first job.progress)
     stalled_fault      the job.progress marks either side of the gap, the critical fault open
                        in it and its health.cleared, the policy.terms in force
-    idle_unexplained   the attempt's job.started and end, the marks either side of a gap it lies
-                       in, the job's progress, checkpoint, start and end events at the edges,
-                       the policy.terms in force
+    idle_unexplained   the attempt's job.started and end, the marks either side of the first and
+                       the last gap between marks in each stretch, the job's progress,
+                       checkpoint, start and end events at the edges, the policy.terms in force
 """
 
 from __future__ import annotations
@@ -147,12 +147,18 @@ SELECT st.owner, st.label, e.seq FROM claim_stretch st JOIN ev e
  AND e.job_id IN (SELECT job FROM attempts a WHERE a.tenant = st.tenant AND a.aid = st.aid AND a.s <= st.e AND a.e >= st.s)
 WHERE st.label IN (5, 12)
 UNION ALL  -- stalled_fault and idle_unexplained: the gaps between marks they lie in (long ones for a
-           -- stall): the two marks; for a stall, the critical faults touching the allocation open in
-           -- the gap, and their clearing
-SELECT st.owner, st.label, e.seq FROM claim_stretch st JOIN odd_gaps g
-  ON g.tenant = st.tenant AND g.aid = st.aid AND (g.long OR st.label = 12) AND g.s < st.e AND g.e > st.s
-JOIN ev e ON e.type IN ('job.progress', 'job.completed') AND e.tenant = g.tenant AND e.job_id = g.job AND e.t IN (g.s, g.e)
-WHERE st.label IN (10, 12)
+           -- stall): the two marks of the first and the last gap of each stretch (a job that repeats
+           -- its step all day has thousands of gaps: the ends show it, the packet holds the rest);
+           -- for a stall, the critical faults touching the allocation open in the gap, and their clearing
+SELECT x.owner, x.label, e.seq FROM (
+    SELECT st.owner, st.label, g.tenant, g.job, g.s, g.e,
+           row_number() OVER (PARTITION BY st.owner, st.label, st.s ORDER BY g.s, g.e) AS from_first,
+           row_number() OVER (PARTITION BY st.owner, st.label, st.s ORDER BY g.s DESC, g.e DESC) AS from_last
+    FROM claim_stretch st JOIN odd_gaps g
+      ON g.tenant = st.tenant AND g.aid = st.aid AND (g.long OR st.label = 12) AND g.s < st.e AND g.e > st.s
+    WHERE st.label IN (10, 12)) x
+JOIN ev e ON e.type IN ('job.progress', 'job.completed') AND e.tenant = x.tenant AND e.job_id = x.job AND e.t IN (x.s, x.e)
+WHERE x.from_first = 1 OR x.from_last = 1
 UNION ALL
 SELECT DISTINCT st.owner, st.label, unnest([x.seq, (
     SELECT min_by(c.seq, (c.t, c.seq)) FROM ev_rest c JOIN faults f ON f.seq = x.seq

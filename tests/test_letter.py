@@ -21,6 +21,12 @@ billed 11.00, provider-borne 2.60 + 2.00 + 1.00 = 5.60, disputed 1.40, disputed 
 Invoice INV-2 has one line, L4, for J2 on A2 (2 GPUs on n2, 11:00-11:03, progress at 11:01
 and 11:02, completed 11:03), 0.60 for 6 GPU-minutes: startup 0.20 and productive 0.40,
 all the customer's, so nothing to dispute.
+
+Invoice INV-3 has one line, L5, for J3 on A3 (2 GPUs on n3, 12:00-12:05), 1.00 for 10
+GPU-minutes. J3 starts at 12:00 and reports step 1 at 12:01, 12:02, 12:03, 12:04 and
+12:04:30, never rising, and never ends: startup [12:00, 12:01) 0.20, then
+idle_unexplained [12:01, 12:05) 8 GPU-min 0.80 (disputed), with four gaps between marks,
+of which the first (12:01-12:02) and the last (12:04-12:04:30) are cited.
 """
 
 from __future__ import annotations
@@ -83,6 +89,13 @@ EVENTS = [
     acme("allocation.released", "release-2", "11:03:00", allocation_id="A2"),
     acme("billing.line", "L4", "11:03:00", invoice_id="INV-2", line_id="L4", allocation_id="A2",
          period_start=at("11:00:00"), period_end=at("11:03:00"), gpus=2, amount="0.60", currency="USD"),
+    acme("allocation.granted", "grant-3", "12:00:00", allocation_id="A3", gpus=2, node="n3", devices=[0, 1]),  # 24
+    acme("job.started", "start-3", "12:00:00", job_id="J3", allocation_id="A3"),  # 25
+    *[acme("job.progress", f"r{i}", clock, job_id="J3", step=1)  # 26-30
+      for i, clock in enumerate(["12:01:00", "12:02:00", "12:03:00", "12:04:00", "12:04:30"])],
+    acme("allocation.released", "release-3", "12:05:00", allocation_id="A3"),  # 31
+    acme("billing.line", "L5", "12:05:00", invoice_id="INV-3", line_id="L5", allocation_id="A3",  # 32
+         period_start=at("12:00:00"), period_end=at("12:05:00"), gpus=2, amount="1.00", currency="USD"),
 ]
 
 #: (line, category, bearer, GPU-seconds, amount, stretches, cited seqs), worked out above.
@@ -170,6 +183,17 @@ def test_an_invoice_with_nothing_to_dispute_says_so(folder: Path) -> None:
     page = (folder / "inv2.letter.html").read_text()
     assert "Nothing on this invoice is provider-borne or disputed." in page
     assert "productive 0.40 USD · startup 0.20 USD." in page
+
+
+def test_a_long_idle_stretch_cites_its_first_and_last_gap(folder: Path) -> None:
+    code, _, err = run("dispute", "--db", f"sqlite:///{folder / 'ledger.db'}", "--tenant", "acme", "--invoice", "INV-3",
+                       "--key", str(folder / "key"), "--out", str(folder / "inv3.json"))
+    assert (code, err) == (0, "")
+    [claim] = json.loads((folder / "inv3.json").read_text())["claims"]
+    assert (claim["category"], claim["gpu_seconds"], claim["amount"], claim["stretches"]) == (
+        "idle_unexplained", 480, "0.80", [[at("12:01:00"), at("12:05:00"), 2]])
+    # grant, start, the marks of 12:01, 12:02 (first gap) and 12:04, 12:04:30 (last), release, L5; not 12:03's
+    assert claim["cites"] == [24, 25, 26, 27, 29, 30, 31, 32]
 
 
 @pytest.mark.parametrize(("change", "reason"), [
