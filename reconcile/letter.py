@@ -82,6 +82,19 @@ class Finding:
     rule_place: str
     cited: list[Cited]
 
+    def rule_parts(self) -> list[tuple[str, str]]:
+        """The rule as (kind, text) runs, kind `code`, `strong` or `text`: RULES.md's
+        inline Markdown, for the page to set (escaped) without a Markdown library."""
+        parts = []
+        for run in re.split(r"(`[^`]+`|\*\*[^*]+\*\*)", self.rule):
+            if run.startswith("`") and run.endswith("`") and len(run) > 1:
+                parts.append(("code", run[1:-1]))
+            elif run.startswith("**") and run.endswith("**") and len(run) > 3:
+                parts.append(("strong", run[2:-2]))
+            elif run:
+                parts.append(("text", run))
+        return parts
+
 
 @dataclass
 class Totals:

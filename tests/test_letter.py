@@ -212,13 +212,18 @@ def test_a_claim_that_is_not_the_recomputation_is_refused(folder: Path, change: 
 
 def test_the_rule_is_quoted_from_rules_md(folder: Path) -> None:
     page = (folder / "acme.letter.html").read_text()
-    rules = re.sub(r"\s+", " ", (Path(__file__).parent.parent / "reconcile" / "RULES.md").read_text())
-    quotes = [html.unescape(q) for q in re.findall(r"<blockquote><strong>[^<]*</strong> (.*?)</blockquote>", page, re.S)]
-    assert len(quotes) == 4
-    assert quotes[0].startswith("`stalled_fault`: a gap [m_i, m_{i+1}) longer than stall_threshold_s")
-    assert quotes[1] == "`idle_unexplained`: anything else."
-    for quote in quotes:  # word for word (RULES.md's list bullets are run together as sentences)
-        assert quote.replace("`. `", "`. - `") in rules.replace("\n- ", " - ") or quote.split(". ")[0] in rules
+    # RULES.md as one line: list bullets run together, inline Markdown (`code`, **bold**) set as text
+    rules = (Path(__file__).parent.parent / "reconcile" / "RULES.md").read_text()
+    rules = re.sub(r"\s+", " ", rules.replace("\n- ", " ")).replace("`", "").replace("**", "")
+    quoted = re.findall(r'<blockquote class="rule"><strong>([^<]*):</strong> (.*?)</blockquote>', page, re.S)
+    assert [place for place, _ in quoted] == ["RULES.md, Categories, rule 7", "RULES.md, Categories, rule 10",
+                                              "RULES.md, Unallocated", "RULES.md, Categories, rule 1"]
+    quotes = [_text(quote) for _, quote in quoted]
+    assert quotes[0].startswith("stalled_fault: a gap [m_i, m_{i+1}) longer than stall_threshold_s")
+    assert quotes[1] == "idle_unexplained: anything else."
+    assert '<code>idle_unexplained</code>: anything else.' in page and "<strong>touches</strong> a when" in page
+    for quote in quotes:  # word for word
+        assert quote in rules, quote
 
 
 # -- headless Chromium ----------------------------------------------------------------
