@@ -44,6 +44,7 @@ from click.testing import CliRunner
 
 from cli import main
 from tests.conftest import event, write_jsonl
+from tests.test_packet import read_png
 
 CHROMIUM = shutil.which("chromium")
 
@@ -247,11 +248,11 @@ OVERFLOW_CHECK = """<script>
 </body>"""
 
 
-def _chromium(page: Path, profile: Path, width: int) -> str:
+def _chromium(page: Path, profile: Path, width: int, mode: str = "--dump-dom") -> str:
     assert CHROMIUM is not None
     args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            f"--user-data-dir={profile}", f"--window-size={width},1000", "--dump-dom", page.resolve().as_uri()]
+            f"--user-data-dir={profile}", f"--window-size={width},1000", mode, page.resolve().as_uri()]
     result = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
@@ -288,3 +289,41 @@ def test_the_letter_as_chromium_renders_it(folder: Path, tmp_path: Path, width: 
     assert cited == [c[6] for c in CLAIMS]
     # the timeline: one bar per stretch, each linked to its finding
     assert re.findall(r'<rect class="bar [\w ]+" data-finding="(\d+)"', dom) == ["1", "2", "3", "4"]
+
+
+RED, AMBER = (0xC0, 0x39, 0x2B), (0xD9, 0x9A, 0x00)  # the bars' fills (letter.html.j2)
+
+
+def _runs(row: bytes) -> list[tuple[str, int, int]]:
+    """(colour, first x, length) of each run of bar-coloured pixels in one screenshot row."""
+    out: list[tuple[str, int, int]] = []
+    for x in range(len(row) // 3):
+        pixel = row[3 * x:3 * x + 3]
+        name = next((n for n, rgb in (("red", RED), ("amber", AMBER)) if all(abs(pixel[k] - rgb[k]) <= 12 for k in range(3))), None)
+        if name is None:
+            continue
+        if out and out[-1][0] == name and out[-1][1] + out[-1][2] == x:
+            out[-1] = (name, out[-1][1], out[-1][2] + 1)
+        else:
+            out.append((name, x, 1))
+    return out
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (Debian package `chromium`; .ci/run installs it)")
+def test_the_timeline_as_chromium_draws_it(folder: Path, tmp_path: Path) -> None:
+    shot = tmp_path / "letter.png"
+    _chromium(folder / "acme.letter.html", tmp_path / "profile", 1280, f"--screenshot={shot}")
+    width, _, rows = read_png(shot)
+    assert width == 1280
+    # the bar row: the only rows with a bar-coloured run wider than a finding's 5 px border
+    bar_rows = [runs for runs in map(_runs, rows) if any(n > 20 for _, _, n in runs)]
+    assert len(bar_rows) >= 12  # ROW - 6 = 16 user units high
+    runs = [r for r in bar_rows[len(bar_rows) // 2] if r[2] > 20]
+    # 10:07-10:50 spans the axis: stalled 10:07-10:20 (13 min, red), idle 10:23-10:30 (7 min,
+    # amber), double billed 10:30-10:40 and unallocated 10:40-10:50 (10 min each, red, touching:
+    # the seam between them is a pixel column the anti-aliasing blends)
+    assert [name for name, _, _ in runs] == ["red", "amber", "red", "red"]
+    axis = runs[-1][1] + runs[-1][2] - runs[0][1]
+    assert axis > 600
+    for (_, start, length), (begin, minutes) in zip(runs, [(0, 13), (16, 7), (23, 10), (33, 10)]):
+        assert abs(start - runs[0][1] - axis * begin / 43) <= 3 and abs(length - axis * minutes / 43) <= 3
