@@ -15,8 +15,8 @@ entries at the edges of its stretches that RULES.md's rule for its category read
     reclaimed          the policy.decision(s) that set the bound, the policy.terms in force
     restart_lost       the job.failed, its attempt's job.started, the checkpoint.saved the
                        loss counts from, a critical fault touching the allocation ≤ 300 s before
-    restart_recovery   the job.failed, the job's events at the edges (the next attempt's
-                       job.started, its first job.progress)
+    restart_recovery   the job.failed, the next attempt's job.started, the job's events at the
+                       edges (its first job.progress)
     stalled_fault      the job.progress marks either side of the gap, the critical fault open
                        in it and its health.cleared, the policy.terms in force
     idle_unexplained   the attempt's job.started and end, the marks either side of the first and
@@ -134,11 +134,15 @@ SELECT k.owner, k.label, x.seq FROM claim k JOIN failures f
   ON f.tenant = k.tenant AND f.aid = k.aid AND f.provider AND f.lost_from <= k.last_e AND f.tf >= k.first_s
 JOIN touch x ON x.tenant = f.tenant AND x.aid = f.aid AND x.open_t BETWEEN f.tf - {FAULT_LOOKBACK_US} AND f.tf
 WHERE k.label = 3
-UNION ALL  -- restart_recovery: the failures it recovers from (in the claim, or the last before it)
-SELECT k.owner, k.label, f.eseq FROM claim k JOIN failures f
-  ON f.tenant = k.tenant AND f.aid = k.aid AND f.provider AND f.tf <= k.last_e
-WHERE k.label = 5
-QUALIFY f.tf >= k.first_s OR f.tf = max(f.tf) FILTER (WHERE f.tf <= k.first_s) OVER (PARTITION BY k.owner, k.label)
+UNION ALL  -- restart_recovery: the failures it recovers from (in the claim, or the last before it),
+           -- and the job's next attempt on the allocation
+SELECT owner, label, unnest([eseq, (SELECT min_by(n.sseq, (n.s, n.sseq)) FROM attempts n
+                                    WHERE n.tenant = r.tenant AND n.aid = r.aid AND n.job = r.job
+                                      AND (n.s > r.tf OR (n.s = r.tf AND n.sseq > r.eseq)))])
+FROM (SELECT k.owner, k.label, f.tenant, f.aid, f.job, f.tf, f.eseq FROM claim k JOIN failures f
+        ON f.tenant = k.tenant AND f.aid = k.aid AND f.provider AND f.tf <= k.last_e
+      WHERE k.label = 5
+      QUALIFY f.tf >= k.first_s OR f.tf = max(f.tf) FILTER (WHERE f.tf <= k.first_s) OVER (PARTITION BY k.owner, k.label)) r
 UNION ALL  -- recovery ends at the next attempt's first progress; gaps and idle time at marks, starts and ends
 SELECT st.owner, st.label, e.seq FROM claim_stretch st JOIN ev e
   ON e.tenant = st.tenant AND e.type IN ('job.started', 'job.progress', 'job.completed', 'job.failed', 'job.cancelled',

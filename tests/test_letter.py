@@ -27,6 +27,16 @@ GPU-minutes. J3 starts at 12:00 and reports step 1 at 12:01, 12:02, 12:03, 12:04
 12:04:30, never rising, and never ends: startup [12:00, 12:01) 0.20, then
 idle_unexplained [12:01, 12:05) 8 GPU-min 0.80 (disputed), with four gaps between marks,
 of which the first (12:01-12:02) and the last (12:04-12:04:30) are cited.
+
+Invoice INV-4, 0.10 USD per GPU-minute, 1 GPU:
+    L6  A4 13:00-13:12, 1.20: J4 starts 13:00, progress 13:01, 13:02, a checkpoint
+        13:02:30-13:03, progress 13:04, fails (cause hardware) at 13:06, starts again at
+        13:07, progress 13:09, 13:10, completes 13:11. restart_lost [13:03, 13:06) 0.30 and
+        restart_recovery [13:06, 13:09) 0.30, both the provider's (a hardware cause).
+    L7  A5 14:00-14:10, 1.00: J5 starts 14:00, progress 14:01-14:04 each minute, is
+        preempted (decision on A5) at 14:05 and cancelled at 14:06. idle_unexplained
+        [14:04, 14:05) 0.10 (disputed), reclaimed [14:05, 14:10) 0.50 (provider, no notice).
+billed 2.20, provider-borne 1.10, disputed 0.10.
 """
 
 from __future__ import annotations
@@ -97,6 +107,29 @@ EVENTS = [
     acme("allocation.released", "release-3", "12:05:00", allocation_id="A3"),  # 31
     acme("billing.line", "L5", "12:05:00", invoice_id="INV-3", line_id="L5", allocation_id="A3",  # 32
          period_start=at("12:00:00"), period_end=at("12:05:00"), gpus=2, amount="1.00", currency="USD"),
+    acme("allocation.granted", "grant-4", "13:00:00", allocation_id="A4", gpus=1, node="n4", devices=[0]),  # 33
+    acme("job.started", "start-4", "13:00:00", job_id="J4", allocation_id="A4"),  # 34
+    acme("job.progress", "s1", "13:01:00", job_id="J4", step=1),  # 35
+    acme("job.progress", "s2", "13:02:00", job_id="J4", step=2),  # 36
+    acme("checkpoint.started", "ck4-start", "13:02:30", job_id="J4", checkpoint_id="ck4", step=2),  # 37
+    acme("checkpoint.saved", "ck4-saved", "13:03:00", job_id="J4", checkpoint_id="ck4", step=2),  # 38
+    acme("job.progress", "s3", "13:04:00", job_id="J4", step=3),  # 39
+    acme("job.failed", "fail-4", "13:06:00", job_id="J4", cause="hardware"),  # 40
+    acme("job.started", "restart-4", "13:07:00", job_id="J4", allocation_id="A4"),  # 41
+    acme("job.progress", "s4", "13:09:00", job_id="J4", step=4),  # 42
+    acme("job.progress", "s5", "13:10:00", job_id="J4", step=5),  # 43
+    acme("job.completed", "done-4", "13:11:00", job_id="J4"),  # 44
+    acme("allocation.released", "release-4", "13:30:00", allocation_id="A4"),  # 45
+    acme("billing.line", "L6", "13:12:00", invoice_id="INV-4", line_id="L6", allocation_id="A4",  # 46
+         period_start=at("13:00:00"), period_end=at("13:12:00"), gpus=1, amount="1.20", currency="USD"),
+    acme("allocation.granted", "grant-5", "14:00:00", allocation_id="A5", gpus=1, node="n5", devices=[0]),  # 47
+    acme("job.started", "start-5", "14:00:00", job_id="J5", allocation_id="A5"),  # 48
+    *[acme("job.progress", f"u{i}", f"14:0{i}:00", job_id="J5", step=i) for i in range(1, 5)],  # 49-52
+    acme("policy.decision", "preempt-5", "14:05:00", decision="preempted", allocation_id="A5", job_id="J5"),  # 53
+    acme("job.cancelled", "cancel-5", "14:06:00", job_id="J5"),  # 54
+    acme("allocation.released", "release-5", "14:10:00", allocation_id="A5"),  # 55
+    acme("billing.line", "L7", "14:10:00", invoice_id="INV-4", line_id="L7", allocation_id="A5",  # 56
+         period_start=at("14:00:00"), period_end=at("14:10:00"), gpus=1, amount="1.00", currency="USD"),
 ]
 
 #: (line, category, bearer, GPU-seconds, amount, stretches, cited seqs), worked out above.
@@ -195,6 +228,31 @@ def test_a_long_idle_stretch_cites_its_first_and_last_gap(folder: Path) -> None:
         "idle_unexplained", 480, "0.80", [[at("12:01:00"), at("12:05:00"), 2]])
     # grant, start, the marks of 12:01, 12:02 (first gap) and 12:04, 12:04:30 (last), release, L5; not 12:03's
     assert claim["cites"] == [24, 25, 26, 27, 29, 30, 31, 32]
+
+
+def test_restarts_and_a_reclaim_worked_by_hand(folder: Path) -> None:
+    code, out, err = run("dispute", "--db", f"sqlite:///{folder / 'ledger.db'}", "--tenant", "acme", "--invoice", "INV-4",
+                         "--key", str(folder / "key"), "--out", str(folder / "inv4.json"))
+    assert (code, err) == (0, "")
+    claims = json.loads((folder / "inv4.json").read_text())["claims"]
+    assert [(c["line_id"], c["category"], c["bearer"], c["gpu_seconds"], c["amount"], c["stretches"], c["cites"])
+            for c in claims] == [
+        # grant, the failed attempt's start, the save the loss counts from, the failure, release, L6
+        ("L6", "restart_lost", "provider", 180, "0.30", [[at("13:03:00"), at("13:06:00"), 1]], [33, 34, 38, 40, 45, 46]),
+        # grant, the failure, the next attempt's start and its first progress, release, L6
+        ("L6", "restart_recovery", "provider", 180, "0.30", [[at("13:06:00"), at("13:09:00"), 1]], [33, 40, 41, 42, 45, 46]),
+        # grant, the preemption, release, L7
+        ("L7", "reclaimed", "provider", 300, "0.50", [[at("14:05:00"), at("14:10:00"), 1]], [47, 53, 55, 56]),
+        # grant, the attempt's start and its cancellation, the last progress at the stretch's start, release, L7
+        ("L7", "idle_unexplained", "disputed", 60, "0.10", [[at("14:04:00"), at("14:05:00"), 1]], [47, 48, 52, 54, 55, 56]),
+    ]
+    code, out, _ = run("verify-packet", str(folder / "inv4.json"), "--pubkey", str(folder / "key.pub"))
+    said = out.splitlines()
+    assert code == 0 and said[2] == "  billed 2.20 USD · provider-borne 1.10 USD · disputed 0.10 USD · we dispute 1.20 USD"
+    # the restart categories quote their rule and the bearer rule (the failure's cause decides)
+    assert "; RULES.md, Categories, rule 4; RULES.md, Categories, Bearers; cites seq 33, 34, 38, 40, 45, 46" in said[3]
+    page = (folder / "inv4.letter.html").read_text()
+    assert "cause</span> hardware" in page and "decision</span> preempted" in page
 
 
 @pytest.mark.parametrize(("change", "reason"), [
