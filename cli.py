@@ -331,7 +331,7 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
     click.echo(f"wrote {letter}: the dispute letter, from verify-packet's recomputation of the packet")
 
 
-def _write_letter(packet: Any, verifier: "ledger.note.Verifier", path: Path) -> Path:
+def _write_letter(packet: Any, verifier: ledger.note.Verifier, path: Path) -> Path:
     """The letter beside a packet, written from its verification (never from its findings)."""
     from reconcile.dispute import verify_dispute
     from reconcile.letter import build_letter, write_letter
