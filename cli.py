@@ -311,6 +311,7 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
     import ledger
     from ledger.note import read_signer
     from reconcile.dispute import IsolationError, build_dispute, write_packet
+    from reconcile.letter import write_letter_beside
 
     store = ledger.Store(db_url)
     signer = read_signer(key_path)
@@ -321,7 +322,7 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
         click.echo(f"REFUSED: {exc}", err=True)
         sys.exit(1)
     write_packet(packet, out)
-    letter = _write_letter(packet, signer.verifier, out.with_suffix(".letter.html"))
+    letter = write_letter_beside(packet, signer.verifier, out)
     fleet = sum(1 for e in packet["bundle"]["entries"] if e["tenant"] is None)
     withheld = len(packet["bundle"].get("withheld", []))
     click.echo(f"wrote {out}: invoice {invoice} of {tenant}, {len(packet['findings']['lines'])} lines; "
@@ -329,15 +330,6 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
                f"checkpoint of tree size {packet['bundle']['checkpoint'].splitlines()[1]}"
                + (f"; {withheld} fleet entries withheld (they name another tenant)" if withheld else ""))
     click.echo(f"wrote {letter}: the dispute letter, from verify-packet's recomputation of the packet")
-
-
-def _write_letter(packet: Any, verifier: ledger.note.Verifier, path: Path) -> Path:
-    """The letter beside a packet, written from its verification (never from its findings)."""
-    from reconcile.dispute import verify_dispute
-    from reconcile.letter import build_letter, write_letter
-
-    write_letter(build_letter(verify_dispute(packet, verifier), verifier.name), path)
-    return path
 
 
 @main.command("verify-packet")

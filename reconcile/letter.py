@@ -19,7 +19,8 @@ from typing import Any
 import jinja2
 
 from ledger import LedgerError
-from reconcile.dispute import VerifiedPacket
+from ledger.note import Verifier
+from reconcile.dispute import VerifiedPacket, verify_dispute
 from reconcile.figures import iso, parse_time
 from reconcile.intervals import CATEGORY_ORDER
 from reconcile.money import format_minor, minor_unit
@@ -266,6 +267,14 @@ def write_letter(letter: Letter, path: Path) -> None:
         path.write_text(render_html(letter), encoding="utf-8")
     except OSError as exc:
         raise LedgerError(f"cannot write the letter {path}: {exc.strerror}") from None
+
+
+def write_letter_beside(packet: dict[str, Any], verifier: Verifier, packet_path: Path) -> Path:
+    """The letter of a packet just built, written beside its file (`acme.json` →
+    `acme.letter.html`) from the packet's verification, never from its findings."""
+    path = packet_path.with_suffix(".letter.html")
+    write_letter(build_letter(verify_dispute(packet, verifier), verifier.name), path)
+    return path
 
 
 # -- timeline -------------------------------------------------------------------------
