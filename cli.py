@@ -496,6 +496,7 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
     import ledger
     from ledger.note import read_signer
     from reconcile.dispute import IsolationError, build_dispute, write_packet
+    from reconcile.letter import write_letter_beside
 
     store = ledger.Store(db_url)
     signer = read_signer(key_path)
@@ -506,12 +507,14 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
         click.echo(f"REFUSED: {exc}", err=True)
         sys.exit(1)
     write_packet(packet, out)
+    letter = write_letter_beside(packet, signer.verifier, out)
     fleet = sum(1 for e in packet["bundle"]["entries"] if e["tenant"] is None)
     withheld = len(packet["bundle"].get("withheld", []))
     click.echo(f"wrote {out}: invoice {invoice} of {tenant}, {len(packet['findings']['lines'])} lines; "
                f"{len(packet['bundle']['entries']) - fleet} entries of {tenant} and {fleet} fleet entries; "
                f"checkpoint of tree size {packet['bundle']['checkpoint'].splitlines()[1]}"
                + (f"; {withheld} fleet entries withheld (they name another tenant)" if withheld else ""))
+    click.echo(f"wrote {letter}: the dispute letter, from verify-packet's recomputation of the packet")
 
 
 @main.command("verify-packet")
@@ -522,11 +525,15 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
               help="An older packet or a checkpoint note: the packet's checkpoint must be that tree or extend it.")
 @click.option("--witness", "witness_keys", type=click.Path(exists=True, dir_okay=False, path_type=Path), multiple=True,
               help="A witness's verifier key: require its valid cosignature on the packet's checkpoint. Repeatable.")
-def verify_packet_command(file: Path, pubkey: Path, previous: Path | None, witness_keys: tuple[Path, ...]) -> None:
+@click.option("--letter", "letter_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the dispute letter (HTML) from this verification's recomputation.")
+def verify_packet_command(file: Path, pubkey: Path, previous: Path | None, witness_keys: tuple[Path, ...],
+                          letter_path: Path | None) -> None:
     """Check a dispute packet with the public key alone and recompute its findings; exit 1 names what failed."""
     from ledger.note import COSIGNATURE_V1, read_verifier
     from ledger.witness import CosignatureError, require_cosignatures
     from reconcile.dispute import PacketError, read_packet, read_previous, verify_dispute
+    from reconcile.letter import build_letter, summary, write_letter
 
     verifier = read_verifier(pubkey)
     witnesses = [read_verifier(p, COSIGNATURE_V1) for p in witness_keys]
@@ -547,6 +554,11 @@ def verify_packet_command(file: Path, pubkey: Path, previous: Path | None, witne
                   f"; extends the previous checkpoint of tree size {checked.previous_size}"))
     if witnesses:
         click.echo(f"cosigned by {', '.join(w.name for w in witnesses)}")
+    letter = build_letter(checked, verifier.name)
+    click.echo(summary(letter))
+    if letter_path is not None:
+        write_letter(letter, letter_path)
+        click.echo(f"wrote {letter_path}")
 
 
 def _decimal_option(name: str, text: str | None) -> Decimal | None:
@@ -877,7 +889,7 @@ def _check_outputs(group: click.Group) -> None:
         if isinstance(command, click.Group):
             _check_outputs(command)
         for param in command.params:
-            if param.name == "out" and isinstance(param.type, click.Path) and not isinstance(param.type, OutputPath):
+            if param.name in ("out", "letter_path") and isinstance(param.type, click.Path) and not isinstance(param.type, OutputPath):
                 old = param.type
                 param.type = OutputPath(file_okay=old.file_okay, dir_okay=old.dir_okay, path_type=Path)
 

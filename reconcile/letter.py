@@ -1,0 +1,311 @@
+"""The dispute letter: what a customer disputes on one invoice and why, as a self-contained
+HTML page and a text summary (docs/dispute-letter.md).
+
+It is written only from a `VerifiedPacket`: the findings and claims the verifier itself
+recomputed from the packet's entries, and those entries; nothing is read from the
+provider's findings. The rule behind each finding is quoted from reconcile/RULES.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from ledger import LedgerError
+from ledger.note import Verifier
+from reconcile.dispute import VerifiedPacket, verify_dispute
+from reconcile.figures import iso, parse_time
+from reconcile.intervals import CATEGORY_ORDER
+from reconcile.money import format_minor, minor_unit
+
+RULES = Path(__file__).parent / "RULES.md"
+TEMPLATES = Path(__file__).parent / "templates"
+
+#: The event fields that tell what an entry says, by type (others are left out of the letter).
+FIELDS: dict[str, tuple[str, ...]] = {
+    "billing.line": ("line_id", "allocation_id", "period_start", "period_end", "gpus", "amount", "currency", "corrects"),
+    "allocation.granted": ("allocation_id", "gpus", "node", "devices", "fabric_domain"),
+    "allocation.released": ("allocation_id",),
+    "job.started": ("job_id", "allocation_id"),
+    "job.completed": ("job_id",),
+    "job.failed": ("job_id", "cause", "reason"),
+    "job.cancelled": ("job_id", "reason"),
+    "job.progress": ("job_id", "step", "units"),
+    "checkpoint.saved": ("job_id", "checkpoint_id", "step"),
+    "policy.decision": ("decision", "job_id", "allocation_id", "reason"),
+    "policy.terms": ("warmup_allowance_s", "stall_threshold_s", "reclaim_notice_s"),
+    "health.fault": ("code", "severity", "node", "device", "fabric_domain"),
+    "health.cleared": ("code", "node", "device", "fabric_domain"),
+}
+
+#: Why a category is not the customer's to pay, in plain words (RULES.md's are quoted beside them).
+WHY = {
+    "unallocated": "Billed for GPUs or time that the allocation did not hold.",
+    "double_billed": "These GPU-seconds were already billed on an earlier line of the same allocation.",
+    "reclaimed": "The provider preempted, reclaimed or evicted the allocation; the time after the notice is the provider's.",
+    "restart_lost": "Work lost when the job failed for a hardware or fabric cause, or just after a critical fault on its "
+                    "GPUs, counted back to its last saved checkpoint.",
+    "restart_recovery": "Time the job took to get going again after that failure, up to its first progress.",
+    "stalled_fault": "The job made no progress for longer than the stall threshold while a critical fault touched its GPUs.",
+    "idle_unexplained": "The job was running but made no progress, and nothing in the ledger explains why.",
+}
+
+
+@dataclass(frozen=True)
+class Cited:
+    seq: int
+    type: str
+    time: str
+    fields: list[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Finding:
+    number: int
+    line_id: str
+    allocation_id: str | None
+    category: str
+    bearer: str
+    amount: str
+    currency: str
+    gpu_seconds: int | float
+    start: str
+    end: str
+    stretches: list[tuple[str, str, int]]
+    rule: str
+    rule_place: str
+    cited: list[Cited]
+
+    def rule_parts(self) -> list[tuple[str, str]]:
+        """The rule as (kind, text) runs, kind `code`, `strong` or `text`: RULES.md's
+        inline Markdown, for the page to set (escaped) without a Markdown library."""
+        parts = []
+        for run in re.split(r"(`[^`]+`|\*\*[^*]+\*\*)", self.rule):
+            if run.startswith("`") and run.endswith("`") and len(run) > 1:
+                parts.append(("code", run[1:-1]))
+            elif run.startswith("**") and run.endswith("**") and len(run) > 3:
+                parts.append(("strong", run[2:-2]))
+            elif run:
+                parts.append(("text", run))
+        return parts
+
+
+@dataclass
+class Totals:
+    currency: str
+    billed: Decimal = Decimal(0)
+    provider: Decimal = Decimal(0)
+    disputed: Decimal = Decimal(0)
+    accepted: dict[str, Decimal] = field(default_factory=dict)  # customer-borne money by category
+
+    @property
+    def claimed(self) -> Decimal:
+        return self.provider + self.disputed
+
+    def not_disputed(self) -> list[tuple[str, Decimal]]:
+        """The customer-borne categories, in the engine's category order."""
+        return sorted(self.accepted.items(), key=lambda item: CATEGORY_ORDER.index(item[0]))
+
+    def text(self, value: Decimal) -> str:
+        minor = minor_unit(self.currency)
+        return f"{format_minor(int(value.scaleb(minor)), minor)} {self.currency}".strip()
+
+
+@dataclass
+class Letter:
+    tenant: str
+    invoice_id: str
+    signer: str
+    tree_size: int
+    lines: int
+    entries: int
+    withheld: int
+    totals: list[Totals]
+    findings: list[Finding] = field(default_factory=list)
+
+    def sentence(self) -> str:
+        """The letter's one sentence: how much of the invoice is disputed, and why in short."""
+        if not self.findings:
+            billed = " and ".join(t.text(t.billed) for t in self.totals)
+            return f"{self.tenant} disputes nothing on invoice {self.invoice_id}: the ledger puts all {billed} on {self.tenant}."
+        counted = f"{len(self.findings)} finding{'s' if len(self.findings) != 1 else ''} below"
+        return (f"{self.tenant} disputes " + "; and ".join(self._part(t) for t in self.totals if t.claimed)
+                + f" ({counted}).")
+
+    def _part(self, t: Totals) -> str:
+        why = [f"{t.text(t.provider)} that the provider's own records put on the provider" if t.provider else "",
+               f"{t.text(t.disputed)} billed while its jobs ran idle with nothing in the ledger to explain it"
+               if t.disputed else ""]
+        return (f"{t.text(t.claimed)} of the {t.text(t.billed)} billed on invoice {self.invoice_id}: "
+                + " and ".join(w for w in why if w))
+
+
+def build_letter(checked: VerifiedPacket, signer: str) -> Letter:
+    """The letter of a verified packet, from the verifier's own recomputation; `signer`
+    names the key that signed the checkpoint."""
+    totals: dict[str, Totals] = {}
+    for line in checked.findings["lines"]:
+        tally = totals.setdefault(line["currency"] or "", Totals(line["currency"] or ""))
+        tally.billed += Decimal(line["amount"])
+        for category, amount in _customer_borne(line["categories"]):
+            tally.accepted[category] = tally.accepted.get(category, Decimal(0)) + amount
+    findings = []
+    for number, claim in enumerate(checked.claims, 1):
+        tally = totals.setdefault(claim["currency"] or "", Totals(claim["currency"] or ""))
+        amount = Decimal(claim["amount"])
+        tally.provider += amount if claim["bearer"] == "provider" else 0
+        tally.disputed += amount if claim["bearer"] == "disputed" else 0
+        findings.append(_finding(number, claim, checked.cited))
+    return Letter(checked.tenant, checked.invoice_id, signer, checked.checkpoint.size, checked.lines,
+                  checked.tenant_entries + checked.fleet_entries, checked.withheld,
+                  [totals[c] for c in sorted(totals)], findings)
+
+
+def _customer_borne(categories: dict[str, Any]) -> list[tuple[str, Decimal]]:
+    """(category, amount) of a line's categories (Reconciliation.as_json) borne by the customer."""
+    out = []
+    for category, cell in categories.items():
+        if cell["bearer"] == "customer":
+            out.append((category, Decimal(cell["amount"])))
+        elif "customer" in cell.get("by_bearer", {}):
+            out.append((category, Decimal(cell["by_bearer"]["customer"]["amount"])))
+    return out
+
+
+def _finding(number: int, claim: dict[str, Any], entries: dict[int, dict[str, Any]]) -> Finding:
+    stretches = [(s, e, g) for s, e, g in claim["stretches"]]
+    place, rule = rule_for(claim["category"], claim["bearer"])
+    return Finding(number, claim["line_id"], claim["allocation_id"], claim["category"], claim["bearer"],
+                   claim["amount"], claim["currency"] or "", claim["gpu_seconds"],
+                   min(s for s, _, _ in stretches), max(e for _, e, _ in stretches), stretches, rule, place,
+                   [_cited(entries[seq]) for seq in claim["cites"]])
+
+
+def _cited(entry: dict[str, Any]) -> Cited:
+    event = json.loads(entry["event"])
+    data = event.get("data", {})
+    shown = [(name, _show(data[name])) for name in FIELDS.get(entry["type"], ()) if data.get(name) is not None]
+    return Cited(entry["seq"], entry["type"], str(event.get("time", "")), shown)
+
+
+def _show(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+# -- RULES.md ------------------------------------------------------------------------
+
+
+@cache
+def _rules() -> dict[str, tuple[str, str]]:
+    """Each category's rule as RULES.md words it: (where, text). Read from the verifier's
+    own copy of RULES.md, so the quote is the rule this verifier's engine applies."""
+    text = RULES.read_text(encoding="utf-8")
+    out: dict[str, tuple[str, str]] = {}
+    categories = _section(text, "Categories of a second t in W ∩ H (first that applies)")
+    for number, name, body in re.findall(r"^(\d+)\. `(\w+)`:(.*?)(?=^\d+\. `|\n\n|\Z)", categories, re.S | re.M):
+        out[name] = (f"RULES.md, Categories, rule {number}", _flat(f"`{name}`:{body}"))
+    unallocated = _section(text, "Unallocated")
+    out["unallocated"] = ("RULES.md, Unallocated", _flat(unallocated))
+    bearers = re.search(r"^Bearers:.*?(?=\n\n|\Z)", categories, re.S | re.M)
+    out["bearers"] = ("RULES.md, Categories, Bearers", _flat(bearers.group(0) if bearers else ""))
+    return out
+
+
+def _section(text: str, title: str) -> str:
+    found = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    if found is None:
+        raise LedgerError(f"{RULES}: no section '## {title}': this RULES.md is not the engine's")
+    return found.group(1)
+
+
+def _flat(text: str) -> str:
+    """Markdown lines as one paragraph; list bullets kept as sentences."""
+    return re.sub(r"\s+", " ", text.replace("\n- ", " ")).strip().lstrip("- ")
+
+
+def rule_for(category: str, bearer: str) -> tuple[str, str]:
+    """Where RULES.md decides `category`, and its words; for the restart categories, whose
+    bearer depends on the failure, the bearer rule too."""
+    rules = _rules()
+    place, text = rules[category]
+    if category.startswith("restart_"):
+        return f"{place}; {rules['bearers'][0]}", f"{text} {rules['bearers'][1]}"
+    return place, text
+
+
+# -- output ---------------------------------------------------------------------------
+
+
+def summary(letter: Letter) -> str:
+    """The letter as text: its sentence, totals and one line per finding."""
+    out = [letter.sentence()]
+    for t in letter.totals:
+        out.append(f"  billed {t.text(t.billed)} · provider-borne {t.text(t.provider)} · disputed {t.text(t.disputed)}"
+                   f" · we dispute {t.text(t.claimed)}")
+    for f in letter.findings:
+        out.append(f"  {f.number}. {f.start} → {f.end}  {f.category} ({f.bearer})  {f.amount} {f.currency}  "
+                   f"line {f.line_id}, allocation {f.allocation_id}; {f.rule_place}; "
+                   f"cites seq {', '.join(str(c.seq) for c in f.cited)}")
+    return "\n".join(out)
+
+
+def render_html(letter: Letter) -> str:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    return env.get_template("letter.html.j2").render(letter=letter, tl=timeline(letter), why=WHY)
+
+
+def write_letter(letter: Letter, path: Path) -> None:
+    try:
+        path.write_text(render_html(letter), encoding="utf-8")
+    except OSError as exc:
+        raise LedgerError(f"cannot write the letter {path}: {exc.strerror}") from None
+
+
+def write_letter_beside(packet: dict[str, Any], verifier: Verifier, packet_path: Path) -> Path:
+    """The letter of a packet just built, written beside its file (`acme.json` →
+    `acme.letter.html`) from the packet's verification, never from its findings."""
+    path = packet_path.with_suffix(".letter.html")
+    write_letter(build_letter(verify_dispute(packet, verifier), verifier.name), path)
+    return path
+
+
+# -- timeline -------------------------------------------------------------------------
+
+WIDTH, LEFT, RIGHT, ROW, TOP = 960, 230, 16, 22, 8
+
+
+def timeline(letter: Letter) -> dict[str, Any]:
+    """One row per allocation with findings; each finding's stretches as bars on a common
+    time axis, in SVG user units (the page draws them with no script)."""
+    if not letter.findings:
+        return {"width": WIDTH, "height": 0, "rows": [], "bars": [], "ticks": []}
+    t0 = min(parse_time(f.start) for f in letter.findings)
+    t1 = max(parse_time(f.end) for f in letter.findings)
+    span, plot = max(1, t1 - t0), WIDTH - LEFT - RIGHT
+    rows = list(dict.fromkeys(f.allocation_id or "(none)" for f in letter.findings))
+    bars = []
+    for f in letter.findings:
+        y = TOP + rows.index(f.allocation_id or "(none)") * ROW
+        for s, e, g in f.stretches:
+            x0 = LEFT + (parse_time(s) - t0) / span * plot
+            x1 = LEFT + (parse_time(e) - t0) / span * plot
+            bars.append({"x": x0, "y": y + 3, "w": max(2.0, x1 - x0), "h": ROW - 6, "number": f.number,
+                         "kind": f"{f.category} {f.bearer}", "title": f"finding {f.number}: {f.category}, {s} → {e}, {g} GPU(s)"})
+    height = TOP + len(rows) * ROW + 24
+    ticks = [{"x": LEFT + plot * i / 4, "label": _tick(t0 + span * i // 4),
+              "anchor": "start" if i == 0 else "end" if i == 4 else "middle"} for i in range(5)]
+    return {"width": WIDTH, "height": height, "rows": [{"label": r if len(r) <= 30 else r[:29] + "…", "title": r, "y": TOP + i * ROW + ROW / 2}
+                     for i, r in enumerate(rows)],
+            "bars": bars, "ticks": ticks, "axis_y": height - 8}
+
+
+def _tick(us: int) -> str:
+    return (iso(us) or "")[5:16].replace("T", " ")
