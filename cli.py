@@ -771,7 +771,7 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
     _say(f"7 {done.dispute}")
     if done.packet:
         _say(f"  {done.packet}")
-    _say(f"  reports and reconciliation: {out / 'reports'}, {out / 'reconcile.json'} (.csv, .parquet)")
+    _say(f"  reports and reconciliation: {out / 'reports'}, {out / 'reconcile.json'} (.csv, .parquet), finance page {out / 'reconcile.html'}")
     _say(f"outputs: store {store.safe_url} · sources and truth {out / 'sim'} · verifier key {key}.pub")
     if not result.ok or report.quarantined:
         sys.exit(1)

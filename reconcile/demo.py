@@ -1,8 +1,10 @@
 """The second half of `gpuledger demo`: reconcile the demo's ledger, write every output a
 user of each kind takes away, and summarise the findings for the terminal.
 
-    finance   reconcile.json / .csv / .parquet     the invoices, line by line and category
-    customers dispute-<tenant>-<invoice>.json      verified here with the public key alone
+    finance   reconcile.json / .csv / .parquet     the invoices, line by line and category;
+              reconcile.html                       the finance page, with pictures
+    customers dispute-<tenant>-<invoice>.json      verified here with the public key alone,
+              ….letter.html                        and the dispute letter beside it
     operators packet-<promise>/packet.{json,html}  for the first missed promise
     everyone  reports/promises|capacity|outcomes.{json,csv}
 """
@@ -25,6 +27,7 @@ from reconcile.diagnostic import write_packet
 from reconcile.dispute import build_dispute, verify_dispute
 from reconcile.dispute import write_packet as write_dispute
 from reconcile.intervals import CATEGORY_ORDER
+from reconcile.letter import write_letter_beside
 from reconcile.render import write
 from reconcile.reports import write_reports
 from reconcile.result import Reconciliation
@@ -45,7 +48,7 @@ def run_demo_outputs(store: Store, out: Path, signer: Signer, verifier: Verifier
     """Reconcile, then write the reports, one dispute packet and one diagnostic packet."""
     result = reconcile_store(store)
     done = DemoOutputs(result)
-    for fmt in ("json", "csv", "parquet"):
+    for fmt in ("json", "csv", "parquet", "html"):
         path = out / f"reconcile.{fmt}"
         write(result, fmt, path)
         done.files.append(path)
@@ -78,8 +81,11 @@ def _dispute(store: Store, out: Path, signer: Signer, verifier: Verifier, result
     write_dispute(packet, path)
     files.append(path)
     checked = verify_dispute(packet, verifier)
+    letter = write_letter_beside(packet, verifier, path)
+    files.append(letter)
     return (f"dispute packet for {tenant} / {invoice}: {path} — verified with the public key alone: "
-            f"{checked.tenant_entries} entries, {checked.fleet_entries} fleet faults, findings recomputed")
+            f"{checked.tenant_entries} entries, {checked.fleet_entries} fleet faults, findings recomputed\n"
+            f"  the dispute letter: {letter}")
 
 
 def category_table(result: Reconciliation) -> Table:
