@@ -232,6 +232,18 @@ Measure = Annotated[
 ]
 
 
+def _offered_rate(value: Any) -> str:
+    """`inf` (every request sent at once, as the tools print it), or a measurement."""
+    if isinstance(value, str) and value.strip() == "inf":
+        return "inf"
+    return format_money(_measure(_decimal_measure(value)))
+
+
+#: An offered request rate (requests per second) as text: a decimal string, or `inf`.
+OfferedRate = Annotated[str, BeforeValidator(_offered_rate),
+                        WithJsonSchema({"type": "string", "pattern": r"^(inf|\+?(\d+(\.\d*)?|\.\d+))$"})]
+
+
 #: The figures of a per-request measure a tool prints: the mean and percentiles (p50 is
 #: the median).
 Statistic = Literal["mean", "p50", "p90", "p95", "p99", "max"]
@@ -256,7 +268,7 @@ class InferenceWindow(TenantData):
     failed: Count | None = None
     cancelled: Count | None = None
     concurrency: PositiveCount | None = None
-    request_rate: Measure | Literal["inf"] | None = None
+    request_rate: OfferedRate | None = None
     request_throughput: Measure | None = None
     output_throughput: Measure | None = None
     input_tokens: Count | None = None

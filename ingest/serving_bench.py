@@ -1,0 +1,469 @@
+"""Serving benchmark results as `inference.window` events (docs/serving.md).
+
+One run of a serving benchmark is one window of the job's own measurements. Read as the
+tools write them:
+- `vllm bench serve` / `benchmark_serving.py` text: a block from the banner
+  `===… Serving Benchmark Result ===…` to the closing rule of `=`, one `label: value` a
+  line (values padded with spaces or not, lines indented or not); several blocks a file,
+  in any log around them. `Traffic request rate:` and `Maximum request concurrency:`,
+  which older versions print before the block, count for the next block. SGLang's
+  `bench_serving` prints the same banner with its own labels (`Backend:`, `Max request
+  concurrency:`, `Mean E2E Latency (ms)`); both are read by one label table.
+- their JSON results (`--save-result`, SGLang `--output-file`): one object, an array, or
+  JSON Lines (a `.json` file of several lines is JSON Lines); `Infinity` is taken as the
+  rate `inf`. A result object on a line after a text block, before the next block, is
+  that run saved: it stands for the block (exact figures, its own date), not beside it.
+- `trtllm-bench throughput`: from `= REQUEST DETAILS` (or `= PERFORMANCE OVERVIEW`) to
+  the first line that is neither a `label: value`, a rule, a banner, a `-- ` heading nor
+  blank.
+- genai-perf's console table names no request count and no duration: it is recognised
+  and quarantined (field `requests`), never guessed from a rate.
+
+Window times. vLLM's JSON carries `date` (local time, `%Y%m%d-%H%M%S`, written when the
+run ended): the window ends then (read in `--timezone`) and starts `duration` earlier.
+Nothing else names a time: its windows need `--window-start` (RFC 3339), and are laid end
+to end in file order from there, each as long as its duration. Without it they are
+quarantined (field `window_start`).
+
+`--tenant` and `--job` are required (the tools know neither); `--allocation` is kept when
+given. Ids come from what is fixed about the run (job, window start), so a re-run appends
+nothing twice. A run that cannot be read goes to the quarantine whole, with the line and
+label (or JSON key) at fault.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from ingest.base import UTF8_BOM, IngestError, LocalZone, event_from_object, fixed_tenant, open_source
+from schemas import Origin, Record, Rejected, format_utc
+
+VLLM_BANNER = b"Serving Benchmark Result"
+TRTLLM_BANNERS = (b"= REQUEST DETAILS", b"= PERFORMANCE OVERVIEW")
+GENAI_PERF_TITLE = b"GenAI-Perf"
+_JSON_KEYS = (b'"median_ttft_ms"', b'"mean_ttft_ms"')
+_ABSENT = frozenset({"", "none", "n/a", "null"})
+_RULE = re.compile(r"^=+$")
+_LABEL_VALUE = re.compile(r"^(?P<label>[^:]*?)\s*:\s*(?P<value>.*?)\s*$")
+_THOUSANDS = re.compile(r"^\d{1,3}(,\d{3})+(\.\d+)?$")
+#: Measures and statistics as the tools name them → the event's names (docs/serving.md).
+MEASURES = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2el": "latency_ms", "e2e latency": "latency_ms",
+            "e2e_latency": "latency_ms", "latency": "latency_ms"}
+STATISTICS = {"mean": "mean", "average": "mean", "median": "p50", "p50": "p50", "p90": "p90", "p95": "p95",
+              "p99": "p99", "max": "max", "maximum": "max"}
+_TEXT_STAT = re.compile(r"^(?P<stat>mean|median|p[\d.]+|std|min|max) (?P<measure>ttft|tpot|itl|e2el|e2e latency) \(ms\)$")
+_TRT_STAT = re.compile(r"^\[(?P<measure>ttft|tpot|latency)\] (?P<stat>average|minimum|maximum|p[\d.]+)$")
+_JSON_STAT = re.compile(r"^(?P<stat>mean|median|p[\d.]+|std|min|max)_(?P<measure>ttft|tpot|itl|e2el|e2e_latency)_ms$")
+_DATE = "%Y%m%d-%H%M%S"
+
+
+class _Bad(ValueError):
+    """A value that cannot be read: the line, the label or key, and why."""
+
+    def __init__(self, line: int, label: str, reason: str) -> None:
+        super().__init__(f"{label}: {reason}")
+        self.line, self.label, self.reason = line, label, reason
+
+
+@dataclass
+class _Run:
+    """What one benchmark run says, read and converted, with where it was read."""
+
+    tool: str
+    line: int
+    offset: int
+    raw: bytes = b""
+    figures: dict[str, Any] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)  # figure -> the label or key it came from
+    distributions: dict[str, dict[str, Decimal]] = field(default_factory=dict)
+    ended: datetime | None = None
+    problem: _Bad | None = None
+
+    def put(self, name: str, value: Any, label: str) -> None:
+        if value is not None:
+            self.figures[name], self.labels[name] = value, label
+
+    def put_statistic(self, measure: str, stat: str, value: Decimal | None) -> None:
+        if measure in MEASURES and stat in STATISTICS and value is not None:
+            self.distributions.setdefault(MEASURES[measure], {})[STATISTICS[stat]] = value
+
+
+@dataclass(frozen=True)
+class _Options:
+    tenant: str
+    job: str
+    allocation: str | None
+    window_start: datetime | None
+    zone: LocalZone
+
+    @property
+    def source(self) -> str:
+        return f"serving-bench://{self.tenant}/{self.job}"
+
+
+class ServingBenchIngestor:
+    name = "serving-bench"
+    description = "Serving benchmark results: vLLM/SGLang bench serve text and JSON, trtllm-bench, genai-perf"
+    local_times = True  # vLLM's JSON `date` is local time with no zone
+
+    def identify(self, path: Path, head: bytes) -> bool:
+        text = head.removeprefix(UTF8_BOM)
+        if VLLM_BANNER in text or any(b in text for b in TRTLLM_BANNERS):
+            return True
+        if GENAI_PERF_TITLE in text and "┃".encode() in text:
+            return True
+        return text.lstrip()[:1] in (b"{", b"[") and b'"specversion"' not in text and any(k in text for k in _JSON_KEYS)
+
+    def extract(self, path: Path, **options: Any) -> Iterator[Record]:
+        how = _options(options)
+        cursor = how.window_start
+        for run in _runs(path, how.zone):
+            record, cursor = _record(str(path), run, how, cursor)
+            yield record
+
+
+def _options(options: dict[str, Any]) -> _Options:
+    tenant = fixed_tenant(options)
+    if tenant is None:
+        raise IngestError("serving-bench: --tenant is required (a benchmark's output names no tenant)")
+    job = options.get("job")
+    if not job or not str(job).strip():
+        raise IngestError("serving-bench: --job is required (a benchmark's output names no job)")
+    return _Options(tenant, str(job), options.get("allocation") or None,
+                    _window_start(options.get("window_start")), LocalZone(options.get("timezone")))
+
+
+def _window_start(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise IngestError(f"--window-start: not an RFC 3339 time: {text!r}") from None
+    if moment.tzinfo is None:
+        raise IngestError(f"--window-start: {text!r} has no zone (RFC 3339 requires Z or an offset)")
+    return moment
+
+
+# --- records -------------------------------------------------------------------------
+
+
+def _record(file: str, run: _Run, how: _Options, cursor: datetime | None) -> tuple[Record, datetime | None]:
+    """The run's event (or its rejection), and where the next dateless window starts."""
+    origin = Origin(file, run.line, run.offset)
+    try:
+        _counted(run)
+        start, end, cursor = _window(run, how, cursor)
+        data = _data(run, how, start, end)
+    except _Bad as bad:
+        return Rejected(Origin(file, bad.line, run.offset), bad.label, bad.reason, run.raw), cursor
+    event = {"specversion": "1.0", "source": how.source, "id": f"window@{format_utc(start)}",
+             "type": "inference.window", "time": end, "data": data}
+    return event_from_object(event, origin, run.raw), cursor
+
+
+def _counted(run: _Run) -> None:
+    """The run was read and names how many requests it served."""
+    if run.problem is not None:
+        raise run.problem
+    if "accepted" not in run.figures and "requests" not in run.figures:
+        reason = "genai-perf's table prints rates only" if run.tool == "genai-perf" else "no such line or key"
+        raise _Bad(run.line, "requests", f"{run.tool} gives no count of requests served ({reason})")
+
+
+def _window(run: _Run, how: _Options, cursor: datetime | None) -> tuple[datetime, datetime, datetime | None]:
+    duration = run.figures.get("duration_s")
+    if duration is None:
+        raise _Bad(run.line, "duration", f"{run.tool} printed no benchmark duration: the window has no length")
+    span = timedelta(microseconds=int((duration * 10**6).to_integral_value()))
+    if run.ended is not None:
+        return run.ended - span, run.ended, cursor
+    if cursor is None:
+        raise _Bad(run.line, "window_start", f"{run.tool} names no time for this run: give --window-start "
+                   "(RFC 3339), the start of the file's first window")
+    return cursor, cursor + span, cursor + span
+
+
+def _data(run: _Run, how: _Options, start: datetime, end: datetime) -> dict[str, Any]:
+    figures = run.figures
+    # trtllm-bench reports every request it sent as completed (it has no failure count);
+    # vLLM/SGLang count successes, and failures where they print them.
+    accepted = figures.get("accepted", figures.get("requests"))
+    requests = figures.get("requests", accepted + figures.get("failed", 0))
+    data = {"tenant": how.tenant, "job_id": how.job, "allocation_id": how.allocation, "window_start": start,
+            "window_end": end, "requests": requests, "accepted": accepted, "tool": run.tool}
+    for name in ("failed", "concurrency", "request_rate", "request_throughput", "output_throughput",
+                 "input_tokens", "output_tokens"):
+        data[name] = figures.get(name)
+    data.update(run.distributions)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+# --- values ----------------------------------------------------------------------------
+
+
+def _decimal(value: Any, line: int, label: str) -> Decimal | None:
+    """A figure as an exact Decimal: text as printed (padding and thousands separators
+    dropped), or a JSON number already parsed as Decimal."""
+    if isinstance(value, bool):
+        raise _Bad(line, label, f"not a number: {value!r}")
+    if isinstance(value, (int, Decimal)):
+        return Decimal(value)
+    if value is None or str(value).strip().lower() in _ABSENT:
+        return None
+    text = str(value).strip()
+    if _THOUSANDS.match(text):
+        text = text.replace(",", "")
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        raise _Bad(line, label, f"not a number: {text!r}") from None
+    if not number.is_finite():
+        raise _Bad(line, label, f"not a finite number: {text!r}")
+    return number
+
+
+def _count(value: Any, line: int, label: str) -> int | None:
+    number = _decimal(value, line, label)
+    if number is None:
+        return None
+    if number != number.to_integral_value():
+        raise _Bad(line, label, f"not a whole number: {value!r}")
+    return int(number)
+
+
+def _rate(value: Any, line: int, label: str) -> Decimal | str | None:
+    """An offered request rate; `inf` (also JSON's Infinity) means all requests at once."""
+    if isinstance(value, str) and value.strip().lower() in ("inf", "infinity"):
+        return "inf"
+    return _decimal(value, line, label)
+
+
+def _seconds_from_ms(value: Any, line: int, label: str) -> Decimal | None:
+    number = _decimal(value, line, label)
+    return None if number is None else number / 1000
+
+
+Convert = Callable[[Any, int, str], Any]
+#: Labels of the text outputs (lower case, spaces collapsed) → (figure, how to read it).
+TEXT_LABELS: dict[str, tuple[str, Convert]] = {
+    "successful requests": ("accepted", _count),
+    "failed requests": ("failed", _count),
+    "maximum request concurrency": ("concurrency", _count),
+    "max request concurrency": ("concurrency", _count),
+    "request rate configured (rps)": ("request_rate", _rate),
+    "traffic request rate": ("request_rate", _rate),
+    "benchmark duration (s)": ("duration_s", _decimal),
+    "total input tokens": ("input_tokens", _count),
+    "total generated tokens": ("output_tokens", _count),
+    "request throughput (req/s)": ("request_throughput", _decimal),
+    "output token throughput (tok/s)": ("output_throughput", _decimal),
+    # trtllm-bench
+    "number of requests": ("requests", _count),
+    "request throughput (req/sec)": ("request_throughput", _decimal),
+    "total output throughput (tokens/sec)": ("output_throughput", _decimal),
+    "total latency (ms)": ("duration_s", _seconds_from_ms),
+}
+#: Keys of the JSON results → (figure, how to read it).
+JSON_KEYS: dict[str, tuple[str, Convert]] = {
+    "num_prompts": ("requests", _count),
+    "completed": ("accepted", _count),
+    "failed": ("failed", _count),
+    "max_concurrency": ("concurrency", _count),
+    "request_rate": ("request_rate", _rate),
+    "duration": ("duration_s", _decimal),
+    "total_input_tokens": ("input_tokens", _count),
+    "total_output_tokens": ("output_tokens", _count),
+    "request_throughput": ("request_throughput", _decimal),
+    "output_throughput": ("output_throughput", _decimal),
+}
+
+
+def _read_label(run: _Run, label: str, value: str, line: int) -> None:
+    """One `label: value` line of a text block into the run."""
+    key = " ".join(label.lower().split())
+    if key == "backend":
+        run.tool = "sglang.bench_serving"  # vLLM's block has no Backend line; SGLang's does
+    if key in TEXT_LABELS:
+        name, convert = TEXT_LABELS[key]
+        run.put(name, convert(value, line, label), label)
+        return
+    stat = _TEXT_STAT.match(key) or _TRT_STAT.match(key)
+    if stat:
+        run.put_statistic(stat["measure"], stat["stat"], _decimal(value, line, label))
+
+
+def _read_object(run: _Run, obj: dict[str, Any], zone: LocalZone) -> None:
+    """One saved result object (vLLM `--save-result`, SGLang `--output-file`) into the run."""
+    if "date" not in obj and any("e2e_latency" in key or "retokenized" in key for key in obj):
+        run.tool = "sglang.bench_serving"  # SGLang's keys; vLLM's result carries `date`
+    for key, value in obj.items():
+        if key in JSON_KEYS:
+            name, convert = JSON_KEYS[key]
+            run.put(name, convert(value, run.line, key), key)
+        elif stat := _JSON_STAT.match(key):
+            run.put_statistic(stat["measure"], stat["stat"], _decimal(value, run.line, key))
+    if "date" in obj:
+        run.ended = _date(obj["date"], run.line, zone)
+
+
+def _date(value: Any, line: int, zone: LocalZone) -> datetime:
+    try:
+        return zone.utc(datetime.strptime(str(value), _DATE))
+    except ValueError:
+        raise _Bad(line, "date", f"not a vLLM result date (YYYYMMDD-HHMMSS): {value!r}") from None
+
+
+# --- reading files -----------------------------------------------------------------------
+
+
+def _runs(path: Path, zone: LocalZone) -> Iterator[_Run]:
+    with open_source(path) as stream:
+        body = stream.read().removeprefix(UTF8_BOM)
+    if body.lstrip()[:1] in (b"{", b"[") and not any(b in body for b in (VLLM_BANNER, *TRTLLM_BANNERS)):
+        return _json_runs(body, zone)
+    return _text_runs(body, zone)
+
+
+def _json_value(text: bytes) -> Any:
+    """JSON with numbers kept exact (Decimal) and `Infinity` kept as the text `inf`."""
+    return json.loads(text, parse_float=Decimal, parse_constant=lambda name: "inf" if name == "Infinity" else name)
+
+
+def _json_runs(body: bytes, zone: LocalZone) -> Iterator[_Run]:
+    """One object, an array of them, or JSON Lines (whatever the file's name says)."""
+    try:
+        whole = _json_value(body)
+    except ValueError:
+        whole = None
+    if isinstance(whole, (dict, list)):
+        for obj in whole if isinstance(whole, list) else [whole]:
+            yield _object_run(obj, 1, 0, body, zone)
+        return
+    offset = 0
+    for number, raw in enumerate(body.splitlines(keepends=True), start=1):
+        here, offset = offset, offset + len(raw)
+        if raw.strip():
+            yield _line_run(raw, number, here, zone)
+
+
+def _line_run(raw: bytes, number: int, offset: int, zone: LocalZone) -> _Run:
+    try:
+        obj = _json_value(raw)
+    except ValueError as exc:
+        run = _Run("vllm bench serve", number, offset, raw)
+        run.problem = _Bad(number, "(record)", f"not JSON: {exc}")
+        return run
+    return _object_run(obj, number, offset, raw, zone)
+
+
+def _object_run(obj: Any, number: int, offset: int, raw: bytes, zone: LocalZone) -> _Run:
+    run = _Run("vllm bench serve", number, offset, raw)
+    if not isinstance(obj, dict):
+        run.problem = _Bad(number, "(record)", f"expected a result object, found {type(obj).__name__}")
+        return run
+    try:
+        _read_object(run, obj, zone)
+    except _Bad as bad:
+        run.problem = bad
+    return run
+
+
+@dataclass
+class _TextState:
+    """Reading a text log: the block being read, the last block (waiting for its saved
+    JSON result), and what the log said before the next block."""
+
+    zone: LocalZone
+    current: _Run | None = None
+    kind: str = ""
+    pending: _Run | None = None
+    before: list[tuple[str, str, int]] = field(default_factory=list)
+
+    def finish(self) -> Iterator[_Run]:
+        if self.pending is not None:
+            yield self.pending
+        self.pending, self.current = self.current, None
+
+    def start(self, kind: str, tool: str, number: int, offset: int) -> Iterator[_Run]:
+        yield from self.finish()
+        yield from self.finish()  # the block before this one has no saved result after it
+        self.current, self.kind = _Run(tool, number, offset), kind
+        for label, value, line in self.before:
+            _safe(self.current, label, value, line)
+        self.before = []
+
+
+def _text_runs(body: bytes, zone: LocalZone) -> Iterator[_Run]:
+    state = _TextState(zone)
+    offset = 0
+    for number, raw in enumerate(body.splitlines(keepends=True), start=1):
+        here, offset = offset, offset + len(raw)
+        text = raw.decode("utf-8", "replace").strip()
+        if state.current is not None and not _inside(state, text):
+            yield from state.finish()
+        if state.current is not None:
+            state.current.raw += raw
+            if (state.kind == "vllm" and _RULE.match(text)) or (state.kind == "genai-perf" and text.startswith("└")):
+                yield from state.finish()
+            elif state.kind != "genai-perf" and (found := _LABEL_VALUE.match(text)):
+                _safe(state.current, found["label"], found["value"], number)
+            continue
+        yield from _outside(state, text, raw, number, here)
+    yield from state.finish()
+    yield from state.finish()
+
+
+def _inside(state: _TextState, text: str) -> bool:
+    """Whether a line still belongs to the block being read."""
+    if state.kind == "vllm":
+        return VLLM_BANNER.decode() not in text
+    if state.kind == "genai-perf":
+        return text[:1] in ("┏", "┃", "┡", "│", "└")
+    if text.startswith("= REQUEST DETAILS") and "duration_s" in (state.current.figures if state.current else {}):
+        return False  # the next run's details
+    return (not text or bool(_RULE.match(text)) or text.startswith(("= ", "-- ", "[")) or ":" in text) and not text.startswith("{")
+
+
+def _outside(state: _TextState, text: str, raw: bytes, number: int, offset: int) -> Iterator[_Run]:
+    if VLLM_BANNER.decode() in text:
+        yield from state.start("vllm", "vllm bench serve", number, offset)
+    elif any(text.startswith(b.decode()) for b in TRTLLM_BANNERS):
+        yield from state.start("trtllm", "trtllm-bench", number, offset)
+    elif GENAI_PERF_TITLE.decode() in text:
+        yield from state.start("genai-perf", "genai-perf", number, offset)
+    elif text.startswith("{") and any(k.decode() in text for k in (*_JSON_KEYS, b'"completed"')):
+        yield _saved_result(state, raw, number, offset)
+        return
+    elif found := _LABEL_VALUE.match(text):
+        if " ".join(found["label"].lower().split()) in ("traffic request rate", "maximum request concurrency"):
+            state.before.append((found["label"], found["value"], number))
+        return
+    else:
+        return
+    if state.current is not None:
+        state.current.raw += raw
+
+
+def _saved_result(state: _TextState, raw: bytes, number: int, offset: int) -> _Run:
+    """A result object in a log: the saved form of the block just read, or a run of its own."""
+    run = _line_run(raw, number, offset, state.zone)
+    if state.pending is not None:
+        run.raw = state.pending.raw + raw
+        state.pending = None
+    return run
+
+
+def _safe(run: _Run, label: str, value: str, line: int) -> None:
+    """Read one line into the run; the first value that cannot be read spoils the run."""
+    try:
+        _read_label(run, label, value, line)
+    except _Bad as bad:
+        run.problem = run.problem or bad
