@@ -119,7 +119,10 @@ class ServingBenchIngestor:
             return True
         if GENAI_PERF_TITLE in text and "┃".encode() in text:
             return True
-        return text.lstrip()[:1] in (b"{", b"[") and b'"specversion"' not in text and any(k in text for k in _JSON_KEYS)
+        # a detailed result (`--save-detailed`) may put its metric keys after 64 KiB of
+        # per-request arrays; `completed` and `duration` come first
+        result_keys = any(k in text for k in _JSON_KEYS) or (b'"completed"' in text and b'"duration"' in text)
+        return text.lstrip()[:1] in (b"{", b"[") and b'"specversion"' not in text and result_keys
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
         how = _options(options)
