@@ -44,6 +44,7 @@ from typing import Any
 
 from ingest.base import UTF8_BOM, IngestError, LocalZone, event_from_object, fixed_tenant, open_source
 from schemas import Origin, Record, Rejected, format_utc
+from schemas.types import MAX_DURATION_S
 
 VLLM_BANNER = b"Serving Benchmark Result"
 TRTLLM_BANNERS = (b"= REQUEST DETAILS", b"= PERFORMANCE OVERVIEW")
@@ -62,6 +63,10 @@ _TEXT_STAT = re.compile(r"^(?P<stat>mean|median|p[\d.]+|std|min|max) (?P<measure
 _TRT_STAT = re.compile(r"^\[(?P<measure>ttft|tpot|latency)\] (?P<stat>average|minimum|maximum|p[\d.]+)$")
 _JSON_STAT = re.compile(r"^(?P<stat>mean|median|p[\d.]+|std|min|max)_(?P<measure>ttft|tpot|itl|e2el|e2e_latency)_ms$")
 _DATE = "%Y%m%d-%H%M%S"
+#: No figure of a benchmark reaches 10**18 (the event's own bound on a measure is 10**15,
+#: on a count 2**53): refusing longer numbers here keeps a hostile file from making us
+#: build a huge integer before validation would refuse it anyway.
+MEASURE_DIGITS = 18
 
 
 class _Bad(ValueError):
@@ -185,13 +190,19 @@ def _window(run: _Run, how: _Options, cursor: datetime | None) -> tuple[datetime
     duration = run.figures.get("duration_s")
     if duration is None:
         raise _Bad(run.line, "duration", f"{run.tool} printed no benchmark duration: the window has no length")
+    if not 0 <= duration <= MAX_DURATION_S:
+        raise _Bad(run.line, run.labels["duration_s"], f"a window lasts from 0 to {MAX_DURATION_S} s (100 years), "
+                   f"not {duration} s")
     span = timedelta(microseconds=int((duration * 10**6).to_integral_value()))
-    if run.ended is not None:
-        return run.ended - span, run.ended, cursor
-    if cursor is None:
-        raise _Bad(run.line, "window_start", f"{run.tool} names no time for this run: give --window-start "
-                   "(RFC 3339), the start of the file's first window")
-    return cursor, cursor + span, cursor + span
+    try:
+        if run.ended is not None:
+            return run.ended - span, run.ended, cursor
+        if cursor is not None:
+            return cursor, cursor + span, cursor + span
+    except OverflowError:
+        raise _Bad(run.line, run.labels["duration_s"], f"the window of {duration} s falls outside the calendar") from None
+    raise _Bad(run.line, "window_start", f"{run.tool} names no time for this run: give --window-start "
+               "(RFC 3339), the start of the file's first window")
 
 
 def _data(run: _Run, how: _Options, start: datetime, end: datetime) -> dict[str, Any]:
@@ -218,7 +229,7 @@ def _decimal(value: Any, line: int, label: str) -> Decimal | None:
     if isinstance(value, bool):
         raise _Bad(line, label, f"not a number: {value!r}")
     if isinstance(value, (int, Decimal)):
-        return Decimal(value)
+        return _decimal(str(value), line, label)  # the same bounds as text
     if value is None or str(value).strip().lower() in _ABSENT:
         return None
     text = str(value).strip()
@@ -230,6 +241,8 @@ def _decimal(value: Any, line: int, label: str) -> Decimal | None:
         raise _Bad(line, label, f"not a number: {text!r}") from None
     if not number.is_finite():
         raise _Bad(line, label, f"not a finite number: {text!r}")
+    if number and number.adjusted() >= MEASURE_DIGITS:
+        raise _Bad(line, label, f"{text} is not below 10^{MEASURE_DIGITS}")
     return number
 
 

@@ -199,6 +199,71 @@ def test_a_json_results_file_bad_line_is_quarantined_alone(tmp_path: Path) -> No
     assert broken.reason.startswith("not JSON")
 
 
+def small_block(**changes: str) -> str:
+    lines = {"Successful requests:": "10", "Benchmark duration (s):": "2.00", "Mean TTFT (ms):": "1.25"}
+    return vllm_block(*{**lines, **changes}.items())
+
+
+#: A text file, and what its quarantine entry says: line, field, reason.
+BAD_TEXT: dict[str, tuple[str, int, str, str]] = {
+    "a huge duration": (small_block(**{"Benchmark duration (s):": "1e30"}), 3, "Benchmark duration (s)", "not below 10^18"),
+    "a negative duration": (small_block(**{"Benchmark duration (s):": "-5"}), 1, "Benchmark duration (s)",
+                            "a window lasts from 0 to 3155760000 s"),
+    "a window past the calendar": (small_block(**{"Benchmark duration (s):": "1000000000"}), 1,
+                                   "Benchmark duration (s)", "falls outside the calendar"),
+    "a huge count": (small_block(**{"Successful requests:": "99999999999999999999"}), 2, "Successful requests",
+                     "not below 10^18"),
+    "a fractional count": (small_block(**{"Successful requests:": "10.5"}), 2, "Successful requests", "not a whole number"),
+    "a NaN latency": (small_block(**{"Mean TTFT (ms):": "nan"}), 4, "Mean TTFT (ms)", "not a finite number"),
+    "no duration": (vllm_block(("Successful requests:", "10")), 1, "duration", "printed no benchmark duration"),
+    "no count": (vllm_block(("Benchmark duration (s):", "2.00")), 1, "requests", "gives no count of requests served"),
+    "a statistic too large for a measure": (small_block(**{"Mean TTFT (ms):": "1" + "0" * 16}), 1, "data.ttft_ms.mean",
+                                            "not below 10^15"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_TEXT))
+def test_a_bad_text_run_is_quarantined_whole(tmp_path: Path, name: str) -> None:
+    text, line, field, reason = BAD_TEXT[name]
+    start = "9990-01-01T00:00:00Z" if "calendar" in name else START
+    [rejected] = records(write(tmp_path, text), window_start=start)
+    assert isinstance(rejected, Rejected)
+    assert (rejected.origin.line, rejected.field) == (line, field)
+    assert reason in rejected.reason
+    assert rejected.record == text.encode()
+
+
+#: A JSON result line, and what its quarantine entry says: field, reason.
+BAD_JSON: dict[str, tuple[str, str, str]] = {
+    "a date in another form": ('{"date": "2025-09-02 13:00:10", "completed": 5, "duration": 10}', "date",
+                               "not a vLLM result date"),
+    "a boolean count": ('{"date": "20250902-130010", "completed": true, "duration": 10}', "completed", "not a number"),
+    "NaN for a latency": ('{"date": "20250902-130010", "completed": 5, "duration": 10, "p99_ttft_ms": NaN}',
+                          "p99_ttft_ms", "not a finite number"),
+    "more completed than sent": ('{"date": "20250902-130010", "num_prompts": 5, "completed": 6, "duration": 10}', "data",
+                                 "add up to more than the 5 requests"),
+    "a list, not a result": ('[[1, 2], {"completed": 1, "duration": 1}]', "(record)", "expected a result object, found list"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_JSON))
+def test_a_bad_json_result_is_quarantined_with_its_key(tmp_path: Path, name: str) -> None:
+    text, field, reason = BAD_JSON[name]
+    rejected = records(write(tmp_path, text + "\n", "r.json"))[0]
+    assert isinstance(rejected, Rejected) and (rejected.origin.line, rejected.field) == (1, field)
+    assert reason in rejected.reason
+
+
+def test_a_json_array_of_results_with_a_bom_and_crlf_text(tmp_path: Path) -> None:
+    array = ('\ufeff[{"date": "20250902-130010", "completed": 5, "duration": 10, "median_ttft_ms": 7},'
+             ' {"date": "20250902-130030", "completed": 6, "duration": 10.5}]')
+    first, second = windows(write(tmp_path, array, "a.json"))
+    assert (first["data"]["ttft_ms"], first["data"]["window_start"]) == ({"p50": "7"}, "2025-09-02T13:00:00Z")
+    assert (second["data"]["requests"], second["data"]["window_start"]) == (6, "2025-09-02T13:00:19.500000Z")
+    [event] = windows(write(tmp_path, "\ufeff" + small_block().replace("\n", "\r\n")), window_start=START)
+    assert (event["data"]["accepted"], event["data"]["ttft_ms"]) == (10, {"mean": "1.25"})
+
+
 def test_tenant_and_job_are_required(tmp_path: Path) -> None:
     path = write(tmp_path, NEW_VLLM)
     with pytest.raises(IngestError, match="--job is required"):
@@ -224,6 +289,9 @@ def test_the_cli_appends_once_and_names_the_zone(tmp_path: Path) -> None:
     assert again.stdout == f"{path}: read 1 · appended 0 · duplicate 1 · quarantined 0 · times in UTC\n"
     missing = CliRunner().invoke(main, ["ingest", "--db", db, "--tenant", "acme", str(path)])
     assert missing.exit_code == 2 and "--job is required" in missing.output
+    undated = CliRunner().invoke(main, ["ingest", "--db", db, "--tenant", "acme", "--job", "other", str(path)])
+    assert undated.exit_code == 1
+    assert undated.stderr.startswith(f"{path}:1: window_start: vllm bench serve names no time for this run")
 
 
 # --- the real outputs (PROBES facts) ---------------------------------------------------------
