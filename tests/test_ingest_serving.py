@@ -4,6 +4,7 @@ Expected values are worked out by hand from the bytes and the rules."""
 
 from __future__ import annotations
 
+import tempfile
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -11,12 +12,14 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from cli import main
 from ingest import IngestError, choose, extract
 from schemas import Accepted, Rejected, canonical_event, validate_event
-from tests.conftest import REALDATA
+from tests.conftest import FUZZ_EXAMPLES, REALDATA
 
 BENCH = REALDATA / "inference-bench"
 ABSENT_REASON = f"real data not present at {BENCH} (it lives beside the project, not in it)"
@@ -403,3 +406,31 @@ def test_trtllm_overview_alone_is_quarantined_and_read_whole_after_its_request_d
     assert data["tpot_ms"]["p50"] == "204.0463" and data["tpot_ms"]["mean"] == "182.9639"
     assert data["latency_ms"]["max"] == "111668.0964"
     assert data["window_end"] == "2025-09-02T13:01:55.716921Z"  # Total Latency 115716.9214 ms → 115.716921 s
+
+
+# --- fuzzing: whatever the bytes, records or the project's IngestError --------------------
+
+serving_fragments = st.sampled_from([
+    b"\n", b"\r\n", b" ", b":", b"=" * 50, b"============ Serving Benchmark Result ============\n", b"= REQUEST DETAILS\n",
+    b"= PERFORMANCE OVERVIEW\n", b"NVIDIA GenAI-Perf | LLM Metrics\n", "┃ │ └".encode(), b"Successful requests:",
+    b"Failed requests:", b"Benchmark duration (s):", b"Number of requests:", b"Total Latency (ms):", b"P99 TTFT (ms):",
+    b"Median E2EL (ms):", b"[TTFT] P50    :", b"Maximum request concurrency:", b"Traffic request rate:", b"inf", b"None",
+    b"10", b"-3", b"1e400", b"NaN", b"9" * 30, b"1,915.41", b"12.5", b"{", b"}", b"[", b"]", b'"completed": ', b'"duration": ',
+    b'"date": "20250530-203806"', b'"date": "x"', b'"mean_ttft_ms": ', b'"request_rate": ', b"Infinity", b",", b"\xff\xfe",
+    b"\x00", b"\\ud800", b"<<<RESULT_START>>>\n",
+])
+serving_noise = st.lists(st.one_of(serving_fragments, st.binary(max_size=12)), max_size=40).map(b"".join)
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([b"", b"============ Serving Benchmark Result ============\n", b"= REQUEST DETAILS\n", b'{"completed": 1, ']),
+       serving_noise, st.sampled_from([None, START]))
+def test_fuzz_serving_bench(head: bytes, data: bytes, window_start: str | None) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "input"
+        path.write_bytes(head + data)
+        try:
+            for record in extract(path, "serving-bench", **OPTIONS, window_start=window_start):
+                assert isinstance(record, (Accepted, Rejected))
+        except IngestError:
+            pass
