@@ -16,8 +16,9 @@ tools write them:
 - `trtllm-bench throughput`: from `= REQUEST DETAILS` (or `= PERFORMANCE OVERVIEW`) to
   the first line that is neither a `label: value`, a rule, a banner, a `-- ` heading nor
   blank.
-- genai-perf's console table names no request count and no duration: it is recognised
-  and quarantined (field `requests`), never guessed from a rate.
+- genai-perf's console table names no duration (older versions no request count either):
+  it is recognised and quarantined (field `requests`, else `duration`), never guessed
+  from a rate.
 
 Window times. vLLM's JSON carries `date` (local time, `%Y%m%d-%H%M%S`, written when the
 run ended): the window ends then (read in `--timezone`) and starts `duration` earlier.
@@ -182,14 +183,14 @@ def _counted(run: _Run) -> None:
     if run.problem is not None:
         raise run.problem
     if "accepted" not in run.figures and "requests" not in run.figures:
-        reason = "genai-perf's table prints rates only" if run.tool == "genai-perf" else "no such line or key"
+        reason = "its table has no Request count row" if run.tool == "genai-perf" else "no such line or key"
         raise _Bad(run.line, "requests", f"{run.tool} gives no count of requests served ({reason})")
 
 
 def _window(run: _Run, how: _Options, cursor: datetime | None) -> tuple[datetime, datetime, datetime | None]:
     duration = run.figures.get("duration_s")
     if duration is None:
-        raise _Bad(run.line, "duration", f"{run.tool} printed no benchmark duration: the window has no length")
+        raise _Bad(run.line, "duration", f"{run.tool} printed no benchmark duration: the window has no length")  # genai-perf never does
     if not 0 <= duration <= MAX_DURATION_S:
         raise _Bad(run.line, run.labels["duration_s"], f"a window lasts from 0 to {MAX_DURATION_S} s (100 years), "
                    f"not {duration} s")
@@ -429,7 +430,9 @@ def _text_runs(body: bytes, zone: LocalZone) -> Iterator[_Run]:
             state.current.raw += raw
             if (state.kind == "vllm" and _RULE.match(text)) or (state.kind == "genai-perf" and text.startswith("└")):
                 yield from state.finish()
-            elif state.kind != "genai-perf" and (found := _LABEL_VALUE.match(text)):
+            elif state.kind == "genai-perf":
+                _genai_perf_row(state.current, text, number)
+            elif found := _LABEL_VALUE.match(text):
                 _safe(state.current, found["label"], found["value"], number)
             continue
         yield from _outside(state, text, raw, number, here)
@@ -475,6 +478,18 @@ def _saved_result(state: _TextState, raw: bytes, number: int, offset: int) -> _R
         run.raw = state.pending.raw + raw
         state.pending = None
     return run
+
+
+def _genai_perf_row(run: _Run, text: str, line: int) -> None:
+    """genai-perf's `Request count` row (printed since late 2024), the one figure of its
+    table an event could use: the table has no duration, so it is quarantined anyway, but
+    for that reason and not a wrong one."""
+    cells = [cell.strip() for cell in text.strip("│ ").split("│")]
+    if len(cells) > 1 and cells[0].lower().startswith("request count"):
+        try:
+            run.put("accepted", _count(cells[1], line, cells[0]), cells[0])
+        except _Bad as bad:
+            run.problem = run.problem or bad
 
 
 def _safe(run: _Run, label: str, value: str, line: int) -> None:

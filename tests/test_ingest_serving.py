@@ -434,3 +434,16 @@ def test_fuzz_serving_bench(head: bytes, data: bytes, window_start: str | None) 
                 assert isinstance(record, (Accepted, Rejected))
         except IngestError:
             pass
+
+
+def test_a_genai_perf_table_with_a_request_count_is_quarantined_for_its_missing_duration(tmp_path: Path) -> None:
+    table = ("                                  NVIDIA GenAI-Perf | LLM Metrics\n"
+             "┏━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━┳━━━━━━━┓\n"
+             "┃                Statistic ┃   avg ┃   p99 ┃\n"
+             "┡━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━╇━━━━━━━┩\n"
+             "│ Time To First Token (ms) │ 37.99 │ 45.85 │\n"
+             "│    Request Count (count) │ 1,200 │   N/A │\n"
+             "└──────────────────────────┴───────┴───────┘\n")
+    [rejected] = records(write(tmp_path, table), window_start=START)
+    assert isinstance(rejected, Rejected) and (rejected.origin.line, rejected.field) == (1, "duration")
+    assert rejected.record == table.encode()
