@@ -36,46 +36,27 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from ingest.base import UTF8_BOM, IngestError, LocalZone, event_from_object, fixed_tenant, open_source
+from ingest.serving_figures import (
+    JSON_KEYS, JSON_STATISTIC, MEASURES, STATISTICS, TEXT_LABELS, TEXT_STATISTIC, TRTLLM_STATISTIC, Bad, count, decimal,
+)
 from schemas import Origin, Record, Rejected, format_utc
 from schemas.types import MAX_DURATION_S
 
 VLLM_BANNER = b"Serving Benchmark Result"
 TRTLLM_BANNERS = (b"= REQUEST DETAILS", b"= PERFORMANCE OVERVIEW")
 GENAI_PERF_TITLE = b"GenAI-Perf"
-_JSON_KEYS = (b'"median_ttft_ms"', b'"mean_ttft_ms"')
-_ABSENT = frozenset({"", "none", "n/a", "null"})
+_RESULT_MARKERS = (b'"median_ttft_ms"', b'"mean_ttft_ms"')
 _RULE = re.compile(r"^=+$")
 _LABEL_VALUE = re.compile(r"^(?P<label>[^:]*?)\s*:\s*(?P<value>.*?)\s*$")
-_THOUSANDS = re.compile(r"^\d{1,3}(,\d{3})+(\.\d+)?$")
-#: Measures and statistics as the tools name them → the event's names (docs/serving.md).
-MEASURES = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2el": "latency_ms", "e2e latency": "latency_ms",
-            "e2e_latency": "latency_ms", "latency": "latency_ms"}
-STATISTICS = {"mean": "mean", "average": "mean", "median": "p50", "p50": "p50", "p90": "p90", "p95": "p95",
-              "p99": "p99", "max": "max", "maximum": "max"}
-_TEXT_STAT = re.compile(r"^(?P<stat>mean|median|p[\d.]+|std|min|max) (?P<measure>ttft|tpot|itl|e2el|e2e latency) \(ms\)$")
-_TRT_STAT = re.compile(r"^\[(?P<measure>ttft|tpot|latency)\] (?P<stat>average|minimum|maximum|p[\d.]+)$")
-_JSON_STAT = re.compile(r"^(?P<stat>mean|median|p[\d.]+|std|min|max)_(?P<measure>ttft|tpot|itl|e2el|e2e_latency)_ms$")
 _DATE = "%Y%m%d-%H%M%S"
-#: No figure of a benchmark reaches 10**18 (the event's own bound on a measure is 10**15,
-#: on a count 2**53): refusing longer numbers here keeps a hostile file from making us
-#: build a huge integer before validation would refuse it anyway.
-MEASURE_DIGITS = 18
-
-
-class _Bad(ValueError):
-    """A value that cannot be read: the line, the label or key, and why."""
-
-    def __init__(self, line: int, label: str, reason: str) -> None:
-        super().__init__(f"{label}: {reason}")
-        self.line, self.label, self.reason = line, label, reason
 
 
 @dataclass
@@ -90,7 +71,7 @@ class _Run:
     labels: dict[str, str] = field(default_factory=dict)  # figure -> the label or key it came from
     distributions: dict[str, dict[str, Decimal]] = field(default_factory=dict)
     ended: datetime | None = None
-    problem: _Bad | None = None
+    problem: Bad | None = None
 
     def put(self, name: str, value: Any, label: str) -> None:
         if value is not None:
@@ -127,7 +108,7 @@ class ServingBenchIngestor:
             return True
         # a detailed result (`--save-detailed`) may put its metric keys after 64 KiB of
         # per-request arrays; `completed` and `duration` come first
-        result_keys = any(k in text for k in _JSON_KEYS) or (b'"completed"' in text and b'"duration"' in text)
+        result_keys = any(k in text for k in _RESULT_MARKERS) or (b'"completed"' in text and b'"duration"' in text)
         return text.lstrip()[:1] in (b"{", b"[") and b'"specversion"' not in text and result_keys
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
@@ -171,7 +152,7 @@ def _record(file: str, run: _Run, how: _Options, cursor: datetime | None) -> tup
         _counted(run)
         start, end, cursor = _window(run, how, cursor)
         data = _data(run, how, start, end)
-    except _Bad as bad:
+    except Bad as bad:
         return Rejected(Origin(file, bad.line, run.offset), bad.label, bad.reason, run.raw), cursor
     event = {"specversion": "1.0", "source": how.source, "id": f"window@{format_utc(start)}",
              "type": "inference.window", "time": end, "data": data}
@@ -184,15 +165,15 @@ def _counted(run: _Run) -> None:
         raise run.problem
     if "accepted" not in run.figures and "requests" not in run.figures:
         reason = "its table has no Request count row" if run.tool == "genai-perf" else "no such line or key"
-        raise _Bad(run.line, "requests", f"{run.tool} gives no count of requests served ({reason})")
+        raise Bad(run.line, "requests", f"{run.tool} gives no count of requests served ({reason})")
 
 
 def _window(run: _Run, how: _Options, cursor: datetime | None) -> tuple[datetime, datetime, datetime | None]:
     duration = run.figures.get("duration_s")
     if duration is None:
-        raise _Bad(run.line, "duration", f"{run.tool} printed no benchmark duration: the window has no length")  # genai-perf never does
+        raise Bad(run.line, "duration", f"{run.tool} printed no benchmark duration: the window has no length")  # genai-perf never does
     if not 0 <= duration <= MAX_DURATION_S:
-        raise _Bad(run.line, run.labels["duration_s"], f"a window lasts from 0 to {MAX_DURATION_S} s (100 years), "
+        raise Bad(run.line, run.labels["duration_s"], f"a window lasts from 0 to {MAX_DURATION_S} s (100 years), "
                    f"not {duration} s")
     span = timedelta(microseconds=int((duration * 10**6).to_integral_value()))
     try:
@@ -201,8 +182,8 @@ def _window(run: _Run, how: _Options, cursor: datetime | None) -> tuple[datetime
         if cursor is not None:
             return cursor, cursor + span, cursor + span
     except OverflowError:
-        raise _Bad(run.line, run.labels["duration_s"], f"the window of {duration} s falls outside the calendar") from None
-    raise _Bad(run.line, "window_start", f"{run.tool} names no time for this run: give --window-start "
+        raise Bad(run.line, run.labels["duration_s"], f"the window of {duration} s falls outside the calendar") from None
+    raise Bad(run.line, "window_start", f"{run.tool} names no time for this run: give --window-start "
                "(RFC 3339), the start of the file's first window")
 
 
@@ -221,88 +202,6 @@ def _data(run: _Run, how: _Options, start: datetime, end: datetime) -> dict[str,
     return {k: v for k, v in data.items() if v is not None}
 
 
-# --- values ----------------------------------------------------------------------------
-
-
-def _decimal(value: Any, line: int, label: str) -> Decimal | None:
-    """A figure as an exact Decimal: text as printed (padding and thousands separators
-    dropped), or a JSON number already parsed as Decimal."""
-    if isinstance(value, bool):
-        raise _Bad(line, label, f"not a number: {value!r}")
-    if isinstance(value, (int, Decimal)):
-        return _decimal(str(value), line, label)  # the same bounds as text
-    if value is None or str(value).strip().lower() in _ABSENT:
-        return None
-    text = str(value).strip()
-    if _THOUSANDS.match(text):
-        text = text.replace(",", "")
-    try:
-        number = Decimal(text)
-    except InvalidOperation:
-        raise _Bad(line, label, f"not a number: {text!r}") from None
-    if not number.is_finite():
-        raise _Bad(line, label, f"not a finite number: {text!r}")
-    if number and number.adjusted() >= MEASURE_DIGITS:
-        raise _Bad(line, label, f"{text} is not below 10^{MEASURE_DIGITS}")
-    return number
-
-
-def _count(value: Any, line: int, label: str) -> int | None:
-    number = _decimal(value, line, label)
-    if number is None:
-        return None
-    if number != number.to_integral_value():
-        raise _Bad(line, label, f"not a whole number: {value!r}")
-    return int(number)
-
-
-def _rate(value: Any, line: int, label: str) -> Decimal | str | None:
-    """An offered request rate; `inf` (also JSON's Infinity) means all requests at once."""
-    if isinstance(value, str) and value.strip().lower() in ("inf", "infinity"):
-        return "inf"
-    return _decimal(value, line, label)
-
-
-def _seconds_from_ms(value: Any, line: int, label: str) -> Decimal | None:
-    number = _decimal(value, line, label)
-    return None if number is None else number / 1000
-
-
-Convert = Callable[[Any, int, str], Any]
-#: Labels of the text outputs (lower case, spaces collapsed) → (figure, how to read it).
-TEXT_LABELS: dict[str, tuple[str, Convert]] = {
-    "successful requests": ("accepted", _count),
-    "failed requests": ("failed", _count),
-    "maximum request concurrency": ("concurrency", _count),
-    "max request concurrency": ("concurrency", _count),
-    "request rate configured (rps)": ("request_rate", _rate),
-    "traffic request rate": ("request_rate", _rate),
-    "benchmark duration (s)": ("duration_s", _decimal),
-    "total input tokens": ("input_tokens", _count),
-    "total generated tokens": ("output_tokens", _count),
-    "request throughput (req/s)": ("request_throughput", _decimal),
-    "output token throughput (tok/s)": ("output_throughput", _decimal),
-    # trtllm-bench
-    "number of requests": ("requests", _count),
-    "request throughput (req/sec)": ("request_throughput", _decimal),
-    "total output throughput (tokens/sec)": ("output_throughput", _decimal),
-    "total latency (ms)": ("duration_s", _seconds_from_ms),
-}
-#: Keys of the JSON results → (figure, how to read it).
-JSON_KEYS: dict[str, tuple[str, Convert]] = {
-    "num_prompts": ("requests", _count),
-    "completed": ("accepted", _count),
-    "failed": ("failed", _count),
-    "max_concurrency": ("concurrency", _count),
-    "request_rate": ("request_rate", _rate),
-    "duration": ("duration_s", _decimal),
-    "total_input_tokens": ("input_tokens", _count),
-    "total_output_tokens": ("output_tokens", _count),
-    "request_throughput": ("request_throughput", _decimal),
-    "output_throughput": ("output_throughput", _decimal),
-}
-
-
 def _read_label(run: _Run, label: str, value: str, line: int) -> None:
     """One `label: value` line of a text block into the run."""
     key = " ".join(label.lower().split())
@@ -312,9 +211,9 @@ def _read_label(run: _Run, label: str, value: str, line: int) -> None:
         name, convert = TEXT_LABELS[key]
         run.put(name, convert(value, line, label), label)
         return
-    stat = _TEXT_STAT.match(key) or _TRT_STAT.match(key)
+    stat = TEXT_STATISTIC.match(key) or TRTLLM_STATISTIC.match(key)
     if stat:
-        run.put_statistic(stat["measure"], stat["stat"], _decimal(value, line, label))
+        run.put_statistic(stat["measure"], stat["stat"], decimal(value, line, label))
 
 
 def _read_object(run: _Run, obj: dict[str, Any], zone: LocalZone) -> None:
@@ -325,8 +224,8 @@ def _read_object(run: _Run, obj: dict[str, Any], zone: LocalZone) -> None:
         if key in JSON_KEYS:
             name, convert = JSON_KEYS[key]
             run.put(name, convert(value, run.line, key), key)
-        elif stat := _JSON_STAT.match(key):
-            run.put_statistic(stat["measure"], stat["stat"], _decimal(value, run.line, key))
+        elif stat := JSON_STATISTIC.match(key):
+            run.put_statistic(stat["measure"], stat["stat"], decimal(value, run.line, key))
     if "date" in obj:
         run.ended = _date(obj["date"], run.line, zone)
 
@@ -335,7 +234,7 @@ def _date(value: Any, line: int, zone: LocalZone) -> datetime:
     try:
         return zone.utc(datetime.strptime(str(value), _DATE))
     except ValueError:
-        raise _Bad(line, "date", f"not a vLLM result date (YYYYMMDD-HHMMSS): {value!r}") from None
+        raise Bad(line, "date", f"not a vLLM result date (YYYYMMDD-HHMMSS): {value!r}") from None
 
 
 # --- reading files -----------------------------------------------------------------------
@@ -376,7 +275,7 @@ def _line_run(raw: bytes, number: int, offset: int, zone: LocalZone) -> _Run:
         obj = _json_value(raw)
     except ValueError as exc:
         run = _Run("vllm bench serve", number, offset, raw)
-        run.problem = _Bad(number, "(record)", f"not JSON: {exc}")
+        run.problem = Bad(number, "(record)", f"not JSON: {exc}")
         return run
     return _object_run(obj, number, offset, raw, zone)
 
@@ -384,11 +283,11 @@ def _line_run(raw: bytes, number: int, offset: int, zone: LocalZone) -> _Run:
 def _object_run(obj: Any, number: int, offset: int, raw: bytes, zone: LocalZone) -> _Run:
     run = _Run("vllm bench serve", number, offset, raw)
     if not isinstance(obj, dict):
-        run.problem = _Bad(number, "(record)", f"expected a result object, found {type(obj).__name__}")
+        run.problem = Bad(number, "(record)", f"expected a result object, found {type(obj).__name__}")
         return run
     try:
         _read_object(run, obj, zone)
-    except _Bad as bad:
+    except Bad as bad:
         run.problem = bad
     return run
 
@@ -458,7 +357,7 @@ def _outside(state: _TextState, text: str, raw: bytes, number: int, offset: int)
         yield from state.start("trtllm", "trtllm-bench", number, offset)
     elif GENAI_PERF_TITLE.decode() in text:
         yield from state.start("genai-perf", "genai-perf", number, offset)
-    elif text.startswith("{") and any(k.decode() in text for k in (*_JSON_KEYS, b'"completed"')):
+    elif text.startswith("{") and any(k.decode() in text for k in (*_RESULT_MARKERS, b'"completed"')):
         yield _saved_result(state, raw, number, offset)
         return
     elif found := _LABEL_VALUE.match(text):
@@ -487,8 +386,8 @@ def _genai_perf_row(run: _Run, text: str, line: int) -> None:
     cells = [cell.strip() for cell in text.strip("│ ").split("│")]
     if len(cells) > 1 and cells[0].lower().startswith("request count"):
         try:
-            run.put("accepted", _count(cells[1], line, cells[0]), cells[0])
-        except _Bad as bad:
+            run.put("accepted", count(cells[1], line, cells[0]), cells[0])
+        except Bad as bad:
             run.problem = run.problem or bad
 
 
@@ -496,5 +395,5 @@ def _safe(run: _Run, label: str, value: str, line: int) -> None:
     """Read one line into the run; the first value that cannot be read spoils the run."""
     try:
         _read_label(run, label, value, line)
-    except _Bad as bad:
+    except Bad as bad:
         run.problem = run.problem or bad
