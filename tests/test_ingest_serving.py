@@ -447,3 +447,19 @@ def test_a_genai_perf_table_with_a_request_count_is_quarantined_for_its_missing_
     [rejected] = records(write(tmp_path, table), window_start=START)
     assert isinstance(rejected, Rejected) and (rejected.origin.line, rejected.field) == (1, "duration")
     assert rejected.record == table.encode()
+
+
+def test_later_commands_process_a_ledger_with_windows(tmp_path: Path) -> None:
+    """What ingest accepts, every later command can process (DESIGN §2)."""
+    samples = Path(__file__).resolve().parent.parent / "fixtures" / "samples"
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    runner = CliRunner()
+    assert runner.invoke(main, ["ingest", "--db", db, str(samples / "events.jsonl")]).exit_code == 0
+    assert runner.invoke(main, ["ingest", "--db", db, "--tenant", "acme", "--job", "chat-api", "--window-start", START,
+                                str(samples / "serving_bench.txt")]).exit_code == 0
+    for command in (["verify"], ["export", "--format", "parquet", "--out", str(tmp_path / "x.parquet")],
+                    ["reconcile", "--format", "json"], ["report", "outcomes"]):
+        result = runner.invoke(main, [*command, "--db", db])
+        assert result.exit_code == 0, (command, result.output)
+    exported = runner.invoke(main, ["export", "--db", db, "--type", "inference.window"]).stdout.splitlines()
+    assert [orjson.loads(line)["event"]["data"]["concurrency"] for line in exported] == [1, 8, 32]
