@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -241,11 +241,14 @@ def _date(value: Any, line: int, zone: LocalZone) -> datetime:
 
 
 def _runs(path: Path, zone: LocalZone) -> Iterator[_Run]:
+    """A JSON document is read whole (it parses only whole); a text log line by line."""
     with open_source(path) as stream:
-        body = stream.read().removeprefix(UTF8_BOM)
-    if body.lstrip()[:1] in (b"{", b"[") and not any(b in body for b in (VLLM_BANNER, *TRTLLM_BANNERS)):
-        return _json_runs(body, zone)
-    return _text_runs(body, zone)
+        head = stream.read(1 << 16).removeprefix(UTF8_BOM)
+        stream.seek(0)
+        if head.lstrip()[:1] in (b"{", b"[") and not any(b in head for b in (VLLM_BANNER, *TRTLLM_BANNERS)):
+            yield from _json_runs(stream.read().removeprefix(UTF8_BOM), zone)
+        else:
+            yield from _text_runs(stream, zone)
 
 
 def _json_value(text: bytes) -> Any:
@@ -317,12 +320,12 @@ class _TextState:
         self.before = []
 
 
-def _text_runs(body: bytes, zone: LocalZone) -> Iterator[_Run]:
+def _text_runs(lines: Iterable[bytes], zone: LocalZone) -> Iterator[_Run]:
     state = _TextState(zone)
     offset = 0
-    for number, raw in enumerate(body.splitlines(keepends=True), start=1):
+    for number, raw in enumerate(lines, start=1):
         here, offset = offset, offset + len(raw)
-        text = raw.decode("utf-8", "replace").strip()
+        text = (raw.removeprefix(UTF8_BOM) if number == 1 else raw).decode("utf-8", "replace").strip()
         if state.current is not None and not _inside(state, text):
             yield from state.finish()
         if state.current is not None:
