@@ -260,11 +260,14 @@ def _json_runs(body: bytes, zone: LocalZone) -> Iterator[_Run]:
     """One object, an array of them, or JSON Lines (whatever the file's name says)."""
     try:
         whole = _json_value(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         whole = None
-    if isinstance(whole, (dict, list)):
-        for obj in whole if isinstance(whole, list) else [whole]:
-            yield _object_run(obj, 1, 0, body, zone)
+    if isinstance(whole, dict):
+        yield _object_run(whole, 1, 0, body, zone)
+        return
+    if isinstance(whole, list):  # an element's own bytes are not at hand: its JSON is kept
+        for obj in whole:
+            yield _object_run(obj, 1, 0, json.dumps(obj, default=str).encode(), zone)
         return
     offset = 0
     for number, raw in enumerate(body.splitlines(keepends=True), start=1):
@@ -276,7 +279,7 @@ def _json_runs(body: bytes, zone: LocalZone) -> Iterator[_Run]:
 def _line_run(raw: bytes, number: int, offset: int, zone: LocalZone) -> _Run:
     try:
         obj = _json_value(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         run = _Run("vllm bench serve", number, offset, raw)
         run.problem = Bad(number, "(record)", f"not JSON: {exc}")
         return run
@@ -307,13 +310,18 @@ class _TextState:
     before: list[tuple[str, str, int]] = field(default_factory=list)
 
     def finish(self) -> Iterator[_Run]:
+        """The block being read is done: it waits for a saved result, the one before it is out."""
         if self.pending is not None:
             yield self.pending
         self.pending, self.current = self.current, None
 
-    def start(self, kind: str, tool: str, number: int, offset: int) -> Iterator[_Run]:
+    def flush(self) -> Iterator[_Run]:
+        """Every run held back (a new block starts, or the file ends)."""
         yield from self.finish()
-        yield from self.finish()  # the block before this one has no saved result after it
+        yield from self.finish()
+
+    def start(self, kind: str, tool: str, number: int, offset: int) -> Iterator[_Run]:
+        yield from self.flush()
         self.current, self.kind = _Run(tool, number, offset), kind
         for label, value, line in self.before:
             _safe(self.current, label, value, line)
@@ -338,8 +346,7 @@ def _text_runs(lines: Iterable[bytes], zone: LocalZone) -> Iterator[_Run]:
                 _safe(state.current, found["label"], found["value"], number)
             continue
         yield from _outside(state, text, raw, number, here)
-    yield from state.finish()
-    yield from state.finish()
+    yield from state.flush()
 
 
 def _inside(state: _TextState, text: str) -> bool:

@@ -463,3 +463,9 @@ def test_later_commands_process_a_ledger_with_windows(tmp_path: Path) -> None:
         assert result.exit_code == 0, (command, result.output)
     exported = runner.invoke(main, ["export", "--db", db, "--type", "inference.window"]).stdout.splitlines()
     assert [orjson.loads(line)["event"]["data"]["concurrency"] for line in exported] == [1, 8, 32]
+
+
+def test_deeply_nested_json_is_a_quarantined_record_not_a_crash(tmp_path: Path) -> None:
+    path = write(tmp_path, '{"completed": 1, "duration": 1, "x": ' + "[" * 100_000 + "\n", "deep.json")
+    [rejected] = records(path)
+    assert isinstance(rejected, Rejected) and (rejected.origin.line, rejected.field) == (1, "(record)")
