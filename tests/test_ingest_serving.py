@@ -5,6 +5,7 @@ Expected values are worked out by hand from the bytes and the rules."""
 from __future__ import annotations
 
 import tempfile
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from pydantic import ValidationError
 
 from cli import main
 from ingest import IngestError, choose, extract
-from schemas import Accepted, Rejected, canonical_event, validate_event
+from schemas import Accepted, Rejected, canonical, canonical_event, event_document, validate_event, validate_event_json
 from tests.conftest import FUZZ_EXAMPLES, REALDATA
 
 BENCH = REALDATA / "inference-bench"
@@ -469,3 +470,36 @@ def test_deeply_nested_json_is_a_quarantined_record_not_a_crash(tmp_path: Path) 
     path = write(tmp_path, '{"completed": 1, "duration": 1, "x": ' + "[" * 100_000 + "\n", "deep.json")
     [rejected] = records(path)
     assert isinstance(rejected, Rejected) and (rejected.origin.line, rejected.field) == (1, "(record)")
+
+
+# --- canonical bytes of any valid window ----------------------------------------------------
+
+measures = st.builds(lambda units, places: str(Decimal(units).scaleb(-places)),
+                     st.integers(0, 10**15 - 1), st.integers(0, 6)).filter(lambda text: Decimal(text) < 10**15)
+distributions = st.dictionaries(st.sampled_from(["mean", "p50", "p90", "p95", "p99", "max"]), measures, min_size=1)
+
+
+@st.composite
+def window_events(draw: st.DrawFn) -> dict[str, Any]:
+    requests = draw(st.integers(0, 2**53 - 1))
+    accepted = draw(st.integers(0, requests))
+    failed = draw(st.none() | st.integers(0, requests - accepted))
+    start = draw(st.datetimes(min_value=datetime(1970, 1, 1), max_value=datetime(2026, 1, 1), timezones=st.just(timezone.utc)))
+    end = start + draw(st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=30)))
+    optional = {"failed": failed, "concurrency": draw(st.none() | st.integers(1, 2**53 - 1)),
+                "request_rate": draw(st.none() | st.just("inf") | measures),
+                "output_throughput": draw(st.none() | measures), "ttft_ms": draw(st.none() | distributions),
+                "latency_ms": draw(st.none() | distributions), "allocation_id": draw(st.none() | st.just("a1"))}
+    data = {"tenant": "acme", "job_id": "j", "window_start": start, "window_end": end, "requests": requests,
+            "accepted": accepted, **{k: v for k, v in optional.items() if v is not None}}
+    return {"specversion": "1.0", "id": "w", "source": "serving-bench://acme/j", "type": "inference.window",
+            "time": end, "data": data}
+
+
+@settings(max_examples=200, deadline=None)
+@given(window_events())
+def test_any_valid_window_takes_the_reference_bytes_and_reads_back_the_same(raw: dict[str, Any]) -> None:
+    event = validate_event(raw)
+    body = canonical_event(event)
+    assert body == canonical(event_document(event))
+    assert canonical_event(validate_event_json(body)) == body
