@@ -503,3 +503,21 @@ def test_any_valid_window_takes_the_reference_bytes_and_reads_back_the_same(raw:
     body = canonical_event(event)
     assert body == canonical(event_document(event))
     assert canonical_event(validate_event_json(body)) == body
+
+
+def test_two_trtllm_runs_in_one_log_are_two_windows(tmp_path: Path) -> None:
+    def run(requests: int, latency_ms: str, ttft_p99: str) -> str:
+        rule = "=" * 59
+        return (f"{rule}\n= REQUEST DETAILS\n{rule}\nNumber of requests:             {requests}\n"
+                f"Number of concurrent requests:  251.6206\n\n{rule}\n= PERFORMANCE OVERVIEW\n{rule}\n"
+                f"Request Throughput (req/sec):                     0.9765\n"
+                f"Total Latency (ms):                               {latency_ms}\n\n"
+                f"-- Per-Request Time-to-First-Token [TTFT] Breakdown (ms)\n\n[TTFT] P99    : {ttft_p99}\n\n")
+    text = "[TRT-LLM] [I] Starting benchmark\n" + run(256, "2000.5", "12.5") + "second run\n" + run(512, "1000", "14.25")
+    first, second = windows(write(tmp_path, text), window_start=START)
+    assert [(e["data"]["requests"], e["data"]["ttft_ms"]) for e in (first, second)] == [(256, {"p99": "12.5"}), (512, {"p99": "14.25"})]
+    assert first["data"]["window_end"] == second["data"]["window_start"] == "2025-09-02T13:00:02.000500Z"
+    assert second["data"]["window_end"] == "2025-09-02T13:00:03.000500Z"
+    assert "concurrency" not in first["data"]  # a measured average, not a stated limit
+    back_to_back = windows(write(tmp_path, text.replace("second run\n", ""), "b.txt"), window_start=START)
+    assert [e["data"]["requests"] for e in back_to_back] == [256, 512]
