@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 # What --help shows, written out so that --help imports no library; tests/test_cli.py
 # keeps each equal to the library's own (ingest.format_names(), ledger.append, ...).
-INGEST_FORMATS = ("cloudevents", "sacct", "focus", "dcgm-stats", "dcgm-metrics", "kueue", "k8s-events")
+INGEST_FORMATS = ("cloudevents", "sacct", "focus", "dcgm-stats", "dcgm-metrics", "kueue", "k8s-events", "serving-bench")
 DEFAULT_BATCH_SIZE = 5000
 DEFAULT_ORIGIN = "gpuledger.local/ledger"
 RECONCILE_FORMATS = ("table", "json", "csv", "parquet", "html")
@@ -119,6 +119,10 @@ def init(db_url: str | None) -> None:
               help="dcgm-stats: the host the output came from (default: the file's stem); dcgm-metrics: the node of samples with no Hostname label.")
 @click.option("--fabric-domain", default=None, help="dcgm-stats, dcgm-metrics: the fabric domain the node belongs to.")
 @click.option("--scrape-time", default=None, metavar="RFC3339", help="dcgm-metrics: the time of samples that carry no timestamp.")
+@click.option("--job", default=None, help="The job of every record of the file, for sources that name none (serving-bench).")
+@click.option("--allocation", default=None, help="The allocation of every record of the file, for sources that name none (serving-bench).")
+@click.option("--window-start", default=None, metavar="RFC3339",
+              help="serving-bench: the start of the file's first window, for runs that print no time of their own.")
 @click.option("--manifest", type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path), default=None,
               help="Ingest every file this manifest lists, with its format and options, in order "
                    "(options given here are defaults under each file's own).")

@@ -10,13 +10,17 @@ validates, every later command can process.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model, model_validator
+from pydantic import (
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, TypeAdapter, WithJsonSchema, create_model,
+    model_validator,
+)
 
 from schemas.types import (
     MAX_LINE_GPU_SECONDS, MAX_SAFE_INT, NAIVE_IS_UTC, NOW, Amount, Count, Currency, Deadline, GpuCount, Money,
-    Name, PositiveCount, PositiveGpuCount, SafeInt, Seconds, UtcTime,
+    Name, PositiveCount, PositiveGpuCount, SafeInt, Seconds, UtcTime, format_money, parse_money,
 )
 
 PlacementClass = Literal["whole", "mig", "timeslice"]
@@ -195,6 +199,96 @@ class WorkResult(TenantData):
     units: Count | None = None
 
 
+#: A measurement (milliseconds, requests or tokens per second): a non-negative decimal
+#: string, never a float, as exact as the tool printed it; below 10**15 with at most 20
+#: decimal places, so every later command can compute with it.
+MAX_MEASURE = Decimal(10) ** 15
+MEASURE_DECIMAL_PLACES = 20
+
+
+def _decimal_measure(value: Any) -> Decimal:
+    try:
+        return parse_money(value)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("money must be", "a measurement must be")) from None
+
+
+def _measure(value: Decimal) -> Decimal:
+    if value < 0:
+        raise ValueError(f"a measurement is never negative: {format_money(value)}")
+    if value >= MAX_MEASURE:
+        raise ValueError(f"{format_money(value)} is not below 10^15")
+    if -int(value.as_tuple().exponent) > MEASURE_DECIMAL_PLACES:
+        raise ValueError(f"more than {MEASURE_DECIMAL_PLACES} decimal places")
+    return value
+
+
+Measure = Annotated[
+    Decimal,
+    BeforeValidator(_decimal_measure),
+    AfterValidator(_measure),
+    PlainSerializer(format_money, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "pattern": r"^\+?(\d+(\.\d*)?|\.\d+)$"}),
+]
+
+
+def _offered_rate(value: Any) -> str:
+    """`inf` (every request sent at once, as the tools print it), or a measurement."""
+    if isinstance(value, str) and value.strip() == "inf":
+        return "inf"
+    return format_money(_measure(_decimal_measure(value)))
+
+
+#: An offered request rate (requests per second) as text: a decimal string, or `inf`.
+OfferedRate = Annotated[str, BeforeValidator(_offered_rate),
+                        WithJsonSchema({"type": "string", "pattern": r"^(inf|\+?(\d+(\.\d*)?|\.\d+))$"})]
+
+
+#: The figures of a per-request measure a tool prints: the mean and percentiles (p50 is
+#: the median).
+Statistic = Literal["mean", "p50", "p90", "p95", "p99", "max"]
+#: One per-request measure of a serving window in milliseconds, statistic by statistic, as
+#: the tool printed it; a figure it did not print is absent, never guessed. A plain
+#: mapping, so the canonical encoding takes it as any JSON object.
+Distribution = Annotated[dict[Statistic, Measure], Field(min_length=1)]
+
+
+class InferenceWindow(TenantData):
+    """One window of a serving job's own measurements (a benchmark run, docs/serving.md).
+    `requests` were sent, `accepted` answered successfully, `failed` ended in an error
+    and `cancelled` were withdrawn by the client; `concurrency` is the stated limit on
+    requests in flight and `request_rate` the offered arrival rate (`inf`: all at once)."""
+
+    job_id: Name
+    allocation_id: str | None = None
+    window_start: UtcTime
+    window_end: UtcTime
+    requests: Count
+    accepted: Count
+    failed: Count | None = None
+    cancelled: Count | None = None
+    concurrency: PositiveCount | None = None
+    request_rate: OfferedRate | None = None
+    request_throughput: Measure | None = None
+    output_throughput: Measure | None = None
+    input_tokens: Count | None = None
+    output_tokens: Count | None = None
+    ttft_ms: Distribution | None = None
+    tpot_ms: Distribution | None = None
+    itl_ms: Distribution | None = None
+    latency_ms: Distribution | None = None
+    tool: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> InferenceWindow:
+        if self.window_end < self.window_start:
+            raise ValueError("window_end is before window_start")
+        if self.accepted + (self.failed or 0) + (self.cancelled or 0) > self.requests:
+            raise ValueError(f"accepted, failed and cancelled ({self.accepted}, {self.failed or 0}, "
+                             f"{self.cancelled or 0}) add up to more than the {self.requests} requests")
+        return self
+
+
 #: Every event type and its `data` model: the one list the rest of the code reads.
 DATA_MODELS: dict[str, type[EventData]] = {
     "device.discovered": DeviceDiscovered,
@@ -217,6 +311,7 @@ DATA_MODELS: dict[str, type[EventData]] = {
     "billing.line": BillingLine,
     "work.accepted": WorkResult,
     "work.rejected": WorkResult,
+    "inference.window": InferenceWindow,
 }
 
 #: Types whose events belong to the fleet, not to one tenant (their `tenant` is null).

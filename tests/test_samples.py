@@ -46,6 +46,9 @@ ROWS: list[tuple[str, str, list[str], dict[str, int]]] = [
      {"policy.decision": 12, "allocation.granted": 3, "allocation.released": 5}),
     # 20 Events; Job Started, Job SuccessfulCreate, Pod Pulled, Normal NodeHasDiskPressure are skipped.
     ("k8s_events.json", "k8s-events", [], {"policy.decision": 12, "health.fault": 3, "health.cleared": 1}),
+    # Three `vllm bench serve` blocks (concurrency 1, 8, 32), laid end to end from --window-start.
+    ("serving_bench.txt", "serving-bench", ["--tenant", "acme", "--job", "chat-api", "--window-start", "2026-01-07T10:00:00Z"],
+     {"inference.window": 3}),
 ]
 
 

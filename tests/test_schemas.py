@@ -36,6 +36,8 @@ MINIMAL: dict[str, dict[str, Any]] = {
                      "period_end": "2026-01-05T11:00:00Z", "gpus": 0, "amount": "1.00", "currency": "USD"},
     "work.accepted": {"tenant": "t", "job_id": "j", "result_id": "r"},
     "work.rejected": {"tenant": "t", "job_id": "j", "result_id": "r"},
+    "inference.window": {"tenant": "t", "job_id": "j", "window_start": "2026-01-05T10:00:00Z",
+                         "window_end": "2026-01-05T10:01:00Z", "requests": 10, "accepted": 10},
 }
 
 
