@@ -10,13 +10,18 @@ validates, every later command can process.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model, model_validator
+from pydantic import (
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, TypeAdapter, WithJsonSchema,
+    create_model, model_validator,
+)
+from typing_extensions import NotRequired, TypedDict
 
 from schemas.types import (
     MAX_LINE_GPU_SECONDS, MAX_SAFE_INT, NAIVE_IS_UTC, NOW, Amount, Count, Currency, Deadline, GpuCount, Money,
-    Name, PositiveCount, PositiveGpuCount, SafeInt, Seconds, UtcTime,
+    Name, PositiveCount, PositiveGpuCount, SafeInt, Seconds, UtcTime, format_money, parse_money,
 )
 
 PlacementClass = Literal["whole", "mig", "timeslice"]
@@ -195,6 +200,113 @@ class WorkResult(TenantData):
     units: Count | None = None
 
 
+#: A measured figure (bandwidth, latency, time): a decimal string as the tool printed it,
+#: never a float. At most 18 digits either side of the point, never negative: every
+#: figure fits DuckDB's DECIMAL(38,18) exactly (docs/probes.md).
+MEASURE_DIGITS = 18
+
+
+def _measurable(value: Decimal) -> Decimal:
+    if value < 0:
+        raise ValueError(f"a measured figure is never negative: {value}")
+    if max(0, -int(value.as_tuple().exponent)) > MEASURE_DIGITS or value >= Decimal(10) ** MEASURE_DIGITS:
+        raise ValueError(f"{value} has more than {MEASURE_DIGITS} digits before or after the point")
+    return value
+
+
+Measure = Annotated[
+    Decimal, BeforeValidator(parse_money), AfterValidator(_measurable),
+    PlainSerializer(format_money, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "pattern": r"^\+?0*(\d{1,18}(\.\d{0,18})?|\.\d{1,18})$"}),
+]
+#: The links `nvidia-smi topo -m` prints between two devices (its legend): `X` is the
+#: device itself, `NV<n>` a bonded set of n NVLinks, `SOC` the name older drivers gave SYS.
+LINK_PATTERN = r"^(X|NV[1-9][0-9]{0,2}|PIX|PXB|PHB|NODE|SYS|SOC)$"
+Link = Annotated[str, Field(pattern=LINK_PATTERN)]
+ProbeKind = Literal["nvbandwidth", "nccl-tests", "network"]
+InPlace = Literal["out-of-place", "in-place"]
+
+
+class TopoGpu(TypedDict):
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+    name: Name  # `GPU0`, as the matrix labels it
+    cpu_affinity: NotRequired[str]  # `0-63,128-191`
+    numa_affinity: NotRequired[str]  # `0`, or `N/A` as printed
+    gpu_numa_id: NotRequired[str]
+
+
+class TopoNic(TypedDict):
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+    name: Name  # `NIC0` (newer drivers), or the device itself (`mlx5_0`, older ones)
+    device: NotRequired[str]  # the NIC Legend's device for an alias: `NIC0: mlx5_10`
+
+
+class TopoLink(TypedDict):
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+    a: Name
+    b: Name
+    link: Link
+
+
+class Topology(TypedDict):
+    """What `nvidia-smi topo -m` shows. Parts of an event are plain dicts (TypedDict), so
+    the event's canonical bytes are written by the same encoder as every other field."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+    gpus: Annotated[list[TopoGpu], Field(min_length=1)]
+    nics: list[TopoNic]
+    links: list[TopoLink]  # one per pair of devices, in matrix order (row before column)
+
+
+class PlacementObserved(TenantData):
+    allocation_id: Name
+    node: Name
+    topology: Topology
+    tool: Name = "nvidia-smi topo -m"
+    job_id: str | None = None
+
+
+class ProbeFigure(TypedDict):
+    """One number a probe printed, with its unit and what it was measured at."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+    name: Name  # `busbw`, `algbw`, `time`, `sum`, `avg_busbw`, `wrong`
+    value: Measure
+    unit: Name  # `GB/s`, `us`, `ns`, `errors`
+    size_bytes: NotRequired[Count]  # nccl-tests: the message size of the row
+    placement: NotRequired[InPlace]  # nccl-tests: the out-of-place or in-place half of the row
+
+
+class ProbeMatrix(TypedDict):
+    """nvbandwidth's matrix: cells[row][column], null where it printed `N/A`."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+    title: str  # `memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)`
+    unit: Name
+    rows: list[str]
+    columns: list[str]
+    cells: list[list[Measure | None]]
+
+
+def _shaped(matrix: ProbeMatrix) -> ProbeMatrix:
+    rows, columns, cells = matrix["rows"], matrix["columns"], matrix["cells"]
+    if len(cells) != len(rows) or any(len(row) != len(columns) for row in cells):
+        raise ValueError(f"cells are not {len(rows)} rows of {len(columns)} columns")
+    return matrix
+
+
+class ProbeResult(TenantData):
+    allocation_id: Name
+    probe: ProbeKind
+    test: Name
+    figures: list[ProbeFigure] = Field(min_length=1)
+    matrix: Annotated[ProbeMatrix, AfterValidator(_shaped)] | None = None
+    gpus: PositiveGpuCount | None = None
+    nodes: PositiveCount | None = None
+    job_id: str | None = None
+    tool_version: str | None = None
+
+
 #: Every event type and its `data` model: the one list the rest of the code reads.
 DATA_MODELS: dict[str, type[EventData]] = {
     "device.discovered": DeviceDiscovered,
@@ -217,6 +329,8 @@ DATA_MODELS: dict[str, type[EventData]] = {
     "billing.line": BillingLine,
     "work.accepted": WorkResult,
     "work.rejected": WorkResult,
+    "placement.observed": PlacementObserved,
+    "probe.result": ProbeResult,
 }
 
 #: Types whose events belong to the fleet, not to one tenant (their `tenant` is null).

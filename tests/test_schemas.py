@@ -36,6 +36,10 @@ MINIMAL: dict[str, dict[str, Any]] = {
                      "period_end": "2026-01-05T11:00:00Z", "gpus": 0, "amount": "1.00", "currency": "USD"},
     "work.accepted": {"tenant": "t", "job_id": "j", "result_id": "r"},
     "work.rejected": {"tenant": "t", "job_id": "j", "result_id": "r"},
+    "placement.observed": {"tenant": "t", "allocation_id": "a", "node": "n1",
+                           "topology": {"gpus": [{"name": "GPU0"}], "nics": [], "links": []}},
+    "probe.result": {"tenant": "t", "allocation_id": "a", "probe": "nccl-tests", "test": "all_reduce_perf",
+                     "figures": [{"name": "avg_busbw", "value": "68.4048", "unit": "GB/s"}]},
 }
 
 
