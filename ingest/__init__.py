@@ -25,11 +25,13 @@ from ingest.focus import FocusIngestor
 from ingest.k8s_events import K8sEventsIngestor
 from ingest.kueue import KueueIngestor
 from ingest.sacct import SacctIngestor
+from ingest.topo import TopoIngestor
 from schemas import Record
 
 HEAD_BYTES = 64 << 10  # what identify sees: enough for a log that runs before the part we read
 INGESTORS: list[Ingestor] = [CloudEventsIngestor(), SacctIngestor(), FocusIngestor(), DcgmStatsIngestor(),
-                             DcgmMetricsIngestor(), KueueIngestor(), K8sEventsIngestor()]
+                             DcgmMetricsIngestor(), KueueIngestor(), K8sEventsIngestor(),
+                             TopoIngestor()]
 DEFAULT_FORMAT = "cloudevents"
 
 

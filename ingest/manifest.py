@@ -32,7 +32,7 @@ from ingest.base import IngestError, open_source
 
 #: The options an entry may give: those of `gpuledger ingest`, by their Python names.
 OPTION_NAMES = frozenset({"fields", "delimiter", "cluster", "tenant_field", "gpu_field", "allocation_field", "node",
-                          "fabric_domain", "scrape_time", "tenant", "timezone"})
+                          "fabric_domain", "scrape_time", "tenant", "timezone", "allocation", "job"})
 
 
 @dataclass(frozen=True)
