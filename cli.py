@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 # What --help shows, written out so that --help imports no library; tests/test_cli.py
 # keeps each equal to the library's own (ingest.format_names(), ledger.append, ...).
 INGEST_FORMATS = ("cloudevents", "sacct", "focus", "dcgm-stats", "dcgm-metrics", "kueue", "k8s-events",
-                  "nvidia-smi-topo", "nvbandwidth")
+                  "nvidia-smi-topo", "nvbandwidth", "nccl-tests")
 DEFAULT_BATCH_SIZE = 5000
 DEFAULT_ORIGIN = "gpuledger.local/ledger"
 RECONCILE_FORMATS = ("table", "json", "csv", "parquet")

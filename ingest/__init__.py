@@ -24,6 +24,7 @@ from ingest.dcgm_stats import DcgmStatsIngestor
 from ingest.focus import FocusIngestor
 from ingest.k8s_events import K8sEventsIngestor
 from ingest.kueue import KueueIngestor
+from ingest.nccl_tests import NcclTestsIngestor
 from ingest.nvbandwidth import NvbandwidthIngestor
 from ingest.sacct import SacctIngestor
 from ingest.topo import TopoIngestor
@@ -32,7 +33,7 @@ from schemas import Record
 HEAD_BYTES = 64 << 10  # what identify sees: enough for a log that runs before the part we read
 INGESTORS: list[Ingestor] = [CloudEventsIngestor(), SacctIngestor(), FocusIngestor(), DcgmStatsIngestor(),
                              DcgmMetricsIngestor(), KueueIngestor(), K8sEventsIngestor(),
-                             TopoIngestor(), NvbandwidthIngestor()]
+                             TopoIngestor(), NvbandwidthIngestor(), NcclTestsIngestor()]
 DEFAULT_FORMAT = "cloudevents"
 
 

@@ -273,8 +273,12 @@ class ProbeFigure(TypedDict):
     name: Name  # `busbw`, `algbw`, `time`, `sum`, `avg_busbw`, `wrong`
     value: Measure
     unit: Name  # `GB/s`, `us`, `ns`, `errors`
-    size_bytes: NotRequired[Count]  # nccl-tests: the message size of the row
-    placement: NotRequired[InPlace]  # nccl-tests: the out-of-place or in-place half of the row
+    size_bytes: NotRequired[Count]  # nccl-tests: the row's message size, and the rest of its keys
+    count: NotRequired[Count]  # elements
+    datatype: NotRequired[Name]  # `float`
+    redop: NotRequired[Name]  # `sum`, `none`
+    root: NotRequired[SafeInt]  # -1: no root
+    placement: NotRequired[InPlace]  # the out-of-place or in-place half of the row
 
 
 class ProbeMatrix(TypedDict):
