@@ -34,14 +34,17 @@ from ingest.base import UTF8_BOM, open_source
 from ingest.probes import ProbeOptions, probe_options, probe_record
 from schemas import Origin, Record, Rejected
 
-_RUN = re.compile(r"#\s*nThread\s+\d+\s+nGpus\s+\d+")
-_RANK = re.compile(r"#\s*Rank\s+\d+\b.*?\bon\s+(\S+)\s+device\b")
+#: `#` is optional throughout: pasted into GitHub markdown, a leading `#` is eaten.
+_RUN = re.compile(r"#?\s*nThread\s+\d+\s+nGpus\s+\d+")
+_RANK = re.compile(r"#?\s*Rank\s+\d+\b.*?\bon\s+(\S+)\s+device\b")
+#: What a launcher puts before each line: Open MPI's --tag-output, srun --label.
+_LAUNCHER_TAG = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: )")
 _COMMAND = re.compile(r"\b([a-z_]+)_perf(?:_mpi)?\b")
 _STARTING = re.compile(r"#\s*Collective test starting:\s*(\w+)")
-_AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*(\S+)")
+_AVG = re.compile(r"#?\s*Avg bus bandwidth\s*:\s*(\S+)")
 _ROW = re.compile(r"\s*\d+\s+\d+\s+\w+")
 _FIGURE = re.compile(r"\d+(?:\.\d+)?")
-_IDENTIFY = re.compile(rb"^#\s*nThread\s+\d+\s+nGpus\s+\d+|^#\s+size\s+count\s+type\s+redop", re.MULTILINE)
+_IDENTIFY = re.compile(rb"^(?:\[\d+,\d+\]<stdout>:|\d+: )?#?\s*nThread\s+\d+\s+nGpus\s+\d+", re.MULTILINE)
 MAX_BYTES = 64 << 20
 _UNITS = {"time": "us", "algbw": "GB/s", "busbw": "GB/s", "wrong": "errors"}
 Factor = Callable[[int], Decimal]
@@ -98,7 +101,7 @@ def _runs(body: bytes) -> Iterator[_Run]:
     offset = 0
     for number, raw in enumerate(body.splitlines(keepends=True), start=1):
         here, offset = offset, offset + len(raw)
-        text = raw.decode("utf-8", "replace").rstrip()
+        text = _LAUNCHER_TAG.sub("", raw.decode("utf-8", "replace").rstrip())
         if _RUN.match(text):
             if run is not None:
                 yield run
@@ -126,8 +129,8 @@ def _read_line(run: _Run, number: int, text: str) -> bool:
     elif (average := _AVG.match(text)) is not None:
         run.average = (number, average.group(1))
         return True
-    elif text.startswith("#") and "size" in text.split() and "count" in text.split():
-        run.columns = [word.lstrip("#") for word in text.lstrip("#").split()]
+    elif "size" in (words := text.lstrip("#").split()) and "count" in words and not _ROW.match(text):
+        run.columns = [word.lstrip("#") for word in words]
     elif run.columns is not None and _ROW.match(text):
         run.rows.append((number, text.split()))
     return False
@@ -209,7 +212,7 @@ def _collective(run: _Run) -> str:
         row.setdefault(column, value)  # the out-of-place half: the first of each name
     algbw, busbw = Decimal(row.get("algbw", "0")), Decimal(row.get("busbw", "0"))
     fits = [name for name, (reduces, rooted, factor) in COLLECTIVES.items()
-            if reduces == (row.get("redop") != "none")
+            if ("redop" not in row or reduces == (row["redop"] != "none"))
             and ("root" not in row or rooted == (row["root"] != "-1"))
             and algbw > 0 and abs(busbw - algbw * factor(n)) <= Decimal("0.01") * busbw]
     if len(fits) != 1:

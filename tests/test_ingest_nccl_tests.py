@@ -213,3 +213,21 @@ def test_real_six_runs_on_two_2080ti() -> None:
     in_place_wrong = [f for f in alltoall["data"]["figures"] if f["name"] == "wrong" and f["placement"] == "in-place"]
     out_of_place_wrong = [f for f in alltoall["data"]["figures"] if f["name"] == "wrong" and f["placement"] == "out-of-place"]
     assert (len(in_place_wrong), len(out_of_place_wrong)) == (0, 28)  # every in-place #wrong of alltoall is N/A
+
+
+def test_launcher_tags_and_a_markdown_eaten_hash_are_read_through(tmp_path: Path) -> None:
+    tagged = "".join(f"[1,0]<stdout>:{line}\n" for line in RUN.splitlines())
+    eaten = "".join((line[1:] if line.startswith("#") else line) + "\n" for line in RUN.splitlines())
+    for name, text in (("tagged.txt", tagged), ("eaten.txt", eaten)):
+        path = write(tmp_path, text, name)
+        assert [i.name for i in INGESTORS if i.identify(path, path.read_bytes())] == ["nccl-tests"]
+        [event] = events(path)
+        assert (event["data"]["test"], event["data"]["gpus"], busbw(event, 16777216), average(event)) == (
+            "all_reduce_perf", 4, "125.83", "62.76")
+
+
+def test_a_concluded_line_names_its_own_run_not_the_next(tmp_path: Path) -> None:
+    text = ("$ ./build/all_gather_perf -g 4\n" + RUN.replace("sum", "none") + "# Collective test concluded: all_gather_perf\n"
+            + RUN)  # the second run has no command line: its table says all_reduce
+    first, second = events(write(tmp_path, text))
+    assert (first["data"]["test"], second["data"]["test"]) == ("all_gather_perf", "all_reduce_perf")
