@@ -46,6 +46,13 @@ ROWS: list[tuple[str, str, list[str], dict[str, int]]] = [
      {"policy.decision": 12, "allocation.granted": 3, "allocation.released": 5}),
     # 20 Events; Job Started, Job SuccessfulCreate, Pod Pulled, Normal NodeHasDiskPressure are skipped.
     ("k8s_events.json", "k8s-events", [], {"policy.decision": 12, "health.fault": 3, "health.cleared": 1}),
+    # One capture: 4 GPUs (two NV12 pairs of pairs), 2 NICs.
+    ("nvidia_smi_topo.txt", "nvidia-smi-topo", ["--tenant", "acme", "--allocation", "a1", "--node", "gpu-07"],
+     {"placement.observed": 1}),
+    # One run: two testcases measured, one waived.
+    ("nvbandwidth.txt", "nvbandwidth", ["--tenant", "acme", "--allocation", "a1"], {"probe.result": 2}),
+    # Two runs after their prompts: all_reduce_perf, all_gather_perf.
+    ("nccl_tests.txt", "nccl-tests", ["--tenant", "acme", "--allocation", "a1", "--job", "pilot-1"], {"probe.result": 2}),
 ]
 
 
