@@ -225,3 +225,17 @@ def test_real_b200_sixteen_nics_read_through_twelve_lost_tabs() -> None:
     assert (each["GPU2", "NIC8"], each["GPU2", "NIC9"], each["GPU4", "NIC8"], each["GPU4", "NIC9"]) == (
         "PXB", "NODE", "SYS", "SYS")
     assert affinities(event) == [("0-55,112-167", "0", "N/A")] * 4 + [("56-111,168-223", "1", "N/A")] * 4
+
+
+def test_a_manifest_gives_allocation_and_job(tmp_path: Path) -> None:
+    write(tmp_path, TABS, "gpu-07.txt")
+    manifest = tmp_path / "m.json"
+    manifest.write_text(orjson.dumps({"files": [{"path": "gpu-07.txt", "format": "nvidia-smi-topo", "options": {
+        "tenant": "acme", "allocation": "alloc-9", "job": "pilot-1", "scrape_time": "2026-03-01T08:00:00Z"}}]}).decode())
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    result = CliRunner().invoke(main, ["ingest", "--db", db, "--manifest", str(manifest)])
+    assert result.exit_code == 0, result.output
+    [entry] = [orjson.loads(line) for line in CliRunner().invoke(main, ["export", "--db", db]).stdout.splitlines()]
+    data = entry["event"]["data"]
+    assert (data["allocation_id"], data["job_id"], data["node"], entry["event"]["time"]) == (
+        "alloc-9", "pilot-1", "gpu-07", "2026-03-01T08:00:00Z")
