@@ -105,7 +105,7 @@ def _testcases(body: bytes) -> Iterator[_Testcase]:
             version, devices, case = found.group(1), 0, None
         elif _DEVICE.match(text):
             devices += 1
-        opens = _RUNNING.match(text) or (case is None and _TITLE.match(text) and "(row)" in text)
+        opens = _RUNNING.match(text) or (case is None and _is_title(text))
         if opens:
             if case is not None:
                 yield case
@@ -127,13 +127,18 @@ def _read_line(case: _Testcase, number: int, text: str) -> bool:
     if (total := _SUM.match(text)) is not None:
         case.total = (number, total.group(1), total.group(2))
         return True
-    if case.title is None and "(row)" in text and _TITLE.match(text):
+    if case.title is None and _is_title(text):
         case.title = text
     elif case.title is not None and case.columns is None and words and all(_INDEX.fullmatch(w) for w in words):
         case.columns = words
     elif case.columns is not None and words and _INDEX.fullmatch(words[0]):
         case.rows.append((number, words))
     return False
+
+
+def _is_title(text: str) -> bool:
+    """A matrix's title: names its rows or columns (`CPU(row)`, `GPU(column)`) and ends in its unit."""
+    return ("(row)" in text or "(column)" in text) and _TITLE.match(text) is not None
 
 
 def _record(name: str, case: _Testcase, how: ProbeOptions) -> Record | None:

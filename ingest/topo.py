@@ -12,7 +12,8 @@ environment dump or another command's output around the matrix; ANSI underline c
 the header (with or without their ESC byte); empty tab fields on NIC rows; a link cell
 glued to its neighbour where a paste lost a tab (`PXBNODE`: the links are a closed set, so
 the split is unambiguous). One file is one capture: the first matrix is read with the
-NIC Legend after it; what follows (`nvidia-smi topo -p2p`, say) is not read.
+NIC Legend after it; another matrix after it (`nvidia-smi topo -p2p`, say) is not read,
+but a second `topo -m` matrix (another node's?) is quarantined rather than dropped.
 
 The matrix becomes one `placement.observed` (docs/probes.md): every GPU with its
 affinities, every NIC with its legend device, and one link per pair of devices. A matrix
@@ -84,6 +85,19 @@ class TopoIngestor:
             return
         data = {**how.owner(), "node": node, "topology": topology, "tool": "nvidia-smi topo -m"}
         yield probe_record("placement.observed", data, how, Origin(str(path), first.number, first.offset), raw)
+        yield from _further_captures(str(path), lines, end)
+
+
+def _further_captures(name: str, lines: list[_Line], start: int) -> Iterator[Record]:
+    """A later `topo -m` matrix (one with affinity columns) is another node's or another
+    time's capture: refused, not dropped. Other matrices (`topo -p2p`) are not read."""
+    for index in range(start, len(lines)):
+        header = _header_text(lines[index].text) if _is_header(lines, index) else None
+        if header is not None and "Affinity" in header:
+            line = lines[index]
+            yield Rejected(Origin(name, line.number, line.offset), "(capture)",
+                           "a second `nvidia-smi topo -m` matrix in one file: give each capture its own file and --node",
+                           line.raw)
 
 
 def _lines(path: Path) -> list[_Line]:

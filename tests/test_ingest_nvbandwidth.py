@@ -215,3 +215,11 @@ def test_real_readme_example_without_sum_gives_its_least_and_greatest_cell() -> 
     matrix = event["data"]["matrix"]
     # the block as stored ends after row 6: 7 rows of 8 columns
     assert (len(matrix["rows"]), len(matrix["columns"]), matrix["cells"][0][0]) == (7, 8, "0.00")
+
+
+def test_a_matrix_titled_by_its_columns_alone(tmp_path: Path) -> None:
+    text = ("Running device_local_copy.\nmemcpy local GPU(column) bandwidth (GB/s)\n           0         1\n"
+            " 0   1480.20   1479.95\n\nSUM device_local_copy 2960.15\n")
+    [event] = events(write(tmp_path, text))
+    assert (event["data"]["test"], figures(event)) == (
+        "device_local_copy", {"sum": "2960.15 GB/s", "min": "1479.95 GB/s", "max": "1480.20 GB/s"})

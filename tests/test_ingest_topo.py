@@ -239,3 +239,12 @@ def test_a_manifest_gives_allocation_and_job(tmp_path: Path) -> None:
     data = entry["event"]["data"]
     assert (data["allocation_id"], data["job_id"], data["node"], entry["event"]["time"]) == (
         "alloc-9", "pilot-1", "gpu-07", "2026-03-01T08:00:00Z")
+
+
+def test_a_second_capture_in_one_file_is_refused_not_dropped(tmp_path: Path) -> None:
+    first, second = list(extract(write(tmp_path, TABS + "$ ssh gpu-08 nvidia-smi topo -m\n" + TABS), "nvidia-smi-topo",
+                                 **OPTIONS))
+    assert isinstance(first, Accepted) and isinstance(second, Rejected)
+    # TABS is 13 lines; the prompt is line 14, the second header line 15.
+    assert (second.origin.line, second.field, second.reason) == (
+        15, "(capture)", "a second `nvidia-smi topo -m` matrix in one file: give each capture its own file and --node")
