@@ -30,8 +30,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from ingest.base import UTF8_BOM, open_source
-from ingest.probes import ProbeOptions, probe_options, probe_record
+from ingest.base import UTF8_BOM
+from ingest.probes import BadLine, ProbeOptions, figure_text, probe_options, probe_record, read_output
 from schemas import Origin, Record, Rejected
 
 #: `#` is optional throughout: pasted into GitHub markdown, a leading `#` is eaten.
@@ -43,7 +43,6 @@ _COMMAND = re.compile(r"\b([a-z_]+)_perf(?:_mpi)?\b")
 _STARTING = re.compile(r"#\s*Collective test starting:\s*(\w+)")
 _AVG = re.compile(r"#?\s*Avg bus bandwidth\s*:\s*(\S+)")
 _ROW = re.compile(r"\s*\d+\s+\d+\s+\w+")
-_FIGURE = re.compile(r"\d+(?:\.\d+)?")
 _IDENTIFY = re.compile(rb"^(?:\[\d+,\d+\]<stdout>:|\d+: )?#?\s*nThread\s+\d+\s+nGpus\s+\d+", re.MULTILINE)
 MAX_BYTES = 64 << 20
 _UNITS = {"time": "us", "algbw": "GB/s", "busbw": "GB/s", "wrong": "errors"}
@@ -59,12 +58,6 @@ COLLECTIVES: dict[str, tuple[bool, bool, Factor]] = {
     "broadcast_perf": (False, True, lambda n: Decimal(1)),
     "sendrecv_perf": (False, False, lambda n: Decimal(1)),
 }
-
-
-class _Bad(ValueError):
-    def __init__(self, line: int, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.line, self.field, self.reason = line, field, reason
 
 
 @dataclass
@@ -89,8 +82,7 @@ class NcclTestsIngestor:
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
         how = probe_options(path, options, self.name)
-        with open_source(path) as stream:
-            body = stream.read(MAX_BYTES + 1).removeprefix(UTF8_BOM)
+        body = read_output(path, self.name, MAX_BYTES).removeprefix(UTF8_BOM)
         for run in _runs(body):
             yield _record(str(path), run, how)
 
@@ -140,19 +132,19 @@ def _record(name: str, run: _Run, how: ProbeOptions) -> Record:
     raw = b"".join(run.raw)
     try:
         data = _data(run, how)
-    except _Bad as bad:
+    except BadLine as bad:
         return Rejected(Origin(name, bad.line, run.offset), bad.field, bad.reason, raw)
     return probe_record("probe.result", data, how, Origin(name, run.line, run.offset), raw)
 
 
 def _data(run: _Run, how: ProbeOptions) -> dict[str, Any]:
     if run.columns is None:
-        raise _Bad(run.line, "columns", "no column header (`#  size  count  type  redop …`) in this run")
+        raise BadLine(run.line, "columns", "no column header (`#  size  count  type  redop …`) in this run")
     if not run.rows:
-        raise _Bad(run.line, "rows", "no row of figures in this run")
+        raise BadLine(run.line, "rows", "no row of figures in this run")
     figures = [f for number, words in run.rows for f in _row_figures(number, words, run.columns)]
     if run.average is not None:
-        figures.append({"name": "avg_busbw", "value": _figure(run.average[1], run.average[0], "Avg bus bandwidth"),
+        figures.append({"name": "avg_busbw", "value": figure_text(run.average[1], run.average[0], "Avg bus bandwidth"),
                         "unit": "GB/s"})
     data: dict[str, Any] = {**how.owner(), "probe": "nccl-tests", "test": run.command or _collective(run),
                             "figures": figures}
@@ -164,7 +156,7 @@ def _data(run: _Run, how: ProbeOptions) -> dict[str, Any]:
 def _row_figures(number: int, words: list[str], columns: list[str]) -> list[dict[str, Any]]:
     """One row's figures: each half's time, algbw, busbw and wrong, with the row's keys."""
     if len(words) != len(columns):
-        raise _Bad(number, "row", f"{len(words)} values, but the header names {len(columns)} columns")
+        raise BadLine(number, "row", f"{len(words)} values, but the header names {len(columns)} columns")
     keys: dict[str, Any] = {"size_bytes": _whole(words[0], number, "size"), "count": _whole(words[1], number, "count"),
                             "datatype": words[2]}
     seen: dict[str, int] = {}
@@ -175,37 +167,31 @@ def _row_figures(number: int, words: list[str], columns: list[str]) -> list[dict
             continue
         metric = "wrong" if column in ("wrong", "error") else column
         if metric not in _UNITS:
-            raise _Bad(number, column, "not a column nccl-tests prints")
+            raise BadLine(number, column, "not a column nccl-tests prints")
         half = "out-of-place" if seen.setdefault(metric, 0) == 0 else "in-place"
         seen[metric] += 1
         if value != "N/A":
-            out.append({"name": metric, "value": _figure(value, number, f"{half} {column}"), "unit": _UNITS[metric],
+            out.append({"name": metric, "value": figure_text(value, number, f"{half} {column}"), "unit": _UNITS[metric],
                         "placement": half, **keys})
     return out
 
 
 def _whole(text: str, number: int, column: str) -> int:
     if not text.isdigit() or len(text) > 15:
-        raise _Bad(number, column, f"not a count: {text!r}")
+        raise BadLine(number, column, f"not a count: {text!r}")
     return int(text)
 
 
 def _root(text: str, number: int) -> int:
     if not re.fullmatch(r"-?\d{1,9}", text):
-        raise _Bad(number, "root", f"not a rank: {text!r}")
+        raise BadLine(number, "root", f"not a rank: {text!r}")
     return int(text)
-
-
-def _figure(text: str, number: int, column: str) -> str:
-    if not _FIGURE.fullmatch(text):
-        raise _Bad(number, column, f"not a figure: {text!r}")
-    return text
 
 
 def _collective(run: _Run) -> str:
     """The one collective whose redop, root and busbw factor fit the table, if only one does."""
     if not run.hosts:
-        raise _Bad(run.line, "test", "no command line names the test, and no Rank lines give the GPUs to infer it")
+        raise BadLine(run.line, "test", "no command line names the test, and no Rank lines give the GPUs to infer it")
     n, largest = len(run.hosts), run.rows[-1][1]
     row: dict[str, str] = {}
     for column, value in zip(run.columns or [], largest):
@@ -217,7 +203,7 @@ def _collective(run: _Run) -> str:
             and algbw > 0 and abs(busbw - algbw * factor(n)) <= Decimal("0.01") * busbw]
     if len(fits) != 1:
         found = " or ".join(fits) if fits else "none"
-        raise _Bad(run.line, "test", f"no command line names the test, and the table fits {found} "
+        raise BadLine(run.line, "test", f"no command line names the test, and the table fits {found} "
                                      "(put the command line before the output)")
     return fits[0]
 

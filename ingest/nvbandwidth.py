@@ -31,8 +31,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from ingest.base import UTF8_BOM, open_source
-from ingest.probes import ProbeOptions, probe_options, probe_record
+from ingest.base import UTF8_BOM
+from ingest.probes import BadLine, ProbeOptions, figure_text, probe_options, probe_record, read_output
 from schemas import Origin, Record, Rejected
 
 _VERSION = re.compile(r"nvbandwidth Version:\s*(\S+)")
@@ -44,12 +44,6 @@ _INDEX = re.compile(r"\d{1,6}")
 _IDENTIFY = re.compile(rb"nvbandwidth Version:|^Running \w+_(?:ce|sm)\.|^SUM \w+_(?:ce|sm) ", re.MULTILINE)
 _GPU_BY_GPU = re.compile(r"GPU\(row\).*GPU\(column\)")
 MAX_BYTES = 64 << 20
-
-
-class _Bad(ValueError):
-    def __init__(self, line: int, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.line, self.field, self.reason = line, field, reason
 
 
 @dataclass
@@ -81,8 +75,7 @@ class NvbandwidthIngestor:
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
         how = probe_options(path, options, self.name)
-        with open_source(path) as stream:
-            body = stream.read(MAX_BYTES + 1).removeprefix(UTF8_BOM)
+        body = read_output(path, self.name, MAX_BYTES).removeprefix(UTF8_BOM)
         if body.lstrip().startswith(b"{"):
             yield from _json_records(str(path), body, how)
             return
@@ -148,7 +141,7 @@ def _record(name: str, case: _Testcase, how: ProbeOptions) -> Record | None:
     raw = b"".join(case.raw)
     try:
         data = _data(case, how)
-    except _Bad as bad:
+    except BadLine as bad:
         return Rejected(Origin(name, bad.line, case.offset), bad.field, bad.reason, raw)
     return probe_record("probe.result", data, how, Origin(name, case.line, case.offset), raw)
 
@@ -156,33 +149,23 @@ def _record(name: str, case: _Testcase, how: ProbeOptions) -> Record | None:
 def _data(case: _Testcase, how: ProbeOptions) -> dict[str, Any]:
     test = case.name or (case.total[1] if case.total else None)
     if test is None:
-        raise _Bad(case.line, "test", "no `Running <test>.` line and no SUM line name the testcase")
+        raise BadLine(case.line, "test", "no `Running <test>.` line and no SUM line name the testcase")
     if case.total is not None and case.name is not None and case.total[1] != case.name:
-        raise _Bad(case.total[0], "SUM", f"names {case.total[1]}, but the testcase running is {case.name}")
+        raise BadLine(case.total[0], "SUM", f"names {case.total[1]}, but the testcase running is {case.name}")
     if case.title is None or case.columns is None:
-        raise _Bad(case.line, "matrix", f"{test}: no matrix (title and column header) before its SUM")
+        raise BadLine(case.line, "matrix", f"{test}: no matrix (title and column header) before its SUM")
     rows = [_cells(number, words, case.columns) for number, words in case.rows]
     matrix = {"title": case.title, "unit": _unit(case.title), "rows": [words[0] for _, words in case.rows],
               "columns": case.columns, "cells": rows}
-    total = None if case.total is None else _figure_text(case.total[2], case.total[0], "SUM")
+    total = None if case.total is None else figure_text(case.total[2], case.total[0], "SUM")
     return _probe(test, matrix, total, case.gpus, case.version, how)
 
 
 def _cells(number: int, words: list[str], columns: list[str]) -> list[str | None]:
     cells = words[1:]
     if len(cells) != len(columns):
-        raise _Bad(number, f"row {words[0]}", f"{len(cells)} cells, but the header names {len(columns)} columns")
-    return [None if cell == "N/A" else _figure_text(cell, number, f"row {words[0]}") for cell in cells]
-
-
-def _figure_text(text: str, number: int, where: str) -> str:
-    try:
-        value = Decimal(text)
-    except ArithmeticError:
-        value = Decimal("NaN")
-    if not value.is_finite() or not re.fullmatch(r"\d+(?:\.\d+)?", text):
-        raise _Bad(number, where, f"not a figure: {text!r}")
-    return text
+        raise BadLine(number, f"row {words[0]}", f"{len(cells)} cells, but the header names {len(columns)} columns")
+    return [None if cell == "N/A" else figure_text(cell, number, f"row {words[0]}") for cell in cells]
 
 
 def _unit(title: str) -> str:
@@ -248,10 +231,10 @@ def _json_case(name: str, case: Any, index: int, run: tuple[int | None, Any], ho
     try:
         matrix = _json_matrix(case, where, origin.line)
         total = case.get("sum")
-        figure = None if total is None else _figure_text(str(total), origin.line, f"{where}.sum")
+        figure = None if total is None else figure_text(str(total), origin.line, f"{where}.sum")
         version = run[1] if isinstance(run[1], str) else None
         data = _probe(case["name"], matrix, figure, run[0], version, how)
-    except _Bad as bad:
+    except BadLine as bad:
         yield Rejected(origin, bad.field, bad.reason, body)
         return
     yield probe_record("probe.result", data, how, origin, body)
@@ -261,14 +244,14 @@ def _json_matrix(case: dict[str, Any], where: str, line: int) -> dict[str, Any]:
     cells = case.get("bandwidth_matrix")
     title = case.get("bandwidth_description")
     if not isinstance(cells, list) or not cells or not all(isinstance(row, list) for row in cells):
-        raise _Bad(line, f"{where}.bandwidth_matrix", "expected a list of rows")
+        raise BadLine(line, f"{where}.bandwidth_matrix", "expected a list of rows")
     if not isinstance(title, str):
-        raise _Bad(line, f"{where}.bandwidth_description", "expected the matrix's title")
+        raise BadLine(line, f"{where}.bandwidth_description", "expected the matrix's title")
     width = max(len(row) for row in cells)
-    rows = [[None if str(c) == "N/A" else _figure_text(str(c), line, f"{where}.bandwidth_matrix[{i}]") for c in row]
+    rows = [[None if str(c) == "N/A" else figure_text(str(c), line, f"{where}.bandwidth_matrix[{i}]") for c in row]
             for i, row in enumerate(cells)]
     if any(len(row) != width for row in rows):
-        raise _Bad(line, f"{where}.bandwidth_matrix", "rows of different lengths")
+        raise BadLine(line, f"{where}.bandwidth_matrix", "rows of different lengths")
     return {"title": title, "unit": _unit(title), "rows": [str(i) for i in range(len(rows))],
             "columns": [str(j) for j in range(width)], "cells": rows}
 

@@ -16,6 +16,7 @@ nothing instead of conflicting.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -24,10 +25,36 @@ from typing import Any
 
 import orjson
 
-from ingest.base import IngestError, event_from_json, event_from_object, fixed_tenant
+from ingest.base import IngestError, event_from_json, event_from_object, fixed_tenant, open_source
 from schemas import Origin, Record, format_utc
 
 Recorded = Callable[[str, str], "bytes | None"]
+_FIGURE = re.compile(r"\d+(?:\.\d+)?")
+
+
+class BadLine(ValueError):
+    """A problem in one line of a probe's output: the line, the field and the reason (the
+    run or capture it belongs to goes to the quarantine whole, saying so)."""
+
+    def __init__(self, line: int, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.line, self.field, self.reason = line, field, reason
+
+
+def read_output(path: Path, tool: str, limit: int) -> bytes:
+    """The file's bytes; more than `limit` is not one tool's output but a usage error."""
+    with open_source(path) as stream:
+        body = stream.read(limit + 1)
+    if len(body) > limit:
+        raise IngestError(f"{path}: larger than {limit >> 20} MiB: not one {tool} output")
+    return body
+
+
+def figure_text(text: str, line: int, field: str) -> str:
+    """A figure as the tool printed it: digits, perhaps a point and more digits."""
+    if not _FIGURE.fullmatch(text):
+        raise BadLine(line, field, f"not a figure: {text!r}")
+    return text
 
 
 @dataclass(frozen=True)
@@ -103,4 +130,4 @@ def probe_record(kind: str, data: dict[str, Any], how: ProbeOptions, origin: Ori
     return event_from_object(event, origin, raw)
 
 
-__all__ = ["ProbeOptions", "probe_options", "probe_record", "run_id"]
+__all__ = ["BadLine", "ProbeOptions", "figure_text", "probe_options", "probe_record", "read_output", "run_id"]

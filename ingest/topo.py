@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ingest.base import UTF8_BOM, open_source
-from ingest.probes import ProbeOptions, probe_options, probe_record
+from ingest.base import UTF8_BOM
+from ingest.probes import BadLine, probe_options, probe_record, read_output
 from schemas import Origin, Record, Rejected
 
 AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
@@ -43,12 +43,6 @@ _HEADER_START = re.compile(r"(?:^|\s)GPU0\s")  # the header may follow a label (
 _NIC_LEGEND = re.compile(r"\s*(NIC\d+)\s*:\s*(\S+)\s*")
 _IDENTIFY = re.compile(rb"GPU0[ \t][^\n]*Affinity[^\n]*\r?\n[ \t]*GPU0[ \t]+X\b")
 MAX_BYTES = 16 << 20  # a capture is a few KiB; more is not one
-
-
-class _Bad(ValueError):
-    def __init__(self, line: int, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.line, self.field, self.reason = line, field, reason
 
 
 @dataclass(frozen=True)
@@ -79,7 +73,7 @@ class TopoIngestor:
         first = lines[start]
         try:
             topology = _topology(block)
-        except _Bad as bad:
+        except BadLine as bad:
             offset = next((line.offset for line in block if line.number == bad.line), first.offset)
             yield Rejected(Origin(str(path), bad.line, offset), bad.field, bad.reason, raw)
             return
@@ -101,8 +95,7 @@ def _further_captures(name: str, lines: list[_Line], start: int) -> Iterator[Rec
 
 
 def _lines(path: Path) -> list[_Line]:
-    with open_source(path) as stream:
-        body = stream.read(MAX_BYTES + 1)
+    body = read_output(path, "nvidia-smi topo -m", MAX_BYTES)
     out, offset = [], 0
     for number, raw in enumerate(body.splitlines(keepends=True), start=1):
         clean = raw.removeprefix(UTF8_BOM) if number == 1 else raw
@@ -155,11 +148,11 @@ def _matrix_lines(block: list[_Line], devices: list[str]) -> list[tuple[str, _Li
     rows = []
     for name, line in zip(devices, block[1:]):
         if not line.text.lstrip().startswith(name):
-            raise _Bad(line.number, name, f"expected the row of {name} here, found {line.text.strip()[:40]!r}")
+            raise BadLine(line.number, name, f"expected the row of {name} here, found {line.text.strip()[:40]!r}")
         rows.append((name, line))
     if len(rows) < len(devices):
         last = block[-1].number
-        raise _Bad(last, devices[len(rows)], f"the matrix ends after {len(rows)} of {len(devices)} rows")
+        raise BadLine(last, devices[len(rows)], f"the matrix ends after {len(rows)} of {len(devices)} rows")
     return rows
 
 
@@ -174,12 +167,12 @@ def _row(name: str, line: _Line, devices: list[str], affinities: list[str]) -> R
         if cell is None:
             found = _CELL.match(text, at)
             shown = found.group(1) if found else "nothing"
-            raise _Bad(line.number, f"{name}/{column}", f"not a link of the legend: {shown!r}")
+            raise BadLine(line.number, f"{name}/{column}", f"not a link of the legend: {shown!r}")
         links.append(cell.group(1))
         at = cell.end()
     values = text[at:].split()
     if len(values) > len(affinities):
-        raise _Bad(line.number, name, f"{len(values)} values after the links, but the header names "
+        raise BadLine(line.number, name, f"{len(values)} values after the links, but the header names "
                                       f"{len(affinities)} affinity columns: {' '.join(values)!r}")
     return name, line.number, links, {_AFFINITY_KEYS[c]: v for c, v in zip(affinities, values)}
 
@@ -189,11 +182,11 @@ def _links(rows: list[Row], devices: list[str]) -> list[dict[str, str]]:
     out = []
     for i, (name, number, links, _) in enumerate(rows):
         if links[i] != "X":
-            raise _Bad(number, f"{name}/{name}", f"a device's link to itself is X, found {links[i]}")
+            raise BadLine(number, f"{name}/{name}", f"a device's link to itself is X, found {links[i]}")
         for j in range(i + 1, len(devices)):
             other, other_line, mirror = rows[j][0], rows[j][1], rows[j][2][i]
             if links[j] == "X" or links[j] != mirror:
-                raise _Bad(other_line, f"{other}/{name}", f"{other}–{name} is {mirror} but {name}–{other} is {links[j]}")
+                raise BadLine(other_line, f"{other}/{name}", f"{other}–{name} is {mirror} but {name}–{other} is {links[j]}")
             out.append({"a": name, "b": other, "link": links[j]})
     return out
 

@@ -248,3 +248,9 @@ def test_a_second_capture_in_one_file_is_refused_not_dropped(tmp_path: Path) -> 
     # TABS is 13 lines; the prompt is line 14, the second header line 15.
     assert (second.origin.line, second.field, second.reason) == (
         15, "(capture)", "a second `nvidia-smi topo -m` matrix in one file: give each capture its own file and --node")
+
+
+def test_a_file_too_large_to_be_one_capture_is_a_usage_error(tmp_path: Path) -> None:
+    path = write(tmp_path, TABS + " " * (16 << 20))
+    with pytest.raises(IngestError, match=r"larger than 16 MiB: not one nvidia-smi topo -m output"):
+        list(extract(path, "nvidia-smi-topo", **OPTIONS))
