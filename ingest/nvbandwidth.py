@@ -183,8 +183,9 @@ def _probe(test: str, matrix: dict[str, Any], total: str | None, gpus: int | Non
     if measured:
         figures += [{"name": "min", "value": format(min(measured), "f"), "unit": unit},
                     {"name": "max", "value": format(max(measured), "f"), "unit": unit}]
-    data: dict[str, Any] = {**how.owner(), "probe": "nvbandwidth", "test": test, "figures": figures, "matrix": matrix,
-                            "nodes": 1}
+    data: dict[str, Any] = {**how.owner(), "probe": "nvbandwidth", "test": test, "figures": figures, "matrix": matrix}
+    if not test.startswith("multinode"):  # a multinode testcase spans nodes the output does not count
+        data["nodes"] = 1
     if gpus is not None:
         data["gpus"] = gpus
     if version is not None:

@@ -231,3 +231,10 @@ def test_a_concluded_line_names_its_own_run_not_the_next(tmp_path: Path) -> None
             + RUN)  # the second run has no command line: its table says all_reduce
     first, second = events(write(tmp_path, text))
     assert (first["data"]["test"], second["data"]["test"]) == ("all_gather_perf", "all_reduce_perf")
+
+
+def test_scrape_time_sets_the_time_and_a_bad_one_is_a_usage_error(tmp_path: Path) -> None:
+    path = write(tmp_path, RUN)
+    assert events(path, scrape_time="2026-03-01T09:30:00+01:00")[0]["time"] == "2026-03-01T08:30:00Z"
+    with pytest.raises(IngestError, match=r"--scrape-time: not an RFC 3339 time: 'yesterday'"):
+        list(extract(path, "nccl-tests", tenant="acme", allocation="a", scrape_time="yesterday"))

@@ -223,3 +223,9 @@ def test_a_matrix_titled_by_its_columns_alone(tmp_path: Path) -> None:
     [event] = events(write(tmp_path, text))
     assert (event["data"]["test"], figures(event)) == (
         "device_local_copy", {"sum": "2960.15 GB/s", "min": "1479.95 GB/s", "max": "1480.20 GB/s"})
+
+
+def test_a_multinode_testcase_does_not_claim_one_node(tmp_path: Path) -> None:
+    text = RUN.replace("device_to_device_memcpy_read_ce", "multinode_device_to_device_memcpy_read_ce")
+    first, second = events(write(tmp_path, text))
+    assert ("nodes" in first["data"], second["data"]["nodes"]) == (False, 1)
