@@ -31,14 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from ingest.base import UTF8_BOM
-from ingest.probes import BadLine, ProbeOptions, figure_text, probe_options, probe_record, read_output
+from ingest.probes import LAUNCHER_TAG, BadLine, ProbeOptions, figure_text, probe_options, probe_record, read_output
 from schemas import Origin, Record, Rejected
 
 #: `#` is optional throughout: pasted into GitHub markdown, a leading `#` is eaten.
 _RUN = re.compile(r"#?\s*nThread\s+\d+\s+nGpus\s+\d+")
 _RANK = re.compile(r"#?\s*Rank\s+\d+\b.*?\bon\s+(\S+)\s+device\b")
-#: What a launcher puts before each line: Open MPI's --tag-output, srun --label.
-_LAUNCHER_TAG = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: )")
 _COMMAND = re.compile(r"\b([a-z_]+)_perf(?:_mpi)?\b")
 _STARTING = re.compile(r"#\s*Collective test starting:\s*(\w+)")
 _AVG = re.compile(r"#?\s*Avg bus bandwidth\s*:\s*(\S+)")
@@ -93,7 +91,7 @@ def _runs(body: bytes) -> Iterator[_Run]:
     offset = 0
     for number, raw in enumerate(body.splitlines(keepends=True), start=1):
         here, offset = offset, offset + len(raw)
-        text = _LAUNCHER_TAG.sub("", raw.decode("utf-8", "replace").rstrip())
+        text = LAUNCHER_TAG.sub("", raw.decode("utf-8", "replace").rstrip())
         if _RUN.match(text):
             if run is not None:
                 yield run

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.base import UTF8_BOM
-from ingest.probes import BadLine, ProbeOptions, figure_text, probe_options, probe_record, read_output
+from ingest.probes import LAUNCHER_TAG, BadLine, ProbeOptions, figure_text, probe_options, probe_record, read_output
 from schemas import Origin, Record, Rejected
 
 _VERSION = re.compile(r"nvbandwidth Version:\s*(\S+)")
@@ -41,7 +41,8 @@ _RUNNING = re.compile(r"Running (\w+)\.?\s*$")
 _TITLE = re.compile(r".*\((?P<unit>[^()]+)\)\s*$")
 _SUM = re.compile(r"SUM (\w+) (\S+)\s*$")
 _INDEX = re.compile(r"\d{1,6}")
-_IDENTIFY = re.compile(rb"nvbandwidth Version:|^Running \w+_(?:ce|sm)\.|^SUM \w+_(?:ce|sm) ", re.MULTILINE)
+_IDENTIFY = re.compile(rb"nvbandwidth Version:|^(?:\[\d+,\d+\]<stdout>:|\d+: )?(?:Running \w+_(?:ce|sm)\.|SUM \w+_(?:ce|sm) )",
+                       re.MULTILINE)
 _GPU_BY_GPU = re.compile(r"GPU\(row\).*GPU\(column\)")
 MAX_BYTES = 64 << 20
 
@@ -91,7 +92,7 @@ def _testcases(body: bytes) -> Iterator[_Testcase]:
     offset = 0
     for number, raw in enumerate(body.splitlines(keepends=True), start=1):
         here, offset = offset, offset + len(raw)
-        text = raw.decode("utf-8", "replace").strip()
+        text = LAUNCHER_TAG.sub("", raw.decode("utf-8", "replace")).strip()
         if (found := _VERSION.match(text)) is not None:  # a new run: what was open ends here
             if case is not None:
                 yield case

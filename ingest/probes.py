@@ -30,6 +30,8 @@ from schemas import Origin, Record, format_utc
 
 Recorded = Callable[[str, str], "bytes | None"]
 _FIGURE = re.compile(r"\d+(?:\.\d+)?")
+#: What a launcher puts before each line of a rank's output: Open MPI's --tag-output, srun --label.
+LAUNCHER_TAG = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: )")
 
 
 class BadLine(ValueError):
@@ -130,4 +132,4 @@ def probe_record(kind: str, data: dict[str, Any], how: ProbeOptions, origin: Ori
     return event_from_object(event, origin, raw)
 
 
-__all__ = ["BadLine", "ProbeOptions", "figure_text", "probe_options", "probe_record", "read_output", "run_id"]
+__all__ = ["LAUNCHER_TAG", "BadLine", "ProbeOptions", "figure_text", "probe_options", "probe_record", "read_output", "run_id"]

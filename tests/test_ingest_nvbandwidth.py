@@ -229,3 +229,9 @@ def test_a_multinode_testcase_does_not_claim_one_node(tmp_path: Path) -> None:
     text = RUN.replace("device_to_device_memcpy_read_ce", "multinode_device_to_device_memcpy_read_ce")
     first, second = events(write(tmp_path, text))
     assert ("nodes" in first["data"], second["data"]["nodes"]) == (False, 1)
+
+
+def test_launcher_tags_are_read_through(tmp_path: Path) -> None:
+    path = write(tmp_path, "".join(f"[1,0]<stdout>:{line}\n" for line in RUN[RUN.index("Running"):].splitlines()))
+    assert [i.name for i in INGESTORS if i.identify(path, path.read_bytes())] == ["nvbandwidth"]
+    assert [figures(e)["sum"] for e in events(path)] == ["779.45 GB/s", "110.00 GB/s"]
