@@ -254,3 +254,12 @@ def test_a_file_too_large_to_be_one_capture_is_a_usage_error(tmp_path: Path) -> 
     path = write(tmp_path, TABS + " " * (16 << 20))
     with pytest.raises(IngestError, match=r"larger than 16 MiB: not one nvidia-smi topo -m output"):
         list(extract(path, "nvidia-smi-topo", **OPTIONS))
+
+
+def test_the_cli_quarantines_a_bad_capture_with_exit_1_naming_line_and_cell(tmp_path: Path) -> None:
+    path = write(tmp_path, TABS.replace("GPU1\tNV4\t X \tSYS", "GPU1\tNV2\t X \tSYS"))
+    result = CliRunner().invoke(main, ["ingest", "--db", f"sqlite:///{tmp_path / 'l.db'}", *[
+        f"--{k.replace('_', '-')}={v}" for k, v in OPTIONS.items()], str(path)])
+    assert result.exit_code == 1
+    assert f"{path}:3: GPU1/GPU0: GPU1–GPU0 is NV2 but GPU0–GPU1 is NV4" in result.output
+    assert result.stdout.endswith("read 1 · appended 0 · duplicate 0 · quarantined 1\n")
