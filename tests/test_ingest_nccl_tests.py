@@ -238,3 +238,20 @@ def test_scrape_time_sets_the_time_and_a_bad_one_is_a_usage_error(tmp_path: Path
     assert events(path, scrape_time="2026-03-01T09:30:00+01:00")[0]["time"] == "2026-03-01T08:30:00Z"
     with pytest.raises(IngestError, match=r"--scrape-time: not an RFC 3339 time: 'yesterday'"):
         list(extract(path, "nccl-tests", tenant="acme", allocation="a", scrape_time="yesterday"))
+
+
+def test_a_pilot_log_with_topo_and_nccl_tests_is_read_once_per_format(tmp_path: Path) -> None:
+    topo = ("$ nvidia-smi topo -m\n\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\n"
+            "GPU0\t X \tNV4\t0-31\t0\nGPU1\tNV4\t X \t0-31\t0\n\n")
+    path = write(tmp_path, topo + "$ ./build/all_reduce_perf -g 4\n" + RUN, "pilot.log")
+    assert [i.name for i in INGESTORS if i.identify(path, path.read_bytes())] == ["nvidia-smi-topo", "nccl-tests"]
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    base = ["ingest", "--db", db, "--tenant", "acme", "--allocation", "alloc-9"]
+    detected = CliRunner().invoke(main, base + [str(path)])
+    assert (detected.exit_code, detected.output) == (
+        2, f"Error: {path}: claimed by several formats (nvidia-smi-topo, nccl-tests); choose one with --format\n")
+    for fmt in ("nvidia-smi-topo", "nccl-tests"):
+        result = CliRunner().invoke(main, base + ["--format", fmt, str(path)])
+        assert (result.exit_code, result.stdout.partition(": ")[2]) == (0, "read 1 · appended 1 · duplicate 0 · quarantined 0\n")
+    exported = [orjson.loads(line)["type"] for line in CliRunner().invoke(main, ["export", "--db", db]).stdout.splitlines()]
+    assert exported == ["placement.observed", "probe.result"]
