@@ -156,10 +156,11 @@ def _data(case: _Testcase, how: ProbeOptions) -> dict[str, Any]:
     if case.title is None or case.columns is None:
         raise BadLine(case.line, "matrix", f"{test}: no matrix (title and column header) before its SUM")
     rows = [_cells(number, words, case.columns) for number, words in case.rows]
-    matrix = {"title": case.title, "unit": _unit(case.title), "rows": [words[0] for _, words in case.rows],
+    unit = _unit(case.title)
+    matrix = {"title": case.title, "unit": unit, "rows": [words[0] for _, words in case.rows],
               "columns": case.columns, "cells": rows}
     total = None if case.total is None else figure_text(case.total[2], case.total[0], "SUM")
-    return _probe(test, matrix, total, case.gpus, case.version, how)
+    return _probe(test, matrix, total, unit, case.gpus, case.version, how)
 
 
 def _cells(number: int, words: list[str], columns: list[str]) -> list[str | None]:
@@ -174,17 +175,19 @@ def _unit(title: str) -> str:
     return found.group("unit").strip() if found else "?"
 
 
-def _probe(test: str, matrix: dict[str, Any], total: str | None, gpus: int | None, version: str | None,
-           how: ProbeOptions) -> dict[str, Any]:
+def _probe(test: str, matrix: dict[str, Any] | None, total: str | None, unit: str, gpus: int | None,
+           version: str | None, how: ProbeOptions) -> dict[str, Any]:
     """The event's data: the SUM as printed, and the least and greatest measured cell."""
-    unit = matrix["unit"]
-    measured = [Decimal(cell) for i, row in enumerate(matrix["cells"]) for j, cell in enumerate(row)
-                if cell is not None and not (_GPU_BY_GPU.search(matrix["title"]) and i == j)]
+    measured = [] if matrix is None else [
+        Decimal(cell) for i, row in enumerate(matrix["cells"]) for j, cell in enumerate(row)
+        if cell is not None and not (_GPU_BY_GPU.search(matrix["title"]) and i == j)]
     figures = [] if total is None else [{"name": "sum", "value": total, "unit": unit}]
     if measured:
         figures += [{"name": "min", "value": format(min(measured), "f"), "unit": unit},
                     {"name": "max", "value": format(max(measured), "f"), "unit": unit}]
-    data: dict[str, Any] = {**how.owner(), "probe": "nvbandwidth", "test": test, "figures": figures, "matrix": matrix}
+    data: dict[str, Any] = {**how.owner(), "probe": "nvbandwidth", "test": test, "figures": figures}
+    if matrix is not None:
+        data["matrix"] = matrix
     if not test.startswith("multinode"):  # a multinode testcase spans nodes the output does not count
         data["nodes"] = 1
     if gpus is not None:
@@ -231,24 +234,25 @@ def _json_case(name: str, case: Any, index: int, run: tuple[int | None, Any], ho
     if case.get("status") != "Passed":
         return  # waived or failed: nothing was measured
     try:
-        matrix = _json_matrix(case, where, origin.line)
+        title = case.get("bandwidth_description")
+        if not isinstance(title, str):
+            raise BadLine(origin.line, f"{where}.bandwidth_description", "expected the matrix's title (it gives the unit)")
+        # a testcase may give its sum alone: the matrix is kept when there is one
+        matrix = None if case.get("bandwidth_matrix") is None else _json_matrix(case, title, where, origin.line)
         total = case.get("sum")
         figure = None if total is None else figure_text(str(total), origin.line, f"{where}.sum")
         version = run[1] if isinstance(run[1], str) else None
-        data = _probe(case["name"], matrix, figure, run[0], version, how)
+        data = _probe(case["name"], matrix, figure, _unit(title), run[0], version, how)
     except BadLine as bad:
         yield Rejected(origin, bad.field, bad.reason, body)
         return
     yield probe_record("probe.result", data, how, origin, body)
 
 
-def _json_matrix(case: dict[str, Any], where: str, line: int) -> dict[str, Any]:
+def _json_matrix(case: dict[str, Any], title: str, where: str, line: int) -> dict[str, Any]:
     cells = case.get("bandwidth_matrix")
-    title = case.get("bandwidth_description")
     if not isinstance(cells, list) or not cells or not all(isinstance(row, list) for row in cells):
         raise BadLine(line, f"{where}.bandwidth_matrix", "expected a list of rows")
-    if not isinstance(title, str):
-        raise BadLine(line, f"{where}.bandwidth_description", "expected the matrix's title")
     width = max(len(row) for row in cells)
     rows = [[None if str(c) == "N/A" else figure_text(str(c), line, f"{where}.bandwidth_matrix[{i}]") for c in row]
             for i, row in enumerate(cells)]

@@ -235,3 +235,16 @@ def test_launcher_tags_are_read_through(tmp_path: Path) -> None:
     path = write(tmp_path, "".join(f"[1,0]<stdout>:{line}\n" for line in RUN[RUN.index("Running"):].splitlines()))
     assert [i.name for i in INGESTORS if i.identify(path, path.read_bytes())] == ["nvbandwidth"]
     assert [figures(e)["sum"] for e in events(path)] == ["779.45 GB/s", "110.00 GB/s"]
+
+
+def test_a_json_testcase_with_its_sum_alone_and_one_with_nothing(tmp_path: Path) -> None:
+    text = ('{"nvbandwidth": {"testcases": ['
+            '{"name": "host_device_latency_sm", "status": "Passed", "sum": 772.58,'
+            ' "bandwidth_description": "memory latency SM CPU(row) <-> GPU(column) (ns)"},'
+            '{"name": "host_to_device_memcpy_ce", "status": "Passed"}]}}\n')
+    first, second = records(write(tmp_path, text, "nvb.json"))
+    assert isinstance(first, Accepted) and isinstance(second, Rejected)
+    event = orjson.loads(first.body)
+    assert (figures(event), "matrix" in event["data"]) == ({"sum": "772.58 ns"}, False)
+    assert (second.field, second.reason) == ("nvbandwidth.testcases[1].bandwidth_description",
+                                             "expected the matrix's title (it gives the unit)")
