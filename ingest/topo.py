@@ -35,6 +35,7 @@ from schemas import Origin, Record, Rejected
 
 AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _AFFINITY_KEYS = {"CPU Affinity": "cpu_affinity", "NUMA Affinity": "numa_affinity", "GPU NUMA ID": "gpu_numa_id"}
+_KNOWN_COLUMN = re.compile("|".join(re.escape(name) for name in AFFINITY_COLUMNS))
 _ANSI = re.compile(r"\x1b?\[[0-9;]*m")
 _LINK = re.compile(r"\s*(X|NV\d{1,3}|PIX|PXB|PHB|NODE|SYS|SOC)")  # no separator needed: a lost tab
 _CELL = re.compile(r"\s*(\S+)")
@@ -137,10 +138,30 @@ def _topology(block: list[_Line]) -> dict[str, Any]:
 
 
 def _columns(header: str) -> tuple[list[str], list[str]]:
-    """The device columns and the affinity columns the header names, in order."""
-    found = sorted((header.find(name), name) for name in AFFINITY_COLUMNS if name in header)
-    cut = found[0][0] if found else len(header)
-    return header[:cut].split(), [name for _, name in found]
+    """The device columns and, from the first affinity column on, the other columns the
+    header names, in order. A column nvidia-smi may add later is kept by its name: the
+    known names are found as they are, the rest split where the header has a tab or a gap
+    of two spaces."""
+    first = _KNOWN_COLUMN.search(header)
+    if first is None:
+        return header.split(), []
+    tail, names, at = header[first.start():], [], 0
+    for known in _KNOWN_COLUMN.finditer(tail):
+        names += _unknown_names(tail[at:known.start()])
+        names.append(known.group())
+        at = known.end()
+    return header[:first.start()].split(), names + _unknown_names(tail[at:])
+
+
+def _unknown_names(text: str) -> list[str]:
+    return [part.strip() for part in re.split(r"\t| {2,}", text) if part.strip()]
+
+
+def _affinities(columns: list[str], values: list[str]) -> dict[str, Any]:
+    """A GPU row's values by column: the known ones by their keys, others under `other_columns`."""
+    known = {_AFFINITY_KEYS[c]: v for c, v in zip(columns, values) if c in _AFFINITY_KEYS}
+    other = {c: v for c, v in zip(columns, values) if c not in _AFFINITY_KEYS}
+    return {**known, **({"other_columns": other} if other else {})}
 
 
 def _matrix_lines(block: list[_Line], devices: list[str]) -> list[tuple[str, _Line]]:
@@ -156,7 +177,7 @@ def _matrix_lines(block: list[_Line], devices: list[str]) -> list[tuple[str, _Li
     return rows
 
 
-Row = tuple[str, int, list[str], dict[str, str]]  # (device, line, links, affinities)
+Row = tuple[str, int, list[str], dict[str, Any]]  # (device, line, links, affinities)
 
 
 def _row(name: str, line: _Line, devices: list[str], affinities: list[str]) -> Row:
@@ -174,7 +195,7 @@ def _row(name: str, line: _Line, devices: list[str], affinities: list[str]) -> R
     if len(values) > len(affinities):
         raise BadLine(line.number, name, f"{len(values)} values after the links, but the header names "
                                       f"{len(affinities)} affinity columns: {' '.join(values)!r}")
-    return name, line.number, links, {_AFFINITY_KEYS[c]: v for c, v in zip(affinities, values)}
+    return name, line.number, links, _affinities(affinities, values)
 
 
 def _links(rows: list[Row], devices: list[str]) -> list[dict[str, str]]:

@@ -233,6 +233,7 @@ class TopoGpu(TypedDict):
     cpu_affinity: NotRequired[str]  # `0-63,128-191`
     numa_affinity: NotRequired[str]  # `0`, or `N/A` as printed
     gpu_numa_id: NotRequired[str]
+    other_columns: NotRequired[dict[str, str]]  # a column the ingestor does not know, by its header name
 
 
 class TopoNic(TypedDict):

@@ -123,7 +123,8 @@ _LINKS = st.sampled_from(["X", "NV18", "NV4", "PIX", "PXB", "PHB", "NODE", "SYS"
 
 def _topology() -> st.SearchStrategy[dict[str, Any]]:
     gpu = st.fixed_dictionaries({"name": names}, optional={"cpu_affinity": names, "numa_affinity": names,
-                                                           "gpu_numa_id": names})
+                                                           "gpu_numa_id": names,
+                                                           "other_columns": st.dictionaries(names, names, max_size=2)})
     nic = st.fixed_dictionaries({"name": names}, optional={"device": names})
     link = st.fixed_dictionaries({"a": names, "b": names, "link": _LINKS})
     return st.fixed_dictionaries({"gpus": st.lists(gpu, min_size=1, max_size=3), "nics": st.lists(nic, max_size=2),

@@ -263,3 +263,11 @@ def test_the_cli_quarantines_a_bad_capture_with_exit_1_naming_line_and_cell(tmp_
     assert result.exit_code == 1
     assert f"{path}:3: GPU1/GPU0: GPU1–GPU0 is NV2 but GPU0–GPU1 is NV4" in result.output
     assert result.stdout.endswith("read 1 · appended 0 · duplicate 0 · quarantined 1\n")
+
+
+def test_a_column_the_ingestor_does_not_know_is_kept_by_its_name(tmp_path: Path) -> None:
+    text = (TABS.replace("NUMA Affinity\tGPU NUMA ID\n", "NUMA Affinity\tGPU NUMA ID\tNVLink Domain\n")
+            .replace("\t0\t\tN/A\n", "\t0\t\tN/A\tnvl-3\n").replace("\t1\t\tN/A\n", "\t1\t\tN/A\tnvl-3\n"))
+    gpus = events(write(tmp_path, text), **OPTIONS)[0]["data"]["topology"]["gpus"]
+    assert gpus[0] == {"name": "GPU0", "cpu_affinity": "0-31", "numa_affinity": "0", "gpu_numa_id": "N/A",
+                       "other_columns": {"NVLink Domain": "nvl-3"}}
