@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 # What --help shows, written out so that --help imports no library; tests/test_cli.py
 # keeps each equal to the library's own (ingest.format_names(), ledger.append, ...).
-INGEST_FORMATS = ("cloudevents", "sacct", "focus", "dcgm-stats", "dcgm-metrics", "kueue", "k8s-events", "serving-bench")
+INGEST_FORMATS = ("cloudevents", "sacct", "focus", "dcgm-stats", "dcgm-metrics", "kueue", "k8s-events", "serving-bench",
+                  "nvidia-smi-topo", "nvbandwidth", "nccl-tests")
 DEFAULT_BATCH_SIZE = 5000
 DEFAULT_ORIGIN = "gpuledger.local/ledger"
 RECONCILE_FORMATS = ("table", "json", "csv", "parquet", "html")
@@ -111,16 +112,19 @@ def init(db_url: str | None) -> None:
                    "kueue, k8s-events: a metadata label, else the namespace).")
 @click.option("--tenant", default=None, metavar="NAME",
               help="The tenant of every record of the file, for sources with no tenant column (sacct without Account and User, dcgmi stats of one tenant's job).")
+@click.option("--allocation", default=None, metavar="ID",
+              help="nvidia-smi-topo, nvbandwidth, nccl-tests: the allocation the output was captured on (required there); "
+                   "serving-bench: the allocation the serving job ran on.")
+@click.option("--job", default=None, metavar="ID",
+              help="nvidia-smi-topo, nvbandwidth, nccl-tests: the job (pilot) that ran the probe; serving-bench: the serving job (required there).")
 @click.option("--timezone", default=None, metavar="IANA",
               help="sacct, dcgm-stats: the zone their zoneless local times are read in (default: this machine's zone).")
 @click.option("--gpu-field", default=None, help="focus: the column holding the GPU count (default: PricingQuantity when PricingUnit is GPU-hours).")
 @click.option("--allocation-field", default=None, help="focus: the column holding the allocation id (default: ResourceId).")
 @click.option("--node", default=None,
-              help="dcgm-stats: the host the output came from (default: the file's stem); dcgm-metrics: the node of samples with no Hostname label.")
+              help="dcgm-stats, nvidia-smi-topo: the host the output came from (default: the file's stem); dcgm-metrics: the node of samples with no Hostname label.")
 @click.option("--fabric-domain", default=None, help="dcgm-stats, dcgm-metrics: the fabric domain the node belongs to.")
-@click.option("--scrape-time", default=None, metavar="RFC3339", help="dcgm-metrics: the time of samples that carry no timestamp.")
-@click.option("--job", default=None, help="The job of every record of the file, for sources that name none (serving-bench).")
-@click.option("--allocation", default=None, help="The allocation of every record of the file, for sources that name none (serving-bench).")
+@click.option("--scrape-time", default=None, metavar="RFC3339", help="dcgm-metrics: the time of samples that carry no timestamp; nvidia-smi-topo, nvbandwidth, nccl-tests: when the output was captured (default: the file's modification time).")
 @click.option("--window-start", default=None, metavar="RFC3339",
               help="serving-bench: the start of the file's first window, for runs that print no time of their own.")
 @click.option("--manifest", type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path), default=None,

@@ -24,14 +24,17 @@ from ingest.dcgm_stats import DcgmStatsIngestor
 from ingest.focus import FocusIngestor
 from ingest.k8s_events import K8sEventsIngestor
 from ingest.kueue import KueueIngestor
+from ingest.nccl_tests import NcclTestsIngestor
+from ingest.nvbandwidth import NvbandwidthIngestor
 from ingest.sacct import SacctIngestor
 from ingest.serving_bench import ServingBenchIngestor
+from ingest.topo import TopoIngestor
 from schemas import Record
 
 HEAD_BYTES = 64 << 10  # what identify sees: enough for a log that runs before the part we read
 INGESTORS: list[Ingestor] = [CloudEventsIngestor(), SacctIngestor(), FocusIngestor(), DcgmStatsIngestor(),
                              DcgmMetricsIngestor(), KueueIngestor(), K8sEventsIngestor(),
-                             ServingBenchIngestor()]
+                             ServingBenchIngestor(), TopoIngestor(), NvbandwidthIngestor(), NcclTestsIngestor()]
 DEFAULT_FORMAT = "cloudevents"
 
 

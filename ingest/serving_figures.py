@@ -23,7 +23,7 @@ STATISTICS = {"mean": "mean", "average": "mean", "median": "p50", "p50": "p50", 
 TEXT_STATISTIC = re.compile(r"^(?P<stat>mean|median|p[\d.]+|std|min|max) (?P<measure>ttft|tpot|itl|e2el|e2e latency) \(ms\)$")
 TRTLLM_STATISTIC = re.compile(r"^\[(?P<measure>ttft|tpot|latency)\] (?P<stat>average|minimum|maximum|p[\d.]+)$")
 JSON_STATISTIC = re.compile(r"^(?P<stat>mean|median|p[\d.]+|std|min|max)_(?P<measure>ttft|tpot|itl|e2el|e2e_latency)_ms$")
-#: No figure of a benchmark reaches 10**18 (the event's own bound on a measure is 10**15,
+#: No figure of a benchmark reaches 10**18 (the event's own bound on a measure is below 10**18,
 #: on a count 2**53): refusing longer numbers here keeps a hostile file from making us
 #: build a huge integer before validation would refuse it anyway.
 MEASURE_DIGITS = 18

@@ -14,9 +14,10 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
-    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, TypeAdapter, WithJsonSchema, create_model,
-    model_validator,
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, TypeAdapter, WithJsonSchema,
+    create_model, model_validator,
 )
+from typing_extensions import NotRequired, TypedDict
 
 from schemas.types import (
     MAX_LINE_GPU_SECONDS, MAX_SAFE_INT, NAIVE_IS_UTC, NOW, Amount, Count, Currency, Deadline, GpuCount, Money,
@@ -199,44 +200,123 @@ class WorkResult(TenantData):
     units: Count | None = None
 
 
-#: A measurement (milliseconds, requests or tokens per second): a non-negative decimal
-#: string, never a float, as exact as the tool printed it; below 10**15 with at most 20
-#: decimal places, so every later command can compute with it.
-MAX_MEASURE = Decimal(10) ** 15
-MEASURE_DECIMAL_PLACES = 20
+#: A measured figure (bandwidth, latency, time): a decimal string as the tool printed it,
+#: never a float. At most 18 digits either side of the point, never negative: every
+#: figure fits DuckDB's DECIMAL(38,18) exactly (docs/probes.md).
+MEASURE_DIGITS = 18
 
 
-def _decimal_measure(value: Any) -> Decimal:
-    try:
-        return parse_money(value)
-    except ValueError as exc:
-        raise ValueError(str(exc).replace("money must be", "a measurement must be")) from None
-
-
-def _measure(value: Decimal) -> Decimal:
+def _measurable(value: Decimal) -> Decimal:
     if value < 0:
-        raise ValueError(f"a measurement is never negative: {format_money(value)}")
-    if value >= MAX_MEASURE:
-        raise ValueError(f"{format_money(value)} is not below 10^15")
-    if -int(value.as_tuple().exponent) > MEASURE_DECIMAL_PLACES:
-        raise ValueError(f"more than {MEASURE_DECIMAL_PLACES} decimal places")
+        raise ValueError(f"a measured figure is never negative: {value}")
+    if max(0, -int(value.as_tuple().exponent)) > MEASURE_DIGITS or value >= Decimal(10) ** MEASURE_DIGITS:
+        raise ValueError(f"{value} has more than {MEASURE_DIGITS} digits before or after the point")
     return value
 
 
 Measure = Annotated[
-    Decimal,
-    BeforeValidator(_decimal_measure),
-    AfterValidator(_measure),
+    Decimal, BeforeValidator(parse_money), AfterValidator(_measurable),
     PlainSerializer(format_money, return_type=str, when_used="json"),
-    WithJsonSchema({"type": "string", "pattern": r"^\+?(\d+(\.\d*)?|\.\d+)$"}),
+    WithJsonSchema({"type": "string", "pattern": r"^\+?0*(\d{1,18}(\.\d{0,18})?|\.\d{1,18})$"}),
 ]
+#: The links `nvidia-smi topo -m` prints between two devices (its legend): `X` is the
+#: device itself, `NV<n>` a bonded set of n NVLinks, `SOC` the name older drivers gave SYS.
+LINK_PATTERN = r"^(X|NV[1-9][0-9]{0,2}|PIX|PXB|PHB|NODE|SYS|SOC)$"
+Link = Annotated[str, Field(pattern=LINK_PATTERN)]
+ProbeKind = Literal["nvbandwidth", "nccl-tests", "network"]
+InPlace = Literal["out-of-place", "in-place"]
+
+
+class TopoGpu(TypedDict):
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+    name: Name  # `GPU0`, as the matrix labels it
+    cpu_affinity: NotRequired[str]  # `0-63,128-191`
+    numa_affinity: NotRequired[str]  # `0`, or `N/A` as printed
+    gpu_numa_id: NotRequired[str]
+    other_columns: NotRequired[dict[str, str]]  # a column the ingestor does not know, by its header name
+
+
+class TopoNic(TypedDict):
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+    name: Name  # `NIC0` (newer drivers), or the device itself (`mlx5_0`, older ones)
+    device: NotRequired[str]  # the NIC Legend's device for an alias: `NIC0: mlx5_10`
+
+
+class TopoLink(TypedDict):
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+    a: Name
+    b: Name
+    link: Link
+
+
+class Topology(TypedDict):
+    """What `nvidia-smi topo -m` shows. Parts of an event are plain dicts (TypedDict), so
+    the event's canonical bytes are written by the same encoder as every other field."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+    gpus: Annotated[list[TopoGpu], Field(min_length=1)]
+    nics: list[TopoNic]
+    links: list[TopoLink]  # one per pair of devices, in matrix order (row before column)
+
+
+class PlacementObserved(TenantData):
+    allocation_id: Name
+    node: Name
+    topology: Topology
+    tool: Name = "nvidia-smi topo -m"
+    job_id: str | None = None
+
+
+class ProbeFigure(TypedDict):
+    """One number a probe printed, with its unit and what it was measured at."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+    name: Name  # `busbw`, `algbw`, `time`, `sum`, `avg_busbw`, `wrong`
+    value: Measure
+    unit: Name  # `GB/s`, `us`, `ns`, `errors`
+    size_bytes: NotRequired[Count]  # nccl-tests: the row's message size, and the rest of its keys
+    count: NotRequired[Count]  # elements
+    datatype: NotRequired[Name]  # `float`
+    redop: NotRequired[Name]  # `sum`, `none`
+    root: NotRequired[SafeInt]  # -1: no root
+    placement: NotRequired[InPlace]  # the out-of-place or in-place half of the row
+
+
+class ProbeMatrix(TypedDict):
+    """nvbandwidth's matrix: cells[row][column], null where it printed `N/A`."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+    title: str  # `memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)`
+    unit: Name
+    rows: list[str]
+    columns: list[str]
+    cells: list[list[Measure | None]]
+
+
+def _shaped(matrix: ProbeMatrix) -> ProbeMatrix:
+    rows, columns, cells = matrix["rows"], matrix["columns"], matrix["cells"]
+    if len(cells) != len(rows) or any(len(row) != len(columns) for row in cells):
+        raise ValueError(f"cells are not {len(rows)} rows of {len(columns)} columns")
+    return matrix
+
+
+class ProbeResult(TenantData):
+    allocation_id: Name
+    probe: ProbeKind
+    test: Name
+    figures: list[ProbeFigure] = Field(min_length=1)
+    matrix: Annotated[ProbeMatrix, AfterValidator(_shaped)] | None = None
+    gpus: PositiveGpuCount | None = None
+    nodes: PositiveCount | None = None
+    job_id: str | None = None
+    tool_version: str | None = None
 
 
 def _offered_rate(value: Any) -> str:
     """`inf` (every request sent at once, as the tools print it), or a measurement."""
     if isinstance(value, str) and value.strip() == "inf":
         return "inf"
-    return format_money(_measure(_decimal_measure(value)))
+    return format_money(_measurable(parse_money(value)))
 
 
 #: An offered request rate (requests per second) as text: a decimal string, or `inf`.
@@ -312,6 +392,8 @@ DATA_MODELS: dict[str, type[EventData]] = {
     "work.accepted": WorkResult,
     "work.rejected": WorkResult,
     "inference.window": InferenceWindow,
+    "placement.observed": PlacementObserved,
+    "probe.result": ProbeResult,
 }
 
 #: Types whose events belong to the fleet, not to one tenant (their `tenant` is null).

@@ -14,6 +14,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from schemas import DATA_MODELS
+from schemas.events import MEASURE_DIGITS
 from schemas.types import (
     AMOUNT_DECIMAL_PLACES, AMOUNT_WHOLE_DIGITS, CLOCK_SKEW, EARLIEST, MAX_DURATION_S, MAX_GPUS,
     MAX_LINE_GPU_SECONDS, MAX_SAFE_INT, format_utc,
@@ -114,6 +115,36 @@ def _place() -> st.SearchStrategy[dict[str, Any]]:
 
 _CHECKPOINT = {"job_id": jobs, "checkpoint_id": st.sampled_from(["c1", "c2"]), "step": counts}
 
+#: A measured figure: decimal text within MEASURE_DIGITS either side of the point.
+measures = edged(st.decimals(min_value=0, max_value=Decimal(10) ** MEASURE_DIGITS - 1, places=6).map(lambda d: format(d, "f")),
+                 "0", "0.50", "9" * MEASURE_DIGITS + "." + "9" * MEASURE_DIGITS, "0." + "0" * 17 + "1")
+_LINKS = st.sampled_from(["X", "NV18", "NV4", "PIX", "PXB", "PHB", "NODE", "SYS", "SOC"])
+
+
+def _topology() -> st.SearchStrategy[dict[str, Any]]:
+    gpu = st.fixed_dictionaries({"name": names}, optional={"cpu_affinity": names, "numa_affinity": names,
+                                                           "gpu_numa_id": names,
+                                                           "other_columns": st.dictionaries(names, names, max_size=2)})
+    nic = st.fixed_dictionaries({"name": names}, optional={"device": names})
+    link = st.fixed_dictionaries({"a": names, "b": names, "link": _LINKS})
+    return st.fixed_dictionaries({"gpus": st.lists(gpu, min_size=1, max_size=3), "nics": st.lists(nic, max_size=2),
+                                  "links": st.lists(link, max_size=3)})
+
+
+def _figure() -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({"name": names, "value": measures, "unit": st.sampled_from(["GB/s", "us", "ns"])},
+                                 optional={"size_bytes": counts, "count": counts, "datatype": names, "redop": names,
+                                           "root": safe_ints, "placement": st.sampled_from(["out-of-place", "in-place"])})
+
+
+@st.composite
+def _matrix(draw: st.DrawFn) -> dict[str, Any]:
+    rows, columns = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    cells = draw(st.lists(st.lists(st.none() | measures, min_size=columns, max_size=columns), min_size=rows, max_size=rows))
+    return {"title": draw(names), "unit": "GB/s", "rows": [str(i) for i in range(rows)],
+            "columns": [str(j) for j in range(columns)], "cells": cells}
+
+
 #: For each type, a strategy of its `data`: every declared field, optional ones sometimes absent.
 DATA: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "device.discovered": st.fixed_dictionaries({"node": st.sampled_from(["n1", "n2"]), "device": names | counts},
@@ -148,6 +179,12 @@ DATA: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "billing.line": billing_line(),
     "work.accepted": _tenant(job_id=jobs, result_id=names, units=optional(counts)),
     "work.rejected": _tenant(job_id=jobs, result_id=names, units=optional(counts)),
+    "placement.observed": _tenant(allocation_id=allocations, node=st.sampled_from(["n1", "n2"]), topology=_topology(),
+                                  tool=st.just("nvidia-smi topo -m"), job_id=optional(jobs)),
+    "probe.result": _tenant(allocation_id=allocations, probe=st.sampled_from(["nvbandwidth", "nccl-tests", "network"]),
+                            test=names, figures=st.lists(_figure(), min_size=1, max_size=3), matrix=optional(_matrix()),
+                            gpus=optional(gpus), nodes=optional(positive_counts), job_id=optional(jobs),
+                            tool_version=optional(names)),
 }
 
 #: JSON values an unknown field may hold: integers within ±(2**53 - 1), or larger ones that

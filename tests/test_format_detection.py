@@ -51,7 +51,7 @@ def test_a_file_no_format_claims_is_exit_2_when_detecting(tmp_path: Path) -> Non
     code, out = ingest(tmp_path, str(headerless))
     assert code == 2
     assert out == (f"Error: {headerless}: no format recognises this file; choose one with --format "
-                   "(cloudevents, sacct, focus, dcgm-stats, dcgm-metrics, kueue, k8s-events, serving-bench)\n")
+                   "(cloudevents, sacct, focus, dcgm-stats, dcgm-metrics, kueue, k8s-events, serving-bench, nvidia-smi-topo, nvbandwidth, nccl-tests)\n")
 
 
 def test_a_chosen_format_that_finds_no_record_is_exit_2(tmp_path: Path) -> None:
@@ -59,7 +59,7 @@ def test_a_chosen_format_that_finds_no_record_is_exit_2(tmp_path: Path) -> None:
     notes.write_text("nothing here is a dcgmi stats table\n")
     code, out = ingest(tmp_path, "--format", "dcgm-stats", str(notes))
     assert (code, out) == (2, f"Error: {notes}: --format dcgm-stats: no dcgm-stats record in this non-empty file; is it "
-                              "another format? (cloudevents, sacct, focus, dcgm-stats, dcgm-metrics, kueue, k8s-events, serving-bench)\n")
+                              "another format? (cloudevents, sacct, focus, dcgm-stats, dcgm-metrics, kueue, k8s-events, serving-bench, nvidia-smi-topo, nvbandwidth, nccl-tests)\n")
 
 
 def test_a_blank_file_is_zero_records_not_an_error(tmp_path: Path) -> None:

@@ -76,7 +76,8 @@ def test_the_simulators_manifest_ingests_as_the_demo_does(tmp_path: Path) -> Non
 @pytest.mark.parametrize(("entry", "message"), [
     ({"format": "kueue"}, "files[0].path: expected a file name"),
     ({"path": "a.json", "format": "yaml"}, "files[0].format: unknown format 'yaml' (known: cloudevents, sacct, focus, "
-                                           "dcgm-stats, dcgm-metrics, kueue, k8s-events, serving-bench)"),
+                                           "dcgm-stats, dcgm-metrics, kueue, k8s-events, serving-bench, nvidia-smi-topo, "
+                                           "nvbandwidth, nccl-tests)"),
     ({"path": "a.json", "options": {"clustr": "x"}}, "files[0].options.clustr: unknown option (known: allocation, "
                                                      "allocation_field, cluster, delimiter, fabric_domain, fields, gpu_field, "
                                                      "job, node, scrape_time, tenant, tenant_field, timezone, window_start)"),

@@ -49,6 +49,13 @@ ROWS: list[tuple[str, str, list[str], dict[str, int]]] = [
     # Three `vllm bench serve` blocks (concurrency 1, 8, 32), laid end to end from --window-start.
     ("serving_bench.txt", "serving-bench", ["--tenant", "acme", "--job", "chat-api", "--window-start", "2026-01-07T10:00:00Z"],
      {"inference.window": 3}),
+    # One capture: 4 GPUs (two NV12 pairs of pairs), 2 NICs.
+    ("nvidia_smi_topo.txt", "nvidia-smi-topo", ["--tenant", "acme", "--allocation", "a1", "--node", "gpu-07"],
+     {"placement.observed": 1}),
+    # One run: two testcases measured, one waived.
+    ("nvbandwidth.txt", "nvbandwidth", ["--tenant", "acme", "--allocation", "a1"], {"probe.result": 2}),
+    # Two runs after their prompts: all_reduce_perf, all_gather_perf.
+    ("nccl_tests.txt", "nccl-tests", ["--tenant", "acme", "--allocation", "a1", "--job", "pilot-1"], {"probe.result": 2}),
 ]
 
 

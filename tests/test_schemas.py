@@ -38,6 +38,10 @@ MINIMAL: dict[str, dict[str, Any]] = {
     "work.rejected": {"tenant": "t", "job_id": "j", "result_id": "r"},
     "inference.window": {"tenant": "t", "job_id": "j", "window_start": "2026-01-05T10:00:00Z",
                          "window_end": "2026-01-05T10:01:00Z", "requests": 10, "accepted": 10},
+    "placement.observed": {"tenant": "t", "allocation_id": "a", "node": "n1",
+                           "topology": {"gpus": [{"name": "GPU0"}], "nics": [], "links": []}},
+    "probe.result": {"tenant": "t", "allocation_id": "a", "probe": "nccl-tests", "test": "all_reduce_perf",
+                     "figures": [{"name": "avg_busbw", "value": "68.4048", "unit": "GB/s"}]},
 }
 
 
