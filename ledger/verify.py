@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import copy
 import multiprocessing
-import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -56,7 +55,7 @@ from ledger.quarantine import quarantine_problem
 from ledger.store import Store
 from ledger.tables import batches, checkpoints, cosignatures, entries, tree_nodes
 from ledger.tree import TreeReader, stored_nodes
-from ledger.verify_ranges import LEAF_EVENT_OPEN, RangeSummary, RangeTask, check_range, cut, stitch, verify_pages
+from ledger.verify_ranges import LEAF_EVENT_OPEN, RangeSummary, RangeTask, check_range, cores, cut, stitch, verify_pages
 from ledger.witness import verify_cosignature
 
 _MOVE_WINDOW = 64
@@ -142,7 +141,7 @@ def verify_ledger(store: Store, verifiers: Sequence[Verifier] = (), saved: Seque
             signed.setdefault(int(row.tree_size), []).append(row)
         walk = _Walk(heads, signed, verifiers)
         result = VerifyResult()
-        workers = _cores() if processes is None else processes
+        workers = cores() if processes is None else processes
         result.ranges = _check_in_ranges(store, conn, walk, workers, smallest_range)
         problem = None
         if not result.ranges:
@@ -162,10 +161,6 @@ def verify_ledger(store: Store, verifiers: Sequence[Verifier] = (), saved: Seque
         if saved:
             result.checked.append(f"that the store extends {len(saved)} saved checkpoint{'s' if len(saved) > 1 else ''}")
         return result
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _check_in_ranges(store: Store, conn: Connection, walk: _Walk, processes: int, smallest: int) -> int:

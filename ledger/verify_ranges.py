@@ -22,10 +22,13 @@ So the parallel pass decides only how fast a clean ledger is passed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from hashlib import sha256
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from sqlalchemy import Connection
@@ -46,6 +49,7 @@ _EVENT_BYTES = {"sqlite": "CAST(event AS BLOB)", "postgresql": "convert_to(event
 LEAF_EVENT_OPEN = LEAF_PREFIX + b'{"event":'
 
 TenantHeads = dict[str, tuple[int, bytes]]
+T = TypeVar("T")
 
 
 def verify_pages(conn: Connection, after: int = 0, through: int | None = None) -> Iterator[list[tuple]]:  # type: ignore[type-arg]
@@ -229,9 +233,50 @@ def stitch(summaries: list[RangeSummary]) -> tuple[TenantHeads, list[tuple[AtSiz
     return heads, at_sizes
 
 
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def cut(last: int, ranges: int, smallest: int) -> list[tuple[int, int]]:
     """[1, last] as consecutive (first, last) ranges: `ranges` of them, none under
     `smallest` entries (so fewer on a small ledger)."""
     count = max(1, min(ranges, last // max(1, smallest)))
     size = -(-last // count)
     return [(first, min(last, first + size - 1)) for first in range(1, last + 1, size)]
+
+
+# -- leaf hashes of entries held in memory (verify-packet's bundle), on every core --------
+
+#: What forked processes hash: set just before the pool forks, so that each child has the
+#: entries already (copy on write), and a task is only a range of their positions.
+_SHARED: tuple[Callable[[Any], bytes], Sequence[Any]] | None = None
+
+
+def leaves_in_processes(leaf: Callable[[T], bytes], items: Sequence[T], processes: int, smallest: int) -> list[bytes] | None:
+    """[leaf(item) for item in items], hashed in `processes` forked processes, ranges of
+    at least `smallest` items; None when that is not worth it or cannot be done (no fork
+    on this platform, or an item that fails to hash: the caller's own loop then meets it
+    in its place and says what is wrong as it always has)."""
+    global _SHARED
+    spans = cut(len(items), processes * 4, smallest)
+    if processes < 2 or len(spans) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    _SHARED = (leaf, items)
+    try:
+        with ProcessPoolExecutor(min(processes, len(spans)), mp_context=multiprocessing.get_context("fork")) as pool:
+            blobs = list(pool.map(_hash_span, spans))
+    except Exception:  # noqa: BLE001 - any failure: the caller's loop redoes it and names it
+        return None
+    finally:
+        _SHARED = None
+    joined = b"".join(blobs)
+    if len(joined) != 32 * len(items):
+        return None
+    return [joined[i:i + 32] for i in range(0, len(joined), 32)]
+
+
+def _hash_span(span: tuple[int, int]) -> bytes:
+    assert _SHARED is not None, "forked without the items"
+    leaf, items = _SHARED
+    return b"".join(leaf(items[i]) for i in range(span[0] - 1, span[1]))

@@ -10,15 +10,21 @@ entries on 2 processes (8 ranges wanted, 120 // 20 = 6 allowed) the ranges are
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from hashlib import sha256
 from typing import Any
 
 import pytest
 from sqlalchemy import Connection, text
 
+import ledger.evidence
 from ledger import Store, verify_ledger
+from ledger.checkpoint import sign_checkpoint
+from ledger.evidence import build_bundle, verify_bundle
 from ledger.note import Signer
-from ledger.verify_ranges import cut
+from ledger.proofs import ProofError
+from ledger.verify_ranges import cut, leaves_in_processes
 from tests.test_verify_tamper import (
     SIZE, append_unrecorded_row, drop_guards, edit_tree_node, good_ledger, sign_a_second_history_at_the_same_size,
     signed_ledger, truncate_tail,
@@ -137,3 +143,44 @@ def test_one_process_walks_as_before(store: Store) -> None:
     good_ledger(store)
     result = verify_ledger(store, processes=1, smallest_range=20)
     assert result.ok and result.ranges == 0 and result.checked[0] == "leaves"
+
+
+# -- verify-packet's leaf hashing on every core -------------------------------------------
+
+
+def test_leaves_hashed_in_processes_are_the_leaves_in_order() -> None:
+    items = [str(i).encode() for i in range(100)]
+    expected = [sha256(item).digest() for item in items]
+    assert leaves_in_processes(lambda item: sha256(item).digest(), items, 2, 10) == expected
+
+
+def test_leaves_are_not_hashed_in_processes_when_an_item_fails_or_the_list_is_small() -> None:
+    items: list[Any] = [str(i).encode() for i in range(100)]
+    items[57] = None  # sha256(None) raises TypeError in a child: the caller's loop must meet it
+    assert leaves_in_processes(lambda item: sha256(item).digest(), items, 2, 10) is None
+    assert leaves_in_processes(lambda item: sha256(item).digest(), items[:15], 2, 10) is None  # one range: not worth it
+    assert leaves_in_processes(lambda item: sha256(item).digest(), items[:40], 1, 10) is None  # one core
+
+
+def test_a_bundle_checked_with_leaves_hashed_in_processes(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """acme's 80 entries (seq not divisible by 3) in ranges of 10 or more: the bundle passes;
+    one event edited fails as the one-process loop says (its leaf is no longer in the tree)."""
+    store = Store(sqlite_url)
+    store.init()
+    good_ledger(store)
+    signer = Signer.generate("test.example/log")
+    sign_checkpoint(store, signer)
+    bundle = json.loads(json.dumps(build_bundle(store, "acme")))
+    assert len(bundle["entries"]) == 80
+    monkeypatch.setattr(ledger.evidence, "SMALLEST_LEAF_RANGE", 10)
+    hashed: list[Any] = []
+    monkeypatch.setattr(ledger.evidence, "leaves_in_processes", lambda *a: hashed.append(leaves_in_processes(*a)) or hashed[-1])
+    assert verify_bundle(bundle, signer.verifier).size == SIZE
+    assert hashed and hashed[0] is not None and len(hashed[0]) == 80  # the leaves came from the processes
+    bundle["entries"][50]["event"] = bundle["entries"][50]["event"].replace('"step":', '"step":1')
+    with pytest.raises(ProofError) as in_ranges:
+        verify_bundle(bundle, signer.verifier)
+    monkeypatch.setattr(ledger.evidence, "SMALLEST_LEAF_RANGE", 10**9)
+    with pytest.raises(ProofError) as in_one:
+        verify_bundle(bundle, signer.verifier)
+    assert str(in_ranges.value) == str(in_one.value)
