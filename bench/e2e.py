@@ -70,21 +70,30 @@ def run_step(name: str, args: list[str], expect: int = 0) -> dict[str, Any]:
     return result
 
 
-def store_bytes(url: str, backend: str) -> int:
-    """What the store takes: the SQLite file (its WAL checkpointed into it first), or the
-    PostgreSQL schema's tables with their indexes and TOAST."""
+def store_bytes(url: str, backend: str) -> dict[str, int]:
+    """What the store takes, by table and index: SQLite's pages (dbstat, the WAL
+    checkpointed into the file first), or PostgreSQL's relations of the schema (each
+    index apart, a table with its TOAST); "total" is the file, or their sum."""
     store = ledger.Store(url)
     try:
         if backend == "sqlite":
             raw: Any = store.engine.raw_connection()
-            raw.dbapi_connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            db = raw.dbapi_connection
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            parts = dict(db.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name").fetchall())
             raw.close()
             path = Path(url.removeprefix("sqlite:///"))
-            return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+            parts["total"] = sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
+            return {str(k): int(v) for k, v in parts.items()}
         with store.engine.connect() as conn:
-            return int(conn.execute(text(
-                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
-                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r'")).scalar_one())
+            rows = conn.execute(text(
+                "SELECT c.relname, pg_total_relation_size(c.oid) - coalesce(pg_indexes_size(c.oid), 0) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r' "
+                "UNION ALL SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'i'")).all()
+        parts = {str(name): int(size) for name, size in rows}
+        parts["total"] = sum(parts.values())
+        return parts
     finally:
         store.close()
 
@@ -117,7 +126,8 @@ def _measure_in(folder: Path, url: str, shape: Shape, backend: str) -> dict[str,
     steps["verify_packet"] = run_step("verify-packet", ["verify-packet", str(packet), "--pubkey", f"{key}.pub"])
     engine = run_child("engine", parquet)
     print(f"reconcile_parquet: {engine}", flush=True)
-    stored = store_bytes(url, backend)
+    parts = store_bytes(url, backend)
+    stored = parts["total"]
     for step in steps.values():
         step["events_per_s"] = round(events / step["wall_s"]) if step["wall_s"] else None
     return {
@@ -128,6 +138,7 @@ def _measure_in(folder: Path, url: str, shape: Shape, backend: str) -> dict[str,
         "store_bytes": stored, "store_bytes_per_event": round(stored / events),
         "canonical_event_bytes_per_event": round(event_bytes / events),
         "store_over_event_bytes": round(stored / event_bytes, 2),
+        "store_bytes_per_event_by_part": {k: round(v / events) for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v >= events},
         "cores": os.cpu_count(), "loadavg_1m": round(os.getloadavg()[0], 2),
     }
 
