@@ -22,6 +22,7 @@ So the parallel pass decides only how fast a clean ledger is passed.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -263,6 +264,9 @@ def leaves_in_processes(leaf: Callable[[T], bytes], items: Sequence[T], processe
     if processes < 2 or len(spans) < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return None
     _SHARED = (leaf, items)
+    # Out of the collector's reach while the children live: a collection in a child would
+    # write to every object's header and so copy the parent's whole heap, page by page.
+    gc.freeze()
     try:
         with ProcessPoolExecutor(min(processes, len(spans)), mp_context=multiprocessing.get_context("fork")) as pool:
             blobs = list(pool.map(_hash_span, spans))
@@ -270,6 +274,7 @@ def leaves_in_processes(leaf: Callable[[T], bytes], items: Sequence[T], processe
         return None
     finally:
         _SHARED = None
+        gc.unfreeze()
     joined = b"".join(blobs)
     if len(joined) != 32 * len(items):
         return None
