@@ -270,7 +270,7 @@ def leaves_in_processes(leaf: Callable[[T], bytes], items: Sequence[T], processe
     try:
         with ProcessPoolExecutor(min(processes, len(spans)), mp_context=multiprocessing.get_context("fork")) as pool:
             blobs = list(pool.map(_hash_span, spans))
-    except Exception:  # noqa: BLE001 - any failure: the caller's loop redoes it and names it
+    except Exception:  # any failure: the caller's loop redoes it and names it
         return None
     finally:
         _SHARED = None
