@@ -59,8 +59,9 @@ from ledger.verify_ranges import LEAF_EVENT_OPEN, RangeSummary, RangeTask, check
 from ledger.witness import verify_cosignature
 
 _MOVE_WINDOW = 64
-#: Below this many entries a range is not worth a process of its own (starting one costs
-#: what checking some 100,000 entries does).
+#: Below this many entries a range is not worth a process of its own: the whole range
+#: takes half a second in one process, of which forking, reading the frontier and the
+#: stitch would eat a good part.
 SMALLEST_RANGE = 100_000
 #: Ranges per process: more than one, so that a process slowed by others on a shared
 #: machine holds up less of the whole.
