@@ -2,7 +2,8 @@
 
 Full: ingest (1M native events into SQLite; PostgreSQL, FOCUS and sacct at 200k-250k),
 verify (1M entries), proofs at 1M and 10M entries, verify-packet on a tenant's month (1M entries), memory at 2 GiB of JSON Lines,
-reconcile (10,000 GPUs for 30 days beside pandas on a tenth) and its scaling series:
+reconcile (10,000 GPUs for 30 days beside pandas on a tenth) and its scaling series,
+the end-to-end path (bench/e2e.py: 64 GPUs for 7 days on each backend):
 well over an hour on two cores. Quick: small sizes of each, one run, about a minute.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench import ingest, memory, packet, proofs, verify
+from bench import e2e, ingest, memory, packet, proofs, verify
 from bench import reconcile as reconcile_bench
 from bench.results_file import record
 
@@ -32,6 +33,9 @@ def main() -> None:
     reconcile_bench.main(["--quick"] if args.quick else [])
     if not args.quick:
         reconcile_bench.main(["--scaling", "--gpus", "1250", "--days", "10"])
+    # the user's path end to end (ingest .. verify-packet) on bench.reconcile's fleet
+    for backend in ("sqlite", "postgresql"):
+        e2e.main(["--backend", backend] + (["--quick"] if args.quick else ["--gpus", "64", "--days", "7"]))
 
 
 if __name__ == "__main__":

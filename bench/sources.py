@@ -78,7 +78,7 @@ def write_focus(path: Path, rows: int, seed: int = 1) -> int:
         writer = csv.writer(handle, quoting=csv.QUOTE_ALL)
         writer.writerow(FOCUS_HEADER)
         for n in range(rows):
-            start = START + timedelta(hours=n)
+            start = START + timedelta(minutes=n)  # within the year: the ingest refuses times past tomorrow
             gpu = n % 4 != 3
             writer.writerow([
                 f"{rng.randint(1, 10**9) / 10**7:.11f}", "BA1", f"tenant-{n % TENANTS}", "USD", "2026-01-01 00:00:00",

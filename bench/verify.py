@@ -7,7 +7,10 @@ heads. The baseline, in the same process, is the least any verifier must do over
 bytes: SHA-256 of each canonical entry (the leaf) and of the chain link, in a loop over
 entry bytes already in memory (built beforehand, not timed); its final chain hash is
 checked against the stored head, so it hashed the same bytes. ratio = verify entries/s ÷
-baseline entries/s. Best of `runs` each, since the machine is shared.
+baseline entries/s, for verify in one process (`ratio`) and in ranges on every core
+(`parallel_ratio`, ledger/verify_ranges.py: 4 ranges a process). The baseline stays
+single-threaded: the goal is half its speed with every core at work. Best of `runs`
+each, since the machine is shared.
 
 Beside them, the read floor: the same rows fetched through the driver exactly as verify
 fetches them (`verify_pages`), with no hashing and no checks. No verifier that reads the
@@ -17,6 +20,8 @@ store through this driver can be faster than it, whatever it does with the rows.
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import tempfile
 import time
 from hashlib import sha256
@@ -33,14 +38,22 @@ from ledger.verify import verify_pages
 GOAL = "a ratio of at least 0.5, and at least 1 million entries/s"
 
 
-def verify_seconds(url: str) -> tuple[float, float, int]:
+def verify_seconds(url: str, processes: int = 1, smallest: int = 1) -> tuple[float, float, int]:
+    """verify_ledger whole: in this process (processes=1), or in ranges of at least
+    `smallest` entries on `processes` processes (CPU time: this process and its children)."""
     store = ledger.Store(url)
-    wall, cpu = time.perf_counter(), time.process_time()
-    result = ledger.verify_ledger(store)
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    wall, cpu = time.perf_counter(), _cpu()
+    result = ledger.verify_ledger(store, processes=processes, smallest_range=smallest)
+    wall, cpu = time.perf_counter() - wall, _cpu() - cpu
     store.close()
     assert result.ok, str(result.problem)
+    assert (result.ranges > 1) == (processes > 1), "the parallel pass did not run"
     return wall, cpu, result.entries
+
+
+def _cpu() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def fetch_seconds(url: str) -> tuple[float, int]:
@@ -82,15 +95,21 @@ def measure(backend: str, count: int, runs: int) -> dict[str, Any]:
             ingest_file(url, source, "cloudevents")
             source.unlink()
             verify = min((verify_seconds(url) for _ in range(runs)), key=lambda t: t[0])
+            cores = len(os.sched_getaffinity(0))
+            parallel = min((verify_seconds(url, cores, count // (4 * cores)) for _ in range(runs)), key=lambda t: t[0])
             base = min((baseline_seconds(url) for _ in range(runs)), key=lambda t: t[0])
             fetch = min((fetch_seconds(url) for _ in range(runs)), key=lambda t: t[0])
         finally:
             stores.drop()
     wall, cpu, entries = verify
+    parallel_processes = len(os.sched_getaffinity(0))
     return {
         "backend": backend, "entries": entries, "runs": runs,
         "verify_entries_per_s": round(entries / wall), "verify_cpu_us_per_entry": round(cpu / entries * 1e6, 2),
         "baseline_entries_per_s": round(base[1] / base[0]), "ratio": round(base[0] / wall, 3),
+        "processes": parallel_processes, "parallel_entries_per_s": round(entries / parallel[0]),
+        "parallel_cpu_us_per_entry": round(parallel[1] / entries * 1e6, 2), "parallel_ratio": round(base[0] / parallel[0], 3),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
         "read_floor_entries_per_s": round(fetch[1] / fetch[0]),
         "read_floor": "the same rows fetched by the driver as verify fetches them, no hashing, no checks",
         "baseline": "bare hashlib loop: leaf and chain SHA-256 over the same canonical entry bytes, in memory",
@@ -101,11 +120,15 @@ def measure(backend: str, count: int, runs: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small ledgers, one run each")
+    parser.add_argument("--entries", type=int, default=None, help="this many entries on each backend (recorded as verify_<backend>_<N>)")
+    parser.add_argument("--runs", type=int, default=None, help="runs per side (default 3, quick 1)")
     args = parser.parse_args(argv)
     cases = [("sqlite", 50_000), ("postgresql", 20_000)] if args.quick else [("sqlite", 1_000_000), ("postgresql", 200_000)]
+    if args.entries:
+        cases = [(backend, args.entries) for backend, _ in cases]
     for backend, count in cases:
-        result = measure(backend, count, 1 if args.quick else 3)
-        record(f"verify_{backend}" + ("_quick" if args.quick else ""), result)
+        result = measure(backend, count, args.runs or (1 if args.quick else 3))
+        record(f"verify_{backend}" + ("_quick" if args.quick else f"_{count}" if args.entries else ""), result)
         print(f"verify {backend}: {result}", flush=True)
 
 

@@ -1,0 +1,287 @@
+"""Verifying ranges of entries in parallel processes: the fast pass of `verify`.
+
+The ledger [1, n] is cut into ranges of seq; each is checked in a process of its own,
+reading the store through its own connection, with nothing of the other ranges but what
+is stored just before it:
+- the chain starts from the stored chain hash of seq first-1, which the range before
+  checks as its last link (so every link is checked by exactly one range);
+- the tree starts from the stored frontier at size first-1 (stored nodes and leaf
+  hashes), each of which the range that completed it checked against its own hashing;
+- a tenant's first entry in the range cannot be checked there: the range hands on its
+  tenant_seq and tenant_prev, and the parent checks them against that tenant's last
+  entry in the ranges before (the stitch);
+- at each checkpoint size the range hands on its chain, its frontier and the tenants'
+  heads it moved, and the parent checks the checkpoint with the heads of the ranges
+  before added (ledger/verify.py's own checkpoint and fork checks).
+
+A range reports only whether it is clean, never what is wrong: the first time anything
+is amiss (in a range, at a stitch, at a checkpoint), ledger/verify.py walks the ledger
+from seq 1 in one process, as it always has, and that walk names the first broken seq.
+So the parallel pass decides only how fast a clean ledger is passed.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from hashlib import sha256
+from typing import Any, TypeVar
+
+import orjson
+from sqlalchemy import Connection
+
+from ledger.hashing import CHAIN_PREFIX, LEAF_PREFIX, ZERO_HASH
+from ledger.merkle import Frontier
+from ledger.store import Store
+from ledger.tree import TreeReader, stored_nodes
+
+PAGE = 20_000
+_COLUMNS = (
+    "seq", "recorded_at", "source", "id", "type", "tenant", "tenant_seq", "{event}", "salt",
+    "leaf_hash", "chain_hash", "tenant_prev",
+)
+#: The event's UTF-8 bytes as the database holds them: what is hashed, fetched without
+#: a decode to str and an encode back (a fifth of the cost of reading a row here).
+_EVENT_BYTES = {"sqlite": "CAST(event AS BLOB)", "postgresql": "convert_to(event, 'UTF8')"}
+LEAF_EVENT_OPEN = LEAF_PREFIX + b'{"event":'
+
+TenantHeads = dict[str, tuple[int, bytes]]
+T = TypeVar("T")
+
+
+def verify_pages(conn: Connection, after: int = 0, through: int | None = None) -> Iterator[list[tuple]]:  # type: ignore[type-arg]
+    """Entries with after < seq (≤ through), in seq order, a page at a time, as the
+    driver's own tuples (event and hashes as bytes): all that verify reads of them
+    (bench/verify.py times this read alone)."""
+    raw: Any = conn.connection.dbapi_connection
+    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+    columns = ", ".join(_COLUMNS).format(event=_EVENT_BYTES[conn.dialect.name])
+    bound = "" if through is None else f" AND seq <= {int(through)}"
+    statement = f"SELECT {columns} FROM entries WHERE seq > {mark}{bound} ORDER BY seq LIMIT {PAGE}"
+    last = after
+    while True:
+        cursor = raw.cursor()
+        try:
+            cursor.execute(statement, (last,))
+            rows = cursor.fetchall()
+        finally:
+            cursor.close()
+        if not rows:
+            return
+        yield rows
+        last = rows[-1][0]
+
+
+@dataclass(frozen=True)
+class RangeTask:
+    """Entries first..last of the store at `url`; `batch_heads` and `sizes` (checkpoint
+    sizes) are those that fall in the range."""
+
+    url: str
+    first: int
+    last: int
+    batch_heads: dict[int, bytes]
+    sizes: frozenset[int]
+
+
+@dataclass
+class AtSize:
+    """The range's state just after the entry at a checkpoint's size."""
+
+    size: int
+    chain: bytes
+    frontier: list[bytes]
+    heads: TenantHeads  # the heads this range moved, up to this size
+
+
+@dataclass
+class RangeSummary:
+    first: int
+    last: int
+    clean: bool = False
+    #: Each tenant's first entry in the range, as (tenant_seq, tenant_prev): for the stitch.
+    openings: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    heads: TenantHeads = field(default_factory=dict)
+    at_sizes: list[AtSize] = field(default_factory=list)
+    chain: bytes = ZERO_HASH
+    frontier: list[bytes] = field(default_factory=list)
+    nodes: int = 0
+
+
+def check_range(task: RangeTask) -> RangeSummary:
+    """Checks 1 to 5 of ledger/verify.py over one range, in a process of its own."""
+    store = Store(task.url)
+    try:
+        with store.reading() as conn:
+            return _check_range(conn, task)
+    finally:
+        store.close()
+
+
+def _check_range(conn: Connection, task: RangeTask) -> RangeSummary:
+    summary = RangeSummary(task.first, task.last)
+    start = task.first - 1
+    chain = _stored_chain(conn, start)
+    if chain is None:
+        return summary
+    try:
+        frontier = TreeReader(conn).frontier(start)
+    except LookupError:
+        return summary
+    seq = start
+    for rows in verify_pages(conn, start, task.last):
+        ended = _check_rows(task, summary, frontier, rows, seq, chain)
+        if ended is None:
+            return summary
+        seq, chain = ended
+        if not _nodes_match(conn, frontier, summary):
+            return summary
+    summary.clean = seq == task.last
+    summary.chain, summary.frontier = chain, frontier.hashes
+    return summary
+
+
+def _stored_chain(conn: Connection, seq: int) -> bytes | None:
+    if seq == 0:
+        return ZERO_HASH
+    raw: Any = conn.connection.dbapi_connection
+    cursor = raw.cursor()
+    try:
+        cursor.execute(f"SELECT chain_hash FROM entries WHERE seq = {int(seq)}")
+        row = cursor.fetchone()
+    finally:
+        cursor.close()
+    return None if row is None or row[0] is None else bytes(row[0])
+
+
+def _nodes_match(conn: Connection, frontier: Frontier, summary: RangeSummary) -> bool:
+    """The stored tree nodes this page completed are the ones hashed here."""
+    completed = frontier.completed
+    stored = stored_nodes(conn, [(level, idx) for level, idx, _ in completed])
+    summary.nodes += len(completed)
+    clean = all(stored.get((level, idx)) == digest for level, idx, digest in completed)
+    completed.clear()  # memory stays at one page
+    return clean
+
+
+def _check_rows(task: RangeTask, summary: RangeSummary, frontier: Frontier, rows: list[tuple],  # type: ignore[type-arg]
+                seq: int, chain: bytes) -> tuple[int, bytes] | None:
+    """Seq continuity, leaf, chain link and tenant links for one page, in a tight loop on
+    locals (the same arithmetic as ledger/verify.py's); the (seq, chain) reached, or
+    None at the first entry that fails."""
+    heads, openings, leaves = summary.heads, summary.openings, []
+    batch_heads, sizes = task.batch_heads, task.sizes
+    for row in rows:
+        number, recorded_at, source, id_, type_, tenant, tenant_seq, event, salt, leaf, stored_chain, prev = row
+        if number != seq + 1:
+            return None
+        digest = sha256(LEAF_EVENT_OPEN)
+        digest.update(event)
+        digest.update(orjson.dumps({
+            "id": id_, "recorded_at": recorded_at, "salt": salt.hex(), "seq": number, "source": source,
+            "tenant": tenant, "tenant_seq": tenant_seq, "type": type_,
+        }).replace(b"{", b",", 1))
+        if digest.digest() != leaf:
+            return None
+        chain = sha256(CHAIN_PREFIX + chain + leaf).digest()
+        if chain != stored_chain:
+            return None
+        if tenant is None:
+            if tenant_seq is not None or prev is not None:
+                return None
+        else:
+            head = heads.get(tenant)
+            if head is None:
+                openings[tenant] = (tenant_seq, prev)
+            elif tenant_seq != head[0] + 1 or prev != head[1]:
+                return None
+            heads[tenant] = (tenant_seq, leaf)
+        seq = number
+        leaves.append(leaf)
+        if number in batch_heads or number in sizes:
+            if batch_heads.get(number, chain) != chain:
+                return None
+            if number in sizes:
+                frontier.extend(leaves)
+                leaves = []
+                summary.at_sizes.append(AtSize(number, chain, list(frontier.hashes), dict(heads)))
+    frontier.extend(leaves)
+    return seq, chain
+
+
+def stitch(summaries: list[RangeSummary]) -> tuple[TenantHeads, list[tuple[AtSize, TenantHeads]]] | None:
+    """The tenants' heads after all the ranges, and each checkpoint size's state with the
+    heads of every tenant at that size; None when a range is not clean, the ranges do not
+    follow each other, or a tenant's first entry in a range does not follow its last
+    entry in the ranges before."""
+    heads: TenantHeads = {}
+    at_sizes: list[tuple[AtSize, TenantHeads]] = []
+    expected = 1
+    for summary in summaries:
+        if not summary.clean or summary.first != expected:
+            return None
+        for tenant, (tenant_seq, prev) in summary.openings.items():
+            last_seq, last_leaf = heads.get(tenant, (0, ZERO_HASH))
+            if tenant_seq != last_seq + 1 or prev != last_leaf:
+                return None
+        at_sizes.extend((at, {**heads, **at.heads}) for at in summary.at_sizes)
+        heads.update(summary.heads)
+        expected = summary.last + 1
+    return heads, at_sizes
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def cut(last: int, ranges: int, smallest: int) -> list[tuple[int, int]]:
+    """[1, last] as consecutive (first, last) ranges: `ranges` of them, none under
+    `smallest` entries (so fewer on a small ledger)."""
+    count = max(1, min(ranges, last // max(1, smallest)))
+    size = -(-last // count)
+    return [(first, min(last, first + size - 1)) for first in range(1, last + 1, size)]
+
+
+# -- leaf hashes of entries held in memory (verify-packet's bundle), on every core --------
+
+#: What forked processes hash: set just before the pool forks, so that each child has the
+#: entries already (copy on write), and a task is only a range of their positions.
+_SHARED: tuple[Callable[[Any], bytes], Sequence[Any]] | None = None
+
+
+def leaves_in_processes(leaf: Callable[[T], bytes], items: Sequence[T], processes: int, smallest: int) -> list[bytes] | None:
+    """[leaf(item) for item in items], hashed in `processes` forked processes, ranges of
+    at least `smallest` items; None when that is not worth it or cannot be done (no fork
+    on this platform, or an item that fails to hash: the caller's own loop then meets it
+    in its place and says what is wrong as it always has)."""
+    global _SHARED
+    spans = cut(len(items), processes * 4, smallest)
+    if processes < 2 or len(spans) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    _SHARED = (leaf, items)
+    # Out of the collector's reach while the children live: a collection in a child would
+    # write to every object's header and so copy the parent's whole heap, page by page.
+    gc.freeze()
+    try:
+        with ProcessPoolExecutor(min(processes, len(spans)), mp_context=multiprocessing.get_context("fork")) as pool:
+            blobs = list(pool.map(_hash_span, spans))
+    except Exception:  # any failure: the caller's loop redoes it and names it
+        return None
+    finally:
+        _SHARED = None
+        gc.unfreeze()
+    joined = b"".join(blobs)
+    if len(joined) != 32 * len(items):
+        return None
+    return [joined[i:i + 32] for i in range(0, len(joined), 32)]
+
+
+def _hash_span(span: tuple[int, int]) -> bytes:
+    assert _SHARED is not None, "forked without the items"
+    leaf, items = _SHARED
+    return b"".join(leaf(items[i]) for i in range(span[0] - 1, span[1]))
