@@ -16,6 +16,8 @@ time), not from `ev_other`, which grows with every page.
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -257,6 +259,44 @@ def _page_of_rows(rows: list[tuple[Any, ...]], row_type: pa.StructType) -> pa.Ta
     """Driver rows (seq, type, tenant, event) as a page: Arrow reads the tuples as structs."""
     seq, type_, tenant, event = pa.array(rows, row_type).flatten()
     return pa.table({"seq": seq, "type": type_, "tenant": tenant, "event": event.cast(pa.string())})
+
+
+def read_ahead(pages: Iterable[pa.Table]) -> Iterator[pa.Table]:
+    """`pages`, read one page ahead in a thread of their own: the database driver (which
+    lets go of the GIL while the database works) reads the next page while DuckDB (which
+    lets go of it too) projects this one. The thread has stopped when this returns, so
+    the pages' connection is free again for its owner."""
+    ready: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for page in pages:
+                if stop.is_set():
+                    return
+                ready.put(("page", page))
+            ready.put(("done", None))
+        except BaseException as exc:  # handed to the consumer, raised there
+            ready.put(("error", exc))
+
+    worker = threading.Thread(target=produce, name="gpuledger-read-ahead", daemon=True)
+    worker.start()
+    try:
+        while True:
+            kind, item = ready.get()
+            if kind == "done":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while worker.is_alive():  # unblock a producer waiting to put its page
+            try:
+                ready.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        worker.join()
 
 
 def entry_pages(entries: Iterable[dict[str, Any]], page_rows: int = PAGE_ROWS) -> Iterator[pa.Table]:

@@ -6,14 +6,17 @@ through SQLAlchemy Core, a path that shares no code with the one under test."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from sqlalchemy import select
 
 from ledger import Store
 from ledger.tables import entries
-from reconcile.snapshot import store_pages
+from reconcile.snapshot import read_ahead, store_pages
 from tests.reconcile_helpers import Scenario, ingest
 
 #: A tenant the page text must carry intact: quotes, a backslash, a tab, non-ASCII.
@@ -76,3 +79,47 @@ def test_upto_seq_stops_at_a_checkpoints_size(store: Store) -> None:
 def test_an_empty_store_gives_no_page(store: Store) -> None:
     pages, stored = _pages(store)
     assert pages == [] and stored == []
+
+
+def _numbered(n: int, fail_at: int | None = None) -> Iterator[pa.Table]:
+    for i in range(n):
+        if i == fail_at:
+            raise RuntimeError(f"page {i} unreadable")
+        yield pa.table({"i": [i]})
+
+
+def test_read_ahead_keeps_the_pages_order_and_raises_the_readers_error() -> None:
+    assert [page.column("i")[0].as_py() for page in read_ahead(_numbered(5))] == [0, 1, 2, 3, 4]
+    seen = []
+    with pytest.raises(RuntimeError, match="page 2 unreadable"):
+        for page in read_ahead(_numbered(5, fail_at=2)):
+            seen.append(page.column("i")[0].as_py())
+    assert seen == [0, 1]
+
+
+def test_read_ahead_left_early_stops_its_reader() -> None:
+    before = threading.active_count()
+    pages = read_ahead(_numbered(100))
+    assert next(pages).column("i")[0].as_py() == 0
+    pages.close()  # the consumer stops (a failed load): the reader must not run on
+    assert threading.active_count() == before
+
+
+def test_pages_read_ahead_load_the_engine_as_one_page_does(store: Store) -> None:
+    """Read ahead two rows a page, the engine's `ev` holds what one page read gives it."""
+    from reconcile.snapshot import load_pages, open_engine
+
+    ingest(store, _events())
+    views = []
+    with store.reading() as conn:
+        for pages in (store_pages(conn), read_ahead(store_pages(conn, page_rows=2))):
+            con = open_engine()
+            assert load_pages(con, pages) == 7
+            views.append(con.execute("SELECT seq, type, tenant, job_id FROM ev ORDER BY seq").fetchall())
+            con.close()
+    assert views[0] == views[1]
+    assert [row[:3] for row in views[0]] == [
+        (1, "allocation.granted", "acme"), (2, "health.fault", None), (3, "job.started", "acme"),
+        (4, "allocation.granted", ODD), (5, "job.progress", "acme"), (6, "job.failed", ODD),
+        (7, "health.cleared", None)]
+    assert views[0][4][3] == "j1" and views[0][5][3] == "jé-✓"
