@@ -26,6 +26,8 @@ import duckdb
 import pyarrow as pa
 from sqlalchemy import Connection
 
+from ledger import LedgerError
+
 PAGE_ROWS = 100_000
 
 #: Every `data` field the engine or the reports read, with its DuckDB type.
@@ -255,10 +257,28 @@ _ROW_TEXT = pa.struct([("seq", pa.int64()), ("type", pa.string()), ("tenant", pa
 _ROW_BLOB = pa.struct([("seq", pa.int64()), ("type", pa.string()), ("tenant", pa.string()), ("event", pa.binary())])
 
 
+class UnreadableEntry(LedgerError):
+    """An entry whose event is not UTF-8 text: the store was altered below its guards."""
+
+
 def _page_of_rows(rows: list[tuple[Any, ...]], row_type: pa.StructType) -> pa.Table:
     """Driver rows (seq, type, tenant, event) as a page: Arrow reads the tuples as structs."""
     seq, type_, tenant, event = pa.array(rows, row_type).flatten()
-    return pa.table({"seq": seq, "type": type_, "tenant": tenant, "event": event.cast(pa.string())})
+    try:
+        text = event.cast(pa.string())
+    except pa.ArrowInvalid:
+        raise _not_text(rows) from None
+    return pa.table({"seq": seq, "type": type_, "tenant": tenant, "event": text})
+
+
+def _not_text(rows: list[tuple[Any, ...]]) -> UnreadableEntry:
+    for row in rows:
+        try:
+            bytes(row[3]).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return UnreadableEntry(f"entries: seq {row[0]}: field event: not UTF-8 text at byte {exc.start}; "
+                                   f"the store was altered (gpuledger verify names every altered entry)")
+    return UnreadableEntry("entries: a page's events are not UTF-8 text; the store was altered")
 
 
 def read_ahead(pages: Iterable[pa.Table]) -> Iterator[pa.Table]:

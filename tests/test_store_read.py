@@ -123,3 +123,28 @@ def test_pages_read_ahead_load_the_engine_as_one_page_does(store: Store) -> None
         (4, "allocation.granted", ODD), (5, "job.progress", "acme"), (6, "job.failed", ODD),
         (7, "health.cleared", None)]
     assert views[0][4][3] == "j1" and views[0][5][3] == "jé-✓"
+
+
+def test_an_event_altered_into_bytes_that_are_not_text_is_named_in_one_line(sqlite_url: str) -> None:
+    """SQLite keeps whatever bytes it is given; PostgreSQL refuses text that is not UTF-8,
+    so this tampering exists on SQLite only. The reader must name the entry, and the CLI
+    say it in one line (exit 2), not fail with a traceback."""
+    from click.testing import CliRunner
+    from sqlalchemy import text
+
+    from cli import main
+    from reconcile.snapshot import UnreadableEntry
+
+    store = Store(sqlite_url)
+    store.init()
+    ingest(store, _events())
+    with store.engine.begin() as conn:
+        conn.execute(text("DROP TRIGGER IF EXISTS entries_no_update"))
+        conn.execute(text("UPDATE entries SET event = CAST(:e AS TEXT) WHERE seq = 5"), {"e": b'{"a":"\xff"}'})
+    with pytest.raises(UnreadableEntry, match=r"^entries: seq 5: field event: not UTF-8 text at byte 6;"):
+        _pages(store, page_rows=2)
+    store.close()
+    result = CliRunner().invoke(main, ["reconcile", "--db", sqlite_url, "--format", "json"])
+    assert result.exit_code == 2, result.output
+    assert "entries: seq 5: field event: not UTF-8 text" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
