@@ -281,6 +281,28 @@ def _not_text(rows: list[tuple[Any, ...]]) -> UnreadableEntry:
     return UnreadableEntry("entries: a page's events are not UTF-8 text; the store was altered")
 
 
+def shareable(conn: Connection) -> bool:
+    """Whether another thread may read through `conn`'s driver connection (`read_ahead`).
+    psycopg's connections may be shared; sqlite3 refuses one made in another thread
+    unless it was opened with check_same_thread=False, as SQLAlchemy opens file databases
+    but not in-memory ones: asked of the connection itself, by trying."""
+    if conn.dialect.name != "sqlite":
+        return True
+    driver: Any = conn.connection.driver_connection
+    refused: list[BaseException] = []
+
+    def probe() -> None:
+        try:
+            driver.execute("SELECT 1").close()
+        except Exception as exc:  # sqlite3.ProgrammingError: made in another thread
+            refused.append(exc)
+
+    worker = threading.Thread(target=probe)
+    worker.start()
+    worker.join()
+    return not refused
+
+
 def read_ahead(pages: Iterable[pa.Table]) -> Iterator[pa.Table]:
     """`pages`, read one page ahead in a thread of their own: the database driver (which
     lets go of the GIL while the database works) reads the next page while DuckDB (which

@@ -148,3 +148,24 @@ def test_an_event_altered_into_bytes_that_are_not_text_is_named_in_one_line(sqli
     assert result.exit_code == 2, result.output
     assert "entries: seq 5: field event: not UTF-8 text" in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_a_store_whose_connection_stays_in_its_thread_is_read_without_read_ahead(store: Store) -> None:
+    """sqlite3 keeps an in-memory database's connection to the thread that made it: the
+    store is then read in that thread. Both backends' file and server stores share."""
+    from reconcile import reconcile_store
+    from reconcile.snapshot import shareable
+
+    memory = Store("sqlite://")
+    memory.init()
+    for one in (memory, store):
+        s = Scenario()
+        s.grant("a1", gpus=8, at="10:00")
+        s.line("L1", "a1", "10:00", "11:00", gpus=8, amount="1.00")
+        ingest(one, s.events)
+        with one.reading() as conn:
+            assert shareable(conn) is (one is store)
+        # 8 GPUs held an hour with no job on them: 28,800 GPU-seconds idle and reserved
+        (line,) = reconcile_store(one).as_json()["lines"]
+        assert line["gpu_seconds"] == 28_800 and set(line["categories"]) == {"idle_reserved"}
+    memory.close()
