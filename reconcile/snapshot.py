@@ -16,6 +16,7 @@ time), not from `ev_other`, which grows with every page.
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 from collections.abc import Iterable, Iterator
@@ -233,26 +234,26 @@ def store_pages(conn: Connection, tenant: str | None = None, page_rows: int = PA
     # the event's bytes go straight into Arrow, which checks they are UTF-8 (psycopg's
     # bytea would come back hex-encoded: there text is the cheaper form).
     event = "CAST(event AS BLOB)" if sqlite else "event"
-    sql = f"SELECT seq, type, tenant, {event} FROM entries WHERE seq > {mark} AND seq <= {mark}"
+    sql = f"SELECT seq, type, tenant, {event} FROM entries WHERE seq <= {mark}"
+    params: tuple[Any, ...] = (upto_seq if upto_seq is not None else 2**62,)
     if tenant is not None:
         sql += f" AND (tenant = {mark} OR tenant IS NULL)"
-    sql += f" ORDER BY seq LIMIT {int(page_rows)}"
+        params += (tenant,)
     row_type = _ROW_BLOB if sqlite else _ROW_TEXT
     driver: Any = conn.connection.driver_connection
-    after, last = 0, upto_seq if upto_seq is not None else 2**62
-    while True:
-        cursor = driver.cursor()
-        try:
-            cursor.execute(sql, (after, last) if tenant is None else (after, last, tenant))
-            rows = cursor.fetchall()
-        finally:
-            cursor.close()
-        if not rows:
-            return
-        yield _page_of_rows(rows, row_type)
-        after = int(rows[-1][0])
+    # One query, read a page at a time: on PostgreSQL through a server-side cursor, so the
+    # server streams the rows in index order (a query a page, `seq > last ... LIMIT`, was
+    # planned as a scan and a sort of the whole table for every page).
+    cursor = driver.cursor() if sqlite else driver.cursor(f"gpuledger_pages_{next(_CURSORS)}")
+    try:
+        cursor.execute(sql + " ORDER BY seq", params)
+        while rows := cursor.fetchmany(page_rows):
+            yield _page_of_rows(rows, row_type)
+    finally:
+        cursor.close()
 
 
+_CURSORS = itertools.count(1)
 _ROW_TEXT = pa.struct([("seq", pa.int64()), ("type", pa.string()), ("tenant", pa.string()), ("event", pa.string())])
 _ROW_BLOB = pa.struct([("seq", pa.int64()), ("type", pa.string()), ("tenant", pa.string()), ("event", pa.binary())])
 
@@ -311,15 +312,21 @@ def read_ahead(pages: Iterable[pa.Table]) -> Iterator[pa.Table]:
     ready: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
     stop = threading.Event()
 
+    source = iter(pages)
+
     def produce() -> None:
         try:
-            for page in pages:
+            for page in source:
                 if stop.is_set():
                     return
                 ready.put(("page", page))
             ready.put(("done", None))
         except BaseException as exc:  # handed to the consumer, raised there
             ready.put(("error", exc))
+        finally:  # its cursor closed here, while the transaction it reads in is open
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
 
     worker = threading.Thread(target=produce, name="gpuledger-read-ahead", daemon=True)
     worker.start()

@@ -169,3 +169,15 @@ def test_a_store_whose_connection_stays_in_its_thread_is_read_without_read_ahead
         (line,) = reconcile_store(one).as_json()["lines"]
         assert line["gpu_seconds"] == 28_800 and set(line["categories"]) == {"idle_reserved"}
     memory.close()
+
+
+def test_read_ahead_left_early_closes_the_stores_cursor_in_its_transaction(store: Store) -> None:
+    """A load that fails after the first page: the reader's cursor (a server-side one on
+    PostgreSQL) is closed before the transaction ends, and the store reads on as before."""
+    ingest(store, _events())
+    with store.reading() as conn:
+        pages = read_ahead(store_pages(conn, page_rows=2))
+        assert next(pages).column("seq").to_pylist() == [1, 2]
+        pages.close()
+        again = [page.column("seq").to_pylist() for page in store_pages(conn, page_rows=3)]
+    assert again == [[1, 2, 3], [4, 5, 6], [7]]
