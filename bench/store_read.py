@@ -75,7 +75,8 @@ def floor(store: ledger.Store, exported: Path) -> dict[str, tuple[float, float]]
         driver: Any = conn.connection.driver_connection
 
         def rows() -> None:
-            cursor = driver.cursor()
+            # as store_pages reads: on PostgreSQL a server-side cursor (rows streamed)
+            cursor = driver.cursor("bench_rows") if store.dialect == "postgresql" else driver.cursor()
             cursor.execute("SELECT seq, type, tenant, event FROM entries ORDER BY seq")
             while cursor.fetchmany(100_000):
                 pass
