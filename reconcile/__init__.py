@@ -22,7 +22,7 @@ from reconcile.classify import classify
 from reconcile.intervals import build_spans
 from reconcile.money import MoneyOverflow, allocate
 from reconcile.result import Cell, Reconciliation  # noqa: F401  (Cell: part of the API)
-from reconcile.snapshot import entry_pages, load_pages, load_parquet, open_engine, store_pages
+from reconcile.snapshot import entry_pages, load_pages, load_parquet, open_engine, read_ahead, shareable, store_pages
 
 UNBILLED = """
 WITH held AS (
@@ -89,7 +89,8 @@ def reconcile_store(store: Store, tenant: str | None = None, invoice: str | None
     with store.reading() as conn:
         size = conn.exec_driver_sql("SELECT coalesce(max(seq), 0) FROM entries").scalar() or 0
         with engine(int(size), threads) as con:
-            load_pages(con, store_pages(conn, tenant, upto_seq=upto_seq))
+            pages = store_pages(conn, tenant, upto_seq=upto_seq)
+            load_pages(con, read_ahead(pages) if shareable(conn) else pages)
             return run(con, invoice)
 
 

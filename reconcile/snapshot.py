@@ -16,6 +16,9 @@ time), not from `ev_other`, which grows with every page.
 
 from __future__ import annotations
 
+import itertools
+import queue
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,8 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 from sqlalchemy import Connection
+
+from ledger import LedgerError
 
 PAGE_ROWS = 100_000
 
@@ -228,16 +233,129 @@ def store_pages(conn: Connection, tenant: str | None = None, page_rows: int = PA
                 upto_seq: int | None = None) -> Iterator[pa.Table]:
     """The store's entries in seq order as Arrow pages; with `tenant`, that tenant's and
     the fleet's only (the figures of a tenant rest on nothing else); with `upto_seq`, only
-    entries up to that seq (a checkpoint's tree size)."""
-    placeholder = "?" if conn.dialect.name == "sqlite" else "%s"
-    sql = f"SELECT seq, type, tenant, event FROM entries WHERE seq <= {placeholder}"
+    entries up to that seq (a checkpoint's tree size).
+
+    Rows come through the database driver's own cursor, on the connection (and so in the
+    snapshot) of `conn`, and become Arrow in one call per page: building a Python row
+    object per entry and four columns from them cost more than reading the rows."""
+    sqlite = conn.dialect.name == "sqlite"
+    mark = "?" if sqlite else "%s"
+    # SQLite hands TEXT over as str, decoded and then encoded again by Arrow; as a BLOB
+    # the event's bytes go straight into Arrow, which checks they are UTF-8 (psycopg's
+    # bytea would come back hex-encoded: there text is the cheaper form).
+    event = "CAST(event AS BLOB)" if sqlite else "event"
+    sql = f"SELECT seq, type, tenant, {event} FROM entries WHERE seq <= {mark}"
     params: tuple[Any, ...] = (upto_seq if upto_seq is not None else 2**62,)
     if tenant is not None:
-        sql += f" AND (tenant = {placeholder} OR tenant IS NULL)"
+        sql += f" AND (tenant = {mark} OR tenant IS NULL)"
         params += (tenant,)
-    result = conn.execution_options(stream_results=True).exec_driver_sql(sql + " ORDER BY seq", params)
-    while rows := result.fetchmany(page_rows):
-        yield page_of(list(zip(*rows)))
+    row_type = _ROW_BLOB if sqlite else _ROW_TEXT
+    driver: Any = conn.connection.driver_connection
+    # One query, read a page at a time: on PostgreSQL through a server-side cursor, so the
+    # server streams the rows in index order (a query a page, `seq > last ... LIMIT`, was
+    # planned as a scan and a sort of the whole table for every page).
+    cursor = driver.cursor() if sqlite else driver.cursor(f"gpuledger_pages_{next(_CURSORS)}")
+    try:
+        cursor.execute(sql + " ORDER BY seq", params)
+        while rows := cursor.fetchmany(page_rows):
+            yield _page_of_rows(rows, row_type)
+    finally:
+        cursor.close()
+
+
+_CURSORS = itertools.count(1)
+_ROW_TEXT = pa.struct([("seq", pa.int64()), ("type", pa.string()), ("tenant", pa.string()), ("event", pa.string())])
+_ROW_BLOB = pa.struct([("seq", pa.int64()), ("type", pa.string()), ("tenant", pa.string()), ("event", pa.binary())])
+
+
+class UnreadableEntry(LedgerError):
+    """An entry whose event is not UTF-8 text: the store was altered below its guards."""
+
+
+def _page_of_rows(rows: list[tuple[Any, ...]], row_type: pa.StructType) -> pa.Table:
+    """Driver rows (seq, type, tenant, event) as a page: Arrow reads the tuples as structs."""
+    seq, type_, tenant, event = pa.array(rows, row_type).flatten()
+    try:
+        text = event.cast(pa.string())
+    except pa.ArrowInvalid:
+        raise _not_text(rows) from None
+    return pa.table({"seq": seq, "type": type_, "tenant": tenant, "event": text})
+
+
+def _not_text(rows: list[tuple[Any, ...]]) -> UnreadableEntry:
+    for row in rows:
+        try:
+            bytes(row[3]).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return UnreadableEntry(f"entries: seq {row[0]}: field event: not UTF-8 text at byte {exc.start}; "
+                                   f"the store was altered (gpuledger verify names every altered entry)")
+    return UnreadableEntry("entries: a page's events are not UTF-8 text; the store was altered")
+
+
+def shareable(conn: Connection) -> bool:
+    """Whether another thread may read through `conn`'s driver connection (`read_ahead`).
+    psycopg's connections may be shared; sqlite3 refuses one made in another thread
+    unless it was opened with check_same_thread=False, as SQLAlchemy opens file databases
+    but not in-memory ones: asked of the connection itself, by trying."""
+    if conn.dialect.name != "sqlite":
+        return True
+    driver: Any = conn.connection.driver_connection
+    refused: list[BaseException] = []
+
+    def probe() -> None:
+        try:
+            driver.execute("SELECT 1").close()
+        except Exception as exc:  # sqlite3.ProgrammingError: made in another thread
+            refused.append(exc)
+
+    worker = threading.Thread(target=probe)
+    worker.start()
+    worker.join()
+    return not refused
+
+
+def read_ahead(pages: Iterable[pa.Table]) -> Iterator[pa.Table]:
+    """`pages`, read one page ahead in a thread of their own: the database driver (which
+    lets go of the GIL while the database works) reads the next page while DuckDB (which
+    lets go of it too) projects this one. The thread has stopped when this returns, so
+    the pages' connection is free again for its owner."""
+    ready: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    source = iter(pages)
+
+    def produce() -> None:
+        try:
+            for page in source:
+                if stop.is_set():
+                    return
+                ready.put(("page", page))
+            ready.put(("done", None))
+        except BaseException as exc:  # handed to the consumer, raised there
+            ready.put(("error", exc))
+        finally:  # its cursor closed here, while the transaction it reads in is open
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+
+    worker = threading.Thread(target=produce, name="gpuledger-read-ahead", daemon=True)
+    worker.start()
+    try:
+        while True:
+            kind, item = ready.get()
+            if kind == "done":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while worker.is_alive():  # unblock a producer waiting to put its page
+            try:
+                ready.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        worker.join()
 
 
 def entry_pages(entries: Iterable[dict[str, Any]], page_rows: int = PAGE_ROWS) -> Iterator[pa.Table]:

@@ -1,0 +1,183 @@
+"""The store's read path (`reconcile.snapshot.store_pages`): the driver's rows become
+Arrow pages in one call a page. The pages must hold every entry exactly as stored (seq,
+type, tenant, the event text byte for byte), on SQLite and PostgreSQL, across page
+boundaries, with the tenant and `upto_seq` filters; the oracle is the entries table read
+through SQLAlchemy Core, a path that shares no code with the one under test."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from sqlalchemy import select
+
+from ledger import Store
+from ledger.tables import entries
+from reconcile.snapshot import read_ahead, store_pages
+from tests.reconcile_helpers import Scenario, ingest
+
+#: A tenant the page text must carry intact: quotes, a backslash, a tab, non-ASCII.
+ODD = 'ténant "q" \\ x\ty ✓'
+
+
+def _events() -> list[dict[str, Any]]:
+    s = Scenario()
+    s.grant("a1", gpus=8, at="10:00")  # seq 1, acme
+    s.fault(at="10:05", node="n1", device="GPU-0")  # seq 2, the fleet's (no tenant)
+    s.start("j1", "a1", at="10:06")  # seq 3, acme
+    s.grant("b1", gpus=4, at="10:07", tenant=ODD)  # seq 4, ODD
+    s.progress("j1", step=1, at="10:08")  # seq 5, acme
+    s.add("job.failed", "10:09", {"job_id": "jé-✓", "cause": "application"}, tenant=ODD)  # seq 6, ODD
+    s.cleared(at="10:10", node="n1", device="GPU-0")  # seq 7, fleet
+    return s.events
+
+
+def _pages(store: Store, **options: Any) -> tuple[list[pa.Table], list[tuple[Any, ...]]]:
+    with store.reading() as conn:
+        pages = list(store_pages(conn, **options))
+        stored = conn.execute(select(entries.c.seq, entries.c.type, entries.c.tenant, entries.c.event)
+                              .order_by(entries.c.seq)).all()
+    return pages, [tuple(row) for row in stored]
+
+
+def _rows(pages: list[pa.Table]) -> list[tuple[Any, ...]]:
+    table = pa.concat_tables(pages)
+    assert table.schema.names == ["seq", "type", "tenant", "event"]
+    assert table.schema.field("event").type == pa.string()
+    return list(zip(*(table.column(name).to_pylist() for name in table.schema.names)))
+
+
+def test_pages_hold_every_entry_as_stored_across_page_boundaries(store: Store) -> None:
+    ingest(store, _events())
+    pages, stored = _pages(store, page_rows=2)
+    assert [page.num_rows for page in pages] == [2, 2, 2, 1]
+    assert _rows(pages) == stored
+    assert [row[0] for row in stored] == [1, 2, 3, 4, 5, 6, 7]
+    assert [row[2] for row in stored] == ["acme", None, "acme", ODD, "acme", ODD, None]
+    assert "jé-✓" in stored[5][3]  # non-ASCII event text kept as text
+
+
+def test_a_tenant_reads_its_entries_and_the_fleets(store: Store) -> None:
+    ingest(store, _events())
+    pages, stored = _pages(store, tenant=ODD, page_rows=3)
+    assert [row[0] for row in _rows(pages)] == [2, 4, 6, 7]
+    assert _rows(pages) == [row for row in stored if row[0] in (2, 4, 6, 7)]
+
+
+def test_upto_seq_stops_at_a_checkpoints_size(store: Store) -> None:
+    ingest(store, _events())
+    pages, stored = _pages(store, upto_seq=5, page_rows=5)
+    assert [page.num_rows for page in pages] == [5]
+    assert _rows(pages) == stored[:5]
+    acme, _ = _pages(store, tenant="acme", upto_seq=3)
+    assert [row[0] for row in _rows(acme)] == [1, 2, 3]
+
+
+def test_an_empty_store_gives_no_page(store: Store) -> None:
+    pages, stored = _pages(store)
+    assert pages == [] and stored == []
+
+
+def _numbered(n: int, fail_at: int | None = None) -> Iterator[pa.Table]:
+    for i in range(n):
+        if i == fail_at:
+            raise RuntimeError(f"page {i} unreadable")
+        yield pa.table({"i": [i]})
+
+
+def test_read_ahead_keeps_the_pages_order_and_raises_the_readers_error() -> None:
+    assert [page.column("i")[0].as_py() for page in read_ahead(_numbered(5))] == [0, 1, 2, 3, 4]
+    seen = []
+    with pytest.raises(RuntimeError, match="page 2 unreadable"):
+        for page in read_ahead(_numbered(5, fail_at=2)):
+            seen.append(page.column("i")[0].as_py())
+    assert seen == [0, 1]
+
+
+def test_read_ahead_left_early_stops_its_reader() -> None:
+    before = threading.active_count()
+    pages = read_ahead(_numbered(100))
+    assert next(pages).column("i")[0].as_py() == 0
+    pages.close()  # the consumer stops (a failed load): the reader must not run on
+    assert threading.active_count() == before
+
+
+def test_pages_read_ahead_load_the_engine_as_one_page_does(store: Store) -> None:
+    """Read ahead two rows a page, the engine's `ev` holds what one page read gives it."""
+    from reconcile.snapshot import load_pages, open_engine
+
+    ingest(store, _events())
+    views = []
+    with store.reading() as conn:
+        for pages in (store_pages(conn), read_ahead(store_pages(conn, page_rows=2))):
+            con = open_engine()
+            assert load_pages(con, pages) == 7
+            views.append(con.execute("SELECT seq, type, tenant, job_id FROM ev ORDER BY seq").fetchall())
+            con.close()
+    assert views[0] == views[1]
+    assert [row[:3] for row in views[0]] == [
+        (1, "allocation.granted", "acme"), (2, "health.fault", None), (3, "job.started", "acme"),
+        (4, "allocation.granted", ODD), (5, "job.progress", "acme"), (6, "job.failed", ODD),
+        (7, "health.cleared", None)]
+    assert views[0][4][3] == "j1" and views[0][5][3] == "jé-✓"
+
+
+def test_an_event_altered_into_bytes_that_are_not_text_is_named_in_one_line(sqlite_url: str) -> None:
+    """SQLite keeps whatever bytes it is given; PostgreSQL refuses text that is not UTF-8,
+    so this tampering exists on SQLite only. The reader must name the entry, and the CLI
+    say it in one line (exit 2), not fail with a traceback."""
+    from click.testing import CliRunner
+    from sqlalchemy import text
+
+    from cli import main
+    from reconcile.snapshot import UnreadableEntry
+
+    store = Store(sqlite_url)
+    store.init()
+    ingest(store, _events())
+    with store.engine.begin() as conn:
+        conn.execute(text("DROP TRIGGER IF EXISTS entries_no_update"))
+        conn.execute(text("UPDATE entries SET event = CAST(:e AS TEXT) WHERE seq = 5"), {"e": b'{"a":"\xff"}'})
+    with pytest.raises(UnreadableEntry, match=r"^entries: seq 5: field event: not UTF-8 text at byte 6;"):
+        _pages(store, page_rows=2)
+    store.close()
+    result = CliRunner().invoke(main, ["reconcile", "--db", sqlite_url, "--format", "json"])
+    assert result.exit_code == 2, result.output
+    assert "entries: seq 5: field event: not UTF-8 text" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_a_store_whose_connection_stays_in_its_thread_is_read_without_read_ahead(store: Store) -> None:
+    """sqlite3 keeps an in-memory database's connection to the thread that made it: the
+    store is then read in that thread. Both backends' file and server stores share."""
+    from reconcile import reconcile_store
+    from reconcile.snapshot import shareable
+
+    memory = Store("sqlite://")
+    memory.init()
+    for one in (memory, store):
+        s = Scenario()
+        s.grant("a1", gpus=8, at="10:00")
+        s.line("L1", "a1", "10:00", "11:00", gpus=8, amount="1.00")
+        ingest(one, s.events)
+        with one.reading() as conn:
+            assert shareable(conn) is (one is store)
+        # 8 GPUs held an hour with no job on them: 28,800 GPU-seconds idle and reserved
+        (line,) = reconcile_store(one).as_json()["lines"]
+        assert line["gpu_seconds"] == 28_800 and set(line["categories"]) == {"idle_reserved"}
+    memory.close()
+
+
+def test_read_ahead_left_early_closes_the_stores_cursor_in_its_transaction(store: Store) -> None:
+    """A load that fails after the first page: the reader's cursor (a server-side one on
+    PostgreSQL) is closed before the transaction ends, and the store reads on as before."""
+    ingest(store, _events())
+    with store.reading() as conn:
+        pages = read_ahead(store_pages(conn, page_rows=2))
+        assert next(pages).column("seq").to_pylist() == [1, 2]
+        pages.close()
+        again = [page.column("seq").to_pylist() for page in store_pages(conn, page_rows=3)]
+    assert again == [[1, 2, 3], [4, 5, 6], [7]]
