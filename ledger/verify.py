@@ -41,13 +41,12 @@ from dataclasses import dataclass, field
 from hashlib import sha256
 from typing import Any
 
-import orjson
 
 from sqlalchemy import Connection, func, select
 from sqlalchemy.engine import make_url
 
 from ledger.checkpoint import TenantHead, tenant_root
-from ledger.hashing import CHAIN_PREFIX, ZERO_HASH, chain_hash, entry_bytes, leaf_hash
+from ledger.hashing import CHAIN_PREFIX, ZERO_HASH, chain_hash, entry_bytes, entry_leaf, leaf_hash
 from ledger.merkle import STORED_MIN_LEVEL, Frontier
 from ledger.note import COSIGNATURE_V1, NoteError, Verifier, split_note
 from ledger.proofs import Checkpoint, CheckpointBody, ProofError, tenant_order, verify_consistency
@@ -55,7 +54,7 @@ from ledger.quarantine import quarantine_problem
 from ledger.store import Store
 from ledger.tables import batches, checkpoints, cosignatures, entries, tree_nodes
 from ledger.tree import TreeReader, stored_nodes
-from ledger.verify_ranges import LEAF_EVENT_OPEN, RangeSummary, RangeTask, check_range, cores, cut, stitch, verify_pages
+from ledger.verify_ranges import RangeSummary, RangeTask, check_range, cores, cut, stitch, verify_pages
 from ledger.witness import verify_cosignature
 
 _MOVE_WINDOW = 64
@@ -230,13 +229,7 @@ def _check_entries(walk: _Walk, rows: list[tuple]) -> Problem | None:  # type: i
     for row in rows:
         number, recorded_at, source, id_, type_, tenant, tenant_seq, event, salt, leaf, stored_chain, prev = row
         if number == seq + 1 and number not in special:
-            digest = sha256(LEAF_EVENT_OPEN)
-            digest.update(event)
-            digest.update(orjson.dumps({
-                "id": id_, "recorded_at": recorded_at, "salt": salt.hex(), "seq": number, "source": source,
-                "tenant": tenant, "tenant_seq": tenant_seq, "type": type_,
-            }).replace(b"{", b",", 1))
-            if digest.digest() == leaf:
+            if entry_leaf(number, recorded_at, source, id_, type_, tenant, tenant_seq, event, salt) == leaf:
                 next_chain = sha256(CHAIN_PREFIX + chain + leaf).digest()
                 if next_chain == stored_chain:
                     if tenant is None:

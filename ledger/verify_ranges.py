@@ -31,10 +31,9 @@ from dataclasses import dataclass, field
 from hashlib import sha256
 from typing import Any, TypeVar
 
-import orjson
 from sqlalchemy import Connection
 
-from ledger.hashing import CHAIN_PREFIX, LEAF_PREFIX, ZERO_HASH
+from ledger.hashing import CHAIN_PREFIX, ZERO_HASH, entry_leaf
 from ledger.merkle import Frontier
 from ledger.store import Store
 from ledger.tree import TreeReader, stored_nodes
@@ -47,7 +46,6 @@ _COLUMNS = (
 #: The event's UTF-8 bytes as the database holds them: what is hashed, fetched without
 #: a decode to str and an encode back (a fifth of the cost of reading a row here).
 _EVENT_BYTES = {"sqlite": "CAST(event AS BLOB)", "postgresql": "convert_to(event, 'UTF8')"}
-LEAF_EVENT_OPEN = LEAF_PREFIX + b'{"event":'
 
 TenantHeads = dict[str, tuple[int, bytes]]
 T = TypeVar("T")
@@ -179,13 +177,7 @@ def _check_rows(task: RangeTask, summary: RangeSummary, frontier: Frontier, rows
         number, recorded_at, source, id_, type_, tenant, tenant_seq, event, salt, leaf, stored_chain, prev = row
         if number != seq + 1:
             return None
-        digest = sha256(LEAF_EVENT_OPEN)
-        digest.update(event)
-        digest.update(orjson.dumps({
-            "id": id_, "recorded_at": recorded_at, "salt": salt.hex(), "seq": number, "source": source,
-            "tenant": tenant, "tenant_seq": tenant_seq, "type": type_,
-        }).replace(b"{", b",", 1))
-        if digest.digest() != leaf:
+        if entry_leaf(number, recorded_at, source, id_, type_, tenant, tenant_seq, event, salt) != leaf:
             return None
         chain = sha256(CHAIN_PREFIX + chain + leaf).digest()
         if chain != stored_chain:
