@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import text
 
 from ledger import Store
@@ -96,3 +97,14 @@ FIXED_TIME = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
 def fixed_salts(n: int) -> bytes:
     """Deterministic salts for pinned vectors: every entry's salt is 00 01 … 0f."""
     return bytes(range(16)) * (n // 16)
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    """`gpuledger ARGS` in this process: exit code, stdout, stderr. A traceback is a
+    failure of the calling test, never an exit code."""
+    from cli import main
+
+    result = CliRunner().invoke(main, list(args))
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr

@@ -18,6 +18,7 @@ from ledger import Store
 from ledger.note import write_keypair
 from ledger.tables import checkpoints
 from tests.reports_scenario import make_store, sqlite_store
+from tests.conftest import run_cli as run
 
 NO_TENANT = "Error: --tenant: no tenant 'nosuch' in the ledger (tenants: acme)\n"
 
@@ -27,13 +28,6 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     s = sqlite_store(tmp_path_factory.mktemp("calm"))
     yield s
     s.close()
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args))
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception  # a traceback is a failure of this test, not an exit code
-    return result.exit_code, result.stdout, result.stderr
 
 
 @pytest.mark.parametrize("args", [

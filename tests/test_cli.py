@@ -16,13 +16,7 @@ import cli
 from cli import main
 from ledger import Store
 from tests.conftest import ROOT, event, progress, write_jsonl
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args))
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout, result.stderr
+from tests.conftest import run_cli as run
 
 
 def all_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

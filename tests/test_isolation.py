@@ -18,17 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import text
 
 import ingest
-from cli import main
 from fixtures.sim import Rates, SimConfig, simulate
 from ledger import Appender, Store, append_stream
 from ledger.note import Signer
 from reconcile.dispute import build_dispute, verify_dispute
 from reconcile.isolation import Isolation
 from tests.conftest import event, write_jsonl
+from tests.conftest import run_cli as run
 
 #: tenant -> kind -> identifiers, as the raw source files give them.
 Identifiers = dict[str, dict[str, set[str]]]
@@ -205,13 +204,6 @@ CLEAN_FAULT = event("health.fault", "f-clean", {"node": "n1", "device": 0, "code
                     source="dcgm://n1", time=_at("10:03:00"))
 DIRTY_FAULT = event("health.fault", "f-dirty", {"node": "n1", "device": 1, "code": "xid-48", "severity": "critical",
                                                "dcgm_job": "zeta-secret-job"}, source="dcgm://n1", time=_at("10:04:00"))
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args))
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout, result.stderr
 
 
 def ledger_of(folder: Path, url: str, records: list[dict[str, Any]]) -> str:

@@ -50,11 +50,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 
-from cli import main
 from tests.conftest import event, write_jsonl
 from tests.test_packet import read_png
+from tests.conftest import run_cli as run
 
 CHROMIUM = shutil.which("chromium")
 
@@ -146,13 +145,6 @@ CLAIMS = [
 SENTENCE = ("acme disputes 7.00 USD of the 11.00 USD billed on invoice INV-1: 5.60 USD that the provider's own records "
             "put on the provider and 1.40 USD billed while its jobs ran idle with nothing in the ledger to explain it "
             "(4 findings below).")
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args))
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout, result.stderr
 
 
 @pytest.fixture(scope="module")

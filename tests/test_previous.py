@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import text
 
-from cli import main
 from ledger import Store
 from ledger.note import Signer
 from tests.conftest import event, write_jsonl
+from tests.conftest import run_cli as run
 
 
 def _at(clock: str) -> str:
@@ -46,13 +45,6 @@ LATER = [
     _of("zeta", "job.started", "zs", "10:20:30", job_id="zeta-job", allocation_id="Z-1"),
     _of("acme", "work.accepted", "ok", "10:30:00", job_id="acme-train", result_id="R-1"),
 ]
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args))
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout, result.stderr
 
 
 @dataclass(frozen=True)

@@ -10,27 +10,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import text
 
-from cli import main
 from ledger import Store
 from ledger.note import COSIGNATURE_V1, Signer
 from ledger.witness import CosignatureError, WitnessError, WitnessRequest, cosign, verify_cosignature
 from tests.conftest import write_jsonl
 from tests.test_verify_tamper import drop_guards
 from tests.test_dispute import ACME_AFTER, ACME_BEFORE, FLEET, ZETA
+from tests.conftest import run_cli as run
 
 ORIGIN = "gpuledger.local/ledger"
 FIRST = ACME_BEFORE + ZETA[:3] + FLEET[:1]  # 10 entries
 REST = ZETA[3:] + FLEET[1:] + ACME_AFTER   # 3 + 5 + 6 = 14 more: 24 in all
-
-
-def run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args))
-    if result.exception and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result.exit_code, result.stdout, result.stderr
 
 
 @dataclass(frozen=True)
