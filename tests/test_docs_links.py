@@ -17,7 +17,7 @@ PAGES = sorted([ROOT / "README.md", ROOT / "bench" / "README.md", ROOT / "reconc
                 *(ROOT / "docs").rglob("*.md")])
 
 #: The pages that explain the project to a newcomer: none may send them outside it.
-READER_PAGES = [p for p in PAGES if p.is_relative_to(ROOT / "docs") or p.name in ("RULES.md",) or p == ROOT / "README.md"]
+READER_PAGES = [p for p in PAGES if p.is_relative_to(ROOT / "docs") or p.name == "RULES.md" or p == ROOT / "README.md"]
 
 #: `[text](target)`, the target up to its closing parenthesis or a title.
 LINK = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
