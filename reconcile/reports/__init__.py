@@ -4,7 +4,7 @@ Each report is computed in DuckDB over `ev` (reconcile/engine/snapshot.py), load
 the store; outcomes also take the reconciliation's money (reconcile/engine/__init__.py). Each
 returns plain dicts and lists (JSON as is), and renders as rich tables or CSV rows.
 Definitions are in the module docstrings of reconcile/reports/promises.py, capacity.py and
-outcomes.py, and in the README's "Reports and packets".
+outcomes.py, and in docs/reports.md.
 
     with loaded(store) as data:            # one snapshot, one DuckDB
         promises.report(data.con)          # or report_promises(store) for one report

@@ -1,6 +1,6 @@
 """`report capacity`: the four capacities of a window [since, until), and the rates between.
 
-Definitions (README "Reports and packets" repeats them):
+Definitions (docs/reports.md repeats them):
 - **devices discovered**: distinct (node, device) of `device.discovered` events with time
   < until (no event retires a device, so one discovered before the window is still
   there; `since` does not apply). Fleet-wide, also under `--tenant`.

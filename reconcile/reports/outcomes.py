@@ -1,6 +1,6 @@
 """`report outcomes`: what the GPU time bought, per tenant.
 
-Definitions (README "Reports and packets" repeats them); percentiles are nearest-rank
+Definitions (docs/reports.md repeats them); percentiles are nearest-rank
 (reconcile/engine/figures.py), durations in seconds:
 - **attempt**: a `job.started`, running to the job's first `job.completed`, `job.failed`
   or `job.cancelled` after it (same instant: later in ledger order), unless the job

@@ -1,6 +1,6 @@
 """`report promises`: what was promised against what happened.
 
-Definitions (README "Reports and packets" repeats them):
+Definitions (docs/reports.md repeats them):
 - A **promise** is a `policy.promise` (tenant, promise_id, job_id, start_by, complete_by,
   placement_class, gpus). Should a promise id be given twice by one tenant, the first (by
   time, then ledger order) stands: a later restatement does not hide a miss.
