@@ -161,7 +161,7 @@ def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, manifes
 
 
 def _zone_note(path: Path, fmt: str | None, options: Mapping[str, str | None]) -> str:
-    """` · times in ZONE` for formats that print local time with no zone (DESIGN §2)."""
+    """` · times in ZONE` for formats that print local time with no zone (docs/events.md)."""
     from ingest import ingestor_for
     from ingest.base import LocalZone
 
@@ -439,7 +439,7 @@ def quarantine_command(db_url: str | None, fmt: str) -> None:
 @click.option("--tenant", default=None, help="Only this tenant.")
 @click.option("--invoice", default=None, help="Only this invoice's lines.")
 @click.option("--format", "fmt", type=click.Choice(RECONCILE_FORMATS), default="table", show_default=True,
-              help="table (terminal), json (DESIGN.md §6 shape), csv or parquet (one row per line and category), "
+              help="table (terminal), json (tenants and lines, as docs/finance-views.md shows), csv or parquet (one row per line and category), "
                    "html (finance's page, with pictures).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Output file (default: standard output; Parquet needs a file).")

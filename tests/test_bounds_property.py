@@ -1,4 +1,4 @@
-"""Anything ingest accepts, every command can process (DESIGN.md §2).
+"""Anything ingest accepts, every command can process (docs/events.md).
 
 Random events of every type, built through the real validators with the edge value at
 each bound drawn often (tests/event_strategies.py), are appended to a real SQLite store;

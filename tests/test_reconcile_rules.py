@@ -1,4 +1,4 @@
-"""Hand-worked reconciliation scenarios: one per time category and rule of DESIGN.md §4,
+"""Hand-worked reconciliation scenarios: one per time category and rule of reconcile/RULES.md,
 as reconcile/RULES.md states them, and the edge cases issue 6 names. Corrections, credits,
 money, unbilled time and the filters are in test_reconcile_billing.py.
 
@@ -513,7 +513,7 @@ def test_startup_beyond_the_allowance_is_idle_unexplained(tmp_path: Path) -> Non
 
 def test_first_startup_runs_from_the_grant_and_its_allowance_too(tmp_path: Path) -> None:
     """RULES.md §8 is read here as: for the first attempt s is the grant, in both places
-    (DESIGN.md: "from grant ... to the first progress, within warmup_allowance_s")."""
+    (reconcile/RULES.md: "from grant ... to the first progress, within warmup_allowance_s")."""
     s = Scenario()
     s.grant("A1", gpus=1, at="10:00")
     s.start("j1", "A1", at="10:04")

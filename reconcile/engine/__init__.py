@@ -1,4 +1,4 @@
-"""The reconciliation engine (DESIGN.md §4, operational rules in reconcile/RULES.md): DuckDB over an Arrow
+"""The reconciliation engine (rules in reconcile/RULES.md): DuckDB over an Arrow
 snapshot of the ledger's entries. It reads the ledger and never writes to it.
 
     entries ──(Arrow pages)──> ev ──> facts and labelled spans ──> lines, pieces, sweep

@@ -1,6 +1,6 @@
 """A finished reconciliation: its cells, and the shapes finance and tools read.
 
-`as_json()` is DESIGN.md §6's object, exactly; `frame()` is one row per line and
+`as_json()` is docs/cli.md's object, exactly; `frame()` is one row per line and
 category (CSV, Parquet). Both are built from the same cells, so they always agree.
 """
 

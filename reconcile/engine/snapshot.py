@@ -50,7 +50,7 @@ _RENAMED = {"period_start": "ps", "period_end": "pe"}
 
 EV_COLUMNS = ["seq", "type", "tenant", "t"] + [_RENAMED.get(f, f) for f in _DATA_FIELDS]
 
-#: The common event types beside progress, each with a narrow table of the fields DESIGN.md
+#: The common event types beside progress, each with a narrow table of the fields docs/events.md
 #: gives them (other data fields are never interpreted). Every column of a table is written
 #: and compressed for every row, so a month of billing lines and checkpoints loads several
 #: times faster into a few columns than into the 40 of `ev_other`, the table of all

@@ -7,7 +7,7 @@ A packet is one JSON object:
     kind        "gpuledger-dispute"
     tenant      the tenant it is for
     invoice_id  the invoice it is about
-    findings    Reconciliation.as_json() of that invoice's lines (DESIGN.md §6), computed
+    findings    Reconciliation.as_json() of that invoice's lines (docs/cli.md), computed
                 by the engine from exactly the entries the bundle carries
     claims      each provider-borne or disputed cell of the findings with its time stretches
                 and the seqs of the entries that decided it (reconcile/packets/claims.py); optional,

@@ -1,6 +1,6 @@
 """Tenant isolation of packets: a packet for one tenant holds no identifier of another.
 
-DESIGN.md §2 says fleet events carry no tenant's data, and §5 that a customer verifies a
+Fleet events carry no tenant's data (docs/events.md), and a customer verifies a
 packet without seeing any other tenant's. Both can fail upstream (an ingestor that keeps
 a per-job dcgmi field on a fleet fault, a tenant event that names another tenant's pod),
 and ledger entries cannot be edited afterwards: their canonical bytes are what the
