@@ -43,6 +43,8 @@ from fractions import Fraction
 from typing import Any
 
 import duckdb
+from rich.table import Table
+from rich.text import Text
 
 from reconcile.engine.figures import money, percentiles_sql, placement_sql, seconds
 from reconcile.engine.result import Reconciliation
@@ -238,3 +240,70 @@ def _completed_costs(con: duckdb.DuckDBPyConnection, recon: Reconciliation, keys
     for job_tenant, job_id in rows:
         out[of_job[(job_tenant, job_id)]].append({"_cost": costs.get((job_tenant, job_id), {})})
     return out
+
+
+# -- CSV and terminal rows ------------------------------------------------------------------
+
+DISTRIBUTIONS = ("start_wait_s", "completed_run_time_s")
+PROMISE_COUNTS = ("promises", "met", "missed", "pending")
+COST_FIGURES = ("completed_runs_cost", "cost_per_completed_run", "billed", "cost_per_accepted_result")
+
+
+def csv_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per group and currency of its money (a group with no money: one row, no
+    currency); distributions flattened as `<figure>_n`, `_p50`, `_p95`; promise figures
+    prefixed `promise_` and empty where the group has no promise."""
+    rows = []
+    for group in doc["groups"]:
+        base = {k: group[k] for k in doc["by"]}
+        base |= {k: group[k] for k in ("jobs", "started", "completed")}
+        for name in DISTRIBUTIONS:
+            base |= _flat(name, group[name])
+        made = group["promises"] or {}
+        base |= {f"promise_{k}": made.get(k) for k in PROMISE_COUNTS}
+        for name, _ in PROMISE_DURATIONS:
+            base |= _flat(f"promise_{name}", made.get(name) or {})
+        base |= {k: group[k] for k in ("restarts", "jobs_restarted", "restart_rate", "accepted_results")}
+        base |= {f"checkpoint_{k}" if k == "ratio" else k: v for k, v in group["checkpoint_overhead"].items()}
+        for currency, figures in (group["cost"] or {"": dict.fromkeys(COST_FIGURES)}).items():
+            rows.append(base | {"currency": currency} | {k: figures[k] for k in COST_FIGURES})
+    return rows
+
+
+def _flat(name: str, dist: dict[str, Any]) -> dict[str, Any]:
+    return {f"{name}_{part}": dist.get(part) for part in ("n", "p50", "p95")}
+
+
+def tables(doc: dict[str, Any]) -> list[Table | Text]:
+    """One row per group: observed figures, with the promised beside them as `promised → observed`."""
+    table = Table(*[k.replace("_", " ") for k in doc["by"]], "jobs started/completed", "start wait p95 s",
+                  "start p95 s promised → observed", "completion p95 s promised → observed", "missed/promises",
+                  "restarts/started", "checkpoint overhead", "cost / completed run", "cost / accepted result",
+                  title="envelope: observed against promised, per " + " and ".join(k.replace("_", " ") for k in doc["by"]))
+    for g in doc["groups"]:
+        made = g["promises"]
+        ratio = g["checkpoint_overhead"]["ratio"]
+        costs = g["cost"].items()
+        table.add_row(
+            *(g[k] for k in doc["by"]), f"{g['jobs']} {g['started']}/{g['completed']}", _text(g["start_wait_s"]["p95"]),
+            _side_by_side(made, "start"), _side_by_side(made, "completion"),
+            "–" if made is None else f"{made['missed']}/{made['promises']}",
+            "–" if g["restart_rate"] is None else f"{g['restart_rate']} ({g['restarts']}/{g['started']})",
+            "–" if ratio is None else f"{ratio:.2%}",
+            " ".join(f"{_text(c['cost_per_completed_run'])} {cur}" for cur, c in costs) or "–",
+            " ".join(f"{_text(c['cost_per_accepted_result'])} {cur}" for cur, c in costs) or "–")
+    parts: list[Table | Text] = [table]
+    if doc["unassigned"]:
+        parts.append(Text("in no group (lines naming no allocation): "
+                          + ", ".join(f"{v} {c}" for c, v in doc["unassigned"].items())))
+    return parts
+
+
+def _side_by_side(made: dict[str, Any] | None, what: str) -> str:
+    if made is None:
+        return "–"
+    return f"{_text(made[f'promised_{what}_s']['p95'])} → {_text(made[f'observed_{what}_s']['p95'])}"
+
+
+def _text(value: Any) -> str:
+    return "–" if value is None else str(value)
