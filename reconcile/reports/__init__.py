@@ -126,7 +126,7 @@ def csv_rows(name: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
         return [{k: v for k, v in p.items() if k != "seq"} | {"packet_command": p.get("packet_command", "")}
                 for p in doc["promises"]]
     if name == "capacity":
-        return [*doc["classes"], doc["total"]]
+        return capacity.csv_rows(doc)
     if name == "envelope":
         return envelope.csv_rows(doc)
     rows = []
@@ -155,7 +155,7 @@ def tables(name: str, doc: dict[str, Any]) -> list[Table | Text]:
     if name == "promises":
         return _promise_tables(doc)
     if name == "capacity":
-        return [_capacity_table(doc)]
+        return [_capacity_table(doc), *capacity.extra_tables(doc)]
     if name == "envelope":
         return envelope.tables(doc)
     return [_outcome_table(doc)]
