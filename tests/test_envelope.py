@@ -294,3 +294,41 @@ def test_no_receipts_and_no_changes_leave_capacity_as_it_was(providers: str) -> 
     assert (doc["receipts"], doc["changes"]) == ([], [])
     code, out, _ = run_cli("report", "capacity", "--db", providers, "--format", "csv")
     assert code == 0 and "receipts" not in out.splitlines()[0]
+
+
+# -- the simulator's truth -----------------------------------------------------------------
+
+
+def test_capacity_agrees_with_the_simulators_truth(tmp_path: Path) -> None:
+    """Receipts per class and the driver upgrade's delayed starts, against truth_evidence.json
+    (docs/simulator-evidence.md): the report's figures are compared with the truth's lists."""
+    from fixtures.sim import SimConfig, simulate
+
+    simulate(SimConfig(seed=7, gpus=64, days=2, tenants=4), tmp_path / "sim")
+    manifest = json.loads((tmp_path / "sim" / "manifest.json").read_text())
+    truth = json.loads((tmp_path / "sim" / manifest["truth"]["evidence"]).read_text())
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    code, out, _ = run_cli("ingest", "--db", url, "--manifest", str(tmp_path / "sim" / "manifest.json"))
+    assert code == 0 and out.splitlines()[-1].endswith("quarantined 0")
+    doc = report(url, "capacity")
+    mine: dict[str, dict[str, int]] = {}
+    for row in doc["receipts"]:  # mig receipts carry their profile: mig:3g.40gb is the truth's mig
+        counts = mine.setdefault(row["placement_class"].split(":")[0], {"receipts": 0, "devices_discovered": 0})
+        counts["receipts"] += row["receipts"]
+        counts["devices_discovered"] += row["devices_discovered"]
+    assert mine == {c: {"receipts": v["receipts"], "devices_discovered": v["devices_discovered"]}
+                    for c, v in truth["receipts"]["classes"].items()}
+    [claimed] = truth["fleet_changes"]
+    [change] = doc["changes"]
+    assert (change["change_id"], change["started_at"], change["ended_at"]) == (
+        claimed["change_id"], claimed["started_at"], claimed["ended_at"])
+    # the receipts its nodes held past the window are the truth's delayed starts; the others
+    # submitted during it launched in it; no customer job started or was interrupted in any window
+    assert sorted(h["job_id"] for h in change["held_past_end"]) == sorted(claimed["delayed_starts"])
+    during = next(w for w in change["windows"] if w["phase"] == "during")
+    assert (during["submitted"], during["started_after_window"], during["receipt_starts"], during["job_starts"]) == (
+        len(claimed["delayed_starts"]) + len(claimed["on_time_during"]), len(claimed["delayed_starts"]),
+        len(claimed["on_time_during"]), 0)
+    assert [w["interrupted"] for w in change["windows"]] == [0, 0, 0]
+    # held until after the window: the during p95 queue delay exceeds every before/after one
+    assert all(during["queue_delay_s"]["p95"] > w["queue_delay_s"]["p95"] for w in change["windows"] if w is not during)
