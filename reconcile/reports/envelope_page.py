@@ -14,7 +14,6 @@ from typing import Any
 
 import jinja2
 
-from reconcile.reports.envelope import PROMISE_DURATIONS
 
 TEMPLATES = Path(__file__).with_name("templates")
 
@@ -101,6 +100,4 @@ def html(doc: dict[str, Any]) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined)
     geometry = {"label_w": LABEL_W, "plot_w": PLOT_W, "bar_h": BAR_H, "gap": GAP}
-    return env.get_template("envelope.html.j2").render(
-        doc=doc, charts=charts(doc), geometry=geometry, durations=[name for name, _ in PROMISE_DURATIONS],
-        label=lambda g: _label(doc, g))
+    return env.get_template("envelope.html.j2").render(doc=doc, charts=charts(doc), geometry=geometry)
