@@ -27,7 +27,8 @@ from tests.event_strategies import LAST_DEADLINE, LATEST, NOW, events
 from tests.conftest import event
 
 REPORTS = (["report", "promises"], ["report", "capacity"], ["report", "outcomes"],
-           ["report", "promises", "--format", "json"], ["report", "outcomes", "--format", "json"])
+           ["report", "promises", "--format", "json"], ["report", "outcomes", "--format", "json"],
+           ["report", "capacity", "--format", "json"], ["report", "envelope"], ["report", "envelope", "--format", "html"])
 
 
 @pytest.fixture(scope="module")

@@ -209,9 +209,8 @@ def _tenants(con: duckdb.DuckDBPyConnection, recon: Reconciliation, tenant: str 
             "accepted_results": int(r["accepted_results"] or 0),
             "time_to_first_usable_allocation_s": _dist(r, "ttfua"), "step_time_s": _dist(r, "step"),
             "completed_run_time_s": _dist(r, "run"),
-            "checkpoint_overhead": {"checkpoint_gpu_seconds": gpu_seconds(ckpt_us), "billed_gpu_seconds": gpu_seconds(billed_us),
-                                    "ratio": round(ckpt_us / billed_us, 6) if billed_us else None},
-            "cost": _costs(completed, billed.get(name, {}), int(r["accepted_results"] or 0)),
+            "checkpoint_overhead": checkpoint_overhead(ckpt_us, billed_us),
+            "cost": cost_figures(completed, billed.get(name, {}), int(r["accepted_results"] or 0)),
         })
     for job in jobs:
         del job["_cost"]
@@ -229,8 +228,16 @@ def _billed_money(recon: Reconciliation) -> dict[str, dict[str, int]]:
     return out
 
 
-def _costs(completed: list[dict[str, Any]], billed: dict[str, int], accepted: int) -> dict[str, dict[str, Any]]:
-    """Per currency: completed runs' cost, cost per completed run, billed total, cost per accepted result."""
+def checkpoint_overhead(checkpoint_us: int, billed_us: int) -> dict[str, Any]:
+    """`checkpoint` GPU-seconds, billed GPU-seconds, and their ratio (six places; None when nothing was billed)."""
+    return {"checkpoint_gpu_seconds": gpu_seconds(checkpoint_us), "billed_gpu_seconds": gpu_seconds(billed_us),
+            "ratio": round(checkpoint_us / billed_us, 6) if billed_us else None}
+
+
+def cost_figures(completed: list[dict[str, Any]], billed: dict[str, int], accepted: int) -> dict[str, dict[str, Any]]:
+    """Per currency: completed runs' cost, cost per completed run, billed total, cost per accepted result.
+    `completed`: the completed jobs, each with `_cost` (currency -> exact minor units, job_costs);
+    `billed`: currency -> minor units billed; `accepted`: the accepted results they are shared by."""
     runs: dict[str, Fraction] = defaultdict(Fraction)
     for job in completed:
         for currency, value in job["_cost"].items():
