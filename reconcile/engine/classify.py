@@ -8,7 +8,7 @@ Order of work (RULES.md):
    never overlap on one allocation.
 3. A sweep over each allocation's timeline: at every boundary (span ends and piece
    ends) the count of open spans per label; a stretch between two boundaries takes the
-   smallest label open there (the priority order), or `idle_reserved` when none is, and
+   first label open there in priority order, or `idle_reserved` when none is (rules.py), and
    belongs to the piece open there, if any.
 4. Stretches inside a piece become the owning line's cells: (line, label, GPU-µs).
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import duckdb
 
-from reconcile.engine.intervals import INF, SPAN_LABELS
+from reconcile.engine.rules import INF, bit_sql, code, winner_sql
 
 #: A line that bills GPU time (the rest are money-only): GPUs, an allocation, a window, no credit.
 GPU_LINE = "l.g_b > 0 AND l.aid IS NOT NULL AND l.category IS DISTINCT FROM 'credit' AND l.pe > l.ps"
@@ -93,18 +93,17 @@ def _sweep_sql() -> str:
     # Points at one moment are peers in the window's default RANGE frame, so each of them
     # already sees the sums after all of them; only the last has a later t_next, and the
     # others are stretches of length 0, dropped (cheaper than grouping the points first).
-    lowest = " ".join(f"WHEN mask & {1 << code} <> 0 THEN {code}" for code in SPAN_LABELS)
     return f"""
 CREATE TABLE owned AS
 WITH pts AS (
-    SELECT ak, s AS t, CAST(1 AS BIGINT) << label AS d, CAST(0 AS BIGINT) AS o FROM merged
-    UNION ALL SELECT ak, e, -(CAST(1 AS BIGINT) << label), 0 FROM merged WHERE e < {INF}
+    SELECT ak, s AS t, {bit_sql("label")} AS d, CAST(0 AS BIGINT) AS o FROM merged
+    UNION ALL SELECT ak, e, -{bit_sql("label")}, 0 FROM merged WHERE e < {INF}
     UNION ALL SELECT ak, s, 0, owner FROM pieces
     UNION ALL SELECT ak, e, 0, -owner FROM pieces),
 running AS (
     SELECT t, lead(t) OVER w AS t_next, sum(d) OVER w AS mask, sum(o) OVER w AS owner
     FROM pts WINDOW w AS (PARTITION BY ak ORDER BY t))
-SELECT CAST(owner AS BIGINT) AS owner, sum(t_next - t) AS us, CASE {lowest} ELSE 0 END AS label
+SELECT CAST(owner AS BIGINT) AS owner, sum(t_next - t) AS us, {winner_sql('mask')} AS label
 FROM running WHERE t_next > t AND owner <> 0
 GROUP BY ALL;
 """
@@ -117,17 +116,17 @@ WITH every_cell AS (
     FROM owned o JOIN gline g ON g.seq = o.owner
     UNION ALL
     -- double_billed: the clipped window less the pieces it owns; a window alone owns all of it
-    SELECT c.seq, 20, (CAST(c.ce - c.cs AS HUGEINT) - coalesce(sum(p.e - p.s), 0)) * c.g
+    SELECT c.seq, {code('double_billed')}, (CAST(c.ce - c.cs AS HUGEINT) - coalesce(sum(p.e - p.s), 0)) * c.g
     FROM clipped c LEFT JOIN pieces p ON p.owner = c.seq
     WHERE NOT c.alone GROUP BY c.seq, c.cs, c.ce, c.g
     UNION ALL
-    SELECT g.seq, 21, CAST(g.g_b - g.g AS HUGEINT) * g.w_us
+    SELECT g.seq, {code('unallocated')}, CAST(g.g_b - g.g AS HUGEINT) * g.w_us
                       + CAST(g.g AS HUGEINT) * (g.w_us - greatest(coalesce(g.ce - g.cs, 0), 0))
     FROM gline g
     UNION ALL
-    SELECT l.seq, 22, 0 FROM lines l WHERE NOT coalesce({GPU_LINE}, false))
+    SELECT l.seq, {code('money_only')}, 0 FROM lines l WHERE NOT coalesce({GPU_LINE}, false))
 -- empty cells are never written (a money-only line keeps its one empty cell)
-SELECT * FROM every_cell WHERE gpu_us <> 0 OR label = 22;
+SELECT * FROM every_cell WHERE gpu_us <> 0 OR label = {code('money_only')};
 """
 
 

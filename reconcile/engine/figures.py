@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 
-from reconcile.engine.intervals import INF, SECOND
+from reconcile.engine.rules import INF, SECOND
 from reconcile.engine.money import format_minor, minor_unit
 from schemas import format_utc
 

@@ -3,52 +3,22 @@
 Each statement makes one table of facts (allocations, attempts, marks, faults, …) or of
 labelled spans `(tenant, aid, s, e, label)` on an allocation's timeline. A label is a
 category of RULES.md §"Categories" with its bearer (and, for productive time, the job's
-acceptance); a smaller label wins where spans overlap, which is RULES.md's priority
-order. Times are integer microseconds; +∞ is `INF`.
+acceptance), from the label table of reconcile/engine/rules.py; a smaller label wins
+where spans overlap, which is RULES.md's priority order. Which fault touches which
+allocation, and when a fault is open, are rules.py's too. Times are integer
+microseconds; +∞ is `INF`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import duckdb
 
-INF = 2**62
-SECOND = 1_000_000
+from reconcile.engine.rules import (FAULT_LOOKBACK_US, INF, SECOND, by_acceptance_sql, by_bearer_sql, code,
+                                    fault_windows_sql, touching_sql)
+
+__all__ = ["DEFAULT_TERMS", "INF", "SECOND", "build_spans"]  # INF and SECOND: rules.py's, kept importable here
+
 DEFAULT_TERMS = {"warmup_us": 600 * SECOND, "stall_us": 300 * SECOND, "notice_us": 0}
-FAULT_LOOKBACK_US = 300 * SECOND  # a fault this close before a failure makes it the provider's
-
-
-@dataclass(frozen=True)
-class Label:
-    code: int
-    category: str
-    bearer: str
-    acceptance: str | None = None
-
-
-#: Span labels in priority order (RULES.md 2–10), then the labels given per line.
-LABELS: tuple[Label, ...] = (
-    Label(0, "idle_reserved", "customer"),
-    Label(1, "reclaimed", "provider"),
-    Label(2, "checkpoint", "customer"),
-    Label(3, "restart_lost", "provider"),
-    Label(4, "restart_lost", "customer"),
-    Label(5, "restart_recovery", "provider"),
-    Label(6, "restart_recovery", "customer"),
-    Label(7, "productive", "customer", "accepted"),
-    Label(8, "productive", "customer", "rejected"),
-    Label(9, "productive", "customer", "pending"),
-    Label(10, "stalled_fault", "provider"),
-    Label(11, "startup", "customer"),
-    Label(12, "idle_unexplained", "disputed"),
-    Label(20, "double_billed", "provider"),
-    Label(21, "unallocated", "provider"),
-    Label(22, "money_only", "customer"),
-)
-SPAN_LABELS = tuple(label.code for label in LABELS if 1 <= label.code <= 12)
-LABEL_BY_CODE = {label.code: label for label in LABELS}
-CATEGORY_ORDER = tuple(dict.fromkeys(label.category for label in sorted(LABELS, key=lambda l: l.code if l.code else 13)))
 
 
 FACTS = f"""
@@ -108,24 +78,9 @@ SELECT tenant, job_id AS job,
        CASE WHEN bool_or(type = 'work.accepted') THEN 'accepted' ELSE 'rejected' END AS state
 FROM ev_rest WHERE type IN ('work.accepted', 'work.rejected') GROUP BY ALL;
 
-CREATE TABLE faults AS
-SELECT f.seq, f.node, f.device, f.fabric_domain, f.code, f.t AS open_t, coalesce(min(c.t), {INF}) AS close_t
-FROM ev_rest f LEFT JOIN ev_rest c
-  ON c.type = 'health.cleared' AND c.code = f.code
- AND c.node IS NOT DISTINCT FROM f.node AND c.device IS NOT DISTINCT FROM f.device
- AND c.fabric_domain IS NOT DISTINCT FROM f.fabric_domain
- AND (c.t > f.t OR (c.t = f.t AND c.seq > f.seq))
-WHERE f.type = 'health.fault' AND f.severity = 'critical'
-GROUP BY ALL;
+CREATE TABLE faults AS {fault_windows_sql("ev_rest", critical_only=True)};
 
-CREATE TABLE touch AS
-SELECT a.tenant, a.aid, f.seq, f.open_t, f.close_t FROM allocs a JOIN faults f ON f.fabric_domain = a.fabric_domain
-UNION
-SELECT a.tenant, a.aid, f.seq, f.open_t, f.close_t FROM allocs a JOIN faults f ON f.node = a.node
-WHERE f.device IS NULL OR a.devices IS NULL OR list_contains(a.devices, f.device)
-UNION
-SELECT a.tenant, a.aid, f.seq, f.open_t, f.close_t FROM allocs a, faults f
-WHERE f.node IS NULL AND f.device IS NOT NULL AND list_contains(a.devices, f.device);
+CREATE TABLE touch AS {touching_sql("allocs", "faults", "a.tenant, a.aid, f.seq, f.open_t, f.close_t")};
 """
 
 GAPS = f"""
@@ -206,7 +161,7 @@ WITH targets AS (
     SELECT d.tenant, j.aid, d.t FROM ev_rest d JOIN (SELECT DISTINCT tenant, job, aid FROM attempts) j
       ON j.tenant = d.tenant AND j.job = d.job_id
     WHERE d.type = 'policy.decision' AND d.decision IN ('preempted', 'reclaimed', 'evicted'))
-SELECT x.tenant, x.aid, min(x.t + coalesce(tm.notice_us, 0)), {INF}, 1
+SELECT x.tenant, x.aid, min(x.t + coalesce(tm.notice_us, 0)), {INF}, {code('reclaimed')}
 FROM targets x ASOF LEFT JOIN terms tm ON tm.tenant = x.tenant AND x.t >= tm.t
 GROUP BY x.tenant, x.aid;
 
@@ -219,7 +174,7 @@ WITH ckpt AS (
      AND sv.checkpoint_id = cs.checkpoint_id AND sv.t >= cs.t
     WHERE cs.type = 'checkpoint.started'
     GROUP BY cs.tenant, cs.job_id, cs.seq, cs.t)
-SELECT a.tenant, a.aid, greatest(c.s, a.s), least(c.e, a.e), 2
+SELECT a.tenant, a.aid, greatest(c.s, a.s), least(c.e, a.e), {code('checkpoint')}
 FROM ckpt c JOIN attempts a ON a.tenant = c.tenant AND a.job = c.job AND c.s < a.e AND c.e > a.s;
 
 -- 4, 5 restart_lost and restart_recovery, by cause
@@ -233,10 +188,10 @@ FROM attempts a ASOF LEFT JOIN saves sv ON sv.tenant = a.tenant AND sv.job = a.j
 WHERE a.kind = 'job.failed';
 
 INSERT INTO spans
-SELECT tenant, aid, lost_from, tf, CASE WHEN provider THEN 3 ELSE 4 END FROM failures;
+SELECT tenant, aid, lost_from, tf, {by_bearer_sql('restart_lost', 'provider')} FROM failures;
 
 INSERT INTO spans
-SELECT f.tenant, f.aid, f.tf, coalesce(fp.t, n.e), CASE WHEN f.provider THEN 5 ELSE 6 END
+SELECT f.tenant, f.aid, f.tf, coalesce(fp.t, n.e), {by_bearer_sql('restart_recovery', 'f.provider')}
 FROM failures f
 JOIN attempts n ON n.tenant = f.tenant AND n.aid = f.aid AND n.job = f.job
  AND (n.s > f.tf OR (n.s = f.tf AND n.sseq > f.eseq))
@@ -245,13 +200,12 @@ QUALIFY row_number() OVER (PARTITION BY f.att ORDER BY n.s, n.sseq) = 1;
 
 -- 6 productive: short gaps that end in a rise, by the job's acceptance
 INSERT INTO spans
-SELECT r.tenant, r.aid, r.s, r.e,
-       CASE coalesce(ac.state, 'pending') WHEN 'accepted' THEN 7 WHEN 'rejected' THEN 8 ELSE 9 END
+SELECT r.tenant, r.aid, r.s, r.e, {by_acceptance_sql('ac.state')}
 FROM productive_runs r LEFT JOIN acceptance ac ON ac.tenant = r.tenant AND ac.job = r.job;
 
 -- 7 stalled_fault: long gaps with a critical fault touching the allocation open in them
 INSERT INTO spans
-SELECT g.tenant, g.aid, g.s, g.e, 10 FROM odd_gaps g
+SELECT g.tenant, g.aid, g.s, g.e, {code('stalled_fault')} FROM odd_gaps g
 WHERE g.long AND EXISTS (
     SELECT 1 FROM touch x WHERE x.tenant = g.tenant AND x.aid = g.aid AND x.open_t < g.e AND x.close_t > g.s);
 
@@ -262,12 +216,12 @@ WITH origin AS (
            CASE WHEN a.first_on_alloc AND al.granted <= a.s THEN al.granted ELSE a.s END AS s0
     FROM attempts a LEFT JOIN allocs al ON al.tenant = a.tenant AND al.aid = a.aid)
 SELECT o.tenant, o.aid, o.s0,
-       least(coalesce(fp.t, {INF}), o.s0 + coalesce(tm.warmup_us, {DEFAULT_TERMS['warmup_us']}), o.e), 11
+       least(coalesce(fp.t, {INF}), o.s0 + coalesce(tm.warmup_us, {DEFAULT_TERMS['warmup_us']}), o.e), {code('startup')}
 FROM origin o LEFT JOIN first_progress fp ON fp.att = o.sseq
 ASOF LEFT JOIN terms tm ON tm.tenant = o.tenant AND o.s0 >= tm.t;
 
 -- 10 idle_unexplained: an attempt running, nothing else to say
-INSERT INTO spans SELECT tenant, aid, s, e, 12 FROM attempts;
+INSERT INTO spans SELECT tenant, aid, s, e, {code('idle_unexplained')} FROM attempts;
 
 DELETE FROM spans WHERE e <= s;
 

@@ -7,7 +7,8 @@ floor q and remainder r. Nothing is rounded until an invoice is reported: its ex
 is rounded half-even to the minor unit; each line is rounded half-even, and should the
 lines then miss the invoice's total, the cents go to (or come from) the lines with the
 largest rounding remainders. Within a line, the cents that the cells' floors leave over go
-to the cells with the largest remainders (ties: RULES.md's category order). So cells add
+to the cells with the largest remainders (ties: RULES.md's category order, which label
+codes follow). So cells add
 up to their line, and lines to the invoice total, to the cent.
 """
 
@@ -18,6 +19,8 @@ from decimal import ROUND_HALF_EVEN, Context, Decimal, Inexact, InvalidOperation
 
 import duckdb
 
+from reconcile.engine.rules import code
+
 #: ISO 4217 minor units that are not 2.
 MINOR_UNITS = {
     "BHD": 3, "BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "IQD": 3, "ISK": 0, "JOD": 3, "JPY": 0,
@@ -27,20 +30,6 @@ MINOR_UNITS = {
 _HUGEINT_BITS = 126  # headroom below DuckDB's signed 128-bit HUGEINT
 _BIGINT_BITS = 62  # and below its signed 64-bit BIGINT
 
-
-#: Ties in the rounding go in RULES.md's category order: unallocated, double_billed, the
-#: span labels by priority, idle_reserved, idle_unexplained, money_only.
-#: (The span labels 1–11 rank 2–12, so idle_reserved, label 0, ranks 13.)
-_RANK_APART = {21: 0, 20: 1, 0: 13, 12: 14, 22: 15}
-
-
-def category_rank(label: int) -> int:
-    """A label's place in RULES.md's category order (rounding ties, exact shares' ties)."""
-    return _RANK_APART.get(label, 1 + label)
-
-
-_CATEGORY_RANK = ("CASE f.label " + " ".join(f"WHEN {k} THEN {v}" for k, v in _RANK_APART.items())
-                  + " ELSE 1 + f.label END")
 
 #: An exact share is written with at most this many decimal places (see `exact_shares`).
 EXACT_PLACES = 18
@@ -137,15 +126,15 @@ WHERE g.k = 0;
 CREATE TABLE money AS
 WITH xd AS (
     SELECT c.seq, c.label, c.gpu_us, a.minor, t.cents AS line_cents,
-           a.a_int * CASE WHEN c.label = 22 THEN CAST(1 AS {num}) ELSE CAST(c.gpu_us AS {num}) END
+           a.a_int * CASE WHEN c.label = {code('money_only')} THEN CAST(1 AS {num}) ELSE CAST(c.gpu_us AS {num}) END
                    * CAST(pow(10, a.minor) AS {num}) AS x,
-           CASE WHEN c.label = 22 THEN CAST(1 AS {num}) ELSE a.line_us END * CAST({10 ** scale} AS {num}) AS d
+           CASE WHEN c.label = {code('money_only')} THEN CAST(1 AS {num}) ELSE a.line_us END * CAST({10 ** scale} AS {num}) AS d
     FROM cells c JOIN line_amounts a ON a.seq = c.seq JOIN line_total t ON t.seq = c.seq),
 floored AS (SELECT *, (x - r) // d AS q FROM (SELECT *, ((x % d) + d) % d AS r FROM xd)),
 ranked AS (
     SELECT *, row_number() OVER w AS rank,
            sum(q) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS floors
-    FROM floored WINDOW w AS (PARTITION BY seq ORDER BY r DESC, {_CATEGORY_RANK.replace("f.", "")}))
+    FROM floored WINDOW w AS (PARTITION BY seq ORDER BY r DESC, label))  -- ties: the category order, which the codes follow
 SELECT seq, label, gpu_us, minor, q + CASE WHEN rank <= line_cents - floors THEN 1 ELSE 0 END AS cents FROM ranked;
 """)
 

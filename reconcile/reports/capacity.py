@@ -36,7 +36,7 @@ from typing import Any
 import duckdb
 
 from reconcile.engine.figures import iso, placement_sql
-from reconcile.engine.intervals import INF
+from reconcile.engine.rules import INF
 
 STEPS = ("devices_discovered", "jobs_admitted", "jobs_placed", "workloads_started")
 COUNTS = (*STEPS, "started_without_admission", "devices_admitted", "devices_placed", "devices_started",

@@ -30,7 +30,7 @@ import jinja2
 
 from reconcile.reports.explain import BEARER_MEANING, explain, terms
 from reconcile.engine.figures import EPOCH, safe_name
-from reconcile.engine.intervals import SECOND
+from reconcile.engine.rules import SECOND
 from reconcile.reports.render import HOUR_US, exact_number, hours, money, number
 from reconcile.engine.result import BEARERS, Cell, Reconciliation
 

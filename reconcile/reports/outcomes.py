@@ -37,7 +37,7 @@ import duckdb
 import pyarrow as pa
 
 from reconcile.engine.figures import iso, money, percentiles_sql, seconds
-from reconcile.engine.intervals import INF
+from reconcile.engine.rules import INF
 from reconcile.engine.result import Reconciliation, gpu_seconds
 
 FACTS = f"""
