@@ -79,10 +79,14 @@ def allocate(con: duckdb.DuckDBPyConnection) -> None:
     """Make `money`: each cell with its cents, adding up to its line's amount, the lines to the invoice's total."""
     scale, num = _scale_and_type(con)
     minor = "CASE l.currency " + " ".join(f"WHEN '{c}' THEN {m}" for c, m in MINOR_UNITS.items()) + " ELSE 2 END"
+    # 10^minor written as an integer literal per currency: a power in DuckDB is floating point
+    per_unit = ("CASE l.currency " + " ".join(f"WHEN '{c}' THEN {10 ** m}" for c, m in MINOR_UNITS.items())
+                + f" ELSE {10 ** minor_unit(None)} END")
     con.execute(f"""
 -- Each billed line's amount read as an integer once; cells and lines both start from it.
 CREATE TABLE line_amounts AS
-SELECT l.seq, l.invoice_id, l.currency, {minor} AS minor, CAST({_amount_int(scale, "l.amount")} AS {num}) AS a_int,
+SELECT l.seq, l.invoice_id, l.currency, {minor} AS minor, CAST({per_unit} AS {num}) AS minor_per_unit,
+       CAST({_amount_int(scale, "l.amount")} AS {num}) AS a_int,
        CAST(l.g_b AS {num}) * (l.pe - l.ps) AS line_us
 FROM lines l;  -- every line has a cell: its GPU-µs add up to g_b × (pe - ps), or it is money-only
 """)
@@ -92,7 +96,7 @@ FROM lines l;  -- every line has a cell: its GPU-µs add up to g_b × (pe - ps),
         con.executemany("INSERT INTO invoice_cents VALUES (?, ?, ?)", totals)
     con.execute(f"""
 CREATE TABLE line_cents AS
-WITH xd AS (SELECT *, a_int * CAST(pow(10, minor) AS {num}) AS x, CAST({10 ** scale} AS {num}) AS d FROM line_amounts),
+WITH xd AS (SELECT *, a_int * minor_per_unit AS x, CAST({10 ** scale} AS {num}) AS d FROM line_amounts),
 rem AS (SELECT *, ((x % d) + d) % d AS r FROM xd),
 halfeven AS (
     SELECT seq, invoice_id, currency, (x - r) // d AS q, r, d,
@@ -127,7 +131,7 @@ CREATE TABLE money AS
 WITH xd AS (
     SELECT c.seq, c.label, c.gpu_us, a.minor, t.cents AS line_cents,
            a.a_int * CASE WHEN c.label = {code('money_only')} THEN CAST(1 AS {num}) ELSE CAST(c.gpu_us AS {num}) END
-                   * CAST(pow(10, a.minor) AS {num}) AS x,
+                   * a.minor_per_unit AS x,
            CASE WHEN c.label = {code('money_only')} THEN CAST(1 AS {num}) ELSE a.line_us END * CAST({10 ** scale} AS {num}) AS d
     FROM cells c JOIN line_amounts a ON a.seq = c.seq JOIN line_total t ON t.seq = c.seq),
 floored AS (SELECT *, (x - r) // d AS q FROM (SELECT *, ((x % d) + d) % d AS r FROM xd)),
@@ -150,9 +154,15 @@ def _invoice_totals(con: duckdb.DuckDBPyConnection, scale: int) -> list[tuple[st
     return out
 
 
+def major_units(cents: int, minor: int) -> Decimal:
+    """Integer minor units as an exact Decimal of major units (a scaleb would round to the
+    default context's 28 digits)."""
+    return Decimal(f"{int(cents)}E-{minor}")
+
+
 def format_minor(cents: int, minor: int) -> str:
     """Integer minor units as a decimal string with exactly `minor` places."""
-    return format(Decimal(cents).scaleb(-minor), f".{minor}f")
+    return format(major_units(cents, minor), f".{minor}f")
 
 
 def places_of(text: str) -> int:

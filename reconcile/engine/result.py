@@ -15,7 +15,8 @@ from typing import Any
 import pyarrow as pa
 
 from reconcile.engine.figures import iso
-from reconcile.engine.money import exact_shares, exact_sum, exact_text, format_minor, places_of, round_minor
+from reconcile.engine.money import (exact_shares, exact_sum, exact_text, format_minor, major_units, places_of,
+                                    round_minor)
 from reconcile.engine.rules import ACCEPTANCE, BEARERS, CATEGORY_ORDER, LABEL_BY_CODE, SECOND
 
 __all__ = ["ACCEPTANCE", "BEARERS", "CATEGORY_ORDER", "Cell", "InvoiceTotal", "Reconciliation", "gpu_seconds"]
@@ -226,11 +227,11 @@ class Reconciliation:
 
     def disputed_amounts(self) -> dict[str, Decimal]:
         """Provider-borne plus disputed money, per currency."""
-        out: dict[str, Decimal] = defaultdict(Decimal)
+        cents: dict[tuple[str, int], int] = defaultdict(int)
         for cell in self.cells:
             if cell.bearer in ("provider", "disputed"):
-                out[cell.currency or ""] += Decimal(cell.cents).scaleb(-cell.minor)
-        return dict(out)
+                cents[(cell.currency or "", cell.minor)] += cell.cents
+        return {currency: major_units(total, minor) for (currency, minor), total in cents.items()}
 
     def as_json(self) -> dict[str, Any]:
         tenants = {
