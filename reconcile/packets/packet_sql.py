@@ -24,18 +24,18 @@ WITH aids AS (
     WHERE tenant = $tenant AND allocation_id IS NOT NULL
       AND ((type = 'job.started' AND job_id = $job)
            OR (type = 'policy.decision' AND (job_id = $job OR job_id IN (SELECT pod FROM pk_pods))))),
-g AS (
+first_grant AS (
     SELECT allocation_id AS aid, t AS granted, seq AS grant_seq, gpus, node, devices, fabric_domain,
            placement_class, profile
     FROM ev WHERE type = 'allocation.granted' AND tenant = $tenant AND allocation_id IN (SELECT aid FROM aids)
     QUALIFY row_number() OVER (PARTITION BY allocation_id ORDER BY t, seq) = 1),
-r AS (
+releases AS (
     SELECT allocation_id AS aid, t, seq, reason FROM ev
     WHERE type = 'allocation.released' AND tenant = $tenant AND allocation_id IN (SELECT aid FROM aids))
-SELECT a.aid, g.granted, g.grant_seq, g.gpus, g.node, g.devices, g.fabric_domain, g.placement_class, g.profile,
-       r.t AS released, r.seq AS release_seq, r.reason AS release_reason
-FROM aids a LEFT JOIN g ON g.aid = a.aid LEFT JOIN r ON r.aid = a.aid AND r.t >= g.granted
-QUALIFY row_number() OVER (PARTITION BY a.aid ORDER BY r.t NULLS LAST, r.seq) = 1;
+SELECT a.aid, gr.granted, gr.grant_seq, gr.gpus, gr.node, gr.devices, gr.fabric_domain, gr.placement_class, gr.profile,
+       rel.t AS released, rel.seq AS release_seq, rel.reason AS release_reason
+FROM aids a LEFT JOIN first_grant gr ON gr.aid = a.aid LEFT JOIN releases rel ON rel.aid = a.aid AND rel.t >= gr.granted
+QUALIFY row_number() OVER (PARTITION BY a.aid ORDER BY rel.t NULLS LAST, rel.seq) = 1;
 
 CREATE OR REPLACE TEMP TABLE pk_window AS
 WITH about AS (
