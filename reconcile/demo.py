@@ -29,7 +29,7 @@ from reconcile.packets.dispute import write_packet as write_dispute
 from reconcile.engine.money import major_units
 from reconcile.engine.rules import CATEGORY_ORDER
 from reconcile.packets.letter import write_letter_beside
-from reconcile.reports.render import write
+from reconcile.reports.output import write
 from reconcile.reports import write_reports
 from reconcile.engine.result import Reconciliation
 

@@ -32,7 +32,7 @@ from reconcile.reports.explain import BEARER_MEANING, explain, terms
 from reconcile.engine.figures import EPOCH, safe_name
 from reconcile.engine.money import major_units
 from reconcile.engine.rules import SECOND
-from reconcile.reports.render import HOUR_US, exact_number, hours, money, number
+from reconcile.reports.output import HOUR_US, exact_number, hours, money, number
 from reconcile.engine.result import BEARERS, Cell, Reconciliation
 
 TEMPLATES = Path(__file__).with_name("templates")
