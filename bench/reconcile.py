@@ -71,7 +71,7 @@ class Shape:
 
 _MACROS = """
 CREATE OR REPLACE MACRO iso(s) AS strftime(make_timestamp(CAST(s AS BIGINT) * 1000000), '%Y-%m-%dT%H:%M:%SZ');
-CREATE OR REPLACE MACRO ce(typ, id, s, data) AS
+CREATE OR REPLACE MACRO cloud_event(typ, id, s, data) AS
     '{"data":' || data || ',"id":"' || id || '","source":"bench://fleet","specversion":"1.0","time":"'
     || iso(s) || '","type":"' || typ || '"}';
 CREATE OR REPLACE MACRO jt(tenant) AS '"tenant":"' || tenant || '"';
@@ -182,11 +182,11 @@ def write_fleet(path: Path, shape: Shape, threads: int | None = None) -> int:
                    k % 100 AS v, {shape.stretch} AS f, '{amount}' AS amount
             FROM range({shape.allocations}) r(k)""")
         terms = (f"SELECT i + 1 AS seq, 'policy.terms' AS type, 'tenant-' || i AS tenant, "
-                 f"""ce('policy.terms', 'terms-' || i, {T0 - 86400}, '{{"reclaim_notice_s":0,"stall_threshold_s":300,' """
+                 f"""cloud_event('policy.terms', 'terms-' || i, {T0 - 86400}, '{{"reclaim_notice_s":0,"stall_threshold_s":300,' """
                  f"""|| jt('tenant-' || i) || ',"warmup_allowance_s":600}}') AS event FROM range({TENANTS}) r(i)""")
         body = " UNION ALL ".join(f"({part})" for part in (_progress_sql(), _checkpoint_sql(), _lines_sql(), _kinds_sql()))
         events = (f"SELECT {TENANTS + 1} + k * {STRIDE} + local AS seq, type, tenant, "
-                  f"ce(type, type || '-' || k || '-' || local, s, data) AS event FROM ({body})")
+                  f"cloud_event(type, type || '-' || k || '-' || local, s, data) AS event FROM ({body})")
         con.execute(f"COPY ({terms} UNION ALL {events}) TO '{_quoted(path)}' "
                     f"(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 1000000)")
         row = con.execute(f"SELECT count(*) FROM read_parquet('{_quoted(path)}')").fetchone()

@@ -164,22 +164,19 @@ def test_rounding_remainder_goes_by_largest_remainder_then_category_order(
 
 
 def test_rounding_ties_rank_every_label_apart_in_category_order() -> None:
-    """Which cell of a tie gets a cent must never be left to the sort: every label has a
-    rank of its own, in RULES.md's order (unallocated, then rules 1-10, restart bearers
-    provider first). The scenario above can pass by luck; this cannot."""
-    import duckdb
+    """Which cell of a tie gets a cent must never be left to the sort: the money ranks ties
+    by label code, and every label has a code of its own, in RULES.md's order (unallocated,
+    then rules 1-10, restart bearers provider first). The scenario above can pass by luck;
+    this cannot."""
+    from reconcile.engine.rules import LABELS
 
-    from reconcile.engine.money import _CATEGORY_RANK
-
-    # by hand from RULES.md: unallocated 21, double_billed 20, reclaimed 1, checkpoint 2,
-    # restart_lost 3/4, restart_recovery 5/6, productive 7/8/9, stalled_fault 10, startup 11,
-    # idle_reserved 0, idle_unexplained 12, money_only 22
-    in_order = [21, 20, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0, 12, 22]
-    values = ", ".join(f"({label})" for label in in_order)
-    ranks = duckdb.sql(f"SELECT f.label, {_CATEGORY_RANK} AS r FROM (VALUES {values}) f(label)").fetchall()
-    by_rank = sorted(ranks, key=lambda row: row[1])
-    assert [label for label, _ in by_rank] == in_order
-    assert len({r for _, r in ranks}) == len(in_order)
+    # by hand from RULES.md: §Unallocated, rules 1-10 of §Categories, §Inputs 2 (money_only)
+    in_order = ["unallocated", "double_billed", "reclaimed", "checkpoint", "restart_lost.provider",
+                "restart_lost.customer", "restart_recovery.provider", "restart_recovery.customer",
+                "productive.accepted", "productive.rejected", "productive.pending", "stalled_fault", "startup",
+                "idle_reserved", "idle_unexplained", "money_only"]
+    assert [label.name for label in sorted(LABELS, key=lambda label: label.code)] == in_order
+    assert len({label.code for label in LABELS}) == len(in_order)
 
 
 @pytest.mark.parametrize("places", [25, 40])

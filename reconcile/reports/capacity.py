@@ -37,7 +37,7 @@ import duckdb
 from rich.table import Table
 
 from reconcile.engine.figures import iso, placement_sql
-from reconcile.engine.intervals import INF
+from reconcile.engine.rules import INF
 from reconcile.reports import fleet_changes
 
 STEPS = ("devices_discovered", "jobs_admitted", "jobs_placed", "workloads_started")

@@ -32,7 +32,7 @@ import duckdb
 from rich.table import Table
 
 from reconcile.engine.figures import iso, percentiles_sql, seconds
-from reconcile.engine.intervals import INF
+from reconcile.engine.rules import INF
 from reconcile.reports import outcomes
 
 PHASES = ("before", "during", "after")

@@ -37,7 +37,7 @@ import duckdb
 import pyarrow as pa
 
 from reconcile.engine.figures import iso, money, percentiles_sql, seconds
-from reconcile.engine.intervals import INF
+from reconcile.engine.rules import INF
 from reconcile.engine.result import Reconciliation, gpu_seconds
 
 FACTS = f"""
@@ -65,12 +65,12 @@ SELECT d.* EXCLUDE (end_t, end_seq, kind, cause, next_s),
 FROM ended d LEFT JOIN rp_horizon h ON h.tenant = d.tenant;
 
 CREATE OR REPLACE TEMP TABLE rp_grants AS
-WITH g AS (
+WITH first_grant AS (
     SELECT tenant, allocation_id, t AS granted FROM ev WHERE type = 'allocation.granted'
     QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1)
-SELECT g.tenant, g.allocation_id, g.granted, coalesce(min(r.t), {INF}) AS released
-FROM g LEFT JOIN ev r ON r.type = 'allocation.released' AND r.tenant = g.tenant
-  AND r.allocation_id = g.allocation_id AND r.t >= g.granted
+SELECT gr.tenant, gr.allocation_id, gr.granted, coalesce(min(rel.t), {INF}) AS released
+FROM first_grant gr LEFT JOIN ev rel ON rel.type = 'allocation.released' AND rel.tenant = gr.tenant
+  AND rel.allocation_id = gr.allocation_id AND rel.t >= gr.granted
 GROUP BY ALL;
 
 CREATE OR REPLACE TEMP TABLE rp_jobs AS
@@ -115,12 +115,12 @@ GROUP BY ALL;
 """
 
 TENANT_FIGURES = f"""
-WITH j AS (
+WITH job_figures AS (
     SELECT tenant, count(*) AS jobs, count(completed) AS completed_runs, sum(accepted) AS accepted_results,
            {percentiles_sql('ttfua', 'ttfua')}, {percentiles_sql('run_time', 'run')}
     FROM rp_jobs WHERE ($tenant IS NULL OR tenant = $tenant) GROUP BY tenant),
-s AS (SELECT tenant, {percentiles_sql('gap', 'step')} FROM rp_steps GROUP BY tenant)
-SELECT * FROM j LEFT JOIN s USING (tenant) ORDER BY tenant
+step_figures AS (SELECT tenant, {percentiles_sql('gap', 'step')} FROM rp_steps GROUP BY tenant)
+SELECT * FROM job_figures LEFT JOIN step_figures USING (tenant) ORDER BY tenant
 """
 
 JOB_COLUMNS = ("tenant", "job_id", "submitted", "first_start", "first_allocation", "granted", "first_progress",
