@@ -1,11 +1,15 @@
 """The DuckDB engine against the plain pandas reading of RULES.md (bench/pandas_reconcile.py).
 
-Small random fleets (1–3 allocations, jobs with attempts, progress with stalls and steps
-that do not rise, checkpoints, failures with causes, faults with and without clears,
-terms changes, reclaim decisions, lines that overlap, correct, credit or run past the
-release) go into a SQLite ledger; both implementations reconcile the same `ev` and must
-agree on every line's GPU-µs per category key. The oracle itself is pinned first, on
-scenarios worked out by hand from RULES.md.
+Small random fleets (1–3 allocations with devices absent, empty, whole GPUs or MIG
+instances, whole, MIG or time-sliced on shared nodes; jobs with attempts, progress with
+stalls and steps that do not rise, checkpoints, failures with causes, faults on nodes,
+devices, MIG instances and fabric domains with and without clears, terms changes, every
+scheduler decision, events at the same instant, lines that overlap, correct, credit or
+run past the release) go into a SQLite ledger. The engine reconciles the store; the
+oracle reads the same entries as stored (a plain SELECT of `entries`) and parses every
+event itself, never the engine's projection. Both must agree on every line's GPU-µs and
+cents per category key. The oracle itself is pinned first, on scenarios worked out by
+hand from RULES.md.
 """
 
 from __future__ import annotations
@@ -19,16 +23,15 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.pandas_reconcile import category_key, reconcile_frame
-from ledger import Appender, Store
+from bench.pandas_reconcile import (category_key, entries_of_parquet, entries_of_store, frame_of_entries,
+                                    line_cents, reconcile_entries, reconcile_frame, rfc3339_us)
+from ledger import Appender, Store, export_entries
 from reconcile import reconcile_store
 from reconcile.result import Cell
-from reconcile.snapshot import load_pages, open_engine, store_pages
 from schemas import Accepted, Origin, validate_event
 from tests.conftest import SLOW
 
@@ -69,34 +72,37 @@ def ledger_of(events: list[Event]) -> Iterator[Store]:
             store.close()
 
 
-def ev_frame(store: Store) -> pd.DataFrame:
-    con = open_engine()
-    try:
-        with store.reading() as conn:
-            load_pages(con, store_pages(conn))
-        return con.execute("SELECT * FROM ev").df()
-    finally:
-        con.close()
+Lines = dict[tuple[str, str], dict[str, int]]
 
 
-def by_line(cells: list[Cell]) -> dict[tuple[str, str], dict[str, int]]:
-    """The engine's cells as {(tenant, line_id): {category key: GPU-µs}}, zeros left out."""
-    out: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+def by_line(cells: list[Cell], money: bool = False) -> Lines:
+    """The engine's cells as {(tenant, line_id): {category key: GPU-µs}} (with `money`:
+    cents), zeros left out."""
+    out: Lines = defaultdict(dict)
     for cell in cells:
         line = out[(cell.tenant, cell.line_id)]
-        if cell.gpu_us:
+        value = cell.cents if money else cell.gpu_us
+        if value:
             key = category_key(cell.category, cell.bearer, cell.acceptance)
-            line[key] = line.get(key, 0) + cell.gpu_us
+            line[key] = line.get(key, 0) + value
     return dict(out)
 
 
-def engine_lines(store: Store) -> dict[tuple[str, str], dict[str, int]]:
+def engine_lines(store: Store) -> Lines:
     return by_line(reconcile_store(store).cells)
 
 
-def oracle_lines(events: list[Event]) -> dict[tuple[str, str], dict[str, int]]:
+def oracle_lines(events: list[Event]) -> Lines:
     with ledger_of(events) as store:
-        return reconcile_frame(ev_frame(store))
+        return reconcile_entries(entries_of_store(store))
+
+
+def oracle_and_engine(store: Store) -> tuple[Lines, Lines, Lines, Lines]:
+    """(oracle GPU-µs, oracle cents, engine GPU-µs, engine cents) of one ledger."""
+    frame = frame_of_entries(entries_of_store(store))
+    gpu = reconcile_frame(frame)
+    cells = reconcile_store(store).cells
+    return gpu, line_cents(frame, gpu), by_line(cells), by_line(cells, money=True)
 
 
 # ------------------------------------------------------------ the oracle, by hand
@@ -399,16 +405,21 @@ def test_the_oracle_accounts_for_every_billed_gpu_second(seed: int) -> None:
             assert sum(cells.values()) == billed[key], (key, cells)
 
 
+def differences(expected: Lines, got: Lines) -> dict[tuple[str, str], tuple[dict[str, int], dict[str, int]]]:
+    """(oracle, engine) of each line on which they differ; a line one side lacks is {}."""
+    return {k: (expected.get(k, {}), got.get(k, {})) for k in sorted(set(expected) | set(got))
+            if expected.get(k, {}) != got.get(k, {})}
+
+
 @RANDOM_SETTINGS
 @given(seed=st.integers(0, 2**32 - 1))
 def test_engine_and_pandas_agree_line_by_line(seed: int) -> None:
     events = random_fleet(random.Random(seed))
     with ledger_of(events) as store:
-        expected = {k: v for k, v in reconcile_frame(ev_frame(store)).items()}
-        got = engine_lines(store)
-    assert set(got) == set(expected), "lines after corrections differ"
-    diffs = {k: (expected[k], got[k]) for k in expected if expected[k] != got[k]}
-    assert not diffs, f"seed {seed}: (oracle, engine) per line: {diffs}"
+        gpu, cents, engine_gpu, engine_cents = oracle_and_engine(store)
+    assert set(engine_gpu) == set(gpu), "lines after corrections differ"
+    assert not differences(gpu, engine_gpu), f"seed {seed}: GPU-µs (oracle, engine) per line: {differences(gpu, engine_gpu)}"
+    assert not differences(cents, engine_cents), f"seed {seed}: cents (oracle, engine) per line: {differences(cents, engine_cents)}"
 
 
 # ------------------------------------------------------------ the benchmark's fleet
@@ -417,7 +428,6 @@ def test_engine_and_pandas_agree_line_by_line(seed: int) -> None:
 def test_the_benchmark_fleet_is_valid_and_both_implementations_agree_on_it(tmp_path: Path) -> None:
     from bench.reconcile import Shape, check_fleet, write_fleet
     from reconcile import reconcile_parquet
-    from reconcile.snapshot import load_parquet
 
     path = tmp_path / "fleet.parquet"
     shape = Shape(gpus=800, days=1)  # 200 allocations: every variant of the hundred, twice
@@ -425,11 +435,11 @@ def test_the_benchmark_fleet_is_valid_and_both_implementations_agree_on_it(tmp_p
     counts = check_fleet(path, project=True)
     assert sum(counts.values()) == events
     assert counts["allocation.granted"] == shape.allocations == 200
-    con = open_engine()
-    load_parquet(con, path)
-    expected = reconcile_frame(con.execute("SELECT * FROM ev").df())
-    con.close()
-    assert by_line(reconcile_parquet(path).cells) == expected
+    frame = frame_of_entries(entries_of_parquet(path))
+    expected = reconcile_frame(frame)
+    cells = reconcile_parquet(path).cells
+    assert by_line(cells) == expected
+    assert not differences(line_cents(frame, expected), by_line(cells, money=True))
     kinds = {key for cells in expected.values() for key in cells}
     assert {"stalled_fault", "restart_lost:provider", "restart_recovery:customer", "reclaimed", "double_billed",
             "unallocated", "productive:rejected", "idle_unexplained", "checkpoint", "startup"} <= kinds
