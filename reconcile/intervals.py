@@ -118,14 +118,23 @@ FROM ev_rest f LEFT JOIN ev_rest c
 WHERE f.type = 'health.fault' AND f.severity = 'critical'
 GROUP BY ALL;
 
+-- An allocation's devices, and the whole GPU of each MIG instance it lists (`0` of `0/13`):
+-- a fault on the GPU reaches its instances.
+CREATE TABLE held_devices AS
+WITH listed AS (SELECT tenant, aid, unnest(devices) AS device FROM allocs)
+SELECT tenant, aid, device FROM listed
+UNION SELECT tenant, aid, split_part(device, '/', 1) FROM listed WHERE contains(device, '/');
+
+-- An empty device list is none given (DESIGN.md §2): every fault on the node touches it.
 CREATE TABLE touch AS
 SELECT a.tenant, a.aid, f.seq, f.open_t, f.close_t FROM allocs a JOIN faults f ON f.fabric_domain = a.fabric_domain
 UNION
 SELECT a.tenant, a.aid, f.seq, f.open_t, f.close_t FROM allocs a JOIN faults f ON f.node = a.node
-WHERE f.device IS NULL OR a.devices IS NULL OR list_contains(a.devices, f.device)
+WHERE f.device IS NULL OR a.devices IS NULL OR len(a.devices) = 0
 UNION
-SELECT a.tenant, a.aid, f.seq, f.open_t, f.close_t FROM allocs a, faults f
-WHERE f.node IS NULL AND f.device IS NOT NULL AND list_contains(a.devices, f.device);
+SELECT a.tenant, a.aid, f.seq, f.open_t, f.close_t
+FROM allocs a JOIN held_devices h ON h.tenant = a.tenant AND h.aid = a.aid JOIN faults f ON f.device = h.device
+WHERE f.node IS NULL OR f.node = a.node;
 """
 
 GAPS = f"""

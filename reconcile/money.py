@@ -3,9 +3,9 @@
 A line's amount is read as an integer A at the data's largest decimal scale s. A cell
 (line, label) is worth A × cell GPU-µs ÷ line GPU-µs units of 10^-s: in minor units
 (cents) that is x ÷ d with x = A × cell × 10^m and d = line × 10^s, kept as an exact
-floor q and remainder r. Nothing is rounded until an invoice is reported: its exact total
-is rounded half-even to the minor unit; each line is rounded half-even, and should the
-lines then miss the invoice's total, the cents go to (or come from) the lines with the
+floor q and remainder r. Nothing is rounded until an invoice (one tenant's invoice id in
+one currency) is reported: its exact total is rounded half-even to the minor unit; each
+line is rounded half-even, and should the lines then miss the invoice's total, the cents go to (or come from) the lines with the
 largest rounding remainders. Within a line, the cents that the cells' floors leave over go
 to the cells with the largest remainders (ties: RULES.md's category order). So cells add
 up to their line, and lines to the invoice total, to the cent.
@@ -93,42 +93,44 @@ def allocate(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"""
 -- Each billed line's amount read as an integer once; cells and lines both start from it.
 CREATE TABLE line_amounts AS
-SELECT l.seq, l.invoice_id, l.currency, {minor} AS minor, CAST({_amount_int(scale, "l.amount")} AS {num}) AS a_int,
+SELECT l.seq, l.tenant, l.invoice_id, l.currency, {minor} AS minor, CAST({_amount_int(scale, "l.amount")} AS {num}) AS a_int,
        CAST(l.g_b AS {num}) * (l.pe - l.ps) AS line_us
 FROM lines l;  -- every line has a cell: its GPU-µs add up to g_b × (pe - ps), or it is money-only
 """)
     totals = _invoice_totals(con, scale)
-    con.execute("CREATE TABLE invoice_cents (invoice_id VARCHAR, currency VARCHAR, cents HUGEINT)")
+    con.execute("CREATE TABLE invoice_cents (tenant VARCHAR, invoice_id VARCHAR, currency VARCHAR, cents HUGEINT)")
     if totals:  # executemany refuses an empty list: a ledger with no billing line
-        con.executemany("INSERT INTO invoice_cents VALUES (?, ?, ?)", totals)
+        con.executemany("INSERT INTO invoice_cents VALUES (?, ?, ?, ?)", totals)
     con.execute(f"""
 CREATE TABLE line_cents AS
 WITH xd AS (SELECT *, a_int * CAST(pow(10, minor) AS {num}) AS x, CAST({10 ** scale} AS {num}) AS d FROM line_amounts),
 rem AS (SELECT *, ((x % d) + d) % d AS r FROM xd),
 halfeven AS (
-    SELECT seq, invoice_id, currency, (x - r) // d AS q, r, d,
+    SELECT seq, tenant, invoice_id, currency, (x - r) // d AS q, r, d,
            (2 * r > d OR (2 * r = d AND ((x - r) // d) % 2 <> 0)) AS up
     FROM rem)
 SELECT *, q + CASE WHEN up THEN 1 ELSE 0 END AS rounded FROM halfeven;
 
 CREATE TABLE line_total AS
 WITH gap AS (
-    SELECT i.invoice_id, i.currency, i.cents - sum(lc.rounded) AS k
-    FROM invoice_cents i JOIN line_cents lc ON lc.invoice_id = i.invoice_id AND lc.currency IS NOT DISTINCT FROM i.currency
-    GROUP BY i.invoice_id, i.currency, i.cents),
+    SELECT i.tenant, i.invoice_id, i.currency, i.cents - sum(lc.rounded) AS k
+    FROM invoice_cents i JOIN line_cents lc ON lc.tenant = i.tenant AND lc.invoice_id = i.invoice_id
+     AND lc.currency IS NOT DISTINCT FROM i.currency
+    GROUP BY i.tenant, i.invoice_id, i.currency, i.cents),
 ranked AS (  -- only the invoices whose rounded lines miss their total need ranking
     -- every line has the same d (10^scale), so remainders compare exactly as integers
     SELECT lc.*, g.k,
-           row_number() OVER (PARTITION BY lc.invoice_id, lc.currency, lc.up
+           row_number() OVER (PARTITION BY lc.tenant, lc.invoice_id, lc.currency, lc.up
                               ORDER BY CASE WHEN lc.up THEN lc.r ELSE -lc.r END, lc.seq) AS rank
-    FROM line_cents lc JOIN gap g ON g.invoice_id = lc.invoice_id AND g.currency IS NOT DISTINCT FROM lc.currency
+    FROM line_cents lc JOIN gap g ON g.tenant = lc.tenant AND g.invoice_id = lc.invoice_id
+     AND g.currency IS NOT DISTINCT FROM lc.currency
     WHERE g.k <> 0)
 SELECT seq, rounded + CASE WHEN k > 0 AND NOT up AND rank <= k THEN 1
                            WHEN k < 0 AND up AND rank <= -k THEN -1 ELSE 0 END AS cents
 FROM ranked
 UNION ALL
 SELECT lc.seq, lc.rounded FROM line_cents lc JOIN gap g
-  ON g.invoice_id = lc.invoice_id AND g.currency IS NOT DISTINCT FROM lc.currency
+  ON g.tenant = lc.tenant AND g.invoice_id = lc.invoice_id AND g.currency IS NOT DISTINCT FROM lc.currency
 WHERE g.k = 0;
 
 -- Each cell's exact share x ÷ d as a floor q and remainder r; the cents the floors leave
@@ -150,14 +152,16 @@ SELECT seq, label, gpu_us, minor, q + CASE WHEN rank <= line_cents - floors THEN
 """)
 
 
-def _invoice_totals(con: duckdb.DuckDBPyConnection, scale: int) -> list[tuple[str, str | None, int]]:
-    """Each invoice's exact total rounded half-even to its currency's minor unit."""
+def _invoice_totals(con: duckdb.DuckDBPyConnection, scale: int) -> list[tuple[str, str, str | None, int]]:
+    """Each invoice's exact total rounded half-even to its currency's minor unit. An invoice
+    is one tenant's: two tenants' invoices of one id never share a cent (a tenant's figures
+    rest on its own data only)."""
     rows = con.execute(f"""
-        SELECT invoice_id, currency, CAST(sum(a_int) AS VARCHAR)
-        FROM line_amounts GROUP BY invoice_id, currency""").fetchall()
+        SELECT tenant, invoice_id, currency, CAST(sum(a_int) AS VARCHAR)
+        FROM line_amounts GROUP BY tenant, invoice_id, currency""").fetchall()
     out = []
-    for invoice_id, currency, total in rows:
-        out.append((invoice_id, currency, round_minor(Decimal(int(total)).scaleb(-scale, _EXACT), minor_unit(currency))))
+    for tenant, invoice_id, currency, total in rows:
+        out.append((tenant, invoice_id, currency, round_minor(Decimal(int(total)).scaleb(-scale, _EXACT), minor_unit(currency))))
     return out
 
 

@@ -248,7 +248,14 @@ def test_the_engine_on_the_edge_shapes(scenario: Any, expected: Any) -> None:
 TENANTS = ("acme", "beta")
 NODES = ("n1", "n2")
 CAUSES = ("hardware", "fabric", "application", "preempted", "unknown")
-DECISIONS = ("queued", "admitted", "preempted", "reclaimed", "evicted", "borrowed")
+DECISIONS = ("queued", "admitted", "placed", "preempted", "reclaimed", "evicted", "deactivated", "borrowed",
+             "lent", "backfilled")
+#: Devices an allocation may list: whole GPUs (as numbers or text) and MIG instances of them.
+DEVICES = (0, 1, 2, 3, "4", "0/13", "0/14", "1/5")
+#: What a fault may name as its device: whole GPUs, instances, one nobody holds.
+FAULT_DEVICES = (0, 1, "2", "4", "0/13", "1/5", "1/6")
+AMOUNTS = ("12.50", "0.005", "3.335", "7.777", "-1.015", "100", "0.01", "2.5")
+CURRENCIES = ("USD", "USD", "JPY", "KWD")
 MINUTE = 60
 # Edge shapes the random fleets may produce (both pinned above, both agreed on).
 OVERLAPPING_ATTEMPTS = True  # a-new-start-ends-an-attempt-left-running
@@ -275,6 +282,7 @@ def random_fleet(rng: random.Random) -> list[Event]:
                 "reclaim_notice_s": rng.choice((0, 60, 600))}))
     _decisions_and_faults(rng, allocations, timed)
     _lines(rng, allocations, timed)
+    _same_instants(rng, timed)
     order = sorted(range(len(timed)), key=lambda i: timed[i][0] + (rng.choice((0, 1800)) if rng.random() < 0.1 else 0))
     fleet = Fleet()
     for i in order:
@@ -283,13 +291,28 @@ def random_fleet(rng: random.Random) -> list[Event]:
     return fleet.events
 
 
+def _same_instants(rng: random.Random, timed: list[tuple[float, str, dict[str, Any]]]) -> None:
+    """A few events moved to the instant of another (a fault at a gap's start, a progress at
+    its attempt's start, a release at a line's edge): ties broken by ledger order alone."""
+    for _ in range(rng.randint(0, 3)):
+        i, j = rng.randrange(len(timed)), rng.randrange(len(timed))
+        timed[i] = (timed[j][0], *timed[i][1:])
+
+
 def _allocation(rng: random.Random, i: int, timed: list[Any]) -> dict[str, Any]:
     tenant = rng.choice(TENANTS)
     granted = _when(rng, 0, 60 * MINUTE)
     alloc: dict[str, Any] = {"tenant": tenant, "allocation_id": f"A{i}", "gpus": rng.randint(1, 8),
                              "node": rng.choice(NODES)}
-    if rng.random() < 0.5:
-        alloc["devices"] = rng.sample([0, 1, 2, 3, "4"], rng.randint(1, 3))
+    devices = rng.choice(("absent", "empty", "listed", "listed"))
+    if devices == "empty":
+        alloc["devices"] = []  # DESIGN §2: the same as none given
+    elif devices == "listed":
+        alloc["devices"] = rng.sample(DEVICES, rng.randint(1, 3))
+    # whole GPUs, MIG instances or time slices; nodes and devices are shared by the draw
+    alloc["placement_class"] = rng.choice(("whole", "mig", "timeslice"))
+    if alloc["placement_class"] == "mig":
+        alloc["profile"] = "1g.18gb"
     if rng.random() < 0.5:
         alloc["fabric_domain"] = rng.choice(("fd1", "fd2"))
     timed.append((granted, "allocation.granted", dict(alloc)))
@@ -353,8 +376,9 @@ def _decisions_and_faults(rng: random.Random, allocations: list[dict[str, Any]],
             timed.append((_when(rng, alloc["granted"], alloc["granted"] + 120 * MINUTE), "policy.decision", data))
     for _ in range(rng.choice((0, 1, 2, 3))):
         place: dict[str, Any] = rng.choice((
-            {"node": rng.choice(NODES)}, {"node": rng.choice(NODES), "device": rng.choice((0, 1, "2", 4))},
-            {"device": rng.choice((0, 1, "2", "4"))}, {"fabric_domain": rng.choice(("fd1", "fd2"))}))
+            {"node": rng.choice(NODES)}, {"node": rng.choice(NODES), "device": rng.choice(FAULT_DEVICES)},
+            {"device": rng.choice(FAULT_DEVICES)}, {"fabric_domain": rng.choice(("fd1", "fd2"))},
+            {"node": rng.choice(NODES), "fabric_domain": rng.choice(("fd1", "fd2"))}))
         code = rng.choice(("xid-79", "nvlink-down"))
         opened = _when(rng, 0, 180 * MINUTE)
         severity = rng.choice(("critical", "critical", "warning", None))
@@ -369,10 +393,10 @@ def _lines(rng: random.Random, allocations: list[dict[str, Any]], timed: list[An
         alloc = rng.choice(allocations)
         start = _when(rng, alloc["granted"] - 1200, alloc["granted"] + 180 * MINUTE)
         data: dict[str, Any] = {
-            "tenant": alloc["tenant"], "invoice_id": "INV-1", "line_id": f"L{n}",
+            "tenant": alloc["tenant"], "invoice_id": rng.choice(("INV-1", "INV-1", "INV-2")), "line_id": f"L{n}",
             "allocation_id": alloc["allocation_id"] if rng.random() < 0.9 else "A-unknown",
             "period_start": at(start), "period_end": at(start + rng.choice((0, 600, 1800, 3600, 4 * 3600))),
-            "gpus": rng.choice((0, 1, 2, 4, 8, 10)), "amount": "12.50", "currency": "USD",
+            "gpus": rng.choice((0, 1, 2, 4, 8, 10)), "amount": rng.choice(AMOUNTS), "currency": rng.choice(CURRENCIES),
             "category": rng.choice(("usage", "usage", "usage", "credit", "adjustment"))}
         if made and rng.random() < 0.25:
             data["corrects"] = rng.choice([line for tenant, line in made if tenant == alloc["tenant"]] or ["L-none"])
