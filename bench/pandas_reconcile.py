@@ -1,6 +1,13 @@
 """reconcile/RULES.md read the plain way, in pandas and Python: the baseline the DuckDB
 engine is timed against, and the oracle the engine's tests compare with.
 
+It shares nothing with the engine (it imports nothing from `reconcile/`): it reads the
+ledger's entries as stored (the canonical CloudEvent JSON of each, from a plain SELECT of
+`entries`, an exported Parquet file or an exported JSON Lines file), parses every event
+and its RFC 3339 times itself, and applies the rules as its own reading of RULES.md. So a
+slip in the engine's projection (a time misread, a field left out, progress keyed wrong)
+shows as a difference, not as agreement.
+
 Nothing here is clever. The events are grouped with pandas into per-allocation and
 per-job lists; each allocation gets the intervals of every category (RULES.md 2–10), a
 sweep labels each stretch of its holding with the first category that applies, and each
@@ -10,14 +17,16 @@ billing line (after corrections) is cut against that timeline, after `unallocate
 Times are integer microseconds since the epoch; +∞ is 2**62. "At or after" between two
 events means later in (time, seq) order (RULES.md: "events at the same instant are taken
 in ledger order"); a comparison with a bare moment (terms in force, the last save before
-a failure, a fault within 300 s of one) is by time alone, as RULES.md words it. Progress
+a failure, a fault within 300 s of one, the first release at or after `granted`) is by
+time alone, as RULES.md words it. Progress
 marks "with time in [start, end]" are taken in (time, seq) order too: a progress at the
 start's instant but earlier in the ledger was made before the attempt started.
 
 Two points RULES.md leaves open, decided here and named in the module's tests: when one
 second falls in the restart intervals of two failures with different bearers, `provider`
 wins; when it is productive for two jobs in different acceptance states, the order is
-accepted, rejected, pending.
+accepted, rejected, pending. Money (`line_cents`) follows RULES.md §Money; its rounding
+ties between the productive rows of one line go accepted, rejected, pending.
 """
 
 from __future__ import annotations
@@ -385,7 +394,8 @@ def allocation_of(fleet: Fleet, tenant: str, aid: str) -> Allocation:
     grant = fleet.grants.get((tenant, aid))
     if grant is None:
         return Allocation(tenant, None, (0, 0), [])
-    released = [k for k in fleet.releases.get((tenant, aid), []) if k > (grant.t, grant.seq)]
+    # RULES.md 3: the first release at or after `granted`, a moment: by time alone
+    released = [k for k in fleet.releases.get((tenant, aid), []) if k[0] >= grant.t]
     held = (grant.t, released[0][0] if released else INF)
     alloc = Allocation(tenant, grant, held, _attempts(fleet, tenant, aid))
     _reclaimed(fleet, alloc, aid)

@@ -14,6 +14,7 @@ hand from RULES.md.
 
 from __future__ import annotations
 
+import ast
 import random
 import tempfile
 from collections import defaultdict
@@ -27,8 +28,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bench.pandas_reconcile import (category_key, entries_of_parquet, entries_of_store, frame_of_entries,
-                                    line_cents, reconcile_entries, reconcile_frame, rfc3339_us)
+import bench.pandas_reconcile
+from bench.pandas_reconcile import (category_key, entries_of_jsonl, entries_of_parquet, entries_of_store,
+                                    frame_of_entries, line_cents, reconcile_entries, reconcile_frame, rfc3339_us)
 from ledger import Appender, Store, export_entries
 from reconcile import reconcile_store
 from reconcile.result import Cell
@@ -188,6 +190,66 @@ def test_corrections_replace_and_credits_carry_no_time() -> None:
     # C1 replaces B1 replaces A1; X names no known line and stays (and bills [0, 100) again).
     assert oracle_lines(f.events) == {("t", "C1"): {"idle_reserved": 100 * S},
                                       ("t", "X"): {"double_billed": 100 * S}, ("t", "K"): {}}
+
+
+def test_the_oracle_imports_nothing_of_the_engine() -> None:
+    tree = ast.parse(Path(bench.pandas_reconcile.__file__).read_text())
+    imported = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    imported += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    assert imported and not [name for name in imported if name == "reconcile" or name.startswith("reconcile.")]
+
+
+@pytest.mark.parametrize(("text", "us"), [
+    ("1970-01-01T00:00:00Z", 0),
+    ("1970-01-01T00:00:01.5Z", 1_500_000),
+    ("1970-01-01T01:00:00+01:00", 0),  # an hour east of UTC: the same instant
+    ("1969-12-31T23:59:59.000001-00:00", -999_999),
+    ("1970-01-02T00:00:00.1234567z", 86_400 * S + 123_456),  # digits past the µs dropped
+    ("2026-01-05T10:00:00.000250Z", (20_458 * 86_400 + 36_000) * S + 250),  # 20,458 days from 1970-01-01
+])
+def test_the_oracle_reads_rfc_3339_times_as_microseconds(text: str, us: int) -> None:
+    assert rfc3339_us(text) == us
+
+
+def test_the_oracle_refuses_a_time_without_a_zone() -> None:
+    with pytest.raises(ValueError):
+        rfc3339_us("2026-01-05T10:00:00")
+
+
+def test_the_oracle_reads_an_export_as_it_reads_the_store(tmp_path: Path) -> None:
+    events = _attempt_left_running()
+    with ledger_of(events) as store:
+        with (tmp_path / "entries.jsonl").open("wb") as out:
+            export_entries(store, out)
+        export_entries(store, tmp_path / "entries.parquet", fmt="parquet")
+    assert reconcile_entries(entries_of_jsonl(tmp_path / "entries.jsonl")) == LEFT_RUNNING
+    assert reconcile_entries(entries_of_parquet(tmp_path / "entries.parquet")) == LEFT_RUNNING
+
+
+def test_the_oracle_rounds_money_by_the_rules() -> None:
+    f = Fleet().add("allocation.granted", 0, tenant="t", allocation_id="A", gpus=1)
+    f.add("allocation.released", 300, tenant="t", allocation_id="A")
+    f.add("job.started", 0, tenant="t", job_id="j", allocation_id="A")
+    f.add("job.progress", 100, tenant="t", job_id="j", step=1)
+    f.add("job.completed", 200, tenant="t", job_id="j")
+    for line, amount in (("L1", "0.0031"), ("L2", "0.0220")):
+        f.add("billing.line", 400, tenant="t", invoice_id="I", line_id=line, allocation_id="A",
+              period_start=at(0), period_end=at(300), gpus=1, amount=amount, currency="USD")
+    f.add("billing.line", 400, tenant="u", invoice_id="I", line_id="M", period_start=at(0),
+          period_end=at(300), gpus=0, amount="0.0031", currency="USD", category="credit")
+    with ledger_of(f.events) as store:
+        frame = frame_of_entries(entries_of_store(store))
+    gpu = reconcile_frame(frame)
+    # L1: startup [0, 100) (from the grant to the first progress), productive [100, 200)
+    # (completed ends the gap), idle_reserved [200, 300); L2 bills the same 300 s again.
+    assert gpu[("t", "L1")] == {"startup": 100 * S, "productive:pending": 100 * S, "idle_reserved": 100 * S}
+    # t's invoice I: 0.0251 -> 3 cents; lines 0.31 -> 0 and 2.20 -> 2 cents miss it by one,
+    # which goes to L1 (remainder 0.31 > 0.20). L1's 1 cent: each third is 0.1033 cents,
+    # all floors 0, the cent to the first of three equal remainders in category order:
+    # productive (rule 6) before startup (8) and idle_reserved (9). L2 is all double_billed:
+    # its 2 cents. u's invoice I is its own: 0.0031 -> 0 cents, whatever t's lines.
+    assert line_cents(frame, gpu) == {("t", "L1"): {"productive:pending": 1},
+                                      ("t", "L2"): {"double_billed": 2}, ("u", "M"): {}}
 
 
 # ------------------------------------------------------------ where the engine differs
