@@ -39,6 +39,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date
+from functools import lru_cache
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -166,8 +167,14 @@ FIELDS: dict[str, str] = {
 COLUMN = {"period_start": "ps", "period_end": "pe"}
 COLUMNS = ("seq", "type", "t", *(COLUMN.get(name, name) for name in FIELDS))
 
-_RFC3339 = re.compile(r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?:([Zz])|([+-])(\d{2}):(\d{2}))")
+_RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?:([Zz])|([+-])(\d{2}):(\d{2}))")
 _EPOCH_DAY = date(1970, 1, 1).toordinal()
+
+
+@lru_cache(maxsize=4096)
+def _day_s(day: str) -> int:
+    """Seconds from the epoch to the start (UTC) of a `YYYY-MM-DD` day."""
+    return (date.fromisoformat(day).toordinal() - _EPOCH_DAY) * 86_400
 
 
 def rfc3339_us(text: str) -> int:
@@ -176,21 +183,16 @@ def rfc3339_us(text: str) -> int:
     match = _RFC3339.fullmatch(text)
     if match is None:
         raise ValueError(f"not an RFC 3339 time with a zone: {text!r}")
-    year, month, day, hour, minute, second = (int(match.group(i)) for i in range(1, 7))
-    fraction = (match.group(7) or "")[:6].ljust(6, "0")
-    days = date(year, month, day).toordinal() - _EPOCH_DAY
+    day, hour, minute, second, fraction, _z, sign, off_h, off_m = match.groups()
     offset = 0
-    if match.group(9):
-        offset = (int(match.group(10)) * 60 + int(match.group(11))) * 60
-        offset = -offset if match.group(9) == "-" else offset
-    seconds = ((days * 24 + hour) * 60 + minute) * 60 + second - offset
-    return seconds * SECOND + int(fraction)
+    if sign:
+        offset = (int(off_h) * 60 + int(off_m)) * 60 * (-1 if sign == "-" else 1)
+    seconds = _day_s(day) + (int(hour) * 60 + int(minute)) * 60 + int(second) - offset
+    return seconds * SECOND + (int(fraction[:6].ljust(6, "0")) if fraction else 0)
 
 
 def _taken(kind: str, value: Any) -> Any:
     """A `data` value as the rules read it (RULES.md: devices compare as text)."""
-    if value is None:
-        return None
     if kind == TEXT:
         return value if isinstance(value, str) else json.dumps(value)
     if kind == INTEGER:
@@ -201,21 +203,26 @@ def _taken(kind: str, value: Any) -> Any:
 
 
 Entry = tuple[int, str | bytes | dict[str, Any]]
+_PLACE = {name: (index, kind) for index, (name, kind) in enumerate(FIELDS.items())}
 
 
-def entry_row(seq: int, event: str | bytes | dict[str, Any]) -> tuple[Any, ...]:
+def entry_row(seq: int, event: str | bytes | dict[str, Any]) -> list[Any]:
     """One ledger entry (its seq and canonical CloudEvent) as a row of the frame's COLUMNS."""
     document = event if isinstance(event, dict) else json.loads(event)
-    data = document.get("data") or {}
-    return (seq, document["type"], rfc3339_us(document["time"]),
-            *(_taken(kind, data.get(name)) for name, kind in FIELDS.items()))
+    row: list[Any] = [seq, document["type"], rfc3339_us(document["time"])] + [None] * len(FIELDS)
+    for name, value in (document.get("data") or {}).items():
+        place = _PLACE.get(name)
+        if place is not None and value is not None:
+            row[3 + place[0]] = _taken(place[1], value)
+    return row
 
 
 def frame_of_entries(entries: Iterable[Entry]) -> pd.DataFrame:
     """The entries, each event parsed here, as one frame (object columns: integers stay exact)."""
     rows = [entry_row(seq, event) for seq, event in entries]
-    frame = pd.DataFrame.from_records(rows, columns=list(COLUMNS)).astype(object)
-    return frame.astype({"seq": "int64", "t": "int64"}) if len(frame) else frame
+    columns = list(zip(*rows)) if rows else [()] * len(COLUMNS)
+    return pd.DataFrame({name: pd.Series(values, dtype="int64" if name in ("seq", "t") else object)
+                         for name, values in zip(COLUMNS, columns)})
 
 
 def entries_of_store(store: Store) -> Iterator[Entry]:
