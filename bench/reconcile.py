@@ -200,7 +200,7 @@ def check_fleet(path: Path, project: bool, sample: int = 2000) -> dict[str, int]
     take them, and seq must be unique; with `project`, the engine's projection must also
     find every time and tenant. Returns the count of events by type."""
     from schemas import validate_event_json
-    from reconcile.snapshot import load_parquet, open_engine
+    from reconcile.engine.snapshot import load_parquet, open_engine
 
     con = duckdb.connect(":memory:")
     try:

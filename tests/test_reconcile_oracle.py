@@ -33,7 +33,7 @@ from bench.pandas_reconcile import (category_key, entries_of_jsonl, entries_of_p
                                     frame_of_entries, line_cents, reconcile_entries, reconcile_frame, rfc3339_us)
 from ledger import Appender, Store, export_entries
 from reconcile import reconcile_store
-from reconcile.result import Cell
+from reconcile.engine.result import Cell
 from schemas import Accepted, Origin, validate_event
 from tests.conftest import SLOW
 
