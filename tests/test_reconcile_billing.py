@@ -243,6 +243,20 @@ def test_rounded_lines_that_miss_the_invoice_total_are_made_to_meet_it(tmp_path:
     assert tenant(doc)["by_bearer"]["customer"] == "0.03"
 
 
+def test_two_tenants_invoices_of_one_id_never_share_a_cent(tmp_path: Path) -> None:
+    s = Scenario()
+    s.grant("A1", gpus=1, at="10:00")
+    s.grant("B1", gpus=1, at="10:00", tenant="beta")
+    s.line("L1", "A1", "10:00", "10:05", gpus=1, amount="0.0031")
+    s.line("M1", "B1", "10:00", "10:05", gpus=1, amount="0.0031", tenant="beta")
+    doc = reconcile(tmp_path, s)
+    # Each tenant's INV-1 is its own invoice: 0.0031 -> 0.00 and its one line 0.00 meet.
+    # Pooled, the two would total 0.0062 -> 0.01 and one tenant's line would take a cent
+    # because of the other tenant's line.
+    assert cats(line(doc, "L1")) == {"idle_reserved": (300, "0.00", C)}
+    assert [ln["amount"] for ln in doc["lines"]] == ["0.00", "0.00"]
+
+
 # --- unbilled -----------------------------------------------------------------------------------
 
 def test_unbilled_counts_each_second_once_at_the_first_lines_gpus(tmp_path: Path) -> None:

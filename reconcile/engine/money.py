@@ -4,7 +4,7 @@ A line's amount is read as an integer A (`amount_units`) at the data's largest d
 scale s. A cell (line, label) is worth A × cell GPU-µs ÷ line GPU-µs units of 10^-s: in
 minor units (cents) that is numerator ÷ divisor with numerator = A × cell × 10^m and
 divisor = line × 10^s, kept as an exact floor (`floor_cents`) and `remainder`. Nothing is
-rounded until an invoice is reported: its exact total is rounded half-even to the minor
+rounded until an invoice (one tenant's invoice id in one currency) is reported: its exact total is rounded half-even to the minor
 unit; each line is rounded half-even, and should the lines then miss the invoice's total,
 the cents go to (or come from) the lines with the largest rounding remainders. Within a
 line, the cents that the cells' floors leave over go to the cells with the largest
@@ -84,22 +84,22 @@ def allocate(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"""
 -- Each billed line's amount read as an integer once; cells and lines both start from it.
 CREATE TABLE line_amounts AS
-SELECT l.seq, l.invoice_id, l.currency, {minor} AS minor, CAST({per_unit} AS {num}) AS minor_per_unit,
+SELECT l.seq, l.tenant, l.invoice_id, l.currency, {minor} AS minor, CAST({per_unit} AS {num}) AS minor_per_unit,
        CAST({_amount_int(scale, "l.amount")} AS {num}) AS amount_units,
        CAST(l.g_b AS {num}) * (l.pe - l.ps) AS line_us
 FROM lines l;  -- every line has a cell: its GPU-µs add up to g_b × (pe - ps), or it is money-only
 """)
     totals = _invoice_totals(con, scale)
-    con.execute("CREATE TABLE invoice_cents (invoice_id VARCHAR, currency VARCHAR, cents HUGEINT)")
+    con.execute("CREATE TABLE invoice_cents (tenant VARCHAR, invoice_id VARCHAR, currency VARCHAR, cents HUGEINT)")
     if totals:  # executemany refuses an empty list: a ledger with no billing line
-        con.executemany("INSERT INTO invoice_cents VALUES (?, ?, ?)", totals)
+        con.executemany("INSERT INTO invoice_cents VALUES (?, ?, ?, ?)", totals)
     con.execute(f"""
 CREATE TABLE line_cents AS
 WITH quotients AS (
     SELECT *, amount_units * minor_per_unit AS numerator, CAST({10 ** scale} AS {num}) AS divisor FROM line_amounts),
 with_remainder AS (SELECT *, ((numerator % divisor) + divisor) % divisor AS remainder FROM quotients),
 halfeven AS (
-    SELECT seq, invoice_id, currency, (numerator - remainder) // divisor AS floor_cents, remainder, divisor,
+    SELECT seq, tenant, invoice_id, currency, (numerator - remainder) // divisor AS floor_cents, remainder, divisor,
            (2 * remainder > divisor
             OR (2 * remainder = divisor AND ((numerator - remainder) // divisor) % 2 <> 0)) AS rounds_up
     FROM with_remainder)
@@ -107,22 +107,24 @@ SELECT *, floor_cents + CASE WHEN rounds_up THEN 1 ELSE 0 END AS rounded FROM ha
 
 CREATE TABLE line_total AS
 WITH gap AS (
-    SELECT i.invoice_id, i.currency, i.cents - sum(lc.rounded) AS missing_cents
-    FROM invoice_cents i JOIN line_cents lc ON lc.invoice_id = i.invoice_id AND lc.currency IS NOT DISTINCT FROM i.currency
-    GROUP BY i.invoice_id, i.currency, i.cents),
+    SELECT i.tenant, i.invoice_id, i.currency, i.cents - sum(lc.rounded) AS missing_cents
+    FROM invoice_cents i JOIN line_cents lc ON lc.tenant = i.tenant AND lc.invoice_id = i.invoice_id
+     AND lc.currency IS NOT DISTINCT FROM i.currency
+    GROUP BY i.tenant, i.invoice_id, i.currency, i.cents),
 ranked AS (  -- only the invoices whose rounded lines miss their total need ranking
     -- every line has the same divisor (10^scale), so remainders compare exactly as integers
     SELECT lc.*, gap.missing_cents,
-           row_number() OVER (PARTITION BY lc.invoice_id, lc.currency, lc.rounds_up
+           row_number() OVER (PARTITION BY lc.tenant, lc.invoice_id, lc.currency, lc.rounds_up
                               ORDER BY CASE WHEN lc.rounds_up THEN lc.remainder ELSE -lc.remainder END, lc.seq) AS rank
-    FROM line_cents lc JOIN gap ON gap.invoice_id = lc.invoice_id AND gap.currency IS NOT DISTINCT FROM lc.currency
+    FROM line_cents lc JOIN gap ON gap.tenant = lc.tenant AND gap.invoice_id = lc.invoice_id
+     AND gap.currency IS NOT DISTINCT FROM lc.currency
     WHERE gap.missing_cents <> 0)
 SELECT seq, rounded + CASE WHEN missing_cents > 0 AND NOT rounds_up AND rank <= missing_cents THEN 1
                            WHEN missing_cents < 0 AND rounds_up AND rank <= -missing_cents THEN -1 ELSE 0 END AS cents
 FROM ranked
 UNION ALL
 SELECT lc.seq, lc.rounded FROM line_cents lc JOIN gap
-  ON gap.invoice_id = lc.invoice_id AND gap.currency IS NOT DISTINCT FROM lc.currency
+  ON gap.tenant = lc.tenant AND gap.invoice_id = lc.invoice_id AND gap.currency IS NOT DISTINCT FROM lc.currency
 WHERE gap.missing_cents = 0;
 
 -- Each cell's exact share numerator ÷ divisor as a floor and a remainder; the cents the
@@ -150,14 +152,16 @@ FROM ranked;
 """)
 
 
-def _invoice_totals(con: duckdb.DuckDBPyConnection, scale: int) -> list[tuple[str, str | None, int]]:
-    """Each invoice's exact total rounded half-even to its currency's minor unit."""
+def _invoice_totals(con: duckdb.DuckDBPyConnection, scale: int) -> list[tuple[str, str, str | None, int]]:
+    """Each invoice's exact total rounded half-even to its currency's minor unit. An invoice
+    is one tenant's: two tenants' invoices of one id never share a cent (a tenant's figures
+    rest on its own data only)."""
     rows = con.execute(f"""
-        SELECT invoice_id, currency, CAST(sum(amount_units) AS VARCHAR)
-        FROM line_amounts GROUP BY invoice_id, currency""").fetchall()
+        SELECT tenant, invoice_id, currency, CAST(sum(amount_units) AS VARCHAR)
+        FROM line_amounts GROUP BY tenant, invoice_id, currency""").fetchall()
     out = []
-    for invoice_id, currency, total in rows:
-        out.append((invoice_id, currency, round_minor(Decimal(int(total)).scaleb(-scale, _EXACT), minor_unit(currency))))
+    for tenant, invoice_id, currency, total in rows:
+        out.append((tenant, invoice_id, currency, round_minor(Decimal(int(total)).scaleb(-scale, _EXACT), minor_unit(currency))))
     return out
 
 
