@@ -6,7 +6,10 @@ user of each kind takes away, and summarise the findings for the terminal.
     customers dispute-<tenant>-<invoice>.json      verified here with the public key alone,
               ….letter.html                        and the dispute letter beside it
     operators packet-<promise>/packet.{json,html}  for the first missed promise
-    everyone  reports/promises|capacity|outcomes.{json,csv}
+    everyone  reports/promises|capacity|outcomes|envelope.{json,csv}
+              reports/capacity_changes.csv         the fleet changes' windows
+              reports/envelope.html                providers side by side, with pictures
+              reports/envelope_by_class.{json,csv} the same per placement class alone
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class DemoOutputs:
     missed_promises: list[dict[str, Any]] = field(default_factory=list)
     dispute: str = ""
     packet: str = ""
+    reports: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def run_demo_outputs(store: Store, out: Path, signer: Signer, verifier: Verifier) -> DemoOutputs:
@@ -56,6 +60,7 @@ def run_demo_outputs(store: Store, out: Path, signer: Signer, verifier: Verifier
     written = write_reports(store, out / "reports")
     done.files += written.paths
     done.missed_promises = written.missed_promises
+    done.reports = written.docs
     done.dispute = _dispute(store, out, signer, verifier, result, done.files)
     if done.missed_promises:
         first = done.missed_promises[0]
@@ -130,3 +135,53 @@ def totals_line(result: Reconciliation) -> str:
     return (f"billed {billed:,.1f} GPU-h, of which productive {productive:,.1f} GPU-h "
             f"({share:.1%}); money: customer {money['customer']:,}, "
             f"provider-borne {money['provider']:,}, disputed {money['disputed']:,}; unbilled {unbilled:,.1f} GPU-h")
+
+
+# -- the evidence around the billed time: envelope, receipts, change windows ---------------
+
+def envelope_table(doc: dict[str, Any]) -> Table:
+    """The envelope per placement class (`report envelope --by placement_class`): a few key figures."""
+    table = Table("class", "jobs started/completed", "start p95 s promised → observed", "missed/promises",
+                  "restart rate", "checkpoint overhead", "cost / completed run",
+                  title="the envelope per placement class (p95 start: over the promised jobs)")
+    for g in doc["groups"]:
+        made = g["promises"]
+        ratio = g["checkpoint_overhead"]["ratio"]
+        start = "–" if made is None else f"{_text(made['promised_start_s']['p95'])} → {_text(made['observed_start_s']['p95'])}"
+        table.add_row(g["placement_class"], f"{g['started']}/{g['completed']}", start,
+                      "–" if made is None else f"{made['missed']}/{made['promises']}", _text(g["restart_rate"]),
+                      "–" if ratio is None else f"{ratio:.2%}",
+                      " ".join(f"{_text(c['cost_per_completed_run'])} {cur}" for cur, c in g["cost"].items()) or "–")
+    return table
+
+
+def receipts_line(capacity: dict[str, Any]) -> str:
+    """Start receipts per class beside the devices discovered, and the gap."""
+    rows = capacity["receipts"]
+    if not rows:
+        return "no start receipts"
+    each = ", ".join(f"{r['placement_class']} {r['receipts']} ({r['devices_receipted']}/{r['devices_discovered']})"
+                     for r in rows)
+    gap = sum(r["devices_without_receipt"] for r in rows)
+    return f"start receipts per class (devices receipted/discovered): {each}; {gap} devices without a receipt"
+
+
+def change_lines(capacity: dict[str, Any]) -> list[str]:
+    """Each fleet change: starts, queue delay and interruptions before / during / after."""
+    out = []
+    for c in capacity["changes"]:
+        windows = c["windows"]
+        phases = " / ".join(w["phase"] for w in windows)
+
+        def each(figure: Any) -> str:
+            return " / ".join(_text(figure(w)) for w in windows)
+        out.append(f"{c['kind']} {c['change_id']} of {' '.join(c['nodes'] or []) or 'the fleet'}, "
+                   f"{c['started_at']} → {c['ended_at'] or 'open'} ({c['window_s']} s): {phases}")
+        out.append(f"  starts {each(lambda w: w['starts'])}; queue delay p50 {each(lambda w: w['queue_delay_s']['p50'])} s, "
+                   f"p95 {each(lambda w: w['queue_delay_s']['p95'])} s; interrupted {each(lambda w: w['interrupted'])}; "
+                   f"{len(c['held_past_end'])} held past its end")
+    return out
+
+
+def _text(value: Any) -> str:
+    return "–" if value is None else str(value)

@@ -28,11 +28,11 @@ from rich.text import Text
 
 from ledger import Store
 from reconcile.engine import run
-from reconcile.reports import capacity, envelope, envelope_page, outcomes, promises
+from reconcile.reports import capacity, envelope, envelope_page, fleet_changes, outcomes, promises
 from reconcile.engine.result import Reconciliation
 from reconcile.engine.snapshot import load_pages, open_engine, store_pages
 
-REPORTS = ("promises", "capacity", "outcomes")
+REPORTS = ("promises", "capacity", "outcomes", "envelope")
 FORMATS = ("table", "json", "csv", "tsv")
 
 
@@ -87,21 +87,32 @@ def report(store: Store, name: str, tenant: str | None = None, since: int | None
 class Written:
     paths: list[Path]
     missed_promises: list[dict[str, Any]]
+    docs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def write_reports(store: Store, out_dir: Path) -> Written:
-    """Every report as `<name>.json` and `<name>.csv` under `out_dir` (from one snapshot).
-    Returns the files written and the missed promises (each with its packet command)."""
+    """Every report as `<name>.json` and `<name>.csv` under `out_dir` (from one snapshot);
+    capacity's change windows as `capacity_changes.csv` (rows of another shape than its
+    classes'); the envelope's page as `envelope.html`, and the envelope per placement class
+    alone as `envelope_by_class.json` and `.csv`.
+    Returns the files written, the missed promises (each with its packet command) and the
+    documents (by file name without its extension)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
     with loaded(store) as data:
         docs = {name: build_report(data, name) for name in REPORTS}
+        docs["envelope_by_class"] = build_report(data, "envelope", by="placement_class")
     for name, doc in docs.items():
+        kind = "envelope" if name == "envelope_by_class" else name
         paths.append(out_dir / f"{name}.json")
         paths[-1].write_text(json.dumps(doc, indent=2) + "\n")
         paths.append(out_dir / f"{name}.csv")
-        paths[-1].write_text(to_csv(name, doc))
-    return Written(paths, docs["promises"]["misses"])
+        paths[-1].write_text(to_csv(kind, doc))
+    paths.append(out_dir / "capacity_changes.csv")
+    paths[-1].write_text(to_csv("capacity_changes", docs["capacity"]))
+    paths.append(out_dir / "envelope.html")
+    paths[-1].write_text(envelope_page.html(docs["envelope"]))
+    return Written(paths, docs["promises"]["misses"], docs)
 
 
 def render(name: str, doc: dict[str, Any], fmt: str) -> str | list[Table | Text]:
@@ -121,12 +132,15 @@ def render(name: str, doc: dict[str, Any], fmt: str) -> str | list[Table | Text]
 
 def csv_rows(name: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
     """promises: one row per promise; capacity: one per placement class and the total;
-    outcomes: one per job and currency of its cost."""
+    capacity_changes: one per fleet change and window; envelope: one per group and
+    currency; outcomes: one per job and currency of its cost."""
     if name == "promises":
         return [{k: v for k, v in p.items() if k != "seq"} | {"packet_command": p.get("packet_command", "")}
                 for p in doc["promises"]]
     if name == "capacity":
         return capacity.csv_rows(doc)
+    if name == "capacity_changes":
+        return fleet_changes.csv_rows(doc["changes"])
     if name == "envelope":
         return envelope.csv_rows(doc)
     rows = []
