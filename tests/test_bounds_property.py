@@ -28,7 +28,8 @@ from tests.conftest import event
 
 REPORTS = (["report", "promises"], ["report", "capacity"], ["report", "outcomes"],
            ["report", "promises", "--format", "json"], ["report", "outcomes", "--format", "json"],
-           ["report", "capacity", "--format", "json"], ["report", "envelope"], ["report", "envelope", "--format", "html"])
+           ["report", "capacity", "--format", "json"], ["report", "envelope"], ["report", "envelope", "--format", "html"],
+           ["report", "envelope", "--format", "csv"], ["report", "capacity", "--format", "csv"])
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from ledger import Store
+from reconcile.reports import write_reports
 from tests.conftest import run_cli, write_jsonl
 
 DAY = "2026-01-05"
@@ -274,6 +276,25 @@ def test_a_driver_upgrade_that_delays_starts(changed: str) -> None:
         ("J3", at("12:10"), at("13:05")), ("R2", at("12:20"), at("13:02")), ("J4", at("12:30"), at("13:10"))]
     code, out, _ = run_cli("report", "capacity", "--db", changed)
     assert code == 0 and "fleet changes" in out and "start receipts" in out
+
+
+def test_the_change_windows_csv(changed: str, tmp_path: Path) -> None:
+    """capacity_changes.csv: one row per window, the figures of the test above (docs/envelope.md)."""
+    store = Store(changed)
+    try:
+        write_reports(store, tmp_path)
+    finally:
+        store.close()
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "capacity_changes.csv").read_text())))
+    assert [(r["change_id"], r["nodes"], r["window_s"], r["phase"], r["from"], r["starts"], r["submitted"],
+             r["queue_delay_p50_s"], r["queue_delay_p95_s"], r["started_after_window"], r["interrupted"],
+             r["held_past_end"]) for r in rows] == [
+        ("chg-1", "n1", "3600", "before", at("11:00"), "3", "3", "120", "300", "0", "1", "0"),
+        ("chg-1", "n1", "3600", "during", at("12:00"), "2", "5", "2400", "3300", "3", "1", "3"),
+        ("chg-1", "n1", "3600", "after", at("13:00"), "5", "2", "60", "120", "0", "0", "0")]
+    # the class rows stay as `report capacity --format csv` gives them
+    code, out, _ = run_cli("report", "capacity", "--db", changed, "--format", "csv")
+    assert code == 0 and (tmp_path / "capacity.csv").read_text() == out
 
 
 def test_an_open_change_has_no_after(tmp_path: Path) -> None:
