@@ -63,6 +63,11 @@ NARROW_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 _PROGRESS_FIELDS = ("job_id", "step", "units")
 
+#: Evidence beside the engine's input: few events with nested data (a topology, probe
+#: figures, a serving window's distributions) that reports read whole. Each is also in
+#: `ev_other` with its typed columns; `evidence` keeps its `data` as JSON besides.
+EVIDENCE_TYPES = ("placement.observed", "probe.result", "inference.window")
+
 
 #: What a billing source says a line is, shown to finance and never interpreted: a
 #: CloudEvents line's own `description`, else the FOCUS row's ChargeDescription (ingest
@@ -133,6 +138,9 @@ def _loads(source: str) -> list[tuple[str, str]]:
                                  table == "lines_ev"))
              for table, (types, fields) in NARROW_TABLES.items()]
     loads.append(("ev_other", _projection(f"(SELECT * FROM {source} WHERE type NOT IN {_types_in(narrow_types)})")))
+    time = _us("json_extract_string(event, '$.time')")
+    loads.append(("evidence", f"SELECT seq, type, tenant, {time} AS t, json_extract(event, '$.data') AS data "
+                              f"FROM {source} WHERE type IN {_types_in(EVIDENCE_TYPES)}"))
     # progress last: it looks its jobs up in `jobs`, which has this source's starts by then
     loads += [("jobs", _new_jobs(source)), ("progress", _progress_projection(source))]
     return loads

@@ -96,12 +96,13 @@ LEFT JOIN attempts a USING (tenant, job_id)
 LEFT JOIN rp_grants g ON g.tenant = fa.tenant AND g.allocation_id = fa.allocation_id;
 
 CREATE OR REPLACE TEMP TABLE rp_steps AS
-WITH starts AS (SELECT tenant, job_id, t, seq FROM ev WHERE type = 'job.started'),
+WITH starts AS (SELECT tenant, job_id, t, seq, allocation_id FROM ev WHERE type = 'job.started'),
 marks AS (
-    SELECT p.tenant, p.job_id, p.t, p.seq, s.seq AS att
+    SELECT p.tenant, p.job_id, p.t, p.seq, s.seq AS att, s.allocation_id
     FROM (SELECT tenant, job_id, t, seq FROM ev WHERE type = 'job.progress') p
     ASOF LEFT JOIN starts s ON s.tenant = p.tenant AND s.job_id = p.job_id AND p.t >= s.t)
-SELECT tenant, job_id, t - lag(t) OVER (PARTITION BY tenant, job_id, att ORDER BY t, seq) AS gap FROM marks;
+SELECT tenant, job_id, allocation_id, t - lag(t) OVER (PARTITION BY tenant, job_id, att ORDER BY t, seq) AS gap
+FROM marks;
 
 -- each job's attempt time on each allocation, clipped to the allocation's holding
 CREATE OR REPLACE TEMP TABLE rp_job_time AS
@@ -149,10 +150,7 @@ def report(con: duckdb.DuckDBPyConnection, recon: Reconciliation, tenant: str | 
 
 def job_costs(con: duckdb.DuckDBPyConnection, recon: Reconciliation) -> dict[tuple[str, str], dict[str, Fraction]]:
     """(tenant, job) → currency → exact cost in minor units (see the module docstring)."""
-    per_alloc: dict[tuple[str, str, str | None], int] = defaultdict(int)
-    for cell in recon.cells:
-        if cell.allocation_id is not None:
-            per_alloc[(cell.tenant, cell.allocation_id, cell.currency)] += cell.cents
+    per_alloc = allocation_money(recon)
     con.register("rp_alloc_money_page", pa.table({
         "tenant": pa.array([k[0] for k in per_alloc], pa.string()),
         "allocation_id": pa.array([k[1] for k in per_alloc], pa.string()),
@@ -167,6 +165,16 @@ def job_costs(con: duckdb.DuckDBPyConnection, recon: Reconciliation) -> dict[tup
         if total:
             out[(tenant, job)][currency or ""] += Fraction(int(cents) * int(us), int(total))
     return out
+
+
+def allocation_money(recon: Reconciliation) -> dict[tuple[str, str, str | None], int]:
+    """(tenant, allocation, currency) → the minor units of the lines naming that allocation,
+    after corrections, credits included (lines naming no allocation are left out)."""
+    per_alloc: dict[tuple[str, str, str | None], int] = defaultdict(int)
+    for cell in recon.cells:
+        if cell.allocation_id is not None:
+            per_alloc[(cell.tenant, cell.allocation_id, cell.currency)] += cell.cents
+    return per_alloc
 
 
 def _jobs(con: duckdb.DuckDBPyConnection, tenant: str | None,
