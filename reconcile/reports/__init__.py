@@ -93,7 +93,8 @@ class Written:
 
 
 def write_reports(store: Store, out_dir: Path) -> Written:
-    """Every report as `<name>.json` and `<name>.csv` under `out_dir` (from one snapshot).
+    """Every report as `<name>.json` and `<name>.csv` under `out_dir` (from one snapshot), and
+    the serving view of outcomes as `serving.csv`.
     Returns the files written and the missed promises (each with its packet command)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
@@ -104,6 +105,8 @@ def write_reports(store: Store, out_dir: Path) -> Written:
         paths[-1].write_text(json.dumps(doc, indent=2) + "\n")
         paths.append(out_dir / f"{name}.csv")
         paths[-1].write_text(to_csv(name, doc))
+    paths.append(out_dir / "serving.csv")  # outcomes' serving view: rows of another shape than its jobs'
+    paths[-1].write_text(to_csv("serving", docs["outcomes"]))
     return Written(paths, docs["promises"]["misses"])
 
 
