@@ -43,7 +43,7 @@ from typing import Any
 import pytest
 
 from reconcile.reports.placement import average_ranks, shown, spearman
-from tests.conftest import run_cli, write_jsonl
+from tests.conftest import REALDATA, run_cli, write_jsonl
 
 DAY = "2026-01-05"
 
@@ -273,3 +273,106 @@ def test_serving_view_alone_as_csv(db: str) -> None:
 def test_a_tenant_sees_only_its_own(db: str) -> None:
     assert {a["tenant"] for a in report_json(db, "placement", "--tenant", "beta")["allocations"]} == {"beta"}
     assert report_json(db, "outcomes", "--tenant", "acme")["serving"] == []
+
+
+# -- more rules, one allocation each ------------------------------------------------------
+
+def placement_of(tmp_path: Path, build: Any) -> dict[str, dict[str, Any]]:
+    e = Events()
+    build(e)
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    assert run_cli("init", "--db", url)[0] == 0
+    code, out, err = run_cli("ingest", "--db", url, str(write_jsonl(tmp_path / "events.jsonl", e.items)))
+    assert code == 0 and "quarantined 0" in out, err
+    return by_allocation(report_json(url, "placement"))
+
+
+def test_a_promise_for_another_class_several_nodes_and_too_few_gpus(tmp_path: Path) -> None:
+    def build(e: Events) -> None:
+        # sold whole by promise, granted as a time slice: a mismatch whatever the topology
+        e.add("policy.promise", "09:00", promise_id="P9", job_id="J9", start_by=at("10:10"), placement_class="whole")
+        e.add("allocation.granted", "10:00", allocation_id="C1", gpus=1, placement_class="timeslice")
+        e.add("job.started", "10:00", job_id="J9", allocation_id="C1")
+        e.add("placement.observed", "10:01", allocation_id="C1", node="n1", topology=topology(gpus=1))
+        # 4 whole GPUs seen as 2 + 2 on two nodes, each pair over NVLink, with no fabric domain
+        e.add("allocation.granted", "10:00", allocation_id="C2", gpus=4)
+        for node in ("n2", "n3"):
+            e.add("placement.observed", "10:01", allocation_id="C2", node=node, topology=topology(("GPU0", "GPU1", "NV18")))
+        # the same, granted in a fabric domain (NVL72): the nodes are one domain
+        e.add("allocation.granted", "10:00", allocation_id="C3", gpus=4, fabric_domain="nvl-1")
+        for node in ("n4", "n5"):
+            e.add("placement.observed", "10:01", allocation_id="C3", node=node, topology=topology(("GPU0", "GPU1", "NV18")))
+        # 4 granted, a capture of 2
+        e.add("allocation.granted", "10:00", allocation_id="C4", gpus=4)
+        e.add("placement.observed", "10:01", allocation_id="C4", node="n6", topology=topology(("GPU0", "GPU1", "NV18")))
+        # 2 granted with no devices named, a capture of a whole 4-GPU host: which two?
+        e.add("allocation.granted", "10:00", allocation_id="C5", gpus=2)
+        e.add("placement.observed", "10:01", allocation_id="C5", node="n7", topology=topology(
+            *((f"GPU{a}", f"GPU{b}", "NV12") for a in range(4) for b in range(a + 1, 4)), gpus=4))
+
+    rows = placement_of(tmp_path, build)
+    assert [(k, rows[k]["status"], rows[k]["reason"]) for k in sorted(rows)] == [
+        ("C1", "mismatch", "sold whole (promise P9), granted timeslice"),
+        ("C2", "mismatch", "GPUs on 2 nodes (n2, n3), class whole requires one NVLink domain on one node"),
+        ("C3", "match", "every pair of its 4 GPUs over NVLink"),
+        ("C4", "mismatch", "capture shows 2 GPUs, the allocation has 4"),
+        ("C5", "undetermined", "capture shows 4 GPUs, the allocation has 2 and its devices do not say which are its own"),
+    ]
+    assert (rows["C1"]["placement_class"], rows["C1"]["class_from"]) == ("whole", "promise")
+
+
+def test_many_slow_pairs_are_listed_and_the_line_is_cut(tmp_path: Path) -> None:
+    def build(e: Events) -> None:
+        e.add("allocation.granted", "10:00", allocation_id="D1", gpus=4)
+        e.add("placement.observed", "10:01", allocation_id="D1", node="n1", topology=topology(
+            *((f"GPU{a}", f"GPU{b}", "PHB") for a in range(4) for b in range(a + 1, 4)), gpus=4))
+
+    d1 = placement_of(tmp_path, build)["D1"]
+    assert len(d1["reasons"]) == 6 and d1["reasons"][5] == "GPU2–GPU3 over PHB, class requires NVLink"
+    assert d1["reason"] == ("GPU0–GPU1 over PHB, class requires NVLink; GPU0–GPU2 over PHB, class requires NVLink; "
+                            "GPU0–GPU3 over PHB, class requires NVLink; and 3 more")
+
+
+# -- real outputs (../shared/realdata, PROBES.md) -------------------------------------------
+
+REAL_TOPO = REALDATA / "topo"
+REAL_NCCL = REALDATA / "nccl-tests"
+ABSENT_REASON = "real data not present at {} (it lives beside the project, not in it)"
+
+
+def real_file(path: Path) -> str:
+    if not path.exists():
+        pytest.skip(ABSENT_REASON.format(path))
+    return str(path)
+
+
+def test_real_captures_and_probe_against_the_class_sold(tmp_path: Path) -> None:
+    """PROBES.md: the AutoDL post's 2× RTX 2080 Ti are PIX to each other and its all_reduce
+    gives busbw 4.00 at 1 GiB; Traverse's V100s pair NV3 only within GPU0–1 and GPU2–3; the
+    A100 capture is NV12 between all 8. Each sold as one whole allocation of all its GPUs."""
+    autodl = real_file(REAL_TOPO / "Anthony-Hoo-github-io_AutoDL-post_2080ti-2gpu-pix.txt")
+    autodl_nccl = real_file(REAL_NCCL / "Anthony-Hoo-github-io_AutoDL-post_2080ti-x2_six-runs.txt")
+    traverse = real_file(REAL_TOPO / "jdh4-della-gpu-A100_README_traverse-v100-4gpu-nv3-pix.txt")
+    a100 = real_file(REAL_TOPO / "stas00-ml-engineering_network-README_a100-8gpu-nv12-space-aligned.txt")
+    e = Events()
+    for name, gpus in (("R1", 2), ("R2", 4), ("R3", 8)):
+        e.add("allocation.granted", "10:00", allocation_id=name, gpus=gpus)
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    assert run_cli("init", "--db", url)[0] == 0
+    ingests = [[str(write_jsonl(tmp_path / "grants.jsonl", e.items))],
+               ["--format", "nvidia-smi-topo", "--tenant", "acme", "--allocation", "R1", "--node", "autodl", autodl],
+               ["--format", "nccl-tests", "--tenant", "acme", "--allocation", "R1", autodl_nccl],
+               ["--format", "nvidia-smi-topo", "--tenant", "acme", "--allocation", "R2", "--node", "traverse", traverse],
+               ["--format", "nvidia-smi-topo", "--tenant", "acme", "--allocation", "R3", "--node", "a100", a100]]
+    for args in ingests:
+        dated = ["--scrape-time", "2026-01-05T10:05:00Z"] if "--format" in args else []
+        code, out, err = run_cli("ingest", "--db", url, *dated, *args)
+        assert code == 0 and "quarantined 0" in out, (args, out, err)
+    rows = by_allocation(report_json(url, "placement"))
+    assert (rows["R1"]["status"], rows["R1"]["reason"]) == ("mismatch", "GPU0–GPU1 over PIX, class requires NVLink")
+    assert (rows["R1"]["busbw_gbps"], rows["R1"]["busbw_size_bytes"]) == ("4.00", 1 << 30)
+    assert rows["R2"]["status"] == "mismatch" and rows["R2"]["reasons"] == [
+        f"GPU{a}–GPU{b} over SYS, class requires NVLink" for a, b in ((0, 2), (0, 3), (1, 2), (1, 3))]
+    assert rows["R2"]["links_observed"] == {"NV3": 2, "SYS": 4}
+    assert (rows["R3"]["status"], rows["R3"]["reason"], rows["R3"]["links_observed"]) == (
+        "match", "every pair of its 8 GPUs over NVLink", {"NV12": 28})
