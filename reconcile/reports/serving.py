@@ -2,16 +2,16 @@
 concurrency level, from its `inference.window` events (docs/serving.md), and what each
 accepted response cost.
 
-Rules (docs/placement.md, "The serving view", gives them with an example):
+Rules (docs/placement.md, "The serving view of `report outcomes`", gives them with an example):
 - A **level** is the windows of a tenant with one stated `concurrency` (`null`: windows
   whose load was set by a rate alone); the row `all` is every window of the tenant.
 - **Seconds** = Σ (window_end − window_start). **Request rate** = Σ requests ÷ seconds;
   **output tokens/s** = Σ output_tokens ÷ the seconds of the windows that count them.
 - **TTFT and latency p50/p95/p99**: the windows' own figures, never recomputed (a
   percentile of several windows cannot be had from their percentiles). The row shows the
-  worst window's: the highest of the windows that printed that statistic. At least p % of
-  each window's requests were at or below its own figure, so the pooled p-th percentile
-  is no higher than the worst: a bound, not an estimate.
+  worst window's: the highest of the windows that printed that statistic, a ceiling on
+  the pooled percentile (exactly so for nearest-rank percentiles; see docs/placement.md
+  for the tools' interpolated ones), not an estimate.
 - **Cancelled** = Σ cancelled of the windows that report it (none report it: null).
 - **Allocation** of a window: its own `allocation_id`, else that of the latest
   `job.started` of its job at or before window_start.
