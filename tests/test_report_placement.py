@@ -142,10 +142,7 @@ def serving_fleet(e: Events) -> None:
           period_start=at("12:00"), period_end=at("13:00"), gpus=1, amount="360.00", currency="USD")
 
 
-@pytest.fixture(scope="module")
-def db(tmp_path_factory: pytest.TempPathFactory) -> str:
-    folder = tmp_path_factory.mktemp("placement")
-    url = f"sqlite:///{folder / 'ledger.db'}"
+def ingested(url: str, folder: Path) -> str:
     e = Events()
     placement_fleet(e)
     serving_fleet(e)
@@ -153,6 +150,12 @@ def db(tmp_path_factory: pytest.TempPathFactory) -> str:
     code, out, err = run_cli("ingest", "--db", url, str(write_jsonl(folder / "events.jsonl", e.items)))
     assert code == 0 and "quarantined 0" in out, err
     return url
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> str:
+    folder = tmp_path_factory.mktemp("placement")
+    return ingested(f"sqlite:///{folder / 'ledger.db'}", folder)
 
 
 def report_json(db: str, *args: str) -> dict[str, Any]:
@@ -268,6 +271,12 @@ def test_serving_view_alone_as_csv(db: str) -> None:
         ("1", "95", "0.76", "USD"), ("8", "260", "0.17", "USD"), ("all", "260", "0.21", "USD")]
     code, out, _ = run_cli("report", "outcomes", "--db", db)
     assert code == 0 and "serving: per concurrency level" in out
+
+
+def test_same_reports_on_postgresql(pg_url: str, tmp_path: Path, db: str, placement: dict[str, Any]) -> None:
+    ingested(pg_url, tmp_path)
+    assert report_json(pg_url, "placement") == placement
+    assert report_json(pg_url, "outcomes") == report_json(db, "outcomes")
 
 
 def test_a_tenant_sees_only_its_own(db: str) -> None:
