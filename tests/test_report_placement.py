@@ -199,7 +199,7 @@ def test_matches_and_their_reasons(placement: dict[str, Any]) -> None:
 def test_the_probe_reading_and_step_time_per_allocation(placement: dict[str, Any]) -> None:
     rows = by_allocation(placement)
     assert [(k, rows[k]["busbw_gbps"], rows[k]["step_time_p50_s"]) for k in sorted(rows)] == [
-        ("A1", "200", 10), ("A2", "20", 40), ("A3", "150.00", 10), ("A4", "150", 20), ("A5", "5", 5),
+        ("A1", "200", "10"), ("A2", "20", "40"), ("A3", "150.00", "10"), ("A4", "150", "20"), ("A5", "5", "5"),
         ("A6", None, None), ("B1", None, None)]
 
 

@@ -98,10 +98,11 @@ LEFT JOIN rp_grants g ON g.tenant = fa.tenant AND g.allocation_id = fa.allocatio
 CREATE OR REPLACE TEMP TABLE rp_steps AS
 WITH starts AS (SELECT tenant, job_id, t, seq, allocation_id FROM ev WHERE type = 'job.started'),
 marks AS (
-    SELECT p.tenant, p.job_id, p.t, p.seq, s.seq AS att, s.allocation_id
-    FROM (SELECT tenant, job_id, t, seq FROM ev WHERE type = 'job.progress') p
+    SELECT p.tenant, p.job_id, p.t, p.seq, p.step, s.seq AS att, s.allocation_id
+    FROM (SELECT tenant, job_id, t, seq, step FROM ev WHERE type = 'job.progress') p
     ASOF LEFT JOIN starts s ON s.tenant = p.tenant AND s.job_id = p.job_id AND p.t >= s.t)
-SELECT tenant, job_id, allocation_id, t - lag(t) OVER (PARTITION BY tenant, job_id, att ORDER BY t, seq) AS gap
+SELECT tenant, job_id, allocation_id, t - lag(t) OVER (PARTITION BY tenant, job_id, att ORDER BY t, seq) AS gap,
+       step - lag(step) OVER (PARTITION BY tenant, job_id, att ORDER BY t, seq) AS dstep
 FROM marks;
 
 -- each job's attempt time on each allocation, clipped to the allocation's holding
@@ -129,7 +130,7 @@ JOB_COLUMNS = ("tenant", "job_id", "submitted", "first_start", "first_allocation
 
 #: money of each allocation (from the reconciliation) spread over the jobs that ran on it
 APPORTIONED = """
-SELECT jt.tenant, jt.job_id, m.currency, CAST(m.cents AS VARCHAR), jt.us,
+SELECT jt.tenant, jt.job_id, m.currency, m.num, m.den, jt.us,
        sum(jt.us) OVER (PARTITION BY jt.tenant, jt.allocation_id, m.currency) AS total_us
 FROM rp_job_time jt JOIN rp_alloc_money m ON m.tenant = jt.tenant AND m.allocation_id = jt.allocation_id
 """
@@ -155,25 +156,28 @@ def job_costs(con: duckdb.DuckDBPyConnection, recon: Reconciliation) -> dict[tup
         "tenant": pa.array([k[0] for k in per_alloc], pa.string()),
         "allocation_id": pa.array([k[1] for k in per_alloc], pa.string()),
         "currency": pa.array([k[2] for k in per_alloc], pa.string()),
-        "cents": pa.array([str(v) for v in per_alloc.values()], pa.string()),
+        "num": pa.array([str(v.numerator) for v in per_alloc.values()], pa.string()),
+        "den": pa.array([str(v.denominator) for v in per_alloc.values()], pa.string()),
     }))
     con.execute("CREATE OR REPLACE TEMP TABLE rp_alloc_money AS "
-                "SELECT tenant, allocation_id, currency, CAST(cents AS HUGEINT) AS cents FROM rp_alloc_money_page")
+                "SELECT tenant, allocation_id, currency, num, den FROM rp_alloc_money_page")
     con.unregister("rp_alloc_money_page")
     out: dict[tuple[str, str], dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
-    for tenant, job, currency, cents, us, total in con.execute(APPORTIONED).fetchall():
+    for tenant, job, currency, num, den, us, total in con.execute(APPORTIONED).fetchall():
         if total:
-            out[(tenant, job)][currency or ""] += Fraction(int(cents) * int(us), int(total))
+            out[(tenant, job)][currency or ""] += Fraction(int(num) * int(us), int(den) * int(total))
     return out
 
 
-def allocation_money(recon: Reconciliation) -> dict[tuple[str, str, str | None], int]:
-    """(tenant, allocation, currency) → the minor units of the lines naming that allocation,
-    after corrections, credits included (lines naming no allocation are left out)."""
-    per_alloc: dict[tuple[str, str, str | None], int] = defaultdict(int)
-    for cell in recon.cells:
+def allocation_money(recon: Reconciliation) -> dict[tuple[str, str, str | None], Fraction]:
+    """(tenant, allocation, currency) → the exact minor units of the lines naming that
+    allocation, after corrections, credits included (lines naming no allocation are left
+    out): the cells' exact shares (RULES.md §Money), so a line billed to the tenth of a cent
+    is not first rounded cell by cell."""
+    per_alloc: dict[tuple[str, str, str | None], Fraction] = defaultdict(Fraction)
+    for cell, exact in zip(recon.cells, recon.exact_amounts):
         if cell.allocation_id is not None:
-            per_alloc[(cell.tenant, cell.allocation_id, cell.currency)] += cell.cents
+            per_alloc[(cell.tenant, cell.allocation_id, cell.currency)] += Fraction(exact) * 10 ** cell.minor
     return per_alloc
 
 

@@ -21,10 +21,12 @@ Rules (docs/placement.md gives them with examples):
   take it: after corrections, credits included), exact until shown.
 - **Prediction**, per placement class: Spearman's rank correlation between x = the bus
   bandwidth of the allocation's latest nccl-tests `all_reduce_perf` run at its largest
-  message size (out-of-place busbw) and y = the nearest-rank p50 of the step times (as
-  `report outcomes` measures them) of the attempts that ran on the allocation. One point
-  per allocation with both; ranks with ties averaged, computed in fractions; fewer than
-  three points: "not enough data".
+  message size (out-of-place busbw) and y = the nearest-rank p50 of the step times of the
+  attempts that ran on the allocation: consecutive `job.progress` marks of one attempt,
+  paired as `report outcomes` pairs them, their gap ÷ the steps between them (a job that
+  marks every 5th step is compared per step; outcomes' step time is the gap itself).
+  Shown for allocations with a busbw reading. One point per allocation with both; ranks
+  with ties averaged, computed in fractions; fewer than three points: "not enough data".
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ from fractions import Fraction
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
-from reconcile.engine.figures import money, nearest_rank, placement_sql, seconds
+from reconcile.engine.figures import money, placement_sql
+from reconcile.engine.intervals import SECOND
 from reconcile.engine.result import Reconciliation
 from reconcile.reports import outcomes
 
@@ -69,24 +73,21 @@ promise AS (
     WHERE p.type = 'policy.promise' AND p.placement_class IS NOT NULL
     QUALIFY row_number() OVER (PARTITION BY s.tenant, s.allocation_id ORDER BY p.t, p.seq) = 1),
 jobs AS (SELECT tenant, allocation_id, list(job_id ORDER BY first_start, job_id) AS jobs FROM started GROUP BY ALL),
-steps AS (SELECT tenant, allocation_id, count(gap) AS step_n, {nearest_rank('gap', 50)} AS step_p50
-          FROM rp_steps WHERE allocation_id IS NOT NULL GROUP BY ALL),
 keys AS (SELECT tenant, allocation_id FROM grant_ UNION SELECT tenant, allocation_id FROM named)
 SELECT k.tenant, k.allocation_id, g.gpus, g.devices, g.fabric_domain, g.cls AS granted_class, g.profile,
        p.promise_id, p.cls AS promised_class,
        {placement_sql('coalesce(p.cls, g.cls)', 'CASE WHEN coalesce(p.cls, g.cls) = g.cls THEN g.profile END')}
            AS sold,
-       coalesce(j.jobs, []::VARCHAR[]) AS jobs, s.step_n, s.step_p50
+       coalesce(j.jobs, []::VARCHAR[]) AS jobs
 FROM keys k
 LEFT JOIN grant_ g USING (tenant, allocation_id)
 LEFT JOIN promise p USING (tenant, allocation_id)
 LEFT JOIN jobs j USING (tenant, allocation_id)
-LEFT JOIN steps s USING (tenant, allocation_id)
 WHERE ($tenant IS NULL OR k.tenant = $tenant)
 ORDER BY k.tenant, k.allocation_id
 """
 ALLOCATION_COLUMNS = ("tenant", "allocation_id", "gpus", "devices", "fabric_domain", "granted_class", "profile",
-                      "promise_id", "promised_class", "sold", "jobs", "step_n", "step_p50")
+                      "promise_id", "promised_class", "sold", "jobs")
 
 #: every capture and probe, oldest first (a later one of the same node or test replaces it)
 EVIDENCE = """
@@ -110,9 +111,12 @@ def report(con: duckdb.DuckDBPyConnection, recon: Reconciliation, tenant: str | 
     the rank correlation per class."""
     outcomes.build(con)
     evidence = _evidence(con, tenant)
-    billed = outcomes.allocation_money(recon)
+    billed: dict[tuple[str, str], dict[str, Fraction]] = defaultdict(dict)
+    for (owner, allocation_id, currency), value in outcomes.allocation_money(recon).items():
+        billed[(owner, allocation_id)][currency or ""] = value
     cursor = con.execute(ALLOCATIONS, {"tenant": tenant})
     allocations = [_allocation(dict(zip(ALLOCATION_COLUMNS, row)), evidence, billed) for row in cursor.fetchall()]
+    _step_times(con, allocations)
     return {"allocations": allocations, "summary": _summary(allocations), "prediction": _prediction(allocations)}
 
 
@@ -128,6 +132,43 @@ def _evidence(con: duckdb.DuckDBPyConnection, tenant: str | None) -> dict[tuple[
     return out
 
 
+#: each step time (a gap between consecutive marks of one attempt ÷ the steps between them)
+#: on the allocations that have a bus bandwidth reading
+STEP_TIMES = """
+SELECT s.tenant, s.allocation_id, s.gap, s.dstep FROM rp_steps s
+JOIN pl_probed p ON p.tenant = s.tenant AND p.allocation_id = s.allocation_id
+WHERE s.gap IS NOT NULL AND s.dstep > 0
+"""
+
+
+def _step_times(con: duckdb.DuckDBPyConnection, allocations: list[dict[str, Any]]) -> None:
+    """The nearest-rank p50 of the step times of every attempt on each allocation with a
+    busbw reading, exact (seconds per step as a fraction). Marks that advance no step
+    measure none and are left out."""
+    probed = [a for a in allocations if a["busbw_gbps"] is not None]
+    con.register("pl_probed", pa.table({"tenant": pa.array([a["tenant"] for a in probed], pa.string()),
+                                        "allocation_id": pa.array([a["allocation_id"] for a in probed], pa.string())}))
+    times: dict[tuple[str, str], list[Fraction]] = defaultdict(list)
+    for tenant, allocation_id, gap, dstep in con.execute(STEP_TIMES).fetchall():
+        times[(tenant, allocation_id)].append(Fraction(int(gap), int(dstep) * SECOND))
+    con.unregister("pl_probed")
+    for a in allocations:
+        found = sorted(times.get((a["tenant"], a["allocation_id"]), []))
+        p50 = found[(50 * len(found) + 99) // 100 - 1] if found else None
+        a["_step_p50"] = p50
+        a["step_time_p50_s"] = None if p50 is None else decimal_text(p50)
+        a["step_times"] = len(found)
+
+
+def decimal_text(value: Fraction, places: int = SHOWN_PLACES) -> str:
+    """A fraction as decimal text: exact when it ends within `places`, else rounded half-even."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        exact = Decimal(value.numerator) / Decimal(value.denominator)
+        rounded = exact.quantize(Decimal(1).scaleb(-places), ROUND_HALF_EVEN)
+        return format(exact.normalize(), "f") if rounded == exact else str(rounded)
+
+
 def _largest_busbw(figures: list[dict[str, Any]]) -> tuple[int, Decimal] | None:
     """The out-of-place busbw at the run's largest message size (bandwidth-bound, unlike
     the average over a sweep whose small sizes measure latency)."""
@@ -139,11 +180,10 @@ def _largest_busbw(figures: list[dict[str, Any]]) -> tuple[int, Decimal] | None:
 # -- one allocation -------------------------------------------------------------------------
 
 def _allocation(row: dict[str, Any], evidence: dict[tuple[str, str], Evidence],
-                billed: dict[tuple[str, str, str | None], int]) -> dict[str, Any]:
+                billed: dict[tuple[str, str], dict[str, Fraction]]) -> dict[str, Any]:
     found = evidence.get((row["tenant"], row["allocation_id"]), Evidence())
     status, reasons = verdict(row, found.captures)
-    money_of = {currency or "": cents for (t, a, currency), cents in billed.items()
-                if t == row["tenant"] and a == row["allocation_id"]}
+    money_of = billed.get((row["tenant"], row["allocation_id"]), {})
     return {
         "tenant": row["tenant"], "allocation_id": row["allocation_id"], "jobs": list(row["jobs"]),
         "gpus": row["gpus"], "placement_class": row["sold"],
@@ -152,10 +192,10 @@ def _allocation(row: dict[str, Any], evidence: dict[tuple[str, str], Evidence],
         "nodes_observed": sorted(found.captures),
         "links_observed": _links_seen(found.captures, row),
         "status": status, "reason": _one_line(reasons), "reasons": reasons,
-        "billed": {c: money(Fraction(v), c) for c, v in sorted(money_of.items())},
-        "_cents": money_of,
+        "billed": {c: money(v, c) for c, v in sorted(money_of.items())},
+        "_money": money_of,
         "busbw_gbps": None if found.busbw is None else str(found.busbw), "busbw_size_bytes": found.busbw_size,
-        "step_time_p50_s": seconds(row["step_p50"]), "steps": int(row["step_n"] or 0), "_step_p50": row["step_p50"],
+        "step_time_p50_s": None, "step_times": 0,
     }
 
 
@@ -233,32 +273,32 @@ def _summary(allocations: list[dict[str, Any]]) -> list[dict[str, Any]]:
         groups[(a["tenant"], a["placement_class"])].append(a)
     out = []
     for (tenant, cls), rows in sorted(groups.items()):
-        mismatched: dict[str, int] = defaultdict(int)
+        mismatched: dict[str, Fraction] = defaultdict(Fraction)
         for a in rows:
             if a["status"] == "mismatch":
-                for currency, cents in a["_cents"].items():
-                    mismatched[currency] += cents
+                for currency, value in a["_money"].items():
+                    mismatched[currency] += value
         out.append({"tenant": tenant, "placement_class": cls, "allocations": len(rows),
                     **{s: sum(a["status"] == s for a in rows) for s in ("match", "mismatch", "undetermined", "unobserved")},
-                    "billed_on_mismatch": {c: money(Fraction(v), c) for c, v in sorted(mismatched.items())}})
+                    "billed_on_mismatch": {c: money(v, c) for c, v in sorted(mismatched.items())}})
     for a in allocations:
-        del a["_cents"]
+        del a["_money"]
     return out
 
 
 def _prediction(allocations: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per class: Spearman's ρ between busbw and step-time p50, one point per allocation."""
-    points: dict[str, list[tuple[Decimal, int]]] = defaultdict(list)
+    points: dict[str, list[tuple[Decimal, Fraction]]] = defaultdict(list)
     for a in allocations:
         if a["busbw_gbps"] is not None and a["_step_p50"] is not None:
-            points[a["placement_class"]].append((Decimal(a["busbw_gbps"]), int(a["_step_p50"])))
+            points[a["placement_class"]].append((Decimal(a["busbw_gbps"]), a["_step_p50"]))
     classes = sorted({a["placement_class"] for a in allocations})
     for a in allocations:
         del a["_step_p50"]
     return [_correlation(cls, points.get(cls, [])) for cls in classes]
 
 
-def _correlation(cls: str, points: list[tuple[Decimal, int]]) -> dict[str, Any]:
+def _correlation(cls: str, points: list[tuple[Decimal, Fraction]]) -> dict[str, Any]:
     out: dict[str, Any] = {"placement_class": cls, "n": len(points), "spearman": None, "spearman_squared": None,
                            "predicts": None}
     if len(points) < MIN_POINTS:

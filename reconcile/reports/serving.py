@@ -77,18 +77,18 @@ def _window(tenant: str, job_id: str, allocation_id: str | None, ws: int, we: in
             "concurrency": data.get("concurrency"), "data": data, "money": {}}
 
 
-def _share_money(windows: list[dict[str, Any]], per_alloc: dict[tuple[str, str, str | None], int]) -> None:
+def _share_money(windows: list[dict[str, Any]], per_alloc: dict[tuple[str, str, str | None], Fraction]) -> None:
     """Each window's share of its allocation's money, by length (see the module docstring)."""
     on: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for w in windows:
         if w["allocation_id"] is not None:
             on[(w["tenant"], w["allocation_id"])].append(w)
-    for (tenant, allocation_id, currency), cents in per_alloc.items():
+    for (tenant, allocation_id, currency), value in per_alloc.items():
         for_alloc = on.get((tenant, allocation_id), [])
         total = sum(w["us"] for w in for_alloc)
         for w in for_alloc:
             share = Fraction(w["us"], total) if total else Fraction(1, len(for_alloc))
-            w["money"][currency or ""] = w["money"].get(currency or "", Fraction(0)) + cents * share
+            w["money"][currency or ""] = w["money"].get(currency or "", Fraction(0)) + value * share
 
 
 def _level(tenant: str, concurrency: int | str | None, windows: list[dict[str, Any]]) -> dict[str, Any]:
