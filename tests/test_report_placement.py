@@ -342,6 +342,22 @@ def test_many_slow_pairs_are_listed_and_the_line_is_cut(tmp_path: Path) -> None:
                             "GPU0–GPU3 over PHB, class requires NVLink; and 3 more")
 
 
+def test_step_time_is_per_step_when_marks_skip_steps(tmp_path: Path) -> None:
+    """Marks at steps 0, 3, 6, 8, 40 s, 40 s and 25 s apart: 40/3, 40/3 and 25/2 s a step;
+    sorted 12.5, 13.33…, 13.33…, nearest-rank p50 (rank 2) = 40/3 = 13.333333 (6 places).
+    A mark that repeats its step (8 again, 5 s later) measures no step and is left out."""
+    def build(e: Events) -> None:
+        e.add("allocation.granted", "10:00", allocation_id="E1", gpus=1)
+        e.add("job.started", "10:00", job_id="JE", allocation_id="E1")
+        for clock, step in (("10:05:00", 0), ("10:05:40", 3), ("10:06:20", 6), ("10:06:45", 8), ("10:06:50", 8)):
+            e.add("job.progress", clock, job_id="JE", step=step)
+        e.add("probe.result", "10:01", allocation_id="E1", probe="nccl-tests", test="all_reduce_perf",
+              figures=all_reduce((1 << 20, "7.5", "7.5")))
+
+    e1 = placement_of(tmp_path, build)["E1"]
+    assert (e1["step_time_p50_s"], e1["step_times"], e1["busbw_gbps"]) == ("13.333333", 3, "7.5")
+
+
 # -- real outputs (../shared/realdata, PROBES.md) -------------------------------------------
 
 REAL_TOPO = REALDATA / "topo"
