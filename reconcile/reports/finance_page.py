@@ -31,7 +31,7 @@ import jinja2
 from reconcile.reports.explain import BEARER_MEANING, explain, terms
 from reconcile.engine.figures import EPOCH, safe_name
 from reconcile.engine.intervals import SECOND
-from reconcile.reports.render import HOUR_US, exact_number, hours, money, number
+from reconcile.reports.output import HOUR_US, exact_number, hours, money, number
 from reconcile.engine.result import BEARERS, Cell, Reconciliation
 
 TEMPLATES = Path(__file__).with_name("templates")
