@@ -138,12 +138,16 @@ def _loads(source: str) -> list[tuple[str, str]]:
                                  table == "lines_ev"))
              for table, (types, fields) in NARROW_TABLES.items()]
     loads.append(("ev_other", _projection(f"(SELECT * FROM {source} WHERE type NOT IN {_types_in(narrow_types)})")))
-    time = _us("json_extract_string(event, '$.time')")
-    loads.append(("evidence", f"SELECT seq, type, tenant, {time} AS t, json_extract(event, '$.data') AS data "
-                              f"FROM {source} WHERE type IN {_types_in(EVIDENCE_TYPES)}"))
     # progress last: it looks its jobs up in `jobs`, which has this source's starts by then
     loads += [("jobs", _new_jobs(source)), ("progress", _progress_projection(source))]
-    return loads
+    return [*loads, ("evidence", _evidence_projection(source))]
+
+
+def _evidence_projection(source: str) -> str:
+    """The `EVIDENCE_TYPES` events of `source` with their `data` whole, as JSON."""
+    time = _us("json_extract_string(event, '$.time')")
+    return (f"SELECT seq, type, tenant, {time} AS t, json_extract(event, '$.data') AS data "
+            f"FROM {source} WHERE type IN {_types_in(EVIDENCE_TYPES)}")
 
 
 _FIELD_OF_COLUMN = {_RENAMED.get(f, f): f for f in _DATA_FIELDS}
