@@ -318,6 +318,8 @@ def test_a_promise_for_another_class_several_nodes_and_too_few_gpus(tmp_path: Pa
         e.add("allocation.granted", "10:00", allocation_id="C5", gpus=2)
         e.add("placement.observed", "10:01", allocation_id="C5", node="n7", topology=topology(
             *((f"GPU{a}", f"GPU{b}", "NV12") for a in range(4) for b in range(a + 1, 4)), gpus=4))
+        # a capture of an allocation nothing granted or promised: no class to hold it to
+        e.add("placement.observed", "10:01", allocation_id="C6", node="n8", topology=topology(("GPU0", "GPU1", "SYS")))
 
     rows = placement_of(tmp_path, build)
     assert [(k, rows[k]["status"], rows[k]["reason"]) for k in sorted(rows)] == [
@@ -326,7 +328,9 @@ def test_a_promise_for_another_class_several_nodes_and_too_few_gpus(tmp_path: Pa
         ("C3", "match", "every pair of its 4 GPUs over NVLink"),
         ("C4", "mismatch", "capture shows 2 GPUs, the allocation has 4"),
         ("C5", "undetermined", "capture shows 4 GPUs, the allocation has 2 and its devices do not say which are its own"),
+        ("C6", "undetermined", "no grant or promise names the class sold"),
     ]
+    assert (rows["C6"]["placement_class"], rows["C6"]["class_from"]) == ("unknown", None)
     assert (rows["C1"]["placement_class"], rows["C1"]["class_from"]) == ("whole", "promise")
 
 

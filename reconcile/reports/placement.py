@@ -16,7 +16,7 @@ Rules (docs/placement.md gives them with examples):
   than the granted one is a mismatch by itself.
 - **Status**: `match`, `mismatch` (with the reasons in words), `unobserved` (no capture)
   or `undetermined` (the capture shows more GPUs than granted and the grant's devices do
-  not say which are the allocation's).
+  not say which are the allocation's; or nothing names the class sold).
 - **Billed**: the money of the reconciliation's lines naming the allocation (as outcomes
   take it: after corrections, credits included), exact until shown.
 - **Prediction**, per placement class: Spearman's rank correlation between x = the bus
@@ -208,6 +208,8 @@ def verdict(row: dict[str, Any], captures: dict[str, dict[str, Any]]) -> tuple[s
         reasons.append(f"sold {row['promised_class']} (promise {row['promise_id']}), granted {granted}")
     if not captures:
         return ("mismatch" if reasons else "unobserved"), reasons or ["no nvidia-smi topo -m capture"]
+    if base == "unknown":
+        return "undetermined", ["no grant or promise names the class sold"]
     nodes = sorted(captures)
     spread = base != "whole" or row["gpus"] is None or row["gpus"] > 1
     if len(nodes) > 1 and not (base == "whole" and row["fabric_domain"]):
