@@ -42,7 +42,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from reconcile.engine.figures import money, placement_sql
+from reconcile.engine.figures import money, nearest_rank_of, placement_sql
 from reconcile.engine.intervals import SECOND
 from reconcile.engine.result import Reconciliation
 from reconcile.reports import outcomes
@@ -153,8 +153,8 @@ def _step_times(con: duckdb.DuckDBPyConnection, allocations: list[dict[str, Any]
         times[(tenant, allocation_id)].append(Fraction(int(gap), int(dstep) * SECOND))
     con.unregister("pl_probed")
     for a in allocations:
-        found = sorted(times.get((a["tenant"], a["allocation_id"]), []))
-        p50 = found[(50 * len(found) + 99) // 100 - 1] if found else None
+        found = times.get((a["tenant"], a["allocation_id"]), [])
+        p50 = nearest_rank_of(found, 50)
         a["_step_p50"] = p50
         a["step_time_p50_s"] = None if p50 is None else decimal_text(p50)
         a["step_times"] = len(found)
