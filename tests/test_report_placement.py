@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reconcile.reports.placement import average_ranks, shown, spearman
 from tests.conftest import REALDATA, run_cli, write_jsonl
@@ -226,6 +228,18 @@ def test_ranks_average_ties_and_an_irrational_rho_is_rounded() -> None:
     assert (rho_squared, sign) == (Fraction(3, 4), 1)
     assert rho_squared is not None and shown(rho_squared, sign) == "0.866025"  # √3/2 = 0.8660254…
     assert spearman([1, 1, 1], [1, 2, 3]) == (None, 0)
+
+
+@settings(deadline=None, max_examples=60, derandomize=True)
+@given(st.integers(min_value=3, max_value=12).flatmap(
+    lambda n: st.tuples(st.permutations(range(n)), st.permutations(range(n)))))
+def test_without_ties_rho_is_the_textbook_formula(pair: tuple[list[int], list[int]]) -> None:
+    """With distinct values ρ = 1 − 6 Σ d² / (n (n² − 1)), d the rank differences."""
+    xs, ys = pair
+    n = len(xs)
+    expected = 1 - Fraction(6 * sum((x - y) ** 2 for x, y in zip(xs, ys)), n * (n * n - 1))
+    rho_squared, sign = spearman(xs, ys)
+    assert (rho_squared, sign) == (expected ** 2, (expected > 0) - (expected < 0))
 
 
 def test_placement_csv_and_table(db: str, placement: dict[str, Any]) -> None:
