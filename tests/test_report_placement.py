@@ -36,6 +36,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -419,3 +420,25 @@ def test_real_captures_and_probe_against_the_class_sold(tmp_path: Path) -> None:
     assert rows["R2"]["links_observed"] == {"NV3": 2, "SYS": 4}
     assert (rows["R3"]["status"], rows["R3"]["reason"], rows["R3"]["links_observed"]) == (
         "match", "every pair of its 8 GPUs over NVLink", {"NV12": 28})
+
+
+def test_real_vllm_results_as_one_rate_set_level(tmp_path: Path) -> None:
+    """PROBES.md: nerdalert's results.json is 9 vLLM `--save-result` lines (3 deployments × 10,
+    30 and inf QPS), 300 or 900 requests each, all completed, no `max_concurrency`: one level
+    with no stated concurrency. Its worst p99 TTFT is the highest `p99_ttft_ms` of the 9 lines,
+    read here from the file as text."""
+    path = Path(real_file(REALDATA / "inference-bench" / "nerdalert-vllm-bench-automation_vllm-benchmark-graphs_results.json"))
+    lines = [json.loads(line, parse_float=str) for line in path.read_text().splitlines() if line.strip()]
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    assert run_cli("init", "--db", url)[0] == 0
+    code, out, err = run_cli("ingest", "--db", url, "--format", "serving-bench", "--tenant", "acme", "--job", "chat",
+                             "--timezone", "UTC", str(path))
+    assert code == 0 and "appended 9" in out, err
+    rows = {r["concurrency"]: r for r in report_json(url, "outcomes")["serving"]}
+    assert list(rows) == [None, "all"]
+    level = rows[None]
+    assert (level["windows"], level["requests"], level["accepted"], level["cancelled"]) == (9, 6300, 6300, None)
+    assert len(lines) == 9 and all(line["max_concurrency"] is None for line in lines)
+    assert Decimal(level["ttft_ms"]["p99"]) == max(Decimal(line["p99_ttft_ms"]) for line in lines) == Decimal(
+        "9951.535929819987")
+    assert level["cost"] == {}
