@@ -16,8 +16,8 @@ Definitions (README "Reports and packets" repeats them); percentiles are nearest
 - **completed-run time** (per completed job): its first `job.completed` − its first
   `job.started` (restarts included).
 - **cost of a run** (per job): for every allocation its attempts ran on, the money of the
-  lines naming that allocation (after corrections; credits included, as the
-  reconciliation reports it), apportioned to the jobs that ran on the allocation by
+  lines naming that allocation (after corrections; credits included; the cells' exact
+  shares, `allocation_money`), apportioned to the jobs that ran on the allocation by
   their attempt time on it (attempts clipped to [grant, release or horizon)). Money of
   an allocation on which no job ran, or of lines naming no allocation, is no run's.
 - **cost per completed run** = Σ cost of the completed jobs ÷ their number, per currency.
