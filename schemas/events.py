@@ -1,4 +1,4 @@
-"""The event types of DESIGN.md §2 as frozen pydantic models, and the CloudEvents envelope.
+"""The event types of docs/events.md as frozen pydantic models, and the CloudEvents envelope.
 
 Each `data` model declares its fields; unknown fields under `data` are kept as evidence
 (`extra="allow"`) and never interpreted. The envelope is CloudEvents 1.0 structured mode;
@@ -407,7 +407,7 @@ def _no_tenant_data(value: Any, info: ValidationInfo) -> None:
     return None
 
 
-#: A field of a tenant's that a fleet event must not carry (DESIGN.md §2): absent or null.
+#: A field of a tenant's that a fleet event must not carry (docs/events.md): absent or null.
 NoTenantData = Annotated[None, BeforeValidator(_no_tenant_data)]
 
 

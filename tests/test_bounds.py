@@ -1,4 +1,4 @@
-"""Bounds at the door (DESIGN.md §2, docs/canonical-and-bounds.md): each bound's edge is
+"""Bounds at the door (docs/events.md, docs/canonical-and-bounds.md): each bound's edge is
 accepted, one step past it is quarantined with its field and reason; and the issue's own
 examples, ingested through the CLI, are quarantined while every later command still runs.
 Edges are worked out by hand from the rules in schemas/types.py."""

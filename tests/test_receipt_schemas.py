@@ -1,4 +1,4 @@
-"""start.receipt and fleet.change (DESIGN.md §2, docs/receipts-and-changes.md): what each
+"""start.receipt and fleet.change (docs/events.md, docs/receipts-and-changes.md): what each
 requires, what it refuses (and the quarantine row naming file, line and field), that a
 re-ingest appends nothing, and that a fleet change names no tenant's data."""
 

@@ -4,8 +4,8 @@ Each report is computed in DuckDB over `ev` (reconcile/engine/snapshot.py), load
 the store; outcomes also take the reconciliation's money (reconcile/engine/__init__.py). Each
 returns plain dicts and lists (JSON as is), and renders as rich tables or CSV rows.
 Definitions are in the module docstrings of reconcile/reports/promises.py, capacity.py,
-outcomes.py (with serving.py, its serving view) and placement.py, and in the README's
-"Reports and packets".
+outcomes.py (with serving.py, its serving view), placement.py and envelope.py, in
+docs/reports.md and docs/placement.md.
 
     with loaded(store) as data:            # one snapshot, one DuckDB
         promises.report(data.con)          # or report_promises(store) for one report
@@ -29,7 +29,7 @@ from rich.text import Text
 
 from ledger import Store
 from reconcile.engine import run
-from reconcile.reports import capacity, outcomes, placement, promises, serving
+from reconcile.reports import capacity, envelope, envelope_page, outcomes, placement, promises, serving
 from reconcile.engine.result import Reconciliation
 from reconcile.engine.snapshot import load_pages, open_engine, store_pages
 
@@ -64,8 +64,8 @@ def loaded(store: Store, tenant: str | None = None, threads: int | None = None) 
 
 
 def build_report(data: Loaded, name: str, tenant: str | None = None, since: int | None = None,
-                 until: int | None = None) -> dict[str, Any]:
-    """One report by name, as plain dicts and lists."""
+                 until: int | None = None, by: str = "both") -> dict[str, Any]:
+    """One report by name, as plain dicts and lists (`by`: envelope's grouping)."""
     if name == "promises":
         return promises.report(data.con, tenant)
     if name == "capacity":
@@ -76,14 +76,16 @@ def build_report(data: Loaded, name: str, tenant: str | None = None, since: int 
         return {"serving": serving.view(data.con, data.recon, tenant)}
     if name == "placement":
         return placement.report(data.con, data.recon, tenant)
+    if name == "envelope":
+        return envelope.report(data.con, data.recon, tenant, by)
     raise ValueError(f"unknown report {name!r}")
 
 
 def report(store: Store, name: str, tenant: str | None = None, since: int | None = None,
-           until: int | None = None) -> dict[str, Any]:
-    """One report of the store (`name`: promises, capacity, outcomes, serving or placement)."""
+           until: int | None = None, by: str = "both") -> dict[str, Any]:
+    """One report of the store (`name`: promises, capacity, outcomes, serving, placement or envelope)."""
     with loaded(store, tenant) as data:
-        return build_report(data, name, tenant, since, until)
+        return build_report(data, name, tenant, since, until, by)
 
 
 @dataclass
@@ -118,6 +120,8 @@ def render(name: str, doc: dict[str, Any], fmt: str) -> str | list[Table | Text]
         return to_csv(name, doc, "," if fmt == "csv" else "\t")
     if fmt == "table":
         return tables(name, doc)
+    if fmt == "html" and name == "envelope":
+        return envelope_page.html(doc)
     raise ValueError(f"--format: unknown format {fmt!r}")
 
 
@@ -137,7 +141,9 @@ def csv_rows(name: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
         return [{k: v for k, v in p.items() if k != "seq"} | {"packet_command": p.get("packet_command", "")}
                 for p in doc["promises"]]
     if name == "capacity":
-        return [*doc["classes"], doc["total"]]
+        return capacity.csv_rows(doc)
+    if name == "envelope":
+        return envelope.csv_rows(doc)
     rows = []
     for job in doc["jobs"]:
         base = {k: v for k, v in job.items() if k != "cost"}
@@ -189,7 +195,9 @@ def tables(name: str, doc: dict[str, Any]) -> list[Table | Text]:
     if name == "promises":
         return _promise_tables(doc)
     if name == "capacity":
-        return [_capacity_table(doc)]
+        return [_capacity_table(doc), *capacity.extra_tables(doc)]
+    if name == "envelope":
+        return envelope.tables(doc)
     if name == "placement":
         return _placement_tables(doc)
     if name == "serving":
