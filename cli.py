@@ -580,7 +580,7 @@ def _decimal_option(name: str, text: str | None) -> Decimal | None:
 
 @main.group("report", cls=Group)
 def report_group() -> None:
-    """Operator and finance reports: promises, capacity, outcomes, envelope (definitions: README)."""
+    """Operator and finance reports: promises, capacity, outcomes, placement, envelope (definitions: README)."""
 
 
 def report_options(fn: F) -> F:
@@ -656,10 +656,23 @@ def report_capacity(db_url: str | None, tenant: str | None, fmt: str, out: Path 
 
 @report_group.command("outcomes")
 @report_options
-def report_outcomes(db_url: str | None, tenant: str | None, fmt: str, out: Path | None) -> None:
+@click.option("--view", type=click.Choice(("all", "serving")), default="all", show_default=True,
+              help="serving: only the serving view (CSV: its rows instead of the jobs').")
+def report_outcomes(db_url: str | None, tenant: str | None, fmt: str, out: Path | None, view: str) -> None:
     """Time to first usable allocation, step time p50/p95, checkpoint overhead,
-    completed-run time, cost per completed run and per accepted result."""
-    _emit_report("outcomes", db_url, tenant, fmt, out)
+    completed-run time, cost per completed run and per accepted result; for serving jobs,
+    per concurrency level: request rate, TTFT and latency, output tokens/s, cancellations
+    and cost per accepted response."""
+    _emit_report("serving" if view == "serving" else "outcomes", db_url, tenant, fmt, out)
+
+
+@report_group.command("placement")
+@report_options
+def report_placement(db_url: str | None, tenant: str | None, fmt: str, out: Path | None) -> None:
+    """Per allocation: the placement class sold against the topology observed (match, or
+    mismatch and why) and the money billed on mismatches; per class, whether probe bus
+    bandwidth ranks the jobs' step time (Spearman's rho)."""
+    _emit_report("placement", db_url, tenant, fmt, out)
 
 
 @report_group.command("envelope")

@@ -29,7 +29,8 @@ from tests.conftest import event
 REPORTS = (["report", "promises"], ["report", "capacity"], ["report", "outcomes"],
            ["report", "promises", "--format", "json"], ["report", "outcomes", "--format", "json"],
            ["report", "capacity", "--format", "json"], ["report", "envelope"], ["report", "envelope", "--format", "html"],
-           ["report", "envelope", "--format", "csv"], ["report", "capacity", "--format", "csv"])
+           ["report", "envelope", "--format", "csv"], ["report", "capacity", "--format", "csv"],
+           ["report", "placement"], ["report", "placement", "--format", "csv"], ["report", "outcomes", "--view", "serving"])
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,10 @@ in integers (no floating-point rank).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from fractions import Fraction
+from typing import TypeVar
 
 from reconcile.engine.rules import INF, SECOND
 from reconcile.engine.money import format_minor, minor_unit
@@ -18,12 +20,20 @@ from schemas import format_utc
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 PERCENTILES = (50, 95)
+T = TypeVar("T")
 
 
 def nearest_rank(expr: str, pct: int) -> str:
     """SQL aggregate: the nearest-rank `pct`-th percentile of `expr` (NULLs left out)."""
     values = f"list_sort(list({expr}) FILTER (WHERE {expr} IS NOT NULL))"
     return f"CASE WHEN count({expr}) = 0 THEN NULL ELSE {values}[({pct} * count({expr}) + 99) // 100] END"
+
+
+def nearest_rank_of(values: Sequence[T], pct: int) -> T | None:
+    """The nearest-rank `pct`-th percentile of `values` (sorted here), None when empty: the
+    same rank as `nearest_rank` in SQL, for values SQL cannot order exactly (fractions)."""
+    ordered = sorted(values)  # type: ignore[type-var]
+    return ordered[(pct * len(ordered) + 99) // 100 - 1] if ordered else None
 
 
 def percentiles_sql(expr: str, name: str) -> str:

@@ -75,6 +75,11 @@ NARROW_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 _PROGRESS_FIELDS = ("job_id", "step", "units")
 
+#: Evidence beside the engine's input: few events with nested data (a topology, probe
+#: figures, a serving window's distributions) that reports read whole. Each is also in
+#: `ev_other` with its typed columns; `evidence` keeps its `data` as JSON besides.
+EVIDENCE_TYPES = ("placement.observed", "probe.result", "inference.window")
+
 
 #: What a billing source says a line is, shown to finance and never interpreted: a
 #: CloudEvents line's own `description`, else the FOCUS row's ChargeDescription (ingest
@@ -151,7 +156,14 @@ def _loads(source: str) -> list[tuple[str, str]]:
                                           event_source=True)))
     # progress last: it looks its jobs up in `jobs`, which has this source's starts by then
     loads += [("jobs", _new_jobs(source)), ("progress", _progress_projection(source))]
-    return loads
+    return [*loads, ("evidence", _evidence_projection(source))]
+
+
+def _evidence_projection(source: str) -> str:
+    """The `EVIDENCE_TYPES` events of `source` with their `data` whole, as JSON."""
+    time = _us("json_extract_string(event, '$.time')")
+    return (f"SELECT seq, type, tenant, {time} AS t, json_extract(event, '$.data') AS data "
+            f"FROM {source} WHERE type IN {_types_in(EVIDENCE_TYPES)}")
 
 
 _FIELD_OF_COLUMN = {_RENAMED.get(f, f): f for f in _DATA_FIELDS}
