@@ -183,5 +183,38 @@ def change_lines(capacity: dict[str, Any]) -> list[str]:
     return out
 
 
+def placement_lines(doc: dict[str, Any]) -> list[str]:
+    """Mismatched placements and their money; per class, whether probe bus bandwidth predicts step time."""
+    rows = doc["allocations"]
+    observed = [a for a in rows if a["status"] != "unobserved"]
+    mismatched = [a for a in rows if a["status"] == "mismatch"]
+    money: dict[str, Decimal] = defaultdict(Decimal)
+    for s in doc["summary"]:
+        for currency, amount in s["billed_on_mismatch"].items():
+            money[currency] += Decimal(amount)
+    billed = ", ".join(f"{v:,} {c}" for c, v in sorted(money.items())) or "nothing"
+    first = f"; first: {mismatched[0]['tenant']} {mismatched[0]['allocation_id']}: {mismatched[0]['reasons'][0]}" if mismatched else ""
+    rho = ", ".join(f"{p['placement_class']} {_text(p['spearman'])} (n={p['n']}: {p['reading']})"
+                    for p in doc["prediction"] if p["n"])
+    return [f"{len(observed)} of {len(rows)} allocations observed, {len(mismatched)} mismatched, "
+            f"billed {billed} on them{first}",
+            f"probe bus bandwidth against step time p50, Spearman's rho per class: {rho or 'no probes'}"]
+
+
+def serving_table(outcomes: dict[str, Any]) -> Table:
+    """The serving view of `report outcomes`, per tenant and concurrency level."""
+    table = Table("tenant", "concurrency", "requests (accepted)", "requests/s", "TTFT p50/p99 ms", "latency p95 ms",
+                  "output tokens/s", "cancelled", "cost / accepted response",
+                  title="serving: per tenant and concurrency (vLLM benchmark and gateway windows)")
+    for r in outcomes.get("serving", []):
+        if r["concurrency"] == "all":
+            continue
+        table.add_row(r["tenant"], _text(r["concurrency"]), f"{r['requests']} ({r['accepted']})",
+                      _text(r["request_rate_per_s"]), f"{_text(r['ttft_ms'].get('p50'))} / {_text(r['ttft_ms'].get('p99'))}",
+                      _text(r["latency_ms"].get("p95")), _text(r["output_tokens_per_s"]), _text(r["cancelled"]),
+                      " ".join(f"{_text(c['cost_per_accepted_response'])} {cur}" for cur, c in r["cost"].items()) or "–")
+    return table
+
+
 def _text(value: Any) -> str:
     return "–" if value is None else str(value)

@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import click
@@ -237,3 +238,18 @@ def _check_demo_evidence(out_dir: Path, out: str) -> None:
     rows = list(csv.DictReader(io.StringIO((reports / "capacity_changes.csv").read_text())))
     assert [(r["change_id"], r["phase"]) for r in rows] == [
         (t["change_id"], phase) for t in truth["fleet_changes"] for phase in ("before", "during", "after")]
+    # placement: the captures the simulator made without NVLink are the mismatches; rho per class
+    placement = json.loads((reports / "placement.json").read_text())
+    assert {(a["tenant"], a["allocation_id"]) for a in placement["allocations"] if a["status"] == "mismatch"} == {
+        (p["tenant"], p["allocation_id"]) for p in truth["placement"] if not p["observed_match"]}
+    mismatched = sum(not p["observed_match"] for p in truth["placement"])
+    assert f"10 placement: {len(truth['placement'])} of " in out and f" observed, {mismatched} mismatched, " in out
+    rho = {p["placement_class"].split(":")[0]: (p["n"], Decimal(p["spearman"])) for p in placement["prediction"] if p["n"]}
+    assert rho == {cls: (t["allocations"], Decimal(t["rank_correlation"])) for cls, t in truth["probes"]["classes"].items()}
+    # serving: each window the simulator wrote is one concurrency level of its tenant
+    serving = json.loads((reports / "outcomes.json").read_text())["serving"]
+    assert sorted((r["tenant"], r["concurrency"], r["requests"], r["accepted"]) for r in serving if r["concurrency"] != "all") \
+        == sorted((w["tenant"], w["concurrency"], w["requests"], w["accepted"]) for w in truth["serving"])
+    for w in truth["serving"]:
+        assert f"│ {w['requests']} ({w['accepted']}) " in out, w
+    assert (reports / "serving.csv").exists() and (reports / "placement.csv").exists()
