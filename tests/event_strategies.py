@@ -173,6 +173,27 @@ def _fleet_change(draw: st.DrawFn) -> dict[str, Any]:
     return change
 
 
+def _distribution() -> st.SearchStrategy[dict[str, str]]:
+    return st.dictionaries(st.sampled_from(["mean", "p50", "p90", "p95", "p99", "max"]), measures, min_size=1, max_size=3)
+
+
+@st.composite
+def _inference_window(draw: st.DrawFn) -> dict[str, Any]:
+    """A serving window ending at or after its start, whose answered, failed and cancelled
+    requests are no more than those sent."""
+    start = draw(happened())
+    requests = draw(counts)
+    accepted = draw(edged(st.integers(0, requests), 0, requests))
+    failed = draw(optional(st.integers(0, requests - accepted)))
+    cancelled = draw(optional(st.integers(0, requests - accepted - (failed or 0))))
+    return {"tenant": draw(tenants), "job_id": draw(jobs), "allocation_id": draw(optional(allocations)),
+            "window_start": start, "window_end": draw(happened(start)), "requests": requests, "accepted": accepted,
+            "failed": failed, "cancelled": cancelled, "concurrency": draw(optional(positive_counts)),
+            "request_rate": draw(optional(measures | st.just("inf"))), "output_throughput": draw(optional(measures)),
+            "output_tokens": draw(optional(counts)), "ttft_ms": draw(optional(_distribution())),
+            "latency_ms": draw(optional(_distribution())), "tool": draw(optional(names))}
+
+
 #: For each type, a strategy of its `data`: every declared field, optional ones sometimes absent.
 DATA: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "device.discovered": st.fixed_dictionaries({"node": st.sampled_from(["n1", "n2"]), "device": names | counts},
@@ -213,6 +234,7 @@ DATA: dict[str, st.SearchStrategy[dict[str, Any]]] = {
                             test=names, figures=st.lists(_figure(), min_size=1, max_size=3), matrix=optional(_matrix()),
                             gpus=optional(gpus), nodes=optional(positive_counts), job_id=optional(jobs),
                             tool_version=optional(names)),
+    "inference.window": _inference_window(),
     "start.receipt": _start_receipt(),
     "fleet.change": _fleet_change(),
 }
