@@ -70,8 +70,8 @@ def _bad_input_errors() -> tuple[type[Exception], ...]:
     from ingest import IngestError
     from ledger import LedgerError
     from ledger.note import NoteError
-    from reconcile.money import MoneyOverflow
-    from reconcile.scope import ScopeError
+    from reconcile.engine.money import MoneyOverflow
+    from reconcile.engine.scope import ScopeError
 
     return LedgerError, IngestError, NoteError, MoneyOverflow, ScopeError
 
@@ -450,7 +450,7 @@ def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | Non
     """Say what every billed GPU-second was: productive, overhead, restart, reclaimed, idle, unallocated."""
     import ledger
     import reconcile
-    import reconcile.render as reconcile_render
+    import reconcile.reports.output as reconcile_render
 
     limit = _decimal_option("--fail-on-disputed", fail_on)
     store = ledger.Store(db_url)
@@ -479,7 +479,7 @@ def explain_command(category: str | None) -> None:
 
     CATEGORY is a category (`productive`, `idle_unexplained`, ...), `unbilled`, or a bearer
     (`provider`, `customer`, `disputed`); without it, all of them."""
-    from reconcile.explain import UnknownTerm, render
+    from reconcile.reports.explain import UnknownTerm, render
 
     try:
         click.echo(render(category), nl=False)
@@ -503,8 +503,8 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
     """Write a customer's dispute packet for one invoice: findings, the tenant's entries, proofs, signed checkpoint."""
     import ledger
     from ledger.note import read_signer
-    from reconcile.dispute import IsolationError, build_dispute, write_packet
-    from reconcile.letter import write_letter_beside
+    from reconcile.packets.dispute import IsolationError, build_dispute, write_packet
+    from reconcile.packets.letter import write_letter_beside
 
     store = ledger.Store(db_url)
     signer = read_signer(key_path)
@@ -540,8 +540,8 @@ def verify_packet_command(file: Path, pubkey: Path, previous: Path | None, witne
     """Check a dispute packet with the public key alone and recompute its findings; exit 1 names what failed."""
     from ledger.note import COSIGNATURE_V1, read_verifier
     from ledger.witness import CosignatureError, require_cosignatures
-    from reconcile.dispute import PacketError, read_packet, read_previous, verify_dispute
-    from reconcile.letter import build_letter, summary, write_letter
+    from reconcile.packets.dispute import PacketError, read_packet, read_previous, verify_dispute
+    from reconcile.packets.letter import build_letter, summary, write_letter
 
     verifier = read_verifier(pubkey)
     witnesses = [read_verifier(p, COSIGNATURE_V1) for p in witness_keys]
@@ -625,7 +625,7 @@ def _print_all(console: Console, parts: Sequence[Table | Text]) -> None:
 
 
 def _time_option(name: str, text: str | None) -> int | None:
-    from reconcile.figures import parse_time
+    from reconcile.engine.figures import parse_time
 
     if text is None:
         return None
@@ -672,7 +672,7 @@ def packet_command(db_url: str | None, promise_id: str, tenant: str | None, out:
     """The operator's diagnostic packet for a promise: decisions, reservations and
     preemptions, device and fabric health, application trace, checkpoints, billing."""
     import ledger
-    import reconcile.diagnostic as diagnostic
+    import reconcile.packets.diagnostic as diagnostic
 
     store = ledger.Store(db_url)
     _require_store(store)
@@ -857,7 +857,7 @@ def _demo_key(out: Path) -> Path:
 def _require_store(store: ledger.Store, tenant: str | None = None, invoice: str | None = None) -> None:
     """The one way a command that reads opens the store: it must hold a ledger (a missing
     SQLite file is never created), and the tenant and invoice asked for must be in it."""
-    from reconcile.scope import check_scope
+    from reconcile.engine.scope import check_scope
 
     if store.in_memory or store.file_missing() or not store.is_initialised():
         raise InputError(f"--db: no ledger at {store.safe_url} (run `gpuledger init` first)")

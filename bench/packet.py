@@ -35,7 +35,7 @@ from ledger.merkle import Frontier, inclusion_path
 from ledger.note import Signer
 from ledger.proofs import Checkpoint, hash_children, merkle_root, multiproof_ranges, root_from_multiproof, tenant_head_leaf
 from reconcile import reconcile_entries
-from reconcile.dispute import read_packet, verify_dispute
+from reconcile.packets.dispute import read_packet, verify_dispute
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 MONTH_S = 30 * 86400

@@ -20,12 +20,12 @@ from typing import Any
 
 import duckdb
 
-import reconcile
+import reconcile.engine as engine_package
 from bench.reconcile import Shape, write_fleet
-from reconcile.classify import classify
-from reconcile.intervals import build_spans
-from reconcile.money import allocate
-from reconcile.snapshot import load_parquet
+from reconcile.engine.classify import classify
+from reconcile.engine.intervals import build_spans
+from reconcile.engine.money import allocate
+from reconcile.engine.snapshot import load_parquet
 
 
 def cpu_seconds() -> float:
@@ -59,9 +59,9 @@ class TimedConnection:
 
 
 def profile(path: Path, min_seconds: float) -> None:
-    entries = reconcile.parquet_rows(path)
+    entries = engine_package.parquet_rows(path)
     started, started_cpu = time.perf_counter(), cpu_seconds()
-    with reconcile.engine(entries) as raw:
+    with engine_package.engine(entries) as raw:
         con: Any = TimedConnection(raw, min_seconds)
         steps: list[tuple[str, Callable[[], object]]] = [
             ("load", lambda: load_parquet(con, path)),

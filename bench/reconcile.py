@@ -200,7 +200,7 @@ def check_fleet(path: Path, project: bool, sample: int = 2000) -> dict[str, int]
     take them, and seq must be unique; with `project`, the engine's projection must also
     find every time and tenant. Returns the count of events by type."""
     from schemas import validate_event_json
-    from reconcile.snapshot import load_parquet, open_engine
+    from reconcile.engine.snapshot import load_parquet, open_engine
 
     con = duckdb.connect(":memory:")
     try:
@@ -281,7 +281,7 @@ def _cpu_seconds() -> float:
 
 def _pandas_child(path: Path, threads: int | None) -> dict[str, Any]:
     from bench.pandas_reconcile import reconcile_frame
-    from reconcile.snapshot import load_parquet, open_engine
+    from reconcile.engine.snapshot import load_parquet, open_engine
 
     t0 = time.perf_counter()
     con = open_engine(threads)
@@ -300,7 +300,7 @@ def _agreement_child(path: Path, threads: int | None) -> dict[str, Any]:
     """Both implementations on one file: the number of lines on which they differ."""
     from bench.pandas_reconcile import category_key, reconcile_frame
     from reconcile import reconcile_parquet
-    from reconcile.snapshot import load_parquet, open_engine
+    from reconcile.engine.snapshot import load_parquet, open_engine
 
     con = open_engine(threads)
     load_parquet(con, path)

@@ -26,12 +26,12 @@ from typing import Any
 import pyarrow.parquet as pq
 
 import ledger
-import reconcile
+import reconcile.engine
 from bench.ingest import Stores, ingest_file
 from bench.reconcile import Shape, write_fleet
 from bench.results_file import record
 from ledger.export import export_entries
-from reconcile import render
+from reconcile.reports import output
 
 GOAL = "reconcile from the store within 1.5x of reconcile_parquet on the same entries"
 
@@ -47,7 +47,7 @@ def _timed(run: Any) -> tuple[float, float, str]:
     wall, cpu = time.perf_counter(), _cpu()
     result = run()
     text = io.StringIO()
-    render.write(result, "json", text)  # what `gpuledger reconcile --format json` prints
+    output.write(result, "json", text)  # what `gpuledger reconcile --format json` prints
     digest = hashlib.sha256(text.getvalue().encode()).hexdigest()
     return time.perf_counter() - wall, _cpu() - cpu, digest
 
@@ -68,7 +68,7 @@ def floor(store: ledger.Store, exported: Path) -> dict[str, tuple[float, float]]
     alone (the database's stepping and a Python tuple a row, the part no reader built on
     the driver avoids), those rows as Arrow pages (`store_pages`), DuckDB's projection of
     the pages beside its projection of the Parquet file."""
-    from reconcile.snapshot import load_pages, load_parquet, open_engine, store_pages
+    from reconcile.engine.snapshot import load_pages, load_parquet, open_engine, store_pages
 
     figures: dict[str, tuple[float, float]] = {}
     with store.reading() as conn:
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="both sides in the engine's scratch-file mode (what ledgers past LARGE_LEDGER entries use)")
     args = parser.parse_args(argv)
     if args.scratch:
-        reconcile.LARGE_LEDGER = 0
+        reconcile.engine.LARGE_LEDGER = 0
     result = measure(Shape(args.gpus, args.days), args.backend, args.runs)
     result["engine"] = "scratch file" if args.scratch else "in memory"
     record(f"store_read_{args.backend}" + ("_scratch" if args.scratch else ""), result)

@@ -22,15 +22,15 @@ from rich.table import Table
 
 from ledger import Store
 from ledger.note import Signer, Verifier
-from reconcile import reconcile_store
-from reconcile.diagnostic import write_packet
-from reconcile.dispute import build_dispute, verify_dispute
-from reconcile.dispute import write_packet as write_dispute
-from reconcile.intervals import CATEGORY_ORDER
-from reconcile.letter import write_letter_beside
-from reconcile.render import write
+from reconcile.engine import reconcile_store
+from reconcile.packets.diagnostic import write_packet
+from reconcile.packets.dispute import build_dispute, verify_dispute
+from reconcile.packets.dispute import write_packet as write_dispute
+from reconcile.engine.intervals import CATEGORY_ORDER
+from reconcile.packets.letter import write_letter_beside
+from reconcile.reports.output import write
 from reconcile.reports import write_reports
-from reconcile.result import Reconciliation
+from reconcile.engine.result import Reconciliation
 
 BIGGEST = 5
 

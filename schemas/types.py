@@ -29,7 +29,7 @@ MAX_EVENT_BYTES = 1 << 20
 #: The earliest accepted time, and how far past the ingest's own clock a time may be.
 EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
 CLOCK_SKEW = timedelta(days=1)
-#: Money the engine computes with (reconcile/money.py: amount × GPU-µs × 10**4 must fit
+#: Money the engine computes with (reconcile/engine/money.py: amount × GPU-µs × 10**4 must fit
 #: 126 bits). An amount is below 10**7 in magnitude with at most 11 decimal places (real
 #: FOCUS exports carry 11), so as an integer at the data's largest scale it is below 10**18;
 #: a billing line bills at most 2,000,000 GPU-hours (7.2 × 10**15 GPU-µs); and

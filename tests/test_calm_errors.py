@@ -66,7 +66,7 @@ def test_unknown_tenant_or_invoice_of_a_dispute_signs_nothing(store: Store, tmp_
     write_keypair(key, "calm")
     before = _checkpoints(store)
     out = tmp_path / "d.json"
-    # the dispute's own check (reconcile/dispute.py), before it signs
+    # the dispute's own check (reconcile/packets/dispute.py), before it signs
     assert run("dispute", "--db", store.url, "--tenant", "nosuch", "--invoice", "INV-1", "--key", str(key),
                "--out", str(out)) == (2, "", "Error: --invoice: tenant 'nosuch' has no billing line on invoice 'INV-1'\n")
     assert run("dispute", "--db", store.url, "--tenant", "acme", "--invoice", "INV-9", "--key", str(key),

@@ -52,13 +52,13 @@ def test_help_values_written_in_cli_are_the_libraries_own() -> None:
     import ingest
     import ledger.append
     import ledger.checkpoint
-    import reconcile.render
+    import reconcile.reports.output
     import reconcile.reports
 
     assert cli.INGEST_FORMATS == tuple(ingest.format_names())
     assert cli.DEFAULT_BATCH_SIZE == ledger.append.DEFAULT_BATCH_SIZE
     assert cli.DEFAULT_ORIGIN == ledger.checkpoint.DEFAULT_ORIGIN
-    assert cli.RECONCILE_FORMATS == tuple(reconcile.render.FORMATS)
+    assert cli.RECONCILE_FORMATS == tuple(reconcile.reports.output.FORMATS)
     assert cli.REPORT_FORMATS == tuple(reconcile.reports.FORMATS)
 
 

@@ -26,8 +26,8 @@ from typing import Any
 from sqlalchemy import text
 
 from ledger import Store, verify_ledger
-from reconcile import engine, reconcile_store, run
-from reconcile.snapshot import load_pages, store_pages
+from reconcile.engine import engine, reconcile_store, run
+from reconcile.engine.snapshot import load_pages, store_pages
 from tests.conftest import ROOT, SLOW, write_jsonl
 from tests.reconcile_helpers import Scenario
 

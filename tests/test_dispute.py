@@ -26,7 +26,7 @@ from ledger.evidence import build_bundle
 from ledger.note import Signer, read_signer
 from ledger.tree import TreeReader
 from reconcile import reconcile_store
-from reconcile.dispute import build_dispute, touches, verify_dispute
+from reconcile.packets.dispute import build_dispute, touches, verify_dispute
 from tests.conftest import SLOW, event, write_jsonl
 from tests.conftest import run_cli as run
 

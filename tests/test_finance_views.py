@@ -47,7 +47,7 @@ from click.testing import CliRunner
 
 from cli import main
 from ledger import Appender, Store
-from reconcile.money import exact_shares
+from reconcile.engine.money import exact_shares
 from schemas import Accepted, Origin, canonical
 from reconcile_helpers import Scenario, ingest
 

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from cli import main
 from ingest import IngestError, extract, ingestor_for
-from reconcile.dispute import touches
+from reconcile.packets.dispute import touches
 from schemas import Accepted, Rejected
 from tests.conftest import REALDATA
 

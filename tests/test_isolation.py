@@ -1,4 +1,4 @@
-"""Tenant isolation of dispute packets (reconcile/isolation.py, docs/packets.md).
+"""Tenant isolation of dispute packets (reconcile/packets/isolation.py, docs/packets.md).
 
 On simulated fleets with shared nodes, MIG and time-sliced nodes, every tenant's packet
 is scanned for every other tenant's identifiers, which this test collects itself from the
@@ -24,8 +24,8 @@ import ingest
 from fixtures.sim import Rates, SimConfig, simulate
 from ledger import Appender, Store, append_stream
 from ledger.note import Signer
-from reconcile.dispute import build_dispute, verify_dispute
-from reconcile.isolation import Isolation
+from reconcile.packets.dispute import build_dispute, verify_dispute
+from reconcile.packets.isolation import Isolation
 from tests.conftest import event, write_jsonl
 from tests.conftest import run_cli as run
 

@@ -20,9 +20,9 @@ from click.testing import CliRunner
 
 from cli import main
 from ledger import Store
-from reconcile.diagnostic import PacketError, build_packet, render_html, write_packet
+from reconcile.packets.diagnostic import PacketError, build_packet, render_html, write_packet
 from reconcile.reports import report
-from reconcile.story import duration
+from reconcile.packets.story import duration
 from tests.reports_scenario import Events, at, make_store_of, sqlite_store
 
 CHROMIUM = shutil.which("chromium")

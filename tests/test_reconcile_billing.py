@@ -169,7 +169,7 @@ def test_rounding_ties_rank_every_label_apart_in_category_order() -> None:
     provider first). The scenario above can pass by luck; this cannot."""
     import duckdb
 
-    from reconcile.money import _CATEGORY_RANK
+    from reconcile.engine.money import _CATEGORY_RANK
 
     # by hand from RULES.md: unallocated 21, double_billed 20, reclaimed 1, checkpoint 2,
     # restart_lost 3/4, restart_recovery 5/6, productive 7/8/9, stalled_fault 10, startup 11,

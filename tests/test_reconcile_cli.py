@@ -110,7 +110,7 @@ def test_the_engine_draws_no_progress_bar_on_stdout(capfd: pytest.CaptureFixture
     # progress_bar_time; `reconcile --format json > file` must hold JSON only. Setting that
     # time to 0 makes every statement "slow" (and turns the bar back on: only the engine's
     # enable_progress_bar_print = false keeps it off the screen).
-    from reconcile.snapshot import open_engine
+    from reconcile.engine.snapshot import open_engine
 
     con = open_engine()
     con.execute("SET progress_bar_time = 0")

@@ -27,8 +27,8 @@ from hypothesis import strategies as st
 from bench.pandas_reconcile import category_key, reconcile_frame
 from ledger import Appender, Store
 from reconcile import reconcile_store
-from reconcile.result import Cell
-from reconcile.snapshot import load_pages, open_engine, store_pages
+from reconcile.engine.result import Cell
+from reconcile.engine.snapshot import load_pages, open_engine, store_pages
 from schemas import Accepted, Origin, validate_event
 from tests.conftest import SLOW
 
@@ -417,7 +417,7 @@ def test_engine_and_pandas_agree_line_by_line(seed: int) -> None:
 def test_the_benchmark_fleet_is_valid_and_both_implementations_agree_on_it(tmp_path: Path) -> None:
     from bench.reconcile import Shape, check_fleet, write_fleet
     from reconcile import reconcile_parquet
-    from reconcile.snapshot import load_parquet
+    from reconcile.engine.snapshot import load_parquet
 
     path = tmp_path / "fleet.parquet"
     shape = Shape(gpus=800, days=1)  # 200 allocations: every variant of the hundred, twice

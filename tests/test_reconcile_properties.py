@@ -113,7 +113,7 @@ def test_progress_before_its_jobs_start_on_an_earlier_page_gives_the_same_answer
     a job that never starts keeps its tenant and job in `ev`."""
     from ledger import Store
     from reconcile import reconcile_tables
-    from reconcile.snapshot import load_pages, open_engine, store_pages
+    from reconcile.engine.snapshot import load_pages, open_engine, store_pages
 
     events = shuffled(rich().events, 2)
     stray = Scenario()

@@ -1,4 +1,4 @@
-"""The store's read path (`reconcile.snapshot.store_pages`): the driver's rows become
+"""The store's read path (`reconcile.engine.snapshot.store_pages`): the driver's rows become
 Arrow pages in one call a page. The pages must hold every entry exactly as stored (seq,
 type, tenant, the event text byte for byte), on SQLite and PostgreSQL, across page
 boundaries, with the tenant and `upto_seq` filters; the oracle is the entries table read
@@ -16,7 +16,7 @@ from sqlalchemy import select
 
 from ledger import Store
 from ledger.tables import entries
-from reconcile.snapshot import read_ahead, store_pages
+from reconcile.engine.snapshot import read_ahead, store_pages
 from tests.reconcile_helpers import Scenario, ingest
 
 #: A tenant the page text must carry intact: quotes, a backslash, a tab, non-ASCII.
@@ -107,7 +107,7 @@ def test_read_ahead_left_early_stops_its_reader() -> None:
 
 def test_pages_read_ahead_load_the_engine_as_one_page_does(store: Store) -> None:
     """Read ahead two rows a page, the engine's `ev` holds what one page read gives it."""
-    from reconcile.snapshot import load_pages, open_engine
+    from reconcile.engine.snapshot import load_pages, open_engine
 
     ingest(store, _events())
     views = []
@@ -133,7 +133,7 @@ def test_an_event_altered_into_bytes_that_are_not_text_is_named_in_one_line(sqli
     from sqlalchemy import text
 
     from cli import main
-    from reconcile.snapshot import UnreadableEntry
+    from reconcile.engine.snapshot import UnreadableEntry
 
     store = Store(sqlite_url)
     store.init()
@@ -154,7 +154,7 @@ def test_a_store_whose_connection_stays_in_its_thread_is_read_without_read_ahead
     """sqlite3 keeps an in-memory database's connection to the thread that made it: the
     store is then read in that thread. Both backends' file and server stores share."""
     from reconcile import reconcile_store
-    from reconcile.snapshot import shareable
+    from reconcile.engine.snapshot import shareable
 
     memory = Store("sqlite://")
     memory.init()

@@ -35,8 +35,8 @@ from typing import Any
 
 import duckdb
 
-from reconcile.figures import iso, placement_sql
-from reconcile.intervals import INF
+from reconcile.engine.figures import iso, placement_sql
+from reconcile.engine.intervals import INF
 
 STEPS = ("devices_discovered", "jobs_admitted", "jobs_placed", "workloads_started")
 COUNTS = (*STEPS, "started_without_admission", "devices_admitted", "devices_placed", "devices_started",

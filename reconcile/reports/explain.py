@@ -18,10 +18,10 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from reconcile.intervals import LABELS
-from reconcile.result import RULES_ORDER
+from reconcile.engine.intervals import LABELS
+from reconcile.engine.result import RULES_ORDER
 
-RULES = Path(__file__).with_name("RULES.md")
+RULES = Path(__file__).resolve().parent.parent / "RULES.md"
 
 #: What a bearer means to the people reading an invoice (RULES.md says which categories
 #: each one bears, not what bearing is).

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import duckdb
 
-from reconcile.intervals import INF, SPAN_LABELS
+from reconcile.engine.intervals import INF, SPAN_LABELS
 
 #: A line that bills GPU time (the rest are money-only): GPUs, an allocation, a window, no credit.
 GPU_LINE = "l.g_b > 0 AND l.aid IS NOT NULL AND l.category IS DISTINCT FROM 'credit' AND l.pe > l.ps"

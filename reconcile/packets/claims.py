@@ -3,7 +3,7 @@ does not owe (bearer `provider` or `disputed`), when it happened, on which alloc
 and the ledger entries that decided it (docs/dispute-letter.md).
 
 Run on the engine's connection right after `reconcile.run`, from the same tables: the
-stretches are the sweep of reconcile/classify.py kept with their times (the cells only
+stretches are the sweep of reconcile/engine/classify.py kept with their times (the cells only
 keep sums), so a claim's stretches add up to its cell's GPU-seconds exactly
 (`ClaimMismatch` otherwise: an explanation that does not match its figure is a bug).
 
@@ -32,12 +32,12 @@ from typing import Any
 
 import duckdb
 
-from reconcile import Reconciliation, engine, run
-from reconcile.figures import iso
-from reconcile.intervals import FAULT_LOOKBACK_US, INF, LABEL_BY_CODE, SPAN_LABELS
-from reconcile.money import format_minor
-from reconcile.result import gpu_seconds
-from reconcile.snapshot import entry_pages, load_pages
+from reconcile.engine import Reconciliation, engine, run
+from reconcile.engine.figures import iso
+from reconcile.engine.intervals import FAULT_LOOKBACK_US, INF, LABEL_BY_CODE, SPAN_LABELS
+from reconcile.engine.money import format_minor
+from reconcile.engine.result import gpu_seconds
+from reconcile.engine.snapshot import entry_pages, load_pages
 
 #: Labels a customer disputes: provider-borne (the provider should not have charged) and disputed.
 CLAIM_LABELS = tuple(code for code, label in LABEL_BY_CODE.items() if label.bearer in ("provider", "disputed"))

@@ -2,8 +2,8 @@
 
 `packet.json` holds, for the promise's job and every allocation it ran on or was
 decided onto (its *allocations*), over the packet's *window*:
-- `promise`: what was promised and what happened (reconcile/promises.py's definitions);
-- `why`, `path` and `zoom`: the story of the miss (reconcile/story.py): one sentence,
+- `promise`: what was promised and what happened (reconcile/reports/promises.py's definitions);
+- `why`, `path` and `zoom`: the story of the miss (reconcile/packets/story.py): one sentence,
   the job's steps from submission to first progress with each wait, and the span the
   page draws zoomed (with its own progress histogram);
 - `decisions`: every `policy.decision` naming the job, one of its Pods (a `job.started`
@@ -19,7 +19,7 @@ decided onto (its *allocations*), over the packet's *window*:
 - `checkpoints`: each checkpoint's start and save (paired by checkpoint_id), restores,
   and the last save;
 - `billing`: the lines naming the allocations (replaced ones flagged), each with the
-  reconciliation's categories, and the job's apportioned cost (reconcile/outcomes.py);
+  reconciliation's categories, and the job's apportioned cost (reconcile/reports/outcomes.py);
 - `evidence`: every entry the sections cite (by `seq`), as stored: source, id, type,
   time and data (progress marks are summarised, not listed).
 
@@ -44,14 +44,15 @@ from sqlalchemy import select
 
 from ledger import Store
 from ledger.tables import entries
-from reconcile import outcomes, promises, story
-from reconcile.figures import iso, money, parse_time, seconds
-from reconcile.packet_sql import (
+from reconcile.packets import story
+from reconcile.reports import outcomes, promises
+from reconcile.engine.figures import iso, money, parse_time, seconds
+from reconcile.packets.packet_sql import (
     ALLOCATIONS, ATTEMPTS, BILLING, CHECKPOINTS, DECISIONS, DEVICES, FAULTS, HISTOGRAM, PROGRESS, RESTORES, SCOPE,
     SUBMITTED,
 )
 from reconcile.reports import Loaded, loaded
-from reconcile.timeline import timeline
+from reconcile.packets.timeline import timeline
 
 HISTOGRAM_BINS = 120
 #: The timeline's legend: (CSS classes of the swatch, what it means), in lane order.

@@ -14,9 +14,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from reconcile.figures import iso
-from reconcile.intervals import CATEGORY_ORDER, LABEL_BY_CODE, LABELS, SECOND
-from reconcile.money import (category_rank, exact_shares, exact_sum, exact_text, format_minor, places_of,
+from reconcile.engine.figures import iso
+from reconcile.engine.intervals import CATEGORY_ORDER, LABEL_BY_CODE, LABELS, SECOND
+from reconcile.engine.money import (category_rank, exact_shares, exact_sum, exact_text, format_minor, places_of,
                              round_minor)
 
 BEARERS = ("provider", "customer", "disputed")

@@ -10,7 +10,7 @@ A packet is one JSON object:
     findings    Reconciliation.as_json() of that invoice's lines (DESIGN.md §6), computed
                 by the engine from exactly the entries the bundle carries
     claims      each provider-borne or disputed cell of the findings with its time stretches
-                and the seqs of the entries that decided it (reconcile/claims.py); optional,
+                and the seqs of the entries that decided it (reconcile/packets/claims.py); optional,
                 so packets written before it still verify; checked like the findings
     bundle      ledger.evidence's bundle: the signed checkpoint; every entry of the tenant up
                 to it (canonical event, salt, all hashed columns); the fleet's `health.fault`
@@ -22,7 +22,7 @@ A packet is one JSON object:
                 the RFC 9162 proof from tree size N to the checkpoint's
 
 Other tenants appear only as hashes in the proofs; `build_dispute` refuses (IsolationError)
-a packet any string of which holds another tenant's identifier (reconcile/isolation.py).
+a packet any string of which holds another tenant's identifier (reconcile/packets/isolation.py).
 Verification, in this order, names the first check that fails: the packet's shape, the
 bundle (signature, inclusion, the tenant's entries complete up to the checkpoint, and,
 given a previous checkpoint, that this one is the same tree or extends it), that the
@@ -53,10 +53,10 @@ from ledger.evidence import BUNDLE_VERSION, build_bundle, verify_bundle
 from ledger.note import Signer, Verifier
 from ledger.proofs import Checkpoint, ProofError
 from ledger.tables import entries as entries_table
-from reconcile import MoneyOverflow
-from reconcile.claims import ClaimMismatch, reconcile_claims
-from reconcile.isolation import Isolation, IsolationError, Leak, check_packet, tenant_identifiers
-from reconcile.untrusted import PacketError, first_difference, hex_string, member, no_other_members, show, typed
+from reconcile.engine import MoneyOverflow
+from reconcile.packets.claims import ClaimMismatch, reconcile_claims
+from reconcile.packets.isolation import Isolation, IsolationError, Leak, check_packet, tenant_identifiers
+from reconcile.packets.untrusted import PacketError, first_difference, hex_string, member, no_other_members, show, typed
 
 __all__ = ["IsolationError", "PacketError", "PacketUnreadable", "VerifiedPacket", "build_dispute", "choose_fleet", "explaining_fleet_seqs", "read_packet", "read_previous",
            "touches", "verify_dispute", "write_packet"]
@@ -95,7 +95,7 @@ def build_dispute(store: Store, tenant: str, invoice: str, signer: Signer, since
     sign the head (or, with `stored_checkpoint`, take the stored checkpoint of the head with
     its witnesses' cosignatures), and reconcile `invoice` from exactly what the packet carries.
 
-    Isolation (reconcile/isolation.py) is checked twice: on the material before anything
+    Isolation (reconcile/packets/isolation.py) is checked twice: on the material before anything
     is signed, and on the whole packet before it is returned; IsolationError names the
     first identifier of another tenant found."""
     _require_invoice(store, tenant, invoice)

@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from reconcile.figures import iso, parse_time, seconds
-from reconcile.intervals import SECOND
+from reconcile.engine.figures import iso, parse_time, seconds
+from reconcile.engine.intervals import SECOND
 
 MINUTE = 60 * SECOND
 #: (step, label, the name of the wait that ends at it)

@@ -35,7 +35,7 @@ import duckdb
 import pyarrow as pa
 
 from ledger import LedgerError, Store
-from reconcile.snapshot import store_pages
+from reconcile.engine.snapshot import store_pages
 
 #: Each kind of tenant identifier and the JSON paths of an event that give it.
 IDENTIFIER_PATHS: dict[str, tuple[str, ...]] = {

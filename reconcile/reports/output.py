@@ -1,4 +1,5 @@
-"""A reconciliation written out: a terminal table, JSON, CSV or Parquet."""
+"""A reconciliation written out: a terminal table, JSON, CSV or Parquet. (Not named
+`render`: that is the reports' own renderer, `reconcile.reports.render`.)"""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from rich.table import Column, Table
 
-from reconcile.money import exact_text, places_of
-from reconcile.result import InvoiceTotal, Reconciliation
+from reconcile.engine.money import exact_text, places_of
+from reconcile.engine.result import InvoiceTotal, Reconciliation
 
 FORMATS = ("table", "json", "csv", "parquet", "html")
 
@@ -125,6 +126,6 @@ def write(result: Reconciliation, fmt: str, out: IO[str] | Path, db: str | None 
 
 
 def _page(result: Reconciliation, db: str | None) -> str:
-    from reconcile.finance_page import render_page  # it draws on this module's number format
+    from reconcile.reports.finance_page import render_page  # it draws on this module's number format
 
     return render_page(result, db)

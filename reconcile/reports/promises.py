@@ -14,7 +14,7 @@ Definitions (README "Reports and packets" repeats them):
 - A promise is **missed** when its start is late or not_started, or its completion is
   late or not_completed.
 - **Start delay** = actual start − start_by, in seconds, signed (negative: early); p50
-  and p95 (nearest rank, reconcile/figures.py) over the promises whose job started.
+  and p95 (nearest rank, reconcile/engine/figures.py) over the promises whose job started.
 - **Placement class**: the promise's own field, else that of the allocation of the job's
   first attempt; `mig:<profile>` with the allocation's profile when it has one.
 """
@@ -26,7 +26,7 @@ from typing import Any
 
 import duckdb
 
-from reconcile.figures import iso, percentiles_sql, placement_sql, safe_name, seconds
+from reconcile.engine.figures import iso, percentiles_sql, placement_sql, safe_name, seconds
 
 PROMISES = f"""
 CREATE OR REPLACE TEMP TABLE rp_promises AS

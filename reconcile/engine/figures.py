@@ -13,8 +13,8 @@ from datetime import datetime, timedelta, timezone
 from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 
-from reconcile.intervals import INF, SECOND
-from reconcile.money import format_minor, minor_unit
+from reconcile.engine.intervals import INF, SECOND
+from reconcile.engine.money import format_minor, minor_unit
 from schemas import format_utc
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

@@ -1,7 +1,7 @@
 """`report outcomes`: what the GPU time bought, per tenant.
 
 Definitions (README "Reports and packets" repeats them); percentiles are nearest-rank
-(reconcile/figures.py), durations in seconds:
+(reconcile/engine/figures.py), durations in seconds:
 - **attempt**: a `job.started`, running to the job's first `job.completed`, `job.failed`
   or `job.cancelled` after it (same instant: later in ledger order), unless the job
   starts again first: then to that next start; else to the tenant's horizon (its
@@ -36,9 +36,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from reconcile.figures import iso, money, percentiles_sql, seconds
-from reconcile.intervals import INF
-from reconcile.result import Reconciliation, gpu_seconds
+from reconcile.engine.figures import iso, money, percentiles_sql, seconds
+from reconcile.engine.intervals import INF
+from reconcile.engine.result import Reconciliation, gpu_seconds
 
 FACTS = f"""
 CREATE OR REPLACE TEMP TABLE rp_horizon AS

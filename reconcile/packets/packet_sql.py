@@ -1,4 +1,4 @@
-"""The diagnostic packet's queries over `ev` (reconcile/diagnostic.py says what each
+"""The diagnostic packet's queries over `ev` (reconcile/packets/diagnostic.py says what each
 section holds). Parameters: $tenant, $job, $pid, and the window $w0, $w1 (µs).
 
 `SCOPE` makes the packet's tables: `pk_pods` (the job's Pods, from its `job.started`),
@@ -8,8 +8,8 @@ and the first release at or after it) and `pk_window` (w0, w1).
 
 from __future__ import annotations
 
-from reconcile.figures import percentiles_sql
-from reconcile.intervals import INF
+from reconcile.engine.figures import percentiles_sql
+from reconcile.engine.intervals import INF
 
 _ABOUT_JOB = ("(job_id = $job OR job_id IN (SELECT pod FROM pk_pods) "
               "OR allocation_id IN (SELECT aid FROM pk_allocs))")

@@ -3,7 +3,7 @@
 One lane each, top to bottom: the job's path, allocation, attempts, progress density,
 checkpoints, decisions, faults, billed periods. Every item of a lane is one `<rect
 class="mark lane-<lane> …">`, so the page needs no script and a test can count what was
-drawn: path → one per wait between two recorded steps (reconcile/story.py: queue wait,
+drawn: path → one per wait between two recorded steps (reconcile/packets/story.py: queue wait,
 placement, start-up, wait for first progress), so the queue wait is a bar of its own;
 allocation → one per allocation (grant to release); attempts → one per attempt;
 progress → one per non-empty histogram bin (height ∝ marks); checkpoints → one per
@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconcile.figures import iso, parse_time
-from reconcile.story import open_wait
+from reconcile.engine.figures import iso, parse_time
+from reconcile.packets.story import open_wait
 
 WIDTH, LEFT, RIGHT = 1340, 150, 20
 LANE_H, BAR_H, TOP, AXIS_H = 46, 24, 30, 34

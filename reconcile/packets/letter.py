@@ -20,12 +20,12 @@ import jinja2
 
 from ledger import LedgerError
 from ledger.note import Verifier
-from reconcile.dispute import VerifiedPacket, verify_dispute
-from reconcile.figures import iso, parse_time
-from reconcile.intervals import CATEGORY_ORDER
-from reconcile.money import format_minor, minor_unit
+from reconcile.packets.dispute import VerifiedPacket, verify_dispute
+from reconcile.engine.figures import iso, parse_time
+from reconcile.engine.intervals import CATEGORY_ORDER
+from reconcile.engine.money import format_minor, minor_unit
 
-RULES = Path(__file__).parent / "RULES.md"
+RULES = Path(__file__).resolve().parent.parent / "RULES.md"
 TEMPLATES = Path(__file__).parent / "templates"
 
 #: The event fields that tell what an entry says, by type (others are left out of the letter).

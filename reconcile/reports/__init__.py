@@ -1,9 +1,9 @@
 """The operator's and finance's reports over the ledger: promises, capacity, outcomes.
 
-Each report is computed in DuckDB over `ev` (reconcile/snapshot.py), loaded once from
-the store; outcomes also take the reconciliation's money (reconcile/__init__.py). Each
+Each report is computed in DuckDB over `ev` (reconcile/engine/snapshot.py), loaded once from
+the store; outcomes also take the reconciliation's money (reconcile/engine/__init__.py). Each
 returns plain dicts and lists (JSON as is), and renders as rich tables or CSV rows.
-Definitions are in the module docstrings of reconcile/promises.py, capacity.py and
+Definitions are in the module docstrings of reconcile/reports/promises.py, capacity.py and
 outcomes.py, and in the README's "Reports and packets".
 
     with loaded(store) as data:            # one snapshot, one DuckDB
@@ -27,9 +27,10 @@ from rich.table import Table
 from rich.text import Text
 
 from ledger import Store
-from reconcile import capacity, outcomes, promises, run
-from reconcile.result import Reconciliation
-from reconcile.snapshot import load_pages, open_engine, store_pages
+from reconcile.engine import run
+from reconcile.reports import capacity, outcomes, promises
+from reconcile.engine.result import Reconciliation
+from reconcile.engine.snapshot import load_pages, open_engine, store_pages
 
 REPORTS = ("promises", "capacity", "outcomes")
 FORMATS = ("table", "json", "csv", "tsv")
@@ -186,7 +187,7 @@ def _what_missed(m: dict[str, Any]) -> str:
 
 
 def _capacity_table(doc: dict[str, Any]) -> Table:
-    """Counts, then each rate as a share with the counts it divides (reconcile/capacity.py)."""
+    """Counts, then each rate as a share with the counts it divides (reconcile/reports/capacity.py)."""
     window = doc["window"]
     table = Table("class", "devices", "jobs admitted", "placed", "started", "started, no admission needed",
                   "devices admitted", "devices placed", "devices started", "admitted jobs started",
