@@ -41,6 +41,7 @@ def sorted_fleet(fleet: Path, out: Path) -> None:
     con = duckdb.connect(":memory:")
     try:
         con.execute("SET memory_limit = '2GB'")
+        con.execute(f"SET temp_directory = '{out.parent / 'spill'}'")  # not the working directory's .tmp
         con.execute("SET enable_progress_bar = false")
         con.execute(f"COPY (SELECT * FROM read_parquet('{fleet}') ORDER BY seq) TO '{out}' "
                     "(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 1000000)")
@@ -73,7 +74,7 @@ def _clock(run: Any) -> tuple[float, float]:
 
 def store_read(url: str) -> dict[str, tuple[float, float]]:
     """The store read alone, (wall s, CPU s): the driver's rows, then `store_pages`."""
-    from reconcile.snapshot import store_pages
+    from reconcile.engine.snapshot import store_pages
 
     store = ledger.Store(url)
     figures: dict[str, tuple[float, float]] = {}
