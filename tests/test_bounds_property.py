@@ -1,4 +1,4 @@
-"""Anything ingest accepts, every command can process (DESIGN.md §2).
+"""Anything ingest accepts, every command can process (docs/events.md).
 
 Random events of every type, built through the real validators with the edge value at
 each bound drawn often (tests/event_strategies.py), are appended to a real SQLite store;
@@ -27,7 +27,8 @@ from tests.event_strategies import LAST_DEADLINE, LATEST, NOW, events
 from tests.conftest import event
 
 REPORTS = (["report", "promises"], ["report", "capacity"], ["report", "outcomes"],
-           ["report", "promises", "--format", "json"], ["report", "outcomes", "--format", "json"])
+           ["report", "promises", "--format", "json"], ["report", "outcomes", "--format", "json"],
+           ["report", "capacity", "--format", "json"], ["report", "envelope"], ["report", "envelope", "--format", "html"])
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta, timezone
-from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 
-from reconcile.engine.intervals import INF, SECOND
+from reconcile.engine.rules import INF, SECOND
 from reconcile.engine.money import format_minor, minor_unit
 from schemas import format_utc
 
@@ -68,9 +67,7 @@ def seconds(us: int | None) -> int | float | None:
 def money(value: Fraction, currency: str | None) -> str:
     """An exact amount in minor units (a Fraction of cents) as decimal text, rounded
     half-even to the currency's minor unit."""
-    minor = minor_unit(currency)
-    cents = (Decimal(value.numerator) / Decimal(value.denominator)).quantize(Decimal(1), ROUND_HALF_EVEN)
-    return format_minor(int(cents), minor)
+    return format_minor(round(value), minor_unit(currency))  # Fraction rounds half-even, exactly
 
 
 def safe_name(text: str) -> str:

@@ -4,7 +4,7 @@ Each report is computed in DuckDB over `ev` (reconcile/engine/snapshot.py), load
 the store; outcomes also take the reconciliation's money (reconcile/engine/__init__.py). Each
 returns plain dicts and lists (JSON as is), and renders as rich tables or CSV rows.
 Definitions are in the module docstrings of reconcile/reports/promises.py, capacity.py and
-outcomes.py, and in the README's "Reports and packets".
+outcomes.py, and in docs/reports.md.
 
     with loaded(store) as data:            # one snapshot, one DuckDB
         promises.report(data.con)          # or report_promises(store) for one report
@@ -28,7 +28,7 @@ from rich.text import Text
 
 from ledger import Store
 from reconcile.engine import run
-from reconcile.reports import capacity, outcomes, promises
+from reconcile.reports import capacity, envelope, envelope_page, outcomes, promises
 from reconcile.engine.result import Reconciliation
 from reconcile.engine.snapshot import load_pages, open_engine, store_pages
 
@@ -63,22 +63,24 @@ def loaded(store: Store, tenant: str | None = None, threads: int | None = None) 
 
 
 def build_report(data: Loaded, name: str, tenant: str | None = None, since: int | None = None,
-                 until: int | None = None) -> dict[str, Any]:
-    """One report by name, as plain dicts and lists."""
+                 until: int | None = None, by: str = "both") -> dict[str, Any]:
+    """One report by name, as plain dicts and lists (`by`: envelope's grouping)."""
     if name == "promises":
         return promises.report(data.con, tenant)
     if name == "capacity":
         return capacity.report(data.con, tenant, since, until)
     if name == "outcomes":
         return outcomes.report(data.con, data.recon, tenant)
+    if name == "envelope":
+        return envelope.report(data.con, data.recon, tenant, by)
     raise ValueError(f"unknown report {name!r}")
 
 
 def report(store: Store, name: str, tenant: str | None = None, since: int | None = None,
-           until: int | None = None) -> dict[str, Any]:
-    """One report of the store (`name`: promises, capacity or outcomes)."""
+           until: int | None = None, by: str = "both") -> dict[str, Any]:
+    """One report of the store (`name`: promises, capacity, outcomes or envelope)."""
     with loaded(store, tenant) as data:
-        return build_report(data, name, tenant, since, until)
+        return build_report(data, name, tenant, since, until, by)
 
 
 @dataclass
@@ -110,6 +112,8 @@ def render(name: str, doc: dict[str, Any], fmt: str) -> str | list[Table | Text]
         return to_csv(name, doc, "," if fmt == "csv" else "\t")
     if fmt == "table":
         return tables(name, doc)
+    if fmt == "html" and name == "envelope":
+        return envelope_page.html(doc)
     raise ValueError(f"--format: unknown format {fmt!r}")
 
 
@@ -122,7 +126,9 @@ def csv_rows(name: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
         return [{k: v for k, v in p.items() if k != "seq"} | {"packet_command": p.get("packet_command", "")}
                 for p in doc["promises"]]
     if name == "capacity":
-        return [*doc["classes"], doc["total"]]
+        return capacity.csv_rows(doc)
+    if name == "envelope":
+        return envelope.csv_rows(doc)
     rows = []
     for job in doc["jobs"]:
         base = {k: v for k, v in job.items() if k != "cost"}
@@ -149,7 +155,9 @@ def tables(name: str, doc: dict[str, Any]) -> list[Table | Text]:
     if name == "promises":
         return _promise_tables(doc)
     if name == "capacity":
-        return [_capacity_table(doc)]
+        return [_capacity_table(doc), *capacity.extra_tables(doc)]
+    if name == "envelope":
+        return envelope.tables(doc)
     return [_outcome_table(doc)]
 
 

@@ -1,6 +1,6 @@
 """`report outcomes`: what the GPU time bought, per tenant.
 
-Definitions (README "Reports and packets" repeats them); percentiles are nearest-rank
+Definitions (docs/reports.md repeats them); percentiles are nearest-rank
 (reconcile/engine/figures.py), durations in seconds:
 - **attempt**: a `job.started`, running to the job's first `job.completed`, `job.failed`
   or `job.cancelled` after it (same instant: later in ledger order), unless the job
@@ -37,7 +37,7 @@ import duckdb
 import pyarrow as pa
 
 from reconcile.engine.figures import iso, money, percentiles_sql, seconds
-from reconcile.engine.intervals import INF
+from reconcile.engine.rules import INF
 from reconcile.engine.result import Reconciliation, gpu_seconds
 
 FACTS = f"""
@@ -65,12 +65,12 @@ SELECT d.* EXCLUDE (end_t, end_seq, kind, cause, next_s),
 FROM ended d LEFT JOIN rp_horizon h ON h.tenant = d.tenant;
 
 CREATE OR REPLACE TEMP TABLE rp_grants AS
-WITH g AS (
+WITH first_grant AS (
     SELECT tenant, allocation_id, t AS granted FROM ev WHERE type = 'allocation.granted'
     QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1)
-SELECT g.tenant, g.allocation_id, g.granted, coalesce(min(r.t), {INF}) AS released
-FROM g LEFT JOIN ev r ON r.type = 'allocation.released' AND r.tenant = g.tenant
-  AND r.allocation_id = g.allocation_id AND r.t >= g.granted
+SELECT gr.tenant, gr.allocation_id, gr.granted, coalesce(min(rel.t), {INF}) AS released
+FROM first_grant gr LEFT JOIN ev rel ON rel.type = 'allocation.released' AND rel.tenant = gr.tenant
+  AND rel.allocation_id = gr.allocation_id AND rel.t >= gr.granted
 GROUP BY ALL;
 
 CREATE OR REPLACE TEMP TABLE rp_jobs AS
@@ -115,12 +115,12 @@ GROUP BY ALL;
 """
 
 TENANT_FIGURES = f"""
-WITH j AS (
+WITH job_figures AS (
     SELECT tenant, count(*) AS jobs, count(completed) AS completed_runs, sum(accepted) AS accepted_results,
            {percentiles_sql('ttfua', 'ttfua')}, {percentiles_sql('run_time', 'run')}
     FROM rp_jobs WHERE ($tenant IS NULL OR tenant = $tenant) GROUP BY tenant),
-s AS (SELECT tenant, {percentiles_sql('gap', 'step')} FROM rp_steps GROUP BY tenant)
-SELECT * FROM j LEFT JOIN s USING (tenant) ORDER BY tenant
+step_figures AS (SELECT tenant, {percentiles_sql('gap', 'step')} FROM rp_steps GROUP BY tenant)
+SELECT * FROM job_figures LEFT JOIN step_figures USING (tenant) ORDER BY tenant
 """
 
 JOB_COLUMNS = ("tenant", "job_id", "submitted", "first_start", "first_allocation", "granted", "first_progress",
@@ -209,9 +209,8 @@ def _tenants(con: duckdb.DuckDBPyConnection, recon: Reconciliation, tenant: str 
             "accepted_results": int(r["accepted_results"] or 0),
             "time_to_first_usable_allocation_s": _dist(r, "ttfua"), "step_time_s": _dist(r, "step"),
             "completed_run_time_s": _dist(r, "run"),
-            "checkpoint_overhead": {"checkpoint_gpu_seconds": gpu_seconds(ckpt_us), "billed_gpu_seconds": gpu_seconds(billed_us),
-                                    "ratio": round(ckpt_us / billed_us, 6) if billed_us else None},
-            "cost": _costs(completed, billed.get(name, {}), int(r["accepted_results"] or 0)),
+            "checkpoint_overhead": checkpoint_overhead(ckpt_us, billed_us),
+            "cost": cost_figures(completed, billed.get(name, {}), int(r["accepted_results"] or 0)),
         })
     for job in jobs:
         del job["_cost"]
@@ -229,8 +228,16 @@ def _billed_money(recon: Reconciliation) -> dict[str, dict[str, int]]:
     return out
 
 
-def _costs(completed: list[dict[str, Any]], billed: dict[str, int], accepted: int) -> dict[str, dict[str, Any]]:
-    """Per currency: completed runs' cost, cost per completed run, billed total, cost per accepted result."""
+def checkpoint_overhead(checkpoint_us: int, billed_us: int) -> dict[str, Any]:
+    """`checkpoint` GPU-seconds, billed GPU-seconds, and their ratio (six places; None when nothing was billed)."""
+    return {"checkpoint_gpu_seconds": gpu_seconds(checkpoint_us), "billed_gpu_seconds": gpu_seconds(billed_us),
+            "ratio": round(checkpoint_us / billed_us, 6) if billed_us else None}
+
+
+def cost_figures(completed: list[dict[str, Any]], billed: dict[str, int], accepted: int) -> dict[str, dict[str, Any]]:
+    """Per currency: completed runs' cost, cost per completed run, billed total, cost per accepted result.
+    `completed`: the completed jobs, each with `_cost` (currency -> exact minor units, job_costs);
+    `billed`: currency -> minor units billed; `accepted`: the accepted results they are shared by."""
     runs: dict[str, Fraction] = defaultdict(Fraction)
     for job in completed:
         for currency, value in job["_cost"].items():
