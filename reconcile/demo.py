@@ -6,7 +6,8 @@ user of each kind takes away, and summarise the findings for the terminal.
     customers dispute-<tenant>-<invoice>.json      verified here with the public key alone,
               ….letter.html                        and the dispute letter beside it
     operators packet-<promise>/packet.{json,html}  for the first missed promise
-    everyone  reports/promises|capacity|outcomes|envelope.{json,csv}
+    everyone  reports/promises|capacity|outcomes|placement|envelope.{json,csv}
+              reports/serving.csv                  outcomes' serving view, per concurrency
               reports/capacity_changes.csv         the fleet changes' windows
               reports/envelope.html                providers side by side, with pictures
               reports/envelope_by_class.{json,csv} the same per placement class alone
@@ -137,7 +138,7 @@ def totals_line(result: Reconciliation) -> str:
             f"provider-borne {money['provider']:,}, disputed {money['disputed']:,}; unbilled {unbilled:,.1f} GPU-h")
 
 
-# -- the evidence around the billed time: envelope, receipts, change windows ---------------
+# -- the evidence around the billed time: envelope, receipts, changes, placement, serving --
 
 def envelope_table(doc: dict[str, Any]) -> Table:
     """The envelope per placement class (`report envelope --by placement_class`): a few key figures."""
