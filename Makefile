@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test schemas typecheck bench bench-quick clean
+.PHONY: demo test lint schemas typecheck bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,11 +15,16 @@ demo: $(STAMP)
 	$(BIN)/gpuledger demo --out demo-out
 
 test: $(STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 schemas: $(STAMP)
 	$(BIN)/python -m schemas.export
 
+# mypy --strict over the packages, tests/ and bench/ (the list is in pyproject.toml)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
