@@ -48,7 +48,7 @@ LABELS: tuple[Label, ...] = (
 )
 SPAN_LABELS = tuple(label.code for label in LABELS if 1 <= label.code <= 12)
 LABEL_BY_CODE = {label.code: label for label in LABELS}
-CATEGORY_ORDER = tuple(dict.fromkeys(label.category for label in sorted(LABELS, key=lambda l: l.code if l.code else 13)))
+CATEGORY_ORDER = tuple(dict.fromkeys(label.category for label in sorted(LABELS, key=lambda label: label.code if label.code else 13)))
 
 
 FACTS = f"""

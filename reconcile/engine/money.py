@@ -152,7 +152,7 @@ SELECT seq, label, gpu_us, minor, q + CASE WHEN rank <= line_cents - floors THEN
 
 def _invoice_totals(con: duckdb.DuckDBPyConnection, scale: int) -> list[tuple[str, str | None, int]]:
     """Each invoice's exact total rounded half-even to its currency's minor unit."""
-    rows = con.execute(f"""
+    rows = con.execute("""
         SELECT invoice_id, currency, CAST(sum(a_int) AS VARCHAR)
         FROM line_amounts GROUP BY invoice_id, currency""").fetchall()
     out = []

@@ -8,21 +8,28 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
 from decimal import Decimal
+from functools import cached_property, lru_cache
 from typing import Any
 
 import pyarrow as pa
 
 from reconcile.engine.figures import iso
 from reconcile.engine.intervals import CATEGORY_ORDER, LABEL_BY_CODE, LABELS, SECOND
-from reconcile.engine.money import (category_rank, exact_shares, exact_sum, exact_text, format_minor, places_of,
-                             round_minor)
+from reconcile.engine.money import (
+    category_rank,
+    exact_shares,
+    exact_sum,
+    exact_text,
+    format_minor,
+    places_of,
+    round_minor,
+)
 
 BEARERS = ("provider", "customer", "disputed")
 #: The categories in RULES.md's order (unallocated, then rules 1-10, then money_only):
 #: the order finance reads them in (the JSON keeps the engine's CATEGORY_ORDER).
-RULES_ORDER = tuple(sorted(CATEGORY_ORDER, key=lambda c: min(category_rank(l.code) for l in LABELS if l.category == c)))
+RULES_ORDER = tuple(sorted(CATEGORY_ORDER, key=lambda c: min(category_rank(label.code) for label in LABELS if label.category == c)))
 ACCEPTANCE = ("accepted", "rejected", "pending")
 
 

@@ -48,11 +48,11 @@ from sqlalchemy import func, select
 
 from ledger import LedgerError, Store
 from ledger.checkpoint import DEFAULT_ORIGIN, sign_checkpoint
-from ledger.witness import latest_cosigned_checkpoint
 from ledger.evidence import BUNDLE_VERSION, build_bundle, verify_bundle
 from ledger.note import Signer, Verifier
 from ledger.proofs import Checkpoint, ProofError
 from ledger.tables import entries as entries_table
+from ledger.witness import latest_cosigned_checkpoint
 from reconcile.engine import MoneyOverflow
 from reconcile.packets.claims import ClaimMismatch, reconcile_claims
 from reconcile.packets.isolation import Isolation, IsolationError, Leak, check_packet, tenant_identifiers

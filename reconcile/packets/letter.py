@@ -20,10 +20,10 @@ import jinja2
 
 from ledger import LedgerError
 from ledger.note import Verifier
-from reconcile.packets.dispute import VerifiedPacket, verify_dispute
 from reconcile.engine.figures import iso, parse_time
 from reconcile.engine.intervals import CATEGORY_ORDER
 from reconcile.engine.money import format_minor, minor_unit
+from reconcile.packets.dispute import VerifiedPacket, verify_dispute
 
 RULES = Path(__file__).resolve().parent.parent / "RULES.md"
 TEMPLATES = Path(__file__).parent / "templates"

@@ -28,9 +28,9 @@ from rich.text import Text
 
 from ledger import Store
 from reconcile.engine import run
-from reconcile.reports import capacity, outcomes, promises
 from reconcile.engine.result import Reconciliation
 from reconcile.engine.snapshot import load_pages, open_engine, store_pages
+from reconcile.reports import capacity, outcomes, promises
 
 REPORTS = ("promises", "capacity", "outcomes")
 FORMATS = ("table", "json", "csv", "tsv")
