@@ -30,10 +30,17 @@ from typing import Any
 
 from bench.results_file import record
 from ledger.evidence import SMALLEST_LEAF_RANGE, entry_leaf, verify_bundle
-from ledger.verify_ranges import cores, leaves_in_processes
 from ledger.merkle import Frontier, inclusion_path
 from ledger.note import Signer
-from ledger.proofs import Checkpoint, hash_children, merkle_root, multiproof_ranges, root_from_multiproof, tenant_head_leaf
+from ledger.proofs import (
+    Checkpoint,
+    hash_children,
+    merkle_root,
+    multiproof_ranges,
+    root_from_multiproof,
+    tenant_head_leaf,
+)
+from ledger.verify_ranges import cores, leaves_in_processes
 from reconcile import reconcile_entries
 from reconcile.packets.dispute import read_packet, verify_dispute
 
