@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event as note_outcome, given, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import event as note_outcome
 from hypothesis import strategies as st
 from sqlalchemy import text
 

@@ -49,7 +49,7 @@ from cli import main
 from ledger import Appender, Store
 from reconcile.engine.money import exact_shares
 from schemas import Accepted, Origin, canonical
-from reconcile_helpers import Scenario, ingest
+from tests.reconcile_helpers import Scenario, ingest
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium")

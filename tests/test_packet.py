@@ -21,8 +21,8 @@ from click.testing import CliRunner
 from cli import main
 from ledger import Store
 from reconcile.packets.diagnostic import PacketError, build_packet, render_html, write_packet
-from reconcile.reports import report
 from reconcile.packets.story import duration
+from reconcile.reports import report
 from tests.reports_scenario import Events, at, make_store_of, sqlite_store
 
 CHROMIUM = shutil.which("chromium")

@@ -19,7 +19,6 @@ from ledger import Appender, Store
 from schemas import Accepted, Origin, canonical
 from tests.reconcile_helpers import C, P, Scenario, cats, ingest, line, line_ids, reconcile, run, stall_base, tenant
 
-
 # --- corrections and credits --------------------------------------------------------------------
 
 def hold_8_gpus() -> Scenario:

@@ -15,15 +15,15 @@ from typing import Any
 import duckdb
 import pytest
 from click.testing import CliRunner
+from rich.table import Table
 
 import ingest
 from cli import main
 from fixtures.sim import SimConfig, simulate
 from ledger import Appender, Store, append_stream
-from reconcile.reports.capacity import RATES
 from reconcile.engine.figures import nearest_rank, parse_time
 from reconcile.reports import render, report, to_csv, write_reports
-from rich.table import Table
+from reconcile.reports.capacity import RATES
 from tests.reports_scenario import Events, at, make_store, make_store_of, sqlite_store
 
 

@@ -26,8 +26,14 @@ from ledger.note import Signer
 from ledger.proofs import ProofError
 from ledger.verify_ranges import cut, leaves_in_processes
 from tests.test_verify_tamper import (
-    SIZE, append_unrecorded_row, drop_guards, edit_tree_node, good_ledger, sign_a_second_history_at_the_same_size,
-    signed_ledger, truncate_tail,
+    SIZE,
+    append_unrecorded_row,
+    drop_guards,
+    edit_tree_node,
+    good_ledger,
+    sign_a_second_history_at_the_same_size,
+    signed_ledger,
+    truncate_tail,
 )
 
 PARALLEL = {"processes": 2, "smallest_range": 20}

@@ -15,10 +15,10 @@ from sqlalchemy import text
 from ledger import Store
 from ledger.note import COSIGNATURE_V1, Signer
 from ledger.witness import CosignatureError, WitnessError, WitnessRequest, cosign, verify_cosignature
-from tests.conftest import write_jsonl
-from tests.test_verify_tamper import drop_guards
-from tests.test_dispute import ACME_AFTER, ACME_BEFORE, FLEET, ZETA
 from tests.conftest import run_cli as run
+from tests.conftest import write_jsonl
+from tests.test_dispute import ACME_AFTER, ACME_BEFORE, FLEET, ZETA
+from tests.test_verify_tamper import drop_guards
 
 ORIGIN = "gpuledger.local/ledger"
 FIRST = ACME_BEFORE + ZETA[:3] + FLEET[:1]  # 10 entries
