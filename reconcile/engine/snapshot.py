@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -314,7 +314,7 @@ def shareable(conn: Connection) -> bool:
     return not refused
 
 
-def read_ahead(pages: Iterable[pa.Table]) -> Iterator[pa.Table]:
+def read_ahead(pages: Iterable[pa.Table]) -> Generator[pa.Table, None, None]:
     """`pages`, read one page ahead in a thread of their own: the database driver (which
     lets go of the GIL while the database works) reads the next page while DuckDB (which
     lets go of it too) projects this one. The thread has stopped when this returns, so
