@@ -83,7 +83,9 @@ def _entry(seq: int, tenant: str, tenant_seq: int, type_: str, event: str) -> di
 def build_packet(tenant_entries: int, signer: Signer) -> tuple[dict[str, Any], int]:
     """The packet and the ledger's size: acme holds two of every three entries."""
     mine = tenant_events(tenant_entries)
-    entries, leaves, other_seq = [], [], 0
+    entries: list[dict[str, Any]] = []
+    leaves: list[bytes] = []
+    other_seq = 0
     for type_, event in mine:
         if len(leaves) % 3 == 2:  # another tenant's entry: only its leaf hash is ever shown
             other_seq += 1
