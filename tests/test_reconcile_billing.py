@@ -175,7 +175,7 @@ def test_rounding_ties_rank_every_label_apart_in_category_order() -> None:
     # idle_reserved 0, idle_unexplained 12, money_only 22
     in_order = [21, 20, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0, 12, 22]
     values = ", ".join(f"({label})" for label in in_order)
-    ranks = duckdb.sql(f"SELECT f.label, {_CATEGORY_RANK} AS r FROM (VALUES {values}) f(label)").fetchall()
+    ranks = duckdb.execute(f"SELECT f.label, {_CATEGORY_RANK} AS r FROM (VALUES {values}) f(label)").fetchall()
     by_rank = sorted(ranks, key=lambda row: row[1])
     assert [label for label, _ in by_rank] == in_order
     assert len({r for _, r in ranks}) == len(in_order)

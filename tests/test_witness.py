@@ -104,7 +104,7 @@ def test_a_second_history_signed_with_the_log_key_is_refused_as_a_fork(setup: Se
     for name in ("log.key", "log.key.pub"):
         (forked.folder / name).write_bytes((setup.folder / name).read_bytes())
     edited = [dict(e) for e in FIRST]
-    edited[3] = {**edited[3], "data": {**edited[3]["data"], "step": 99}}  # type: ignore[dict-item]
+    edited[3] = {**edited[3], "data": {**edited[3]["data"], "step": 99}}
     forked.ingest("first.jsonl", edited + REST)
     request = forked.request(10, "fork.txt")
     code, out, err = run("witness", "cosign", "--state", str(setup.state), str(request))
