@@ -273,7 +273,3 @@ def _details(packet: dict[str, Any]) -> None:
         attempt["detail"] = data.get(attempt["end_seq"], {}).get("detail") if attempt["end_seq"] else None
     for fault in packet["health"]["faults"]:
         fault["detail"] = data.get(fault["seq"], {}).get("detail")
-
-
-def window_us(packet: dict[str, Any]) -> tuple[int, int]:
-    return parse_time(packet["window"]["from"]), parse_time(packet["window"]["to"])
