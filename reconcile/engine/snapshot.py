@@ -252,7 +252,7 @@ def store_pages(conn: Connection, tenant: str | None = None, page_rows: int = PA
     row_type = _ROW_BLOB if sqlite else _ROW_TEXT
     driver: Any = conn.connection.driver_connection
     # One query, read a page at a time: on PostgreSQL through a server-side cursor, so the
-    # server streams the rows in index order (a query a page, `seq > last ... LIMIT`, was
+    # server streams the rows in index order (a query a page, `seq > last ... LIMIT`, is
     # planned as a scan and a sort of the whole table for every page).
     cursor = driver.cursor() if sqlite else driver.cursor(f"gpuledger_pages_{next(_CURSORS)}")
     try:

@@ -1,4 +1,4 @@
-"""Dispute packets (issue 7): a customer's evidence for one invoice, checked offline with
+"""Dispute packets: a customer's evidence for one invoice, checked offline with
 the ledger's public key alone (docs/packets.md is the newcomer's account).
 
 A packet is one JSON object:
