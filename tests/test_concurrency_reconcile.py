@@ -1,4 +1,4 @@
-"""Issue 8: writers append while readers reconcile. Several `gpuledger ingest` processes
+"""Writers append while readers reconcile. Several `gpuledger ingest` processes
 write one store at once, and reader threads run the reconciliation engine meanwhile, each
 on one snapshot (DESIGN.md §3: a batch is all or nothing; §4). Every reconciliation must
 be the reconciliation of a whole-batch prefix of the final ledger: the same JSON as the

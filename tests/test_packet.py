@@ -1,4 +1,4 @@
-"""The diagnostic packet (issue 7) of the late-start promise P2 of tests/reports_scenario.py:
+"""The diagnostic packet of the late-start promise P2 of tests/reports_scenario.py:
 its JSON sections worked out by hand from the scenario's events, a self-contained HTML
 page, and that page rendered in headless Chromium (skipped when `chromium` is absent)."""
 

@@ -1,4 +1,4 @@
-"""Hand-worked reconciliation of billing (issue 6): corrections, credits, money and its
+"""Hand-worked reconciliation of billing: corrections, credits, money and its
 rounding, unbilled time, the tenant and invoice filters, and `gpuledger reconcile`.
 
 As in test_reconcile_rules.py every expected figure is worked out by hand beside it, from

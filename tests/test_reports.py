@@ -1,4 +1,4 @@
-"""Reports (issue 7): promises, capacity, outcomes over the hand-built fleet of
+"""Reports: promises, capacity, outcomes over the hand-built fleet of
 tests/reports_scenario.py. Every expected figure is worked out by hand in the comments,
 from that file's events; percentiles are nearest-rank (rank ⌈p·n/100⌉ of the sorted
 values, reconcile/engine/figures.py)."""
