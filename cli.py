@@ -450,7 +450,7 @@ def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | Non
     """Say what every billed GPU-second was: productive, overhead, restart, reclaimed, idle, unallocated."""
     import ledger
     import reconcile
-    import reconcile.reports.render as reconcile_render
+    import reconcile.reports.output as reconcile_render
 
     limit = _decimal_option("--fail-on-disputed", fail_on)
     store = ledger.Store(db_url)

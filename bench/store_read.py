@@ -31,7 +31,7 @@ from bench.ingest import Stores, ingest_file
 from bench.reconcile import Shape, write_fleet
 from bench.results_file import record
 from ledger.export import export_entries
-from reconcile.reports.render import write as write_result
+from reconcile.reports import output
 
 GOAL = "reconcile from the store within 1.5x of reconcile_parquet on the same entries"
 
@@ -47,7 +47,7 @@ def _timed(run: Any) -> tuple[float, float, str]:
     wall, cpu = time.perf_counter(), _cpu()
     result = run()
     text = io.StringIO()
-    write_result(result, "json", text)  # what `gpuledger reconcile --format json` prints
+    output.write(result, "json", text)  # what `gpuledger reconcile --format json` prints
     digest = hashlib.sha256(text.getvalue().encode()).hexdigest()
     return time.perf_counter() - wall, _cpu() - cpu, digest
 

@@ -30,7 +30,7 @@ from reconcile.packets.dispute import build_dispute, verify_dispute
 from reconcile.packets.dispute import write_packet as write_dispute
 from reconcile.packets.letter import write_letter_beside
 from reconcile.reports import write_reports
-from reconcile.reports.render import write
+from reconcile.reports.output import write
 
 BIGGEST = 5
 

@@ -52,12 +52,12 @@ def test_help_values_written_in_cli_are_the_libraries_own() -> None:
     import ledger.append
     import ledger.checkpoint
     import reconcile.reports
-    from reconcile.reports.render import FORMATS as RENDER_FORMATS  # a module, and a function of reports
+    import reconcile.reports.output
 
     assert cli.INGEST_FORMATS == tuple(ingest.format_names())
     assert cli.DEFAULT_BATCH_SIZE == ledger.append.DEFAULT_BATCH_SIZE
     assert cli.DEFAULT_ORIGIN == ledger.checkpoint.DEFAULT_ORIGIN
-    assert cli.RECONCILE_FORMATS == tuple(RENDER_FORMATS)
+    assert cli.RECONCILE_FORMATS == tuple(reconcile.reports.output.FORMATS)
     assert cli.REPORT_FORMATS == tuple(reconcile.reports.FORMATS)
 
 

@@ -32,7 +32,7 @@ from reconcile.engine.figures import EPOCH, safe_name
 from reconcile.engine.intervals import SECOND
 from reconcile.engine.result import BEARERS, Cell, Reconciliation
 from reconcile.reports.explain import BEARER_MEANING, explain, terms
-from reconcile.reports.render import HOUR_US, exact_number, hours, money, number
+from reconcile.reports.output import HOUR_US, exact_number, hours, money, number
 
 TEMPLATES = Path(__file__).with_name("templates")
 DAY_US = 86_400 * SECOND

@@ -1,4 +1,5 @@
-"""A reconciliation written out: a terminal table, JSON, CSV or Parquet."""
+"""A reconciliation written out: a terminal table, JSON, CSV or Parquet. (Not named
+`render`: that is the reports' own renderer, `reconcile.reports.render`.)"""
 
 from __future__ import annotations
 
