@@ -161,7 +161,7 @@ def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, manifes
 
 
 def _zone_note(path: Path, fmt: str | None, options: Mapping[str, str | None]) -> str:
-    """` · times in ZONE` for formats that print local time with no zone (DESIGN §2)."""
+    """` · times in ZONE` for formats that print local time with no zone (docs/events.md)."""
     from ingest import ingestor_for
     from ingest.base import LocalZone
 
@@ -439,7 +439,7 @@ def quarantine_command(db_url: str | None, fmt: str) -> None:
 @click.option("--tenant", default=None, help="Only this tenant.")
 @click.option("--invoice", default=None, help="Only this invoice's lines.")
 @click.option("--format", "fmt", type=click.Choice(RECONCILE_FORMATS), default="table", show_default=True,
-              help="table (terminal), json (DESIGN.md §6 shape), csv or parquet (one row per line and category), "
+              help="table (terminal), json (tenants and lines, as docs/finance-views.md shows), csv or parquet (one row per line and category), "
                    "html (finance's page, with pictures).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Output file (default: standard output; Parquet needs a file).")
@@ -580,7 +580,7 @@ def _decimal_option(name: str, text: str | None) -> Decimal | None:
 
 @main.group("report", cls=Group)
 def report_group() -> None:
-    """Operator and finance reports: promises, capacity, outcomes (definitions: README)."""
+    """Operator and finance reports: promises, capacity, outcomes, placement, envelope (definitions: README)."""
 
 
 def report_options(fn: F) -> F:
@@ -596,7 +596,7 @@ def report_options(fn: F) -> F:
 
 
 def _emit_report(name: str, db_url: str | None, tenant: str | None, fmt: str, out: Path | None,
-                 since: int | None = None, until: int | None = None) -> None:
+                 since: int | None = None, until: int | None = None, by: str = "both") -> None:
     import ledger
     import reconcile.reports as reports
 
@@ -604,7 +604,7 @@ def _emit_report(name: str, db_url: str | None, tenant: str | None, fmt: str, ou
         raise InputError("--since: not before --until: the time range is empty")
     store = ledger.Store(db_url)
     _require_store(store, tenant)
-    rendered = reports.render(name, reports.report(store, name, tenant, since, until), fmt)
+    rendered = reports.render(name, reports.report(store, name, tenant, since, until, by), fmt)
     if isinstance(rendered, str):
         if out is None:
             click.echo(rendered, nl=False)
@@ -656,10 +656,38 @@ def report_capacity(db_url: str | None, tenant: str | None, fmt: str, out: Path 
 
 @report_group.command("outcomes")
 @report_options
-def report_outcomes(db_url: str | None, tenant: str | None, fmt: str, out: Path | None) -> None:
+@click.option("--view", type=click.Choice(("all", "serving")), default="all", show_default=True,
+              help="serving: only the serving view (CSV: its rows instead of the jobs').")
+def report_outcomes(db_url: str | None, tenant: str | None, fmt: str, out: Path | None, view: str) -> None:
     """Time to first usable allocation, step time p50/p95, checkpoint overhead,
-    completed-run time, cost per completed run and per accepted result."""
-    _emit_report("outcomes", db_url, tenant, fmt, out)
+    completed-run time, cost per completed run and per accepted result; for serving jobs,
+    per concurrency level: request rate, TTFT and latency, output tokens/s, cancellations
+    and cost per accepted response."""
+    _emit_report("serving" if view == "serving" else "outcomes", db_url, tenant, fmt, out)
+
+
+@report_group.command("placement")
+@report_options
+def report_placement(db_url: str | None, tenant: str | None, fmt: str, out: Path | None) -> None:
+    """Per allocation: the placement class sold against the topology observed (match, or
+    mismatch and why) and the money billed on mismatches; per class, whether probe bus
+    bandwidth ranks the jobs' step time (Spearman's rho)."""
+    _emit_report("placement", db_url, tenant, fmt, out)
+
+
+@report_group.command("envelope")
+@db_option
+@click.option("--tenant", default=None, help="Only this tenant's jobs and money.")
+@click.option("--by", type=click.Choice(("both", "source", "placement_class")), default="both", show_default=True,
+              help="Group by source (the provider), by placement class, or by both.")
+@click.option("--format", "fmt", type=click.Choice((*REPORT_FORMATS, "html")), default="table", show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Output file (default: standard output).")
+def report_envelope(db_url: str | None, tenant: str | None, by: str, fmt: str, out: Path | None) -> None:
+    """Per source (provider) and placement class: p95 start and completion against the
+    promises, restart rate, checkpoint overhead, cost per completed run and per accepted
+    result (definitions: docs/envelope.md)."""
+    _emit_report("envelope", db_url, tenant, fmt, out, by=by)
 
 
 @main.command("packet")

@@ -1,6 +1,13 @@
 """reconcile/RULES.md read the plain way, in pandas and Python: the baseline the DuckDB
 engine is timed against, and the oracle the engine's tests compare with.
 
+It shares nothing with the engine (it imports nothing from `reconcile/`): it reads the
+ledger's entries as stored (the canonical CloudEvent JSON of each, from a plain SELECT of
+`entries`, an exported Parquet file or an exported JSON Lines file), parses every event
+and its RFC 3339 times itself, and applies the rules as its own reading of RULES.md. So a
+slip in the engine's projection (a time misread, a field left out, progress keyed wrong)
+shows as a difference, not as agreement.
+
 Nothing here is clever. The events are grouped with pandas into per-allocation and
 per-job lists; each allocation gets the intervals of every category (RULES.md 2–10), a
 sweep labels each stretch of its holding with the first category that applies, and each
@@ -10,25 +17,38 @@ billing line (after corrections) is cut against that timeline, after `unallocate
 Times are integer microseconds since the epoch; +∞ is 2**62. "At or after" between two
 events means later in (time, seq) order (RULES.md: "events at the same instant are taken
 in ledger order"); a comparison with a bare moment (terms in force, the last save before
-a failure, a fault within 300 s of one) is by time alone, as RULES.md words it. Progress
+a failure, a fault within 300 s of one, the first release at or after `granted`) is by
+time alone, as RULES.md words it. Progress
 marks "with time in [start, end]" are taken in (time, seq) order too: a progress at the
 start's instant but earlier in the ledger was made before the attempt started.
 
 Two points RULES.md leaves open, decided here and named in the module's tests: when one
 second falls in the restart intervals of two failures with different bearers, `provider`
 wins; when it is productive for two jobs in different acceptance states, the order is
-accepted, rejected, pending.
+accepted, rejected, pending. Money (`line_cents`) follows RULES.md §Money; its rounding
+ties between the productive rows of one line go accepted, rejected, pending.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import re
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import date
+from fractions import Fraction
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import pandas as pd
+import pyarrow.parquet as pq
+from sqlalchemy import text
+
+from ledger import Store
 
 INF = 2**62
 SECOND = 1_000_000
@@ -129,7 +149,109 @@ class Fleet:
         return history[index - 1][1] if index else DEFAULT_TERMS
 
 
-# ---------------------------------------------------------------- reading `ev`
+# ---------------------------------------------------------------- reading raw entries
+
+#: The `data` fields the rules read, each with how its JSON value is taken: text (a
+#: number given where text is expected, as devices often are, is the same text), an
+#: integer, an RFC 3339 time (as µs), or a list of texts (an allocation's devices).
+TEXT, INTEGER, TIME, TEXTS = "text", "integer", "time", "texts"
+FIELDS: dict[str, str] = {
+    "tenant": TEXT, "job_id": TEXT, "allocation_id": TEXT, "step": INTEGER, "units": INTEGER,
+    "checkpoint_id": TEXT, "cause": TEXT, "decision": TEXT, "node": TEXT, "device": TEXT,
+    "devices": TEXTS, "fabric_domain": TEXT, "code": TEXT, "severity": TEXT, "gpus": INTEGER,
+    "line_id": TEXT, "invoice_id": TEXT, "period_start": TIME, "period_end": TIME, "amount": TEXT,
+    "currency": TEXT, "category": TEXT, "corrects": TEXT, "warmup_allowance_s": INTEGER,
+    "stall_threshold_s": INTEGER, "reclaim_notice_s": INTEGER,
+}
+#: Column names of the frame where they differ from the field's.
+COLUMN = {"period_start": "ps", "period_end": "pe"}
+COLUMNS = ("seq", "type", "t", *(COLUMN.get(name, name) for name in FIELDS))
+
+_RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?:([Zz])|([+-])(\d{2}):(\d{2}))")
+_EPOCH_DAY = date(1970, 1, 1).toordinal()
+
+
+@lru_cache(maxsize=4096)
+def _day_s(day: str) -> int:
+    """Seconds from the epoch to the start (UTC) of a `YYYY-MM-DD` day."""
+    return (date.fromisoformat(day).toordinal() - _EPOCH_DAY) * 86_400
+
+
+def rfc3339_us(text: str) -> int:
+    """An RFC 3339 time as integer µs since the epoch (UTC); digits past the µs are dropped
+    (the ledger's canonical times carry at most six). A time without a zone names no instant."""
+    match = _RFC3339.fullmatch(text)
+    if match is None:
+        raise ValueError(f"not an RFC 3339 time with a zone: {text!r}")
+    day, hour, minute, second, fraction, _z, sign, off_h, off_m = match.groups()
+    offset = 0
+    if sign:
+        offset = (int(off_h) * 60 + int(off_m)) * 60 * (-1 if sign == "-" else 1)
+    seconds = _day_s(day) + (int(hour) * 60 + int(minute)) * 60 + int(second) - offset
+    return seconds * SECOND + (int(fraction[:6].ljust(6, "0")) if fraction else 0)
+
+
+def _taken(kind: str, value: Any) -> Any:
+    """A `data` value as the rules read it (RULES.md: devices compare as text)."""
+    if kind == TEXT:
+        return value if isinstance(value, str) else json.dumps(value)
+    if kind == INTEGER:
+        return int(value)
+    if kind == TIME:
+        return rfc3339_us(value)
+    return tuple(_taken(TEXT, item) for item in value)
+
+
+Entry = tuple[int, str | bytes | dict[str, Any]]
+_PLACE = {name: (index, kind) for index, (name, kind) in enumerate(FIELDS.items())}
+
+
+def entry_row(seq: int, event: str | bytes | dict[str, Any]) -> list[Any]:
+    """One ledger entry (its seq and canonical CloudEvent) as a row of the frame's COLUMNS."""
+    document = event if isinstance(event, dict) else json.loads(event)
+    row: list[Any] = [seq, document["type"], rfc3339_us(document["time"])] + [None] * len(FIELDS)
+    for name, value in (document.get("data") or {}).items():
+        place = _PLACE.get(name)
+        if place is not None and value is not None:
+            row[3 + place[0]] = _taken(place[1], value)
+    return row
+
+
+def frame_of_entries(entries: Iterable[Entry]) -> pd.DataFrame:
+    """The entries, each event parsed here, as one frame (object columns: integers stay exact)."""
+    rows = [entry_row(seq, event) for seq, event in entries]
+    columns = list(zip(*rows)) if rows else [()] * len(COLUMNS)
+    return pd.DataFrame({name: pd.Series(values, dtype="int64" if name in ("seq", "t") else object)
+                         for name, values in zip(COLUMNS, columns)})
+
+
+def entries_of_store(store: Store) -> Iterator[Entry]:
+    """The ledger's entries as stored: a plain SELECT of `entries`, in seq order."""
+    with store.reading() as conn:
+        for seq, event in conn.execute(text("SELECT seq, event FROM entries ORDER BY seq")):
+            yield int(seq), event
+
+
+def entries_of_parquet(path: Path) -> Iterator[Entry]:
+    """The entries of an export (`gpuledger export --format parquet`), a batch at a time."""
+    for batch in pq.ParquetFile(path).iter_batches(columns=["seq", "event"], batch_size=100_000):
+        yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())
+
+
+def entries_of_jsonl(path: Path) -> Iterator[Entry]:
+    """The entries of an export (`gpuledger export`, JSON Lines: the event embedded as stored)."""
+    with path.open("rb") as lines:
+        for line in lines:
+            if line.strip():
+                row = json.loads(line)
+                yield int(row["seq"]), row["event"]
+
+
+def _texts(devices: Any) -> frozenset[str] | None:
+    """An allocation's devices; None when it lists none (DESIGN §2: an empty list is none given)."""
+    if devices is None or len(devices) == 0:
+        return None
+    return frozenset(devices)
 
 
 def _value(v: Any) -> Any:
@@ -142,7 +264,6 @@ def _value(v: Any) -> Any:
 
 
 def _int(v: Any) -> int | None:
-    """An integer column's value as int, whatever dtype the projection gave the column."""
     return None if v is None else int(v)
 
 
@@ -161,13 +282,6 @@ def _grouped(frame: pd.DataFrame, by: list[str], *columns: str) -> dict[Any, lis
     for key, group in frame.groupby(by, sort=False, dropna=False):
         out[key] = list(_rows(group, *columns))
     return out
-
-
-def _texts(devices: Any) -> frozenset[str] | None:
-    """An allocation's devices as text (`3` and `"3"` are one device); None when it lists none."""
-    if devices is None or len(devices) == 0:
-        return None
-    return frozenset(str(d) for d in devices)
 
 
 def read_fleet(ev: pd.DataFrame) -> Fleet:
@@ -256,10 +370,16 @@ def touches(fault: Fault, grant: Grant) -> bool:
     """RULES.md 7: does this fault touch the allocation?"""
     if fault.fabric_domain is not None and fault.fabric_domain == grant.fabric_domain:
         return True
-    on_device = fault.device is not None and grant.devices is not None and fault.device in grant.devices
+    on_device = fault.device is not None and grant.devices is not None and _holds(grant.devices, fault.device)
     if fault.node is not None:
         return fault.node == grant.node and (fault.device is None or grant.devices is None or on_device)
     return on_device
+
+
+def _holds(devices: frozenset[str], device: str) -> bool:
+    """Whether an allocation's devices include `device`: listed as such, or the whole GPU
+    of a MIG instance it lists (`<gpu>/<gi>`: a fault on GPU `0` reaches instance `0/13`)."""
+    return device in devices or any(held.split("/", 1)[0] == device for held in devices if "/" in held)
 
 
 @dataclass
@@ -281,7 +401,8 @@ def allocation_of(fleet: Fleet, tenant: str, aid: str) -> Allocation:
     grant = fleet.grants.get((tenant, aid))
     if grant is None:
         return Allocation(tenant, None, (0, 0), [])
-    released = [k for k in fleet.releases.get((tenant, aid), []) if k > (grant.t, grant.seq)]
+    # RULES.md 3: the first release at or after `granted`, a moment: by time alone
+    released = [k for k in fleet.releases.get((tenant, aid), []) if k[0] >= grant.t]
     held = (grant.t, released[0][0] if released else INF)
     alloc = Allocation(tenant, grant, held, _attempts(fleet, tenant, aid))
     _reclaimed(fleet, alloc, aid)
@@ -549,3 +670,87 @@ def _cut(stretches: list[tuple[int, int, str]], starts: list[int], lo: int, hi: 
         if max(s, lo) < min(e, hi):
             yield key, min(e, hi) - max(s, lo)
         index += 1
+
+
+def reconcile_entries(entries: Iterable[Entry]) -> dict[LineKey, dict[str, int]]:
+    """`reconcile_frame` of raw entries (seq, canonical CloudEvent), parsed here."""
+    return reconcile_frame(frame_of_entries(entries))
+
+
+# ---------------------------------------------------------------- money (RULES.md §Money)
+
+#: ISO 4217 currencies whose minor unit is not the cent.
+MINOR_UNITS = {
+    "BHD": 3, "BIF": 0, "CLF": 4, "CLP": 0, "DJF": 0, "GNF": 0, "IQD": 3, "ISK": 0, "JOD": 3, "JPY": 0,
+    "KMF": 0, "KRW": 0, "KWD": 3, "LYD": 3, "OMR": 3, "PYG": 0, "RWF": 0, "TND": 3, "UGX": 0, "UYI": 0,
+    "UYW": 4, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
+}
+MONEY_ONLY = "money_only"
+#: RULES.md's category order (unallocated, then rules 1-10, then money_only), restart rows
+#: provider before customer, productive rows accepted, rejected, pending: rounding ties.
+MONEY_ORDER = ("unallocated", "double_billed", "reclaimed", "checkpoint",
+               "restart_lost:provider", "restart_lost:customer",
+               "restart_recovery:provider", "restart_recovery:customer",
+               "productive:accepted", "productive:rejected", "productive:pending",
+               "stalled_fault", "startup", IDLE_RESERVED, "idle_unexplained", MONEY_ONLY)
+
+
+@dataclass
+class _Line:
+    seq: int
+    exact: Fraction  # the billed amount in minor units, exactly
+    cells: dict[str, int]  # category key: GPU-µs; {money_only: 0} for a money-only line
+    cents: int = 0
+
+
+def _half_even(value: Fraction) -> int:
+    floor = math.floor(value)
+    rest = value - floor
+    return floor + (1 if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and floor % 2) else 0)
+
+
+def line_cents(ev: pd.DataFrame, gpu: dict[LineKey, dict[str, int]]) -> dict[LineKey, dict[str, int]]:
+    """{(tenant, line_id): {category key: minor units}} (RULES.md §Money), from the lines'
+    amounts and `gpu` (reconcile_frame's). An invoice is one tenant's invoice id in one
+    currency: its exact total rounded half-even; its lines each rounded half-even, and the
+    cents by which they miss the total given to (or taken from) the lines with the largest
+    rounding remainders (ties: ledger order); within a line, the cents its cells' floors
+    leave go to the cells with the largest remainders (ties: MONEY_ORDER)."""
+    invoices: dict[tuple[str, str, str | None], dict[LineKey, _Line]] = defaultdict(dict)
+    for seq, tenant, invoice, line, amount, currency in _rows(
+            effective_lines(ev), "seq", "tenant", "invoice_id", "line_id", "amount", "currency"):
+        exact = Fraction(amount) * 10 ** MINOR_UNITS.get(currency or "", 2)
+        cells = gpu.get((tenant, line)) or {MONEY_ONLY: 0}
+        invoices[(tenant, invoice, currency)][(tenant, line)] = _Line(int(seq), exact, cells)
+    out: dict[LineKey, dict[str, int]] = {}
+    for lines in invoices.values():
+        _round_lines(list(lines.values()))
+        for key, line in lines.items():
+            out[key] = _split_line(line)
+    return out
+
+
+def _round_lines(lines: list[_Line]) -> None:
+    total = _half_even(sum((line.exact for line in lines), Fraction(0)))
+    for line in lines:
+        line.cents = _half_even(line.exact)
+    missing = total - sum(line.cents for line in lines)
+    if missing > 0:  # the lines rounded down, the largest remainder first
+        down = sorted((line for line in lines if line.cents < line.exact or line.cents == line.exact),
+                      key=lambda line: (-(line.exact - line.cents), line.seq))
+        for line in down[:missing]:
+            line.cents += 1
+    elif missing < 0:  # the lines rounded up, the largest push first
+        up = sorted((line for line in lines if line.cents > line.exact), key=lambda line: (-(line.cents - line.exact), line.seq))
+        for line in up[:-missing]:
+            line.cents -= 1
+
+
+def _split_line(line: _Line) -> dict[str, int]:
+    billed = sum(line.cells.values())
+    shares = {key: line.exact * us / billed if billed else line.exact for key, us in line.cells.items()}
+    floors = {key: math.floor(share) for key, share in shares.items()}
+    left = line.cents - sum(floors.values())
+    for key in sorted(shares, key=lambda k: (-(shares[k] - floors[k]), MONEY_ORDER.index(k)))[:left]:
+        floors[key] += 1
+    return {key: cents for key, cents in floors.items() if cents}

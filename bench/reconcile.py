@@ -71,7 +71,7 @@ class Shape:
 
 _MACROS = """
 CREATE OR REPLACE MACRO iso(s) AS strftime(make_timestamp(CAST(s AS BIGINT) * 1000000), '%Y-%m-%dT%H:%M:%SZ');
-CREATE OR REPLACE MACRO ce(typ, id, s, data) AS
+CREATE OR REPLACE MACRO cloud_event(typ, id, s, data) AS
     '{"data":' || data || ',"id":"' || id || '","source":"bench://fleet","specversion":"1.0","time":"'
     || iso(s) || '","type":"' || typ || '"}';
 CREATE OR REPLACE MACRO jt(tenant) AS '"tenant":"' || tenant || '"';
@@ -182,11 +182,11 @@ def write_fleet(path: Path, shape: Shape, threads: int | None = None) -> int:
                    k % 100 AS v, {shape.stretch} AS f, '{amount}' AS amount
             FROM range({shape.allocations}) r(k)""")
         terms = (f"SELECT i + 1 AS seq, 'policy.terms' AS type, 'tenant-' || i AS tenant, "
-                 f"""ce('policy.terms', 'terms-' || i, {T0 - 86400}, '{{"reclaim_notice_s":0,"stall_threshold_s":300,' """
+                 f"""cloud_event('policy.terms', 'terms-' || i, {T0 - 86400}, '{{"reclaim_notice_s":0,"stall_threshold_s":300,' """
                  f"""|| jt('tenant-' || i) || ',"warmup_allowance_s":600}}') AS event FROM range({TENANTS}) r(i)""")
         body = " UNION ALL ".join(f"({part})" for part in (_progress_sql(), _checkpoint_sql(), _lines_sql(), _kinds_sql()))
         events = (f"SELECT {TENANTS + 1} + k * {STRIDE} + local AS seq, type, tenant, "
-                  f"ce(type, type || '-' || k || '-' || local, s, data) AS event FROM ({body})")
+                  f"cloud_event(type, type || '-' || k || '-' || local, s, data) AS event FROM ({body})")
         con.execute(f"COPY ({terms} UNION ALL {events}) TO '{_quoted(path)}' "
                     f"(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 1000000)")
         row = con.execute(f"SELECT count(*) FROM read_parquet('{_quoted(path)}')").fetchone()
@@ -262,14 +262,12 @@ def _cpu_seconds() -> float:
 
 
 def _pandas_child(path: Path, threads: int | None) -> dict[str, Any]:
-    from bench.pandas_reconcile import reconcile_frame
-    from reconcile.engine.snapshot import load_parquet, open_engine
+    """The pandas baseline from the raw entries: it parses every event itself (Python's
+    json, one event at a time), so its load time is that parse, not DuckDB's."""
+    from bench.pandas_reconcile import entries_of_parquet, frame_of_entries, reconcile_frame
 
     t0 = time.perf_counter()
-    con = open_engine(threads)
-    load_parquet(con, path)
-    ev = con.execute("SELECT * FROM ev").df()
-    con.close()
+    ev = frame_of_entries(entries_of_parquet(path))
     loaded = time.perf_counter()
     lines = reconcile_frame(ev)
     done = time.perf_counter()
@@ -279,24 +277,28 @@ def _pandas_child(path: Path, threads: int | None) -> dict[str, Any]:
 
 
 def _agreement_child(path: Path, threads: int | None) -> dict[str, Any]:
-    """Both implementations on one file: the number of lines on which they differ."""
-    from bench.pandas_reconcile import category_key, reconcile_frame
+    """Both implementations on one file: the number of lines on which they differ, in
+    GPU-µs or in cents of any category. The oracle reads the raw entries itself."""
+    from bench.pandas_reconcile import category_key, entries_of_parquet, frame_of_entries, line_cents, reconcile_frame
     from reconcile import reconcile_parquet
-    from reconcile.engine.snapshot import load_parquet, open_engine
 
-    con = open_engine(threads)
-    load_parquet(con, path)
-    expected = reconcile_frame(con.execute("SELECT * FROM ev").df())
-    con.close()
+    frame = frame_of_entries(entries_of_parquet(path))
+    expected = reconcile_frame(frame)
+    expected_cents = line_cents(frame, expected)
     got: dict[tuple[str, str], dict[str, int]] = {}
+    got_cents: dict[tuple[str, str], dict[str, int]] = {}
     for cell in reconcile_parquet(path, threads=threads).cells:
-        line = got.setdefault((cell.tenant, cell.line_id), {})
-        if cell.gpu_us:
-            key = category_key(cell.category, cell.bearer, cell.acceptance)
-            line[key] = line.get(key, 0) + cell.gpu_us
+        key = category_key(cell.category, cell.bearer, cell.acceptance)
+        for value, target in ((cell.gpu_us, got), (cell.cents, got_cents)):
+            line = target.setdefault((cell.tenant, cell.line_id), {})
+            if value:
+                line[key] = line.get(key, 0) + value
     differing = sorted(k for k in set(expected) | set(got) if expected.get(k) != got.get(k))
-    return {"lines": len(expected), "differing_lines": len(differing),
-            "first_differences": [[list(k), expected.get(k), got.get(k)] for k in differing[:3]]}
+    differing_cents = sorted(k for k in set(expected_cents) | set(got_cents)
+                             if expected_cents.get(k, {}) != got_cents.get(k, {}))
+    return {"lines": len(expected), "differing_lines": len(differing), "differing_lines_cents": len(differing_cents),
+            "first_differences": [[list(k), expected.get(k), got.get(k)] for k in differing[:3]],
+            "first_differences_cents": [[list(k), expected_cents.get(k), got_cents.get(k)] for k in differing_cents[:3]]}
 
 
 CHILDREN = {"engine": _engine_child, "pandas": _pandas_child, "agreement": _agreement_child}

@@ -51,7 +51,7 @@ class Ingestor(Protocol):
 class LocalZone:
     """The zone in which a tool that prints local time with no offset (sacct, dcgmi) is
     read: `--timezone NAME` (IANA), else the local zone of the machine running the ingest
-    (DESIGN §2). `name` goes into the ingest summary, so a reader sees which was used."""
+    (docs/events.md). `name` goes into the ingest summary, so a reader sees which was used."""
 
     def __init__(self, name: str | None = None) -> None:
         self.zone, self.name = _zone(name) if name else _machine_zone()

@@ -9,7 +9,7 @@ stdout: lines outside a table are not dcgmi's and are passed over. Tolerated as 
 real output: indentation, section rules with any number of dashes, `*` after a label,
 `Not Specified` / `N/A` / `Still Running` for absent values, day numbers padded or not.
 
-Mapping. dcgmi mixes two owners' facts, and the ledger keeps them apart (DESIGN.md §2):
+Mapping. dcgmi mixes two owners' facts, and the ledger keeps them apart (docs/events.md):
 the device's faults are fleet events (no tenant, no job, no telemetry: they may travel in
 any tenant's dispute packet), the job's telemetry is its tenant's own event.
 

@@ -4,7 +4,7 @@ with one more delimiter), with a header line or with `--noheader` and the field 
 sacct is polled: the same job is printed again and again while it waits, runs and ends.
 So each event records one transition of the job, and holds only what is fixed once that
 transition has happened; a later poll repeats it byte for byte (a duplicate) and adds
-only the transitions that are new (DESIGN.md §2: same key, same content):
+only the transitions that are new (docs/events.md: same key, same content):
 
 - `job.submitted` at Submit: what is known at submission (SUBMIT_FIELDS: name, user,
   account, request), `gpus` from ReqTRES. Never the state, the elapsed

@@ -1,4 +1,4 @@
-"""The ledger: an append-only, hash-chained store of canonical events (DESIGN.md §3).
+"""The ledger: an append-only, hash-chained store of canonical events (docs/ledger-format.md).
 
 It imports only `schemas`; ingestors hand it records, the reconciliation reads from it.
 """

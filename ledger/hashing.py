@@ -1,4 +1,4 @@
-"""Leaf, chain and node hashes (DESIGN.md §3), each with its own domain-separation prefix.
+"""Leaf, chain and node hashes (docs/ledger-format.md), each with its own domain-separation prefix.
 
     leaf  = SHA-256(0x00 ‖ canonical(entry without hashes, salt included))
     node  = SHA-256(0x01 ‖ left ‖ right)                      (RFC 9162 §2.1.1)

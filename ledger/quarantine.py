@@ -1,4 +1,4 @@
-"""The quarantine's own hash chain: rejected records are evidence too (DESIGN.md §3).
+"""The quarantine's own hash chain: rejected records are evidence too (docs/ledger-format.md).
 
     row   = RFC 8785 JSON of the row's columns but chain_hash: qid, recorded_at, kind, file,
             line, field, reason (strings and integers as stored), record, record_hash,

@@ -1,5 +1,5 @@
 """The store's tables. Other tools read them, so names and columns are part of the
-contract (DESIGN.md §3). Hashes and salts are raw bytes; `event` is the canonical text
+contract (docs/ledger-format.md). Hashes and salts are raw bytes; `event` is the canonical text
 exactly as hashed (TEXT, never JSONB, which would re-serialise it)."""
 
 from __future__ import annotations

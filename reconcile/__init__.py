@@ -3,8 +3,10 @@
 The package is laid out as the flow it implements; imports only go down this list:
 
     reconcile.engine    entries -> ev -> labelled spans -> cells -> money -> Reconciliation
-                        (snapshot, intervals, classify, money, result; figures and scope are
-                        the small vocabulary every output shares). Imports ledger and schemas.
+                        (snapshot, intervals, classify, money, result; rules holds the label
+                        table, the touches rule and fault windows, written once, and rules_text
+                        is the one reader of RULES.md; figures and scope are the small
+                        vocabulary every output shares). Imports ledger and schemas.
     reconcile.reports   operator and finance views over the engine: promises, capacity,
                         outcomes, the finance page, terminal/CSV/Parquet rendering.
     reconcile.packets   evidence that leaves the provider: the customer's dispute packet and

@@ -23,8 +23,9 @@ from rich.table import Table
 from ledger import Store
 from ledger.note import Signer, Verifier
 from reconcile.engine import reconcile_store
-from reconcile.engine.intervals import CATEGORY_ORDER
+from reconcile.engine.money import major_units
 from reconcile.engine.result import Reconciliation
+from reconcile.engine.rules import CATEGORY_ORDER
 from reconcile.packets.diagnostic import write_packet
 from reconcile.packets.dispute import build_dispute, verify_dispute
 from reconcile.packets.dispute import write_packet as write_dispute
@@ -94,7 +95,7 @@ def category_table(result: Reconciliation) -> Table:
     money: dict[tuple[str, str, str], Decimal] = defaultdict(Decimal)
     for cell in result.cells:
         hours[(cell.category, cell.bearer)] += Decimal(cell.gpu_us) / 3_600_000_000
-        money[(cell.category, cell.bearer, cell.currency or "")] += Decimal(cell.cents).scaleb(-cell.minor)
+        money[(cell.category, cell.bearer, cell.currency or "")] += major_units(cell.cents, cell.minor)
     billed = sum(hours.values(), Decimal(0))
     table = Table("category", "bearer", "GPU-hours", "share", "amount", title="what every billed GPU-second was")
     for category, bearer in sorted(hours, key=lambda k: (CATEGORY_ORDER.index(k[0]), k[1])):
@@ -112,7 +113,7 @@ def biggest_findings(result: Reconciliation, count: int = BIGGEST) -> Table:
     table = Table("tenant / line", "category", "GPU-h", "amount", title=f"the {len(rows)} biggest findings")
     for c in rows:
         table.add_row(f"{c.tenant} / {c.line_id}", f"{c.category} ({c.bearer})", f"{c.gpu_us / 3.6e9:,.2f}",
-                      f"{Decimal(c.cents).scaleb(-c.minor):,} {c.currency or ''}")
+                      f"{major_units(c.cents, c.minor):,} {c.currency or ''}")
     return table
 
 

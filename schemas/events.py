@@ -1,4 +1,4 @@
-"""The event types of DESIGN.md §2 as frozen pydantic models, and the CloudEvents envelope.
+"""The event types of docs/events.md as frozen pydantic models, and the CloudEvents envelope.
 
 Each `data` model declares its fields; unknown fields under `data` are kept as evidence
 (`extra="allow"`) and never interpreted. The envelope is CloudEvents 1.0 structured mode;
@@ -21,6 +21,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     TypeAdapter,
+    ValidationInfo,
     WithJsonSchema,
     create_model,
     model_validator,
@@ -56,6 +57,7 @@ DecisionKind = Literal[
 ]
 Severity = Literal["critical", "warning"]
 BillingCategory = Literal["usage", "credit", "adjustment", "correction"]
+FleetChangeKind = Literal["driver-upgrade", "mig-reconfigure", "firmware", "drain"]
 
 
 class EventData(BaseModel):
@@ -393,6 +395,69 @@ class InferenceWindow(TenantData):
         return self
 
 
+#: A content digest as `<algorithm>:<lowercase hex>`, as the checkpoint digests are written.
+DIGEST_PATTERN = r"^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128})$"
+Digest = Annotated[str, Field(pattern=DIGEST_PATTERN)]
+
+
+class StartReceipt(TenantData):
+    """A small disposable job started on one offered placement class (docs/receipts-and-changes.md):
+    what it really got. `driver` is the driver version it saw, `devices` what it was given,
+    `topology_digest` the digest of its `nvidia-smi topo -m` output, `decision_seq` the
+    ledger seq of the `policy.decision` that placed it, `submitted_at` when it was asked
+    for and `launched_at` when its process started."""
+
+    job_id: Name
+    allocation_id: Name
+    placement_class: PlacementClass
+    launched_at: UtcTime
+    submitted_at: UtcTime | None = None
+    node: str | None = None
+    profile: str | None = None
+    driver: str | None = None
+    devices: list[str | SafeInt] | None = None
+    topology_digest: Digest | None = None
+    decision_seq: PositiveCount | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StartReceipt:
+        if self.submitted_at is not None and self.launched_at < self.submitted_at:
+            raise ValueError("launched_at is before submitted_at")
+        return self
+
+
+def _no_tenant_data(value: Any, info: ValidationInfo) -> None:
+    if value is not None:
+        raise ValueError(f"a fleet event carries no tenant's data: {info.field_name} must be absent or null")
+    return None
+
+
+#: A field of a tenant's that a fleet event must not carry (docs/events.md): absent or null.
+NoTenantData = Annotated[None, BeforeValidator(_no_tenant_data)]
+
+
+class FleetChange(EventData):
+    """A change to the fleet itself (docs/receipts-and-changes.md): a driver upgrade, a MIG
+    reconfiguration, firmware, a drain, on `nodes` from `started_at` to `ended_at` (open
+    while absent). A fleet event: it names no tenant, job or allocation."""
+
+    change_id: Name
+    kind: FleetChangeKind
+    started_at: UtcTime
+    ended_at: UtcTime | None = None
+    nodes: list[Name] | None = None
+    detail: str | None = None
+    tenant: NoTenantData = None
+    job_id: NoTenantData = None
+    allocation_id: NoTenantData = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> FleetChange:
+        if self.ended_at is not None and self.ended_at < self.started_at:
+            raise ValueError("ended_at is before started_at")
+        return self
+
+
 #: Every event type and its `data` model: the one list the rest of the code reads.
 DATA_MODELS: dict[str, type[EventData]] = {
     "device.discovered": DeviceDiscovered,
@@ -418,6 +483,8 @@ DATA_MODELS: dict[str, type[EventData]] = {
     "inference.window": InferenceWindow,
     "placement.observed": PlacementObserved,
     "probe.result": ProbeResult,
+    "start.receipt": StartReceipt,
+    "fleet.change": FleetChange,
 }
 
 #: Types whose events belong to the fleet, not to one tenant (their `tenant` is null).

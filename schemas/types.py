@@ -1,6 +1,6 @@
 """Field types shared by the event models: UTC times, exact money, bounded counts.
 
-Rules (DESIGN.md §2, docs/canonical-and-bounds.md): times carry a zone (RFC 3339) and are
+Rules (docs/events.md, docs/canonical-and-bounds.md): times carry a zone (RFC 3339) and are
 stored in UTC; money is a decimal string, never a float; counts are integers that survive
 I-JSON (|n| < 2**53). Every bound below exists so that anything ingest accepts, every later
 command can process (the store is append-only: a value no command can use would break them
@@ -19,7 +19,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer, St
 
 #: I-JSON (RFC 7493 §2.2): integers beyond ±(2**53 - 1) do not survive a double.
 MAX_SAFE_INT = 2**53 - 1
-#: GPUs in one allocation, job, promise or billing line (DESIGN.md §2).
+#: GPUs in one allocation, job, promise or billing line (docs/events.md).
 MAX_GPUS = 1_000_000
 #: Seconds in a duration (terms, notices): 100 years, longer than any span between two
 #: accepted times, so in µs (× 10**6) it stays far inside DuckDB's BIGINT.

@@ -152,6 +152,55 @@ def _matrix(draw: st.DrawFn) -> dict[str, Any]:
             "columns": [str(j) for j in range(columns)], "cells": cells}
 
 
+@st.composite
+def _start_receipt(draw: st.DrawFn) -> dict[str, Any]:
+    """A receipt launched at or after it was submitted, when it says when that was."""
+    launched = draw(happened())
+    receipt = {"tenant": draw(tenants), "job_id": draw(jobs), "allocation_id": draw(allocations),
+               "placement_class": draw(st.sampled_from(["whole", "mig", "timeslice"])), "launched_at": launched,
+               "node": draw(optional(st.sampled_from(["n1", "n2"]))), "profile": draw(optional(st.just("1g.18gb"))),
+               "driver": draw(optional(names)), "devices": draw(optional(st.lists(names | safe_ints, max_size=3))),
+               "topology_digest": draw(optional(st.sampled_from(["sha256:" + "0" * 64, "sha512:" + "f" * 128]))),
+               "decision_seq": draw(optional(positive_counts))}
+    if draw(st.booleans()):
+        receipt["submitted_at"] = draw(happened(EARLIEST, launched))
+    return receipt
+
+
+@st.composite
+def _fleet_change(draw: st.DrawFn) -> dict[str, Any]:
+    """A fleet change with its end, when it has one, at or after its start."""
+    start = draw(happened())
+    change = {"change_id": draw(names), "kind": draw(st.sampled_from(["driver-upgrade", "mig-reconfigure",
+                                                                       "firmware", "drain"])),
+              "started_at": start, "nodes": draw(optional(st.lists(st.sampled_from(["n1", "n2"]), max_size=2))),
+              "detail": draw(optional(names))}
+    if draw(st.booleans()):
+        change["ended_at"] = draw(happened(start))
+    return change
+
+
+def _distribution() -> st.SearchStrategy[dict[str, str]]:
+    return st.dictionaries(st.sampled_from(["mean", "p50", "p90", "p95", "p99", "max"]), measures, min_size=1, max_size=3)
+
+
+@st.composite
+def _inference_window(draw: st.DrawFn) -> dict[str, Any]:
+    """A serving window ending at or after its start, whose answered, failed and cancelled
+    requests are no more than those sent."""
+    start = draw(happened())
+    requests = draw(counts)
+    accepted = draw(edged(st.integers(0, requests), 0, requests))
+    failed = draw(optional(st.integers(0, requests - accepted)))
+    cancelled = draw(optional(st.integers(0, requests - accepted - (failed or 0))))
+    return {"tenant": draw(tenants), "job_id": draw(jobs), "allocation_id": draw(optional(allocations)),
+            "window_start": start, "window_end": draw(happened(start)), "requests": requests, "accepted": accepted,
+            "failed": failed, "cancelled": cancelled, "concurrency": draw(optional(positive_counts)),
+            "request_rate": draw(optional(measures | st.just("inf"))), "output_throughput": draw(optional(measures)),
+            "output_tokens": draw(optional(counts)), "ttft_ms": draw(optional(_distribution())),
+            "latency_ms": draw(optional(_distribution())), "tool": draw(optional(names))}
+
+
 #: For each type, a strategy of its `data`: every declared field, optional ones sometimes absent.
 DATA: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "device.discovered": st.fixed_dictionaries({"node": st.sampled_from(["n1", "n2"]), "device": names | counts},
@@ -192,6 +241,9 @@ DATA: dict[str, st.SearchStrategy[dict[str, Any]]] = {
                             test=names, figures=st.lists(_figure(), min_size=1, max_size=3), matrix=optional(_matrix()),
                             gpus=optional(gpus), nodes=optional(positive_counts), job_id=optional(jobs),
                             tool_version=optional(names)),
+    "inference.window": _inference_window(),
+    "start.receipt": _start_receipt(),
+    "fleet.change": _fleet_change(),
 }
 
 #: JSON values an unknown field may hold: integers within ±(2**53 - 1), or larger ones that

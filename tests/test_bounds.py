@@ -1,4 +1,4 @@
-"""Bounds at the door (DESIGN.md §2, docs/canonical-and-bounds.md): each bound's edge is
+"""Bounds at the door (docs/events.md, docs/canonical-and-bounds.md): each bound's edge is
 accepted, one step past it is quarantined with its field and reason; and absurd values far
 past the bounds, ingested through the CLI, are quarantined while every later command still runs.
 Edges are worked out by hand from the rules in schemas/types.py."""
@@ -26,6 +26,9 @@ ORIGIN = Origin("bounds.jsonl", 4)
 LINE = {"tenant": "t", "invoice_id": "i", "line_id": "l", "allocation_id": "a", "period_start": "2026-01-05T10:00:00Z",
         "period_end": "2026-01-05T11:00:00Z", "gpus": 8, "amount": "16.00", "currency": "USD"}
 LE = "Input should be less than or equal to {}"
+RECEIPT = {"tenant": "t", "job_id": "j", "allocation_id": "a", "placement_class": "whole",
+           "launched_at": "2026-06-02T12:00:00Z"}
+CHANGE = {"change_id": "c", "kind": "drain", "started_at": "2026-01-05T10:00:00Z", "ended_at": "2026-06-02T12:00:00Z"}
 
 
 def outcome(type_: str, data: dict[str, Any], **envelope: Any) -> tuple[str, str] | None:
@@ -119,6 +122,20 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], tuple[str, str] | No
     "complete_by 1969": ("policy.promise", {"tenant": "t", "promise_id": "p", "job_id": "j",
                                             "start_by": "2026-01-05T11:00:00Z", "complete_by": "1969-07-20T20:17:00Z"},
                          {}, ("data.complete_by", "1969-07-20T20:17:00Z is before 1970-01-01T00:00:00Z")),
+    # a receipt's launch and a fleet change's window happened: within the clock like `time`
+    "launched_at clock + 1 day": ("start.receipt", RECEIPT, {}, None),
+    "launched_at clock + 1 day + 1 µs": ("start.receipt", {**RECEIPT, "launched_at": "2026-06-02T12:00:00.000001Z"}, {},
+                                        ("data.launched_at", "2026-06-02T12:00:00.000001Z is after the ingest clock "
+                                         "plus one day (2026-06-02T12:00:00Z)")),
+    "decision_seq 2**53 - 1": ("start.receipt", {**RECEIPT, "decision_seq": 2**53 - 1}, {}, None),
+    "decision_seq 2**53": ("start.receipt", {**RECEIPT, "decision_seq": 2**53}, {},
+                           ("data.decision_seq", LE.format(2**53 - 1))),
+    "change from 1970 to clock + 1 day": ("fleet.change", {**CHANGE, "started_at": "1970-01-01T00:00:00Z"}, {}, None),
+    "change started before 1970": ("fleet.change", {**CHANGE, "started_at": "1969-12-31T23:59:59Z"}, {},
+                                   ("data.started_at", "1969-12-31T23:59:59Z is before 1970-01-01T00:00:00Z")),
+    "change ended after clock + 1 day": ("fleet.change", {**CHANGE, "ended_at": "2026-06-02T12:00:01Z"}, {},
+                                         ("data.ended_at", "2026-06-02T12:00:01Z is after the ingest clock plus "
+                                          "one day (2026-06-02T12:00:00Z)")),
 }
 
 

@@ -1,4 +1,4 @@
-"""Anything ingest accepts, every command can process (DESIGN.md §2).
+"""Anything ingest accepts, every command can process (docs/events.md).
 
 Random events of every type, built through the real validators with the edge value at
 each bound drawn often (tests/event_strategies.py), are appended to a real SQLite store;
@@ -28,7 +28,9 @@ from tests.conftest import event
 from tests.event_strategies import LAST_DEADLINE, LATEST, NOW, events
 
 REPORTS = (["report", "promises"], ["report", "capacity"], ["report", "outcomes"],
-           ["report", "promises", "--format", "json"], ["report", "outcomes", "--format", "json"])
+           ["report", "promises", "--format", "json"], ["report", "outcomes", "--format", "json"],
+           ["report", "capacity", "--format", "json"], ["report", "envelope"], ["report", "envelope", "--format", "html"],
+           ["report", "placement"], ["report", "placement", "--format", "csv"], ["report", "outcomes", "--view", "serving"])
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +53,7 @@ def run(db: str, *args: str) -> Result:
 
 
 FIRST, LAST, WIDEST = "1970-01-01T00:00:00Z", LATEST.isoformat(), "9999999.99999999999"
+WIDEST_MEASURE = "9" * 18 + "." + "9" * 18
 
 
 def acme(type_: str, id_: str, time: str, **data: Any) -> dict[str, Any]:
@@ -73,6 +76,15 @@ EXTREMES = [
     acme("policy.decision", "d", LAST, decision="reclaimed", allocation_id="a1", notice_s=MAX_DURATION_S),
     acme("work.accepted", "w", LAST, job_id="j1", result_id="r1", units=MAX_SAFE_INT),
     event("health.fault", "f", {"node": "n1", "device": MAX_SAFE_INT, "code": "xid-79", "severity": "critical"}, time=LAST),
+    # evidence at its bounds: every request of a microsecond's window, the widest figures
+    acme("placement.observed", "po", FIRST, allocation_id="a1", node="n1", topology={
+        "gpus": [{"name": "GPU0"}, {"name": "GPU1"}], "nics": [], "links": [{"a": "GPU0", "b": "GPU1", "link": "SOC"}]}),
+    acme("probe.result", "pr", FIRST, allocation_id="a1", probe="nccl-tests", test="all_reduce_perf", figures=[
+        {"name": "busbw", "value": WIDEST_MEASURE, "unit": "GB/s", "size_bytes": MAX_SAFE_INT}]),
+    acme("inference.window", "iw", LAST, job_id="j1", allocation_id="a1", window_start="2026-01-05T10:00:00Z",
+         window_end="2026-01-05T10:00:00.000001Z", requests=MAX_SAFE_INT, accepted=MAX_SAFE_INT,
+         concurrency=MAX_SAFE_INT, output_tokens=MAX_SAFE_INT, ttft_ms={"p99": WIDEST_MEASURE},
+         latency_ms={"p50": "0", "p99": WIDEST_MEASURE}),
 ]
 EXTREME_LINES = [
     acme("billing.line", "b1", LAST, invoice_id="i1", line_id="l1", allocation_id="a1", gpus=MAX_GPUS,

@@ -35,6 +35,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Store]:
     ("report", "promises", "--tenant", "nosuch"),
     ("report", "capacity", "--tenant", "nosuch"),
     ("report", "outcomes", "--tenant", "nosuch"),
+    ("report", "outcomes", "--view", "serving", "--tenant", "nosuch"),
+    ("report", "placement", "--tenant", "nosuch"),
     ("export", "--tenant", "nosuch"),
 ], ids=" ".join)
 def test_unknown_tenant(store: Store, args: tuple[str, ...]) -> None:
@@ -139,7 +141,7 @@ def test_a_file_that_is_not_a_database(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args", [
     ("verify",), ("quarantine",), ("export",), ("reconcile",), ("report", "promises"), ("report", "capacity"),
-    ("report", "outcomes"), ("packet", "--promise", "P2", "--out", "{tmp}/p"),
+    ("report", "outcomes"), ("report", "placement"), ("packet", "--promise", "P2", "--out", "{tmp}/p"),
 ], ids=" ".join)
 def test_read_only_commands_never_create_a_store(tmp_path: Path, args: tuple[str, ...]) -> None:
     db = tmp_path / "none.db"

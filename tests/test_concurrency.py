@@ -1,5 +1,5 @@
 """Eight ingest processes at once on one store make one gapless chain, and readers taking
-snapshots meanwhile only ever see whole batches (DESIGN.md §3)."""
+snapshots meanwhile only ever see whole batches (docs/ledger-format.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Writers append while readers reconcile. Several `gpuledger ingest` processes
 write one store at once, and reader threads run the reconciliation engine meanwhile, each
-on one snapshot (DESIGN.md §3: a batch is all or nothing; §4). Every reconciliation must
+on one snapshot (docs/ledger-format.md: a batch is all or nothing). Every reconciliation must
 be the reconciliation of a whole-batch prefix of the final ledger: the same JSON as the
 final store reconciled with `upto_seq` at the size the reader saw, and that size the end
 of a committed batch.

@@ -453,7 +453,7 @@ def test_a_genai_perf_table_with_a_request_count_is_quarantined_for_its_missing_
 
 
 def test_later_commands_process_a_ledger_with_windows(tmp_path: Path) -> None:
-    """What ingest accepts, every later command can process (DESIGN §2)."""
+    """What ingest accepts, every later command can process (docs/events.md)."""
     samples = Path(__file__).resolve().parent.parent / "fixtures" / "samples"
     db = f"sqlite:///{tmp_path / 'l.db'}"
     runner = CliRunner()

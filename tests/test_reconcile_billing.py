@@ -163,22 +163,19 @@ def test_rounding_remainder_goes_by_largest_remainder_then_category_order(
 
 
 def test_rounding_ties_rank_every_label_apart_in_category_order() -> None:
-    """Which cell of a tie gets a cent must never be left to the sort: every label has a
-    rank of its own, in RULES.md's order (unallocated, then rules 1-10, restart bearers
-    provider first). The scenario above can pass by luck; this cannot."""
-    import duckdb
+    """Which cell of a tie gets a cent must never be left to the sort: the money ranks ties
+    by label code, and every label has a code of its own, in RULES.md's order (unallocated,
+    then rules 1-10, restart bearers provider first). The scenario above can pass by luck;
+    this cannot."""
+    from reconcile.engine.rules import LABELS
 
-    from reconcile.engine.money import _CATEGORY_RANK
-
-    # by hand from RULES.md: unallocated 21, double_billed 20, reclaimed 1, checkpoint 2,
-    # restart_lost 3/4, restart_recovery 5/6, productive 7/8/9, stalled_fault 10, startup 11,
-    # idle_reserved 0, idle_unexplained 12, money_only 22
-    in_order = [21, 20, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0, 12, 22]
-    values = ", ".join(f"({label})" for label in in_order)
-    ranks = duckdb.execute(f"SELECT f.label, {_CATEGORY_RANK} AS r FROM (VALUES {values}) f(label)").fetchall()
-    by_rank = sorted(ranks, key=lambda row: row[1])
-    assert [label for label, _ in by_rank] == in_order
-    assert len({r for _, r in ranks}) == len(in_order)
+    # by hand from RULES.md: §Unallocated, rules 1-10 of §Categories, §Inputs 2 (money_only)
+    in_order = ["unallocated", "double_billed", "reclaimed", "checkpoint", "restart_lost.provider",
+                "restart_lost.customer", "restart_recovery.provider", "restart_recovery.customer",
+                "productive.accepted", "productive.rejected", "productive.pending", "stalled_fault", "startup",
+                "idle_reserved", "idle_unexplained", "money_only"]
+    assert [label.name for label in sorted(LABELS, key=lambda label: label.code)] == in_order
+    assert len({label.code for label in LABELS}) == len(in_order)
 
 
 @pytest.mark.parametrize("places", [25, 40])
@@ -243,6 +240,20 @@ def test_rounded_lines_that_miss_the_invoice_total_are_made_to_meet_it(tmp_path:
     assert (line(doc, "L1")["amount"], cats(line(doc, "L1"))) == ("0.01", {"idle_reserved": (300, "0.01", C)})
     assert (line(doc, "L2")["amount"], cats(line(doc, "L2"))) == ("0.02", {"idle_reserved": (300, "0.02", C)})
     assert tenant(doc)["by_bearer"]["customer"] == "0.03"
+
+
+def test_two_tenants_invoices_of_one_id_never_share_a_cent(tmp_path: Path) -> None:
+    s = Scenario()
+    s.grant("A1", gpus=1, at="10:00")
+    s.grant("B1", gpus=1, at="10:00", tenant="beta")
+    s.line("L1", "A1", "10:00", "10:05", gpus=1, amount="0.0031")
+    s.line("M1", "B1", "10:00", "10:05", gpus=1, amount="0.0031", tenant="beta")
+    doc = reconcile(tmp_path, s)
+    # Each tenant's INV-1 is its own invoice: 0.0031 -> 0.00 and its one line 0.00 meet.
+    # Pooled, the two would total 0.0062 -> 0.01 and one tenant's line would take a cent
+    # because of the other tenant's line.
+    assert cats(line(doc, "L1")) == {"idle_reserved": (300, "0.00", C)}
+    assert [ln["amount"] for ln in doc["lines"]] == ["0.00", "0.00"]
 
 
 # --- unbilled -----------------------------------------------------------------------------------

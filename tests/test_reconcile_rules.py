@@ -1,4 +1,4 @@
-"""Hand-worked reconciliation scenarios: one per time category and rule of DESIGN.md §4,
+"""Hand-worked reconciliation scenarios: one per time category and rule of reconcile/RULES.md,
 as reconcile/RULES.md states them, and their edge cases. Corrections, credits,
 money, unbilled time and the filters are in test_reconcile_billing.py.
 
@@ -475,6 +475,64 @@ def test_a_long_gap_is_stalled_fault_only_with_a_critical_fault_touching_the_all
     }
 
 
+#: (allocation's devices, the fault's device, the 640 s gap's category). The fault is on the
+#: allocation's node n1 unless its device is given alone.
+DEVICE_CASES: list[tuple[str, list[Any] | None, dict[str, Any], str]] = [
+    ("no devices listed, a fault on another device of the node", None, {"node": "n1", "device": "5"}, "stalled_fault"),
+    ("an empty list is none given (DESIGN.md §2)", [], {"node": "n1", "device": "5"}, "stalled_fault"),
+    ("an empty list, a fault on the node", [], {"node": "n1"}, "stalled_fault"),
+    ("an empty list, a fault on another node", [], {"node": "n2"}, "idle_unexplained"),
+    ("a MIG instance: its whole GPU's fault reaches it", ["0/13"], {"node": "n1", "device": "0"}, "stalled_fault"),
+    ("a MIG instance: its GPU's fault, no node named", ["0/13"], {"device": 0}, "stalled_fault"),
+    ("a MIG instance: its own fault", ["0/13"], {"node": "n1", "device": "0/13"}, "stalled_fault"),
+    ("a MIG instance: another instance's fault", ["0/14"], {"node": "n1", "device": "0/13"}, "idle_unexplained"),
+    ("a MIG instance: another GPU's fault", ["10/13"], {"node": "n1", "device": "1"}, "idle_unexplained"),
+    ("a whole GPU: one instance's fault does not name it", ["0"], {"node": "n1", "device": "0/13"}, "idle_unexplained"),
+    ("a MIG instance: its GPU's fault on another node", ["0/13"], {"node": "n2", "device": "0"}, "idle_unexplained"),
+]
+
+
+@pytest.mark.parametrize(("devices", "place", "gap_category"), [c[1:] for c in DEVICE_CASES],
+                         ids=[c[0] for c in DEVICE_CASES])
+def test_a_640_s_stall_beside_a_fault_by_the_devices_listed(
+        tmp_path: Path, devices: list[Any] | None, place: dict[str, Any], gap_category: str) -> None:
+    s = Scenario()
+    s.grant("A1", gpus=1, at="10:00", node="n1", devices=devices)
+    s.start("j1", "A1", at="10:00")
+    s.steps("j1", "10:02", "10:04", "10:14:40")  # the gap [10:04, 10:14:40) is 640 s > 300
+    s.complete("j1", at="10:16")
+    s.release("A1", at="10:20")
+    s.fault(at="10:06", **place)  # critical, never cleared: open through the gap
+    s.line("L1", "A1", "10:00", "10:20", gpus=1, amount="1.20")
+    # startup [10:00, 10:02) 120 (the grant to the first progress); productive [10:02, 10:04)
+    # 120 and [10:14:40, 10:16) 80 (the completion ends a gap of 80 s <= 300) = 200; the gap
+    # 640, stalled_fault (provider) when the fault touches A1, else idle_unexplained
+    # (disputed); idle_reserved [10:16, 10:20) 240. Sum 1200 = 20 min x 1 GPU. $0.001 a GPU-s.
+    bearer = P if gap_category == "stalled_fault" else D
+    assert cats(line(reconcile(tmp_path, s), "L1")) == {
+        "startup": (120, "0.12", C), "productive": (200, "0.20", C), gap_category: (640, "0.64", bearer),
+        "idle_reserved": (240, "0.24", C),
+    }
+
+
+def test_a_whole_gpu_fault_before_a_failure_makes_a_mig_instances_restart_the_providers(tmp_path: Path) -> None:
+    s = Scenario()
+    s.grant("A1", gpus=1, at="10:00", node="n1", devices=["0/13"])
+    s.start("j1", "A1", at="10:00")
+    s.steps("j1", "10:02", "10:04")
+    s.fault(at="10:05", node="n1", device="0")  # 60 s before the failure, on the instance's GPU
+    s.fail("j1", at="10:06", cause="application")
+    s.release("A1", at="10:10")
+    s.line("L1", "A1", "10:00", "10:10", gpus=1, amount="0.60")
+    # restart_lost [10:00, 10:06) 360: no checkpoint, so from the attempt's start; it
+    # outranks the startup [10:00, 10:02) and the productive [10:02, 10:04). The cause is the
+    # application's, but the fault at 10:05 touches A1 through GPU 0 and opened within 300 s
+    # before t_f: provider. No next attempt, no recovery; idle_reserved [10:06, 10:10) 240.
+    assert cats(line(reconcile(tmp_path, s), "L1")) == {
+        "restart_lost": (360, "0.36", P), "idle_reserved": (240, "0.24", C),
+    }
+
+
 def test_terms_changed_mid_line_apply_from_their_time(tmp_path: Path) -> None:
     s = Scenario()
     s.terms(at="09:00", stall=300)
@@ -513,7 +571,7 @@ def test_startup_beyond_the_allowance_is_idle_unexplained(tmp_path: Path) -> Non
 
 def test_first_startup_runs_from_the_grant_and_its_allowance_too(tmp_path: Path) -> None:
     """RULES.md §8 is read here as: for the first attempt s is the grant, in both places
-    (DESIGN.md: "from grant ... to the first progress, within warmup_allowance_s")."""
+    (reconcile/RULES.md: "from grant ... to the first progress, within warmup_allowance_s")."""
     s = Scenario()
     s.grant("A1", gpus=1, at="10:00")
     s.start("j1", "A1", at="10:04")

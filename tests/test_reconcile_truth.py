@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 
 import ingest
 import ledger
-from fixtures.sim import SimConfig, simulate
+from fixtures.sim import Rates, SimConfig, simulate
 from reconcile import Reconciliation, reconcile_store
 
 SECOND = 1_000_000
@@ -54,7 +55,11 @@ def _truth_lines(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
 @pytest.fixture(scope="module", params=[7, 20261202])
 def fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Reconciliation]:
     out = tmp_path_factory.mktemp(f"fleet-{request.param}")
-    simulate(SimConfig(seed=request.param, gpus=64, days=3, tenants=4), out)
+    # Fabric faults on most days, so that the grants' fabric domains and devices decide
+    # what a fault touches on many lines (on these seeds, 19 and 29 lines would be
+    # classified otherwise if the grants listed neither).
+    rates = replace(Rates(), fabric_fault=0.5)
+    simulate(SimConfig(seed=request.param, gpus=64, days=3, tenants=4, rates=rates), out)
     store = ledger.Store(f"sqlite:///{out / 'ledger.db'}")
     store.init()
     _ingest_fleet(out, store)
@@ -91,3 +96,18 @@ def test_productive_time_by_acceptance_and_unbilled(fleet: tuple[Path, Reconcili
     for tenant, figures in tenants.items():
         assert doc["tenants"][tenant]["unbilled_gpu_seconds"] == figures["unbilled_gpu_seconds"], tenant
         assert doc["tenants"][tenant]["billed_gpu_seconds"] == figures["billed_gpu_seconds"], tenant
+
+
+def test_the_fleet_has_grants_with_devices_and_fabric_domains(fleet: tuple[Path, Reconciliation]) -> None:
+    """The touches rule's branches meet the truth only if the ledger's grants list devices
+    (whole GPUs and MIG instances), some list none, and some faults name a domain alone."""
+    out, _ = fleet
+    records = [json.loads(text) for path in out.rglob("*.jsonl") for text in path.read_text().splitlines()]
+    events = [r for r in records if "specversion" in r]  # the CloudEvents files, not the truth's
+    grants = [e["data"] for e in events if e["type"] == "allocation.granted"]
+    assert any("/" in str(d) for g in grants for d in g.get("devices", []))
+    assert any(isinstance(d, int) for g in grants for d in g.get("devices", []))
+    assert all(g.get("fabric_domain") for g in grants if g.get("devices"))
+    faults = [e["data"] for e in events if e["type"] == "health.fault"]
+    assert any("fabric_domain" in f and "node" not in f for f in faults)
+    assert any("fabric_domain" in f and "node" in f for f in faults)

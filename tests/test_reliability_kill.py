@@ -1,4 +1,4 @@
-"""kill -9 at random points of an ingest, on both backends (DESIGN.md §3: a batch is all
+"""kill -9 at random points of an ingest, on both backends (docs/ledger-format.md: a batch is all
 or nothing). After each kill the store verifies and holds exactly the first k batches of
 the source (events and quarantined records alike) for some k: never part of one. Each
 re-run picks up where the last stopped; the last one, left to finish, ends with exactly the

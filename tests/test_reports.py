@@ -231,7 +231,8 @@ def test_csv_rows(docs: dict[str, dict[str, Any]]) -> None:
 def test_write_reports(store: Store, tmp_path: Path, docs: dict[str, dict[str, Any]]) -> None:
     written = write_reports(store, tmp_path / "reports")
     assert sorted(p.name for p in written.paths) == sorted(
-        f"{n}.{ext}" for n in ("promises", "capacity", "outcomes") for ext in ("json", "csv"))
+        [f"{n}.{ext}" for n in ("promises", "capacity", "outcomes", "placement") for ext in ("json", "csv")]
+        + ["serving.csv"])
     assert [m["promise_id"] for m in written.missed_promises] == ["P2", "P3", "P5"]
     for name, doc in docs.items():
         assert json.loads((tmp_path / "reports" / f"{name}.json").read_text()) == doc
@@ -292,7 +293,8 @@ def test_an_empty_ledger_reports_nothing(tmp_path: Path) -> None:
     empty.init()
     try:
         assert report(empty, "promises") == {"summary": [], "misses": [], "promises": []}
-        assert report(empty, "outcomes") == {"tenants": [], "jobs": []}
+        assert report(empty, "outcomes") == {"tenants": [], "jobs": [], "serving": []}
+        assert report(empty, "placement") == {"allocations": [], "summary": [], "prediction": []}
         capacity = report(empty, "capacity")
         assert (capacity["classes"], capacity["total"]["devices_discovered"]) == ([], 0)
         assert to_csv("promises", report(empty, "promises")) == ""

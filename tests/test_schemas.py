@@ -42,6 +42,9 @@ MINIMAL: dict[str, dict[str, Any]] = {
                            "topology": {"gpus": [{"name": "GPU0"}], "nics": [], "links": []}},
     "probe.result": {"tenant": "t", "allocation_id": "a", "probe": "nccl-tests", "test": "all_reduce_perf",
                      "figures": [{"name": "avg_busbw", "value": "68.4048", "unit": "GB/s"}]},
+    "start.receipt": {"tenant": "t", "job_id": "j", "allocation_id": "a", "placement_class": "mig",
+                      "launched_at": "2026-01-05T10:00:00Z"},
+    "fleet.change": {"change_id": "c", "kind": "driver-upgrade", "started_at": "2026-01-05T10:00:00Z"},
 }
 
 

@@ -192,7 +192,8 @@ def test_every_written_file_ingests_with_nothing_quarantined(tmp_path: Path) -> 
         assert (report.quarantined, report.duplicates, report.problems) == (0, 0, []), entry
         assert report.appended == report.read
         formats.add(entry["format"])
-    assert formats == {"cloudevents", "sacct", "kueue", "k8s-events", "dcgm-stats", "focus"}
+    assert formats == {"cloudevents", "sacct", "kueue", "k8s-events", "dcgm-stats", "focus", "nvidia-smi-topo", "nccl-tests",
+                       "serving-bench"}
     assert ledger.verify_ledger(store).ok
 
 

@@ -1,4 +1,4 @@
-"""The reconciliation engine (DESIGN.md §4, operational rules in reconcile/RULES.md): DuckDB over an Arrow
+"""The reconciliation engine (rules in reconcile/RULES.md): DuckDB over an Arrow
 snapshot of the ledger's entries. It reads the ledger and never writes to it.
 
     entries ──(Arrow pages)──> ev ──> facts and labelled spans ──> lines, pieces, sweep
@@ -37,8 +37,8 @@ WITH held AS (
     SELECT a.tenant, sum(CAST(a.g_a AS HUGEINT) * greatest(least(a.released, h.h) - a.granted, 0)) AS us
     FROM allocs a JOIN horizons h ON h.tenant = a.tenant GROUP BY a.tenant),
 billed AS (
-    SELECT g.tenant, sum(CAST(g.g AS HUGEINT) * greatest(least(p.e, h.h) - p.s, 0)) AS us
-    FROM pieces p JOIN gline g ON g.seq = p.owner JOIN horizons h ON h.tenant = g.tenant GROUP BY g.tenant)
+    SELECT gl.tenant, sum(CAST(gl.gpus AS HUGEINT) * greatest(least(p.e, h.h) - p.s, 0)) AS us
+    FROM pieces p JOIN gpu_lines gl ON gl.seq = p.owner JOIN horizons h ON h.tenant = gl.tenant GROUP BY gl.tenant)
 SELECT held.tenant, CAST(held.us - coalesce(billed.us, 0) AS VARCHAR) FROM held LEFT JOIN billed USING (tenant)
 """
 

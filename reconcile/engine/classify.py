@@ -8,7 +8,7 @@ Order of work (RULES.md):
    never overlap on one allocation.
 3. A sweep over each allocation's timeline: at every boundary (span ends and piece
    ends) the count of open spans per label; a stretch between two boundaries takes the
-   smallest label open there (the priority order), or `idle_reserved` when none is, and
+   first label open there in priority order, or `idle_reserved` when none is (rules.py), and
    belongs to the piece open there, if any.
 4. Stretches inside a piece become the owning line's cells: (line, label, GPU-µs).
 """
@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import duckdb
 
-from reconcile.engine.intervals import INF, SPAN_LABELS
+from reconcile.engine.rules import INF, bit_sql, code, winner_sql
 
 #: A line that bills GPU time (the rest are money-only): GPUs, an allocation, a window, no credit.
 GPU_LINE = "l.g_b > 0 AND l.aid IS NOT NULL AND l.category IS DISTINCT FROM 'credit' AND l.pe > l.ps"
 
-#: A billing line's columns as the engine names them (`lines`, and `gline`'s source).
+#: A billing line's columns as the engine names them (`lines`, and `gpu_lines`'s source).
 LINE_COLUMNS = ("seq, tenant, invoice_id, line_id, allocation_id AS aid, ps, pe, gpus AS g_b, amount, currency, "
                 "category")
 
@@ -39,16 +39,16 @@ SELECT {LINE_COLUMNS} FROM lines_ev WHERE seq NOT IN (SELECT seq FROM replaced);
 
 -- Built from every line, the replaced ones deleted after: a view's row estimate would
 -- lead DuckDB to hash the millions of lines rather than the allocations.
-CREATE TABLE gline AS
+CREATE TABLE gpu_lines AS
 SELECT l.seq, l.tenant, l.aid, l.g_b, l.pe - l.ps AS w_us,
-       a.ak, a.g_a, least(l.g_b, coalesce(a.g_a, 0)) AS g,
-       CASE WHEN a.aid IS NULL THEN NULL ELSE greatest(l.ps, a.granted) END AS cs,
-       CASE WHEN a.aid IS NULL THEN NULL ELSE least(l.pe, a.released) END AS ce
+       a.alloc_key, a.g_a, least(l.g_b, coalesce(a.g_a, 0)) AS gpus,
+       CASE WHEN a.aid IS NULL THEN NULL ELSE greatest(l.ps, a.granted) END AS clamped_start,
+       CASE WHEN a.aid IS NULL THEN NULL ELSE least(l.pe, a.released) END AS clamped_end
 FROM (SELECT {LINE_COLUMNS} FROM lines_ev) l
 LEFT JOIN allocs a ON a.tenant = l.tenant AND a.aid = l.aid
 WHERE {GPU_LINE};
 
-DELETE FROM gline WHERE seq IN (SELECT seq FROM replaced);
+DELETE FROM gpu_lines WHERE seq IN (SELECT seq FROM replaced);
 """
 
 PIECES = """
@@ -56,31 +56,31 @@ PIECES = """
 -- and the next one starts at or after its end: it is its own piece. Most are; only the
 -- rest need the clusters of overlapping windows cut at every boundary.
 CREATE TABLE clipped AS
-SELECT seq, ak, cs, ce, g,
-       coalesce(max(ce) OVER (PARTITION BY ak ORDER BY cs, seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) <= cs, true)
-       AND coalesce(lead(cs) OVER (PARTITION BY ak ORDER BY cs, seq) >= ce, true) AS alone
-FROM gline WHERE ce > cs;
+SELECT seq, alloc_key, clamped_start, clamped_end, gpus,
+       coalesce(max(clamped_end) OVER (PARTITION BY alloc_key ORDER BY clamped_start, seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) <= clamped_start, true)
+       AND coalesce(lead(clamped_start) OVER (PARTITION BY alloc_key ORDER BY clamped_start, seq) >= clamped_end, true) AS alone
+FROM gpu_lines WHERE clamped_end > clamped_start;
 
 CREATE TABLE pieces AS
 WITH crowded AS (
-    SELECT seq, ak, cs, ce,
-           sum(CASE WHEN coalesce(cs >= prev_end, true) THEN 1 ELSE 0 END)
-               OVER (PARTITION BY ak ORDER BY cs, seq) AS cluster
-    FROM (SELECT *, max(ce) OVER (PARTITION BY ak ORDER BY cs, seq
+    SELECT seq, alloc_key, clamped_start, clamped_end,
+           sum(CASE WHEN coalesce(clamped_start >= prev_end, true) THEN 1 ELSE 0 END)
+               OVER (PARTITION BY alloc_key ORDER BY clamped_start, seq) AS cluster
+    FROM (SELECT *, max(clamped_end) OVER (PARTITION BY alloc_key ORDER BY clamped_start, seq
                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
           FROM clipped WHERE NOT alone)),
 bounds AS (
-    SELECT DISTINCT ak, cluster, cs AS t FROM crowded
-    UNION SELECT DISTINCT ak, cluster, ce FROM crowded),
+    SELECT DISTINCT alloc_key, cluster, clamped_start AS t FROM crowded
+    UNION SELECT DISTINCT alloc_key, cluster, clamped_end FROM crowded),
 segs AS (
-    SELECT ak, cluster, t AS s, lead(t) OVER (PARTITION BY ak, cluster ORDER BY t) AS e FROM bounds)
-SELECT seq AS owner, ak, cs AS s, ce AS e FROM clipped WHERE alone
+    SELECT alloc_key, cluster, t AS s, lead(t) OVER (PARTITION BY alloc_key, cluster ORDER BY t) AS e FROM bounds)
+SELECT seq AS owner, alloc_key, clamped_start AS s, clamped_end AS e FROM clipped WHERE alone
 UNION ALL
-SELECT min(c.seq), g.ak, g.s, g.e
-FROM segs g JOIN crowded c ON c.ak = g.ak AND c.cluster = g.cluster
- AND c.cs <= g.s AND c.ce >= g.e
-WHERE g.e IS NOT NULL
-GROUP BY g.ak, g.s, g.e;
+SELECT min(c.seq), seg.alloc_key, seg.s, seg.e
+FROM segs seg JOIN crowded c ON c.alloc_key = seg.alloc_key AND c.cluster = seg.cluster
+ AND c.clamped_start <= seg.s AND c.clamped_end >= seg.e
+WHERE seg.e IS NOT NULL
+GROUP BY seg.alloc_key, seg.s, seg.e;
 """
 
 
@@ -93,18 +93,17 @@ def _sweep_sql() -> str:
     # Points at one moment are peers in the window's default RANGE frame, so each of them
     # already sees the sums after all of them; only the last has a later t_next, and the
     # others are stretches of length 0, dropped (cheaper than grouping the points first).
-    lowest = " ".join(f"WHEN mask & {1 << code} <> 0 THEN {code}" for code in SPAN_LABELS)
     return f"""
 CREATE TABLE owned AS
 WITH pts AS (
-    SELECT ak, s AS t, CAST(1 AS BIGINT) << label AS d, CAST(0 AS BIGINT) AS o FROM merged
-    UNION ALL SELECT ak, e, -(CAST(1 AS BIGINT) << label), 0 FROM merged WHERE e < {INF}
-    UNION ALL SELECT ak, s, 0, owner FROM pieces
-    UNION ALL SELECT ak, e, 0, -owner FROM pieces),
+    SELECT alloc_key, s AS t, {bit_sql("label")} AS d, CAST(0 AS BIGINT) AS o FROM merged
+    UNION ALL SELECT alloc_key, e, -{bit_sql("label")}, 0 FROM merged WHERE e < {INF}
+    UNION ALL SELECT alloc_key, s, 0, owner FROM pieces
+    UNION ALL SELECT alloc_key, e, 0, -owner FROM pieces),
 running AS (
     SELECT t, lead(t) OVER w AS t_next, sum(d) OVER w AS mask, sum(o) OVER w AS owner
-    FROM pts WINDOW w AS (PARTITION BY ak ORDER BY t))
-SELECT CAST(owner AS BIGINT) AS owner, sum(t_next - t) AS us, CASE {lowest} ELSE 0 END AS label
+    FROM pts WINDOW w AS (PARTITION BY alloc_key ORDER BY t))
+SELECT CAST(owner AS BIGINT) AS owner, sum(t_next - t) AS us, {winner_sql('mask')} AS label
 FROM running WHERE t_next > t AND owner <> 0
 GROUP BY ALL;
 """
@@ -113,26 +112,26 @@ GROUP BY ALL;
 CELLS = f"""
 CREATE TABLE cells AS
 WITH every_cell AS (
-    SELECT o.owner AS seq, o.label, CAST(o.us AS HUGEINT) * g.g AS gpu_us
-    FROM owned o JOIN gline g ON g.seq = o.owner
+    SELECT o.owner AS seq, o.label, CAST(o.us AS HUGEINT) * gl.gpus AS gpu_us
+    FROM owned o JOIN gpu_lines gl ON gl.seq = o.owner
     UNION ALL
     -- double_billed: the clipped window less the pieces it owns; a window alone owns all of it
-    SELECT c.seq, 20, (CAST(c.ce - c.cs AS HUGEINT) - coalesce(sum(p.e - p.s), 0)) * c.g
+    SELECT c.seq, {code('double_billed')}, (CAST(c.clamped_end - c.clamped_start AS HUGEINT) - coalesce(sum(p.e - p.s), 0)) * c.gpus
     FROM clipped c LEFT JOIN pieces p ON p.owner = c.seq
-    WHERE NOT c.alone GROUP BY c.seq, c.cs, c.ce, c.g
+    WHERE NOT c.alone GROUP BY c.seq, c.clamped_start, c.clamped_end, c.gpus
     UNION ALL
-    SELECT g.seq, 21, CAST(g.g_b - g.g AS HUGEINT) * g.w_us
-                      + CAST(g.g AS HUGEINT) * (g.w_us - greatest(coalesce(g.ce - g.cs, 0), 0))
-    FROM gline g
+    SELECT gl.seq, {code('unallocated')}, CAST(gl.g_b - gl.gpus AS HUGEINT) * gl.w_us
+                      + CAST(gl.gpus AS HUGEINT) * (gl.w_us - greatest(coalesce(gl.clamped_end - gl.clamped_start, 0), 0))
+    FROM gpu_lines gl
     UNION ALL
-    SELECT l.seq, 22, 0 FROM lines l WHERE NOT coalesce({GPU_LINE}, false))
+    SELECT l.seq, {code('money_only')}, 0 FROM lines l WHERE NOT coalesce({GPU_LINE}, false))
 -- empty cells are never written (a money-only line keeps its one empty cell)
-SELECT * FROM every_cell WHERE gpu_us <> 0 OR label = 22;
+SELECT * FROM every_cell WHERE gpu_us <> 0 OR label = {code('money_only')};
 """
 
 
 def classify(con: duckdb.DuckDBPyConnection) -> None:
-    """Make `lines`, `gline`, `pieces`, `owned` and `cells` from the spans."""
+    """Make `lines`, `gpu_lines`, `pieces`, `owned` and `cells` from the spans."""
     con.execute(LINES)
     con.execute(PIECES)
     con.execute(_sweep_sql())

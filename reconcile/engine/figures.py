@@ -9,22 +9,31 @@ in integers (no floating-point rank).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
-from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
+from typing import TypeVar
 
-from reconcile.engine.intervals import INF, SECOND
 from reconcile.engine.money import format_minor, minor_unit
+from reconcile.engine.rules import INF, SECOND
 from schemas import format_utc
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 PERCENTILES = (50, 95)
+T = TypeVar("T")
 
 
 def nearest_rank(expr: str, pct: int) -> str:
     """SQL aggregate: the nearest-rank `pct`-th percentile of `expr` (NULLs left out)."""
     values = f"list_sort(list({expr}) FILTER (WHERE {expr} IS NOT NULL))"
     return f"CASE WHEN count({expr}) = 0 THEN NULL ELSE {values}[({pct} * count({expr}) + 99) // 100] END"
+
+
+def nearest_rank_of(values: Sequence[T], pct: int) -> T | None:
+    """The nearest-rank `pct`-th percentile of `values` (sorted here), None when empty: the
+    same rank as `nearest_rank` in SQL, for values SQL cannot order exactly (fractions)."""
+    ordered = sorted(values)  # type: ignore[type-var]
+    return ordered[(pct * len(ordered) + 99) // 100 - 1] if ordered else None
 
 
 def percentiles_sql(expr: str, name: str) -> str:
@@ -68,9 +77,7 @@ def seconds(us: int | None) -> int | float | None:
 def money(value: Fraction, currency: str | None) -> str:
     """An exact amount in minor units (a Fraction of cents) as decimal text, rounded
     half-even to the currency's minor unit."""
-    minor = minor_unit(currency)
-    cents = (Decimal(value.numerator) / Decimal(value.denominator)).quantize(Decimal(1), ROUND_HALF_EVEN)
-    return format_minor(int(cents), minor)
+    return format_minor(round(value), minor_unit(currency))  # Fraction rounds half-even, exactly
 
 
 def safe_name(text: str) -> str:

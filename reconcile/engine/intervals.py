@@ -3,52 +3,30 @@
 Each statement makes one table of facts (allocations, attempts, marks, faults, …) or of
 labelled spans `(tenant, aid, s, e, label)` on an allocation's timeline. A label is a
 category of RULES.md §"Categories" with its bearer (and, for productive time, the job's
-acceptance); a smaller label wins where spans overlap, which is RULES.md's priority
-order. Times are integer microseconds; +∞ is `INF`.
+acceptance), from the label table of reconcile/engine/rules.py; a smaller label wins
+where spans overlap, which is RULES.md's priority order. Which fault touches which
+allocation, and when a fault is open, are rules.py's too. Times are integer
+microseconds; +∞ is `INF`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import duckdb
 
-INF = 2**62
-SECOND = 1_000_000
-DEFAULT_TERMS = {"warmup_us": 600 * SECOND, "stall_us": 300 * SECOND, "notice_us": 0}
-FAULT_LOOKBACK_US = 300 * SECOND  # a fault this close before a failure makes it the provider's
-
-
-@dataclass(frozen=True)
-class Label:
-    code: int
-    category: str
-    bearer: str
-    acceptance: str | None = None
-
-
-#: Span labels in priority order (RULES.md 2–10), then the labels given per line.
-LABELS: tuple[Label, ...] = (
-    Label(0, "idle_reserved", "customer"),
-    Label(1, "reclaimed", "provider"),
-    Label(2, "checkpoint", "customer"),
-    Label(3, "restart_lost", "provider"),
-    Label(4, "restart_lost", "customer"),
-    Label(5, "restart_recovery", "provider"),
-    Label(6, "restart_recovery", "customer"),
-    Label(7, "productive", "customer", "accepted"),
-    Label(8, "productive", "customer", "rejected"),
-    Label(9, "productive", "customer", "pending"),
-    Label(10, "stalled_fault", "provider"),
-    Label(11, "startup", "customer"),
-    Label(12, "idle_unexplained", "disputed"),
-    Label(20, "double_billed", "provider"),
-    Label(21, "unallocated", "provider"),
-    Label(22, "money_only", "customer"),
+from reconcile.engine.rules import (
+    FAULT_LOOKBACK_US,
+    INF,
+    SECOND,
+    by_acceptance_sql,
+    by_bearer_sql,
+    code,
+    fault_windows_sql,
+    touching_sql,
 )
-SPAN_LABELS = tuple(label.code for label in LABELS if 1 <= label.code <= 12)
-LABEL_BY_CODE = {label.code: label for label in LABELS}
-CATEGORY_ORDER = tuple(dict.fromkeys(label.category for label in sorted(LABELS, key=lambda label: label.code if label.code else 13)))
+
+__all__ = ["DEFAULT_TERMS", "INF", "SECOND", "build_spans"]  # INF and SECOND: rules.py's, kept importable here
+
+DEFAULT_TERMS = {"warmup_us": 600 * SECOND, "stall_us": 300 * SECOND, "notice_us": 0}
 
 
 FACTS = f"""
@@ -72,7 +50,7 @@ held AS (
       ON r.type = 'allocation.released' AND r.tenant = g.tenant AND r.allocation_id = g.aid AND r.t >= g.granted
     GROUP BY ALL)
 -- an integer key: the sweep sorts and joins on it, cheaper than on (tenant, aid)
-SELECT *, row_number() OVER (ORDER BY tenant, aid) AS ak FROM held;
+SELECT *, row_number() OVER (ORDER BY tenant, aid) AS alloc_key FROM held;
 
 CREATE TABLE attempts AS
 WITH starts AS (
@@ -108,24 +86,9 @@ SELECT tenant, job_id AS job,
        CASE WHEN bool_or(type = 'work.accepted') THEN 'accepted' ELSE 'rejected' END AS state
 FROM ev_rest WHERE type IN ('work.accepted', 'work.rejected') GROUP BY ALL;
 
-CREATE TABLE faults AS
-SELECT f.seq, f.node, f.device, f.fabric_domain, f.code, f.t AS open_t, coalesce(min(c.t), {INF}) AS close_t
-FROM ev_rest f LEFT JOIN ev_rest c
-  ON c.type = 'health.cleared' AND c.code = f.code
- AND c.node IS NOT DISTINCT FROM f.node AND c.device IS NOT DISTINCT FROM f.device
- AND c.fabric_domain IS NOT DISTINCT FROM f.fabric_domain
- AND (c.t > f.t OR (c.t = f.t AND c.seq > f.seq))
-WHERE f.type = 'health.fault' AND f.severity = 'critical'
-GROUP BY ALL;
+CREATE TABLE faults AS {fault_windows_sql("ev_rest", critical_only=True)};
 
-CREATE TABLE touch AS
-SELECT a.tenant, a.aid, f.seq, f.open_t, f.close_t FROM allocs a JOIN faults f ON f.fabric_domain = a.fabric_domain
-UNION
-SELECT a.tenant, a.aid, f.seq, f.open_t, f.close_t FROM allocs a JOIN faults f ON f.node = a.node
-WHERE f.device IS NULL OR a.devices IS NULL OR list_contains(a.devices, f.device)
-UNION
-SELECT a.tenant, a.aid, f.seq, f.open_t, f.close_t FROM allocs a, faults f
-WHERE f.node IS NULL AND f.device IS NOT NULL AND list_contains(a.devices, f.device);
+CREATE TABLE touches AS {touching_sql("allocs", "faults", "a.tenant, a.aid, f.seq, f.open_t, f.close_t")};
 """
 
 GAPS = f"""
@@ -162,12 +125,12 @@ WHERE kind IN (1, 2)
 
 CREATE TABLE mark_notes AS
 WITH keyed AS (
-    SELECT j.jid, a.sseq AS att, a.e, a.eseq, CAST(a.s AS HUGEINT) * {2**40} + a.sseq AS k
+    SELECT j.jid, a.sseq AS att, a.e, a.eseq, CAST(a.s AS HUGEINT) * {2**40} + a.sseq AS start_key
     FROM attempts a JOIN jobs j USING (tenant, job))
-SELECT ak.att, n.prev_t AS s, n.t AS e, n.rose, n.is_gap, n.is_first, n.is_last
-FROM job_notes n ASOF JOIN keyed ak ON ak.jid = n.jid AND CAST(n.t AS HUGEINT) * {2**40} + n.seq >= ak.k
-WHERE (n.kind = 2 AND n.seq = ak.eseq)
-   OR (n.kind = 1 AND (ak.eseq IS NULL OR n.t < ak.e OR (n.t = ak.e AND n.seq < ak.eseq)));
+SELECT att.att, n.prev_t AS s, n.t AS e, n.rose, n.is_gap, n.is_first, n.is_last
+FROM job_notes n ASOF JOIN keyed att ON att.jid = n.jid AND CAST(n.t AS HUGEINT) * {2**40} + n.seq >= att.start_key
+WHERE (n.kind = 2 AND n.seq = att.eseq)
+   OR (n.kind = 1 AND (att.eseq IS NULL OR n.t < att.e OR (n.t = att.e AND n.seq < att.eseq)));
 
 CREATE TABLE first_progress AS SELECT att, min(e) AS t FROM mark_notes WHERE is_first GROUP BY att;
 
@@ -206,54 +169,53 @@ WITH targets AS (
     SELECT d.tenant, j.aid, d.t FROM ev_rest d JOIN (SELECT DISTINCT tenant, job, aid FROM attempts) j
       ON j.tenant = d.tenant AND j.job = d.job_id
     WHERE d.type = 'policy.decision' AND d.decision IN ('preempted', 'reclaimed', 'evicted'))
-SELECT x.tenant, x.aid, min(x.t + coalesce(tm.notice_us, 0)), {INF}, 1
-FROM targets x ASOF LEFT JOIN terms tm ON tm.tenant = x.tenant AND x.t >= tm.t
-GROUP BY x.tenant, x.aid;
+SELECT tg.tenant, tg.aid, min(tg.t + coalesce(tm.notice_us, 0)), {INF}, {code('reclaimed')}
+FROM targets tg ASOF LEFT JOIN terms tm ON tm.tenant = tg.tenant AND tg.t >= tm.t
+GROUP BY tg.tenant, tg.aid;
 
 -- 3 checkpoint: [started, first saved at or after it), within the job's attempts
 INSERT INTO spans
 WITH ckpt AS (
-    SELECT cs.tenant, cs.job_id AS job, cs.t AS s, min(sv.t) AS e
-    FROM ev_rest cs JOIN ev_rest sv
-      ON sv.type = 'checkpoint.saved' AND sv.tenant = cs.tenant AND sv.job_id = cs.job_id
-     AND sv.checkpoint_id = cs.checkpoint_id AND sv.t >= cs.t
-    WHERE cs.type = 'checkpoint.started'
-    GROUP BY cs.tenant, cs.job_id, cs.seq, cs.t)
-SELECT a.tenant, a.aid, greatest(c.s, a.s), least(c.e, a.e), 2
+    SELECT started.tenant, started.job_id AS job, started.t AS s, min(saved.t) AS e
+    FROM ev_rest started JOIN ev_rest saved
+      ON saved.type = 'checkpoint.saved' AND saved.tenant = started.tenant AND saved.job_id = started.job_id
+     AND saved.checkpoint_id = started.checkpoint_id AND saved.t >= started.t
+    WHERE started.type = 'checkpoint.started'
+    GROUP BY started.tenant, started.job_id, started.seq, started.t)
+SELECT a.tenant, a.aid, greatest(c.s, a.s), least(c.e, a.e), {code('checkpoint')}
 FROM ckpt c JOIN attempts a ON a.tenant = c.tenant AND a.job = c.job AND c.s < a.e AND c.e > a.s;
 
 -- 4, 5 restart_lost and restart_recovery, by cause
 CREATE TABLE failures AS
 WITH saves AS (SELECT tenant, job_id AS job, t FROM ev_rest WHERE type = 'checkpoint.saved')
-SELECT a.sseq AS att, a.tenant, a.aid, a.job, a.e AS tf, a.eseq, greatest(a.s, coalesce(sv.t, a.s)) AS lost_from,
+SELECT a.sseq AS att, a.tenant, a.aid, a.job, a.e AS failed_at, a.eseq, greatest(a.s, coalesce(sv.t, a.s)) AS lost_from,
        (a.cause IN ('hardware', 'fabric') OR EXISTS (
-            SELECT 1 FROM touch x WHERE x.tenant = a.tenant AND x.aid = a.aid
-              AND x.open_t BETWEEN a.e - {FAULT_LOOKBACK_US} AND a.e)) AS provider
+            SELECT 1 FROM touches near WHERE near.tenant = a.tenant AND near.aid = a.aid
+              AND near.open_t BETWEEN a.e - {FAULT_LOOKBACK_US} AND a.e)) AS provider
 FROM attempts a ASOF LEFT JOIN saves sv ON sv.tenant = a.tenant AND sv.job = a.job AND a.e > sv.t
 WHERE a.kind = 'job.failed';
 
 INSERT INTO spans
-SELECT tenant, aid, lost_from, tf, CASE WHEN provider THEN 3 ELSE 4 END FROM failures;
+SELECT tenant, aid, lost_from, failed_at, {by_bearer_sql('restart_lost', 'provider')} FROM failures;
 
 INSERT INTO spans
-SELECT f.tenant, f.aid, f.tf, coalesce(fp.t, n.e), CASE WHEN f.provider THEN 5 ELSE 6 END
+SELECT f.tenant, f.aid, f.failed_at, coalesce(fp.t, n.e), {by_bearer_sql('restart_recovery', 'f.provider')}
 FROM failures f
 JOIN attempts n ON n.tenant = f.tenant AND n.aid = f.aid AND n.job = f.job
- AND (n.s > f.tf OR (n.s = f.tf AND n.sseq > f.eseq))
+ AND (n.s > f.failed_at OR (n.s = f.failed_at AND n.sseq > f.eseq))
 LEFT JOIN first_progress fp ON fp.att = n.sseq
 QUALIFY row_number() OVER (PARTITION BY f.att ORDER BY n.s, n.sseq) = 1;
 
 -- 6 productive: short gaps that end in a rise, by the job's acceptance
 INSERT INTO spans
-SELECT r.tenant, r.aid, r.s, r.e,
-       CASE coalesce(ac.state, 'pending') WHEN 'accepted' THEN 7 WHEN 'rejected' THEN 8 ELSE 9 END
+SELECT r.tenant, r.aid, r.s, r.e, {by_acceptance_sql('ac.state')}
 FROM productive_runs r LEFT JOIN acceptance ac ON ac.tenant = r.tenant AND ac.job = r.job;
 
 -- 7 stalled_fault: long gaps with a critical fault touching the allocation open in them
 INSERT INTO spans
-SELECT g.tenant, g.aid, g.s, g.e, 10 FROM odd_gaps g
+SELECT g.tenant, g.aid, g.s, g.e, {code('stalled_fault')} FROM odd_gaps g
 WHERE g.long AND EXISTS (
-    SELECT 1 FROM touch x WHERE x.tenant = g.tenant AND x.aid = g.aid AND x.open_t < g.e AND x.close_t > g.s);
+    SELECT 1 FROM touches near WHERE near.tenant = g.tenant AND near.aid = g.aid AND near.open_t < g.e AND near.close_t > g.s);
 
 -- 8 startup: from grant (first attempt) or start, to the first progress, within the allowance
 INSERT INTO spans
@@ -262,12 +224,12 @@ WITH origin AS (
            CASE WHEN a.first_on_alloc AND al.granted <= a.s THEN al.granted ELSE a.s END AS s0
     FROM attempts a LEFT JOIN allocs al ON al.tenant = a.tenant AND al.aid = a.aid)
 SELECT o.tenant, o.aid, o.s0,
-       least(coalesce(fp.t, {INF}), o.s0 + coalesce(tm.warmup_us, {DEFAULT_TERMS['warmup_us']}), o.e), 11
+       least(coalesce(fp.t, {INF}), o.s0 + coalesce(tm.warmup_us, {DEFAULT_TERMS['warmup_us']}), o.e), {code('startup')}
 FROM origin o LEFT JOIN first_progress fp ON fp.att = o.sseq
 ASOF LEFT JOIN terms tm ON tm.tenant = o.tenant AND o.s0 >= tm.t;
 
 -- 10 idle_unexplained: an attempt running, nothing else to say
-INSERT INTO spans SELECT tenant, aid, s, e, 12 FROM attempts;
+INSERT INTO spans SELECT tenant, aid, s, e, {code('idle_unexplained')} FROM attempts;
 
 DELETE FROM spans WHERE e <= s;
 
@@ -277,15 +239,15 @@ DELETE FROM spans WHERE e <= s;
 -- billed piece, so they are left out here.
 CREATE TABLE merged AS
 WITH flagged AS (
-    SELECT a.ak, sp.s, sp.e, sp.label,
-           max(sp.e) OVER (PARTITION BY a.ak, sp.label ORDER BY sp.s, sp.e
+    SELECT a.alloc_key, sp.s, sp.e, sp.label,
+           max(sp.e) OVER (PARTITION BY a.alloc_key, sp.label ORDER BY sp.s, sp.e
                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_e
     FROM spans sp JOIN allocs a ON a.tenant = sp.tenant AND a.aid = sp.aid),
 islands AS (
     SELECT *, sum(CASE WHEN coalesce(s > prev_e, true) THEN 1 ELSE 0 END)
-                  OVER (PARTITION BY ak, label ORDER BY s, e) AS island
+                  OVER (PARTITION BY alloc_key, label ORDER BY s, e) AS island
     FROM flagged)
-SELECT ak, min(s) AS s, max(e) AS e, label FROM islands GROUP BY ak, label, island;
+SELECT alloc_key, min(s) AS s, max(e) AS e, label FROM islands GROUP BY alloc_key, label, island;
 """
 
 

@@ -1,15 +1,15 @@
 """Money follows time, exactly, in integers (RULES.md §Money).
 
-A line's amount is read as an integer A at the data's largest decimal scale s. A cell
-(line, label) is worth A × cell GPU-µs ÷ line GPU-µs units of 10^-s: in minor units
-(cents) that is x ÷ d with x = A × cell × 10^m and d = line × 10^s, kept as an exact
-floor q and remainder r. Nothing is rounded until an invoice is reported: its exact total
-is rounded half-even to the minor unit; each line is rounded half-even, and should the
-lines then miss the invoice's total, the cents go to (or come from) the lines with the
-largest rounding remainders. Within a line, the cents that the cells' floors leave over go
-to the cells with the largest remainders (ties: RULES.md's category order). So cells add
-up to their line, and lines to the invoice total, to the cent.
-"""
+A line's amount is read as an integer A (`amount_units`) at the data's largest decimal
+scale s. A cell (line, label) is worth A × cell GPU-µs ÷ line GPU-µs units of 10^-s: in
+minor units (cents) that is numerator ÷ divisor with numerator = A × cell × 10^m and
+divisor = line × 10^s, kept as an exact floor (`floor_cents`) and `remainder`. Nothing is
+rounded until an invoice (one tenant's invoice id in one currency) is reported: its exact total is rounded half-even to the minor
+unit; each line is rounded half-even, and should the lines then miss the invoice's total,
+the cents go to (or come from) the lines with the largest rounding remainders. Within a
+line, the cents that the cells' floors leave over go to the cells with the largest
+remainders (ties: RULES.md's category order, which label codes follow). So cells add up
+to their line, and lines to the invoice total, to the cent."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from collections.abc import Iterable, Sequence
 from decimal import ROUND_HALF_EVEN, Context, Decimal, Inexact, InvalidOperation
 
 import duckdb
+
+from reconcile.engine.rules import code
 
 #: ISO 4217 minor units that are not 2.
 MINOR_UNITS = {
@@ -27,20 +29,6 @@ MINOR_UNITS = {
 _HUGEINT_BITS = 126  # headroom below DuckDB's signed 128-bit HUGEINT
 _BIGINT_BITS = 62  # and below its signed 64-bit BIGINT
 
-
-#: Ties in the rounding go in RULES.md's category order: unallocated, double_billed, the
-#: span labels by priority, idle_reserved, idle_unexplained, money_only.
-#: (The span labels 1–11 rank 2–12, so idle_reserved, label 0, ranks 13.)
-_RANK_APART = {21: 0, 20: 1, 0: 13, 12: 14, 22: 15}
-
-
-def category_rank(label: int) -> int:
-    """A label's place in RULES.md's category order (rounding ties, exact shares' ties)."""
-    return _RANK_APART.get(label, 1 + label)
-
-
-_CATEGORY_RANK = ("CASE f.label " + " ".join(f"WHEN {k} THEN {v}" for k, v in _RANK_APART.items())
-                  + " ELSE 1 + f.label END")
 
 #: An exact share is written with at most this many decimal places (see `exact_shares`).
 EXACT_PLACES = 18
@@ -90,80 +78,102 @@ def allocate(con: duckdb.DuckDBPyConnection) -> None:
     """Make `money`: each cell with its cents, adding up to its line's amount, the lines to the invoice's total."""
     scale, num = _scale_and_type(con)
     minor = "CASE l.currency " + " ".join(f"WHEN '{c}' THEN {m}" for c, m in MINOR_UNITS.items()) + " ELSE 2 END"
+    # 10^minor written as an integer literal per currency: a power in DuckDB is floating point
+    per_unit = ("CASE l.currency " + " ".join(f"WHEN '{c}' THEN {10 ** m}" for c, m in MINOR_UNITS.items())
+                + f" ELSE {10 ** minor_unit(None)} END")
     con.execute(f"""
 -- Each billed line's amount read as an integer once; cells and lines both start from it.
 CREATE TABLE line_amounts AS
-SELECT l.seq, l.invoice_id, l.currency, {minor} AS minor, CAST({_amount_int(scale, "l.amount")} AS {num}) AS a_int,
+SELECT l.seq, l.tenant, l.invoice_id, l.currency, {minor} AS minor, CAST({per_unit} AS {num}) AS minor_per_unit,
+       CAST({_amount_int(scale, "l.amount")} AS {num}) AS amount_units,
        CAST(l.g_b AS {num}) * (l.pe - l.ps) AS line_us
 FROM lines l;  -- every line has a cell: its GPU-µs add up to g_b × (pe - ps), or it is money-only
 """)
     totals = _invoice_totals(con, scale)
-    con.execute("CREATE TABLE invoice_cents (invoice_id VARCHAR, currency VARCHAR, cents HUGEINT)")
+    con.execute("CREATE TABLE invoice_cents (tenant VARCHAR, invoice_id VARCHAR, currency VARCHAR, cents HUGEINT)")
     if totals:  # executemany refuses an empty list: a ledger with no billing line
-        con.executemany("INSERT INTO invoice_cents VALUES (?, ?, ?)", totals)
+        con.executemany("INSERT INTO invoice_cents VALUES (?, ?, ?, ?)", totals)
     con.execute(f"""
 CREATE TABLE line_cents AS
-WITH xd AS (SELECT *, a_int * CAST(pow(10, minor) AS {num}) AS x, CAST({10 ** scale} AS {num}) AS d FROM line_amounts),
-rem AS (SELECT *, ((x % d) + d) % d AS r FROM xd),
+WITH quotients AS (
+    SELECT *, amount_units * minor_per_unit AS numerator, CAST({10 ** scale} AS {num}) AS divisor FROM line_amounts),
+with_remainder AS (SELECT *, ((numerator % divisor) + divisor) % divisor AS remainder FROM quotients),
 halfeven AS (
-    SELECT seq, invoice_id, currency, (x - r) // d AS q, r, d,
-           (2 * r > d OR (2 * r = d AND ((x - r) // d) % 2 <> 0)) AS up
-    FROM rem)
-SELECT *, q + CASE WHEN up THEN 1 ELSE 0 END AS rounded FROM halfeven;
+    SELECT seq, tenant, invoice_id, currency, (numerator - remainder) // divisor AS floor_cents, remainder, divisor,
+           (2 * remainder > divisor
+            OR (2 * remainder = divisor AND ((numerator - remainder) // divisor) % 2 <> 0)) AS rounds_up
+    FROM with_remainder)
+SELECT *, floor_cents + CASE WHEN rounds_up THEN 1 ELSE 0 END AS rounded FROM halfeven;
 
 CREATE TABLE line_total AS
 WITH gap AS (
-    SELECT i.invoice_id, i.currency, i.cents - sum(lc.rounded) AS k
-    FROM invoice_cents i JOIN line_cents lc ON lc.invoice_id = i.invoice_id AND lc.currency IS NOT DISTINCT FROM i.currency
-    GROUP BY i.invoice_id, i.currency, i.cents),
+    SELECT i.tenant, i.invoice_id, i.currency, i.cents - sum(lc.rounded) AS missing_cents
+    FROM invoice_cents i JOIN line_cents lc ON lc.tenant = i.tenant AND lc.invoice_id = i.invoice_id
+     AND lc.currency IS NOT DISTINCT FROM i.currency
+    GROUP BY i.tenant, i.invoice_id, i.currency, i.cents),
 ranked AS (  -- only the invoices whose rounded lines miss their total need ranking
-    -- every line has the same d (10^scale), so remainders compare exactly as integers
-    SELECT lc.*, g.k,
-           row_number() OVER (PARTITION BY lc.invoice_id, lc.currency, lc.up
-                              ORDER BY CASE WHEN lc.up THEN lc.r ELSE -lc.r END, lc.seq) AS rank
-    FROM line_cents lc JOIN gap g ON g.invoice_id = lc.invoice_id AND g.currency IS NOT DISTINCT FROM lc.currency
-    WHERE g.k <> 0)
-SELECT seq, rounded + CASE WHEN k > 0 AND NOT up AND rank <= k THEN 1
-                           WHEN k < 0 AND up AND rank <= -k THEN -1 ELSE 0 END AS cents
+    -- every line has the same divisor (10^scale), so remainders compare exactly as integers
+    SELECT lc.*, gap.missing_cents,
+           row_number() OVER (PARTITION BY lc.tenant, lc.invoice_id, lc.currency, lc.rounds_up
+                              ORDER BY CASE WHEN lc.rounds_up THEN lc.remainder ELSE -lc.remainder END, lc.seq) AS rank
+    FROM line_cents lc JOIN gap ON gap.tenant = lc.tenant AND gap.invoice_id = lc.invoice_id
+     AND gap.currency IS NOT DISTINCT FROM lc.currency
+    WHERE gap.missing_cents <> 0)
+SELECT seq, rounded + CASE WHEN missing_cents > 0 AND NOT rounds_up AND rank <= missing_cents THEN 1
+                           WHEN missing_cents < 0 AND rounds_up AND rank <= -missing_cents THEN -1 ELSE 0 END AS cents
 FROM ranked
 UNION ALL
-SELECT lc.seq, lc.rounded FROM line_cents lc JOIN gap g
-  ON g.invoice_id = lc.invoice_id AND g.currency IS NOT DISTINCT FROM lc.currency
-WHERE g.k = 0;
+SELECT lc.seq, lc.rounded FROM line_cents lc JOIN gap
+  ON gap.tenant = lc.tenant AND gap.invoice_id = lc.invoice_id AND gap.currency IS NOT DISTINCT FROM lc.currency
+WHERE gap.missing_cents = 0;
 
--- Each cell's exact share x ÷ d as a floor q and remainder r; the cents the floors leave
--- over in a line go to its cells with the largest remainders. Every cell of a line has the
--- same d (a money-only line has one cell), so remainders compare exactly as integers.
+-- Each cell's exact share numerator ÷ divisor as a floor and a remainder; the cents the
+-- floors leave over in a line go to its cells with the largest remainders. Every cell of
+-- a line has the same divisor (a money-only line has one cell), so remainders compare
+-- exactly as integers.
 CREATE TABLE money AS
-WITH xd AS (
+WITH quotients AS (
     SELECT c.seq, c.label, c.gpu_us, a.minor, t.cents AS line_cents,
-           a.a_int * CASE WHEN c.label = 22 THEN CAST(1 AS {num}) ELSE CAST(c.gpu_us AS {num}) END
-                   * CAST(pow(10, a.minor) AS {num}) AS x,
-           CASE WHEN c.label = 22 THEN CAST(1 AS {num}) ELSE a.line_us END * CAST({10 ** scale} AS {num}) AS d
+           a.amount_units * CASE WHEN c.label = {code('money_only')} THEN CAST(1 AS {num}) ELSE CAST(c.gpu_us AS {num}) END
+                          * a.minor_per_unit AS numerator,
+           CASE WHEN c.label = {code('money_only')} THEN CAST(1 AS {num}) ELSE a.line_us END
+               * CAST({10 ** scale} AS {num}) AS divisor
     FROM cells c JOIN line_amounts a ON a.seq = c.seq JOIN line_total t ON t.seq = c.seq),
-floored AS (SELECT *, (x - r) // d AS q FROM (SELECT *, ((x % d) + d) % d AS r FROM xd)),
+floored AS (
+    SELECT *, (numerator - remainder) // divisor AS floor_cents
+    FROM (SELECT *, ((numerator % divisor) + divisor) % divisor AS remainder FROM quotients)),
 ranked AS (
     SELECT *, row_number() OVER w AS rank,
-           sum(q) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS floors
-    FROM floored WINDOW w AS (PARTITION BY seq ORDER BY r DESC, {_CATEGORY_RANK.replace("f.", "")}))
-SELECT seq, label, gpu_us, minor, q + CASE WHEN rank <= line_cents - floors THEN 1 ELSE 0 END AS cents FROM ranked;
+           sum(floor_cents) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS floors
+    -- ties: the category order, which the label codes follow
+    FROM floored WINDOW w AS (PARTITION BY seq ORDER BY remainder DESC, label))
+SELECT seq, label, gpu_us, minor, floor_cents + CASE WHEN rank <= line_cents - floors THEN 1 ELSE 0 END AS cents
+FROM ranked;
 """)
 
 
-def _invoice_totals(con: duckdb.DuckDBPyConnection, scale: int) -> list[tuple[str, str | None, int]]:
-    """Each invoice's exact total rounded half-even to its currency's minor unit."""
+def _invoice_totals(con: duckdb.DuckDBPyConnection, scale: int) -> list[tuple[str, str, str | None, int]]:
+    """Each invoice's exact total rounded half-even to its currency's minor unit. An invoice
+    is one tenant's: two tenants' invoices of one id never share a cent (a tenant's figures
+    rest on its own data only)."""
     rows = con.execute("""
-        SELECT invoice_id, currency, CAST(sum(a_int) AS VARCHAR)
-        FROM line_amounts GROUP BY invoice_id, currency""").fetchall()
+        SELECT tenant, invoice_id, currency, CAST(sum(amount_units) AS VARCHAR)
+        FROM line_amounts GROUP BY tenant, invoice_id, currency""").fetchall()
     out = []
-    for invoice_id, currency, total in rows:
-        out.append((invoice_id, currency, round_minor(Decimal(int(total)).scaleb(-scale, _EXACT), minor_unit(currency))))
+    for tenant, invoice_id, currency, total in rows:
+        out.append((tenant, invoice_id, currency, round_minor(Decimal(int(total)).scaleb(-scale, _EXACT), minor_unit(currency))))
     return out
+
+
+def major_units(cents: int, minor: int) -> Decimal:
+    """Integer minor units as an exact Decimal of major units (a scaleb would round to the
+    default context's 28 digits)."""
+    return Decimal(f"{int(cents)}E-{minor}")
 
 
 def format_minor(cents: int, minor: int) -> str:
     """Integer minor units as a decimal string with exactly `minor` places."""
-    return format(Decimal(cents).scaleb(-minor), f".{minor}f")
+    return format(major_units(cents, minor), f".{minor}f")
 
 
 def places_of(text: str) -> int:

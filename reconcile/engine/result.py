@@ -1,6 +1,6 @@
 """A finished reconciliation: its cells, and the shapes finance and tools read.
 
-`as_json()` is DESIGN.md §6's object, exactly; `frame()` is one row per line and
+`as_json()` is docs/cli.md's object, exactly; `frame()` is one row per line and
 category (CSV, Parquet). Both are built from the same cells, so they always agree.
 """
 
@@ -15,22 +15,18 @@ from typing import Any
 import pyarrow as pa
 
 from reconcile.engine.figures import iso
-from reconcile.engine.intervals import CATEGORY_ORDER, LABEL_BY_CODE, LABELS, SECOND
 from reconcile.engine.money import (
-    category_rank,
     exact_shares,
     exact_sum,
     exact_text,
     format_minor,
+    major_units,
     places_of,
     round_minor,
 )
+from reconcile.engine.rules import ACCEPTANCE, BEARERS, CATEGORY_ORDER, LABEL_BY_CODE, SECOND
 
-BEARERS = ("provider", "customer", "disputed")
-#: The categories in RULES.md's order (unallocated, then rules 1-10, then money_only):
-#: the order finance reads them in (the JSON keeps the engine's CATEGORY_ORDER).
-RULES_ORDER = tuple(sorted(CATEGORY_ORDER, key=lambda c: min(category_rank(label.code) for label in LABELS if label.category == c)))
-ACCEPTANCE = ("accepted", "rejected", "pending")
+__all__ = ["ACCEPTANCE", "BEARERS", "CATEGORY_ORDER", "Cell", "InvoiceTotal", "Reconciliation", "gpu_seconds"]
 
 
 CELL_COLUMNS = ("invoice_id", "line_id", "tenant", "allocation_id", "currency", "minor", "label", "gpu_us", "cents",
@@ -177,7 +173,7 @@ class InvoiceTotal:
 
     def category_totals(self) -> list[tuple[str, str, int, int]]:
         """(category, bearer, GPU-µs, cents) in RULES.md's category order."""
-        keys = sorted(self.tally.gpu_us, key=lambda k: (RULES_ORDER.index(k[0]), BEARERS.index(k[1])))
+        keys = sorted(self.tally.gpu_us, key=lambda k: (CATEGORY_ORDER.index(k[0]), BEARERS.index(k[1])))
         return [(k[0], k[1], self.tally.gpu_us[k], self.tally.cents[k]) for k in keys]
 
 
@@ -200,7 +196,7 @@ class Reconciliation:
             by_line[cell.line_key].append(index)
         out = [Decimal(0)] * len(self.cells)
         for indices in by_line.values():
-            indices.sort(key=lambda i: category_rank(self.cells[i].label))  # ties in category order
+            indices.sort(key=lambda i: self.cells[i].label)  # ties in category order: the label codes'
             first = self.cells[indices[0]]
             shares = exact_shares(first.billed_amount, [self.cells[i].gpu_us for i in indices], first.minor)
             for index, share in zip(indices, shares):
@@ -238,11 +234,11 @@ class Reconciliation:
 
     def disputed_amounts(self) -> dict[str, Decimal]:
         """Provider-borne plus disputed money, per currency."""
-        out: dict[str, Decimal] = defaultdict(Decimal)
+        cents: dict[tuple[str, int], int] = defaultdict(int)
         for cell in self.cells:
             if cell.bearer in ("provider", "disputed"):
-                out[cell.currency or ""] += Decimal(cell.cents).scaleb(-cell.minor)
-        return dict(out)
+                cents[(cell.currency or "", cell.minor)] += cell.cents
+        return {currency: major_units(total, minor) for (currency, minor), total in cents.items()}
 
     def as_json(self) -> dict[str, Any]:
         tenants = {

@@ -45,12 +45,24 @@ _DATA_FIELDS: dict[str, str] = {
     "notice_s": "BIGINT", "model": "VARCHAR", "by": "VARCHAR",
     "pod": "VARCHAR",  # kept on a Kubernetes job.started: ties a Pod's scheduler decisions to its job
 }
-_TIME_FIELDS = ("period_start", "period_end", "start_by", "complete_by")
-_RENAMED = {"period_start": "ps", "period_end": "pe"}
+#: start.receipt and fleet.change (report capacity); `kind` is stored as `change_kind`,
+#: since reports alias `type AS kind`.
+_DATA_FIELDS |= {
+    "launched_at": "VARCHAR", "submitted_at": "VARCHAR", "driver": "VARCHAR", "decision_seq": "BIGINT",
+    "change_id": "VARCHAR", "kind": "VARCHAR", "nodes": "VARCHAR[]", "started_at": "VARCHAR", "ended_at": "VARCHAR",
+}
+_TIME_FIELDS = ("period_start", "period_end", "start_by", "complete_by", "launched_at", "submitted_at", "started_at",
+                "ended_at")
+_RENAMED = {"period_start": "ps", "period_end": "pe", "kind": "change_kind"}
 
-EV_COLUMNS = ["seq", "type", "tenant", "t"] + [_RENAMED.get(f, f) for f in _DATA_FIELDS]
+#: The CloudEvents `source` (who told the event: a cluster, a provider's export) is kept for
+#: the types of `ev_other` only (jobs, grants, promises, decisions): report envelope groups
+#: jobs by it. Billing lines, checkpoints and progress have it NULL in `ev`.
+SOURCE_COLUMN = "source"
 
-#: The common event types beside progress, each with a narrow table of the fields DESIGN.md
+EV_COLUMNS = ["seq", "type", "tenant", "t"] + [_RENAMED.get(f, f) for f in _DATA_FIELDS] + [SOURCE_COLUMN]
+
+#: The common event types beside progress, each with a narrow table of the fields docs/events.md
 #: gives them (other data fields are never interpreted). Every column of a table is written
 #: and compressed for every row, so a month of billing lines and checkpoints loads several
 #: times faster into a few columns than into the 40 of `ev_other`, the table of all
@@ -63,6 +75,11 @@ NARROW_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 _PROGRESS_FIELDS = ("job_id", "step", "units")
 
+#: Evidence beside the engine's input: few events with nested data (a topology, probe
+#: figures, a serving window's distributions) that reports read whole. Each is also in
+#: `ev_other` with its typed columns; `evidence` keeps its `data` as JSON besides.
+EVIDENCE_TYPES = ("placement.observed", "probe.result", "inference.window")
+
 
 #: What a billing source says a line is, shown to finance and never interpreted: a
 #: CloudEvents line's own `description`, else the FOCUS row's ChargeDescription (ingest
@@ -71,23 +88,26 @@ _LINE_TEXT_STRUCTURE = ',"description":"VARCHAR","focus":{"ChargeDescription":"V
 _LINE_TEXT_COLUMN = ", coalesce(j.data.description, j.data.focus.ChargeDescription) AS description"
 
 
-def _structure(fields: Iterable[str], extra: str = "") -> str:
+def _structure(fields: Iterable[str], extra: str = "", source: bool = False) -> str:
     data = ",".join(f'"{name}":"{_DATA_FIELDS[name]}"' for name in fields)
-    return '{"time":"VARCHAR","data":{' + data + extra + "}}"
+    return '{"time":"VARCHAR",' + ('"source":"VARCHAR",' if source else "") + '"data":{' + data + extra + "}}"
 
 
 def _us(expr: str) -> str:
     return f"epoch_us(CAST({expr} AS TIMESTAMPTZ))"
 
 
-def _projection(source: str, fields: Iterable[str] = tuple(_DATA_FIELDS), line_text: bool = False) -> str:
+def _projection(source: str, fields: Iterable[str] = tuple(_DATA_FIELDS), line_text: bool = False,
+                event_source: bool = False) -> str:
     """Typed columns of `fields` (times as µs) from each event of `source`, parsed once;
-    with `line_text`, a billing line's `description` last."""
+    with `line_text`, a billing line's `description` last; with `event_source`, the
+    event's CloudEvents `source` last."""
     fields = tuple(fields)
     columns = "".join(
         f', {_us(f"j.data.{name}") if name in _TIME_FIELDS else f"j.data.{name}"} AS "{_RENAMED.get(name, name)}"'
-        for name in fields) + (_LINE_TEXT_COLUMN if line_text else "")
-    structure = _structure(fields, _LINE_TEXT_STRUCTURE if line_text else "")
+        for name in fields) + (_LINE_TEXT_COLUMN if line_text else "") + (
+        f', j.source AS "{SOURCE_COLUMN}"' if event_source else "")
+    structure = _structure(fields, _LINE_TEXT_STRUCTURE if line_text else "", event_source)
     return (f"SELECT seq, type, tenant, {_us('j.time')} AS t{columns} "
             f"FROM (SELECT seq, type, tenant, json_transform(event, '{structure}') AS j FROM {source})")
 
@@ -132,10 +152,18 @@ def _loads(source: str) -> list[tuple[str, str]]:
     loads = [(table, _projection(f"(SELECT * FROM {source} WHERE type IN {_types_in(types)})", fields,
                                  table == "lines_ev"))
              for table, (types, fields) in NARROW_TABLES.items()]
-    loads.append(("ev_other", _projection(f"(SELECT * FROM {source} WHERE type NOT IN {_types_in(narrow_types)})")))
+    loads.append(("ev_other", _projection(f"(SELECT * FROM {source} WHERE type NOT IN {_types_in(narrow_types)})",
+                                          event_source=True)))
     # progress last: it looks its jobs up in `jobs`, which has this source's starts by then
     loads += [("jobs", _new_jobs(source)), ("progress", _progress_projection(source))]
-    return loads
+    return [*loads, ("evidence", _evidence_projection(source))]
+
+
+def _evidence_projection(source: str) -> str:
+    """The `EVIDENCE_TYPES` events of `source` with their `data` whole, as JSON."""
+    time = _us("json_extract_string(event, '$.time')")
+    return (f"SELECT seq, type, tenant, {time} AS t, json_extract(event, '$.data') AS data "
+            f"FROM {source} WHERE type IN {_types_in(EVIDENCE_TYPES)}")
 
 
 _FIELD_OF_COLUMN = {_RENAMED.get(f, f): f for f in _DATA_FIELDS}
@@ -146,6 +174,9 @@ def _padded(table: str, fields: Iterable[str], type_: str | None = None) -> str:
     present = set(fields)
     columns = ["seq", f"'{type_}' AS type" if type_ else "type", "tenant", "t"]
     for column in EV_COLUMNS[4:]:
+        if column == SOURCE_COLUMN:
+            columns.append(f'"{column}"' if column in present else f'NULL::VARCHAR AS "{column}"')
+            continue
         field = _FIELD_OF_COLUMN[column]
         kind = "BIGINT" if field in _TIME_FIELDS else _DATA_FIELDS[field]  # times are µs
         columns.append(f'"{column}"' if field in present else f'NULL::{kind} AS "{column}"')
@@ -180,7 +211,7 @@ def open_engine(threads: int | None = None, memory_limit: str | None = None,
     for table, select in _loads(empty):
         if table != "jobs":
             con.execute(f"CREATE TABLE {table} AS {select}")
-    rest = [_padded("ev_other", _DATA_FIELDS)] + [
+    rest = [_padded("ev_other", [*_DATA_FIELDS, SOURCE_COLUMN])] + [
         _padded(table, fields, types[0] if len(types) == 1 else None) for table, (types, fields) in NARROW_TABLES.items()]
     con.execute(f"CREATE VIEW ev_rest AS {' UNION ALL '.join(rest)}")
     progress = ("(SELECT p.seq, coalesce(p.tenant, j.tenant) AS tenant, p.t, coalesce(p.job_id, j.job) AS job_id, p.step, p.units "

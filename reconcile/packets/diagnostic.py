@@ -1,4 +1,4 @@
-"""`gpuledger packet`: the operator's diagnostic packet for a promise (DESIGN.md §5).
+"""`gpuledger packet`: the operator's diagnostic packet for a promise (docs/reports.md).
 
 `packet.json` holds, for the promise's job and every allocation it ran on or was
 decided onto (its *allocations*), over the packet's *window*:

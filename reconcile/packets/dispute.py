@@ -7,7 +7,7 @@ A packet is one JSON object:
     kind        "gpuledger-dispute"
     tenant      the tenant it is for
     invoice_id  the invoice it is about
-    findings    Reconciliation.as_json() of that invoice's lines (DESIGN.md §6), computed
+    findings    Reconciliation.as_json() of that invoice's lines (docs/cli.md), computed
                 by the engine from exactly the entries the bundle carries
     claims      each provider-borne or disputed cell of the findings with its time stretches
                 and the seqs of the entries that decided it (reconcile/packets/claims.py); optional,
@@ -54,6 +54,7 @@ from ledger.proofs import Checkpoint, ProofError
 from ledger.tables import entries as entries_table
 from ledger.witness import latest_cosigned_checkpoint
 from reconcile.engine import MoneyOverflow
+from reconcile.engine.rules import touching_health
 from reconcile.packets.claims import ClaimMismatch, reconcile_claims
 from reconcile.packets.isolation import Isolation, IsolationError, Leak, check_packet, tenant_identifiers
 from reconcile.packets.untrusted import PacketError, first_difference, hex_string, member, no_other_members, show, typed
@@ -178,22 +179,14 @@ def explaining_fleet_seqs(store: Store, tenant: str, size: int) -> list[int]:
 
     grants = [data for _, data in rows(entries_table.c.tenant == tenant, entries_table.c.type == "allocation.granted")]
     health = rows(entries_table.c.tenant.is_(None), entries_table.c.type.in_(FLEET_TYPES))
-    return [seq for seq, data in health if any(touches(data, grant) for grant in grants)]
+    return touching_health(grants, health)
 
 
 def touches(fault: dict[str, Any], grant: dict[str, Any]) -> bool:
-    """RULES.md §7: a health event touches an allocation by fabric domain, by node (when
-    it names no device, the allocation lists none, or the device is one of the
-    allocation's), or by device alone. Devices compare as text; a cleared event matches its
-    fault on these same fields, so it touches whatever the fault touches."""
-    devices = grant.get("devices")
-    held = None if devices is None else {str(d) for d in devices}
-    device = None if fault.get("device") is None else str(fault["device"])
-    if fault.get("fabric_domain") is not None and fault["fabric_domain"] == grant.get("fabric_domain"):
-        return True
-    if fault.get("node") is not None:
-        return bool(fault["node"] == grant.get("node") and (device is None or held is None or device in held))
-    return device is not None and held is not None and device in held
+    """RULES.md §7, as the engine applies it (reconcile/engine/rules.py): does the health
+    event `fault` (its data) touch the allocation `grant` (its allocation.granted data)? A
+    cleared event matches its fault on the same fields, so it touches what the fault touches."""
+    return bool(touching_health([grant], [(0, fault)]))
 
 
 # -- files ----------------------------------------------------------------------------

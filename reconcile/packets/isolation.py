@@ -1,6 +1,6 @@
 """Tenant isolation of packets: a packet for one tenant holds no identifier of another.
 
-DESIGN.md §2 says fleet events carry no tenant's data, and §5 that a customer verifies a
+Fleet events carry no tenant's data (docs/events.md), and a customer verifies a
 packet without seeing any other tenant's. Both can fail upstream (an ingestor that keeps
 a per-job dcgmi field on a fleet fault, a tenant event that names another tenant's pod),
 and ledger entries cannot be edited afterwards: their canonical bytes are what the
@@ -73,9 +73,10 @@ class Leak:
 
 def tenant_identifiers(store: Store, upto_seq: int | None = None) -> TenantIdentifiers:
     """Every tenant's identifiers in the store (entries up to `upto_seq`), one JSON parse an entry."""
-    sql = (f"SELECT DISTINCT tenant, i, v FROM (SELECT tenant, unnest(range(1, {len(_PATHS) + 2})) AS i, "
-           f"unnest([tenant] || json_extract_string(event, {_SQL_PATHS})) AS v FROM page WHERE tenant IS NOT NULL) "
-           f"WHERE v IS NOT NULL AND v <> ''")
+    sql = (f"SELECT DISTINCT tenant, kind_index, identifier FROM (SELECT tenant, "
+           f"unnest(range(1, {len(_PATHS) + 2})) AS kind_index, "
+           f"unnest([tenant] || json_extract_string(event, {_SQL_PATHS})) AS identifier FROM page WHERE tenant IS NOT NULL) "
+           f"WHERE identifier IS NOT NULL AND identifier <> ''")
     found: TenantIdentifiers = {}
     with store.reading() as conn, duckdb.connect() as con:
         for page in store_pages(conn, None, upto_seq=upto_seq):

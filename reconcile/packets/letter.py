@@ -12,7 +12,6 @@ import json
 import re
 from dataclasses import dataclass, field
 from decimal import Decimal
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +20,11 @@ import jinja2
 from ledger import LedgerError
 from ledger.note import Verifier
 from reconcile.engine.figures import iso, parse_time
-from reconcile.engine.intervals import CATEGORY_ORDER
 from reconcile.engine.money import format_minor, minor_unit
+from reconcile.engine.rules import CATEGORY_ORDER
+from reconcile.engine.rules_text import RulesPageError, category_rules
 from reconcile.packets.dispute import VerifiedPacket, verify_dispute
 
-RULES = Path(__file__).resolve().parent.parent / "RULES.md"
 TEMPLATES = Path(__file__).parent / "templates"
 
 #: The event fields that tell what an entry says, by type (others are left out of the letter).
@@ -202,38 +201,13 @@ def _show(value: Any) -> str:
 # -- RULES.md ------------------------------------------------------------------------
 
 
-@cache
-def _rules() -> dict[str, tuple[str, str]]:
-    """Each category's rule as RULES.md words it: (where, text). Read from the verifier's
-    own copy of RULES.md, so the quote is the rule this verifier's engine applies."""
-    text = RULES.read_text(encoding="utf-8")
-    out: dict[str, tuple[str, str]] = {}
-    categories = _section(text, "Categories of a second t in W ∩ H (first that applies)")
-    for number, name, body in re.findall(r"^(\d+)\. `(\w+)`:(.*?)(?=^\d+\. `|\n\n|\Z)", categories, re.S | re.M):
-        out[name] = (f"RULES.md, Categories, rule {number}", _flat(f"`{name}`:{body}"))
-    unallocated = _section(text, "Unallocated")
-    out["unallocated"] = ("RULES.md, Unallocated", _flat(unallocated))
-    bearers = re.search(r"^Bearers:.*?(?=\n\n|\Z)", categories, re.S | re.M)
-    out["bearers"] = ("RULES.md, Categories, Bearers", _flat(bearers.group(0) if bearers else ""))
-    return out
-
-
-def _section(text: str, title: str) -> str:
-    found = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
-    if found is None:
-        raise LedgerError(f"{RULES}: no section '## {title}': this RULES.md is not the engine's")
-    return found.group(1)
-
-
-def _flat(text: str) -> str:
-    """Markdown lines as one paragraph; list bullets kept as sentences."""
-    return re.sub(r"\s+", " ", text.replace("\n- ", " ")).strip().lstrip("- ")
-
-
 def rule_for(category: str, bearer: str) -> tuple[str, str]:
     """Where RULES.md decides `category`, and its words; for the restart categories, whose
     bearer depends on the failure, the bearer rule too."""
-    rules = _rules()
+    try:
+        rules = category_rules()
+    except RulesPageError as exc:
+        raise LedgerError(str(exc)) from None
     place, text = rules[category]
     if category.startswith("restart_"):
         return f"{place}; {rules['bearers'][0]}", f"{text} {rules['bearers'][1]}"

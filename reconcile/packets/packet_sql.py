@@ -9,7 +9,7 @@ and the first release at or after it) and `pk_window` (w0, w1).
 from __future__ import annotations
 
 from reconcile.engine.figures import percentiles_sql
-from reconcile.engine.intervals import INF
+from reconcile.engine.rules import INF, fault_windows_sql, touching_sql
 
 _ABOUT_JOB = ("(job_id = $job OR job_id IN (SELECT pod FROM pk_pods) "
               "OR allocation_id IN (SELECT aid FROM pk_allocs))")
@@ -24,18 +24,18 @@ WITH aids AS (
     WHERE tenant = $tenant AND allocation_id IS NOT NULL
       AND ((type = 'job.started' AND job_id = $job)
            OR (type = 'policy.decision' AND (job_id = $job OR job_id IN (SELECT pod FROM pk_pods))))),
-g AS (
+first_grant AS (
     SELECT allocation_id AS aid, t AS granted, seq AS grant_seq, gpus, node, devices, fabric_domain,
            placement_class, profile
     FROM ev WHERE type = 'allocation.granted' AND tenant = $tenant AND allocation_id IN (SELECT aid FROM aids)
     QUALIFY row_number() OVER (PARTITION BY allocation_id ORDER BY t, seq) = 1),
-r AS (
+releases AS (
     SELECT allocation_id AS aid, t, seq, reason FROM ev
     WHERE type = 'allocation.released' AND tenant = $tenant AND allocation_id IN (SELECT aid FROM aids))
-SELECT a.aid, g.granted, g.grant_seq, g.gpus, g.node, g.devices, g.fabric_domain, g.placement_class, g.profile,
-       r.t AS released, r.seq AS release_seq, r.reason AS release_reason
-FROM aids a LEFT JOIN g ON g.aid = a.aid LEFT JOIN r ON r.aid = a.aid AND r.t >= g.granted
-QUALIFY row_number() OVER (PARTITION BY a.aid ORDER BY r.t NULLS LAST, r.seq) = 1;
+SELECT a.aid, gr.granted, gr.grant_seq, gr.gpus, gr.node, gr.devices, gr.fabric_domain, gr.placement_class, gr.profile,
+       rel.t AS released, rel.seq AS release_seq, rel.reason AS release_reason
+FROM aids a LEFT JOIN first_grant gr ON gr.aid = a.aid LEFT JOIN releases rel ON rel.aid = a.aid AND rel.t >= gr.granted
+QUALIFY row_number() OVER (PARTITION BY a.aid ORDER BY rel.t NULLS LAST, rel.seq) = 1;
 
 CREATE OR REPLACE TEMP TABLE pk_window AS
 WITH about AS (
@@ -65,24 +65,15 @@ QUALIFY row_number() OVER (PARTITION BY node, device ORDER BY t, seq) = 1
 ORDER BY node, device
 """
 
-# A fault is open from its time to the first matching clear after it (RULES.md §7); it is
-# listed when it touches one of the job's allocations and is open at some moment of the window.
+# A fault's window and which allocations it touches are the engine's rules (rules.py); a
+# fault is listed when it touches one of the job's allocations and is open at some moment
+# of the window.
 FAULTS = f"""
 WITH opened AS (
-    SELECT f.seq, f.t AS opened, f.node, f.device, f.fabric_domain, f.code, f.severity,
-           min(c.t) AS cleared, min_by(c.seq, c.t) AS cleared_seq
-    FROM ev f LEFT JOIN ev c
-      ON c.type = 'health.cleared' AND c.code = f.code
-     AND c.node IS NOT DISTINCT FROM f.node AND c.device IS NOT DISTINCT FROM f.device
-     AND c.fabric_domain IS NOT DISTINCT FROM f.fabric_domain
-     AND (c.t > f.t OR (c.t = f.t AND c.seq > f.seq))
-    WHERE f.type = 'health.fault'
-    GROUP BY ALL),
-touching AS (
-    SELECT o.seq, a.aid FROM opened o JOIN pk_allocs a
-      ON (o.fabric_domain IS NOT NULL AND o.fabric_domain = a.fabric_domain)
-      OR (o.node = a.node AND (o.device IS NULL OR a.devices IS NULL OR list_contains(a.devices, o.device)))
-      OR (o.node IS NULL AND o.device IS NOT NULL AND list_contains(a.devices, o.device)))
+    SELECT seq, open_t AS opened, node, device, fabric_domain, code, severity,
+           CASE WHEN close_t < {INF} THEN close_t END AS cleared, close_seq AS cleared_seq
+    FROM ({fault_windows_sql("ev", critical_only=False)})),
+touching AS ({touching_sql("pk_allocs", "opened", "f.seq, a.aid")})
 SELECT o.*, list(DISTINCT t.aid ORDER BY t.aid) AS touches
 FROM opened o JOIN touching t ON t.seq = o.seq
 WHERE o.opened < $w1 AND coalesce(o.cleared, {INF}) > $w0

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from reconcile.engine.figures import iso, parse_time, seconds
-from reconcile.engine.intervals import SECOND
+from reconcile.engine.rules import SECOND
 
 MINUTE = 60 * SECOND
 #: (step, label, the name of the wait that ends at it)

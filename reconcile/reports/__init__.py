@@ -1,10 +1,11 @@
-"""The operator's and finance's reports over the ledger: promises, capacity, outcomes.
+"""The operator's and finance's reports over the ledger: promises, capacity, outcomes, placement.
 
 Each report is computed in DuckDB over `ev` (reconcile/engine/snapshot.py), loaded once from
 the store; outcomes also take the reconciliation's money (reconcile/engine/__init__.py). Each
 returns plain dicts and lists (JSON as is), and renders as rich tables or CSV rows.
-Definitions are in the module docstrings of reconcile/reports/promises.py, capacity.py and
-outcomes.py, and in the README's "Reports and packets".
+Definitions are in the module docstrings of reconcile/reports/promises.py, capacity.py,
+outcomes.py (with serving.py, its serving view), placement.py and envelope.py, in
+docs/reports.md and docs/placement.md.
 
     with loaded(store) as data:            # one snapshot, one DuckDB
         promises.report(data.con)          # or report_promises(store) for one report
@@ -30,9 +31,9 @@ from ledger import Store
 from reconcile.engine import run
 from reconcile.engine.result import Reconciliation
 from reconcile.engine.snapshot import load_pages, open_engine, store_pages
-from reconcile.reports import capacity, outcomes, promises
+from reconcile.reports import capacity, envelope, envelope_page, outcomes, placement, promises, serving
 
-REPORTS = ("promises", "capacity", "outcomes")
+REPORTS = ("promises", "capacity", "outcomes", "placement")
 FORMATS = ("table", "json", "csv", "tsv")
 
 
@@ -63,22 +64,28 @@ def loaded(store: Store, tenant: str | None = None, threads: int | None = None) 
 
 
 def build_report(data: Loaded, name: str, tenant: str | None = None, since: int | None = None,
-                 until: int | None = None) -> dict[str, Any]:
-    """One report by name, as plain dicts and lists."""
+                 until: int | None = None, by: str = "both") -> dict[str, Any]:
+    """One report by name, as plain dicts and lists (`by`: envelope's grouping)."""
     if name == "promises":
         return promises.report(data.con, tenant)
     if name == "capacity":
         return capacity.report(data.con, tenant, since, until)
     if name == "outcomes":
-        return outcomes.report(data.con, data.recon, tenant)
+        return outcomes.report(data.con, data.recon, tenant) | {"serving": serving.view(data.con, data.recon, tenant)}
+    if name == "serving":  # the serving view of outcomes alone (`report outcomes --view serving`)
+        return {"serving": serving.view(data.con, data.recon, tenant)}
+    if name == "placement":
+        return placement.report(data.con, data.recon, tenant)
+    if name == "envelope":
+        return envelope.report(data.con, data.recon, tenant, by)
     raise ValueError(f"unknown report {name!r}")
 
 
 def report(store: Store, name: str, tenant: str | None = None, since: int | None = None,
-           until: int | None = None) -> dict[str, Any]:
-    """One report of the store (`name`: promises, capacity or outcomes)."""
+           until: int | None = None, by: str = "both") -> dict[str, Any]:
+    """One report of the store (`name`: promises, capacity, outcomes, serving, placement or envelope)."""
     with loaded(store, tenant) as data:
-        return build_report(data, name, tenant, since, until)
+        return build_report(data, name, tenant, since, until, by)
 
 
 @dataclass
@@ -88,7 +95,8 @@ class Written:
 
 
 def write_reports(store: Store, out_dir: Path) -> Written:
-    """Every report as `<name>.json` and `<name>.csv` under `out_dir` (from one snapshot).
+    """Every report as `<name>.json` and `<name>.csv` under `out_dir` (from one snapshot), and
+    the serving view of outcomes as `serving.csv`.
     Returns the files written and the missed promises (each with its packet command)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
@@ -99,6 +107,8 @@ def write_reports(store: Store, out_dir: Path) -> Written:
         paths[-1].write_text(json.dumps(doc, indent=2) + "\n")
         paths.append(out_dir / f"{name}.csv")
         paths[-1].write_text(to_csv(name, doc))
+    paths.append(out_dir / "serving.csv")  # outcomes' serving view: rows of another shape than its jobs'
+    paths[-1].write_text(to_csv("serving", docs["outcomes"]))
     return Written(paths, docs["promises"]["misses"])
 
 
@@ -110,6 +120,8 @@ def render(name: str, doc: dict[str, Any], fmt: str) -> str | list[Table | Text]
         return to_csv(name, doc, "," if fmt == "csv" else "\t")
     if fmt == "table":
         return tables(name, doc)
+    if fmt == "html" and name == "envelope":
+        return envelope_page.html(doc)
     raise ValueError(f"--format: unknown format {fmt!r}")
 
 
@@ -117,18 +129,52 @@ def render(name: str, doc: dict[str, Any], fmt: str) -> str | list[Table | Text]
 
 def csv_rows(name: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
     """promises: one row per promise; capacity: one per placement class and the total;
-    outcomes: one per job and currency of its cost."""
+    outcomes: one per job and currency of its cost; serving: one per tenant, concurrency
+    level and currency; placement: one per allocation and currency of its billed money."""
+    if name == "serving":
+        return [_flat({k: v for k, v in row.items() if k != "cost"}) | {"currency": currency} | figures
+                for row in doc["serving"] for currency, figures in _currencies(row["cost"], SERVING_COST)]
+    if name == "placement":
+        return [_flat(_placement_row(row)) | {"currency": currency, "billed": amount}
+                for row in doc["allocations"] for currency, amount in _currencies(row["billed"], "")]
     if name == "promises":
         return [{k: v for k, v in p.items() if k != "seq"} | {"packet_command": p.get("packet_command", "")}
                 for p in doc["promises"]]
     if name == "capacity":
-        return [*doc["classes"], doc["total"]]
+        return capacity.csv_rows(doc)
+    if name == "envelope":
+        return envelope.csv_rows(doc)
     rows = []
     for job in doc["jobs"]:
         base = {k: v for k, v in job.items() if k != "cost"}
         for currency, amount in (job["cost"] or {"": ""}).items():
             rows.append(base | {"cost": amount, "currency": currency})
     return rows
+
+
+SERVING_COST = {"cost": "", "cost_per_accepted_response": ""}
+
+
+def _currencies(by_currency: dict[str, Any], empty: Any) -> list[tuple[str, Any]]:
+    """(currency, value) pairs of a row's money, or one empty pair when it has none."""
+    return list(by_currency.items()) or [("", empty)]
+
+
+def _placement_row(row: dict[str, Any]) -> dict[str, Any]:
+    """An allocation's row as CSV columns: links as `NV12:6 SYS:2`, the one-line reason."""
+    links = " ".join(f"{link}:{n}" for link, n in row["links_observed"].items())
+    return {k: v for k, v in row.items() if k not in ("billed", "reasons")} | {"links_observed": links}
+
+
+def _flat(row: dict[str, Any]) -> dict[str, Any]:
+    """Nested figures as columns: {"ttft_ms": {"p50": …}} → ttft_ms_p50; lists as text."""
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        if isinstance(v, dict):
+            out |= {f"{k}_{name}": x for name, x in v.items()}
+        else:
+            out[k] = " ".join(map(str, v)) if isinstance(v, list) else v
+    return out
 
 
 def to_csv(name: str, doc: dict[str, Any], delimiter: str = ",") -> str:
@@ -149,8 +195,14 @@ def tables(name: str, doc: dict[str, Any]) -> list[Table | Text]:
     if name == "promises":
         return _promise_tables(doc)
     if name == "capacity":
-        return [_capacity_table(doc)]
-    return [_outcome_table(doc)]
+        return [_capacity_table(doc), *capacity.extra_tables(doc)]
+    if name == "envelope":
+        return envelope.tables(doc)
+    if name == "placement":
+        return _placement_tables(doc)
+    if name == "serving":
+        return [_serving_table(doc)]
+    return [_outcome_table(doc), _serving_table(doc)] if doc.get("serving") else [_outcome_table(doc)]
 
 
 def _text(value: Any) -> str:
@@ -217,4 +269,44 @@ def _outcome_table(doc: dict[str, Any]) -> Table:
                       pair(t["step_time_s"]), "–" if ratio is None else f"{ratio:.2%}", pair(t["completed_run_time_s"]),
                       " ".join(f"{_text(c['cost_per_completed_run'])} {cur}" for cur, c in costs),
                       " ".join(f"{_text(c['cost_per_accepted_result'])} {cur}" for cur, c in costs))
+    return table
+
+
+def _placement_tables(doc: dict[str, Any]) -> list[Table | Text]:
+    """Each allocation's class sold against its topology; the mismatches' money; ρ per class."""
+    rows = Table("tenant", "allocation", "class sold", "from", "nodes", "GPU links", "status", "why", "billed",
+                 title="placement: class sold against nvidia-smi topo -m")
+    for a in doc["allocations"]:
+        rows.add_row(a["tenant"], a["allocation_id"], a["placement_class"], _text(a["class_from"]),
+                     " ".join(a["nodes_observed"]) or "–",
+                     " ".join(f"{k}×{n}" for k, n in a["links_observed"].items()) or "–", a["status"], a["reason"],
+                     " ".join(f"{v} {c}" for c, v in a["billed"].items()) or "–",
+                     style="red" if a["status"] == "mismatch" else "")
+    summary = Table("tenant", "class", "allocations", "match", "mismatch", "undetermined", "unobserved",
+                    "billed on mismatch", title="placement by tenant and class")
+    for s in doc["summary"]:
+        summary.add_row(s["tenant"], s["placement_class"], *(str(s[k]) for k in (
+            "allocations", "match", "mismatch", "undetermined", "unobserved")),
+            " ".join(f"{v} {c}" for c, v in s["billed_on_mismatch"].items()) or "–")
+    rho = Table("class", "n", "Spearman ρ", "reading",
+                title="does all_reduce busbw (largest size) rank the step-time p50? (ρ < 0: more bandwidth, shorter steps)")
+    for p in doc["prediction"]:
+        rho.add_row(p["placement_class"], str(p["n"]), _text(p["spearman"]), p["reading"])
+    return [rows, summary, rho]
+
+
+def _serving_table(doc: dict[str, Any]) -> Table:
+    """Per tenant and concurrency: rates, the worst window's TTFT and latency, the cost of an accepted response."""
+    table = Table("tenant", "concurrency", "windows", "requests", "accepted", "cancelled", "req/s", "TTFT p50/p95/p99 ms",
+                  "latency p50/p95/p99 ms", "output tok/s", "cost / accepted response",
+                  title="serving: per concurrency level (percentiles: the worst window's)")
+    for r in doc["serving"]:
+        def triple(d: dict[str, Any]) -> str:
+            return " / ".join(_text(d[k]) for k in ("p50", "p95", "p99"))
+        table.add_row(r["tenant"], "none stated" if r["concurrency"] is None else str(r["concurrency"]),
+                      str(r["windows"]), str(r["requests"]), str(r["accepted"]), _text(r["cancelled"]),
+                      _text(r["request_rate_per_s"]), triple(r["ttft_ms"]), triple(r["latency_ms"]),
+                      _text(r["output_tokens_per_s"]),
+                      " ".join(f"{_text(c['cost_per_accepted_response'])} {cur}" for cur, c in r["cost"].items()) or "–",
+                      style="bold" if r["concurrency"] == "all" else "")
     return table

@@ -1,6 +1,6 @@
 """`report capacity`: the four capacities of a window [since, until), and the rates between.
 
-Definitions (README "Reports and packets" repeats them):
+Definitions (docs/reports.md repeats them):
 - **devices discovered**: distinct (node, device) of `device.discovered` events with time
   < until (no event retires a device, so one discovered before the window is still
   there; `since` does not apply). Fleet-wide, also under `--tenant`.
@@ -34,9 +34,11 @@ from __future__ import annotations
 from typing import Any
 
 import duckdb
+from rich.table import Table
 
 from reconcile.engine.figures import iso, placement_sql
-from reconcile.engine.intervals import INF
+from reconcile.engine.rules import INF
+from reconcile.reports import fleet_changes
 
 STEPS = ("devices_discovered", "jobs_admitted", "jobs_placed", "workloads_started")
 COUNTS = (*STEPS, "started_without_admission", "devices_admitted", "devices_placed", "devices_started",
@@ -47,9 +49,8 @@ RATES = (("devices_admitted_share", "devices_admitted", "devices_discovered"),
          ("devices_started_share", "devices_started", "devices_discovered"),
          ("admitted_started_share", "admitted_started", "jobs_admitted"))
 
-CAPACITY = f"""
-CREATE OR REPLACE TEMP TABLE rp_capacity AS
-WITH grant_ AS (
+#: The first grant of each allocation, and each discovered device (before `until`) with its class.
+DEVICE_CTES = f"""grant_ AS (
     SELECT tenant, allocation_id, t, seq, node, devices, placement_class AS cls, profile
     FROM ev WHERE type = 'allocation.granted'
     QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1),
@@ -64,7 +65,11 @@ device_class AS (
     FROM device d LEFT JOIN grant_ g
       ON g.node = d.node AND (g.devices IS NULL OR list_contains(g.devices, d.device))
      AND (d.cls IS NULL OR d.cls = g.cls)
-    QUALIFY row_number() OVER (PARTITION BY d.node, d.device ORDER BY g.t NULLS LAST, g.seq) = 1),
+    QUALIFY row_number() OVER (PARTITION BY d.node, d.device ORDER BY g.t NULLS LAST, g.seq) = 1)"""
+
+CAPACITY = f"""
+CREATE OR REPLACE TEMP TABLE rp_capacity AS
+WITH {DEVICE_CTES},
 first_start AS (
     SELECT tenant, job_id, allocation_id FROM ev WHERE type = 'job.started'
     QUALIFY row_number() OVER (PARTITION BY tenant, job_id ORDER BY t, seq) = 1),
@@ -128,11 +133,31 @@ SELECT placement, 'devices_' || decision, count(*) FROM held GROUP BY ALL
 """
 
 
+RECEIPTS = f"""
+WITH {DEVICE_CTES},
+receipt AS (
+    SELECT tenant, job_id, node, devices, {placement_sql('placement_class', 'profile')} AS placement
+    FROM ev WHERE type = 'start.receipt' AND launched_at >= $since AND launched_at < $until
+      AND ($tenant IS NULL OR tenant = $tenant)
+    QUALIFY row_number() OVER (PARTITION BY tenant, job_id ORDER BY t, seq) = 1),
+receipted AS (
+    SELECT DISTINCT dc.node, dc.device, dc.placement FROM receipt r
+    JOIN device_class dc ON (r.node IS NULL OR dc.node = r.node) AND list_contains(r.devices, dc.device))
+SELECT placement, 'receipts' AS step, count(*) AS n FROM receipt GROUP BY placement
+UNION ALL
+SELECT placement, 'devices_receipted', count(*) FROM receipted GROUP BY placement
+"""
+
+#: The receipt columns of a class row (csv_rows), after the counts and rates.
+RECEIPT_COUNTS = ("receipts", "devices_receipted", "devices_without_receipt")
+
+
 def report(con: duckdb.DuckDBPyConnection, tenant: str | None = None, since: int | None = None,
            until: int | None = None) -> dict[str, Any]:
-    """The four capacities of [since, until) (µs; open when None), by placement class."""
-    con.execute(CAPACITY, {"tenant": tenant, "since": since if since is not None else -INF,
-                           "until": until if until is not None else INF})
+    """The four capacities of [since, until) (µs; open when None), by placement class; the
+    start receipts per class; the windows of each fleet change (fleet_changes.py)."""
+    bounds = {"tenant": tenant, "since": since if since is not None else -INF, "until": until if until is not None else INF}
+    con.execute(CAPACITY, bounds)
     counts: dict[str, dict[str, int]] = {}
     for placement, step, n in con.execute("SELECT placement, step, n FROM rp_capacity").fetchall():
         counts.setdefault(placement, dict.fromkeys(COUNTS, 0))[step] = int(n)
@@ -142,7 +167,59 @@ def report(con: duckdb.DuckDBPyConnection, tenant: str | None = None, since: int
         "tenant": tenant,
         "classes": [_with_rates({"placement_class": p, **counts[p]}) for p in sorted(counts)],
         "total": _with_rates({"placement_class": "all", **total}),
+        "receipts": _receipts(con, bounds, counts),
+        "changes": fleet_changes.report(con, tenant, since, until),
     }
+
+
+def _receipts(con: duckdb.DuckDBPyConnection, bounds: dict[str, Any],
+              counts: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
+    """Per class (of the receipt; of the device for devices_receipted): receipts beside the
+    devices discovered and the workloads started; the gap is the devices without a receipt."""
+    found: dict[str, dict[str, int]] = {}
+    for placement, step, n in con.execute(RECEIPTS, bounds).fetchall():
+        found.setdefault(placement, {"receipts": 0, "devices_receipted": 0})[step] = int(n)
+    if not found:
+        return []
+    out = []
+    for placement in sorted(set(found) | set(counts)):
+        mine = found.get(placement, {"receipts": 0, "devices_receipted": 0})
+        theirs = counts.get(placement, {})
+        discovered = theirs.get("devices_discovered", 0)
+        out.append({"placement_class": placement, "devices_discovered": discovered, "receipts": mine["receipts"],
+                    "devices_receipted": mine["devices_receipted"],
+                    "devices_without_receipt": discovered - mine["devices_receipted"],
+                    "workloads_started": theirs.get("workloads_started", 0)})
+    return out
+
+
+def csv_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per placement class and the total; with receipts, their counts last."""
+    rows = [*doc["classes"], doc["total"]]
+    if not doc.get("receipts"):
+        return rows
+    by_class = {r["placement_class"]: r for r in doc["receipts"]}
+    total = {k: sum(r[k] for r in doc["receipts"]) for k in RECEIPT_COUNTS}
+    out = []
+    for row in rows:
+        receipt = total if row is doc["total"] else by_class.get(row["placement_class"], {})
+        out.append(row | {k: receipt.get(k, 0) for k in RECEIPT_COUNTS})
+    return out
+
+
+def extra_tables(doc: dict[str, Any]) -> list[Table]:
+    """The receipts table and the change windows table, where the ledger has any."""
+    out = []
+    if doc.get("receipts"):
+        receipts = Table("class", "devices discovered", "receipts", "devices receipted", "devices without receipt",
+                         "workloads started", title="start receipts: inventory against deliverable starts")
+        for r in doc["receipts"]:
+            receipts.add_row(r["placement_class"], *(str(r[k]) for k in (
+                "devices_discovered", "receipts", "devices_receipted", "devices_without_receipt", "workloads_started")))
+        out.append(receipts)
+    if doc.get("changes"):
+        out.append(fleet_changes.table(doc["changes"]))
+    return out
 
 
 def _with_rates(row: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """`gpuledger explain`: what each category and bearer means, and the rule that decides it.
 
 Nothing here restates a rule. The rules are read from RULES.md (the page the engine
-follows) and the bearers from the engine's own label table (`intervals.LABELS`), so
+follows, through reconcile/engine/rules_text.py) and the bearers from the engine's own
+label table (`rules.LABELS`), so
 the explanation cannot drift from what the engine does:
 
 - a term's **rule** is the RULES.md item that starts with the term in backticks
@@ -16,12 +17,9 @@ from __future__ import annotations
 import re
 import textwrap
 from dataclasses import dataclass
-from pathlib import Path
 
-from reconcile.engine.intervals import LABELS
-from reconcile.engine.result import RULES_ORDER
-
-RULES = Path(__file__).resolve().parent.parent / "RULES.md"
+from reconcile.engine.rules import CATEGORY_ORDER, LABELS
+from reconcile.engine.rules_text import Item, bearers_paragraph, items
 
 #: What a bearer means to the people reading an invoice (RULES.md says which categories
 #: each one bears, not what bearing is).
@@ -39,15 +37,6 @@ EXTRA_TERMS = ("unbilled",)
 
 
 @dataclass(frozen=True)
-class Item:
-    """One numbered or bulleted item, or paragraph, of RULES.md, whitespace joined."""
-
-    section: str
-    number: str | None  # "1" for a numbered item, None for a bullet or paragraph
-    text: str
-
-
-@dataclass(frozen=True)
 class Explanation:
     term: str
     bearers: tuple[str, ...]  # empty for a term that is not a billed category
@@ -60,43 +49,16 @@ class UnknownTerm(ValueError):
     """Not a category, bearer or term that RULES.md defines."""
 
 
-def items(text: str) -> list[Item]:
-    """RULES.md cut into items: a list item with its indented continuation, or a paragraph."""
-    out: list[Item] = []
-    section, number, lines = "", None, []  # type: tuple[str, str | None, list[str]]
-
-    def flush() -> None:
-        if lines:
-            out.append(Item(section, number, " ".join(line.strip() for line in lines)))
-            lines.clear()
-
-    for line in text.splitlines():
-        start = re.match(r"(\d+)\.\s|-\s", line)
-        if line.startswith("#") or not line.strip() or start:
-            flush()
-        if line.startswith("#"):
-            section = line.lstrip("#").strip()
-        elif start:
-            number = start.group(1)
-            lines.append(line[start.end():])
-        elif line.strip():
-            if not lines:
-                number = None
-            lines.append(line)
-    flush()
-    return out
-
-
 def terms() -> tuple[str, ...]:
     """The billed categories in RULES.md's order (the rounding's too), then the extra terms."""
-    return RULES_ORDER + EXTRA_TERMS
+    return CATEGORY_ORDER + EXTRA_TERMS
 
 
 def explain(term: str, rules_text: str | None = None) -> Explanation:
     """The explanation of one category or term; UnknownTerm for anything else."""
     if term not in terms():
         raise UnknownTerm(f"CATEGORY: unknown {term!r}; one of: {', '.join(terms())}, or a bearer: {', '.join(BEARER_MEANING)}")
-    every = items(rules_text if rules_text is not None else RULES.read_text(encoding="utf-8"))
+    every = items(rules_text)
     rules = [i for i in every if not i.text.startswith("Bearers:")]
     named = f"`{term}`"
     own = [i for i in rules if i.text.startswith(named)]
@@ -120,7 +82,7 @@ def _place(chosen: list[Item]) -> str:
 def _bearer_clauses(every: list[Item], named: str) -> tuple[str, ...]:
     """The clauses of the "Bearers:" paragraph that name the term (a clause runs to the
     next `;` that is followed by another category)."""
-    paragraph = next((i.text for i in every if i.text.startswith("Bearers:")), "")
+    paragraph = bearers_paragraph(every)
     clauses = re.split(r";\s+(?=`)", paragraph.removeprefix("Bearers:").strip())
     return tuple(c.strip() for c in clauses if named in c)
 

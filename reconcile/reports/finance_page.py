@@ -29,8 +29,9 @@ from pathlib import Path
 import jinja2
 
 from reconcile.engine.figures import EPOCH, safe_name
-from reconcile.engine.intervals import SECOND
+from reconcile.engine.money import major_units
 from reconcile.engine.result import BEARERS, Cell, Reconciliation
+from reconcile.engine.rules import SECOND
 from reconcile.reports.explain import BEARER_MEANING, explain, terms
 from reconcile.reports.output import HOUR_US, exact_number, hours, money, number
 
@@ -146,7 +147,7 @@ def _hours(us: Fraction) -> str:
 
 def _money(minor_units: Fraction, minor: int) -> str:
     """Minor units (a day's share may be a fraction of one) shown rounded half-even."""
-    return number(_decimal(minor_units).scaleb(-minor), minor)
+    return number(major_units(round(minor_units), minor), minor)  # a Fraction rounds half-even, exactly
 
 
 def _decimal(value: Fraction) -> Decimal:

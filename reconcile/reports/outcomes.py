@@ -1,6 +1,6 @@
 """`report outcomes`: what the GPU time bought, per tenant.
 
-Definitions (README "Reports and packets" repeats them); percentiles are nearest-rank
+Definitions (docs/reports.md repeats them); percentiles are nearest-rank
 (reconcile/engine/figures.py), durations in seconds:
 - **attempt**: a `job.started`, running to the job's first `job.completed`, `job.failed`
   or `job.cancelled` after it (same instant: later in ledger order), unless the job
@@ -16,8 +16,8 @@ Definitions (README "Reports and packets" repeats them); percentiles are nearest
 - **completed-run time** (per completed job): its first `job.completed` − its first
   `job.started` (restarts included).
 - **cost of a run** (per job): for every allocation its attempts ran on, the money of the
-  lines naming that allocation (after corrections; credits included, as the
-  reconciliation reports it), apportioned to the jobs that ran on the allocation by
+  lines naming that allocation (after corrections; credits included; the cells' exact
+  shares, `allocation_money`), apportioned to the jobs that ran on the allocation by
   their attempt time on it (attempts clipped to [grant, release or horizon)). Money of
   an allocation on which no job ran, or of lines naming no allocation, is no run's.
 - **cost per completed run** = Σ cost of the completed jobs ÷ their number, per currency.
@@ -37,8 +37,8 @@ import duckdb
 import pyarrow as pa
 
 from reconcile.engine.figures import iso, money, percentiles_sql, seconds
-from reconcile.engine.intervals import INF
 from reconcile.engine.result import Reconciliation, gpu_seconds
+from reconcile.engine.rules import INF
 
 FACTS = f"""
 CREATE OR REPLACE TEMP TABLE rp_horizon AS
@@ -65,12 +65,12 @@ SELECT d.* EXCLUDE (end_t, end_seq, kind, cause, next_s),
 FROM ended d LEFT JOIN rp_horizon h ON h.tenant = d.tenant;
 
 CREATE OR REPLACE TEMP TABLE rp_grants AS
-WITH g AS (
+WITH first_grant AS (
     SELECT tenant, allocation_id, t AS granted FROM ev WHERE type = 'allocation.granted'
     QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1)
-SELECT g.tenant, g.allocation_id, g.granted, coalesce(min(r.t), {INF}) AS released
-FROM g LEFT JOIN ev r ON r.type = 'allocation.released' AND r.tenant = g.tenant
-  AND r.allocation_id = g.allocation_id AND r.t >= g.granted
+SELECT gr.tenant, gr.allocation_id, gr.granted, coalesce(min(rel.t), {INF}) AS released
+FROM first_grant gr LEFT JOIN ev rel ON rel.type = 'allocation.released' AND rel.tenant = gr.tenant
+  AND rel.allocation_id = gr.allocation_id AND rel.t >= gr.granted
 GROUP BY ALL;
 
 CREATE OR REPLACE TEMP TABLE rp_jobs AS
@@ -96,12 +96,14 @@ LEFT JOIN attempts a USING (tenant, job_id)
 LEFT JOIN rp_grants g ON g.tenant = fa.tenant AND g.allocation_id = fa.allocation_id;
 
 CREATE OR REPLACE TEMP TABLE rp_steps AS
-WITH starts AS (SELECT tenant, job_id, t, seq FROM ev WHERE type = 'job.started'),
+WITH starts AS (SELECT tenant, job_id, t, seq, allocation_id FROM ev WHERE type = 'job.started'),
 marks AS (
-    SELECT p.tenant, p.job_id, p.t, p.seq, s.seq AS att
-    FROM (SELECT tenant, job_id, t, seq FROM ev WHERE type = 'job.progress') p
+    SELECT p.tenant, p.job_id, p.t, p.seq, p.step, s.seq AS att, s.allocation_id
+    FROM (SELECT tenant, job_id, t, seq, step FROM ev WHERE type = 'job.progress') p
     ASOF LEFT JOIN starts s ON s.tenant = p.tenant AND s.job_id = p.job_id AND p.t >= s.t)
-SELECT tenant, job_id, t - lag(t) OVER (PARTITION BY tenant, job_id, att ORDER BY t, seq) AS gap FROM marks;
+SELECT tenant, job_id, allocation_id, t - lag(t) OVER (PARTITION BY tenant, job_id, att ORDER BY t, seq) AS gap,
+       step - lag(step) OVER (PARTITION BY tenant, job_id, att ORDER BY t, seq) AS dstep
+FROM marks;
 
 -- each job's attempt time on each allocation, clipped to the allocation's holding
 CREATE OR REPLACE TEMP TABLE rp_job_time AS
@@ -115,12 +117,12 @@ GROUP BY ALL;
 """
 
 TENANT_FIGURES = f"""
-WITH j AS (
+WITH job_figures AS (
     SELECT tenant, count(*) AS jobs, count(completed) AS completed_runs, sum(accepted) AS accepted_results,
            {percentiles_sql('ttfua', 'ttfua')}, {percentiles_sql('run_time', 'run')}
     FROM rp_jobs WHERE ($tenant IS NULL OR tenant = $tenant) GROUP BY tenant),
-s AS (SELECT tenant, {percentiles_sql('gap', 'step')} FROM rp_steps GROUP BY tenant)
-SELECT * FROM j LEFT JOIN s USING (tenant) ORDER BY tenant
+step_figures AS (SELECT tenant, {percentiles_sql('gap', 'step')} FROM rp_steps GROUP BY tenant)
+SELECT * FROM job_figures LEFT JOIN step_figures USING (tenant) ORDER BY tenant
 """
 
 JOB_COLUMNS = ("tenant", "job_id", "submitted", "first_start", "first_allocation", "granted", "first_progress",
@@ -128,7 +130,7 @@ JOB_COLUMNS = ("tenant", "job_id", "submitted", "first_start", "first_allocation
 
 #: money of each allocation (from the reconciliation) spread over the jobs that ran on it
 APPORTIONED = """
-SELECT jt.tenant, jt.job_id, m.currency, CAST(m.cents AS VARCHAR), jt.us,
+SELECT jt.tenant, jt.job_id, m.currency, m.num, m.den, jt.us,
        sum(jt.us) OVER (PARTITION BY jt.tenant, jt.allocation_id, m.currency) AS total_us
 FROM rp_job_time jt JOIN rp_alloc_money m ON m.tenant = jt.tenant AND m.allocation_id = jt.allocation_id
 """
@@ -149,24 +151,34 @@ def report(con: duckdb.DuckDBPyConnection, recon: Reconciliation, tenant: str | 
 
 def job_costs(con: duckdb.DuckDBPyConnection, recon: Reconciliation) -> dict[tuple[str, str], dict[str, Fraction]]:
     """(tenant, job) → currency → exact cost in minor units (see the module docstring)."""
-    per_alloc: dict[tuple[str, str, str | None], int] = defaultdict(int)
-    for cell in recon.cells:
-        if cell.allocation_id is not None:
-            per_alloc[(cell.tenant, cell.allocation_id, cell.currency)] += cell.cents
+    per_alloc = allocation_money(recon)
     con.register("rp_alloc_money_page", pa.table({
         "tenant": pa.array([k[0] for k in per_alloc], pa.string()),
         "allocation_id": pa.array([k[1] for k in per_alloc], pa.string()),
         "currency": pa.array([k[2] for k in per_alloc], pa.string()),
-        "cents": pa.array([str(v) for v in per_alloc.values()], pa.string()),
+        "num": pa.array([str(v.numerator) for v in per_alloc.values()], pa.string()),
+        "den": pa.array([str(v.denominator) for v in per_alloc.values()], pa.string()),
     }))
     con.execute("CREATE OR REPLACE TEMP TABLE rp_alloc_money AS "
-                "SELECT tenant, allocation_id, currency, CAST(cents AS HUGEINT) AS cents FROM rp_alloc_money_page")
+                "SELECT tenant, allocation_id, currency, num, den FROM rp_alloc_money_page")
     con.unregister("rp_alloc_money_page")
     out: dict[tuple[str, str], dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
-    for tenant, job, currency, cents, us, total in con.execute(APPORTIONED).fetchall():
+    for tenant, job, currency, num, den, us, total in con.execute(APPORTIONED).fetchall():
         if total:
-            out[(tenant, job)][currency or ""] += Fraction(int(cents) * int(us), int(total))
+            out[(tenant, job)][currency or ""] += Fraction(int(num) * int(us), int(den) * int(total))
     return out
+
+
+def allocation_money(recon: Reconciliation) -> dict[tuple[str, str, str | None], Fraction]:
+    """(tenant, allocation, currency) → the exact minor units of the lines naming that
+    allocation, after corrections, credits included (lines naming no allocation are left
+    out): the cells' exact shares (RULES.md §Money), so a line billed to the tenth of a cent
+    is not first rounded cell by cell."""
+    per_alloc: dict[tuple[str, str, str | None], Fraction] = defaultdict(Fraction)
+    for cell, exact in zip(recon.cells, recon.exact_amounts):
+        if cell.allocation_id is not None:
+            per_alloc[(cell.tenant, cell.allocation_id, cell.currency)] += Fraction(exact) * 10 ** cell.minor
+    return per_alloc
 
 
 def _jobs(con: duckdb.DuckDBPyConnection, tenant: str | None,
@@ -209,9 +221,8 @@ def _tenants(con: duckdb.DuckDBPyConnection, recon: Reconciliation, tenant: str 
             "accepted_results": int(r["accepted_results"] or 0),
             "time_to_first_usable_allocation_s": _dist(r, "ttfua"), "step_time_s": _dist(r, "step"),
             "completed_run_time_s": _dist(r, "run"),
-            "checkpoint_overhead": {"checkpoint_gpu_seconds": gpu_seconds(ckpt_us), "billed_gpu_seconds": gpu_seconds(billed_us),
-                                    "ratio": round(ckpt_us / billed_us, 6) if billed_us else None},
-            "cost": _costs(completed, billed.get(name, {}), int(r["accepted_results"] or 0)),
+            "checkpoint_overhead": checkpoint_overhead(ckpt_us, billed_us),
+            "cost": cost_figures(completed, billed.get(name, {}), int(r["accepted_results"] or 0)),
         })
     for job in jobs:
         del job["_cost"]
@@ -229,8 +240,16 @@ def _billed_money(recon: Reconciliation) -> dict[str, dict[str, int]]:
     return out
 
 
-def _costs(completed: list[dict[str, Any]], billed: dict[str, int], accepted: int) -> dict[str, dict[str, Any]]:
-    """Per currency: completed runs' cost, cost per completed run, billed total, cost per accepted result."""
+def checkpoint_overhead(checkpoint_us: int, billed_us: int) -> dict[str, Any]:
+    """`checkpoint` GPU-seconds, billed GPU-seconds, and their ratio (six places; None when nothing was billed)."""
+    return {"checkpoint_gpu_seconds": gpu_seconds(checkpoint_us), "billed_gpu_seconds": gpu_seconds(billed_us),
+            "ratio": round(checkpoint_us / billed_us, 6) if billed_us else None}
+
+
+def cost_figures(completed: list[dict[str, Any]], billed: dict[str, int], accepted: int) -> dict[str, dict[str, Any]]:
+    """Per currency: completed runs' cost, cost per completed run, billed total, cost per accepted result.
+    `completed`: the completed jobs, each with `_cost` (currency -> exact minor units, job_costs);
+    `billed`: currency -> minor units billed; `accepted`: the accepted results they are shared by."""
     runs: dict[str, Fraction] = defaultdict(Fraction)
     for job in completed:
         for currency, value in job["_cost"].items():

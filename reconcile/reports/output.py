@@ -12,7 +12,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from rich.table import Column, Table
 
-from reconcile.engine.money import exact_text, places_of
+from reconcile.engine.money import exact_text, major_units, places_of
 from reconcile.engine.result import InvoiceTotal, Reconciliation
 
 FORMATS = ("table", "json", "csv", "parquet", "html")
@@ -41,7 +41,7 @@ def hours(gpu_us: int) -> str:
 
 
 def money(cents: int, minor: int) -> str:
-    return number(Decimal(cents).scaleb(-minor), minor)
+    return number(major_units(cents, minor), minor)
 
 
 def tables(result: Reconciliation) -> list[Table]:

@@ -1,6 +1,6 @@
 """`report promises`: what was promised against what happened.
 
-Definitions (README "Reports and packets" repeats them):
+Definitions (docs/reports.md repeats them):
 - A **promise** is a `policy.promise` (tenant, promise_id, job_id, start_by, complete_by,
   placement_class, gpus). Should a promise id be given twice by one tenant, the first (by
   time, then ledger order) stands: a later restatement does not hide a miss.
@@ -68,11 +68,14 @@ COLUMNS = ("seq", "tenant", "promise_id", "job_id", "made", "start_by", "complet
            "start_delay", "completion_delay")
 MISSED = "(start_status IN ('late', 'not_started') OR completion_status IN ('late', 'not_completed'))"
 
-SUMMARY = f"""
-SELECT tenant, placement, count(*) AS promises,
+#: Columns promises, met, missed and pending of a group of `rp_promises` rows.
+STATUS_COUNTS = f"""count(*) AS promises,
        count(*) FILTER (WHERE NOT {MISSED} AND start_status <> 'pending' AND completion_status <> 'pending') AS met,
        count(*) FILTER (WHERE {MISSED}) AS missed,
-       count(*) FILTER (WHERE NOT {MISSED} AND (start_status = 'pending' OR completion_status = 'pending')) AS pending,
+       count(*) FILTER (WHERE NOT {MISSED} AND (start_status = 'pending' OR completion_status = 'pending')) AS pending"""
+
+SUMMARY = f"""
+SELECT tenant, placement, {STATUS_COUNTS},
        {percentiles_sql('start_delay', 'delay')}
 FROM rp_promises WHERE ($tenant IS NULL OR tenant = $tenant)
 GROUP BY tenant, placement ORDER BY tenant, placement
