@@ -143,13 +143,55 @@ def _measure_in(folder: Path, url: str, shape: Shape, backend: str) -> dict[str,
     }
 
 
+def growth(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """How each step grows across runs of 1x, 2x, 4x the events: its wall and CPU at each
+    size over the first size's, beside the events' ratio; and its marginal CPU an event
+    between consecutive sizes (the extra CPU over the extra events), which stays flat when
+    a step is linear plus a fixed cost (starting Python, importing), whatever that cost."""
+    first = runs[0]
+    steps: dict[str, Any] = {}
+    for step in first["steps"]:
+        cpu = [run["steps"][step]["cpu_s"] for run in runs]
+        wall = [run["steps"][step]["wall_s"] for run in runs]
+        steps[step] = {
+            "wall_s": wall, "cpu_s": cpu,
+            "wall_over_first": [round(w / wall[0], 2) for w in wall],
+            "cpu_over_first": [round(c / cpu[0], 2) for c in cpu],
+            "marginal_cpu_us_an_event": [
+                round((cpu[i] - cpu[i - 1]) * 1e6 / (runs[i]["events"] - runs[i - 1]["events"]), 2)
+                for i in range(1, len(runs))],
+            "peak_rss_mib": [run["steps"][step]["peak_rss_mib"] for run in runs],
+        }
+    parquet = [run["reconcile_parquet"]["seconds"] for run in runs]
+    return {"events": [run["events"] for run in runs],
+            "events_over_first": [round(run["events"] / first["events"], 2) for run in runs],
+            "days": [run["days"] for run in runs], "gpus": first["gpus"], "backend": first["backend"],
+            "steps": steps, "reconcile_parquet_s": parquet,
+            "reconcile_parquet_over_first": [round(s / parquet[0], 2) for s in parquet],
+            "store_bytes_per_event": [run["store_bytes_per_event"] for run in runs],
+            "loadavg_1m": [run["loadavg_1m"] for run in runs]}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.e2e", description=__doc__.split("\n")[0])
     parser.add_argument("--gpus", type=int, default=64)
     parser.add_argument("--days", type=int, default=7)
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--quick", action="store_true", help="16 GPUs for 2 days (about 7,000 events)")
+    parser.add_argument("--scale", action="store_true",
+                        help="run at --days, twice and four times as many days (1x, 2x, 4x the events, every "
+                             "tenant's share the same) and record each step's growth")
     args = parser.parse_args(argv)
+    if args.scale:
+        runs = []
+        for factor in (1, 2, 4):
+            runs.append(measure(Shape(args.gpus, args.days * factor), args.backend))
+            record(f"e2e_{args.backend}_{args.gpus}gpus_{args.days * factor}d", runs[-1])
+        scaled = growth(runs)
+        name = f"e2e_scale_{args.backend}_{args.gpus}gpus_{args.days}d"
+        record(name, scaled)
+        print(f"{name}: {scaled}", flush=True)
+        return
     shape = Shape(16, 2) if args.quick else Shape(args.gpus, args.days)
     result = measure(shape, args.backend)
     name = f"e2e_{args.backend}" + ("_quick" if args.quick else f"_{shape.gpus}gpus_{shape.days}d")

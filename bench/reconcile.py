@@ -245,12 +245,30 @@ def _engine_child(path: Path, threads: int | None) -> dict[str, Any]:
 
     t0, cpu0 = time.perf_counter(), _cpu_seconds()
     result = reconcile_parquet(path, threads=threads)
-    seconds, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
+    return _summary(result, time.perf_counter() - t0, _cpu_seconds() - cpu0)
+
+
+def _store_child(path: Path, threads: int | None) -> dict[str, Any]:
+    """reconcile_store on the SQLite store at `path` (what `gpuledger reconcile` computes,
+    before it renders the cells)."""
+    import ledger
+    from reconcile import reconcile_store
+
+    store = ledger.Store(f"sqlite:///{path}")
+    try:
+        t0, cpu0 = time.perf_counter(), _cpu_seconds()
+        result = reconcile_store(store, threads=threads)
+        return _summary(result, time.perf_counter() - t0, _cpu_seconds() - cpu0)
+    finally:
+        store.close()
+
+
+def _summary(result: Any, seconds: float, cpu: float) -> dict[str, Any]:
     table = getattr(result, "table", None)  # the cells as Arrow: no Python object per cell
     if table is not None:
-        return {"seconds": round(seconds, 2), "cpu_seconds": round(cpu, 1), "cells": table.num_rows,
+        return {"seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2), "cells": table.num_rows,
                 "billed_gpu_us": int(pc.sum(table.column("gpu_us")).as_py() or 0)}
-    return {"seconds": round(seconds, 2), "cpu_seconds": round(cpu, 1), "cells": len(result.cells),
+    return {"seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2), "cells": len(result.cells),
             "billed_gpu_us": sum(c.gpu_us for c in result.cells)}
 
 
@@ -301,7 +319,7 @@ def _agreement_child(path: Path, threads: int | None) -> dict[str, Any]:
             "first_differences_cents": [[list(k), expected_cents.get(k), got_cents.get(k)] for k in differing_cents[:3]]}
 
 
-CHILDREN = {"engine": _engine_child, "pandas": _pandas_child, "agreement": _agreement_child}
+CHILDREN = {"engine": _engine_child, "store": _store_child, "pandas": _pandas_child, "agreement": _agreement_child}
 
 
 def run_child(kind: str, path: Path, threads: int | None = None) -> dict[str, Any]:

@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted([ROOT / "README.md", ROOT / "bench" / "README.md", ROOT / "reconcile" / "RULES.md",
                 *(ROOT / "docs").rglob("*.md")])
 
-#: The pages that explain the project to a newcomer: none may send them outside it.
-READER_PAGES = [p for p in PAGES if p.is_relative_to(ROOT / "docs") or p.name == "RULES.md" or p == ROOT / "README.md"]
+#: Every page explains the project to a newcomer: none may send them outside it.
+READER_PAGES = PAGES
 
 #: `[text](target)`, the target up to its closing parenthesis or a title.
 LINK = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
