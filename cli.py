@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from decimal import Decimal
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -777,8 +777,17 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
     import ledger
     from ledger.checkpoint import sign_checkpoint
     from ledger.note import read_signer, read_verifier
-    from reconcile.demo import (biggest_findings, category_table, change_lines, envelope_table, placement_lines,
-                                receipts_line, run_demo_outputs, serving_table, totals_line)
+    from reconcile.demo import (
+        biggest_findings,
+        category_table,
+        change_lines,
+        envelope_table,
+        placement_lines,
+        receipts_line,
+        run_demo_outputs,
+        serving_table,
+        totals_line,
+    )
 
     config = SimConfig(seed=seed)
     out.mkdir(parents=True, exist_ok=True)
@@ -857,8 +866,6 @@ def _demo_simulate(config: SimConfig, folder: Path) -> Manifest:
 
 
 def _demo_store(out: Path, db_url: str | None) -> ledger.Store:
-    import ledger
-
     if db_url is None:
         for leftover in out.glob("gpuledger.db*"):
             leftover.unlink()

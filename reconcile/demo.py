@@ -27,15 +27,15 @@ from rich.table import Table
 from ledger import Store
 from ledger.note import Signer, Verifier
 from reconcile.engine import reconcile_store
+from reconcile.engine.money import major_units
+from reconcile.engine.result import Reconciliation
+from reconcile.engine.rules import CATEGORY_ORDER
 from reconcile.packets.diagnostic import write_packet
 from reconcile.packets.dispute import build_dispute, verify_dispute
 from reconcile.packets.dispute import write_packet as write_dispute
-from reconcile.engine.money import major_units
-from reconcile.engine.rules import CATEGORY_ORDER
 from reconcile.packets.letter import write_letter_beside
-from reconcile.reports.output import write
 from reconcile.reports import write_reports
-from reconcile.engine.result import Reconciliation
+from reconcile.reports.output import write
 
 BIGGEST = 5
 
@@ -172,16 +172,18 @@ def change_lines(capacity: dict[str, Any]) -> list[str]:
     out = []
     for c in capacity["changes"]:
         windows = c["windows"]
-        phases = " / ".join(w["phase"] for w in windows)
-
-        def each(figure: Any) -> str:
-            return " / ".join(_text(figure(w)) for w in windows)
         out.append(f"{c['kind']} {c['change_id']} of {' '.join(c['nodes'] or []) or 'the fleet'}, "
-                   f"{c['started_at']} → {c['ended_at'] or 'open'} ({c['window_s']} s): {phases}")
-        out.append(f"  starts {each(lambda w: w['starts'])}; queue delay p50 {each(lambda w: w['queue_delay_s']['p50'])} s, "
-                   f"p95 {each(lambda w: w['queue_delay_s']['p95'])} s; interrupted {each(lambda w: w['interrupted'])}; "
+                   f"{c['started_at']} → {c['ended_at'] or 'open'} ({c['window_s']} s): "
+                   + " / ".join(w["phase"] for w in windows))
+        out.append(f"  starts {_each(windows, 'starts')}; queue delay p50 {_each(windows, 'queue_delay_s', 'p50')} s, "
+                   f"p95 {_each(windows, 'queue_delay_s', 'p95')} s; interrupted {_each(windows, 'interrupted')}; "
                    f"{len(c['held_past_end'])} held past its end")
     return out
+
+
+def _each(windows: list[dict[str, Any]], name: str, part: str | None = None) -> str:
+    """One figure of every window, as `before / during / after`."""
+    return " / ".join(_text(w[name] if part is None else w[name][part]) for w in windows)
 
 
 def placement_lines(doc: dict[str, Any]) -> list[str]:

@@ -8,15 +8,22 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
 from decimal import Decimal
+from functools import cached_property, lru_cache
 from typing import Any
 
 import pyarrow as pa
 
 from reconcile.engine.figures import iso
-from reconcile.engine.money import (exact_shares, exact_sum, exact_text, format_minor, major_units, places_of,
-                                    round_minor)
+from reconcile.engine.money import (
+    exact_shares,
+    exact_sum,
+    exact_text,
+    format_minor,
+    major_units,
+    places_of,
+    round_minor,
+)
 from reconcile.engine.rules import ACCEPTANCE, BEARERS, CATEGORY_ORDER, LABEL_BY_CODE, SECOND
 
 __all__ = ["ACCEPTANCE", "BEARERS", "CATEGORY_ORDER", "Cell", "InvoiceTotal", "Reconciliation", "gpu_seconds"]
