@@ -353,3 +353,20 @@ def test_capacity_agrees_with_the_simulators_truth(tmp_path: Path) -> None:
     assert [w["interrupted"] for w in change["windows"]] == [0, 0, 0]
     # held until after the window: the during p95 queue delay exceeds every before/after one
     assert all(during["queue_delay_s"]["p95"] > w["queue_delay_s"]["p95"] for w in change["windows"] if w is not during)
+
+
+def test_the_provider_is_the_grants_system_and_cluster_not_the_tenants_log(tmp_path: Path) -> None:
+    """J1's grant comes from `kueue://k8s-a/queues/gpu` and its start from the tenant's own
+    log `app://acme/J1`; J2's grant from `gpu-binding://k8s-a/node-2`. The provider is the
+    grant's source cut to scheme and authority: `kueue://k8s-a` and `gpu-binding://k8s-a`,
+    never `app://acme`. J3 has no grant: its start's source, cut likewise, `slurm://alpha`."""
+    log = Log()
+    for job, grant_source in (("J1", "kueue://k8s-a/queues/gpu"), ("J2", "gpu-binding://k8s-a/node-2")):
+        log.add("app://acme/" + job, "job.submitted", "09:00", job_id=job, gpus=1)
+        log.add(grant_source, "allocation.granted", "10:00", allocation_id=f"G-{job}", gpus=1, node="n1")
+        log.add("app://acme/" + job, "job.started", "10:00", job_id=job, allocation_id=f"G-{job}")
+    log.add("slurm://alpha/jobs", "job.submitted", "09:00", job_id="J3", gpus=1)
+    log.add("slurm://alpha/jobs", "job.started", "09:30", job_id="J3", allocation_id="G-J3")
+    groups = report(ledger(tmp_path, log), "envelope", "--by", "source")["groups"]
+    assert sorted((g["source"], g["jobs"]) for g in groups) == [
+        ("gpu-binding://k8s-a", 1), ("kueue://k8s-a", 1), ("slurm://alpha", 1)]
