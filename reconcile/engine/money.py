@@ -166,26 +166,26 @@ def exact_shares_sql(cells: str) -> str:
     floors leave go to the largest remainders, ties by label (the order `exact_shares`
     sorts the cells in), the same integer ranking as `allocate`'s cents."""
     tens = "CAST([" + ", ".join(str(10 ** k) for k in range(EXACT_PLACES + 1)) + "] AS HUGEINT[])"
-    terminates = " ".join(f"WHEN {10 ** k} % d = 0 THEN {k}" for k in range(EXACT_PLACES + 1))
+    terminates = f"WHEN {10 ** EXACT_PLACES} % d <> 0 THEN {EXACT_PLACES + 1} " + " ".join(f"WHEN {10 ** k} % d = 0 THEN {k}" for k in range(EXACT_PLACES + 1))
     return f"""
 WITH lines AS (
     SELECT tenant, invoice_id, line_id, arg_min(billed_amount, label) AS billed, arg_min(minor, label) AS minor,
-           sum(CAST(gpu_us AS HUGEINT)) AS total
-    FROM {cells} GROUP BY tenant, invoice_id, line_id),
+           sum(CAST(gpu_us AS HUGEINT)) AS total, row_number() OVER () AS line_no  -- any distinct integer: windows
+    FROM {cells} GROUP BY tenant, invoice_id, line_id),                                -- partition by it fast
 line_units AS (
     SELECT *, {_amount_int("scale", "billed")} AS units
     FROM (SELECT *, CAST(length(split_part(billed, '.', 2)) AS INTEGER) AS scale FROM lines)),
 reduced AS (
-    SELECT c.row_no, c.label, CAST(c.gpu_us AS HUGEINT) AS w, l.*,
+    SELECT c.row_no, c.label, CAST(c.gpu_us AS HUGEINT) AS w, l.line_no, l.billed, l.minor, l.total, l.scale, l.units,
            CASE WHEN l.total = 0 THEN CAST(1 AS HUGEINT)
                 ELSE l.total // gcd(abs(l.units * c.gpu_us), l.total) END AS d
     FROM {cells} c JOIN line_units l
       ON l.tenant = c.tenant AND l.invoice_id = c.invoice_id AND l.line_id = c.line_id),
-needs AS (SELECT *, CASE {terminates} ELSE {EXACT_PLACES + 1} END AS need FROM reduced),
+needs AS (SELECT *, CASE {terminates} END AS need FROM reduced),
 placed AS (
     SELECT *, CASE WHEN total = 0 THEN scale
                    ELSE greatest(scale, minor, least(max(need) OVER by_line + scale, {EXACT_PLACES})) END AS places
-    FROM needs WINDOW by_line AS (PARTITION BY tenant, invoice_id, line_id)),
+    FROM needs WINDOW by_line AS (PARTITION BY line_no)),
 split AS (
     SELECT *, ((units * w % total) + total) % total AS r0, {tens}[places - scale + 1] AS ten_k
     FROM placed WHERE total <> 0),
@@ -196,14 +196,14 @@ ranked AS (
     SELECT *, row_number() OVER by_line AS rank,
            units * ten_k - sum(floor_units) OVER (by_line ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
                AS leftover
-    FROM floored WINDOW by_line AS (PARTITION BY tenant, invoice_id, line_id ORDER BY remainder DESC, label))
+    FROM floored WINDOW by_line AS (PARTITION BY line_no ORDER BY remainder DESC, label))
 SELECT row_no, floor_units + CASE WHEN rank <= leftover THEN 1 ELSE 0 END AS share_units, places AS share_places,
        greatest(minor, scale) AS exact_places, false AS negative_zero
 FROM ranked
 UNION ALL  -- a line of no GPU-µs (money-only): its first cell takes the whole amount, as billed
 SELECT row_no, CASE WHEN rank = 1 THEN units ELSE 0 END, places, greatest(minor, scale),
        rank = 1 AND units = 0 AND starts_with(billed, '-')
-FROM (SELECT *, row_number() OVER (PARTITION BY tenant, invoice_id, line_id ORDER BY label) AS rank
+FROM (SELECT *, row_number() OVER (PARTITION BY line_no ORDER BY label) AS rank
       FROM placed WHERE total = 0)
 """
 
