@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test schemas typecheck bench bench-quick clean
+.PHONY: demo test lint schemas typecheck bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,12 +14,19 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/gpuledger demo --out demo-out
 
+# lint and types first: both take seconds (mypy ~11 s from a cold cache), the tests many minutes
 test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 schemas: $(STAMP)
 	$(BIN)/python -m schemas.export
 
+# mypy --strict over the packages, tests/ and bench/ (the list is in pyproject.toml)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-from decimal import Decimal
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -844,8 +844,6 @@ def _demo_simulate(config: SimConfig, folder: Path) -> Manifest:
 
 
 def _demo_store(out: Path, db_url: str | None) -> ledger.Store:
-    import ledger
-
     if db_url is None:
         for leftover in out.glob("gpuledger.db*"):
             leftover.unlink()

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from sqlalchemy import text
 
 import ledger
-from bench.ingest import PG_URL, Stores
+from bench.ingest import Stores
 from bench.reconcile import Shape, run_child, write_fleet
 from bench.results_file import record
 

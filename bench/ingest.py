@@ -29,9 +29,9 @@ from sqlalchemy import text
 
 import ingest
 import ledger
-from ingest import worker
 from bench.results_file import record
 from bench.sources import write_focus, write_native, write_sacct
+from ingest import worker
 from ledger.append import DEFAULT_BATCH_SIZE, ENTRY_COLUMNS
 
 PG_URL = os.environ.get("GPULEDGER_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")

@@ -39,8 +39,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import date
-from functools import lru_cache
 from fractions import Fraction
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 

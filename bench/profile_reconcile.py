@@ -68,7 +68,7 @@ def profile(path: Path, min_seconds: float) -> None:
             ("build_spans", lambda: build_spans(con)),
             ("classify", lambda: classify(con)),
             ("allocate", lambda: allocate(con)),
-            ("cells", lambda: con.sql(reconcile.CELLS, params={"invoice": None}).to_arrow_table()),
+            ("cells", lambda: con.sql(engine_package.CELLS, params={"invoice": None}).to_arrow_table()),
         ]
         for name, step in steps:
             wall, cpu = time.perf_counter(), cpu_seconds()

@@ -113,12 +113,12 @@ _KINDS: list[tuple[str, str, str, str, str]] = [
     # v = 13: line 5 corrected, and a credit; v = 17: a line billing 20 min again;
     # v = 19: a line running 10 min past the release
     ("890", "billing.line", "g + 600*f*7",
-     f"""line(k, tenant, '-5c', g + 600*f*5, g + 600*f*6, 8, amount, ',"corrects":"L' || k || '-5"')""",
+     """line(k, tenant, '-5c', g + 600*f*5, g + 600*f*6, 8, amount, ',"corrects":"L' || k || '-5"')""",
      "v = 13"),
     ("891", "billing.line", "g + 600*f*7",
      "line(k, tenant, '-credit', g + 600*f*5, g + 600*f*6, 0, '-5.00', ',\"category\":\"credit\"')", "v = 13"),
     ("892", "billing.line", "g + 600*f*13",
-     f"line(k, tenant, '-dup', g + 600*f*10, g + 600*f*12, 8, amount, '')", "v = 17"),
+     "line(k, tenant, '-dup', g + 600*f*10, g + 600*f*12, 8, amount, '')", "v = 17"),
     ("893", "billing.line", f"g + {ALLOCATION_S}*f + 600*f",
      f"line(k, tenant, '-late', g + {ALLOCATION_S}*f - 600*f, g + {ALLOCATION_S}*f + 600*f, 8, amount, '')",
      "v = 19"),
@@ -145,8 +145,8 @@ def _progress_sql() -> str:
 def _checkpoint_sql() -> str:
     parts = []
     for offset, kind, delay in ((0, "checkpoint.started", 20), (1, "checkpoint.saved", 50)):
-        data = (f"""'{{"checkpoint_id":"c-' || k || '-' || c || '","job_id":"job-' || k || '","step":' """
-                f"""|| (30*c - 1) || ',' || jt(tenant) || '}}'""")
+        data = ("""'{"checkpoint_id":"c-' || k || '-' || c || '","job_id":"job-' || k || '","step":' """
+                """|| (30*c - 1) || ',' || jt(tenant) || '}'""")
         parts.append(f"SELECT 720 + 2*(c - 1) + {offset} AS local, '{kind}' AS type, tenant, "
                      f"g + 1800*f*c + {delay}*f AS s, {data} AS data, k FROM a, range(1, {CHECKPOINTS + 1}) r(c) "
                      f"WHERE NOT (v = 7 AND 1800*c > 36000)")
@@ -199,8 +199,8 @@ def check_fleet(path: Path, project: bool, sample: int = 2000) -> dict[str, int]
     """A few events of every type, and a random sample, must validate as the ledger would
     take them, and seq must be unique; with `project`, the engine's projection must also
     find every time and tenant. Returns the count of events by type."""
-    from schemas import validate_event_json
     from reconcile.engine.snapshot import load_parquet, open_engine
+    from schemas import validate_event_json
 
     con = duckdb.connect(":memory:")
     try:

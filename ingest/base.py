@@ -16,7 +16,17 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import ValidationError
 
-from schemas import Accepted, CloudEvent, Origin, Record, Unstorable, rejections, unstorable, validate_event, validate_event_json
+from schemas import (
+    Accepted,
+    CloudEvent,
+    Origin,
+    Record,
+    Unstorable,
+    rejections,
+    unstorable,
+    validate_event,
+    validate_event_json,
+)
 
 UTF8_BOM = b"\xef\xbb\xbf"
 

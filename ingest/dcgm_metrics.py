@@ -240,7 +240,6 @@ def _device(labels: dict[str, str]) -> int | str:
 def _fault(sample: Sample, xid: int, previous: int | None, node: str, timestamp_ms: int,
            options: dict[str, Any]) -> dict[str, Any]:
     labels = sample.labels
-    gpu = labels.get("gpu", "")
     try:
         moment = _EPOCH + timedelta(milliseconds=timestamp_ms)
     except OverflowError:

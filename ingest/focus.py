@@ -123,9 +123,8 @@ def _undecodable(value: str) -> bool:
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[int, dict[str, str | None], bytes]]:
-    import pyarrow.parquet as pq
-
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     line = 1  # rows are numbered from 2, as if the first line were a header
     try:

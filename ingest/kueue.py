@@ -73,7 +73,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field as dataclass_field
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -300,7 +301,7 @@ def _add_pod_set(body: dict[str, Any], path: FieldPath, usage: _Usage) -> None:
             profile = resource.removeprefix(MIG_PREFIX)
             if count and profile not in usage.profiles:
                 usage.profiles.append(profile)
-    for resource, flavor in mapping(body, (*path, "flavors")).items():
+    for flavor in mapping(body, (*path, "flavors")).values():
         if isinstance(flavor, str) and flavor not in usage.flavors:
             usage.flavors.append(flavor)
     for node in _topology_nodes(body, (*path, "topologyAssignment")):

@@ -43,11 +43,6 @@ from typing import Any, BinaryIO
 from ingest.base import UTF8_BOM, IngestError, LocalZone, event_from_object, fixed_tenant, open_source
 from schemas import Origin, Record, Rejected, format_utc
 
-#: The field list assumed when none is given; the file then starts with a header line.
-STANDARD_FIELDS = (
-    "JobID", "JobName", "Account", "User", "Partition", "NodeList", "State", "Submit", "Start",
-    "End", "Elapsed", "Timelimit", "AllocTRES",
-)
 #: Every field `sacct --helpformat` lists (Slurm 17.11 to 24.05), in sacct's own spelling.
 SACCT_FIELDS = (
     "Account", "AdminComment", "AllocCPUS", "AllocGRES", "AllocNodes", "AllocTRES", "AssocID", "AveCPU",

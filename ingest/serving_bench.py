@@ -45,7 +45,16 @@ from typing import Any
 
 from ingest.base import UTF8_BOM, IngestError, LocalZone, event_from_object, fixed_tenant, open_source
 from ingest.serving_figures import (
-    JSON_KEYS, JSON_STATISTIC, MEASURES, STATISTICS, TEXT_LABELS, TEXT_STATISTIC, TRTLLM_STATISTIC, Bad, count, decimal,
+    JSON_KEYS,
+    JSON_STATISTIC,
+    MEASURES,
+    STATISTICS,
+    TEXT_LABELS,
+    TEXT_STATISTIC,
+    TRTLLM_STATISTIC,
+    Bad,
+    count,
+    decimal,
 )
 from schemas import Origin, Record, Rejected, format_utc
 from schemas.types import MAX_DURATION_S

@@ -3,7 +3,7 @@
 It imports only `schemas`; ingestors hand it records, the reconciliation reads from it.
 """
 
-from ledger.append import AppendReport, Appender, BatchResult, append_stream
+from ledger.append import Appender, AppendReport, BatchResult, append_stream
 from ledger.errors import LedgerError, StoreUnavailable, StoreWriteFailed
 from ledger.export import export_entries, quarantined
 from ledger.store import DEFAULT_URL, Store, default_url

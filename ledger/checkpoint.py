@@ -15,8 +15,8 @@ from ledger.append import utc_now
 from ledger.errors import LedgerError
 from ledger.merkle import inclusion_path
 from ledger.note import NoteError, Signer, check_key_name
-from ledger.quarantine import quarantine_head
 from ledger.proofs import Checkpoint, ProofError, merkle_root, tenant_head_leaf, tenant_order
+from ledger.quarantine import quarantine_head
 from ledger.store import Store
 from ledger.tables import checkpoint_tenants, checkpoints, entries
 from ledger.tree import TreeReader

@@ -12,9 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from hashlib import sha256
 
-from ledger.proofs import NODE_PREFIX
+from ledger.proofs import NODE_PREFIX, merkle_root
 from ledger.proofs import hash_children as node_hash
-from ledger.proofs import merkle_root
 
 #: Nodes below this level are not stored: 16 leaves are cheaper to read than n/2 rows to write.
 STORED_MIN_LEVEL = 4

@@ -12,7 +12,7 @@ from sqlalchemy import Connection, and_, select
 
 from ledger.merkle import STORED_MIN_LEVEL, Frontier, fold_right, perfect_subtrees, root_of_leaves
 from ledger.proofs import multiproof_ranges
-from ledger.tables import entries, tree_nodes
+from ledger.tables import entries
 
 
 def stored_nodes(conn: Connection, keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int], bytes]:

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from hashlib import sha256
 from typing import Any
 
-
 from sqlalchemy import Connection, func, select
 from sqlalchemy.engine import make_url
 

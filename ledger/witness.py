@@ -36,12 +36,20 @@ from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
 from sqlalchemy import Connection, func, insert, select
 
 from ledger.checkpoint import SignedCheckpoint, check_origin
 from ledger.errors import LedgerError
-from ledger.note import COSIGNATURE_V1, SIGNATURE_LINE_PREFIX, NoteError, Signer, Verifier, read_signer, split_note, write_keypair
+from ledger.note import (
+    COSIGNATURE_V1,
+    SIGNATURE_LINE_PREFIX,
+    NoteError,
+    Signer,
+    Verifier,
+    read_signer,
+    split_note,
+    write_keypair,
+)
 from ledger.proofs import Checkpoint, CheckpointBody, ProofError, parse_decimal, parse_hash_base64, verify_consistency
 from ledger.store import Store
 from ledger.tables import checkpoints, cosignatures, entries

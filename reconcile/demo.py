@@ -23,15 +23,15 @@ from rich.table import Table
 from ledger import Store
 from ledger.note import Signer, Verifier
 from reconcile.engine import reconcile_store
+from reconcile.engine.money import major_units
+from reconcile.engine.result import Reconciliation
+from reconcile.engine.rules import CATEGORY_ORDER
 from reconcile.packets.diagnostic import write_packet
 from reconcile.packets.dispute import build_dispute, verify_dispute
 from reconcile.packets.dispute import write_packet as write_dispute
-from reconcile.engine.money import major_units
-from reconcile.engine.rules import CATEGORY_ORDER
 from reconcile.packets.letter import write_letter_beside
-from reconcile.reports.output import write
 from reconcile.reports import write_reports
-from reconcile.engine.result import Reconciliation
+from reconcile.reports.output import write
 
 BIGGEST = 5
 

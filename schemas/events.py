@@ -11,17 +11,42 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, NotRequired, Union
 
 from pydantic import (
-    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, TypeAdapter, ValidationInfo,
-    WithJsonSchema, create_model, model_validator,
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    TypeAdapter,
+    ValidationInfo,
+    WithJsonSchema,
+    create_model,
+    model_validator,
 )
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import TypedDict
 
 from schemas.types import (
-    MAX_LINE_GPU_SECONDS, MAX_SAFE_INT, NAIVE_IS_UTC, NOW, Amount, Count, Currency, Deadline, GpuCount, Money,
-    Name, PositiveCount, PositiveGpuCount, SafeInt, Seconds, UtcTime, format_money, parse_money,
+    MAX_LINE_GPU_SECONDS,
+    MAX_SAFE_INT,
+    NAIVE_IS_UTC,
+    NOW,
+    Amount,
+    Count,
+    Currency,
+    Deadline,
+    GpuCount,
+    Money,
+    Name,
+    PositiveCount,
+    PositiveGpuCount,
+    SafeInt,
+    Seconds,
+    UtcTime,
+    format_money,
+    parse_money,
 )
 
 PlacementClass = Literal["whole", "mig", "timeslice"]
@@ -499,7 +524,8 @@ def _envelope(event_type: str, data_model: type[EventData]) -> type[CloudEvent]:
 
 ENVELOPES: dict[str, type[CloudEvent]] = {t: _envelope(t, m) for t, m in DATA_MODELS.items()}
 
-_AnyEvent = Annotated[Union[tuple(ENVELOPES.values())], Field(discriminator="type")]  # type: ignore[valid-type]
+# Union[] of a tuple built at run time; `X | Y` cannot be spelled over it
+_AnyEvent = Annotated[Union[tuple(ENVELOPES.values())], Field(discriminator="type")]  # type: ignore[valid-type]  # noqa: UP007
 EVENT_ADAPTER: TypeAdapter[CloudEvent] = TypeAdapter(_AnyEvent)  # type: ignore[arg-type]
 
 

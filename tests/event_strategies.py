@@ -16,8 +16,15 @@ from hypothesis import strategies as st
 from schemas import DATA_MODELS
 from schemas.events import MEASURE_DIGITS
 from schemas.types import (
-    AMOUNT_DECIMAL_PLACES, AMOUNT_WHOLE_DIGITS, CLOCK_SKEW, EARLIEST, MAX_DURATION_S, MAX_GPUS,
-    MAX_LINE_GPU_SECONDS, MAX_SAFE_INT, format_utc,
+    AMOUNT_DECIMAL_PLACES,
+    AMOUNT_WHOLE_DIGITS,
+    CLOCK_SKEW,
+    EARLIEST,
+    MAX_DURATION_S,
+    MAX_GPUS,
+    MAX_LINE_GPU_SECONDS,
+    MAX_SAFE_INT,
+    format_utc,
 )
 
 #: The ingest clock the strategies work to.
@@ -72,7 +79,7 @@ positive_counts = edged(st.integers(1, MAX_SAFE_INT), 1, MAX_SAFE_INT)
 safe_ints = edged(st.integers(-MAX_SAFE_INT, MAX_SAFE_INT), -MAX_SAFE_INT, MAX_SAFE_INT, 0)
 gpus = edged(st.integers(1, MAX_GPUS), 1, MAX_GPUS)
 seconds = edged(st.integers(0, MAX_DURATION_S), 0, MAX_DURATION_S)
-names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=6)
+names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=6)
 tenants = st.sampled_from(TENANTS)
 jobs = st.sampled_from(JOBS)
 allocations = st.sampled_from(ALLOCATIONS)
@@ -253,8 +260,12 @@ def _drop_nones(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if v is not None}
 
 
+#: Every event type, the default of `events`.
+ANY_TYPE = st.sampled_from(sorted(DATA))
+
+
 @st.composite
-def events(draw: st.DrawFn, types: st.SearchStrategy[str] = st.sampled_from(sorted(DATA)),
+def events(draw: st.DrawFn, types: st.SearchStrategy[str] = ANY_TYPE,
            extras: bool = True) -> dict[str, Any]:
     """One CloudEvent as Python objects (times as text or datetimes), of any type."""
     type_ = draw(types)

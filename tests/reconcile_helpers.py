@@ -1,4 +1,4 @@
-"""A small scenario builder for the reconciliation tests (issue 6).
+"""A small scenario builder for the reconciliation tests.
 
 A `Scenario` collects CloudEvents dicts, written in clock times on 2026-01-05 ("10:05"),
 so that each test's expected GPU-seconds can be worked out by hand from

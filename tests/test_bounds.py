@@ -1,6 +1,6 @@
 """Bounds at the door (docs/events.md, docs/canonical-and-bounds.md): each bound's edge is
-accepted, one step past it is quarantined with its field and reason; and the issue's own
-examples, ingested through the CLI, are quarantined while every later command still runs.
+accepted, one step past it is quarantined with its field and reason; and absurd values far
+past the bounds, ingested through the CLI, are quarantined while every later command still runs.
 Edges are worked out by hand from the rules in schemas/types.py."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], tuple[str, str] | No
     "gpus 1,000,000": ("allocation.granted", {"tenant": "t", "allocation_id": "a", "gpus": 1_000_000}, {}, None),
     "gpus 1,000,001": ("allocation.granted", {"tenant": "t", "allocation_id": "a", "gpus": 1_000_001}, {},
                        ("data.gpus", LE.format(1_000_000))),
-    "gpus 10**11 (the issue's)": ("job.submitted", {"tenant": "t", "job_id": "j", "gpus": 10**11}, {},
+    "gpus 10**11 (absurd)": ("job.submitted", {"tenant": "t", "job_id": "j", "gpus": 10**11}, {},
                                   ("data.gpus", LE.format(1_000_000))),
     "promise gpus 1,000,001": ("policy.promise", {"tenant": "t", "promise_id": "p", "job_id": "j",
                                                   "start_by": "2026-01-05T11:00:00Z", "gpus": 1_000_001}, {},
@@ -62,7 +62,7 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], tuple[str, str] | No
     "priority 2**53 - 1": ("job.submitted", {"tenant": "t", "job_id": "j", "priority": 2**53 - 1}, {}, None),
     "priority -(2**53 - 1)": ("policy.decision", {"tenant": "t", "decision": "queued", "priority": -(2**53 - 1)},
                               {}, None),
-    "priority 2**64 (the issue's)": ("job.submitted", {"tenant": "t", "job_id": "j", "priority": 2**64}, {},
+    "priority 2**64 (absurd)": ("job.submitted", {"tenant": "t", "job_id": "j", "priority": 2**64}, {},
                                      ("data.priority", LE.format(2**53 - 1))),
     "priority -(2**53)": ("policy.decision", {"tenant": "t", "decision": "queued", "priority": -(2**53)}, {},
                           ("data.priority", f"Input should be greater than or equal to {-(2**53 - 1)}")),
@@ -105,7 +105,7 @@ CASES: dict[str, tuple[str, dict[str, Any], dict[str, Any], tuple[str, str] | No
     "time clock + 1 day + 1 µs": ("job.completed", {"tenant": "t", "job_id": "j"}, {"time": "2026-06-02T12:00:00.000001Z"},
                                   ("time", "2026-06-02T12:00:00.000001Z is after the ingest clock plus one day "
                                    "(2026-06-02T12:00:00Z)")),
-    "time 9999-12-31 (the issue's)": ("job.progress", {"tenant": "t", "job_id": "j", "step": 1},
+    "time 9999-12-31 (absurd)": ("job.progress", {"tenant": "t", "job_id": "j", "step": 1},
                                       {"time": "9999-12-31T00:00:00Z"},
                                       ("time", "9999-12-31T00:00:00Z is after the ingest clock plus one day "
                                        "(2026-06-02T12:00:00Z)")),
@@ -179,8 +179,8 @@ def test_an_amount_of_1e400_from_a_parser_is_quarantined() -> None:
                                              "amount the engine computes exactly (split the charge into lines)")
 
 
-#: The issue's examples, each on its own line of one file, beside two good events.
-ISSUE_EXAMPLES = [
+#: Values far past the bounds, each on its own line of one file, beside two good events.
+ABSURD_VALUES = [
     event("allocation.granted", "g1", {"tenant": "acme", "allocation_id": "a1", "gpus": 8}, time="2026-01-05T10:00:00Z"),
     event("billing.line", "b1", {**LINE, "tenant": "acme", "allocation_id": "a1"}, time="2026-01-05T11:00:00Z"),
     event("billing.line", "b2", {**LINE, "tenant": "acme", "line_id": "l2", "amount": "1" + "0" * 400}),
@@ -195,9 +195,9 @@ QUARANTINED = [  # (line, field), in file order
 ]
 
 
-def test_the_issues_examples_are_quarantined_and_every_command_still_runs(tmp_path: Path) -> None:
-    source = tmp_path / "issue.jsonl"
-    source.write_bytes(b"".join(json.dumps(e).encode() + b"\n" for e in ISSUE_EXAMPLES))
+def test_absurd_values_are_quarantined_and_every_command_still_runs(tmp_path: Path) -> None:
+    source = tmp_path / "absurd.jsonl"
+    source.write_bytes(b"".join(json.dumps(e).encode() + b"\n" for e in ABSURD_VALUES))
     db = ["--db", f"sqlite:///{tmp_path / 'ledger.db'}"]
     runner = CliRunner()
     ingested = runner.invoke(main, ["ingest", *db, str(source)])

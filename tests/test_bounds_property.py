@@ -16,15 +16,16 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from hypothesis import HealthCheck, event as note_outcome, example, given, settings
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import event as note_outcome
 from hypothesis import strategies as st
 
 from cli import main
 from ledger import Appender, Store
 from schemas import Accepted, Origin, validate_event
 from schemas.types import MAX_DURATION_S, MAX_GPUS, MAX_SAFE_INT
-from tests.event_strategies import LAST_DEADLINE, LATEST, NOW, events
 from tests.conftest import event
+from tests.event_strategies import LAST_DEADLINE, LATEST, NOW, events
 
 REPORTS = (["report", "promises"], ["report", "capacity"], ["report", "outcomes"],
            ["report", "promises", "--format", "json"], ["report", "outcomes", "--format", "json"],

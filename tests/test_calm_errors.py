@@ -10,15 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import func, select
 
-from cli import _missed_count, main
+from cli import _missed_count
 from ledger import Store
 from ledger.note import write_keypair
 from ledger.tables import checkpoints
-from tests.reports_scenario import make_store, sqlite_store
 from tests.conftest import run_cli as run
+from tests.reports_scenario import make_store, sqlite_store
 
 NO_TENANT = "Error: --tenant: no tenant 'nosuch' in the ledger (tenants: acme)\n"
 

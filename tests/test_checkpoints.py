@@ -13,10 +13,17 @@ from sqlalchemy import text
 
 from cli import main
 from ledger import Store, verify_ledger
-from ledger.checkpoint import sign_checkpoint, tenant_head_proof
+from ledger.checkpoint import tenant_head_proof
 from ledger.note import COSIGNATURE_V1, NoteError, Signer, Verifier, read_verifier
-from ledger.proofs import (Checkpoint, CheckpointBody, ProofError, hash_leaf, verify_consistency, verify_inclusion,
-                           verify_tenant_head)
+from ledger.proofs import (
+    Checkpoint,
+    CheckpointBody,
+    ProofError,
+    hash_leaf,
+    verify_consistency,
+    verify_inclusion,
+    verify_tenant_head,
+)
 from ledger.tree import TreeReader
 from tests.conftest import progress, write_jsonl
 from tests.test_proofs import mth

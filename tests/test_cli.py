@@ -9,7 +9,6 @@ from pathlib import Path
 
 import click
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import text
 
 import cli
@@ -52,8 +51,8 @@ def test_help_values_written_in_cli_are_the_libraries_own() -> None:
     import ingest
     import ledger.append
     import ledger.checkpoint
-    import reconcile.reports.output
     import reconcile.reports
+    import reconcile.reports.output
 
     assert cli.INGEST_FORMATS == tuple(ingest.format_names())
     assert cli.DEFAULT_BATCH_SIZE == ledger.append.DEFAULT_BATCH_SIZE

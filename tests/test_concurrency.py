@@ -70,7 +70,7 @@ def test_eight_writers_make_one_chain_and_readers_see_whole_batches(tmp_path: Pa
         reader.stop.set()
         reader.join(timeout=60)
         reader.store.close()
-    for out, err, code in outcomes:
+    for _out, err, code in outcomes:
         assert code == 0, err
     appended = sum(int(out.split("appended ")[1].split(" ")[0]) for out, _, _ in outcomes)
     distinct = WRITERS * OWN + SHARED

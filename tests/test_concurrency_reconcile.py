@@ -1,4 +1,4 @@
-"""Issue 8: writers append while readers reconcile. Several `gpuledger ingest` processes
+"""Writers append while readers reconcile. Several `gpuledger ingest` processes
 write one store at once, and reader threads run the reconciliation engine meanwhile, each
 on one snapshot (docs/ledger-format.md: a batch is all or nothing). Every reconciliation must
 be the reconciliation of a whole-batch prefix of the final ledger: the same JSON as the
@@ -139,7 +139,7 @@ def test_readers_reconciling_during_writes_see_whole_batch_prefixes(tmp_path: Pa
     total = WRITERS * (1 + ROUNDS * (MARKS + 4))  # the grant, then per round: start, marks, end, result, line
     outcomes, readers = reconcile_while_writing(db_url, files)
 
-    for out, err, code in outcomes:
+    for _out, err, code in outcomes:
         assert code == 0, err
     assert sum(int(out.split("appended ")[1].split(" ")[0]) for out, _, _ in outcomes) == total
     store = Store(db_url)

@@ -1,4 +1,4 @@
-"""Dispute packets (issue 7): `gpuledger dispute` writes one, `gpuledger verify-packet`
+"""Dispute packets: `gpuledger dispute` writes one, `gpuledger verify-packet`
 checks it with the public key alone. A two-tenant ledger with faults on each tenant's
 node; the packet for acme's invoice must verify, hold nothing of zeta, and fail for each
 way a dishonest party might alter it. Expected figures are worked by hand from RULES.md.
@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event as note_outcome, given, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import event as note_outcome
 from hypothesis import strategies as st
 from sqlalchemy import text
 
@@ -410,7 +411,7 @@ def test_dispute_on_postgresql(tmp_path: Path, pg_url: str) -> None:
     assert code == 1 and err.startswith("FAILED: findings.lines[0] (line L-acme-1).categories")
 
 
-# -- fuzzing (issue 8): whatever is done to a packet, a verdict or an input error, never a crash
+# -- fuzzing: whatever is done to a packet, a verdict or an input error, never a crash
 
 FUZZ = settings(max_examples=3000 if SLOW else 200, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

@@ -47,7 +47,8 @@ def ledger_with_two_checkpoints(store: Store) -> tuple[Store, str, int]:
 @pytest.fixture
 def bundle(ledger_with_two_checkpoints: tuple[Store, str, int]) -> dict[str, Any]:
     store, _, fault_seq = ledger_with_two_checkpoints
-    return json.loads(json.dumps(build_bundle(store, "acme", fleet_seqs=[fault_seq], since_checkpoint_seq=1)))
+    as_sent: dict[str, Any] = json.loads(json.dumps(build_bundle(store, "acme", fleet_seqs=[fault_seq], since_checkpoint_seq=1)))
+    return as_sent
 
 
 def test_bundle_verifies_with_the_public_key_alone(bundle: dict[str, Any], ledger_with_two_checkpoints: tuple[Store, str, int]) -> None:

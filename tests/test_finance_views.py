@@ -49,7 +49,7 @@ from cli import main
 from ledger import Appender, Store
 from reconcile.engine.money import exact_shares
 from schemas import Accepted, Origin, canonical
-from reconcile_helpers import Scenario, ingest
+from tests.reconcile_helpers import Scenario, ingest
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium")
@@ -125,7 +125,7 @@ def test_json_lines_carry_billed_amount_period_description_and_exact_amounts(cen
     assert got == {"startup": ("0.12", "0.1225"), "productive": ("0.49", "0.490"), "idle_reserved": ("0.12", "0.1225")}
     assert l2["categories"] == {"money_only": {"gpu_seconds": 0, "amount": "0.74", "amount_exact": "0.735",
                                                "bearer": "customer"}}
-    # the complaint, answered: rounded amounts add up to the line as rounded within
+    # rounded amounts add up to the line as rounded within
     # the invoice, exact ones to the line as billed
     assert sum(Decimal(v["amount"]) for v in l1["categories"].values()) == Decimal("0.73")
     assert sum(Decimal(v["amount_exact"]) for v in l1["categories"].values()) == Decimal("0.735")

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingest.k8sdocs import read_objects
-from tests.test_fuzz_parsers import run
 from tests.conftest import FUZZ_EXAMPLES
+from tests.test_fuzz_parsers import run
 
 WORKLOAD: dict[str, Any] = {
     "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",

@@ -22,7 +22,7 @@ from ingest.k8sdocs import K8sObject, read_objects
 from tests.conftest import ROOT
 from tests.test_fuzz_k8s_parsers import EVENT_JSON, EVENT_YAML, SETTINGS, WORKLOAD_JSON, WORKLOAD_YAML, noise
 
-GROWTH_LIMIT_MIB = 10  # holding a 24 MiB file whole (the old reader) adds more than twice this
+GROWTH_LIMIT_MIB = 10  # a reader holding the 24 MiB file whole adds more than twice this
 
 PROBE = """
 import sys

@@ -22,13 +22,6 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 }
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
 def imported_modules(path: Path) -> set[str]:
     """Every module `path` imports, absolute names (`from x import y` gives x and x.y)."""
     names: set[str] = set()

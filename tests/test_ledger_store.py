@@ -14,8 +14,8 @@ from ingest import extract
 from ledger import Appender, Store, append_stream, verify_ledger
 from ledger.checkpoint import sign_checkpoint
 from ledger.note import COSIGNATURE_V1, Signer
-from ledger.witness import add_cosignatures, cosign
 from ledger.tables import APPEND_ONLY, batches, entries, quarantine
+from ledger.witness import add_cosignatures, cosign
 from schemas import Accepted, Origin, Rejected, validate_event
 from tests.conftest import FIXED_TIME, event, fixed_salts, progress, write_jsonl
 

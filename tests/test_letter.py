@@ -52,8 +52,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import event, write_jsonl
-from tests.test_packet import read_png
 from tests.conftest import run_cli as run
+from tests.test_packet import read_png
 
 CHROMIUM = shutil.which("chromium")
 

@@ -1,4 +1,4 @@
-"""The diagnostic packet (issue 7) of the late-start promise P2 of tests/reports_scenario.py:
+"""The diagnostic packet of the late-start promise P2 of tests/reports_scenario.py:
 its JSON sections worked out by hand from the scenario's events, a self-contained HTML
 page, and that page rendered in headless Chromium (skipped when `chromium` is absent)."""
 
@@ -21,8 +21,8 @@ from click.testing import CliRunner
 from cli import main
 from ledger import Store
 from reconcile.packets.diagnostic import PacketError, build_packet, render_html, write_packet
-from reconcile.reports import report
 from reconcile.packets.story import duration
+from reconcile.reports import report
 from tests.reports_scenario import Events, at, make_store_of, sqlite_store
 
 CHROMIUM = shutil.which("chromium")

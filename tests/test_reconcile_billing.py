@@ -1,4 +1,4 @@
-"""Hand-worked reconciliation of billing (issue 6): corrections, credits, money and its
+"""Hand-worked reconciliation of billing: corrections, credits, money and its
 rounding, unbilled time, the tenant and invoice filters, and `gpuledger reconcile`.
 
 As in test_reconcile_rules.py every expected figure is worked out by hand beside it, from
@@ -18,7 +18,6 @@ from cli import main
 from ledger import Appender, Store
 from schemas import Accepted, Origin, canonical
 from tests.reconcile_helpers import C, P, Scenario, cats, ingest, line, line_ids, reconcile, run, stall_base, tenant
-
 
 # --- corrections and credits --------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from cli import main
 from ledger import Store
-from reconcile_helpers import Scenario, ingest
+from tests.reconcile_helpers import Scenario, ingest
 
 EXPECTED = {
     ("startup", "customer", ""): (2400, "2.40"),
@@ -79,7 +79,7 @@ def test_json_is_the_design_shape(tmp_path: Path) -> None:
     assert acme["by_bearer"] == {"provider": "0.00", "customer": "14.40", "disputed": "0.00"}
     assert acme["productive_by_acceptance"] == {"accepted": 0, "rejected": 0, "pending": 9600}
     assert acme["categories"]["productive"] == {"gpu_seconds": 9600, "amount": "9.60", "bearer": "customer"}
-    assert [(l["line_id"], l["gpu_seconds"], l["amount"]) for l in doc["lines"]] == [("L1", 14400, "14.40")]
+    assert [(line["line_id"], line["gpu_seconds"], line["amount"]) for line in doc["lines"]] == [("L1", 14400, "14.40")]
 
 
 def test_table_names_the_tenant_and_each_category(tmp_path: Path) -> None:

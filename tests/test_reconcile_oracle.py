@@ -29,8 +29,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bench.pandas_reconcile
-from bench.pandas_reconcile import (category_key, entries_of_jsonl, entries_of_parquet, entries_of_store,
-                                    frame_of_entries, line_cents, reconcile_entries, reconcile_frame, rfc3339_us)
+from bench.pandas_reconcile import (
+    category_key,
+    entries_of_jsonl,
+    entries_of_parquet,
+    entries_of_store,
+    frame_of_entries,
+    line_cents,
+    reconcile_entries,
+    reconcile_frame,
+    rfc3339_us,
+)
 from ledger import Appender, Store, export_entries
 from reconcile import reconcile_store
 from reconcile.engine.result import Cell

@@ -1,4 +1,4 @@
-"""Reconciliation as algebra (issue 6): for random event sets every line's categories add
+"""Reconciliation as algebra: for random event sets every line's categories add
 up to its GPU-seconds and its money, no second of an allocation is counted twice, and the
 ledger order of events (other than billing lines') never changes the answer.
 

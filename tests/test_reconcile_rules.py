@@ -1,5 +1,5 @@
 """Hand-worked reconciliation scenarios: one per time category and rule of reconcile/RULES.md,
-as reconcile/RULES.md states them, and the edge cases issue 6 names. Corrections, credits,
+as reconcile/RULES.md states them, and their edge cases. Corrections, credits,
 money, unbilled time and the filters are in test_reconcile_billing.py.
 
 Every expected figure below is worked out by hand in the comments beside it, never by

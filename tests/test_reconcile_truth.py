@@ -1,4 +1,4 @@
-"""The engine against the simulator's ground truth (issue 6): a multi-day fleet in the real
+"""The engine against the simulator's ground truth: a multi-day fleet in the real
 source formats, ingested as any user would, reconciled, and compared line by line and
 category by category, exactly. The truth is the simulator's own (fixtures/sim/truth.py,
 worked from its model of the fleet); this test never derives an expected value from the

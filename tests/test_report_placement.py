@@ -1,4 +1,4 @@
-"""`report placement` and the serving view of `report outcomes` (issue 20, items 2 and 3)
+"""`report placement` and the serving view of `report outcomes`
 over a small fleet written as CloudEvents and ingested through the CLI. Every expected
 figure is worked by hand below from the rules in docs/placement.md.
 

@@ -1,4 +1,4 @@
-"""Reports (issue 7): promises, capacity, outcomes over the hand-built fleet of
+"""Reports: promises, capacity, outcomes over the hand-built fleet of
 tests/reports_scenario.py. Every expected figure is worked out by hand in the comments,
 from that file's events; percentiles are nearest-rank (rank ⌈p·n/100⌉ of the sorted
 values, reconcile/engine/figures.py)."""
@@ -15,15 +15,15 @@ from typing import Any
 import duckdb
 import pytest
 from click.testing import CliRunner
+from rich.table import Table
 
 import ingest
 from cli import main
 from fixtures.sim import SimConfig, simulate
 from ledger import Appender, Store, append_stream
-from reconcile.reports.capacity import RATES
 from reconcile.engine.figures import nearest_rank, parse_time
 from reconcile.reports import render, report, to_csv, write_reports
-from rich.table import Table
+from reconcile.reports.capacity import RATES
 from tests.reports_scenario import Events, at, make_store, make_store_of, sqlite_store
 
 

@@ -69,9 +69,9 @@ def spearman(xs: list[Decimal], ys: list[Decimal]) -> Decimal:
         return [Decimal(sum(1 for w in values if w < v)) + (Decimal(sum(1 for w in values if w == v)) + 1) / 2
                 for v in values]
     rx, ry = ranks(xs), ranks(ys)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    spread = (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)).sqrt()
+    mx, my = sum(rx, Decimal(0)) / len(rx), sum(ry, Decimal(0)) / len(ry)
+    cov = sum(((a - mx) * (b - my) for a, b in zip(rx, ry)), Decimal(0))
+    spread = (sum(((a - mx) ** 2 for a in rx), Decimal(0)) * sum(((b - my) ** 2 for b in ry), Decimal(0))).sqrt()
     return cov / spread
 
 

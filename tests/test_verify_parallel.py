@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from hashlib import sha256
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 from sqlalchemy import Connection, text
@@ -26,11 +26,23 @@ from ledger.note import Signer
 from ledger.proofs import ProofError
 from ledger.verify_ranges import cut, leaves_in_processes
 from tests.test_verify_tamper import (
-    SIZE, append_unrecorded_row, drop_guards, edit_tree_node, good_ledger, sign_a_second_history_at_the_same_size,
-    signed_ledger, truncate_tail,
+    SIZE,
+    append_unrecorded_row,
+    drop_guards,
+    edit_tree_node,
+    good_ledger,
+    sign_a_second_history_at_the_same_size,
+    signed_ledger,
+    truncate_tail,
 )
 
-PARALLEL = {"processes": 2, "smallest_range": 20}
+
+class Parallel(TypedDict):
+    processes: int
+    smallest_range: int
+
+
+PARALLEL: Parallel = {"processes": 2, "smallest_range": 20}
 
 
 def test_the_ranges_cut_the_ledger_as_worked_out_by_hand() -> None:
@@ -78,11 +90,11 @@ def _edit_event(seq: int) -> Callable[[Connection], None]:
     return edit
 
 
-def _delete(seq: int) -> Callable[[Connection], None]:
+def _delete(seq: int) -> Callable[[Connection], object]:
     return lambda conn: conn.execute(text(f"DELETE FROM entries WHERE seq = {seq}"))
 
 
-def _zero(column: str, seq: int) -> Callable[[Connection], None]:
+def _zero(column: str, seq: int) -> Callable[[Connection], object]:
     return lambda conn: conn.execute(text(f"UPDATE entries SET {column} = :z WHERE seq = {seq}"), {"z": bytes(32)})
 
 
@@ -174,7 +186,11 @@ def test_a_bundle_checked_with_leaves_hashed_in_processes(sqlite_url: str, monke
     assert len(bundle["entries"]) == 80
     monkeypatch.setattr(ledger.evidence, "SMALLEST_LEAF_RANGE", 10)
     hashed: list[Any] = []
-    monkeypatch.setattr(ledger.evidence, "leaves_in_processes", lambda *a: hashed.append(leaves_in_processes(*a)) or hashed[-1])
+    def recorded(*a: Any) -> Any:
+        hashed.append(leaves_in_processes(*a))
+        return hashed[-1]
+
+    monkeypatch.setattr(ledger.evidence, "leaves_in_processes", recorded)
     assert verify_bundle(bundle, signer.verifier, processes=2).size == SIZE
     assert hashed and hashed[0] is not None and len(hashed[0]) == 80  # the leaves came from the processes
     bundle["entries"][50]["event"] = bundle["entries"][50]["event"].replace('"step":', '"step":1')

@@ -15,10 +15,10 @@ from sqlalchemy import text
 from ledger import Store
 from ledger.note import COSIGNATURE_V1, Signer
 from ledger.witness import CosignatureError, WitnessError, WitnessRequest, cosign, verify_cosignature
-from tests.conftest import write_jsonl
-from tests.test_verify_tamper import drop_guards
-from tests.test_dispute import ACME_AFTER, ACME_BEFORE, FLEET, ZETA
 from tests.conftest import run_cli as run
+from tests.conftest import write_jsonl
+from tests.test_dispute import ACME_AFTER, ACME_BEFORE, FLEET, ZETA
+from tests.test_verify_tamper import drop_guards
 
 ORIGIN = "gpuledger.local/ledger"
 FIRST = ACME_BEFORE + ZETA[:3] + FLEET[:1]  # 10 entries
@@ -104,7 +104,7 @@ def test_a_second_history_signed_with_the_log_key_is_refused_as_a_fork(setup: Se
     for name in ("log.key", "log.key.pub"):
         (forked.folder / name).write_bytes((setup.folder / name).read_bytes())
     edited = [dict(e) for e in FIRST]
-    edited[3] = {**edited[3], "data": {**edited[3]["data"], "step": 99}}  # type: ignore[dict-item]
+    edited[3] = {**edited[3], "data": {**edited[3]["data"], "step": 99}}
     forked.ingest("first.jsonl", edited + REST)
     request = forked.request(10, "fork.txt")
     code, out, err = run("witness", "cosign", "--state", str(setup.state), str(request))

@@ -22,7 +22,15 @@ from reconcile.engine.classify import classify
 from reconcile.engine.intervals import build_spans
 from reconcile.engine.money import MoneyOverflow, allocate
 from reconcile.engine.result import Cell, Reconciliation  # noqa: F401  (Cell: part of the API)
-from reconcile.engine.snapshot import entry_pages, load_pages, load_parquet, open_engine, read_ahead, shareable, store_pages
+from reconcile.engine.snapshot import (
+    entry_pages,
+    load_pages,
+    load_parquet,
+    open_engine,
+    read_ahead,
+    shareable,
+    store_pages,
+)
 
 UNBILLED = """
 WITH held AS (

@@ -14,8 +14,8 @@ from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 from typing import TypeVar
 
-from reconcile.engine.rules import INF, SECOND
 from reconcile.engine.money import format_minor, minor_unit
+from reconcile.engine.rules import INF, SECOND
 from schemas import format_utc
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

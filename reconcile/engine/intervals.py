@@ -13,8 +13,16 @@ from __future__ import annotations
 
 import duckdb
 
-from reconcile.engine.rules import (FAULT_LOOKBACK_US, INF, SECOND, by_acceptance_sql, by_bearer_sql, code,
-                                    fault_windows_sql, touching_sql)
+from reconcile.engine.rules import (
+    FAULT_LOOKBACK_US,
+    INF,
+    SECOND,
+    by_acceptance_sql,
+    by_bearer_sql,
+    code,
+    fault_windows_sql,
+    touching_sql,
+)
 
 __all__ = ["DEFAULT_TERMS", "INF", "SECOND", "build_spans"]  # INF and SECOND: rules.py's, kept importable here
 

@@ -234,7 +234,7 @@ def _invoice_totals(con: duckdb.DuckDBPyConnection, scale: int) -> list[tuple[st
     """Each invoice's exact total rounded half-even to its currency's minor unit. An invoice
     is one tenant's: two tenants' invoices of one id never share a cent (a tenant's figures
     rest on its own data only)."""
-    rows = con.execute(f"""
+    rows = con.execute("""
         SELECT tenant, invoice_id, currency, CAST(sum(amount_units) AS VARCHAR)
         FROM line_amounts GROUP BY tenant, invoice_id, currency""").fetchall()
     out = []

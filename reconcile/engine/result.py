@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
 from decimal import Decimal
+from functools import cached_property, lru_cache
 from typing import Any
 
 import duckdb
@@ -17,9 +17,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from reconcile.engine.figures import iso
-from reconcile.engine.money import (EXACT_LINE_US, MoneyOverflow, decimal_text_sql, exact_shares, exact_shares_sql,
-                                    exact_sum, exact_text, format_minor, longest_line_sql, major_units, places_of,
-                                    round_minor)
+from reconcile.engine.money import (
+    EXACT_LINE_US,
+    MoneyOverflow,
+    decimal_text_sql,
+    exact_shares,
+    exact_shares_sql,
+    exact_sum,
+    exact_text,
+    format_minor,
+    longest_line_sql,
+    major_units,
+    places_of,
+    round_minor,
+)
 from reconcile.engine.rules import ACCEPTANCE, BEARERS, CATEGORY_ORDER, INF, LABEL_BY_CODE, SECOND
 
 __all__ = ["ACCEPTANCE", "BEARERS", "CATEGORY_ORDER", "Cell", "InvoiceTotal", "Reconciliation", "gpu_seconds"]

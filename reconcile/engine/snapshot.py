@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -283,7 +283,7 @@ def store_pages(conn: Connection, tenant: str | None = None, page_rows: int = PA
     row_type = _ROW_BLOB if sqlite else _ROW_TEXT
     driver: Any = conn.connection.driver_connection
     # One query, read a page at a time: on PostgreSQL through a server-side cursor, so the
-    # server streams the rows in index order (a query a page, `seq > last ... LIMIT`, was
+    # server streams the rows in index order (a query a page, `seq > last ... LIMIT`, is
     # planned as a scan and a sort of the whole table for every page).
     cursor = driver.cursor() if sqlite else driver.cursor(f"gpuledger_pages_{next(_CURSORS)}")
     try:
@@ -345,7 +345,7 @@ def shareable(conn: Connection) -> bool:
     return not refused
 
 
-def read_ahead(pages: Iterable[pa.Table]) -> Iterator[pa.Table]:
+def read_ahead(pages: Iterable[pa.Table]) -> Generator[pa.Table, None, None]:
     """`pages`, read one page ahead in a thread of their own: the database driver (which
     lets go of the GIL while the database works) reads the next page while DuckDB (which
     lets go of it too) projects this one. The thread has stopped when this returns, so

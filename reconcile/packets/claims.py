@@ -34,10 +34,19 @@ import duckdb
 
 from reconcile.engine import Reconciliation, engine, run
 from reconcile.engine.figures import iso
-from reconcile.engine.rules import (FAULT_LOOKBACK_US, INF, LABEL_BY_CODE, LABELS, SPAN_LABELS, bit_sql, code, codes_sql,
-                                    winner_sql)
 from reconcile.engine.money import format_minor
 from reconcile.engine.result import gpu_seconds
+from reconcile.engine.rules import (
+    FAULT_LOOKBACK_US,
+    INF,
+    LABEL_BY_CODE,
+    LABELS,
+    SPAN_LABELS,
+    bit_sql,
+    code,
+    codes_sql,
+    winner_sql,
+)
 from reconcile.engine.snapshot import entry_pages, load_pages
 
 #: Labels a customer disputes: provider-borne (the provider should not have charged) and disputed.

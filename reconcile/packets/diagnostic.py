@@ -44,15 +44,24 @@ from sqlalchemy import select
 
 from ledger import Store
 from ledger.tables import entries
-from reconcile.packets import story
-from reconcile.reports import outcomes, promises
 from reconcile.engine.figures import iso, money, parse_time, seconds
+from reconcile.packets import story
 from reconcile.packets.packet_sql import (
-    ALLOCATIONS, ATTEMPTS, BILLING, CHECKPOINTS, DECISIONS, DEVICES, FAULTS, HISTOGRAM, PROGRESS, RESTORES, SCOPE,
+    ALLOCATIONS,
+    ATTEMPTS,
+    BILLING,
+    CHECKPOINTS,
+    DECISIONS,
+    DEVICES,
+    FAULTS,
+    HISTOGRAM,
+    PROGRESS,
+    RESTORES,
+    SCOPE,
     SUBMITTED,
 )
-from reconcile.reports import Loaded, loaded
 from reconcile.packets.timeline import timeline
+from reconcile.reports import Loaded, loaded, outcomes, promises
 
 HISTOGRAM_BINS = 120
 #: The timeline's legend: (CSS classes of the swatch, what it means), in lane order.
@@ -264,7 +273,3 @@ def _details(packet: dict[str, Any]) -> None:
         attempt["detail"] = data.get(attempt["end_seq"], {}).get("detail") if attempt["end_seq"] else None
     for fault in packet["health"]["faults"]:
         fault["detail"] = data.get(fault["seq"], {}).get("detail")
-
-
-def window_us(packet: dict[str, Any]) -> tuple[int, int]:
-    return parse_time(packet["window"]["from"]), parse_time(packet["window"]["to"])

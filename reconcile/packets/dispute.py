@@ -1,4 +1,4 @@
-"""Dispute packets (issue 7): a customer's evidence for one invoice, checked offline with
+"""Dispute packets: a customer's evidence for one invoice, checked offline with
 the ledger's public key alone (docs/packets.md is the newcomer's account).
 
 A packet is one JSON object:
@@ -48,11 +48,11 @@ from sqlalchemy import func, select
 
 from ledger import LedgerError, Store
 from ledger.checkpoint import DEFAULT_ORIGIN, sign_checkpoint
-from ledger.witness import latest_cosigned_checkpoint
 from ledger.evidence import BUNDLE_VERSION, build_bundle, verify_bundle
 from ledger.note import Signer, Verifier
 from ledger.proofs import Checkpoint, ProofError
 from ledger.tables import entries as entries_table
+from ledger.witness import latest_cosigned_checkpoint
 from reconcile.engine import MoneyOverflow
 from reconcile.engine.rules import touching_health
 from reconcile.packets.claims import ClaimMismatch, reconcile_claims

@@ -19,11 +19,12 @@ import jinja2
 
 from ledger import LedgerError
 from ledger.note import Verifier
-from reconcile.packets.dispute import VerifiedPacket, verify_dispute
 from reconcile.engine.figures import iso, parse_time
 from reconcile.engine.money import format_minor, minor_unit
 from reconcile.engine.rules import CATEGORY_ORDER
 from reconcile.engine.rules_text import RulesPageError, category_rules
+from reconcile.packets.dispute import VerifiedPacket, verify_dispute
+
 TEMPLATES = Path(__file__).parent / "templates"
 
 #: The event fields that tell what an entry says, by type (others are left out of the letter).

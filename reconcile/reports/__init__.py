@@ -29,9 +29,9 @@ from rich.text import Text
 
 from ledger import Store
 from reconcile.engine import run
-from reconcile.reports import capacity, envelope, envelope_page, outcomes, placement, promises, serving
 from reconcile.engine.result import Reconciliation
 from reconcile.engine.snapshot import load_pages, open_engine, store_pages
+from reconcile.reports import capacity, envelope, envelope_page, outcomes, placement, promises, serving
 
 REPORTS = ("promises", "capacity", "outcomes", "placement")
 FORMATS = ("table", "json", "csv", "tsv")

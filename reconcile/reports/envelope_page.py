@@ -14,7 +14,6 @@ from typing import Any
 
 import jinja2
 
-
 TEMPLATES = Path(__file__).with_name("templates")
 
 #: Chart geometry (SVG user units): label column, plot, room for the figure on the right.

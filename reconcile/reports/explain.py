@@ -89,7 +89,7 @@ def _bearer_clauses(every: list[Item], named: str) -> tuple[str, ...]:
 
 def bearer_categories(bearer: str) -> tuple[str, ...]:
     """The categories a bearer bears, from the label table."""
-    return tuple(c for c in terms() if any(l.category == c and l.bearer == bearer for l in LABELS))
+    return tuple(c for c in terms() if any(label.category == c and label.bearer == bearer for label in LABELS))
 
 
 def render(term: str | None = None, width: int = 88) -> str:

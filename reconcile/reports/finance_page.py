@@ -28,12 +28,12 @@ from pathlib import Path
 
 import jinja2
 
-from reconcile.reports.explain import BEARER_MEANING, explain, terms
 from reconcile.engine.figures import EPOCH, safe_name
 from reconcile.engine.money import major_units
-from reconcile.engine.rules import SECOND
-from reconcile.reports.output import HOUR_US, exact_number, hours, money, number
 from reconcile.engine.result import BEARERS, Cell, Reconciliation
+from reconcile.engine.rules import SECOND
+from reconcile.reports.explain import BEARER_MEANING, explain, terms
+from reconcile.reports.output import HOUR_US, exact_number, hours, money, number
 
 TEMPLATES = Path(__file__).with_name("templates")
 DAY_US = 86_400 * SECOND

@@ -37,8 +37,8 @@ import duckdb
 import pyarrow as pa
 
 from reconcile.engine.figures import iso, money, percentiles_sql, seconds
-from reconcile.engine.rules import INF
 from reconcile.engine.result import Reconciliation, gpu_seconds
+from reconcile.engine.rules import INF
 
 FACTS = f"""
 CREATE OR REPLACE TEMP TABLE rp_horizon AS
