@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> None:
               "cpu_ratio": round(old["cpu_seconds"] / max(new["cpu_seconds"], 0.01), 1),
               "peak_above_before_ratio": round(old["peak_above_before_mib"] / max(new["peak_above_before_mib"], 0.1), 1)}
     print(json.dumps(result, indent=2))
-    record("reconcile_frame", result)
+    record(f"reconcile_frame_{shape.gpus}x{shape.days}", result)
 
 
 if __name__ == "__main__":
