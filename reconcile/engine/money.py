@@ -173,10 +173,10 @@ WITH lines AS (
            sum(CAST(gpu_us AS HUGEINT)) AS total, row_number() OVER () AS line_no  -- any distinct integer: windows
     FROM {cells} GROUP BY tenant, invoice_id, line_id),                                -- partition by it fast
 line_units AS (
-    SELECT *, {_amount_int("scale", "billed")} AS units
+    SELECT tenant, invoice_id, line_id, line_no, minor, total, scale, {_amount_int("scale", "billed")} AS units, starts_with(billed, '-') AS negative
     FROM (SELECT *, CAST(length(split_part(billed, '.', 2)) AS INTEGER) AS scale FROM lines)),
 reduced AS (
-    SELECT c.row_no, c.label, CAST(c.gpu_us AS HUGEINT) AS w, l.line_no, l.billed, l.minor, l.total, l.scale, l.units,
+    SELECT c.row_no, c.label, CAST(c.gpu_us AS HUGEINT) AS w, l.line_no, l.negative, l.minor, l.total, l.scale, l.units,
            CASE WHEN l.total = 0 THEN CAST(1 AS HUGEINT)
                 ELSE l.total // gcd(abs(l.units * c.gpu_us), l.total) END AS d
     FROM {cells} c JOIN line_units l
@@ -202,7 +202,7 @@ SELECT row_no, floor_units + CASE WHEN rank <= leftover THEN 1 ELSE 0 END AS sha
 FROM ranked
 UNION ALL  -- a line of no GPU-µs (money-only): its first cell takes the whole amount, as billed
 SELECT row_no, CASE WHEN rank = 1 THEN units ELSE 0 END, places, greatest(minor, scale),
-       rank = 1 AND units = 0 AND starts_with(billed, '-')
+       rank = 1 AND units = 0 AND negative
 FROM (SELECT *, row_number() OVER (PARTITION BY line_no ORDER BY label) AS rank
       FROM placed WHERE total = 0)
 """

@@ -284,10 +284,13 @@ class Reconciliation:
             if longest >= EXACT_LINE_US:
                 raise MoneyOverflow(f"a line of {longest} GPU-µs is too long for exact shares in 128 bits")
             fractional = bool(con.execute(f"SELECT bool_or(gpu_us % {SECOND} <> 0) FROM cells").fetchall()[0][0])
-            table = con.sql(_FRAME_SQL.format(shares=exact_shares_sql("cells"),
-                                              gpu_seconds=f"CAST(c.gpu_us AS DOUBLE) / {SECOND}" if fractional
-                                              else f"c.gpu_us // {SECOND}")).to_arrow_table()
-        return table.cast(_frame_schema(fractional))
+            derived = con.sql(_FRAME_SQL.format(shares=exact_shares_sql("cells"),
+                                                gpu_seconds=f"CAST(c.gpu_us AS DOUBLE) / {SECOND}" if fractional
+                                                else f"c.gpu_us // {SECOND}")).to_arrow_table()
+        schema = _frame_schema(fractional)
+        # what the frame shows as the cells have it comes from `table` as it is, with no copy
+        columns = [self.table.column(name) if name in CELL_COLUMNS else derived.column(name) for name in schema.names]
+        return pa.Table.from_arrays(columns, names=schema.names).cast(schema)
 
 
 def _period_sql(us: str) -> str:
@@ -300,11 +303,9 @@ def _period_sql(us: str) -> str:
 
 _FRAME_SQL = f"""
 WITH shares AS ({{shares}})
-SELECT c.invoice_id, c.line_id, c.tenant, c.allocation_id, {_period_sql("c.ps")} AS period_start,
-       {_period_sql("c.pe")} AS period_end, c.description, c.billed_amount, l.category, l.bearer, l.acceptance,
+SELECT {_period_sql("c.ps")} AS period_start, {_period_sql("c.pe")} AS period_end, l.category, l.bearer, l.acceptance,
        {{gpu_seconds}} AS gpu_seconds, {decimal_text_sql("c.cents", "c.minor", "c.minor")} AS amount,
-       {decimal_text_sql("s.share_units", "s.share_places", "s.exact_places", "s.negative_zero")} AS amount_exact,
-       c.currency
+       {decimal_text_sql("s.share_units", "s.share_places", "s.exact_places", "s.negative_zero")} AS amount_exact
 FROM cells c JOIN labels l ON l.code = c.label JOIN shares s ON s.row_no = c.row_no
 ORDER BY c.row_no
 """
