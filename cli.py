@@ -777,7 +777,17 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
     import ledger
     from ledger.checkpoint import sign_checkpoint
     from ledger.note import read_signer, read_verifier
-    from reconcile.demo import biggest_findings, category_table, run_demo_outputs, totals_line
+    from reconcile.demo import (
+        biggest_findings,
+        category_table,
+        change_lines,
+        envelope_table,
+        placement_lines,
+        receipts_line,
+        run_demo_outputs,
+        serving_table,
+        totals_line,
+    )
 
     config = SimConfig(seed=seed)
     out.mkdir(parents=True, exist_ok=True)
@@ -807,6 +817,18 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
     _say(f"7 {done.dispute}")
     if done.packet:
         _say(f"  {done.packet}")
+    reports = out / "reports"
+    _say(f"8 envelope: {len(done.reports['envelope']['groups'])} groups of source and class in "
+         f"{reports / 'envelope.csv'}, side by side in {reports / 'envelope.html'}")
+    stdout.print(envelope_table(done.reports["envelope_by_class"]))
+    _say(f"9 capacity: {receipts_line(done.reports['capacity'])}")
+    for line in change_lines(done.reports["capacity"]):
+        _say(f"  {line}")
+    first, rho = placement_lines(done.reports["placement"])
+    _say(f"10 placement: {first}")
+    _say(f"  {rho}")
+    _say(f"11 serving: {reports / 'serving.csv'}")
+    stdout.print(serving_table(done.reports["outcomes"]))
     _say(f"  reports and reconciliation: {out / 'reports'}, {out / 'reconcile.json'} (.csv, .parquet), finance page {out / 'reconcile.html'}")
     _say(f"outputs: store {store.safe_url} · sources and truth {out / 'sim'} · verifier key {key}.pub")
     if not result.ok or report.quarantined:

@@ -6,7 +6,11 @@ user of each kind takes away, and summarise the findings for the terminal.
     customers dispute-<tenant>-<invoice>.json      verified here with the public key alone,
               ….letter.html                        and the dispute letter beside it
     operators packet-<promise>/packet.{json,html}  for the first missed promise
-    everyone  reports/promises|capacity|outcomes.{json,csv}
+    everyone  reports/promises|capacity|outcomes|placement|envelope.{json,csv}
+              reports/serving.csv                  outcomes' serving view, per concurrency
+              reports/capacity_changes.csv         the fleet changes' windows
+              reports/envelope.html                providers side by side, with pictures
+              reports/envelope_by_class.{json,csv} the same per placement class alone
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class DemoOutputs:
     missed_promises: list[dict[str, Any]] = field(default_factory=list)
     dispute: str = ""
     packet: str = ""
+    reports: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def run_demo_outputs(store: Store, out: Path, signer: Signer, verifier: Verifier) -> DemoOutputs:
@@ -56,6 +61,7 @@ def run_demo_outputs(store: Store, out: Path, signer: Signer, verifier: Verifier
     written = write_reports(store, out / "reports")
     done.files += written.paths
     done.missed_promises = written.missed_promises
+    done.reports = written.docs
     done.dispute = _dispute(store, out, signer, verifier, result, done.files)
     if done.missed_promises:
         first = done.missed_promises[0]
@@ -130,3 +136,88 @@ def totals_line(result: Reconciliation) -> str:
     return (f"billed {billed:,.1f} GPU-h, of which productive {productive:,.1f} GPU-h "
             f"({share:.1%}); money: customer {money['customer']:,}, "
             f"provider-borne {money['provider']:,}, disputed {money['disputed']:,}; unbilled {unbilled:,.1f} GPU-h")
+
+
+# -- the evidence around the billed time: envelope, receipts, changes, placement, serving --
+
+def envelope_table(doc: dict[str, Any]) -> Table:
+    """The envelope per placement class (`report envelope --by placement_class`): a few key figures."""
+    table = Table("class", "jobs started/completed", "start p95 s promised → observed", "missed/promises",
+                  "restart rate", "checkpoint overhead", "cost / completed run",
+                  title="the envelope per placement class (p95 start: over the promised jobs)")
+    for g in doc["groups"]:
+        made = g["promises"]
+        ratio = g["checkpoint_overhead"]["ratio"]
+        start = "–" if made is None else f"{_text(made['promised_start_s']['p95'])} → {_text(made['observed_start_s']['p95'])}"
+        table.add_row(g["placement_class"], f"{g['started']}/{g['completed']}", start,
+                      "–" if made is None else f"{made['missed']}/{made['promises']}", _text(g["restart_rate"]),
+                      "–" if ratio is None else f"{ratio:.2%}",
+                      " ".join(f"{_text(c['cost_per_completed_run'])} {cur}" for cur, c in g["cost"].items()) or "–")
+    return table
+
+
+def receipts_line(capacity: dict[str, Any]) -> str:
+    """Start receipts per class beside the devices discovered, and the gap."""
+    rows = capacity["receipts"]
+    if not rows:
+        return "no start receipts"
+    each = ", ".join(f"{r['placement_class']} {r['receipts']} ({r['devices_receipted']}/{r['devices_discovered']})"
+                     for r in rows)
+    gap = sum(r["devices_without_receipt"] for r in rows)
+    return f"start receipts per class (devices receipted/discovered): {each}; {gap} devices without a receipt"
+
+
+def change_lines(capacity: dict[str, Any]) -> list[str]:
+    """Each fleet change: starts, queue delay and interruptions before / during / after."""
+    out = []
+    for c in capacity["changes"]:
+        windows = c["windows"]
+        out.append(f"{c['kind']} {c['change_id']} of {' '.join(c['nodes'] or []) or 'the fleet'}, "
+                   f"{c['started_at']} → {c['ended_at'] or 'open'} ({c['window_s']} s): "
+                   + " / ".join(w["phase"] for w in windows))
+        out.append(f"  starts {_each(windows, 'starts')}; queue delay p50 {_each(windows, 'queue_delay_s', 'p50')} s, "
+                   f"p95 {_each(windows, 'queue_delay_s', 'p95')} s; interrupted {_each(windows, 'interrupted')}; "
+                   f"{len(c['held_past_end'])} held past its end")
+    return out
+
+
+def _each(windows: list[dict[str, Any]], name: str, part: str | None = None) -> str:
+    """One figure of every window, as `before / during / after`."""
+    return " / ".join(_text(w[name] if part is None else w[name][part]) for w in windows)
+
+
+def placement_lines(doc: dict[str, Any]) -> list[str]:
+    """Mismatched placements and their money; per class, whether probe bus bandwidth predicts step time."""
+    rows = doc["allocations"]
+    observed = [a for a in rows if a["status"] != "unobserved"]
+    mismatched = [a for a in rows if a["status"] == "mismatch"]
+    money: dict[str, Decimal] = defaultdict(Decimal)
+    for s in doc["summary"]:
+        for currency, amount in s["billed_on_mismatch"].items():
+            money[currency] += Decimal(amount)
+    billed = ", ".join(f"{v:,} {c}" for c, v in sorted(money.items())) or "nothing"
+    first = f"; first: {mismatched[0]['tenant']} {mismatched[0]['allocation_id']}: {mismatched[0]['reasons'][0]}" if mismatched else ""
+    rho = ", ".join(f"{p['placement_class']} {_text(p['spearman'])} (n={p['n']}: {p['reading']})"
+                    for p in doc["prediction"] if p["n"])
+    return [f"{len(observed)} of {len(rows)} allocations observed, {len(mismatched)} mismatched, "
+            f"billed {billed} on them{first}",
+            f"probe bus bandwidth against step time p50, Spearman's rho per class: {rho or 'no probes'}"]
+
+
+def serving_table(outcomes: dict[str, Any]) -> Table:
+    """The serving view of `report outcomes`, per tenant and concurrency level."""
+    table = Table("tenant", "concurrency", "requests (accepted)", "requests/s", "TTFT p50/p99 ms", "latency p95 ms",
+                  "output tokens/s", "cancelled", "cost / accepted response",
+                  title="serving: per tenant and concurrency (vLLM benchmark and gateway windows)")
+    for r in outcomes.get("serving", []):
+        if r["concurrency"] == "all":
+            continue
+        table.add_row(r["tenant"], _text(r["concurrency"]), f"{r['requests']} ({r['accepted']})",
+                      _text(r["request_rate_per_s"]), f"{_text(r['ttft_ms'].get('p50'))} / {_text(r['ttft_ms'].get('p99'))}",
+                      _text(r["latency_ms"].get("p95")), _text(r["output_tokens_per_s"]), _text(r["cancelled"]),
+                      " ".join(f"{_text(c['cost_per_accepted_response'])} {cur}" for cur, c in r["cost"].items()) or "–")
+    return table
+
+
+def _text(value: Any) -> str:
+    return "–" if value is None else str(value)

@@ -180,25 +180,26 @@ def _fleet_change(draw: st.DrawFn) -> dict[str, Any]:
     return change
 
 
-def _distribution() -> st.SearchStrategy[dict[str, str]]:
-    return st.dictionaries(st.sampled_from(["mean", "p50", "p90", "p95", "p99", "max"]), measures, min_size=1, max_size=3)
-
-
 @st.composite
 def _inference_window(draw: st.DrawFn) -> dict[str, Any]:
-    """A serving window ending at or after its start, whose answered, failed and cancelled
-    requests are no more than those sent."""
+    """A serving window ending at or after its start, whose accepted, failed and cancelled
+    requests add up to at most the requests sent (all of them often)."""
     start = draw(happened())
     requests = draw(counts)
     accepted = draw(edged(st.integers(0, requests), 0, requests))
-    failed = draw(optional(st.integers(0, requests - accepted)))
-    cancelled = draw(optional(st.integers(0, requests - accepted - (failed or 0))))
+    failed = draw(optional(edged(st.integers(0, requests - accepted), requests - accepted, 0)))
+    room = requests - accepted - (failed or 0)
+    cancelled = draw(optional(edged(st.integers(0, room), room, 0)))
+    distribution = st.dictionaries(st.sampled_from(["mean", "p50", "p90", "p95", "p99", "max"]), measures, min_size=1)
     return {"tenant": draw(tenants), "job_id": draw(jobs), "allocation_id": draw(optional(allocations)),
             "window_start": start, "window_end": draw(happened(start)), "requests": requests, "accepted": accepted,
             "failed": failed, "cancelled": cancelled, "concurrency": draw(optional(positive_counts)),
-            "request_rate": draw(optional(measures | st.just("inf"))), "output_throughput": draw(optional(measures)),
-            "output_tokens": draw(optional(counts)), "ttft_ms": draw(optional(_distribution())),
-            "latency_ms": draw(optional(_distribution())), "tool": draw(optional(names))}
+            "request_rate": draw(optional(st.one_of(st.just("inf"), measures))),
+            "request_throughput": draw(optional(measures)), "output_throughput": draw(optional(measures)),
+            "input_tokens": draw(optional(counts)), "output_tokens": draw(optional(counts)),
+            "ttft_ms": draw(optional(distribution)), "tpot_ms": draw(optional(distribution)),
+            "itl_ms": draw(optional(distribution)), "latency_ms": draw(optional(distribution)),
+            "tool": draw(optional(names))}
 
 
 #: For each type, a strategy of its `data`: every declared field, optional ones sometimes absent.
@@ -241,9 +242,9 @@ DATA: dict[str, st.SearchStrategy[dict[str, Any]]] = {
                             test=names, figures=st.lists(_figure(), min_size=1, max_size=3), matrix=optional(_matrix()),
                             gpus=optional(gpus), nodes=optional(positive_counts), job_id=optional(jobs),
                             tool_version=optional(names)),
-    "inference.window": _inference_window(),
     "start.receipt": _start_receipt(),
     "fleet.change": _fleet_change(),
+    "inference.window": _inference_window(),
 }
 
 #: JSON values an unknown field may hold: integers within ±(2**53 - 1), or larger ones that

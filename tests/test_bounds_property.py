@@ -30,6 +30,7 @@ from tests.event_strategies import LAST_DEADLINE, LATEST, NOW, events
 REPORTS = (["report", "promises"], ["report", "capacity"], ["report", "outcomes"],
            ["report", "promises", "--format", "json"], ["report", "outcomes", "--format", "json"],
            ["report", "capacity", "--format", "json"], ["report", "envelope"], ["report", "envelope", "--format", "html"],
+           ["report", "envelope", "--format", "csv"], ["report", "capacity", "--format", "csv"],
            ["report", "placement"], ["report", "placement", "--format", "csv"], ["report", "outcomes", "--view", "serving"])
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import click
@@ -192,3 +195,60 @@ def test_demo_simulates_ingests_signs_and_verifies(tmp_path: Path) -> None:
         assert f"  why: {json.loads(next(out_dir.glob('packet-*/packet.json')).read_text())['why']}" in out
         doc = json.loads((out_dir / "reconcile.json").read_text())
         assert len(doc["tenants"]) == 4
+        _check_demo_evidence(out_dir, out)
+
+
+def _check_demo_evidence(out_dir: Path, out: str) -> None:
+    """Steps 8-9 against the simulator's own truth (truth_evidence.json, read here as written)."""
+    manifest = json.loads((out_dir / "sim" / "manifest.json").read_text())
+    truth = json.loads((out_dir / "sim" / manifest["truth"]["evidence"]).read_text())
+    reports = out_dir / "reports"
+    for name in ("envelope.json", "envelope.csv", "envelope.html", "envelope_by_class.json", "envelope_by_class.csv",
+                 "capacity.csv", "capacity_changes.csv"):
+        assert (reports / name).exists(), name
+    assert (reports / "envelope.html").read_text().lstrip().lower().startswith("<!doctype html")
+    # the envelope per class covers the classes the simulator offers (truth: whole, mig, timeslice)
+    by_class = json.loads((reports / "envelope_by_class.json").read_text())
+    assert {g["placement_class"].split(":")[0] for g in by_class["groups"]} == set(truth["receipts"]["classes"])
+    assert "8 envelope: " in out and "the envelope per placement class" in out
+    # receipts per class: the simulator's class `mig` is the report's `mig:<profile>`
+    capacity = json.loads((reports / "capacity.json").read_text())
+    found: dict[str, dict[str, int]] = {}
+    for row in capacity["receipts"]:
+        family = found.setdefault(row["placement_class"].split(":")[0], {"receipts": 0, "devices_discovered": 0})
+        family["receipts"] += row["receipts"]
+        family["devices_discovered"] += row["devices_discovered"]
+    assert found == {cls: {"receipts": t["receipts"], "devices_discovered": t["devices_discovered"]}
+                     for cls, t in truth["receipts"]["classes"].items()}
+    receipts_line = next(line for line in out.splitlines() if line.startswith("9 capacity: start receipts per class"))
+    for cls, t in truth["receipts"]["classes"].items():
+        assert f" {cls}" in receipts_line and f" {t['receipts']} (" in receipts_line, (cls, receipts_line)
+    # every fleet change, its window and the receipts it held back past its end
+    changes = capacity["changes"]
+    assert [(c["change_id"], c["kind"], c["nodes"], c["started_at"], c["ended_at"]) for c in changes] == [
+        (t["change_id"], t["kind"], t["nodes"], t["started_at"], t["ended_at"]) for t in truth["fleet_changes"]]
+    for change, t in zip(changes, truth["fleet_changes"]):
+        during = next(w for w in change["windows"] if w["phase"] == "during")
+        assert sorted(h["job_id"] for h in change["held_past_end"]) == sorted(t["delayed_starts"])
+        # no customer job is asked for, starts or is interrupted during the change: only receipts
+        assert during["submitted"] == len(t["delayed_starts"]) + len(t["on_time_during"])
+        assert during["started_after_window"] == len(t["delayed_starts"]) and during["interrupted"] == 0
+        assert f"{t['kind']} {t['change_id']} of {' '.join(t['nodes'])}" in out
+    rows = list(csv.DictReader(io.StringIO((reports / "capacity_changes.csv").read_text())))
+    assert [(r["change_id"], r["phase"]) for r in rows] == [
+        (t["change_id"], phase) for t in truth["fleet_changes"] for phase in ("before", "during", "after")]
+    # placement: the captures the simulator made without NVLink are the mismatches; rho per class
+    placement = json.loads((reports / "placement.json").read_text())
+    assert {(a["tenant"], a["allocation_id"]) for a in placement["allocations"] if a["status"] == "mismatch"} == {
+        (p["tenant"], p["allocation_id"]) for p in truth["placement"] if not p["observed_match"]}
+    mismatched = sum(not p["observed_match"] for p in truth["placement"])
+    assert f"10 placement: {len(truth['placement'])} of " in out and f" observed, {mismatched} mismatched, " in out
+    rho = {p["placement_class"].split(":")[0]: (p["n"], Decimal(p["spearman"])) for p in placement["prediction"] if p["n"]}
+    assert rho == {cls: (t["allocations"], Decimal(t["rank_correlation"])) for cls, t in truth["probes"]["classes"].items()}
+    # serving: each window the simulator wrote is one concurrency level of its tenant
+    serving = json.loads((reports / "outcomes.json").read_text())["serving"]
+    assert sorted((r["tenant"], r["concurrency"], r["requests"], r["accepted"]) for r in serving if r["concurrency"] != "all") \
+        == sorted((w["tenant"], w["concurrency"], w["requests"], w["accepted"]) for w in truth["serving"])
+    for w in truth["serving"]:
+        assert f"│ {w['requests']} ({w['accepted']}) " in out, w
+    assert (reports / "serving.csv").exists() and (reports / "placement.csv").exists()

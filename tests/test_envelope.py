@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from ledger import Store
+from reconcile.reports import write_reports
 from tests.conftest import run_cli, write_jsonl
 
 DAY = "2026-01-05"
@@ -276,6 +278,25 @@ def test_a_driver_upgrade_that_delays_starts(changed: str) -> None:
     assert code == 0 and "fleet changes" in out and "start receipts" in out
 
 
+def test_the_change_windows_csv(changed: str, tmp_path: Path) -> None:
+    """capacity_changes.csv: one row per window, the figures of the test above (docs/envelope.md)."""
+    store = Store(changed)
+    try:
+        write_reports(store, tmp_path)
+    finally:
+        store.close()
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "capacity_changes.csv").read_text())))
+    assert [(r["change_id"], r["nodes"], r["window_s"], r["phase"], r["from"], r["starts"], r["submitted"],
+             r["queue_delay_p50_s"], r["queue_delay_p95_s"], r["started_after_window"], r["interrupted"],
+             r["held_past_end"]) for r in rows] == [
+        ("chg-1", "n1", "3600", "before", at("11:00"), "3", "3", "120", "300", "0", "1", "0"),
+        ("chg-1", "n1", "3600", "during", at("12:00"), "2", "5", "2400", "3300", "3", "1", "3"),
+        ("chg-1", "n1", "3600", "after", at("13:00"), "5", "2", "60", "120", "0", "0", "0")]
+    # the class rows stay as `report capacity --format csv` gives them
+    code, out, _ = run_cli("report", "capacity", "--db", changed, "--format", "csv")
+    assert code == 0 and (tmp_path / "capacity.csv").read_text() == out
+
+
 def test_an_open_change_has_no_after(tmp_path: Path) -> None:
     log = Log()
     log.add("changes://fleet", "fleet.change", "12:00", change_id="chg-open", kind="drain", started_at=at("12:00"))
@@ -332,3 +353,20 @@ def test_capacity_agrees_with_the_simulators_truth(tmp_path: Path) -> None:
     assert [w["interrupted"] for w in change["windows"]] == [0, 0, 0]
     # held until after the window: the during p95 queue delay exceeds every before/after one
     assert all(during["queue_delay_s"]["p95"] > w["queue_delay_s"]["p95"] for w in change["windows"] if w is not during)
+
+
+def test_the_provider_is_the_grants_system_and_cluster_not_the_tenants_log(tmp_path: Path) -> None:
+    """J1's grant comes from `kueue://k8s-a/queues/gpu` and its start from the tenant's own
+    log `app://acme/J1`; J2's grant from `gpu-binding://k8s-a/node-2`. The provider is the
+    grant's source cut to scheme and authority: `kueue://k8s-a` and `gpu-binding://k8s-a`,
+    never `app://acme`. J3 has no grant: its start's source, cut likewise, `slurm://alpha`."""
+    log = Log()
+    for job, grant_source in (("J1", "kueue://k8s-a/queues/gpu"), ("J2", "gpu-binding://k8s-a/node-2")):
+        log.add("app://acme/" + job, "job.submitted", "09:00", job_id=job, gpus=1)
+        log.add(grant_source, "allocation.granted", "10:00", allocation_id=f"G-{job}", gpus=1, node="n1")
+        log.add("app://acme/" + job, "job.started", "10:00", job_id=job, allocation_id=f"G-{job}")
+    log.add("slurm://alpha/jobs", "job.submitted", "09:00", job_id="J3", gpus=1)
+    log.add("slurm://alpha/jobs", "job.started", "09:30", job_id="J3", allocation_id="G-J3")
+    groups = report(ledger(tmp_path, log), "envelope", "--by", "source")["groups"]
+    assert sorted((g["source"], g["jobs"]) for g in groups) == [
+        ("gpu-binding://k8s-a", 1), ("kueue://k8s-a", 1), ("slurm://alpha", 1)]

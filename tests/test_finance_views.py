@@ -235,20 +235,20 @@ def test_table_numbers_have_one_format(tmp_path: Path) -> None:
     assert numbers and all(re.fullmatch(r"\d{1,3}(,\d{3})*\.\d\d", n) for n in numbers if n != "12,345.675"), numbers
 
 
-def test_a_shared_invoice_says_why_a_tenants_part_is_not_its_total_rounded(tmp_path: Path) -> None:
-    """acme and beta each bill 0.004 on INV-S. The invoice, 0.008, rounds to 0.01; each line
-    (0.4 of a cent) rounds to 0.00, and the missing cent goes to the larger remainder, equal
-    here, so to the earlier line: acme's. acme's part shows 0.01 classified against 0.004
-    billed (its own total would round to 0.00), and says why; beta's 0.00 needs no word."""
+def test_an_invoice_id_two_tenants_use_is_rounded_per_tenant(tmp_path: Path) -> None:
+    """acme and beta each bill 0.004 on INV-S. An invoice is one tenant's invoice id
+    (RULES.md, Money), so each rounds alone: 0.004 rounds to 0.00 for each, and no cent
+    moves from one tenant's line to the other's (pooled, 0.008 would round to 0.01 and
+    give a cent to one of them)."""
     s = Scenario()
     s.line("M1", None, "10:00", "11:00", gpus=0, amount="0.004", invoice="INV-S", category="adjustment")
     s.line("M2", None, "10:00", "11:00", gpus=0, amount="0.004", invoice="INV-S", category="adjustment", tenant="beta")
     code, out, _ = invoke("reconcile", "--db", _url(tmp_path, s))
     assert code == 0
     acme, beta = out.split("tenant beta")
-    assert re.search(r"total billed .* 0\.004 │", acme) and re.search(r"classified .* 0\.01 │", acme)
-    assert re.search(r"total billed .* 0\.004 │", beta) and re.search(r"classified .* 0\.00 │", beta)
-    assert "shared with other tenants" in " ".join(acme.split()) and "shared" not in beta
+    for part in (acme, beta):
+        assert re.search(r"total billed .* 0\.004 │", part) and re.search(r"classified .* 0\.00 │", part)
+        assert not re.search(r"classified .* 0\.01 │", part)
 
 
 def test_total_billed_drops_trailing_zeros_past_the_minor_unit(tmp_path: Path) -> None:

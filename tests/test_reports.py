@@ -231,8 +231,8 @@ def test_csv_rows(docs: dict[str, dict[str, Any]]) -> None:
 def test_write_reports(store: Store, tmp_path: Path, docs: dict[str, dict[str, Any]]) -> None:
     written = write_reports(store, tmp_path / "reports")
     assert sorted(p.name for p in written.paths) == sorted(
-        [f"{n}.{ext}" for n in ("promises", "capacity", "outcomes", "placement") for ext in ("json", "csv")]
-        + ["serving.csv"])
+        [f"{n}.{ext}" for n in ("promises", "capacity", "outcomes", "placement", "envelope", "envelope_by_class")
+         for ext in ("json", "csv")] + ["serving.csv", "capacity_changes.csv", "envelope.html"])
     assert [m["promise_id"] for m in written.missed_promises] == ["P2", "P3", "P5"]
     for name, doc in docs.items():
         assert json.loads((tmp_path / "reports" / f"{name}.json").read_text()) == doc

@@ -29,7 +29,6 @@ from reconcile.engine.money import (
     longest_line_sql,
     major_units,
     places_of,
-    round_minor,
 )
 from reconcile.engine.rules import ACCEPTANCE, BEARERS, CATEGORY_ORDER, INF, LABEL_BY_CODE, SECOND
 
@@ -167,11 +166,6 @@ class InvoiceTotal:
     minor: int
     billed_exact: Decimal = Decimal(0)  # the lines' billed amounts added up, unrounded
     tally: _Tally = field(default_factory=_Tally)
-
-    @property
-    def billed_cents(self) -> int:
-        """The exact total rounded half-even to the minor unit (RULES.md §Money)."""
-        return round_minor(self.billed_exact, self.minor)
 
     def bearer_totals(self) -> dict[str, tuple[int, int]]:
         """GPU-µs and cents per bearer."""

@@ -31,9 +31,9 @@ from ledger import Store
 from reconcile.engine import run
 from reconcile.engine.result import Reconciliation
 from reconcile.engine.snapshot import load_pages, open_engine, store_pages
-from reconcile.reports import capacity, envelope, envelope_page, outcomes, placement, promises, serving
+from reconcile.reports import capacity, envelope, envelope_page, fleet_changes, outcomes, placement, promises, serving
 
-REPORTS = ("promises", "capacity", "outcomes", "placement")
+REPORTS = ("promises", "capacity", "outcomes", "placement", "envelope")
 FORMATS = ("table", "json", "csv", "tsv")
 
 
@@ -92,24 +92,35 @@ def report(store: Store, name: str, tenant: str | None = None, since: int | None
 class Written:
     paths: list[Path]
     missed_promises: list[dict[str, Any]]
+    docs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def write_reports(store: Store, out_dir: Path) -> Written:
-    """Every report as `<name>.json` and `<name>.csv` under `out_dir` (from one snapshot), and
-    the serving view of outcomes as `serving.csv`.
-    Returns the files written and the missed promises (each with its packet command)."""
+    """Every report as `<name>.json` and `<name>.csv` under `out_dir` (from one snapshot);
+    the serving view of outcomes as `serving.csv` and capacity's change windows as
+    `capacity_changes.csv` (rows of another shape than their report's); the envelope's
+    page as `envelope.html`, and the envelope per placement class alone as
+    `envelope_by_class.json` and `.csv`.
+    Returns the files written, the missed promises (each with its packet command) and the
+    documents (by file name without its extension)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
     with loaded(store) as data:
         docs = {name: build_report(data, name) for name in REPORTS}
+        docs["envelope_by_class"] = build_report(data, "envelope", by="placement_class")
     for name, doc in docs.items():
+        kind = "envelope" if name == "envelope_by_class" else name
         paths.append(out_dir / f"{name}.json")
         paths[-1].write_text(json.dumps(doc, indent=2) + "\n")
         paths.append(out_dir / f"{name}.csv")
-        paths[-1].write_text(to_csv(name, doc))
+        paths[-1].write_text(to_csv(kind, doc))
     paths.append(out_dir / "serving.csv")  # outcomes' serving view: rows of another shape than its jobs'
     paths[-1].write_text(to_csv("serving", docs["outcomes"]))
-    return Written(paths, docs["promises"]["misses"])
+    paths.append(out_dir / "capacity_changes.csv")
+    paths[-1].write_text(to_csv("capacity_changes", docs["capacity"]))
+    paths.append(out_dir / "envelope.html")
+    paths[-1].write_text(envelope_page.html(docs["envelope"]))
+    return Written(paths, docs["promises"]["misses"], docs)
 
 
 def render(name: str, doc: dict[str, Any], fmt: str) -> str | list[Table | Text]:
@@ -129,8 +140,10 @@ def render(name: str, doc: dict[str, Any], fmt: str) -> str | list[Table | Text]
 
 def csv_rows(name: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
     """promises: one row per promise; capacity: one per placement class and the total;
-    outcomes: one per job and currency of its cost; serving: one per tenant, concurrency
-    level and currency; placement: one per allocation and currency of its billed money."""
+    capacity_changes: one per fleet change and window; envelope: one per group and
+    currency; outcomes: one per job and currency of its cost; serving: one per tenant,
+    concurrency level and currency; placement: one per allocation and currency of its
+    billed money."""
     if name == "serving":
         return [_flat({k: v for k, v in row.items() if k != "cost"}) | {"currency": currency} | figures
                 for row in doc["serving"] for currency, figures in _currencies(row["cost"], SERVING_COST)]
@@ -142,6 +155,8 @@ def csv_rows(name: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
                 for p in doc["promises"]]
     if name == "capacity":
         return capacity.csv_rows(doc)
+    if name == "capacity_changes":
+        return fleet_changes.csv_rows(doc["changes"])
     if name == "envelope":
         return envelope.csv_rows(doc)
     rows = []

@@ -7,8 +7,12 @@ reconcile/reports/promises.py (promise outcomes) or outcomes.py (jobs, attempts,
 checkpoint overhead), grouped here by (source, placement class). docs/envelope.md and the
 README repeat these definitions; percentiles are nearest-rank (reconcile/engine/figures.py).
 
-- **A job's source** (the provider): the CloudEvents `source` of its first `job.started`
-  (who ran it), else of its first event of any type naming it (a submission, a promise).
+- **A job's source** (the provider): the CloudEvents `source` of the grant of its first
+  attempt's allocation (the scheduler that placed it), else of its first `job.started`,
+  else of its first event of any type naming it (a submission, a promise); cut to the
+  URI's scheme and authority, so per-node or per-job paths (`gpu-binding://k8s-a/node-002`,
+  `slurm://alpha/jobs`) group as the system and cluster that wrote them (`gpu-binding://k8s-a`,
+  `slurm://alpha`). A tenant's own application log is never the provider where a grant exists.
 - **A job's placement class**: that of its first promise (promises.py: the promise's own
   class, else its first attempt's allocation's), else its first attempt's allocation's
   (`whole`, `mig:<profile>`, `timeslice`), else `unknown`.
@@ -56,6 +60,13 @@ GROUPINGS: dict[str, tuple[str, ...]] = {
 }
 _COLUMN = {"source": "source", "placement_class": "placement"}
 
+def _provider(source: str) -> str:
+    """SQL: a CloudEvents source cut to its URI scheme and authority (the emitting system and
+    cluster); a source that is not such a URI stays whole."""
+    return (f"CASE WHEN regexp_matches({source}, '^[A-Za-z][A-Za-z0-9+.-]*://') "
+            f"THEN regexp_extract({source}, '^([A-Za-z][A-Za-z0-9+.-]*://[^/?#]*)', 1) ELSE {source} END")
+
+
 GROUPS = f"""
 CREATE OR REPLACE TEMP TABLE rp_env_jobs AS
 WITH keys AS (SELECT tenant, job_id FROM rp_jobs UNION SELECT tenant, job_id FROM rp_promises),
@@ -69,7 +80,7 @@ first_promise AS (
 grant_ AS (
     SELECT tenant, allocation_id, source, placement_class AS cls, profile FROM ev_rest WHERE type = 'allocation.granted'
     QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1)
-SELECT k.tenant, k.job_id, coalesce(s.source, 'unknown') AS source,
+SELECT k.tenant, k.job_id, coalesce({_provider('g.source')}, {_provider('s.source')}, 'unknown') AS source,
        coalesce(fp.placement, CASE WHEN g.allocation_id IS NOT NULL THEN {placement_sql('g.cls', 'g.profile')} END,
                 'unknown') AS placement
 FROM keys k
@@ -86,7 +97,7 @@ first_job AS (
     SELECT tenant, allocation_id, job_id FROM ev_rest WHERE type = 'job.started'
     QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1),
 keys AS (SELECT tenant, allocation_id FROM grant_ UNION SELECT tenant, allocation_id FROM first_job)
-SELECT k.tenant, k.allocation_id, coalesce(j.source, g.source, 'unknown') AS source,
+SELECT k.tenant, k.allocation_id, coalesce(j.source, {_provider('g.source')}, 'unknown') AS source,
        coalesce(j.placement, CASE WHEN g.allocation_id IS NOT NULL THEN {placement_sql('g.cls', 'g.profile')} END,
                 'unknown') AS placement
 FROM keys k

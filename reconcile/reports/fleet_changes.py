@@ -154,6 +154,24 @@ def _held(con: duckdb.DuckDBPyConnection, tenant: str | None) -> dict[str, list[
     return out
 
 
+def csv_rows(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per change and window (`reports/capacity_changes.csv`): the change's own
+    columns, then the window's, queue delay flattened, `held_past_end` as a count (on the
+    `during` row; 0 on the others)."""
+    rows = []
+    for change in changes:
+        base = {"change_id": change["change_id"], "kind": change["kind"], "nodes": " ".join(change["nodes"] or []),
+                "started_at": change["started_at"], "ended_at": change["ended_at"], "open": change["open"],
+                "window_s": change["window_s"]}
+        for w in change["windows"]:
+            delay = w["queue_delay_s"]
+            rows.append(base | {k: v for k, v in w.items() if k != "queue_delay_s"}
+                        | {"queue_delay_n": delay["n"], "queue_delay_p50_s": delay["p50"],
+                           "queue_delay_p95_s": delay["p95"],
+                           "held_past_end": len(change["held_past_end"]) if w["phase"] == "during" else 0})
+    return rows
+
+
 def table(changes: list[dict[str, Any]]) -> Table:
     """One row per change and window."""
     out = Table("change", "kind", "window", "from", "to", "starts (jobs + receipts)", "submitted",

@@ -46,9 +46,9 @@ def money(cents: int, minor: int) -> str:
 
 def tables(result: Reconciliation) -> list[Table]:
     """One table per tenant. Each invoice (per currency) leads with its total exactly as
-    billed beside what was classified (rounded to the minor unit: an invoice shared by
-    tenants is rounded whole, so a tenant's part may differ from its exact total by a
-    cent), then the bearers' totals, then the categories."""
+    billed beside what was classified (its exact total rounded to the minor unit; an
+    invoice is one tenant's, so that holds for an InvoiceId that several tenants share),
+    then the bearers' totals, then the categories."""
     invoices = result.invoices()
     out = []
     for tenant, tally in result.tenants().items():
@@ -61,8 +61,7 @@ def tables(result: Reconciliation) -> list[Table]:
                       Column("amount", justify="right", no_wrap=True, min_width=widths[1]), title=f"tenant {tenant}",
                       caption=f"billed {hours(tally.billed_us)} GPU-h · unbilled (held, billed by no line) "
                               f"{hours(result.unbilled_us.get(tenant, 0))} GPU-h · "
-                              "`gpuledger explain CATEGORY` says what each category and bearer means"
-                              + _shared_note([i for i in invoices if i.tenant == tenant]))
+                              "`gpuledger explain CATEGORY` says what each category and bearer means")
         for cells, style in rows:
             if cells:
                 table.add_row(*cells, style=style)
@@ -70,17 +69,6 @@ def tables(result: Reconciliation) -> list[Table]:
                 table.add_section()
         out.append(table)
     return out
-
-
-def _shared_note(invoices: list[InvoiceTotal]) -> str:
-    """Why classified may miss the billed total rounded: RULES.md rounds an invoice whole,
-    and one shared by tenants (a FOCUS InvoiceId over sub-accounts) gives its cents to
-    the lines with the largest remainders, whichever tenant's they are."""
-    shared = [i.invoice_id for i in invoices if i.billed_cents != i.tally.total_cents]
-    if not shared:
-        return ""
-    return (f" · {', '.join(shared)}: shared with other tenants and rounded whole, so this tenant's part "
-            "is not its own total rounded")
 
 
 Row = tuple[tuple[str, ...], str]  # the cells and their style; no cells: a section break
