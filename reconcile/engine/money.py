@@ -44,8 +44,9 @@ def minor_unit(currency: str | None) -> int:
     return MINOR_UNITS.get(currency or "", 2)
 
 
-def _amount_int(scale: int, column: str = "amount") -> str:
-    """The decimal text as an integer of 10^-scale units, exactly (digits, not a cast)."""
+def _amount_int(scale: int | str, column: str = "amount") -> str:
+    """The decimal text as an integer of 10^-scale units, exactly (digits, not a cast);
+    `scale` a number or an SQL expression (each row's own)."""
     return (f"CAST(split_part({column}, '.', 1) || rpad(split_part({column}, '.', 2), {scale}, '0') AS HUGEINT)")
 
 
@@ -150,6 +151,83 @@ ranked AS (
 SELECT seq, label, gpu_us, minor, floor_cents + CASE WHEN rank <= line_cents - floors THEN 1 ELSE 0 END AS cents
 FROM ranked;
 """)
+
+
+def exact_shares_sql(cells: str) -> str:
+    """SQL: `exact_shares` column-wise. `cells` is a relation with row_no, tenant,
+    invoice_id, line_id, label, gpu_us, minor and billed_amount; the query gives each row_no
+    its exact share as `share_units` at `share_places` decimals, and the line's
+    `exact_places` (at least the billed amount's places and the minor unit).
+
+    The places a share needs are found per cell from its reduced denominator (the line's
+    GPU-µs ÷ gcd with amount × cell GPU-µs): it terminates at k places when it divides
+    10^k. At the line's places the floors and remainders are split as q0 × 10^k +
+    (r0 × 10^k) ÷ line, so no product is wider than line × 10^EXACT_PLACES; the units the
+    floors leave go to the largest remainders, ties by label (the order `exact_shares`
+    sorts the cells in), the same integer ranking as `allocate`'s cents."""
+    tens = "CAST([" + ", ".join(str(10 ** k) for k in range(EXACT_PLACES + 1)) + "] AS HUGEINT[])"
+    terminates = f"WHEN {10 ** EXACT_PLACES} % d <> 0 THEN {EXACT_PLACES + 1} " + " ".join(f"WHEN {10 ** k} % d = 0 THEN {k}" for k in range(EXACT_PLACES + 1))
+    return f"""
+WITH lines AS (
+    SELECT tenant, invoice_id, line_id, arg_min(billed_amount, label) AS billed, arg_min(minor, label) AS minor,
+           sum(CAST(gpu_us AS HUGEINT)) AS total, row_number() OVER () AS line_no  -- any distinct integer: windows
+    FROM {cells} GROUP BY tenant, invoice_id, line_id),                                -- partition by it fast
+line_units AS (
+    SELECT tenant, invoice_id, line_id, line_no, minor, total, scale, {_amount_int("scale", "billed")} AS units, starts_with(billed, '-') AS negative
+    FROM (SELECT *, CAST(length(split_part(billed, '.', 2)) AS INTEGER) AS scale FROM lines)),
+reduced AS (
+    SELECT c.row_no, c.label, CAST(c.gpu_us AS HUGEINT) AS w, l.line_no, l.negative, l.minor, l.total, l.scale, l.units,
+           CASE WHEN l.total = 0 THEN CAST(1 AS HUGEINT)
+                ELSE l.total // gcd(abs(l.units * c.gpu_us), l.total) END AS d
+    FROM {cells} c JOIN line_units l
+      ON l.tenant = c.tenant AND l.invoice_id = c.invoice_id AND l.line_id = c.line_id),
+needs AS (SELECT *, CASE {terminates} END AS need FROM reduced),
+placed AS (
+    SELECT *, CASE WHEN total = 0 THEN scale
+                   ELSE greatest(scale, minor, least(max(need) OVER by_line + scale, {EXACT_PLACES})) END AS places
+    FROM needs WINDOW by_line AS (PARTITION BY line_no)),
+split AS (
+    SELECT *, ((units * w % total) + total) % total AS r0, {tens}[places - scale + 1] AS ten_k
+    FROM placed WHERE total <> 0),
+floored AS (
+    SELECT *, (units * w - r0) // total * ten_k + r0 * ten_k // total AS floor_units, r0 * ten_k % total AS remainder
+    FROM split),
+ranked AS (
+    SELECT *, row_number() OVER by_line AS rank,
+           units * ten_k - sum(floor_units) OVER (by_line ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
+               AS leftover
+    FROM floored WINDOW by_line AS (PARTITION BY line_no ORDER BY remainder DESC, label))
+SELECT row_no, floor_units + CASE WHEN rank <= leftover THEN 1 ELSE 0 END AS share_units, places AS share_places,
+       greatest(minor, scale) AS exact_places, false AS negative_zero
+FROM ranked
+UNION ALL  -- a line of no GPU-µs (money-only): its first cell takes the whole amount, as billed
+SELECT row_no, CASE WHEN rank = 1 THEN units ELSE 0 END, places, greatest(minor, scale),
+       rank = 1 AND units = 0 AND negative
+FROM (SELECT *, row_number() OVER (PARTITION BY line_no ORDER BY label) AS rank
+      FROM placed WHERE total = 0)
+"""
+
+
+def longest_line_sql(cells: str) -> str:
+    """SQL: the most GPU-µs of any one line in `cells` (`exact_shares_sql` needs it below
+    `EXACT_LINE_US`)."""
+    return f"SELECT coalesce(max(total), 0) FROM (SELECT sum(CAST(gpu_us AS HUGEINT)) AS total FROM {cells} GROUP BY tenant, invoice_id, line_id)"
+
+
+#: The longest line whose exact shares `exact_shares_sql` works out within 128 bits.
+EXACT_LINE_US = 2**_HUGEINT_BITS // 10**EXACT_PLACES
+
+
+def decimal_text_sql(units: str, places: str, least: str, negative_zero: str = "false") -> str:
+    """SQL: integer `units` of 10^-places as decimal text with at least `least` places and
+    more only where it has them: `exact_text` (and `format_minor` when least = places)."""
+    digits = (f"lpad(CAST(abs({units}) AS VARCHAR), "
+              f"CAST(greatest(length(CAST(abs({units}) AS VARCHAR)), {places} + 1) AS INTEGER), '0')")
+    whole = f"left({digits}, length({digits}) - {places})"
+    trimmed = f"rtrim(right({digits}, {places}), '0')"
+    fraction = f"CASE WHEN length({trimmed}) >= {least} THEN {trimmed} ELSE rpad({trimmed}, CAST({least} AS INTEGER), '0') END"
+    sign = f"CASE WHEN {units} < 0 OR {negative_zero} THEN '-' ELSE '' END"
+    return f"{sign} || {whole} || CASE WHEN {least} = 0 AND {trimmed} = '' THEN '' ELSE '.' || {fraction} END"
 
 
 def _invoice_totals(con: duckdb.DuckDBPyConnection, scale: int) -> list[tuple[str, str, str | None, int]]:

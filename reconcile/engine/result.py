@@ -12,18 +12,25 @@ from decimal import Decimal
 from functools import cached_property, lru_cache
 from typing import Any
 
+import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from reconcile.engine.figures import iso
 from reconcile.engine.money import (
+    EXACT_LINE_US,
+    MoneyOverflow,
+    decimal_text_sql,
     exact_shares,
+    exact_shares_sql,
     exact_sum,
     exact_text,
     format_minor,
+    longest_line_sql,
     major_units,
     places_of,
 )
-from reconcile.engine.rules import ACCEPTANCE, BEARERS, CATEGORY_ORDER, LABEL_BY_CODE, SECOND
+from reconcile.engine.rules import ACCEPTANCE, BEARERS, CATEGORY_ORDER, INF, LABEL_BY_CODE, SECOND
 
 __all__ = ["ACCEPTANCE", "BEARERS", "CATEGORY_ORDER", "Cell", "InvoiceTotal", "Reconciliation", "gpu_seconds"]
 
@@ -257,23 +264,53 @@ class Reconciliation:
         return {"tenants": tenants, "lines": lines}
 
     def frame(self) -> pa.Table:
-        """One row per line, category, bearer and acceptance: for CSV and Parquet."""
-        rows = [
-            {"invoice_id": c.invoice_id, "line_id": c.line_id, "tenant": c.tenant, "allocation_id": c.allocation_id,
-             "period_start": _iso(c.ps), "period_end": _iso(c.pe), "description": c.description,
-             "billed_amount": c.billed_amount,
-             "category": c.category, "bearer": c.bearer, "acceptance": c.acceptance,
-             "gpu_seconds": c.gpu_us / SECOND if c.gpu_us % SECOND else c.gpu_us // SECOND,
-             "amount": format_minor(c.cents, c.minor), "amount_exact": exact_text(exact, c.exact_places),
-             "currency": c.currency}
-            for c, exact in zip(self.cells, self.exact_amounts)
-        ]
-        schema = pa.schema([
-            ("invoice_id", pa.string()), ("line_id", pa.string()), ("tenant", pa.string()),
-            ("allocation_id", pa.string()), ("period_start", pa.string()), ("period_end", pa.string()),
-            ("description", pa.string()), ("billed_amount", pa.string()),
-            ("category", pa.string()), ("bearer", pa.string()), ("acceptance", pa.string()),
-            ("gpu_seconds", pa.float64() if any(c.gpu_us % SECOND for c in self.cells) else pa.int64()),
-            ("amount", pa.string()), ("amount_exact", pa.string()), ("currency", pa.string()),
-        ])
-        return pa.Table.from_pylist(rows, schema=schema)
+        """One row per line, category, bearer and acceptance: for CSV and Parquet. Computed
+        column-wise in DuckDB over `table` (no Python object per cell), in the order of `cells`."""
+        ones = pa.repeat(pa.scalar(1, pa.int64()), self.table.num_rows)
+        cells = self.table.append_column("row_no", pc.cumulative_sum(ones))  # the order of `cells`, from 1
+        labels = pa.table({"code": list(LABEL_BY_CODE), "category": [v.category for v in LABEL_BY_CODE.values()],
+                           "bearer": [v.bearer for v in LABEL_BY_CODE.values()],
+                           "acceptance": [v.acceptance for v in LABEL_BY_CODE.values()]})
+        with duckdb.connect() as con:
+            con.register("cells", cells)
+            con.register("labels", labels)
+            longest = int(con.execute(longest_line_sql("cells")).fetchall()[0][0])
+            if longest >= EXACT_LINE_US:
+                raise MoneyOverflow(f"a line of {longest} GPU-µs is too long for exact shares in 128 bits")
+            fractional = bool(con.execute(f"SELECT bool_or(gpu_us % {SECOND} <> 0) FROM cells").fetchall()[0][0])
+            derived = con.sql(_FRAME_SQL.format(shares=exact_shares_sql("cells"),
+                                                gpu_seconds=f"CAST(c.gpu_us AS DOUBLE) / {SECOND}" if fractional
+                                                else f"c.gpu_us // {SECOND}")).to_arrow_table()
+        schema = _frame_schema(fractional)
+        # what the frame shows as the cells have it comes from `table` as it is, with no copy
+        columns = [self.table.column(name) if name in CELL_COLUMNS else derived.column(name) for name in schema.names]
+        return pa.Table.from_arrays(columns, names=schema.names).cast(schema)
+
+
+def _period_sql(us: str) -> str:
+    """SQL: `_iso` column-wise (None, and +∞, stay NULL)."""
+    stamp = f"make_timestamp({us})"
+    return (f"CASE WHEN {us} IS NULL OR {us} >= {INF} THEN NULL "
+            f"WHEN {us} % {SECOND} = 0 THEN strftime({stamp}, '%Y-%m-%dT%H:%M:%SZ') "
+            f"ELSE strftime({stamp}, '%Y-%m-%dT%H:%M:%S.%fZ') END")
+
+
+_FRAME_SQL = f"""
+WITH shares AS ({{shares}})
+SELECT {_period_sql("c.ps")} AS period_start, {_period_sql("c.pe")} AS period_end, l.category, l.bearer, l.acceptance,
+       {{gpu_seconds}} AS gpu_seconds, {decimal_text_sql("c.cents", "c.minor", "c.minor")} AS amount,
+       {decimal_text_sql("s.share_units", "s.share_places", "s.exact_places", "s.negative_zero")} AS amount_exact
+FROM cells c JOIN labels l ON l.code = c.label JOIN shares s ON s.row_no = c.row_no
+ORDER BY c.row_no
+"""
+
+
+def _frame_schema(fractional: bool) -> pa.Schema:
+    return pa.schema([
+        ("invoice_id", pa.string()), ("line_id", pa.string()), ("tenant", pa.string()),
+        ("allocation_id", pa.string()), ("period_start", pa.string()), ("period_end", pa.string()),
+        ("description", pa.string()), ("billed_amount", pa.string()),
+        ("category", pa.string()), ("bearer", pa.string()), ("acceptance", pa.string()),
+        ("gpu_seconds", pa.float64() if fractional else pa.int64()),
+        ("amount", pa.string()), ("amount_exact", pa.string()), ("currency", pa.string()),
+    ])
