@@ -278,8 +278,9 @@ class Reconciliation:
             if longest >= EXACT_LINE_US:
                 raise MoneyOverflow(f"a line of {longest} GPU-µs is too long for exact shares in 128 bits")
             fractional = bool(con.execute(f"SELECT bool_or(gpu_us % {SECOND} <> 0) FROM cells").fetchall()[0][0])
+            # GPU-seconds are time, not money: DuckDB's `/` is true division, as `gpu_seconds` is
             derived = con.sql(_FRAME_SQL.format(shares=exact_shares_sql("cells"),
-                                                gpu_seconds=f"CAST(c.gpu_us AS DOUBLE) / {SECOND}" if fractional
+                                                gpu_seconds=f"c.gpu_us / {SECOND}" if fractional
                                                 else f"c.gpu_us // {SECOND}")).to_arrow_table()
         schema = _frame_schema(fractional)
         # what the frame shows as the cells have it comes from `table` as it is, with no copy
