@@ -17,6 +17,7 @@ from ledger.merkle import inclusion_path
 from ledger.note import NoteError, Signer, check_key_name
 from ledger.proofs import Checkpoint, ProofError, merkle_root, tenant_head_leaf, tenant_order
 from ledger.quarantine import quarantine_head
+from ledger.sealed import seal_store
 from ledger.store import Store
 from ledger.tables import checkpoint_tenants, checkpoints, entries
 from ledger.tree import TreeReader
@@ -104,6 +105,7 @@ def sign_checkpoint(store: Store, signer: Signer, origin: str = DEFAULT_ORIGIN) 
                 {"checkpoint_seq": number, "tenant": h.tenant, "tenant_seq": h.tenant_seq, "leaf_hash": h.leaf}
                 for h in heads
             ])
+    seal_store(store)  # after signing, a page a transaction: the signature waits for none
     return SignedCheckpoint(number, body, note)
 
 

@@ -27,6 +27,10 @@ _APPEND_LOCK_KEY = 0x6770_756C_6564  # "gpuled": one advisory lock for the whole
 _SQLITE_BUSY_TIMEOUT_S = 120
 
 
+#: Entries a sealed page holds by default (ledger/sealed.py): 2^16, a few MB of Parquet.
+SEALED_ENTRIES = 65_536
+
+
 def default_url() -> str:
     return os.environ.get("GPULEDGER_DB") or DEFAULT_URL
 
@@ -45,6 +49,8 @@ class Store:
             raise StoreUnavailable(f"--db: unsupported database {self.dialect!r} (sqlite or postgresql)")
         self.engine = self._make_engine()
         self._local = threading.local()
+        #: Entries a sealed page holds (ledger/sealed.py); tests make it small.
+        self.sealed_entries = SEALED_ENTRIES
 
     def _make_engine(self) -> Engine:
         if self.dialect == "sqlite":

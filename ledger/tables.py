@@ -118,5 +118,18 @@ cosignatures = Table(
     Column("line", Text, nullable=False),
 )
 
+#: A columnar copy of each complete run of entries from seq 1 (ledger/sealed.py): derived
+#: from `entries`, written in the append that completes the run, checked by `verify`.
+sealed_pages = Table(
+    "sealed_pages",
+    metadata,
+    Column("first_seq", SeqType, primary_key=True, autoincrement=False),
+    Column("last_seq", BigInteger, nullable=False),
+    Column("entries", BigInteger, nullable=False),
+    Column("digest", LargeBinary, nullable=False),  # SHA-256 of `page`
+    Column("page", LargeBinary, nullable=False),  # Parquet: seq, type, tenant, event
+)
+
 #: The tables no row of which may change once written.
-APPEND_ONLY = ("entries", "batches", "quarantine", "tree_nodes", "checkpoints", "checkpoint_tenants", "cosignatures")
+APPEND_ONLY = ("entries", "batches", "quarantine", "tree_nodes", "checkpoints", "checkpoint_tenants", "cosignatures",
+               "sealed_pages")

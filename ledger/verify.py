@@ -18,7 +18,8 @@ it), every checkpoint above the last seq (truncated below a signed size), the co
 stored tree nodes, and a consistency proof between each pair of consecutive checkpoints
 (in signing order: each later one extends the earlier one), and the quarantine's chain
 against the head each checkpoint commits to (ledger/quarantine.py's rules), and each
-witness cosignature kept with a checkpoint under the witness key stored beside it.
+witness cosignature kept with a checkpoint under the witness key stored beside it, and
+every sealed page (ledger/sealed.py) against the entries it copies.
 Then, since the store's own tables can be rolled back or rewritten by whoever keeps it:
 given public keys, each must have signed at least one stored checkpoint; and each
 checkpoint saved outside the store must verify under a given key, be no larger than the
@@ -50,8 +51,9 @@ from ledger.merkle import STORED_MIN_LEVEL, Frontier
 from ledger.note import COSIGNATURE_V1, NoteError, Verifier, split_note
 from ledger.proofs import Checkpoint, CheckpointBody, ProofError, tenant_order, verify_consistency
 from ledger.quarantine import quarantine_problem
+from ledger.sealed import sealed_problem
 from ledger.store import Store
-from ledger.tables import batches, checkpoints, cosignatures, entries, tree_nodes
+from ledger.tables import batches, checkpoints, cosignatures, entries, sealed_pages, tree_nodes
 from ledger.tree import TreeReader, stored_nodes
 from ledger.verify_ranges import RangeSummary, RangeTask, check_range, cores, cut, stitch, verify_pages
 from ledger.witness import verify_cosignature
@@ -72,7 +74,7 @@ _START = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn
 @dataclass(frozen=True)
 class Problem:
     seq: int
-    kind: str  # deleted | edited | moved | chain | tenant-chain | batch | tree | truncated | inserted | checkpoint | signature | fork | unsigned | rollback | quarantine | cosignature
+    kind: str  # deleted | edited | moved | chain | tenant-chain | batch | tree | truncated | inserted | checkpoint | signature | fork | unsigned | rollback | quarantine | cosignature | sealed
     message: str
 
     def __str__(self) -> str:
@@ -148,12 +150,15 @@ def verify_ledger(store: Store, verifiers: Sequence[Verifier] = (), saved: Seque
             problem = next(filter(None, (_check_page(conn, walk, page) for page in verify_pages(conn))), None)
         # A saved checkpoint says more (rolled back to where, or forked) than a missing signature.
         result.problem = problem or (_check_end(conn, walk) or next(filter(None, (_check_saved(conn, walk, c) for c in saved)), None)
-                                     or _check_signed_by(walk, verifiers))
+                                     or _check_signed_by(walk, verifiers) or _check_sealed(conn))
         result.entries = walk.seq
         result.tenants = len(walk.tenants)
         result.checked = ["leaves", "chain", "tenant chains", "batch heads", "tree nodes", "quarantine chain"]
         if result.ranges:
             result.checked[0] = f"leaves (in {result.ranges} ranges on {workers} processes)"
+        pages = conn.execute(select(func.count()).select_from(sealed_pages)).scalar_one()
+        if pages:
+            result.checked.append(f"{pages} sealed page{'s' if pages > 1 else ''} against the entries")
         count = sum(len(v) for v in signed.values())
         if count:
             result.checked.append(f"{count} checkpoints" + (" and their signatures" if verifiers else " (signatures not checked: no --pubkey)"))
@@ -380,6 +385,12 @@ def _check_signed_by(walk: _Walk, verifiers: Sequence[Verifier]) -> Problem | No
             return Problem(walk.seq, "unsigned", f"no checkpoint signed by {verifier.name} (key id {verifier.id.hex()}) is stored: "
                                                  "nothing ties the store to that key (checkpoints deleted, or never signed)")
     return None
+
+
+def _check_sealed(conn: Connection) -> Problem | None:
+    """Each sealed page (ledger/sealed.py) holds exactly its entries' columns."""
+    found = sealed_problem(conn)
+    return Problem(found[0], "sealed", found[1]) if found else None
 
 
 def _leaf_problem(row: tuple, body: bytes, salt: bytes, stored: bytes) -> Problem:  # type: ignore[type-arg]

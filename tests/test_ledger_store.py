@@ -116,6 +116,7 @@ def test_tenant_chain_links_each_tenant_to_its_previous_leaf(store: Store) -> No
 @pytest.mark.parametrize("table", APPEND_ONLY)
 @pytest.mark.parametrize("statement", ["UPDATE {t} SET {c} = {c}", "DELETE FROM {t}"])
 def test_database_refuses_update_and_delete(store: Store, tmp_path: Path, table: str, statement: str) -> None:
+    store.sealed_entries = 8  # so that sealed_pages has rows too
     appender = Appender(store)
     append_stream(appender, [accepted(progress(i), i) for i in range(1, 40)])
     appender.append([Rejected(Origin("x", 1), "f", "r", b"{}")])
@@ -123,7 +124,8 @@ def test_database_refuses_update_and_delete(store: Store, tmp_path: Path, table:
     witness = Signer.generate("witness", COSIGNATURE_V1)
     add_cosignatures(store, cosign(witness, note.partition("\n\n")[0] + "\n"), [witness.verifier])
     column = {"entries": "event", "batches": "recorded_at", "quarantine": "reason", "tree_nodes": "hash",
-              "checkpoints": "note", "checkpoint_tenants": "tenant_seq", "cosignatures": "line"}[table]
+              "checkpoints": "note", "checkpoint_tenants": "tenant_seq", "cosignatures": "line",
+              "sealed_pages": "digest"}[table]
     with store.reading() as conn:
         assert conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one() > 0
     with pytest.raises(DBAPIError, match="append-only"):

@@ -22,15 +22,7 @@ from reconcile.engine.classify import classify
 from reconcile.engine.intervals import build_spans
 from reconcile.engine.money import MoneyOverflow, allocate
 from reconcile.engine.result import Cell, Reconciliation  # noqa: F401  (Cell: part of the API)
-from reconcile.engine.snapshot import (
-    entry_pages,
-    load_pages,
-    load_parquet,
-    open_engine,
-    read_ahead,
-    shareable,
-    store_pages,
-)
+from reconcile.engine.snapshot import entry_pages, load_pages, load_parquet, load_store, open_engine
 
 UNBILLED = """
 WITH held AS (
@@ -97,8 +89,7 @@ def reconcile_store(store: Store, tenant: str | None = None, invoice: str | None
     with store.reading() as conn:
         size = conn.exec_driver_sql("SELECT coalesce(max(seq), 0) FROM entries").scalar() or 0
         with engine(int(size), threads) as con:
-            pages = store_pages(conn, tenant, upto_seq=upto_seq)
-            load_pages(con, read_ahead(pages) if shareable(conn) else pages)
+            load_store(con, conn, tenant, upto_seq)
             return run(con, invoice)
 
 

@@ -16,8 +16,8 @@ time), not from `ev_other`, which grows with every page.
 
 from __future__ import annotations
 
-import itertools
 import queue
+import tempfile
 import threading
 from collections.abc import Generator, Iterable, Iterator
 from pathlib import Path
@@ -27,9 +27,11 @@ import duckdb
 import pyarrow as pa
 from sqlalchemy import Connection
 
-from ledger import LedgerError
-
-PAGE_ROWS = 100_000
+# the store's rows as pages live with the store; the engine's callers find them here too
+from ledger.pages import PAGE_ROWS as PAGE_ROWS
+from ledger.pages import UnreadableEntry as UnreadableEntry
+from ledger.pages import store_pages as store_pages
+from ledger.sealed import read_sealed
 
 #: Every `data` field the engine or the reports read, with its DuckDB type.
 _DATA_FIELDS: dict[str, str] = {
@@ -251,6 +253,42 @@ def load_pages(con: duckdb.DuckDBPyConnection, pages: Iterable[pa.Table]) -> int
     return count
 
 
+#: Sealed pages projected together: 16 pages of 2^16 entries, about a million entries,
+#: so each statement reads many row groups at once (one statement set a page cost about
+#: half as much again in CPU) while the scratch folder holds few of them at a time.
+SEALED_GROUP = 16
+
+
+def load_store(con: duckdb.DuckDBPyConnection, conn: Connection, tenant: str | None = None,
+               upto_seq: int | None = None) -> None:
+    """Project the store's entries (one snapshot: `conn`'s), as `store_pages` selects
+    them: the sealed pages' Parquet read by DuckDB as it reads an exported file, then the
+    entries after the last usable page as pages of rows, read one page ahead."""
+    covered = 0
+    with tempfile.TemporaryDirectory(prefix="gpuledger-sealed-") as folder:
+        group: list[Path] = []
+        for page in read_sealed(conn, upto_seq):
+            group.append(Path(folder) / f"{page.first_seq}.parquet")
+            group[-1].write_bytes(page.parquet)
+            covered = page.last_seq
+            if len(group) == SEALED_GROUP:
+                _load_files(con, group, tenant)
+                group = []
+        if group:
+            _load_files(con, group, tenant)
+    rows = store_pages(conn, tenant, upto_seq=upto_seq, after=covered)
+    load_pages(con, read_ahead(rows) if shareable(conn) else rows)
+
+
+def _load_files(con: duckdb.DuckDBPyConnection, files: list[Path], tenant: str | None) -> None:
+    """Project Parquet files of entries (seq, type, tenant, event), then remove them."""
+    names = ", ".join(f"'{_quoted(path)}'" for path in files)
+    where = "" if tenant is None else f" WHERE tenant = '{tenant.replace(chr(39), chr(39) * 2)}' OR tenant IS NULL"
+    _load(con, f"(SELECT seq, type, tenant, event FROM read_parquet([{names}]){where})")
+    for path in files:
+        path.unlink()
+
+
 def load_parquet(con: duckdb.DuckDBPyConnection, path: Path) -> int:
     """Project an exported entries file (`gpuledger export --format parquet`)."""
     source = f"(SELECT seq, type, tenant, event FROM read_parquet('{_quoted(path)}'))"
@@ -258,69 +296,6 @@ def load_parquet(con: duckdb.DuckDBPyConnection, path: Path) -> int:
     _load(con, source)
     con.execute(_SETTLE)
     return _count(con) - before
-
-
-def store_pages(conn: Connection, tenant: str | None = None, page_rows: int = PAGE_ROWS,
-                upto_seq: int | None = None) -> Iterator[pa.Table]:
-    """The store's entries in seq order as Arrow pages; with `tenant`, that tenant's and
-    the fleet's only (the figures of a tenant rest on nothing else); with `upto_seq`, only
-    entries up to that seq (a checkpoint's tree size).
-
-    Rows come through the database driver's own cursor, on the connection (and so in the
-    snapshot) of `conn`, and become Arrow in one call per page: building a Python row
-    object per entry and four columns from them cost more than reading the rows."""
-    sqlite = conn.dialect.name == "sqlite"
-    mark = "?" if sqlite else "%s"
-    # SQLite hands TEXT over as str, decoded and then encoded again by Arrow; as a BLOB
-    # the event's bytes go straight into Arrow, which checks they are UTF-8 (psycopg's
-    # bytea would come back hex-encoded: there text is the cheaper form).
-    event = "CAST(event AS BLOB)" if sqlite else "event"
-    sql = f"SELECT seq, type, tenant, {event} FROM entries WHERE seq <= {mark}"
-    params: tuple[Any, ...] = (upto_seq if upto_seq is not None else 2**62,)
-    if tenant is not None:
-        sql += f" AND (tenant = {mark} OR tenant IS NULL)"
-        params += (tenant,)
-    row_type = _ROW_BLOB if sqlite else _ROW_TEXT
-    driver: Any = conn.connection.driver_connection
-    # One query, read a page at a time: on PostgreSQL through a server-side cursor, so the
-    # server streams the rows in index order (a query a page, `seq > last ... LIMIT`, is
-    # planned as a scan and a sort of the whole table for every page).
-    cursor = driver.cursor() if sqlite else driver.cursor(f"gpuledger_pages_{next(_CURSORS)}")
-    try:
-        cursor.execute(sql + " ORDER BY seq", params)
-        while rows := cursor.fetchmany(page_rows):
-            yield _page_of_rows(rows, row_type)
-    finally:
-        cursor.close()
-
-
-_CURSORS = itertools.count(1)
-_ROW_TEXT = pa.struct([("seq", pa.int64()), ("type", pa.string()), ("tenant", pa.string()), ("event", pa.string())])
-_ROW_BLOB = pa.struct([("seq", pa.int64()), ("type", pa.string()), ("tenant", pa.string()), ("event", pa.binary())])
-
-
-class UnreadableEntry(LedgerError):
-    """An entry whose event is not UTF-8 text: the store was altered below its guards."""
-
-
-def _page_of_rows(rows: list[tuple[Any, ...]], row_type: pa.StructType) -> pa.Table:
-    """Driver rows (seq, type, tenant, event) as a page: Arrow reads the tuples as structs."""
-    seq, type_, tenant, event = pa.array(rows, row_type).flatten()
-    try:
-        text = event.cast(pa.string())
-    except pa.ArrowInvalid:
-        raise _not_text(rows) from None
-    return pa.table({"seq": seq, "type": type_, "tenant": tenant, "event": text})
-
-
-def _not_text(rows: list[tuple[Any, ...]]) -> UnreadableEntry:
-    for row in rows:
-        try:
-            bytes(row[3]).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            return UnreadableEntry(f"entries: seq {row[0]}: field event: not UTF-8 text at byte {exc.start}; "
-                                   f"the store was altered (gpuledger verify names every altered entry)")
-    return UnreadableEntry("entries: a page's events are not UTF-8 text; the store was altered")
 
 
 def shareable(conn: Connection) -> bool:

@@ -35,7 +35,7 @@ import duckdb
 import pyarrow as pa
 
 from ledger import LedgerError, Store
-from reconcile.engine.snapshot import store_pages
+from ledger.sealed import entry_tables
 
 #: Each kind of tenant identifier and the JSON paths of an event that give it.
 IDENTIFIER_PATHS: dict[str, tuple[str, ...]] = {
@@ -79,7 +79,7 @@ def tenant_identifiers(store: Store, upto_seq: int | None = None) -> TenantIdent
            f"WHERE identifier IS NOT NULL AND identifier <> ''")
     found: TenantIdentifiers = {}
     with store.reading() as conn, duckdb.connect() as con:
-        for page in store_pages(conn, None, upto_seq=upto_seq):
+        for page in entry_tables(conn, None, upto_seq=upto_seq):
             _add_identifiers(found, con, page, sql)
     return found
 

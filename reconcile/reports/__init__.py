@@ -30,7 +30,7 @@ from rich.text import Text
 from ledger import Store
 from reconcile.engine import run
 from reconcile.engine.result import Reconciliation
-from reconcile.engine.snapshot import load_pages, open_engine, store_pages
+from reconcile.engine.snapshot import load_store, open_engine
 from reconcile.reports import capacity, envelope, envelope_page, fleet_changes, outcomes, placement, promises, serving
 
 REPORTS = ("promises", "capacity", "outcomes", "placement", "envelope")
@@ -57,7 +57,7 @@ def loaded(store: Store, tenant: str | None = None, threads: int | None = None) 
     con = open_engine(threads)
     try:
         with store.reading() as conn:
-            load_pages(con, store_pages(conn, tenant))
+            load_store(con, conn, tenant)
         yield Loaded(con)
     finally:
         con.close()

@@ -1,0 +1,180 @@
+"""Sealed pages: a columnar copy of the entries, kept beside them for fast reads.
+
+Each complete run of `Store.sealed_entries` entries (65,536 by default), counted from
+seq 1, is copied once, when a checkpoint is signed (`seal_store`), into one row of
+`sealed_pages`: a Parquet file (zstd) of the
+columns a reconciliation reads (seq, type, tenant, event), with its SHA-256. A reader
+takes the contiguous run of pages from seq 1 whose digest and row count hold, and reads
+everything after it from `entries`; a page that fails either check, and every page
+after it, is not used. `verify` compares every page's columns with the entries
+themselves (`sealed_problem`), so a copy can only ever agree with the entries or be
+named: it is never a second source of truth.
+
+Why a copy at all: reading an entry through a Python database driver costs about 1.7 µs
+of CPU (docs/store-read.md), more than the engine's own work on it at field scale; a
+page is one row, and DuckDB reads its Parquet as it reads an exported file. Why at a
+checkpoint and not in the append that completes a run: making Arrow out of driver rows
+costs a process about 50 MB the first time (pyarrow's conversion machinery), which an
+ingest, whose memory stays flat with the file's size, should not carry.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from hashlib import sha256
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from sqlalchemy import Connection, func, insert, select
+
+from ledger.pages import store_pages
+from ledger.store import SEALED_ENTRIES, Store
+from ledger.tables import entries, sealed_pages
+
+
+@dataclass(frozen=True)
+class SealedPage:
+    first_seq: int
+    last_seq: int
+    parquet: bytes
+
+
+def seal_store(store: Store) -> int:
+    """Seal every complete run of the store's entries not sealed yet, a page a write
+    transaction (an ingest waits for one page at most, never for all). Returns the
+    number of pages written."""
+    written = 0
+    while True:
+        with store.writing() as conn:
+            if not seal(conn, store.sealed_entries, most=1):
+                return written
+        written += 1
+
+
+def seal(conn: Connection, size: int = SEALED_ENTRIES, most: int | None = None) -> int:
+    """Copy complete, not yet sealed runs of `size` entries into `sealed_pages` (at most
+    `most`), in the caller's transaction. Returns the number of pages written."""
+    last_sealed = int(conn.execute(select(func.coalesce(func.max(sealed_pages.c.last_seq), 0))).scalar_one())
+    head = int(conn.execute(select(func.coalesce(func.max(entries.c.seq), 0))).scalar_one())
+    written = 0
+    while last_sealed + size <= head and (most is None or written < most):
+        first, last = last_sealed + 1, last_sealed + size
+        parquet = _parquet(store_pages(conn, upto_seq=last, after=first - 1, page_rows=_ROW_GROUP))
+        conn.execute(insert(sealed_pages).values(first_seq=first, last_seq=last, entries=size,
+                                                 digest=sha256(parquet).digest(), page=parquet))
+        last_sealed, written = last, written + 1
+    return written
+
+
+#: Rows read and written at a time while sealing: an ingest's memory stays flat (a whole
+#: page as Python rows would be tens of MB), and DuckDB reads the row groups in parallel.
+_ROW_GROUP = 16_384
+
+
+def _parquet(tables: Iterator[pa.Table]) -> bytes:
+    """The tables as one Parquet file (zstd), a row group each."""
+    sink = io.BytesIO()
+    writer: pq.ParquetWriter | None = None
+    for table in tables:
+        writer = writer or pq.ParquetWriter(sink, table.schema, compression="zstd")
+        writer.write_table(table)
+    if writer is not None:
+        writer.close()
+    return sink.getvalue()
+
+
+def read_sealed(conn: Connection, upto_seq: int | None = None) -> Iterator[SealedPage]:
+    """The usable pages, in seq order: contiguous from seq 1, each whole by its digest and
+    row count, none past `upto_seq`. Stops at the first that is not; the caller reads the
+    entries after the last page it was given from `entries`."""
+    expected = 1
+    for row in _page_rows(conn, upto_seq):
+        first, last, count, digest, parquet = int(row[0]), int(row[1]), int(row[2]), bytes(row[3]), bytes(row[4])
+        if _fault(first, last, count, digest, parquet, expected) is not None:
+            return
+        yield SealedPage(first, last, parquet)
+        expected = last + 1
+
+
+def entry_tables(conn: Connection, tenant: str | None = None, upto_seq: int | None = None) -> Iterator[pa.Table]:
+    """The entries as `store_pages` gives them, read from the usable sealed pages first
+    (decoded, with the tenant filter applied) and from the rows after them."""
+    covered = 0
+    for page in read_sealed(conn, upto_seq):
+        table = pq.read_table(pa.BufferReader(page.parquet))
+        if tenant is not None:
+            column = table.column("tenant")
+            table = table.filter(pc.or_kleene(pc.equal(column, tenant), pc.is_null(column)))
+        covered = page.last_seq
+        yield table
+    yield from store_pages(conn, tenant, upto_seq=upto_seq, after=covered)
+
+
+def _page_rows(conn: Connection, upto_seq: int | None) -> Iterator[tuple[Any, ...]]:
+    """The pages' rows one at a time through the driver (each is megabytes)."""
+    sqlite = conn.dialect.name == "sqlite"
+    mark = "?" if sqlite else "%s"
+    driver: Any = conn.connection.driver_connection
+    cursor = driver.cursor() if sqlite else driver.cursor(f"gpuledger_sealed_{next(_CURSORS)}")
+    try:
+        cursor.execute(f"SELECT first_seq, last_seq, entries, digest, page FROM sealed_pages "
+                       f"WHERE last_seq <= {mark} ORDER BY first_seq", (upto_seq if upto_seq is not None else 2**62,))
+        while (row := cursor.fetchone()) is not None:
+            yield row
+    finally:
+        cursor.close()
+
+
+_CURSORS = itertools.count(1)
+
+
+def _fault(first: int, last: int, count: int, digest: bytes, parquet: bytes, expected: int) -> str | None:
+    """What is wrong with a page's row on its own, or None."""
+    if first != expected:
+        return f"starts at seq {first}, where seq {expected} was expected"
+    if count != last - first + 1 or count < 1:
+        return f"says it holds {count} entries for seqs {first}–{last}"
+    if sha256(parquet).digest() != digest:
+        return "its Parquet does not match its digest"
+    try:
+        rows = pq.ParquetFile(pa.BufferReader(parquet)).metadata.num_rows
+    except (pa.ArrowException, OSError) as exc:
+        return f"its Parquet cannot be read ({exc})"
+    return None if rows == count else f"its Parquet holds {rows} rows, not {count}"
+
+
+def sealed_problem(conn: Connection) -> tuple[int, str] | None:
+    """The first sealed page that does not hold exactly its entries' columns, as (seq,
+    what), or None: each page read back and compared with `entries` column by column."""
+    expected = 1
+    for row in _page_rows(conn, None):
+        first, last, count, digest, parquet = int(row[0]), int(row[1]), int(row[2]), bytes(row[3]), bytes(row[4])
+        fault = _fault(first, last, count, digest, parquet, expected)
+        if fault is not None:
+            return first, f"the sealed page of seqs {first}–{last}: {fault}"
+        difference = _difference(pq.read_table(pa.BufferReader(parquet)),
+                                 pa.concat_tables(store_pages(conn, upto_seq=last, after=first - 1)))
+        if difference is not None:
+            seq, column = difference
+            return seq, f"the sealed page of seqs {first}–{last} differs from the entries at seq {seq}, column {column}"
+        expected = last + 1
+    return None
+
+
+def _difference(copy: pa.Table, stored: pa.Table) -> tuple[int, str] | None:
+    """The first (seq, column) at which the copy differs from the stored entries."""
+    if copy.column_names != stored.column_names or copy.num_rows != stored.num_rows:
+        seq = stored.column("seq")[0].as_py() if stored.num_rows else 0
+        return seq, "(the page's shape)"
+    for name in stored.column_names:
+        if copy.column(name).equals(stored.column(name)):
+            continue
+        ours, theirs = copy.column(name).to_pylist(), stored.column(name).to_pylist()
+        at = next(i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b)
+        return int(stored.column("seq")[at].as_py()), name
+    return None

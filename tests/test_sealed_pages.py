@@ -1,0 +1,196 @@
+"""Sealed pages (ledger/sealed.py): each complete run of entries is copied once, when a
+checkpoint is signed, into a Parquet page; the reconciliation reads the pages and
+then the rows after them; `verify` compares every page with the entries. On SQLite and
+PostgreSQL, with pages of 8 entries so that a small ledger has several.
+
+The oracle for a page's content is the entries table read through SQLAlchemy Core; for a
+reconciliation, the same events in a store whose page size no ledger here reaches (so it
+is read from the rows alone)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from hashlib import sha256
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from sqlalchemy import Connection, select, text
+
+from ledger import Appender, Store, append_stream, verify_ledger
+from ledger.checkpoint import sign_checkpoint
+from ledger.note import Signer
+from ledger.pages import store_pages
+from ledger.sealed import entry_tables, read_sealed, seal, seal_store
+from ledger.tables import entries, sealed_pages
+from reconcile import reconcile_store
+from tests.reconcile_helpers import Scenario, ingest, records
+from tests.test_verify_tamper import drop_guards
+
+PAGE = 8
+
+
+def _events() -> list[dict[str, Any]]:
+    """Two tenants' jobs, a fault between them and their billing: 47 events."""
+    s = Scenario()
+    s.terms(at="09:00", stall=120)
+    s.grant("a1", gpus=8, at="10:00")
+    s.grant("z1", gpus=4, at="10:00", tenant="zeta", node="n2")
+    s.start("j1", "a1", at="10:01")
+    s.start("k1", "z1", at="10:01", tenant="zeta")
+    for minute in range(2, 20):
+        s.progress("j1", step=minute, at=f"10:{minute:02d}")
+        s.progress("k1", step=minute, at=f"10:{minute:02d}", tenant="zeta")
+    s.fault(at="10:20", node="n2", device="GPU-1")
+    s.cleared(at="10:40", node="n2", device="GPU-1")
+    s.complete("j1", at="10:50")
+    s.release("a1", at="10:55")
+    s.line("L1", "a1", "10:00", "11:00", gpus=8, amount="16.00")
+    s.line("L2", "z1", "10:00", "11:00", gpus=4, amount="8.00", tenant="zeta", invoice="INV-2")
+    return s.events
+
+
+@pytest.fixture
+def paged(store: Store) -> Iterator[Store]:
+    store.sealed_entries = PAGE
+    ingest(store, _events())
+    assert seal_store(store) == 5
+    yield store
+
+
+@pytest.fixture
+def unpaged(tmp_path: Any) -> Iterator[Store]:
+    plain = Store(f"sqlite:///{tmp_path / 'plain.db'}")
+    plain.init()
+    ingest(plain, _events())
+    yield plain
+    plain.close()
+
+
+def _pages(conn: Connection) -> list[tuple[int, int, pa.Table]]:
+    rows = conn.execute(select(sealed_pages).order_by(sealed_pages.c.first_seq)).all()
+    return [(r.first_seq, r.last_seq, pq.read_table(pa.BufferReader(bytes(r.page)))) for r in rows]
+
+
+def test_every_complete_run_is_sealed_once_with_its_entries_columns(paged: Store) -> None:
+    with paged.reading() as conn:
+        pages = _pages(conn)
+        stored = conn.execute(select(entries.c.seq, entries.c.type, entries.c.tenant, entries.c.event)
+                              .order_by(entries.c.seq)).all()
+    assert len(stored) == len(_events()) == 47
+    assert [(first, last) for first, last, _ in pages] == [(1, 8), (9, 16), (17, 24), (25, 32), (33, 40)]
+    for first, last, table in pages:
+        assert table.column_names == ["seq", "type", "tenant", "event"]
+        as_rows = list(zip(*(table.column(name).to_pylist() for name in table.column_names), strict=True))
+        assert as_rows == [tuple(row) for row in stored[first - 1:last]]
+
+
+def test_reingesting_the_same_events_seals_nothing_more(paged: Store) -> None:
+    report = append_stream(Appender(paged), records(_events()), 5000)
+    assert report.appended == 0
+    with paged.reading() as conn:
+        assert conn.execute(text("SELECT count(*) FROM sealed_pages")).scalar_one() == 5
+
+
+@pytest.mark.parametrize("filters", [{}, {"tenant": "zeta"}, {"tenant": "acme"}, {"upto_seq": 20}, {"upto_seq": 44}])
+def test_a_store_read_through_its_pages_reconciles_as_one_read_from_its_rows(
+        paged: Store, unpaged: Store, filters: dict[str, Any]) -> None:
+    with paged.reading() as conn:
+        assert len(list(read_sealed(conn, filters.get("upto_seq")))) == {20: 2, 44: 5}.get(filters.get("upto_seq", 44))
+    assert reconcile_store(paged, **filters).as_json() == reconcile_store(unpaged, **filters).as_json()
+
+
+def test_verify_checks_every_page_and_counts_them(paged: Store) -> None:
+    result = verify_ledger(paged)
+    assert result.ok, result.problem
+    assert "5 sealed pages against the entries" in result.checked
+
+
+def _rewrite_page(store: Store, first: int, change: Any, digest: bool = True) -> None:
+    """Alter the Parquet of the page starting at `first` (`change` maps the table), below
+    the append-only guards; with `digest`, its digest is made to match again."""
+    with store.writing() as conn:
+        drop_guards(conn)
+        blob = bytes(conn.execute(select(sealed_pages.c.page).where(sealed_pages.c.first_seq == first)).scalar_one())
+        sink = io.BytesIO()
+        pq.write_table(change(pq.read_table(pa.BufferReader(blob))), sink, compression="zstd")
+        values: dict[str, Any] = {"page": sink.getvalue()}
+        if digest:
+            values["digest"] = sha256(sink.getvalue()).digest()
+        conn.execute(sealed_pages.update().where(sealed_pages.c.first_seq == first).values(**values))
+
+
+def _step_renamed(table: pa.Table) -> pa.Table:
+    events = [e.replace('"step":5,', '"step":6,') for e in table.column("event").to_pylist()]
+    return table.set_column(3, "event", pa.array(events, pa.string()))
+
+
+def _one_event_padded(table: pa.Table) -> pa.Table:
+    events = table.column("event").to_pylist()
+    return table.set_column(3, "event", pa.array([events[0] + " ", *events[1:]], pa.string()))
+
+
+def test_a_page_altered_with_its_digest_is_named_by_verify_at_its_seq_and_column(paged: Store, unpaged: Store) -> None:
+    with paged.reading() as conn:
+        seq = conn.execute(text("SELECT seq FROM entries WHERE event LIKE :p"), {"p": '%"step":5,%'}).scalars().all()
+    assert seq == [12, 13]  # j1's and k1's step 5, both in the page of seqs 9–16
+    _rewrite_page(paged, 9, _step_renamed)
+    problem = verify_ledger(paged).problem
+    assert problem is not None and (problem.seq, problem.kind) == (12, "sealed")
+    assert "the sealed page of seqs 9–16 differs from the entries at seq 12, column event" in problem.message
+    # the reconciliation did read the page: its progress is no longer the entries'
+    assert reconcile_store(paged).as_json() != reconcile_store(unpaged).as_json()
+
+
+def test_a_page_that_fails_its_digest_is_not_read_and_is_named(paged: Store, unpaged: Store) -> None:
+    _rewrite_page(paged, 17, _one_event_padded, digest=False)
+    with paged.reading() as conn:
+        assert [page.first_seq for page in read_sealed(conn)] == [1, 9]  # the rest from the rows
+    assert reconcile_store(paged).as_json() == reconcile_store(unpaged).as_json()
+    problem = verify_ledger(paged).problem
+    assert problem is not None and (problem.seq, problem.kind) == (17, "sealed")
+    assert problem.message.endswith("its Parquet does not match its digest")
+
+
+def test_pages_are_append_only(paged: Store) -> None:
+    with pytest.raises(Exception, match="append-only"):
+        with paged.writing() as conn:
+            conn.execute(text("UPDATE sealed_pages SET entries = 9 WHERE first_seq = 1"))
+
+
+def test_a_checkpoint_seals_the_runs_completed_since_the_last(store: Store) -> None:
+    store.sealed_entries = PAGE
+    signer = Signer.generate("test")
+    ingest(store, _events()[:20])
+    sign_checkpoint(store, signer)
+    with store.reading() as conn:
+        assert [(first, last) for first, last, _ in _pages(conn)] == [(1, 8), (9, 16)]
+    ingest(store, _events()[20:33])  # 33 entries: the runs of seqs 17–24 and 25–32 complete
+    with store.reading() as conn:
+        assert len(_pages(conn)) == 2  # an append seals nothing
+    sign_checkpoint(store, signer)
+    with store.reading() as conn:
+        assert [(first, last) for first, last, _ in _pages(conn)] == [(1, 8), (9, 16), (17, 24), (25, 32)]
+        assert seal(conn, PAGE) == 0  # nothing left to seal
+
+
+def test_the_reports_read_the_same_events_through_pages(paged: Store, unpaged: Store) -> None:
+    from reconcile.reports import loaded
+
+    def events(store: Store) -> list[tuple[Any, ...]]:
+        with loaded(store, "zeta") as data:
+            return [tuple(row) for row in data.con.execute("SELECT * FROM ev ORDER BY seq").fetchall()]
+
+    assert len(events(paged)) == 23  # zeta's grant, start, 18 marks and line, and the fleet's fault and clear
+    assert events(paged) == events(unpaged)
+
+
+@pytest.mark.parametrize("filters", [{}, {"tenant": "zeta"}, {"upto_seq": 20}, {"tenant": "acme", "upto_seq": 41}])
+def test_entry_tables_give_the_rows_store_pages_gives(paged: Store, filters: dict[str, Any]) -> None:
+    with paged.reading() as conn:
+        tables = list(entry_tables(conn, filters.get("tenant"), filters.get("upto_seq")))
+        rows = pa.concat_tables(store_pages(conn, filters.get("tenant"), upto_seq=filters.get("upto_seq")))
+    assert len(tables) > 2  # pages, then rows
+    assert pa.concat_tables(tables).equals(rows)
