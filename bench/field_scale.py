@@ -3,7 +3,9 @@
 
 For each size: `bench.reconcile`'s fleet (`write_fleet`), sorted by seq, written as
 CloudEvents JSON Lines and ingested with `gpuledger ingest` (the user's path), then
-`gpuledger reconcile` from the store and `reconcile_parquet` on the same events as a
+`reconcile_store` with every entry read as a driver row, `gpuledger checkpoint` (which
+seals the complete runs of entries, ledger/sealed.py), `reconcile_store` again (the sealed
+pages, then the rest as rows) and `reconcile_parquet` on the same events as a
 Parquet file, each in a child process of its own that reports its peak RSS (VmHWM). In
 this process, after them: the store read alone, per entry: the driver stepping through
 the rows (`SELECT seq, type, tenant, event ... ORDER BY seq`, a tuple a row, nothing
@@ -113,6 +115,11 @@ def measure(shape: Shape, folder: Path, cli: bool) -> dict[str, Any]:
     print(f"fleet {shape}: {events} events, {jsonl.stat().st_size / 2**20:.0f} MiB of JSON Lines, {prepared:.0f} s", flush=True)
     ingest = run_step("ingest", ["ingest", "--db", url, str(jsonl)])
     jsonl.unlink()
+    rows = run_child("store", folder / "ledger.db")  # before any checkpoint: every entry a driver row
+    print(f"reconcile_store, rows only: {rows}", flush=True)
+    key = folder / "log.key"
+    run_step("keygen", ["keygen", "--out", str(key), "--name", "bench.example/log"])
+    checkpoint = run_step("checkpoint", ["checkpoint", "--db", url, "--key", str(key)])  # seals the complete runs
     store = run_child("store", folder / "ledger.db")
     print(f"reconcile_store: {store}", flush=True)
     parquet = run_child("engine", fleet)
@@ -134,6 +141,9 @@ def measure(shape: Shape, folder: Path, cli: bool) -> dict[str, Any]:
         "canonical_event_bytes_per_event": round(event_bytes / events),
         "ingest": ingest, "ingest_events_per_s": round(events / ingest["wall_s"]),
         "reconcile_store": store, "reconcile_parquet": parquet, "gpuledger_reconcile_parquet_out": command,
+        "reconcile_store_rows_only": rows, "checkpoint_with_sealing": checkpoint,
+        "ratio_rows_only_wall": round(rows["seconds"] / parquet["seconds"], 2),
+        "ratio_rows_only_cpu": round(rows["cpu_seconds"] / parquet["cpu_seconds"], 2),
         "ratio_wall": round(store["seconds"] / parquet["seconds"], 2),
         "ratio_cpu": round(store["cpu_seconds"] / parquet["cpu_seconds"], 2),
         "us_an_entry": {

@@ -248,7 +248,7 @@ def entries_of_jsonl(path: Path) -> Iterator[Entry]:
 
 
 def _texts(devices: Any) -> frozenset[str] | None:
-    """An allocation's devices; None when it lists none (DESIGN §2: an empty list is none given)."""
+    """An allocation's devices; None when it lists none (docs/events.md: an empty list is none given)."""
     if devices is None or len(devices) == 0:
         return None
     return frozenset(devices)

@@ -1,4 +1,4 @@
-"""`Reconciliation.frame()` is computed column-wise (issue 19); the per-cell Python it
+"""`Reconciliation.frame()` is computed column-wise, in DuckDB; the per-cell Python it
 replaced lives on here only as the reference it must equal exactly: schema, row order and
 every string (amounts, exact shares, periods) and gpu_seconds int or float as before."""
 

@@ -290,7 +290,7 @@ def _attempt_left_running() -> list[Event]:
 # the job runs on A again from 100 and never progresses: recovery is [10, end) = [10, 1000).
 # RULES.md 8: the first attempt's startup runs from the grant: [0, min(0 + 600 s, its end 10)).
 FAILED_AT_START = {("t", "L"): {"startup": 10 * S, "restart_recovery:provider": 990 * S}}
-# RULES.md (since d65321c): an attempt runs to its job's next end event or its next start,
+# RULES.md: an attempt runs to its job's next end event or its next start,
 # whichever is first. Attempt 1 runs [0, 100) with one mark (60): startup [0, 60) from the
 # grant, then [60, 100) running with no gap closed: idle_unexplained 40. Attempt 2 runs
 # [100, 260): startup [100, 200) to its first progress, productive [200, 260) (60 s, ends in
@@ -377,7 +377,7 @@ def _allocation(rng: random.Random, i: int, timed: list[Any]) -> dict[str, Any]:
                              "node": rng.choice(NODES)}
     devices = rng.choice(("absent", "empty", "listed", "listed"))
     if devices == "empty":
-        alloc["devices"] = []  # DESIGN §2: the same as none given
+        alloc["devices"] = []  # docs/events.md: the same as none given
     elif devices == "listed":
         alloc["devices"] = rng.sample(DEVICES, rng.randint(1, 3))
     # whole GPUs, MIG instances or time slices; nodes and devices are shared by the draw

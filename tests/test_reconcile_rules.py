@@ -479,7 +479,7 @@ def test_a_long_gap_is_stalled_fault_only_with_a_critical_fault_touching_the_all
 #: allocation's node n1 unless its device is given alone.
 DEVICE_CASES: list[tuple[str, list[Any] | None, dict[str, Any], str]] = [
     ("no devices listed, a fault on another device of the node", None, {"node": "n1", "device": "5"}, "stalled_fault"),
-    ("an empty list is none given (DESIGN.md §2)", [], {"node": "n1", "device": "5"}, "stalled_fault"),
+    ("an empty list is none given (docs/events.md)", [], {"node": "n1", "device": "5"}, "stalled_fault"),
     ("an empty list, a fault on the node", [], {"node": "n1"}, "stalled_fault"),
     ("an empty list, a fault on another node", [], {"node": "n2"}, "idle_unexplained"),
     ("a MIG instance: its whole GPU's fault reaches it", ["0/13"], {"node": "n1", "device": "0"}, "stalled_fault"),

@@ -56,7 +56,7 @@ def stall(devices: list[Any] | None, fault_device: str | None) -> Scenario:
 CASES: list[tuple[str, list[Any] | None, str | None, bool]] = [
     # the allocation lists no devices: a node fault on any device touches it
     ("devices absent", None, "3", True),
-    ("devices: [] is none given (DESIGN §2)", [], "3", True),
+    ("devices: [] is none given (docs/events.md)", [], "3", True),
     ("a device the allocation does not hold", [0, 1], "3", False),
     ("a node fault naming no device", [0, 1], None, True),
     # MIG: an instance is `<gpu>/<instance>`; a fault on the whole GPU touches its instances

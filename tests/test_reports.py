@@ -170,6 +170,29 @@ def test_capacity_counts_jobs_that_need_no_admission(tmp_path: Path) -> None:
     assert [cell for cell in table[0].columns[6].cells] == ["50% (1/2)", "50% (1/2)"]
 
 
+def test_capacity_reads_a_grant_s_devices_as_the_touches_rule_does(tmp_path: Path) -> None:
+    """An empty device list is none given (the node's devices), as an absent one; a MIG
+    instance held is its GPU. Two nodes of two whole GPUs and one of two MIG-partitioned
+    GPUs; one job on each node."""
+    e = Events()
+    for node, cls in (("n1", "whole"), ("n2", "whole"), ("n3", "mig")):
+        for device in (0, 1):
+            e.add("device.discovered", "09:00", node=node, device=device, placement_class=cls, profile="3g.40gb" if cls == "mig" else None)
+    for job, node, devices in (("A", "n1", []), ("B", "n2", None), ("C", "n3", ["1/2"])):
+        cls = "mig" if node == "n3" else "whole"
+        grant = {"allocation_id": job, "gpus": 1, "node": node, "placement_class": cls, **({"profile": "3g.40gb"} if cls == "mig" else {})}
+        e.add("allocation.granted", "10:00", **grant, **({} if devices is None else {"devices": devices}))
+        e.add("job.started", "10:01", job_id=job, allocation_id=job)
+    store = make_store_of(f"sqlite:///{tmp_path / 'held.db'}", e.items)
+    try:
+        doc = report(store, "capacity")
+    finally:
+        store.close()
+    # devices started: n1 both (empty list), n2 both (no list), n3 GPU 1 only (its instance 1/2)
+    started = {row["placement_class"]: (row["devices_discovered"], row["devices_started"]) for row in doc["classes"]}
+    assert started == {"whole": (4, 4), "mig:3g.40gb": (2, 1)}
+
+
 def test_capacity_of_another_tenant_counts_the_fleet_only(store: Store) -> None:
     doc = report(store, "capacity", tenant="nobody")
     assert doc["total"]["devices_discovered"] == 5

@@ -16,8 +16,8 @@ category order, and everything else is read from that order:
   billing, money-only lines).
 
 **Touches** (RULES.md §Categories 7): a fault touches an allocation by fabric domain; or by
-node, when it names no device, the allocation lists none (`devices: []` is none, DESIGN
-§2), or the device is the allocation's; or, naming no node, by device alone. A device is
+node, when it names no device, the allocation lists none (`devices: []` is none given,
+docs/events.md), or the device is the allocation's; or, naming no node, by device alone. A device is
 the allocation's when it is one of its devices or the whole GPU one of its MIG instances
 (`<gpu>/<instance>`, as dcgm names them) is carved from. Devices compare as text.
 
@@ -148,13 +148,20 @@ def device_held_sql(device: str, devices: str) -> str:
             f"OR list_contains(list_transform({devices}, lambda held: split_part(held, '/', 1)), {device}))")
 
 
+def holds_sql(device: str, devices: str) -> str:
+    """SQL: a grant listing `devices` on a node holds that node's `device`: every device
+    when it lists none (absent or empty: none given, docs/events.md), else those listed
+    (`device_held_sql`)."""
+    return f"(coalesce(len({devices}), 0) = 0 OR {device_held_sql(device, devices)})"
+
+
 def touches_sql(fault: str, alloc: str) -> str:
     """SQL: the fault (or clearing) row `fault` touches the allocation row `alloc`
     (columns node, device, fabric_domain; node, devices, fabric_domain)."""
     held = device_held_sql(f"{fault}.device", f"{alloc}.devices")
     return (f"coalesce(({fault}.fabric_domain IS NOT NULL AND {fault}.fabric_domain = {alloc}.fabric_domain)"
             f" OR ({fault}.node = {alloc}.node AND ({fault}.device IS NULL"
-            f" OR coalesce(len({alloc}.devices), 0) = 0 OR {held}))"
+            f" OR {holds_sql(f'{fault}.device', f'{alloc}.devices')}))"
             f" OR ({fault}.node IS NULL AND {fault}.device IS NOT NULL AND {held}), false)")
 
 

@@ -15,7 +15,9 @@ Definitions (docs/reports.md repeats them):
   decisions: its jobs are counted here, not as a shortfall of admissions.
 - **devices admitted / placed / started**: distinct discovered devices held, by the
   allocation the step names (as for the class below), by a job admitted / placed /
-  started in the window; a grant that lists no devices holds its node's.
+  started in the window. Which devices a grant holds is the touches rule's reading
+  (`rules.holds_sql`): a grant that lists no devices (absent or an empty list) holds its
+  node's; a MIG instance `<gpu>/<gi>` listed holds its GPU.
 - **admitted, then started**: jobs admitted in the window that also started in it.
 - **rates** (each a share in [0, 1], to four places; none when nothing to share): of the
   devices discovered, the share admitted, placed and started (`devices_<step>_share`);
@@ -37,7 +39,7 @@ import duckdb
 from rich.table import Table
 
 from reconcile.engine.figures import iso, placement_sql
-from reconcile.engine.rules import INF
+from reconcile.engine.rules import INF, device_held_sql, holds_sql
 from reconcile.reports import fleet_changes
 
 STEPS = ("devices_discovered", "jobs_admitted", "jobs_placed", "workloads_started")
@@ -63,7 +65,7 @@ device_class AS (
                                             'coalesce(d.profile, CASE WHEN coalesce(d.cls, g.cls) = g.cls THEN g.profile END)')}
            AS placement
     FROM device d LEFT JOIN grant_ g
-      ON g.node = d.node AND (g.devices IS NULL OR list_contains(g.devices, d.device))
+      ON g.node = d.node AND {holds_sql('d.device', 'g.devices')}
      AND (d.cls IS NULL OR d.cls = g.cls)
     QUALIFY row_number() OVER (PARTITION BY d.node, d.device ORDER BY g.t NULLS LAST, g.seq) = 1)"""
 
@@ -105,7 +107,7 @@ held AS (
     SELECT DISTINCT x.decision, dc.node, dc.device, dc.placement
     FROM (SELECT * FROM decided UNION ALL SELECT * FROM started) x
     JOIN grant_ g ON g.tenant = x.tenant AND g.allocation_id = x.allocation_id
-    JOIN device_class dc ON dc.node = g.node AND (g.devices IS NULL OR list_contains(g.devices, dc.device))),
+    JOIN device_class dc ON dc.node = g.node AND {holds_sql('dc.device', 'g.devices')}),
 named AS (
     SELECT d.tenant, coalesce(pd.job_id, d.job_id) AS job FROM ev d
     LEFT JOIN pod pd ON pd.tenant = d.tenant AND pd.pod = d.job_id
@@ -142,7 +144,7 @@ receipt AS (
     QUALIFY row_number() OVER (PARTITION BY tenant, job_id ORDER BY t, seq) = 1),
 receipted AS (
     SELECT DISTINCT dc.node, dc.device, dc.placement FROM receipt r
-    JOIN device_class dc ON (r.node IS NULL OR dc.node = r.node) AND list_contains(r.devices, dc.device))
+    JOIN device_class dc ON (r.node IS NULL OR dc.node = r.node) AND {device_held_sql('dc.device', 'r.devices')})
 SELECT placement, 'receipts' AS step, count(*) AS n FROM receipt GROUP BY placement
 UNION ALL
 SELECT placement, 'devices_receipted', count(*) FROM receipted GROUP BY placement

@@ -6,7 +6,7 @@ Rules (docs/placement.md gives them with examples):
   every allocation a `placement.observed` or `probe.result` names without a grant.
 - **Class sold**: the `placement_class` of the first `policy.promise` (by time, then
   ledger order) for a job that started on the allocation, else the allocation's own
-  `placement_class` (DESIGN default `whole`); `mig:<profile>` with the allocation's
+  `placement_class` (the schema's default `whole`); `mig:<profile>` with the allocation's
   profile. Terms (`policy.terms`) carry no class.
 - **Observed**: the latest `placement.observed` of each node of the allocation.
 - **Requirement** of the class: `whole` of two or more GPUs is one NVLink domain: every
