@@ -14,7 +14,9 @@ each, since the machine is shared.
 
 Beside them, the read floor: the same rows fetched through the driver exactly as verify
 fetches them (`verify_pages`), with no hashing and no checks. No verifier that reads the
-store through this driver can be faster than it, whatever it does with the rows.
+store through this driver can be faster than it, whatever it does with the rows. Last,
+the runs are sealed (ledger/sealed.py, as a checkpoint seals them) and verify is timed
+again, now also comparing every sealed page with its entries (`with_sealed_pages_*`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from bench.ingest import Stores, ingest_file, ledger_rows
 from bench.results_file import record
 from bench.sources import write_native
 from ledger.hashing import CHAIN_PREFIX, LEAF_PREFIX, ZERO_HASH, entry_bytes
+from ledger.sealed import seal_store
 from ledger.verify import verify_pages
 
 GOAL = "a ratio of at least 0.5, and at least 1 million entries/s"
@@ -99,6 +102,10 @@ def measure(backend: str, count: int, runs: int) -> dict[str, Any]:
             parallel = min((verify_seconds(url, cores, count // (4 * cores)) for _ in range(runs)), key=lambda t: t[0])
             base = min((baseline_seconds(url) for _ in range(runs)), key=lambda t: t[0])
             fetch = min((fetch_seconds(url) for _ in range(runs)), key=lambda t: t[0])
+            sealed_store = ledger.Store(url)
+            seal_store(sealed_store)  # as `gpuledger checkpoint` does: verify now compares the pages too
+            sealed_store.close()
+            sealed = min((verify_seconds(url) for _ in range(runs)), key=lambda t: t[0])
         finally:
             stores.drop()
     wall, cpu, entries = verify
@@ -109,6 +116,8 @@ def measure(backend: str, count: int, runs: int) -> dict[str, Any]:
         "baseline_entries_per_s": round(base[1] / base[0]), "ratio": round(base[0] / wall, 3),
         "processes": parallel_processes, "parallel_entries_per_s": round(entries / parallel[0]),
         "parallel_cpu_us_per_entry": round(parallel[1] / entries * 1e6, 2), "parallel_ratio": round(base[0] / parallel[0], 3),
+        "with_sealed_pages_entries_per_s": round(entries / sealed[0]),
+        "sealed_pages_check_cpu_us_per_entry": round((sealed[1] - cpu) / entries * 1e6, 2),
         "loadavg_1m": round(os.getloadavg()[0], 2),
         "read_floor_entries_per_s": round(fetch[1] / fetch[0]),
         "read_floor": "the same rows fetched by the driver as verify fetches them, no hashing, no checks",
