@@ -115,15 +115,18 @@ def entry_tables(conn: Connection, tenant: str | None = None, upto_seq: int | No
     yield from store_pages(conn, tenant, upto_seq=upto_seq, after=covered)
 
 
-def _page_rows(conn: Connection, upto_seq: int | None) -> Iterator[tuple[Any, ...]]:
-    """The pages' rows one at a time through the driver (each is megabytes)."""
+def _page_rows(conn: Connection, upto_seq: int | None, first: int = 1,
+               last: int | None = None) -> Iterator[tuple[Any, ...]]:
+    """The rows of the pages ending by `upto_seq` and starting in [first, last], one at a
+    time through the driver (each is megabytes)."""
     sqlite = conn.dialect.name == "sqlite"
     mark = "?" if sqlite else "%s"
     driver: Any = conn.connection.driver_connection
     cursor = driver.cursor() if sqlite else driver.cursor(f"gpuledger_sealed_{next(_CURSORS)}")
     try:
         cursor.execute(f"SELECT first_seq, last_seq, entries, digest, page FROM sealed_pages "
-                       f"WHERE last_seq <= {mark} ORDER BY first_seq", (upto_seq if upto_seq is not None else 2**62,))
+                       f"WHERE last_seq <= {mark} AND first_seq >= {mark} AND first_seq <= {mark} ORDER BY first_seq",
+                       (upto_seq if upto_seq is not None else 2**62, first, last if last is not None else 2**62))
         while (row := cursor.fetchone()) is not None:
             yield row
     finally:
@@ -148,22 +151,53 @@ def _fault(first: int, last: int, count: int, digest: bytes, parquet: bytes, exp
     return None if rows == count else f"its Parquet holds {rows} rows, not {count}"
 
 
-def sealed_problem(conn: Connection) -> tuple[int, str] | None:
-    """The first sealed page that does not hold exactly its entries' columns, as (seq,
-    what), or None: each page read back and compared with `entries` column by column."""
+def page_bounds(conn: Connection) -> list[tuple[int, int]]:
+    """(first_seq, last_seq) of every sealed page, in order (the pages themselves not read)."""
+    rows = conn.execute(select(sealed_pages.c.first_seq, sealed_pages.c.last_seq).order_by(sealed_pages.c.first_seq))
+    return [(int(first), int(last)) for first, last in rows]
+
+
+def gap_problem(bounds: list[tuple[int, int]]) -> tuple[int, str] | None:
+    """Pages that do not follow one another from seq 1, as (seq, what), or None."""
     expected = 1
-    for row in _page_rows(conn, None):
-        first, last, count, digest, parquet = int(row[0]), int(row[1]), int(row[2]), bytes(row[3]), bytes(row[4])
-        fault = _fault(first, last, count, digest, parquet, expected)
-        if fault is not None:
-            return first, f"the sealed page of seqs {first}–{last}: {fault}"
-        difference = _difference(pq.read_table(pa.BufferReader(parquet)),
-                                 pa.concat_tables(store_pages(conn, upto_seq=last, after=first - 1)))
-        if difference is not None:
-            seq, column = difference
-            return seq, f"the sealed page of seqs {first}–{last} differs from the entries at seq {seq}, column {column}"
+    for first, last in bounds:
+        if first != expected:
+            return first, f"the sealed page of seqs {first}–{last}: starts at seq {first}, where seq {expected} was expected"
         expected = last + 1
     return None
+
+
+def sealed_problem(conn: Connection, first: int = 1, last: int | None = None) -> tuple[int, str] | None:
+    """The first sealed page starting in seqs [first, last] that does not hold exactly its
+    entries' columns, as (seq, what), or None: each read back, checked against its digest
+    and row count, and compared with `entries` column by column. (That the pages follow one
+    another is `gap_problem`'s.)"""
+    for row in _page_rows(conn, None, first, last):
+        start, end, count, digest, parquet = int(row[0]), int(row[1]), int(row[2]), bytes(row[3]), bytes(row[4])
+        fault = _fault(start, end, count, digest, parquet, start)
+        if fault is not None:
+            return start, f"the sealed page of seqs {start}–{end}: {fault}"
+        try:
+            copy = pq.read_table(pa.BufferReader(parquet))
+        except (pa.ArrowException, OSError) as exc:
+            return start, f"the sealed page of seqs {start}–{end}: its Parquet cannot be read ({exc})"
+        difference = _difference(copy, pa.concat_tables(store_pages(conn, upto_seq=end, after=start - 1)))
+        if difference is not None:
+            seq, column = difference
+            return seq, f"the sealed page of seqs {start}–{end} differs from the entries at seq {seq}, column {column}"
+    return None
+
+
+def sealed_problem_in(span: tuple[str, int, int]) -> tuple[int, str] | None:
+    """`sealed_problem` for the pages starting in [first, last] of the store at `url`, on a
+    connection of its own: one process's share of verify's check."""
+    url, first, last = span
+    store = Store(url)
+    try:
+        with store.reading() as conn:
+            return sealed_problem(conn, first, last)
+    finally:
+        store.close()
 
 
 def _difference(copy: pa.Table, stored: pa.Table) -> tuple[int, str] | None:

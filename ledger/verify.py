@@ -51,7 +51,7 @@ from ledger.merkle import STORED_MIN_LEVEL, Frontier
 from ledger.note import COSIGNATURE_V1, NoteError, Verifier, split_note
 from ledger.proofs import Checkpoint, CheckpointBody, ProofError, tenant_order, verify_consistency
 from ledger.quarantine import quarantine_problem
-from ledger.sealed import sealed_problem
+from ledger.sealed import gap_problem, page_bounds, sealed_problem, sealed_problem_in
 from ledger.store import Store
 from ledger.tables import batches, checkpoints, cosignatures, entries, sealed_pages, tree_nodes
 from ledger.tree import TreeReader, stored_nodes
@@ -150,7 +150,7 @@ def verify_ledger(store: Store, verifiers: Sequence[Verifier] = (), saved: Seque
             problem = next(filter(None, (_check_page(conn, walk, page) for page in verify_pages(conn))), None)
         # A saved checkpoint says more (rolled back to where, or forked) than a missing signature.
         result.problem = problem or (_check_end(conn, walk) or next(filter(None, (_check_saved(conn, walk, c) for c in saved)), None)
-                                     or _check_signed_by(walk, verifiers) or _check_sealed(conn))
+                                     or _check_signed_by(walk, verifiers) or _check_sealed(store, conn, workers))
         result.entries = walk.seq
         result.tenants = len(walk.tenants)
         result.checked = ["leaves", "chain", "tenant chains", "batch heads", "tree nodes", "quarantine chain"]
@@ -171,8 +171,8 @@ def _check_in_ranges(store: Store, conn: Connection, walk: _Walk, processes: int
     """The parallel pass (ledger/verify_ranges.py): the number of ranges checked, with the
     walk brought to the ledger's end; 0 when it did not run or anything was amiss (the
     walk is then left for the walk from seq 1 to redo)."""
-    if processes < 2 or (store.dialect == "sqlite" and make_url(store.url).database in (None, "", ":memory:")):
-        return 0  # a memory database is this process's alone
+    if processes < 2 or _memory_database(store):
+        return 0
     last = int(conn.execute(select(func.coalesce(func.max(entries.c.seq), 0))).scalar_one())
     spans = cut(last, processes * _RANGES_PER_PROCESS, smallest)
     if len(spans) < 2:
@@ -387,10 +387,33 @@ def _check_signed_by(walk: _Walk, verifiers: Sequence[Verifier]) -> Problem | No
     return None
 
 
-def _check_sealed(conn: Connection) -> Problem | None:
-    """Each sealed page (ledger/sealed.py) holds exactly its entries' columns."""
-    found = sealed_problem(conn)
+def _check_sealed(store: Store, conn: Connection, processes: int) -> Problem | None:
+    """The sealed pages (ledger/sealed.py) follow one another from seq 1, and each holds
+    exactly its entries' columns: checked in `processes` processes, a share of the pages
+    each, where the store can be opened from another process."""
+    bounds = page_bounds(conn)
+    found = gap_problem(bounds)
+    if found is None and bounds:
+        found = _sealed_in_processes(store, bounds, processes) if processes > 1 and len(bounds) > 1 \
+            and not _memory_database(store) else sealed_problem(conn)
     return Problem(found[0], "sealed", found[1]) if found else None
+
+
+def _sealed_in_processes(store: Store, bounds: list[tuple[int, int]], processes: int) -> tuple[int, str] | None:
+    share = -(-len(bounds) // processes)
+    spans = [(store.url, bounds[i][0], bounds[min(i + share, len(bounds)) - 1][0]) for i in range(0, len(bounds), share)]
+    try:
+        with ProcessPoolExecutor(len(spans), mp_context=multiprocessing.get_context(_START)) as pool:
+            found = [problem for problem in pool.map(sealed_problem_in, spans) if problem is not None]
+    except Exception:  # no processes to be had: this one checks them all, and says what it finds
+        with store.reading() as conn:
+            return sealed_problem(conn)
+    return min(found, default=None)  # the first seq named
+
+
+def _memory_database(store: Store) -> bool:
+    """A memory database is this process's alone."""
+    return store.dialect == "sqlite" and make_url(store.url).database in (None, "", ":memory:")
 
 
 def _leaf_problem(row: tuple, body: bytes, salt: bytes, stored: bytes) -> Problem:  # type: ignore[type-arg]
