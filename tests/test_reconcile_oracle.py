@@ -314,6 +314,48 @@ def test_the_engine_on_the_edge_shapes(scenario: Any, expected: Any) -> None:
         assert engine_lines(store) == expected
 
 
+def _stall_beside_a_fault(devices: list[Any] | None, place: dict[str, Any]) -> list[Event]:
+    """One GPU granted at 0 on n1 with `devices` (absent when None); progress at 120, 240
+    and 880 (a 640 s gap, past the 300 s default); completed at 960; released at 1200; a
+    critical fault at 360 at `place`, never cleared; one line [0, 1200)."""
+    grant: dict[str, Any] = {"tenant": "t", "allocation_id": "A", "gpus": 1, "node": "n1"}
+    if devices is not None:
+        grant["devices"] = devices
+    f = Fleet().add("allocation.granted", 0, **grant)
+    f.add("job.started", 0, tenant="t", job_id="j", allocation_id="A")
+    for step, t in enumerate((120, 240, 880), 1):
+        f.add("job.progress", t, tenant="t", job_id="j", step=step)
+    f.add("job.completed", 960, tenant="t", job_id="j")
+    f.add("allocation.released", 1200, tenant="t", allocation_id="A")
+    f.add("health.fault", 360, code="xid-79", severity="critical", **place)
+    f.add("billing.line", 1200, tenant="t", invoice_id="I", line_id="L", allocation_id="A",
+          period_start=at(0), period_end=at(1200), gpus=1, amount="1.20", currency="USD")
+    return f.events
+
+
+#: (the grant's devices, where the fault is, the 640 s gap's category): the touches rule
+#: read by hand (RULES.md §Categories 7; docs/events.md: an empty list is none given).
+STALL_CASES = [
+    pytest.param(None, {"node": "n1", "device": "5"}, "stalled_fault", id="no-list-a-fault-on-the-node"),
+    pytest.param([], {"node": "n1", "device": "5"}, "stalled_fault", id="an-empty-list-is-none-given"),
+    pytest.param([], {"node": "n2"}, "idle_unexplained", id="an-empty-list-a-fault-on-another-node"),
+    pytest.param(["3"], {"node": "n1", "device": "5"}, "idle_unexplained", id="a-list-without-the-faulty-device"),
+    pytest.param(["0/13"], {"node": "n1", "device": "0"}, "stalled_fault", id="a-mig-instance-of-the-faulty-gpu"),
+]
+
+
+@pytest.mark.parametrize(("devices", "place", "category"), STALL_CASES)
+def test_oracle_and_engine_read_a_grant_s_devices_alike(devices: Any, place: dict[str, Any], category: str) -> None:
+    # startup [0, 120) to the first progress; productive [120, 240) and [880, 960) (the
+    # completion closes an 80 s gap); the 640 s gap [240, 880); idle_reserved [960, 1200)
+    expected = {("t", "L"): {"startup": 120 * S, "productive:pending": 200 * S, category: 640 * S,
+                             "idle_reserved": 240 * S}}
+    events = _stall_beside_a_fault(devices, place)
+    assert oracle_lines(events) == expected
+    with ledger_of(events) as store:
+        assert engine_lines(store) == expected
+
+
 # ------------------------------------------------------------ random fleets
 
 TENANTS = ("acme", "beta")
