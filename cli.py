@@ -459,14 +459,14 @@ def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | Non
     if fmt == "table":
         for table in reconcile_render.tables(result):
             stdout.print(table)
-        if not result.cells:
+        if not result.cell_count:
             click.echo("no billing lines to reconcile")
     else:
         if fmt == "parquet" and out is None:
             raise InputError("--out: Parquet needs an output file")
         reconcile_render.write(result, fmt, out if out is not None else sys.stdout, store.safe_url if db_url else None)
         if out is not None:
-            click.echo(f"wrote {'the finance page' if fmt == 'html' else f'{len(result.cells)} rows'} to {out}", err=True)
+            click.echo(f"wrote {'the finance page' if fmt == 'html' else f'{result.cell_count} rows'} to {out}", err=True)
     if limit is not None and any(amount > limit for amount in result.disputed_amounts().values()):
         click.echo(f"provider-borne and disputed money exceeds {limit}", err=True)
         sys.exit(1)
@@ -807,7 +807,7 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
     _say(f"4 verify: {'ok' if result.ok else 'FAILED ' + str(result.problem)}: "
                  f"{result.entries} entries, {result.tenants} tenants; checked {', '.join(result.checked)}")
     done = run_demo_outputs(store, out, read_signer(key), read_verifier(Path(f"{key}.pub")))
-    _say(f"5 reconcile: {len(done.result.cells)} line categories; {totals_line(done.result)}")
+    _say(f"5 reconcile: {done.result.cell_count} line categories; {totals_line(done.result)}")
     stdout.print(category_table(done.result))
     stdout.print(biggest_findings(done.result))
     _say(f"6 promises: {_missed_count(done.missed_promises)}")

@@ -183,6 +183,12 @@ class Reconciliation:
     table: pa.Table  # one row per cell, the columns of `Cell`
     unbilled_us: dict[str, int]
 
+    @property
+    def cell_count(self) -> int:
+        """How many cells, without making a Python object of each (`cells` would, and at
+        field scale that is millions of them)."""
+        return int(self.table.num_rows)
+
     @cached_property
     def cells(self) -> list[Cell]:
         columns = [self.table.column(name).to_pylist() for name in CELL_COLUMNS]
