@@ -7,12 +7,14 @@ category (CSV, Parquet). Both are built from the same cells, so they always agre
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property, lru_cache
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -178,6 +180,10 @@ class InvoiceTotal:
         return [(k[0], k[1], self.tally.gpu_us[k], self.tally.cents[k]) for k in keys]
 
 
+#: Rows of the CSV/Parquet frame made at a time (`frame_batches`): a few hundred MB.
+FRAME_ROWS = 500_000
+
+
 @dataclass
 class Reconciliation:
     table: pa.Table  # one row per cell, the columns of `Cell`
@@ -272,8 +278,40 @@ class Reconciliation:
     def frame(self) -> pa.Table:
         """One row per line, category, bearer and acceptance: for CSV and Parquet. Computed
         column-wise in DuckDB over `table` (no Python object per cell), in the order of `cells`."""
-        ones = pa.repeat(pa.scalar(1, pa.int64()), self.table.num_rows)
-        cells = self.table.append_column("row_no", pc.cumulative_sum(ones))  # the order of `cells`, from 1
+        return pa.concat_tables(self.frame_batches()) if self.table.num_rows else self._frame_of(self.table)
+
+    def frame_batches(self, rows: int = FRAME_ROWS) -> Iterator[pa.Table]:
+        """`frame()` a part at a time, each of whole lines and about `rows` rows (more when
+        one line has more), so a writer holds one part, not the whole frame. The engine
+        gives a line's cells together; cells that are not (a table built otherwise) come
+        as one part."""
+        fractional = bool(pc.any(pc.not_equal(pc.remainder(self.table.column("gpu_us"), SECOND), 0)).as_py())
+        starts = self._line_starts()
+        if starts is None:
+            yield self._frame_of(self.table, fractional)
+            return
+        start = 0
+        while start < self.table.num_rows:
+            at = int(np.searchsorted(starts, min(start + rows, self.table.num_rows)))
+            end = int(starts[at]) if at < len(starts) else self.table.num_rows
+            yield self._frame_of(self.table.slice(start, end - start), fractional)
+            start = end
+
+    def _line_starts(self) -> np.ndarray | None:
+        """The rows at which a new line begins, in order; None unless each line's cells are
+        together (as many beginnings as lines)."""
+        table = self.table
+        changed = np.zeros(max(table.num_rows - 1, 0), dtype=bool)
+        for name in ("tenant", "invoice_id", "line_id"):
+            column = pc.fill_null(table.column(name), "")
+            changed |= pc.not_equal(column.slice(1), column.slice(0, table.num_rows - 1)).to_numpy(zero_copy_only=False)
+        starts = np.flatnonzero(changed) + 1
+        lines = table.group_by(["tenant", "invoice_id", "line_id"]).aggregate([]).num_rows
+        return starts if len(starts) + 1 == lines else None
+
+    def _frame_of(self, table: pa.Table, fractional: bool | None = None) -> pa.Table:
+        ones = pa.repeat(pa.scalar(1, pa.int64()), table.num_rows)
+        cells = table.append_column("row_no", pc.cumulative_sum(ones))  # the order of `cells`, from 1
         labels = pa.table({"code": list(LABEL_BY_CODE), "category": [v.category for v in LABEL_BY_CODE.values()],
                            "bearer": [v.bearer for v in LABEL_BY_CODE.values()],
                            "acceptance": [v.acceptance for v in LABEL_BY_CODE.values()]})
@@ -283,14 +321,15 @@ class Reconciliation:
             longest = int(con.execute(longest_line_sql("cells")).fetchall()[0][0])
             if longest >= EXACT_LINE_US:
                 raise MoneyOverflow(f"a line of {longest} GPU-µs is too long for exact shares in 128 bits")
-            fractional = bool(con.execute(f"SELECT bool_or(gpu_us % {SECOND} <> 0) FROM cells").fetchall()[0][0])
+            if fractional is None:
+                fractional = bool(con.execute(f"SELECT bool_or(gpu_us % {SECOND} <> 0) FROM cells").fetchall()[0][0])
             # GPU-seconds are time, not money: DuckDB's `/` is true division, as `gpu_seconds` is
             derived = con.sql(_FRAME_SQL.format(shares=exact_shares_sql("cells"),
                                                 gpu_seconds=f"c.gpu_us / {SECOND}" if fractional
                                                 else f"c.gpu_us // {SECOND}")).to_arrow_table()
         schema = _frame_schema(fractional)
         # what the frame shows as the cells have it comes from `table` as it is, with no copy
-        columns = [self.table.column(name) if name in CELL_COLUMNS else derived.column(name) for name in schema.names]
+        columns = [table.column(name) if name in CELL_COLUMNS else derived.column(name) for name in schema.names]
         return pa.Table.from_arrays(columns, names=schema.names).cast(schema)
 
 

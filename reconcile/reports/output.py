@@ -100,17 +100,49 @@ def write(result: Reconciliation, fmt: str, out: IO[str] | Path, db: str | None 
         else:
             out.write(text)
     elif fmt == "csv":
+        _write_csv(result, out)
+    elif fmt == "parquet":
+        if not isinstance(out, Path):
+            raise ValueError("--out: Parquet needs an output file")
+        _write_parquet(result, out)
+    else:
+        raise ValueError(f"--format: unknown format {fmt!r}")
+
+
+def _write_parquet(result: Reconciliation, out: Path) -> None:
+    """The frame a part at a time (`frame_batches`): memory holds one part, not millions of rows."""
+    writer: pq.ParquetWriter | None = None
+    try:
+        for part in result.frame_batches():
+            writer = writer or pq.ParquetWriter(out, part.schema)
+            writer.write_table(part)
+        if writer is None:
+            pq.write_table(result.frame(), out)  # no cells: the empty frame, with its columns
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def _write_csv(result: Reconciliation, out: IO[str] | Path) -> None:
+    if not result.cell_count:
         frame = result.frame()
         if isinstance(out, Path):
             pacsv.write_csv(frame, out)
         else:
             out.write(frame.to_pandas().to_csv(index=False))
-    elif fmt == "parquet":
-        if not isinstance(out, Path):
-            raise ValueError("--out: Parquet needs an output file")
-        pq.write_table(result.frame(), out)
-    else:
-        raise ValueError(f"--format: unknown format {fmt!r}")
+        return
+    if isinstance(out, Path):
+        writer: pacsv.CSVWriter | None = None
+        try:
+            for part in result.frame_batches():
+                writer = writer or pacsv.CSVWriter(out, part.schema)
+                writer.write_table(part)
+        finally:
+            if writer is not None:
+                writer.close()
+        return
+    for number, part in enumerate(result.frame_batches()):
+        out.write(part.to_pandas().to_csv(index=False, header=number == 0))
 
 
 def _page(result: Reconciliation, db: str | None) -> str:
