@@ -26,26 +26,33 @@ def store_pages(conn: Connection, tenant: str | None = None, page_rows: int = PA
     snapshot) of `conn`, and become Arrow in one call per page: building a Python row
     object per entry and four columns from them cost more than reading the rows."""
     sqlite = conn.dialect.name == "sqlite"
-    mark = "?" if sqlite else "%s"
     # SQLite hands TEXT over as str, decoded and then encoded again by Arrow; as a BLOB
     # the event's bytes go straight into Arrow, which checks they are UTF-8 (psycopg's
     # bytea would come back hex-encoded: there text is the cheaper form).
     event = "CAST(event AS BLOB)" if sqlite else "event"
-    sql = f"SELECT seq, type, tenant, {event} FROM entries WHERE seq > {mark} AND seq <= {mark}"
+    sql = f"SELECT seq, type, tenant, {event} FROM entries WHERE seq > {{mark}} AND seq <= {{mark}}"
     params: tuple[Any, ...] = (after, upto_seq if upto_seq is not None else 2**62)
     if tenant is not None:
-        sql += f" AND (tenant = {mark} OR tenant IS NULL)"
+        sql += " AND (tenant = {mark} OR tenant IS NULL)"
         params += (tenant,)
     row_type = _ROW_BLOB if sqlite else _ROW_TEXT
+    for rows in driver_rows(conn, sql + " ORDER BY seq", params, page_rows):
+        yield _page_of_rows(rows, row_type)
+
+
+def driver_rows(conn: Connection, sql: str, params: tuple[Any, ...], batch: int) -> Iterator[list[tuple[Any, ...]]]:
+    """`sql`'s rows (each `{mark}` a parameter), `batch` at a time, through the database
+    driver's own cursor on `conn` (its snapshot). One query read in batches: on PostgreSQL
+    through a server-side cursor, so the server streams the rows in index order (a query a
+    batch, `seq > last ... LIMIT`, is planned as a scan and a sort of the whole table for
+    every batch)."""
+    sqlite = conn.dialect.name == "sqlite"
     driver: Any = conn.connection.driver_connection
-    # One query, read a page at a time: on PostgreSQL through a server-side cursor, so the
-    # server streams the rows in index order (a query a page, `seq > last ... LIMIT`, is
-    # planned as a scan and a sort of the whole table for every page).
-    cursor = driver.cursor() if sqlite else driver.cursor(f"gpuledger_pages_{next(_CURSORS)}")
+    cursor = driver.cursor() if sqlite else driver.cursor(f"gpuledger_rows_{next(_CURSORS)}")
     try:
-        cursor.execute(sql + " ORDER BY seq", params)
-        while rows := cursor.fetchmany(page_rows):
-            yield _page_of_rows(rows, row_type)
+        cursor.execute(sql.format(mark="?" if sqlite else "%s"), params)
+        while rows := cursor.fetchmany(batch):
+            yield rows
     finally:
         cursor.close()
 

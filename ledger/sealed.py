@@ -21,18 +21,16 @@ ingest, whose memory stays flat with the file's size, should not carry.
 from __future__ import annotations
 
 import io
-import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from hashlib import sha256
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from sqlalchemy import Connection, func, insert, select
 
-from ledger.pages import store_pages
+from ledger.pages import driver_rows, store_pages
 from ledger.store import SEALED_ENTRIES, Store
 from ledger.tables import entries, sealed_pages
 
@@ -93,12 +91,11 @@ def read_sealed(conn: Connection, upto_seq: int | None = None) -> Iterator[Seale
     row count, none past `upto_seq`. Stops at the first that is not; the caller reads the
     entries after the last page it was given from `entries`."""
     expected = 1
-    for row in _page_rows(conn, upto_seq):
-        first, last, count, digest, parquet = int(row[0]), int(row[1]), int(row[2]), bytes(row[3]), bytes(row[4])
-        if _fault(first, last, count, digest, parquet, expected) is not None:
+    for page in _page_rows(conn, upto_seq):
+        if page.fault(expected) is not None:
             return
-        yield SealedPage(first, last, parquet)
-        expected = last + 1
+        yield SealedPage(page.first_seq, page.last_seq, page.parquet)
+        expected = page.last_seq + 1
 
 
 def entry_tables(conn: Connection, tenant: str | None = None, upto_seq: int | None = None) -> Iterator[pa.Table]:
@@ -115,25 +112,26 @@ def entry_tables(conn: Connection, tenant: str | None = None, upto_seq: int | No
     yield from store_pages(conn, tenant, upto_seq=upto_seq, after=covered)
 
 
-def _page_rows(conn: Connection, upto_seq: int | None, first: int = 1,
-               last: int | None = None) -> Iterator[tuple[Any, ...]]:
-    """The rows of the pages ending by `upto_seq` and starting in [first, last], one at a
-    time through the driver (each is megabytes)."""
-    sqlite = conn.dialect.name == "sqlite"
-    mark = "?" if sqlite else "%s"
-    driver: Any = conn.connection.driver_connection
-    cursor = driver.cursor() if sqlite else driver.cursor(f"gpuledger_sealed_{next(_CURSORS)}")
-    try:
-        cursor.execute(f"SELECT first_seq, last_seq, entries, digest, page FROM sealed_pages "
-                       f"WHERE last_seq <= {mark} AND first_seq >= {mark} AND first_seq <= {mark} ORDER BY first_seq",
-                       (upto_seq if upto_seq is not None else 2**62, first, last if last is not None else 2**62))
-        while (row := cursor.fetchone()) is not None:
-            yield row
-    finally:
-        cursor.close()
+@dataclass(frozen=True)
+class _PageRow:
+    first_seq: int
+    last_seq: int
+    entries: int
+    digest: bytes
+    parquet: bytes
+
+    def fault(self, expected: int) -> str | None:
+        return _fault(self.first_seq, self.last_seq, self.entries, self.digest, self.parquet, expected)
 
 
-_CURSORS = itertools.count(1)
+def _page_rows(conn: Connection, upto_seq: int | None, first: int = 1, last: int | None = None) -> Iterator[_PageRow]:
+    """The pages ending by `upto_seq` and starting in [first, last], one at a time (each is
+    megabytes)."""
+    sql = ("SELECT first_seq, last_seq, entries, digest, page FROM sealed_pages "
+           "WHERE last_seq <= {mark} AND first_seq >= {mark} AND first_seq <= {mark} ORDER BY first_seq")
+    bounds = (upto_seq if upto_seq is not None else 2**62, first, last if last is not None else 2**62)
+    for (row,) in driver_rows(conn, sql, bounds, 1):
+        yield _PageRow(int(row[0]), int(row[1]), int(row[2]), bytes(row[3]), bytes(row[4]))
 
 
 def _fault(first: int, last: int, count: int, digest: bytes, parquet: bytes, expected: int) -> str | None:
@@ -172,13 +170,13 @@ def sealed_problem(conn: Connection, first: int = 1, last: int | None = None) ->
     entries' columns, as (seq, what), or None: each read back, checked against its digest
     and row count, and compared with `entries` column by column. (That the pages follow one
     another is `gap_problem`'s.)"""
-    for row in _page_rows(conn, None, first, last):
-        start, end, count, digest, parquet = int(row[0]), int(row[1]), int(row[2]), bytes(row[3]), bytes(row[4])
-        fault = _fault(start, end, count, digest, parquet, start)
+    for page in _page_rows(conn, None, first, last):
+        start, end = page.first_seq, page.last_seq
+        fault = page.fault(start)
         if fault is not None:
             return start, f"the sealed page of seqs {start}–{end}: {fault}"
         try:
-            copy = pq.read_table(pa.BufferReader(parquet))
+            copy = pq.read_table(pa.BufferReader(page.parquet))
         except (pa.ArrowException, OSError) as exc:
             return start, f"the sealed page of seqs {start}–{end}: its Parquet cannot be read ({exc})"
         difference = _difference(copy, pa.concat_tables(store_pages(conn, upto_seq=end, after=start - 1)))

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from rich.table import Column, Table
@@ -110,17 +112,10 @@ def write(result: Reconciliation, fmt: str, out: IO[str] | Path, db: str | None 
 
 
 def _write_parquet(result: Reconciliation, out: Path) -> None:
-    """The frame a part at a time (`frame_batches`): memory holds one part, not millions of rows."""
-    writer: pq.ParquetWriter | None = None
-    try:
-        for part in result.frame_batches():
-            writer = writer or pq.ParquetWriter(out, part.schema)
-            writer.write_table(part)
-        if writer is None:
-            pq.write_table(result.frame(), out)  # no cells: the empty frame, with its columns
-    finally:
-        if writer is not None:
-            writer.close()
+    if not result.cell_count:
+        pq.write_table(result.frame(), out)  # no cells: the empty frame, with its columns
+        return
+    _write_parts(result, lambda schema: pq.ParquetWriter(out, schema))
 
 
 def _write_csv(result: Reconciliation, out: IO[str] | Path) -> None:
@@ -130,19 +125,24 @@ def _write_csv(result: Reconciliation, out: IO[str] | Path) -> None:
             pacsv.write_csv(frame, out)
         else:
             out.write(frame.to_pandas().to_csv(index=False))
-        return
-    if isinstance(out, Path):
-        writer: pacsv.CSVWriter | None = None
-        try:
-            for part in result.frame_batches():
-                writer = writer or pacsv.CSVWriter(out, part.schema)
-                writer.write_table(part)
-        finally:
-            if writer is not None:
-                writer.close()
-        return
-    for number, part in enumerate(result.frame_batches()):
-        out.write(part.to_pandas().to_csv(index=False, header=number == 0))
+    elif isinstance(out, Path):
+        _write_parts(result, lambda schema: pacsv.CSVWriter(out, schema))
+    else:
+        for number, part in enumerate(result.frame_batches()):
+            out.write(part.to_pandas().to_csv(index=False, header=number == 0))
+
+
+def _write_parts(result: Reconciliation, open_writer: Callable[[pa.Schema], Any]) -> None:
+    """The frame a part at a time (`frame_batches`) through the writer `open_writer` makes
+    for the first part's schema: memory holds one part, not millions of rows."""
+    writer = None
+    try:
+        for part in result.frame_batches():
+            writer = writer or open_writer(part.schema)
+            writer.write_table(part)
+    finally:
+        if writer is not None:
+            writer.close()
 
 
 def _page(result: Reconciliation, db: str | None) -> str:
