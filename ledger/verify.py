@@ -45,6 +45,7 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 from sqlalchemy.engine import make_url
 
+from ledger.arrow_entries import drivers
 from ledger.checkpoint import TenantHead, tenant_root
 from ledger.hashing import CHAIN_PREFIX, ZERO_HASH, chain_hash, entry_bytes, entry_leaf, leaf_hash
 from ledger.merkle import STORED_MIN_LEVEL, Frontier
@@ -180,6 +181,7 @@ def _check_in_ranges(store: Store, conn: Connection, walk: _Walk, processes: int
     tasks = [RangeTask(store.url, first, end, {s: h for s, h in walk.batch_heads.items() if first <= s <= end},
                        frozenset(s for s in walk.signed if first <= s <= end)) for first, end in spans]
     try:
+        drivers()
         with ProcessPoolExecutor(min(processes, len(tasks)), mp_context=multiprocessing.get_context(_START)) as pool:
             summaries = list(pool.map(check_range, tasks))
     except Exception:  # whatever stopped the fast pass, the walk from seq 1 meets it and says it as it always has

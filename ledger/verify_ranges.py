@@ -22,6 +22,7 @@ So the parallel pass decides only how fast a clean ledger is passed.
 
 from __future__ import annotations
 
+import bisect
 import gc
 import multiprocessing
 import os
@@ -29,23 +30,34 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from hashlib import sha256
+from operator import methodcaller
 from typing import Any, TypeVar
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from sqlalchemy import Connection
 
+from ledger.arrow_entries import COLUMNS, NotReadable, entry_batches, leaf_inputs, packed, plain
 from ledger.hashing import CHAIN_PREFIX, ZERO_HASH, entry_leaf
 from ledger.merkle import Frontier
 from ledger.store import Store
-from ledger.tree import TreeReader, stored_nodes
+from ledger.tree import TreeReader
 
 PAGE = 20_000
-_COLUMNS = (
-    "seq", "recorded_at", "source", "id", "type", "tenant", "tenant_seq", "{event}", "salt",
-    "leaf_hash", "chain_hash", "tenant_prev",
-)
-#: The event's UTF-8 bytes as the database holds them: what is hashed, fetched without
-#: a decode to str and an encode back (a fifth of the cost of reading a row here).
-_EVENT_BYTES = {"sqlite": "CAST(event AS BLOB)", "postgresql": "convert_to(event, 'UTF8')"}
+_DIGEST = methodcaller("digest")
+#: What the walk selects. SQLite keeps a value's storage class beside it, and a TEXT
+#: column can hold a BLOB (a BLOB column TEXT); verify checks the bytes, so each column is
+#: read as its own type, exactly as the fast pass's reader sees it (ledger/arrow_entries.py),
+#: and the event as its UTF-8 bytes, with no decode to str and encode back (a fifth of
+#: the cost of reading a row here).
+_SELECTED = {
+    "sqlite": "seq, CAST(recorded_at AS TEXT), CAST(source AS TEXT), CAST(id AS TEXT), CAST(type AS TEXT), "
+              "CAST(tenant AS TEXT), tenant_seq, CAST(event AS BLOB), CAST(salt AS BLOB), CAST(leaf_hash AS BLOB), "
+              "CAST(chain_hash AS BLOB), CAST(tenant_prev AS BLOB)",
+    "postgresql": "seq, recorded_at, source, id, type, tenant, tenant_seq, convert_to(event, 'UTF8'), salt, "
+                  "leaf_hash, chain_hash, tenant_prev",
+}
 
 TenantHeads = dict[str, tuple[int, bytes]]
 T = TypeVar("T")
@@ -57,7 +69,7 @@ def verify_pages(conn: Connection, after: int = 0, through: int | None = None) -
     (bench/verify.py times this read alone)."""
     raw: Any = conn.connection.dbapi_connection
     mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-    columns = ", ".join(_COLUMNS).format(event=_EVENT_BYTES[conn.dialect.name])
+    columns = _SELECTED[conn.dialect.name]
     bound = "" if through is None else f" AND seq <= {int(through)}"
     statement = f"SELECT {columns} FROM entries WHERE seq > {mark}{bound} ORDER BY seq LIMIT {PAGE}"
     last = after
@@ -131,16 +143,107 @@ def _check_range(conn: Connection, task: RangeTask) -> RangeSummary:
     except LookupError:
         return summary
     seq = start
-    for rows in verify_pages(conn, start, task.last):
-        ended = _check_rows(task, summary, frontier, rows, seq, chain)
-        if ended is None:
-            return summary
-        seq, chain = ended
-        if not _nodes_match(conn, frontier, summary):
-            return summary
+    heads = sorted(task.batch_heads.items())
+    try:
+        for batch in entry_batches(task.url, task.first, task.last):
+            for part in _cut_at_sizes(batch, task.sizes):
+                ended = _check_batch(task, summary, frontier, part, seq, chain, heads)
+                if ended is None:
+                    return summary
+                seq, chain = ended
+            if not _nodes_match(conn, frontier, summary):
+                return summary
+    except NotReadable:
+        return summary
     summary.clean = seq == task.last
     summary.chain, summary.frontier = chain, frontier.hashes
     return summary
+
+
+def _cut_at_sizes(batch: pa.RecordBatch, sizes: frozenset[int]) -> Iterator[pa.RecordBatch]:
+    """The batch in parts, each ending at a checkpoint's size or at the batch's end: the
+    state at each size is handed on as it stood there."""
+    ends: list[int] = (np.flatnonzero(np.isin(batch.column("seq").to_numpy(), list(sizes))) + 1).tolist() if sizes else []
+    start = 0
+    for end in [*ends, batch.num_rows]:
+        if end > start:
+            yield batch.slice(start, end - start)
+        start = end
+
+
+def _check_batch(task: RangeTask, summary: RangeSummary, frontier: Frontier, batch: pa.RecordBatch,
+                 seq: int, chain: bytes, batch_heads: list[tuple[int, bytes]]) -> tuple[int, bytes] | None:
+    """_check_rows for a batch read as Arrow: seq continuity and the stored leaf and chain
+    hashes compared for the whole batch at once, the tenant links column-wise; a batch
+    whose bytes cannot be built column-wise goes through _check_rows itself."""
+    numbers = batch.column("seq").to_numpy()
+    if numbers[0] != seq + 1 or not (np.diff(numbers) == 1).all():
+        return None
+    if not plain(batch):
+        return _check_rows(task, summary, frontier, list(zip(*(batch.column(n).to_pylist() for n in COLUMNS), strict=True)),
+                           seq, chain)
+    leaves = list(map(_DIGEST, map(sha256, leaf_inputs(batch))))
+    joined = b"".join(leaves)
+    stored = batch.column("chain_hash")
+    if joined != packed(batch.column("leaf_hash"), 32) or packed(stored, 32) is None:
+        return None
+    # Each stored link is checked against the stored link before it (the first against
+    # `chain`, which the range before checked): link by link, that is the chain recomputed.
+    links = pc.binary_join_element_wise(pa.scalar(CHAIN_PREFIX), pa.concat_arrays([pa.array([chain], pa.binary()), stored.slice(0, len(stored) - 1)]),
+                                        batch.column("leaf_hash"), pa.scalar(b""))
+    if b"".join(map(_DIGEST, map(sha256, links.to_pylist()))) != packed(stored, 32):
+        return None
+    chain = stored[len(stored) - 1].as_py()
+    first, last = seq + 1, int(numbers[-1])
+    at = bisect.bisect_left(batch_heads, (first, b""))
+    while at < len(batch_heads) and batch_heads[at][0] <= last:
+        if stored[batch_heads[at][0] - first].as_py() != batch_heads[at][1]:
+            return None
+        at += 1
+    if not _tenants_follow(summary, batch, joined):
+        return None
+    frontier.extend(leaves)
+    if last in task.sizes:
+        summary.at_sizes.append(AtSize(last, chain, list(frontier.hashes), dict(summary.heads)))
+    return last, chain
+
+
+def _tenants_follow(summary: RangeSummary, batch: pa.RecordBatch, leaves: bytes) -> bool:
+    """The tenant links of a batch, column-wise: an entry without a tenant has no
+    tenant_seq and no tenant_prev; within the batch each tenant's entries number on by one
+    and each names the leaf of the one before; each tenant's first entry follows its head
+    so far in the range (or opens the tenant, for the stitch)."""
+    absent = batch.column("tenant").is_null()
+    for name in ("tenant_seq", "tenant_prev"):
+        if not pc.all(pc.equal(absent, batch.column(name).is_null())).as_py():
+            return False
+    present = pc.invert(absent)
+    rows = np.flatnonzero(present.to_numpy(zero_copy_only=False))
+    if not len(rows):
+        return True
+    encoded = pc.dictionary_encode(batch.column("tenant").filter(present))
+    prev = packed(batch.column("tenant_prev").filter(present), 32)
+    if prev is None:
+        return False
+    order = np.argsort(encoded.indices.to_numpy(), kind="stable")
+    codes = encoded.indices.to_numpy()[order]
+    numbers = batch.column("tenant_seq").filter(present).to_numpy()[order]
+    prevs = np.frombuffer(prev, dtype=np.uint8).reshape(-1, 32)[order]
+    own = np.frombuffer(leaves, dtype=np.uint8).reshape(-1, 32)[rows][order]
+    same = codes[1:] == codes[:-1]
+    if not ((numbers[1:] == numbers[:-1] + 1) | ~same).all() or not ((prevs[1:] == own[:-1]).all(axis=1) | ~same).all():
+        return False
+    names = encoded.dictionary.to_pylist()
+    starts = np.flatnonzero(np.concatenate(([True], ~same)))
+    for start, end in zip(starts, [*(starts[1:] - 1), len(codes) - 1], strict=True):
+        tenant, opening = names[codes[start]], (int(numbers[start]), prevs[start].tobytes())
+        head = summary.heads.get(tenant)
+        if head is None:
+            summary.openings[tenant] = opening
+        elif opening != (head[0] + 1, head[1]):
+            return False
+        summary.heads[tenant] = (int(numbers[end]), own[end].tobytes())
+    return True
 
 
 def _stored_chain(conn: Connection, seq: int) -> bytes | None:
@@ -157,13 +260,21 @@ def _stored_chain(conn: Connection, seq: int) -> bytes | None:
 
 
 def _nodes_match(conn: Connection, frontier: Frontier, summary: RangeSummary) -> bool:
-    """The stored tree nodes this page completed are the ones hashed here."""
-    completed = frontier.completed
-    stored = stored_nodes(conn, [(level, idx) for level, idx, _ in completed])
+    """The stored tree nodes this page completed are the ones hashed here: read as one run
+    of idx a level (the nodes a page completes at a level follow one another)."""
+    completed = sorted(frontier.completed)
+    frontier.completed.clear()  # memory stays at one page
     summary.nodes += len(completed)
-    clean = all(stored.get((level, idx)) == digest for level, idx, digest in completed)
-    completed.clear()  # memory stays at one page
-    return clean
+    if not completed:
+        return True
+    runs: dict[int, tuple[int, int]] = {}
+    for level, idx, _ in completed:
+        low, high = runs.get(level, (idx, idx))
+        runs[level] = (min(low, idx), max(high, idx))
+    condition = " OR ".join(f"(level = {int(level)} AND idx BETWEEN {int(low)} AND {int(high)})" for level, (low, high) in runs.items())
+    stored = conn.exec_driver_sql(f"SELECT level, idx, hash FROM tree_nodes WHERE {condition} ORDER BY level, idx").all()
+    return len(stored) == len(completed) and all(
+        (row[0], row[1], bytes(row[2])) == node for row, node in zip(stored, completed, strict=True))
 
 
 def _check_rows(task: RangeTask, summary: RangeSummary, frontier: Frontier, rows: list[tuple],  # type: ignore[type-arg]

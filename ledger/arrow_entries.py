@@ -1,0 +1,181 @@
+"""A range of entries read as Arrow record batches through ADBC, and checked a batch at a
+time: the fast pass of `verify` (ledger/verify_ranges.py).
+
+Why a second reader: the Python drivers build a tuple of Python objects for every row,
+and that alone cost 2–3 µs an entry, twice the hashing verify must do. The ADBC drivers
+(SQLite's and PostgreSQL's, C libraries) hand the rows over as Arrow columns, and the
+canonical bytes of every entry are then put together column-wise in Arrow, so that the
+only per-entry Python left is the two SHA-256 calls the bare loop makes (bench/verify.py).
+
+Nothing here decides that an entry is altered. A batch it cannot read exactly (a value of
+an unexpected type, a string needing JSON escapes) goes through the row-by-row check;
+anything amiss makes the range unclean, and verify then walks the ledger from seq 1
+through the Python driver and names the problem (docs/ledger-format.md, "Verify").
+
+Why the column-wise bytes can be trusted: for a batch whose strings hold no `"`, `\\` or
+control character, RFC 8785 writes each string as its UTF-8 between quotes, integers in
+decimal, and the salt in lower-case hex; those are the bytes built here. If they ever
+differed from `ledger.hashing.entry_bytes`, the leaf would not match, the range would be
+unclean, and the walk would decide: a slower verify, never a different verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import closing
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlalchemy.engine import make_url
+
+from ledger.hashing import LEAF_PREFIX
+
+#: Rows an Arrow batch holds (SQLite's driver makes batches of 1,024 unless told).
+BATCH_ROWS = 20000
+
+COLUMNS = ("seq", "recorded_at", "source", "id", "type", "tenant", "tenant_seq", "event", "salt",
+           "leaf_hash", "chain_hash", "tenant_prev")
+_TEXT = ("recorded_at", "source", "id", "type", "tenant")
+
+# SQLite's driver takes a column's Arrow type from the values of the first batch (a
+# column of NULLs there becomes INT64, and a later string then an error), so the query
+# opens with one row of the right types (seq 0, taken off again). It also passes a BLOB
+# in a TEXT column, or TEXT in a BLOB column, as the column's type with the same bytes;
+# the walk reads those columns CAST to their type (ledger/verify_ranges.py), so the two
+# read the same bytes and reach the same verdict. Any other storage class changes the
+# batch's schema or stops the read, and the walk decides.
+_SQLITE = """
+SELECT 0 AS seq, '' AS recorded_at, '' AS source, '' AS id, '' AS type, '' AS tenant, 0 AS tenant_seq,
+       x'' AS event, x'' AS salt, x'' AS leaf_hash, x'' AS chain_hash, x'' AS tenant_prev
+UNION ALL
+SELECT * FROM (SELECT seq, recorded_at, source, id, type, tenant, tenant_seq, CAST(event AS BLOB), salt,
+                      leaf_hash, chain_hash, tenant_prev
+               FROM entries WHERE seq >= {first} AND seq <= {last} ORDER BY seq)
+"""
+_POSTGRESQL = """
+SELECT seq, recorded_at, source, id, type, tenant, tenant_seq, event, salt, leaf_hash, chain_hash, tenant_prev
+FROM entries WHERE seq >= {first} AND seq <= {last} ORDER BY seq
+"""
+_SCHEMA = pa.schema([
+    ("seq", pa.int64()), ("recorded_at", pa.string()), ("source", pa.string()), ("id", pa.string()),
+    ("type", pa.string()), ("tenant", pa.string()), ("tenant_seq", pa.int64()), ("event", pa.binary()),
+    ("salt", pa.binary()), ("leaf_hash", pa.binary()), ("chain_hash", pa.binary()), ("tenant_prev", pa.binary()),
+])
+
+
+def drivers() -> tuple[Any, Any]:
+    """The ADBC drivers (SQLite's, PostgreSQL's), imported on first use: that costs 0.3 s,
+    which no command but verify should pay. Verify calls this before it forks its range
+    processes, so that they inherit the drivers rather than each import them."""
+    import adbc_driver_postgresql.dbapi as postgresql
+    import adbc_driver_sqlite.dbapi as sqlite
+
+    return sqlite, postgresql
+
+
+class NotReadable(Exception):
+    """The batch is not exactly what verify expects: the pass stops, the walk decides."""
+
+
+def entry_batches(url: str, first: int, last: int) -> Iterator[pa.RecordBatch]:
+    """Entries first..last of the store at `url` (a SQLAlchemy URL), in seq order, as
+    batches of the columns in COLUMNS, NULLs as NULLs, on a connection of their own."""
+    parsed = make_url(url)
+    dialect = parsed.get_backend_name()
+    if dialect == "sqlite":
+        connection: Any = drivers()[0].connect(parsed.database)
+        sql, options = _SQLITE, {"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)}
+    else:
+        connection = drivers()[1].connect(parsed.set(drivername="postgresql").render_as_string(hide_password=False))
+        sql, options = _POSTGRESQL, {}
+    with closing(connection), closing(connection.cursor()) as cursor:
+        if options:
+            cursor.adbc_statement.set_options(**options)
+        cursor.execute(sql.format(first=int(first), last=int(last)))
+        opening = dialect == "sqlite"
+        for batch in cursor.fetch_record_batch():
+            yield _typed(_normalised(batch, opening) if dialect == "sqlite" else batch)
+            opening = False
+
+
+def _normalised(batch: pa.RecordBatch, opening: bool) -> pa.RecordBatch:
+    """SQLite's batch without the row of types the query opens with."""
+    if opening:
+        if not batch.num_rows or batch.column("seq")[0].as_py() != 0:
+            raise NotReadable("the query's opening row is missing")
+        batch = batch.slice(1)
+    return pa.RecordBatch.from_arrays(batch.columns, names=list(COLUMNS))
+
+
+def _typed(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch as it must be: a value of any other type (a real seq, a text tenant_seq)
+    made the driver choose another type for its column."""
+    columns = batch.columns
+    if batch.schema.field(7).type == pa.string():  # PostgreSQL's text, as its UTF-8 bytes (no copy)
+        columns[7] = columns[7].cast(pa.binary())
+    if [column.type for column in columns] != _SCHEMA.types:
+        raise NotReadable(f"columns of other types than verify reads: {batch.schema}")
+    return pa.RecordBatch.from_arrays(columns, schema=_SCHEMA)
+
+
+def plain(batch: pa.RecordBatch) -> bool:
+    """No string of the entry's own fields holds a character RFC 8785 escapes (`"`, `\\`,
+    U+0000–U+001F), and every salt is 16 bytes: its canonical bytes can be built by
+    concatenation (leaf_inputs)."""
+    for name in _TEXT:
+        column = batch.column(name)
+        if len(column) and column.null_count < len(column) and _escapes(column):
+            return False
+    salts = batch.column("salt")
+    return salts.null_count == 0 and (len(salts) == 0 or pc.all(pc.equal(pc.binary_length(salts), 16)).as_py())
+
+
+def _escapes(column: pa.Array) -> bool:
+    offsets = np.frombuffer(column.buffers()[1], dtype=np.int32)[column.offset:column.offset + len(column) + 1]
+    data = column.buffers()[2]
+    if data is None:
+        return False
+    text = np.frombuffer(data, dtype=np.uint8)[offsets[0]:offsets[-1]]
+    return bool(((text < 0x20) | (text == 0x22) | (text == 0x5C)).any())
+
+
+_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+
+
+def leaf_inputs(batch: pa.RecordBatch) -> list[bytes]:
+    """Each entry's leaf hash input, LEAF_PREFIX ‖ canonical entry (ledger/hashing.py), for a
+    `plain` batch."""
+    column = batch.column
+    parts = [
+        LEAF_PREFIX + b'{"event":', column("event"), b',"id":"', column("id"), b'","recorded_at":"', column("recorded_at"),
+        b'","salt":"', _hex(column("salt")), b'","seq":', pc.cast(column("seq"), pa.string()),
+        b',"source":"', column("source"), b'","tenant":', pc.fill_null(_quoted(column("tenant")), "null"),
+        b',"tenant_seq":', pc.fill_null(pc.cast(column("tenant_seq"), pa.string()), "null"), b',"type":"', column("type"), b'"}',
+    ]
+    arrays = [pa.scalar(part, pa.binary()) if isinstance(part, bytes) else part.cast(pa.binary()) for part in parts]
+    return pc.binary_join_element_wise(*arrays, pa.scalar(b"", pa.binary())).to_pylist()  # type: ignore[no-any-return]
+
+
+def _quoted(column: pa.Array) -> pa.Array:
+    quote = pa.scalar('"')
+    return pc.binary_join_element_wise(quote, column, quote, pa.scalar(""))
+
+
+def _hex(salts: pa.Array) -> pa.Array:
+    """16-byte salts in lower-case hex (SQL's hex() would be the database's word for it)."""
+    count = len(salts)
+    offsets = np.frombuffer(salts.buffers()[1], dtype=np.int32)[salts.offset:salts.offset + count + 1]
+    raw = np.frombuffer(salts.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]].reshape(count, 16)
+    text = np.empty((count, 32), dtype=np.uint8)
+    text[:, 0::2], text[:, 1::2] = _HEX[raw >> 4], _HEX[raw & 15]
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(32), count, [None, pa.py_buffer(text.tobytes())])
+
+
+def packed(column: pa.Array, width: int) -> bytes | None:
+    """The column's values end to end, when every one is present and `width` bytes long."""
+    if column.null_count or (len(column) and not pc.all(pc.equal(pc.binary_length(column), width)).as_py()):
+        return None
+    offsets = np.frombuffer(column.buffers()[1], dtype=np.int32)[column.offset:column.offset + len(column) + 1]
+    return column.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0])).to_pybytes() if len(column) else b""
