@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from sqlalchemy.engine import make_url
 
 from ledger.hashing import LEAF_PREFIX
+from ledger.store import SQLITE_BUSY_TIMEOUT_S
 
 #: Rows an Arrow batch holds (SQLite's driver makes batches of 1,024 unless told).
 BATCH_ROWS = 20000
@@ -84,20 +85,29 @@ def entry_batches(url: str, first: int, last: int) -> Iterator[pa.RecordBatch]:
     batches of the columns in COLUMNS, NULLs as NULLs, on a connection of their own."""
     parsed = make_url(url)
     dialect = parsed.get_backend_name()
-    if dialect == "sqlite":
-        connection: Any = drivers()[0].connect(parsed.database)
-        sql, options = _SQLITE, {"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)}
-    else:
-        connection = drivers()[1].connect(parsed.set(drivername="postgresql").render_as_string(hide_password=False))
-        sql, options = _POSTGRESQL, {}
-    with closing(connection), closing(connection.cursor()) as cursor:
-        if options:
-            cursor.adbc_statement.set_options(**options)
-        cursor.execute(sql.format(first=int(first), last=int(last)))
-        opening = dialect == "sqlite"
-        for batch in cursor.fetch_record_batch():
-            yield _typed(_normalised(batch, opening) if dialect == "sqlite" else batch)
-            opening = False
+    sqlite, postgresql = drivers()
+    try:
+        if dialect == "sqlite":
+            connection: Any = sqlite.connect(parsed.database)
+            sql, options = _SQLITE, {"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)}
+        else:
+            connection = postgresql.connect(parsed.set(drivername="postgresql").render_as_string(hide_password=False))
+            sql, options = _POSTGRESQL, {}
+        with closing(connection), closing(connection.cursor()) as cursor:
+            if dialect == "sqlite":
+                # as the store's own connections wait (ledger/store.py): SQLite answers
+                # "database is locked" at once otherwise, while another connection opens
+                # or checkpoints the write-ahead log
+                cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+            if options:
+                cursor.adbc_statement.set_options(**options)
+            cursor.execute(sql.format(first=int(first), last=int(last)))
+            opening = dialect == "sqlite"
+            for batch in cursor.fetch_record_batch():
+                yield _typed(_normalised(batch, opening) if dialect == "sqlite" else batch)
+                opening = False
+    except (OSError, sqlite.Error) as exc:  # the drivers' errors do not cross a process boundary
+        raise NotReadable(f"{type(exc).__name__}: {exc}") from None
 
 
 def _normalised(batch: pa.RecordBatch, opening: bool) -> pa.RecordBatch:

@@ -341,18 +341,19 @@ def _level_up(nodes: list[tuple[int, bytes]], level: int, size: int, given: dict
     """The parents of `nodes` (sorted by position) at `level`, each sibling taken from
     `nodes` or from the proof; a node whose right sibling is empty is carried up."""
     parents: list[tuple[int, bytes]] = []
-    i = 0
-    while i < len(nodes):
+    append, prefix, count, i = parents.append, NODE_PREFIX, len(nodes), 0
+    # hash_children inlined: this loop runs once for every node of every proven path
+    while i < count:
         p, node_hash = nodes[i]
         if p & 1:
-            parents.append((p >> 1, hash_children(given[(level, p - 1)], node_hash)))
-        elif i + 1 < len(nodes) and nodes[i + 1][0] == p + 1:
-            parents.append((p >> 1, hash_children(node_hash, nodes[i + 1][1])))
+            append((p >> 1, sha256(prefix + given[(level, p - 1)] + node_hash).digest()))
+        elif i + 1 < count and nodes[i + 1][0] == p + 1:
+            append((p >> 1, sha256(prefix + node_hash + nodes[i + 1][1]).digest()))
             i += 1
         elif (p + 1) << level < size:
-            parents.append((p >> 1, hash_children(node_hash, given[(level, p + 1)])))
+            append((p >> 1, sha256(prefix + node_hash + given[(level, p + 1)]).digest()))
         else:
-            parents.append((p >> 1, node_hash))
+            append((p >> 1, node_hash))
         i += 1
     return parents
 

@@ -210,3 +210,52 @@ def _difference(copy: pa.Table, stored: pa.Table) -> tuple[int, str] | None:
         at = next(i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b)
         return int(stored.column("seq")[at].as_py()), name
     return None
+
+
+class PageComparer:
+    """The sealed pages over seqs [first, last], compared with batches of the entries as
+    they stream past in seq order (verify's range pass, ledger/verify_ranges.py): one page
+    held at a time, each checked on its own (digest, row count) when it is read. The pass
+    needs only a yes: where this says no, verify's own check names the page."""
+
+    def __init__(self, conn: Connection, first: int, last: int) -> None:
+        sql = ("SELECT first_seq, last_seq, entries, digest, page FROM sealed_pages "
+               "WHERE last_seq >= {mark} AND first_seq <= {mark} ORDER BY first_seq")
+        self._rows = (_PageRow(int(r[0]), int(r[1]), int(r[2]), bytes(r[3]), bytes(r[4]))
+                      for (r,) in driver_rows(conn, sql, (first, last), 1))
+        self._page: tuple[int, int, pa.Table] | None = None
+        self._faulty = False
+
+    def agrees(self, batch: pa.RecordBatch) -> bool:
+        """The batch's seq, type, tenant and event are the sealed pages' for those seqs
+        (seqs past the last page have no copy to agree with)."""
+        seqs = batch.column("seq")
+        at, end, offset = int(seqs[0].as_py()), int(seqs[len(seqs) - 1].as_py()), 0
+        while at <= end:
+            page = self._page_holding(at)
+            if page is None:
+                return not self._faulty
+            first, last, table = page
+            count = min(end, last) - at + 1
+            part = table.slice(at - first, count)
+            for name in ("seq", "type", "tenant", "event"):
+                ours = batch.column(name).slice(offset, count)
+                if not part.column(name).cast(ours.type).equals(pa.chunked_array([ours])):
+                    return False
+            at, offset = at + count, offset + count
+        return True
+
+    def _page_holding(self, seq: int) -> tuple[int, int, pa.Table] | None:
+        while self._page is None or self._page[1] < seq:
+            row = next(self._rows, None)
+            if row is None:
+                return None
+            if row.first_seq > seq or row.fault(row.first_seq) is not None:
+                self._faulty = True  # a page out of place or unreadable: verify's check names it
+                return None
+            try:
+                self._page = (row.first_seq, row.last_seq, pq.read_table(pa.BufferReader(row.parquet)))
+            except (pa.ArrowException, OSError):
+                self._faulty = True
+                return None
+        return self._page

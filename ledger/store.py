@@ -24,7 +24,7 @@ from ledger.tables import APPEND_ONLY, metadata
 
 DEFAULT_URL = "sqlite:///gpuledger.db"
 _APPEND_LOCK_KEY = 0x6770_756C_6564  # "gpuled": one advisory lock for the whole ledger
-_SQLITE_BUSY_TIMEOUT_S = 120
+SQLITE_BUSY_TIMEOUT_S = 120
 
 
 #: Entries a sealed page holds by default (ledger/sealed.py): 2^16, a few MB of Parquet.
@@ -54,7 +54,7 @@ class Store:
 
     def _make_engine(self) -> Engine:
         if self.dialect == "sqlite":
-            engine = create_engine(self.url, connect_args={"timeout": _SQLITE_BUSY_TIMEOUT_S})
+            engine = create_engine(self.url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
             event.listen(engine, "connect", _sqlite_on_connect)
             event.listen(engine, "begin", _sqlite_on_begin)
             return engine

@@ -35,6 +35,7 @@ not worth it (a small ledger, one core) or finds anything amiss, and names the p
 from __future__ import annotations
 
 import copy
+import gc
 import multiprocessing
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -151,7 +152,7 @@ def verify_ledger(store: Store, verifiers: Sequence[Verifier] = (), saved: Seque
             problem = next(filter(None, (_check_page(conn, walk, page) for page in verify_pages(conn))), None)
         # A saved checkpoint says more (rolled back to where, or forked) than a missing signature.
         result.problem = problem or (_check_end(conn, walk) or next(filter(None, (_check_saved(conn, walk, c) for c in saved)), None)
-                                     or _check_signed_by(walk, verifiers) or _check_sealed(store, conn, workers))
+                                     or _check_signed_by(walk, verifiers) or _check_sealed(store, conn, workers, walk.seq if result.ranges else None))
         result.entries = walk.seq
         result.tenants = len(walk.tenants)
         result.checked = ["leaves", "chain", "tenant chains", "batch heads", "tree nodes", "quarantine chain"]
@@ -180,12 +181,17 @@ def _check_in_ranges(store: Store, conn: Connection, walk: _Walk, processes: int
         return 0
     tasks = [RangeTask(store.url, first, end, {s: h for s, h in walk.batch_heads.items() if first <= s <= end},
                        frozenset(s for s in walk.signed if first <= s <= end)) for first, end in spans]
+    drivers()
+    # Out of the collector's reach while the children live: a collection in a forked child
+    # would write to every inherited object's header and so copy the parent's heap.
+    gc.freeze()
     try:
-        drivers()
         with ProcessPoolExecutor(min(processes, len(tasks)), mp_context=multiprocessing.get_context(_START)) as pool:
             summaries = list(pool.map(check_range, tasks))
     except Exception:  # whatever stopped the fast pass, the walk from seq 1 meets it and says it as it always has
         return 0
+    finally:
+        gc.unfreeze()
     return len(summaries) if _stitched(walk, summaries, last) else 0
 
 
@@ -389,13 +395,16 @@ def _check_signed_by(walk: _Walk, verifiers: Sequence[Verifier]) -> Problem | No
     return None
 
 
-def _check_sealed(store: Store, conn: Connection, processes: int) -> Problem | None:
+def _check_sealed(store: Store, conn: Connection, processes: int, compared_through: int | None) -> Problem | None:
     """The sealed pages (ledger/sealed.py) follow one another from seq 1, and each holds
-    exactly its entries' columns: checked in `processes` processes, a share of the pages
-    each, where the store can be opened from another process."""
+    exactly its entries' columns. The range pass compares them as it reads the entries
+    (`compared_through`: the entries it passed clean); otherwise they are checked here, in
+    `processes` processes, a share of the pages each, where the store can be opened from
+    another process. Where the range pass found a page amiss it was not clean, and this
+    check names the page."""
     bounds = page_bounds(conn)
     found = gap_problem(bounds)
-    if found is None and bounds:
+    if found is None and bounds and (compared_through is None or bounds[-1][1] > compared_through):
         found = _sealed_in_processes(store, bounds, processes) if processes > 1 and len(bounds) > 1 \
             and not _memory_database(store) else sealed_problem(conn)
     return Problem(found[0], "sealed", found[1]) if found else None

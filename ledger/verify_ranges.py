@@ -41,6 +41,7 @@ from sqlalchemy import Connection
 from ledger.arrow_entries import COLUMNS, NotReadable, entry_batches, leaf_inputs, packed, plain
 from ledger.hashing import CHAIN_PREFIX, ZERO_HASH, entry_leaf
 from ledger.merkle import Frontier
+from ledger.sealed import PageComparer
 from ledger.store import Store
 from ledger.tree import TreeReader
 
@@ -144,8 +145,11 @@ def _check_range(conn: Connection, task: RangeTask) -> RangeSummary:
         return summary
     seq = start
     heads = sorted(task.batch_heads.items())
+    pages = PageComparer(conn, task.first, task.last)
     try:
         for batch in entry_batches(task.url, task.first, task.last):
+            if not pages.agrees(batch):
+                return summary
             for part in _cut_at_sizes(batch, task.sizes):
                 ended = _check_batch(task, summary, frontier, part, seq, chain, heads)
                 if ended is None:

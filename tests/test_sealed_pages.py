@@ -102,11 +102,18 @@ def test_a_store_read_through_its_pages_reconciles_as_one_read_from_its_rows(
     assert reconcile_store(paged, **filters).as_json() == reconcile_store(unpaged, **filters).as_json()
 
 
-@pytest.mark.parametrize("processes", [1, 2])
-def test_verify_checks_every_page_and_counts_them(paged: Store, processes: int) -> None:
-    result = verify_ledger(paged, processes=processes)
+#: verify's three ways through the pages: the walk, the pages checked in processes of their
+#: own (a ledger too small for ranges), and the range pass comparing them as it reads the
+#: entries (47 entries: ranges 1-12, 13-24, 25-36, 37-47, so pages straddle ranges).
+MODES = [{"processes": 1}, {"processes": 2}, {"processes": 2, "smallest_range": 10}]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_verify_checks_every_page_and_counts_them(paged: Store, mode: dict[str, int]) -> None:
+    result = verify_ledger(paged, **mode)
     assert result.ok, result.problem
     assert "5 sealed pages against the entries" in result.checked
+    assert result.ranges == (4 if "smallest_range" in mode else 0)
 
 
 def _rewrite_page(store: Store, first: int, change: Any, digest: bool = True) -> None:
@@ -133,26 +140,27 @@ def _one_event_padded(table: pa.Table) -> pa.Table:
     return table.set_column(3, "event", pa.array([events[0] + " ", *events[1:]], pa.string()))
 
 
-@pytest.mark.parametrize("processes", [1, 2])
+@pytest.mark.parametrize("mode", MODES)
 def test_a_page_altered_with_its_digest_is_named_by_verify_at_its_seq_and_column(
-        paged: Store, unpaged: Store, processes: int) -> None:
+        paged: Store, unpaged: Store, mode: dict[str, int]) -> None:
     with paged.reading() as conn:
         seq = conn.execute(text("SELECT seq FROM entries WHERE event LIKE :p"), {"p": '%"step":5,%'}).scalars().all()
     assert seq == [12, 13]  # j1's and k1's step 5, both in the page of seqs 9–16
     _rewrite_page(paged, 9, _step_renamed)
-    problem = verify_ledger(paged, processes=processes).problem
+    problem = verify_ledger(paged, **mode).problem
     assert problem is not None and (problem.seq, problem.kind) == (12, "sealed")
     assert "the sealed page of seqs 9–16 differs from the entries at seq 12, column event" in problem.message
     # the reconciliation did read the page: its progress is no longer the entries'
     assert reconcile_store(paged).as_json() != reconcile_store(unpaged).as_json()
 
 
-def test_a_page_that_fails_its_digest_is_not_read_and_is_named(paged: Store, unpaged: Store) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_a_page_that_fails_its_digest_is_not_read_and_is_named(paged: Store, unpaged: Store, mode: dict[str, int]) -> None:
     _rewrite_page(paged, 17, _one_event_padded, digest=False)
     with paged.reading() as conn:
         assert [page.first_seq for page in read_sealed(conn)] == [1, 9]  # the rest from the rows
     assert reconcile_store(paged).as_json() == reconcile_store(unpaged).as_json()
-    problem = verify_ledger(paged).problem
+    problem = verify_ledger(paged, **mode).problem
     assert problem is not None and (problem.seq, problem.kind) == (17, "sealed")
     assert problem.message.endswith("its Parquet does not match its digest")
 
@@ -199,22 +207,24 @@ def test_entry_tables_give_the_rows_store_pages_gives(paged: Store, filters: dic
     assert pa.concat_tables(tables).equals(rows)
 
 
-def test_pages_that_do_not_follow_one_another_are_named(paged: Store) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_pages_that_do_not_follow_one_another_are_named(paged: Store, mode: dict[str, int]) -> None:
     with paged.writing() as conn:
         drop_guards(conn)
         conn.execute(text("DELETE FROM sealed_pages WHERE first_seq = 9"))
     with paged.reading() as conn:
         assert [page.first_seq for page in read_sealed(conn)] == [1]  # the rest from the rows
-    problem = verify_ledger(paged).problem
+    problem = verify_ledger(paged, **mode).problem
     assert problem is not None and (problem.seq, problem.kind) == (17, "sealed")
     assert problem.message.endswith("starts at seq 17, where seq 9 was expected")
 
 
-def test_a_page_whose_parquet_is_not_parquet_is_named(paged: Store) -> None:
+@pytest.mark.parametrize("mode", MODES)
+def test_a_page_whose_parquet_is_not_parquet_is_named(paged: Store, mode: dict[str, int]) -> None:
     with paged.writing() as conn:
         drop_guards(conn)
         junk = b"PAR1 not a page"
         conn.execute(sealed_pages.update().where(sealed_pages.c.first_seq == 25).values(page=junk, digest=sha256(junk).digest()))
-    problem = verify_ledger(paged).problem
+    problem = verify_ledger(paged, **mode).problem
     assert problem is not None and (problem.seq, problem.kind) == (25, "sealed")
     assert "its Parquet cannot be read" in problem.message
