@@ -109,7 +109,7 @@ MODES = [{"processes": 1}, {"processes": 2}, {"processes": 2, "smallest_range": 
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_verify_checks_every_page_and_counts_them(paged: Store, mode: dict[str, int]) -> None:
+def test_verify_checks_every_page_and_counts_them(paged: Store, mode: dict[str, Any]) -> None:
     result = verify_ledger(paged, **mode)
     assert result.ok, result.problem
     assert "5 sealed pages against the entries" in result.checked
@@ -142,7 +142,7 @@ def _one_event_padded(table: pa.Table) -> pa.Table:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_page_altered_with_its_digest_is_named_by_verify_at_its_seq_and_column(
-        paged: Store, unpaged: Store, mode: dict[str, int]) -> None:
+        paged: Store, unpaged: Store, mode: dict[str, Any]) -> None:
     with paged.reading() as conn:
         seq = conn.execute(text("SELECT seq FROM entries WHERE event LIKE :p"), {"p": '%"step":5,%'}).scalars().all()
     assert seq == [12, 13]  # j1's and k1's step 5, both in the page of seqs 9–16
@@ -155,7 +155,7 @@ def test_a_page_altered_with_its_digest_is_named_by_verify_at_its_seq_and_column
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_page_that_fails_its_digest_is_not_read_and_is_named(paged: Store, unpaged: Store, mode: dict[str, int]) -> None:
+def test_a_page_that_fails_its_digest_is_not_read_and_is_named(paged: Store, unpaged: Store, mode: dict[str, Any]) -> None:
     _rewrite_page(paged, 17, _one_event_padded, digest=False)
     with paged.reading() as conn:
         assert [page.first_seq for page in read_sealed(conn)] == [1, 9]  # the rest from the rows
@@ -208,7 +208,7 @@ def test_entry_tables_give_the_rows_store_pages_gives(paged: Store, filters: dic
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_pages_that_do_not_follow_one_another_are_named(paged: Store, mode: dict[str, int]) -> None:
+def test_pages_that_do_not_follow_one_another_are_named(paged: Store, mode: dict[str, Any]) -> None:
     with paged.writing() as conn:
         drop_guards(conn)
         conn.execute(text("DELETE FROM sealed_pages WHERE first_seq = 9"))
@@ -220,7 +220,7 @@ def test_pages_that_do_not_follow_one_another_are_named(paged: Store, mode: dict
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_page_whose_parquet_is_not_parquet_is_named(paged: Store, mode: dict[str, int]) -> None:
+def test_a_page_whose_parquet_is_not_parquet_is_named(paged: Store, mode: dict[str, Any]) -> None:
     with paged.writing() as conn:
         drop_guards(conn)
         junk = b"PAR1 not a page"
