@@ -82,32 +82,67 @@ class NotReadable(Exception):
 
 def entry_batches(url: str, first: int, last: int) -> Iterator[pa.RecordBatch]:
     """Entries first..last of the store at `url` (a SQLAlchemy URL), in seq order, as
-    batches of the columns in COLUMNS, NULLs as NULLs, on a connection of their own."""
-    parsed = make_url(url)
-    dialect = parsed.get_backend_name()
-    sqlite, postgresql = drivers()
+    batches of the columns in COLUMNS, NULLs as NULLs, on a connection of their own (in
+    a verify worker, the one it keeps: `in_worker`)."""
+    dialect = make_url(url).get_backend_name()
+    sqlite = drivers()[0]
+    connection, read = None, False
     try:
-        if dialect == "sqlite":
-            connection: Any = sqlite.connect(parsed.database)
-            sql, options = _SQLITE, {"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)}
-        else:
-            connection = postgresql.connect(parsed.set(drivername="postgresql").render_as_string(hide_password=False))
-            sql, options = _POSTGRESQL, {}
-        with closing(connection), closing(connection.cursor()) as cursor:
+        connection = _connection(url)
+        with closing(connection.cursor()) as cursor:
             if dialect == "sqlite":
-                # as the store's own connections wait (ledger/store.py): SQLite answers
-                # "database is locked" at once otherwise, while another connection opens
-                # or checkpoints the write-ahead log
-                cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
-            if options:
-                cursor.adbc_statement.set_options(**options)
-            cursor.execute(sql.format(first=int(first), last=int(last)))
+                cursor.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+            cursor.execute((_SQLITE if dialect == "sqlite" else _POSTGRESQL).format(first=int(first), last=int(last)))
             opening = dialect == "sqlite"
             for batch in cursor.fetch_record_batch():
                 yield _typed(_normalised(batch, opening) if dialect == "sqlite" else batch)
                 opening = False
+        read = True
     except (OSError, sqlite.Error) as exc:  # the drivers' errors do not cross a process boundary
         raise NotReadable(f"{type(exc).__name__}: {exc}") from None
+    finally:
+        if connection is not None and not (read and _KEPT is not None):
+            _drop(url, connection)
+
+
+#: A verify worker's connections, by store URL; None in any other process. Opening one
+#: costs PostgreSQL's driver about 50 ms (it loads the server's types), as much as
+#: checking 20,000 entries: a worker checks several ranges on one.
+_KEPT: dict[str, Any] | None = None
+
+
+def in_worker() -> None:
+    """Run first in each of verify's worker processes: keep their connections."""
+    global _KEPT
+    _KEPT = {}
+
+
+def _connection(url: str) -> Any:
+    if _KEPT is not None and url in _KEPT:
+        return _KEPT[url]
+    sqlite, postgresql = drivers()
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        connection = sqlite.connect(parsed.database)
+        with closing(connection.cursor()) as cursor:
+            # as the store's own connections wait (ledger/store.py): SQLite answers
+            # "database is locked" at once otherwise, while another connection opens or
+            # checkpoints the write-ahead log
+            cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+    else:
+        connection = postgresql.connect(parsed.set(drivername="postgresql").render_as_string(hide_password=False))
+    if _KEPT is not None:
+        _KEPT[url] = connection
+    return connection
+
+
+def _drop(url: str, connection: Any) -> None:
+    if _KEPT is not None:
+        _KEPT.pop(url, None)
+    try:
+        connection.close()
+    except Exception:  # a connection that failed may not close cleanly; it is gone either way
+        pass
 
 
 def _normalised(batch: pa.RecordBatch, opening: bool) -> pa.RecordBatch:

@@ -46,7 +46,7 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 from sqlalchemy.engine import make_url
 
-from ledger.arrow_entries import drivers
+from ledger.arrow_entries import drivers, in_worker
 from ledger.checkpoint import TenantHead, tenant_root
 from ledger.hashing import CHAIN_PREFIX, ZERO_HASH, chain_hash, entry_bytes, entry_leaf, leaf_hash
 from ledger.merkle import STORED_MIN_LEVEL, Frontier
@@ -186,7 +186,8 @@ def _check_in_ranges(store: Store, conn: Connection, walk: _Walk, processes: int
     # would write to every inherited object's header and so copy the parent's heap.
     gc.freeze()
     try:
-        with ProcessPoolExecutor(min(processes, len(tasks)), mp_context=multiprocessing.get_context(_START)) as pool:
+        with ProcessPoolExecutor(min(processes, len(tasks)), mp_context=multiprocessing.get_context(_START),
+                                 initializer=in_worker) as pool:
             summaries = list(pool.map(check_range, tasks))
     except Exception:  # whatever stopped the fast pass, the walk from seq 1 meets it and says it as it always has
         return 0

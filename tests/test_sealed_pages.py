@@ -23,6 +23,7 @@ from ledger import Appender, Store, append_stream, verify_ledger
 from ledger.checkpoint import sign_checkpoint
 from ledger.note import Signer
 from ledger.pages import store_pages
+import ledger.sealed as sealed
 from ledger.sealed import entry_tables, read_sealed, seal, seal_store
 from ledger.tables import entries, sealed_pages
 from reconcile import reconcile_store
@@ -123,7 +124,7 @@ def _rewrite_page(store: Store, first: int, change: Any, digest: bool = True) ->
         drop_guards(conn)
         blob = bytes(conn.execute(select(sealed_pages.c.page).where(sealed_pages.c.first_seq == first)).scalar_one())
         sink = io.BytesIO()
-        pq.write_table(change(pq.read_table(pa.BufferReader(blob))), sink, compression="zstd")
+        pq.write_table(change(pq.read_table(pa.BufferReader(blob))), sink, compression="zstd", row_group_size=sealed._ROW_GROUP)
         values: dict[str, Any] = {"page": sink.getvalue()}
         if digest:
             values["digest"] = sha256(sink.getvalue()).digest()
@@ -228,3 +229,33 @@ def test_a_page_whose_parquet_is_not_parquet_is_named(paged: Store, mode: dict[s
     problem = verify_ledger(paged, **mode).problem
     assert problem is not None and (problem.seq, problem.kind) == (25, "sealed")
     assert "its Parquet cannot be read" in problem.message
+
+
+def test_the_range_pass_reads_only_the_row_groups_of_its_seqs(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages of 8 entries in row groups of 3 (3, 3, 2 rows): the range 13-24 starts in the
+    second row group of the page of seqs 9-16 and reads it from there; an edit in that
+    page's first row group (seq 12) is the range 1-12's to find, one in its second (seq 13)
+    the range 13-24's."""
+    monkeypatch.setattr(sealed, "_ROW_GROUP", 3)
+    store.sealed_entries = PAGE
+    ingest(store, _events())
+    assert seal_store(store) == 5
+    with store.reading() as conn:
+        groups = [pq.ParquetFile(pa.BufferReader(bytes(page))).metadata.num_row_groups
+                  for page in conn.execute(select(sealed_pages.c.page)).scalars()]
+    assert groups == [3] * 5
+    result = verify_ledger(store, processes=2, smallest_range=10)
+    assert result.ok and result.ranges == 4, result.problem
+    _rewrite_page(store, 9, _seq_13_altered)
+    with store.reading() as conn:
+        page = conn.execute(select(sealed_pages.c.page).where(sealed_pages.c.first_seq == 9)).scalar_one()
+        assert pq.ParquetFile(pa.BufferReader(bytes(page))).metadata.num_row_groups == 3
+    assert verify_ledger(store, processes=2, smallest_range=10).ranges == 0  # the range 13-24 said no
+    problem = verify_ledger(store, processes=2, smallest_range=10).problem
+    assert problem is not None and (problem.seq, problem.kind) == (13, "sealed")
+
+
+def _seq_13_altered(table: pa.Table) -> pa.Table:
+    events = table.column("event").to_pylist()
+    events[13 - 9] = events[13 - 9].replace('"step":5,', '"step":6,')
+    return table.set_column(3, "event", pa.array(events, pa.string()))
