@@ -12,9 +12,10 @@ baseline entries/s, for verify in one process (`ratio`) and in ranges on every c
 single-threaded: the goal is half its speed with every core at work. Best of `runs`
 each, since the machine is shared.
 
-Beside them, the read floor: the same rows fetched through the driver exactly as verify
-fetches them (`verify_pages`), with no hashing and no checks. No verifier that reads the
-store through this driver can be faster than it, whatever it does with the rows. Last,
+Beside them, the read floors: the same rows fetched through the Python driver exactly as
+the walk fetches them (`verify_pages`), and as Arrow batches through ADBC exactly as the
+range pass reads them (`entry_batches`), with no hashing and no checks. No verifier that
+reads the store through that driver can be faster than it, whatever it does with the rows. Last,
 the runs are sealed (ledger/sealed.py, as a checkpoint seals them) and verify is timed
 again on every core, now also comparing every sealed page with its entries, a share of
 the pages a process (`with_sealed_pages_*`).
@@ -35,6 +36,7 @@ import ledger
 from bench.ingest import Stores, ingest_file, ledger_rows
 from bench.results_file import record
 from bench.sources import write_native
+from ledger.arrow_entries import entry_batches
 from ledger.hashing import CHAIN_PREFIX, LEAF_PREFIX, ZERO_HASH, entry_bytes
 from ledger.sealed import seal_store
 from ledger.verify import verify_pages
@@ -72,6 +74,15 @@ def fetch_seconds(url: str) -> tuple[float, int]:
     return elapsed, count
 
 
+def arrow_fetch_seconds(url: str) -> tuple[float, int]:
+    """The read floor of the range pass: every entry read as Arrow batches through ADBC
+    (ledger/arrow_entries.py), nothing else done."""
+    started, count = time.perf_counter(), 0
+    for batch in entry_batches(url, 1, 2**62):
+        count += batch.num_rows
+    return time.perf_counter() - started, count
+
+
 def baseline_seconds(url: str) -> tuple[float, int]:
     """Leaf and chain hashes over the canonical entries, a page at a time; only the
     hashing loop is timed."""
@@ -103,6 +114,7 @@ def measure(backend: str, count: int, runs: int) -> dict[str, Any]:
             parallel = min((verify_seconds(url, cores, count // (4 * cores)) for _ in range(runs)), key=lambda t: t[0])
             base = min((baseline_seconds(url) for _ in range(runs)), key=lambda t: t[0])
             fetch = min((fetch_seconds(url) for _ in range(runs)), key=lambda t: t[0])
+            arrow_fetch = min((arrow_fetch_seconds(url) for _ in range(runs)), key=lambda t: t[0])
             sealed_store = ledger.Store(url)
             seal_store(sealed_store)  # as `gpuledger checkpoint` does: verify now compares the pages too
             sealed_store.close()
@@ -122,7 +134,9 @@ def measure(backend: str, count: int, runs: int) -> dict[str, Any]:
         "sealed_pages_check_cpu_us_per_entry": round((sealed[1] - parallel[1]) / entries * 1e6, 2),
         "loadavg_1m": round(os.getloadavg()[0], 2),
         "read_floor_entries_per_s": round(fetch[1] / fetch[0]),
-        "read_floor": "the same rows fetched by the driver as verify fetches them, no hashing, no checks",
+        "read_floor": "the same rows fetched by the driver as the walk fetches them, no hashing, no checks",
+        "arrow_read_floor_entries_per_s": round(arrow_fetch[1] / arrow_fetch[0]),
+        "arrow_read_floor": "the same rows as Arrow batches through ADBC, as the range pass reads them, nothing else done",
         "baseline": "bare hashlib loop: leaf and chain SHA-256 over the same canonical entry bytes, in memory",
         "goal": GOAL,
     }
