@@ -19,11 +19,11 @@ import pyarrow.parquet as pq
 import pytest
 from sqlalchemy import Connection, select, text
 
+import ledger.sealed as sealed
 from ledger import Appender, Store, append_stream, verify_ledger
 from ledger.checkpoint import sign_checkpoint
 from ledger.note import Signer
 from ledger.pages import store_pages
-import ledger.sealed as sealed
 from ledger.sealed import entry_tables, read_sealed, seal, seal_store
 from ledger.tables import entries, sealed_pages
 from reconcile import reconcile_store
