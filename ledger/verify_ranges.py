@@ -271,14 +271,18 @@ def _nodes_match(conn: Connection, frontier: Frontier, summary: RangeSummary) ->
     summary.nodes += len(completed)
     if not completed:
         return True
-    runs: dict[int, tuple[int, int]] = {}
+    runs: dict[int, tuple[int, int, int]] = {}
     for level, idx, _ in completed:
-        low, high = runs.get(level, (idx, idx))
-        runs[level] = (min(low, idx), max(high, idx))
-    condition = " OR ".join(f"(level = {int(level)} AND idx BETWEEN {int(low)} AND {int(high)})" for level, (low, high) in runs.items())
-    stored = conn.exec_driver_sql(f"SELECT level, idx, hash FROM tree_nodes WHERE {condition} ORDER BY level, idx").all()
-    return len(stored) == len(completed) and all(
-        (row[0], row[1], bytes(row[2])) == node for row, node in zip(stored, completed, strict=True))
+        low, high, count = runs.get(level, (idx, idx, 0))
+        runs[level] = (min(low, idx), max(high, idx), count + 1)
+    if any(count != high - low + 1 for low, high, count in runs.values()):
+        return False  # not one run a level: never so for the nodes a page completes
+    # one run a level, all of it expected: the stored hashes in (level, idx) order are the
+    # computed ones, one for one, exactly when each node is there and right
+    condition = " OR ".join(f"(level = {int(level)} AND idx BETWEEN {int(low)} AND {int(high)})"
+                            for level, (low, high, _) in runs.items())
+    stored = conn.exec_driver_sql(f"SELECT hash FROM tree_nodes WHERE {condition} ORDER BY level, idx").all()
+    return [bytes(row[0]) for row in stored] == [digest for _, _, digest in completed]
 
 
 def _check_rows(task: RangeTask, summary: RangeSummary, frontier: Frontier, rows: list[tuple],  # type: ignore[type-arg]
