@@ -181,11 +181,11 @@ def _check_in_ranges(store: Store, conn: Connection, walk: _Walk, processes: int
         return 0
     tasks = [RangeTask(store.url, first, end, {s: h for s, h in walk.batch_heads.items() if first <= s <= end},
                        frozenset(s for s in walk.signed if first <= s <= end)) for first, end in spans]
-    drivers()
     # Out of the collector's reach while the children live: a collection in a forked child
     # would write to every inherited object's header and so copy the parent's heap.
     gc.freeze()
     try:
+        drivers()  # imported before the fork (and, were they missing, the walk does it all)
         with ProcessPoolExecutor(min(processes, len(tasks)), mp_context=multiprocessing.get_context(_START),
                                  initializer=in_worker) as pool:
             summaries = list(pool.map(check_range, tasks))

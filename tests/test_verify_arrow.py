@@ -138,3 +138,22 @@ def test_sqlite_a_tenant_seq_stored_as_text_is_named_alike(sqlite_url: str) -> N
     assert walked.problem is not None and in_ranges.problem is not None
     assert str(walked.problem) == str(in_ranges.problem) and walked.problem.seq == 50
     store.close()
+
+
+def test_without_the_adbc_drivers_the_walk_checks_it_all(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A platform without the ADBC drivers' wheels: verify still passes a good ledger, by
+    the walk, and still names an edited entry."""
+    import ledger.verify
+
+    def missing() -> None:
+        raise ImportError("No module named 'adbc_driver_sqlite'")
+
+    monkeypatch.setattr(ledger.verify, "drivers", missing)
+    count = _awkward_ledger(store)
+    result = verify_ledger(store, processes=2, smallest_range=20)
+    assert result.ok and result.ranges == 0 and result.entries == count
+    with store.writing() as conn:
+        drop_guards(conn)
+        conn.execute(text("UPDATE entries SET id = 'plain-98' WHERE seq = 61"))
+    problem = verify_ledger(store, processes=2, smallest_range=20).problem
+    assert problem is not None and (problem.seq, problem.kind) == (61, "edited")
