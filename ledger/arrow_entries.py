@@ -42,17 +42,19 @@ _TEXT = ("recorded_at", "source", "id", "type", "tenant")
 
 # SQLite's driver takes a column's Arrow type from the values of the first batch (a
 # column of NULLs there becomes INT64, and a later string then an error), so the query
-# opens with one row of the right types (seq 0, taken off again). It also passes a BLOB
-# in a TEXT column, or TEXT in a BLOB column, as the column's type with the same bytes;
-# the walk reads those columns CAST to their type (ledger/verify_ranges.py), so the two
-# read the same bytes and reach the same verdict. Any other storage class changes the
-# batch's schema or stops the read, and the walk decides.
+# opens with one row of the right types (seq 0, taken off again). Every TEXT and BLOB
+# column is read CAST to its type, exactly as the walk reads it (ledger/verify_ranges.py):
+# SQLite keeps a value's storage class, and the driver would write a REAL in a BLOB
+# column as its own text ('1.500000e+00' where the CAST gives '1.5'). A value of any
+# other class in an integer column changes the batch's schema or stops the read, and the
+# walk decides.
 _SQLITE = """
 SELECT 0 AS seq, '' AS recorded_at, '' AS source, '' AS id, '' AS type, '' AS tenant, 0 AS tenant_seq,
        x'' AS event, x'' AS salt, x'' AS leaf_hash, x'' AS chain_hash, x'' AS tenant_prev
 UNION ALL
-SELECT * FROM (SELECT seq, recorded_at, source, id, type, tenant, tenant_seq, CAST(event AS BLOB), salt,
-                      leaf_hash, chain_hash, tenant_prev
+SELECT * FROM (SELECT seq, CAST(recorded_at AS TEXT), CAST(source AS TEXT), CAST(id AS TEXT), CAST(type AS TEXT),
+                      CAST(tenant AS TEXT), tenant_seq, CAST(event AS BLOB), CAST(salt AS BLOB),
+                      CAST(leaf_hash AS BLOB), CAST(chain_hash AS BLOB), CAST(tenant_prev AS BLOB)
                FROM entries WHERE seq >= {first} AND seq <= {last} ORDER BY seq)
 """
 _POSTGRESQL = """
@@ -168,11 +170,16 @@ def _typed(batch: pa.RecordBatch) -> pa.RecordBatch:
 def plain(batch: pa.RecordBatch) -> bool:
     """No string of the entry's own fields holds a character RFC 8785 escapes (`"`, `\\`,
     U+0000–U+001F), and every salt is 16 bytes: its canonical bytes can be built by
-    concatenation (leaf_inputs)."""
+    concatenation (leaf_inputs). A string that is not UTF-8 stops the pass (NotReadable):
+    the walk decides."""
     for name in _TEXT:
         column = batch.column(name)
         if len(column) and column.null_count < len(column) and _escapes(column):
             return False
+        try:
+            column.validate(full=True)  # UTF-8: SQLite will store any bytes as TEXT
+        except pa.ArrowInvalid:
+            raise NotReadable(f"{name}: not UTF-8 text") from None
     salts = batch.column("salt")
     return salts.null_count == 0 and (len(salts) == 0 or pc.all(pc.equal(pc.binary_length(salts), 16)).as_py())
 

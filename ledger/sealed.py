@@ -72,6 +72,8 @@ def seal(conn: Connection, size: int = SEALED_ENTRIES, most: int | None = None) 
 #: Rows read and written at a time while sealing: an ingest's memory stays flat (a whole
 #: page as Python rows would be tens of MB), and DuckDB reads the row groups in parallel.
 _ROW_GROUP = 16_384
+#: A page's columns, as `store_pages` makes them and the readers take them.
+_PAGE_SCHEMA = pa.schema([("seq", pa.int64()), ("type", pa.string()), ("tenant", pa.string()), ("event", pa.string())])
 
 
 def _parquet(tables: Iterator[pa.Table]) -> bytes:
@@ -207,7 +209,8 @@ def _difference(copy: pa.Table, stored: pa.Table) -> tuple[int, str] | None:
         if copy.column(name).equals(stored.column(name)):
             continue
         ours, theirs = copy.column(name).to_pylist(), stored.column(name).to_pylist()
-        at = next(i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b)
+        # values equal as Python's but the columns not (another type): named at the first row
+        at = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b), 0)
         return int(stored.column("seq")[at].as_py()), name
     return None
 
@@ -267,6 +270,8 @@ class PageComparer:
         """The page's row groups that hold seqs of [first, last], as (seq of the first row
         read, the page's last seq, the rows)."""
         page = pq.ParquetFile(pa.BufferReader(row.parquet))
+        if page.schema_arrow != _PAGE_SCHEMA:
+            raise pa.ArrowInvalid("not a sealed page's columns")  # verify's own check names it
         wanted, start, opening = [], row.first_seq, None
         for group in range(page.metadata.num_row_groups):
             end = start + page.metadata.row_group(group).num_rows - 1

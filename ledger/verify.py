@@ -405,7 +405,10 @@ def _check_sealed(store: Store, conn: Connection, processes: int, compared_throu
     check names the page."""
     bounds = page_bounds(conn)
     found = gap_problem(bounds)
-    if found is None and bounds and (compared_through is None or bounds[-1][1] > compared_through):
+    # the range pass compared every page only if the pages tile seqs 1..compared_through:
+    # a page that ends before it starts, or past that, was read by no range
+    compared = compared_through is not None and all(first <= last <= compared_through for first, last in bounds)
+    if found is None and bounds and not compared:
         found = _sealed_in_processes(store, bounds, processes) if processes > 1 and len(bounds) > 1 \
             and not _memory_database(store) else sealed_problem(conn)
     return Problem(found[0], "sealed", found[1]) if found else None

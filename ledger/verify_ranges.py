@@ -277,12 +277,13 @@ def _nodes_match(conn: Connection, frontier: Frontier, summary: RangeSummary) ->
         runs[level] = (min(low, idx), max(high, idx), count + 1)
     if any(count != high - low + 1 for low, high, count in runs.values()):
         return False  # not one run a level: never so for the nodes a page completes
-    # one run a level, all of it expected: the stored hashes in (level, idx) order are the
+    # one run a level, all of it expected: the stored nodes in (level, idx) order are the
     # computed ones, one for one, exactly when each node is there and right
     condition = " OR ".join(f"(level = {int(level)} AND idx BETWEEN {int(low)} AND {int(high)})"
                             for level, (low, high, _) in runs.items())
-    stored = conn.exec_driver_sql(f"SELECT hash FROM tree_nodes WHERE {condition} ORDER BY level, idx").all()
-    return [bytes(row[0]) for row in stored] == [digest for _, _, digest in completed]
+    stored = conn.exec_driver_sql(f"SELECT level, idx, hash FROM tree_nodes WHERE {condition} ORDER BY level, idx").all()
+    # (level, idx) compared too: SQLite would keep an idx of 1.5, which sorts in 1's place
+    return [(row[0], row[1], bytes(row[2])) for row in stored] == completed
 
 
 def _check_rows(task: RangeTask, summary: RangeSummary, frontier: Frontier, rows: list[tuple],  # type: ignore[type-arg]

@@ -157,3 +157,93 @@ def test_without_the_adbc_drivers_the_walk_checks_it_all(store: Store, monkeypat
         conn.execute(text("UPDATE entries SET id = 'plain-98' WHERE seq = 61"))
     problem = verify_ledger(store, processes=2, smallest_range=20).problem
     assert problem is not None and (problem.seq, problem.kind) == (61, "edited")
+
+
+# -- tampering that the fast pass once passed while the walk named it (found in review) --
+
+def _both(store: Store) -> tuple[str | None, str | None]:
+    walked = verify_ledger(store, processes=1).problem
+    in_ranges = verify_ledger(store, processes=2, smallest_range=20).problem
+    return (None if walked is None else str(walked)), (None if in_ranges is None else str(in_ranges))
+
+
+def _tampered(sqlite_url: str, *statements: str, params: dict[str, Any] | None = None, sealed: int = 0) -> Store:
+    store = Store(sqlite_url)
+    store.init()
+    if sealed:
+        store.sealed_entries = sealed
+    _awkward_ledger(store)
+    if sealed:
+        from ledger.sealed import seal_store
+        assert seal_store(store) > 0
+    with store.writing() as conn:
+        drop_guards(conn)
+        for statement in statements:
+            conn.execute(text(statement), params or {})
+    return store
+
+
+@pytest.mark.parametrize("statement", [
+    "UPDATE sealed_pages SET last_seq = 74 WHERE first_seq = 81",  # the last page ends before it starts
+    "INSERT INTO sealed_pages (first_seq, last_seq, entries, digest, page) VALUES (91, 90, 0, x'00', x'00')",
+])
+def test_a_sealed_page_that_no_range_reads_is_named(sqlite_url: str, statement: str) -> None:
+    store = _tampered(sqlite_url, statement, sealed=8)
+    walked, in_ranges = _both(store)
+    assert walked is not None and "sealed" in walked and in_ranges == walked
+    store.close()
+
+
+def test_a_tree_node_at_a_fractional_idx_is_missing_in_both(sqlite_url: str) -> None:
+    store = _tampered(sqlite_url, "UPDATE tree_nodes SET idx = 1.5 WHERE level = 4 AND idx = 1")
+    walked, in_ranges = _both(store)
+    assert walked is not None and "tree node (level 4, index 1)" in walked and in_ranges == walked
+    store.close()
+
+
+def test_a_real_salt_rehashed_as_the_driver_would_print_it_is_named(sqlite_url: str) -> None:
+    """SQLite keeps 1.5 as a REAL in the BLOB salt column; ADBC, uncast, printed it as
+    b'1.500000e+00', the walk's CAST as b'1.5'. The entry is rehashed over the former."""
+    from ledger.hashing import chain_hash, entry_leaf
+
+    store = _tampered(sqlite_url, "UPDATE entries SET salt = 1.5 WHERE seq = 90")
+    with store.reading() as conn:
+        row = conn.exec_driver_sql("SELECT recorded_at, source, id, type, tenant, tenant_seq, CAST(event AS BLOB) "
+                                   "FROM entries WHERE seq = 90").one()
+        before = bytes(conn.exec_driver_sql("SELECT chain_hash FROM entries WHERE seq = 89").scalar_one())
+    leaf = entry_leaf(90, row[0], row[1], row[2], row[3], row[4], row[5], bytes(row[6]), b"%e" % 1.5)
+    chain = chain_hash(before, leaf)
+    with store.writing() as conn:
+        conn.execute(text("UPDATE entries SET leaf_hash = :l, chain_hash = :c WHERE seq = 90"), {"l": leaf, "c": chain})
+        conn.execute(text("UPDATE batches SET chain_head = :c WHERE last_seq = 90"), {"c": chain})
+    walked, in_ranges = _both(store)
+    assert walked is not None and walked.startswith("seq 90: edited") and in_ranges == walked
+    store.close()
+
+
+@pytest.mark.parametrize("retyped", ["seq as int32", "tenant dictionary-encoded"])
+def test_a_sealed_page_of_other_column_types_is_named(sqlite_url: str, retyped: str) -> None:
+    """The right values in columns of other types: the range pass compared values cast to
+    the entries' types and passed it; the walk's check stopped on StopIteration."""
+    import io
+    from hashlib import sha256
+
+    import pyarrow.parquet as pq
+
+    store = _tampered(sqlite_url, sealed=8)
+    with store.writing() as conn:
+        drop_guards(conn)
+        blob = bytes(conn.exec_driver_sql("SELECT page FROM sealed_pages WHERE first_seq = 9").scalar_one())
+        table = pq.read_table(pa.BufferReader(blob))
+        if retyped == "seq as int32":
+            table = table.set_column(0, "seq", table.column("seq").cast(pa.int32()))
+        else:
+            table = table.set_column(2, "tenant", table.column("tenant").dictionary_encode())
+        sink = io.BytesIO()
+        pq.write_table(table, sink)
+        page = sink.getvalue()
+        conn.execute(text("UPDATE sealed_pages SET page = :p, digest = :d WHERE first_seq = 9"),
+                     {"p": page, "d": sha256(page).digest()})
+    walked, in_ranges = _both(store)
+    assert walked is not None and walked.startswith("seq 9: sealed") and in_ranges == walked
+    store.close()
