@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import closing
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 import pyarrow as pa
@@ -125,7 +126,11 @@ def _connection(url: str) -> Any:
     sqlite, postgresql = drivers()
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        connection = sqlite.connect(parsed.database)
+        # read-only: the driver bundles its own SQLite, and a writable connection of that
+        # second library, closing, may take itself for the file's last one (POSIX locks are
+        # a process's, not a library's) and delete the write-ahead log under the store's
+        # own connections in this process; a read-only one never checkpoints or deletes it
+        connection = sqlite.connect(f"file:{quote(parsed.database or '')}?mode=ro")
         with closing(connection.cursor()) as cursor:
             # as the store's own connections wait (ledger/store.py): SQLite answers
             # "database is locked" at once otherwise, while another connection opens or

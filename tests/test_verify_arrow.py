@@ -247,3 +247,21 @@ def test_a_sealed_page_of_other_column_types_is_named(sqlite_url: str, retyped: 
     walked, in_ranges = _both(store)
     assert walked is not None and walked.startswith("seq 9: sealed") and in_ranges == walked
     store.close()
+
+
+def test_reading_through_adbc_in_the_store_s_own_process_loses_no_write(sqlite_url: str) -> None:
+    """The driver bundles its own SQLite: a writable connection of it, closing, took itself
+    for the file's last and deleted the write-ahead log under the store's connections, and
+    the store's next commit was lost. It now opens read-only."""
+    import sqlite3
+
+    store = Store(sqlite_url)
+    store.init()
+    count = _awkward_ledger(store)
+    assert sum(batch.num_rows for batch in entry_batches(store.url, 1, count)) == count
+    with store.writing() as conn:
+        drop_guards(conn)
+        conn.execute(text("UPDATE entries SET id = 'written-after' WHERE seq = 5"))
+    path = sqlite_url.removeprefix("sqlite:///")
+    assert sqlite3.connect(path).execute("SELECT id FROM entries WHERE seq = 5").fetchone() == ("written-after",)
+    store.close()
