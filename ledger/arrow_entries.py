@@ -185,16 +185,25 @@ def plain(batch: pa.RecordBatch) -> bool:
             column.validate(full=True)  # UTF-8: SQLite will store any bytes as TEXT
         except pa.ArrowInvalid:
             raise NotReadable(f"{name}: not UTF-8 text") from None
-    salts = batch.column("salt")
-    return salts.null_count == 0 and (len(salts) == 0 or pc.all(pc.equal(pc.binary_length(salts), 16)).as_py())
+    return _all_of_width(batch.column("salt"), 16)
+
+
+def _values(column: pa.Array) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """The bytes of a string or binary column's values, end to end (no copy)."""
+    offsets = np.frombuffer(column.buffers()[1], dtype=np.int32)[column.offset:column.offset + len(column) + 1]
+    data = column.buffers()[2]
+    if data is None or not len(column):
+        return np.empty(0, dtype=np.uint8)
+    return np.frombuffer(data, dtype=np.uint8)[offsets[0]:offsets[-1]]
+
+
+def _all_of_width(column: pa.Array, width: int) -> bool:
+    """Every value present and `width` bytes long."""
+    return column.null_count == 0 and (not len(column) or pc.all(pc.equal(pc.binary_length(column), width)).as_py())
 
 
 def _escapes(column: pa.Array) -> bool:
-    offsets = np.frombuffer(column.buffers()[1], dtype=np.int32)[column.offset:column.offset + len(column) + 1]
-    data = column.buffers()[2]
-    if data is None:
-        return False
-    text = np.frombuffer(data, dtype=np.uint8)[offsets[0]:offsets[-1]]
+    text = _values(column)
     return bool(((text < 0x20) | (text == 0x22) | (text == 0x5C)).any())
 
 
@@ -223,8 +232,7 @@ def _quoted(column: pa.Array) -> pa.Array:
 def _hex(salts: pa.Array) -> pa.Array:
     """16-byte salts in lower-case hex (SQL's hex() would be the database's word for it)."""
     count = len(salts)
-    offsets = np.frombuffer(salts.buffers()[1], dtype=np.int32)[salts.offset:salts.offset + count + 1]
-    raw = np.frombuffer(salts.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]].reshape(count, 16)
+    raw = _values(salts).reshape(count, 16)
     text = np.empty((count, 32), dtype=np.uint8)
     text[:, 0::2], text[:, 1::2] = _HEX[raw >> 4], _HEX[raw & 15]
     return pa.FixedSizeBinaryArray.from_buffers(pa.binary(32), count, [None, pa.py_buffer(text.tobytes())])
@@ -232,7 +240,4 @@ def _hex(salts: pa.Array) -> pa.Array:
 
 def packed(column: pa.Array, width: int) -> bytes | None:
     """The column's values end to end, when every one is present and `width` bytes long."""
-    if column.null_count or (len(column) and not pc.all(pc.equal(pc.binary_length(column), width)).as_py()):
-        return None
-    offsets = np.frombuffer(column.buffers()[1], dtype=np.int32)[column.offset:column.offset + len(column) + 1]
-    return column.buffers()[2].slice(int(offsets[0]), int(offsets[-1] - offsets[0])).to_pybytes() if len(column) else b""
+    return _values(column).tobytes() if _all_of_width(column, width) else None

@@ -59,6 +59,8 @@ def driver_rows(conn: Connection, sql: str, params: tuple[Any, ...], batch: int)
 
 _CURSORS = itertools.count(1)
 _ROW_TEXT = pa.struct([("seq", pa.int64()), ("type", pa.string()), ("tenant", pa.string()), ("event", pa.string())])
+#: The columns of a page, as `store_pages` makes them (and a sealed page holds them).
+PAGE_SCHEMA = pa.schema(list(_ROW_TEXT))
 _ROW_BLOB = pa.struct([("seq", pa.int64()), ("type", pa.string()), ("tenant", pa.string()), ("event", pa.binary())])
 
 

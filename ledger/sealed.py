@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from sqlalchemy import Connection, func, insert, select
 
-from ledger.pages import driver_rows, store_pages
+from ledger.pages import PAGE_SCHEMA, driver_rows, store_pages
 from ledger.store import SEALED_ENTRIES, Store
 from ledger.tables import entries, sealed_pages
 
@@ -72,8 +72,6 @@ def seal(conn: Connection, size: int = SEALED_ENTRIES, most: int | None = None) 
 #: Rows read and written at a time while sealing: an ingest's memory stays flat (a whole
 #: page as Python rows would be tens of MB), and DuckDB reads the row groups in parallel.
 _ROW_GROUP = 16_384
-#: A page's columns, as `store_pages` makes them and the readers take them.
-_PAGE_SCHEMA = pa.schema([("seq", pa.int64()), ("type", pa.string()), ("tenant", pa.string()), ("event", pa.string())])
 
 
 def _parquet(tables: Iterator[pa.Table]) -> bytes:
@@ -270,7 +268,7 @@ class PageComparer:
         """The page's row groups that hold seqs of [first, last], as (seq of the first row
         read, the page's last seq, the rows)."""
         page = pq.ParquetFile(pa.BufferReader(row.parquet))
-        if page.schema_arrow != _PAGE_SCHEMA:
+        if page.schema_arrow != PAGE_SCHEMA:
             raise pa.ArrowInvalid("not a sealed page's columns")  # verify's own check names it
         wanted, start, opening = [], row.first_seq, None
         for group in range(page.metadata.num_row_groups):

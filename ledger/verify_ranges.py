@@ -189,13 +189,14 @@ def _check_batch(task: RangeTask, summary: RangeSummary, frontier: Frontier, bat
     leaves = list(map(_DIGEST, map(sha256, leaf_inputs(batch))))
     joined = b"".join(leaves)
     stored = batch.column("chain_hash")
-    if joined != packed(batch.column("leaf_hash"), 32) or packed(stored, 32) is None:
+    stored_chains = packed(stored, 32)
+    if joined != packed(batch.column("leaf_hash"), 32) or stored_chains is None:
         return None
     # Each stored link is checked against the stored link before it (the first against
     # `chain`, which the range before checked): link by link, that is the chain recomputed.
     links = pc.binary_join_element_wise(pa.scalar(CHAIN_PREFIX), pa.concat_arrays([pa.array([chain], pa.binary()), stored.slice(0, len(stored) - 1)]),
                                         batch.column("leaf_hash"), pa.scalar(b""))
-    if b"".join(map(_DIGEST, map(sha256, links.to_pylist()))) != packed(stored, 32):
+    if b"".join(map(_DIGEST, map(sha256, links.to_pylist()))) != stored_chains:
         return None
     chain = stored[len(stored) - 1].as_py()
     first, last = seq + 1, int(numbers[-1])
@@ -271,16 +272,14 @@ def _nodes_match(conn: Connection, frontier: Frontier, summary: RangeSummary) ->
     summary.nodes += len(completed)
     if not completed:
         return True
-    runs: dict[int, tuple[int, int, int]] = {}
+    runs: dict[int, tuple[int, int]] = {}
     for level, idx, _ in completed:
-        low, high, count = runs.get(level, (idx, idx, 0))
-        runs[level] = (min(low, idx), max(high, idx), count + 1)
-    if any(count != high - low + 1 for low, high, count in runs.values()):
-        return False  # not one run a level: never so for the nodes a page completes
-    # one run a level, all of it expected: the stored nodes in (level, idx) order are the
-    # computed ones, one for one, exactly when each node is there and right
+        low, high = runs.get(level, (idx, idx))
+        runs[level] = (min(low, idx), max(high, idx))
+    # the stored nodes of those runs, in (level, idx) order, are the computed ones one for
+    # one exactly when each node is there and right (and the runs hold no other)
     condition = " OR ".join(f"(level = {int(level)} AND idx BETWEEN {int(low)} AND {int(high)})"
-                            for level, (low, high, _) in runs.items())
+                            for level, (low, high) in runs.items())
     stored = conn.exec_driver_sql(f"SELECT level, idx, hash FROM tree_nodes WHERE {condition} ORDER BY level, idx").all()
     # (level, idx) compared too: SQLite would keep an idx of 1.5, which sorts in 1's place
     return [(row[0], row[1], bytes(row[2])) for row in stored] == completed
