@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint schemas typecheck bench bench-quick clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml ledger/_digests.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'

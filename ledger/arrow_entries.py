@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy.engine import make_url
 
+from ledger.digests import each
 from ledger.hashing import LEAF_PREFIX
 from ledger.store import SQLITE_BUSY_TIMEOUT_S
 
@@ -188,9 +189,16 @@ def plain(batch: pa.RecordBatch) -> bool:
     return _all_of_width(batch.column("salt"), 16)
 
 
+def _offsets(column: pa.Array) -> np.ndarray[Any, np.dtype[np.int32]]:
+    """Where each value of a string or binary column starts in its data, and the last ends."""
+    if column.type not in (pa.binary(), pa.string()):
+        raise NotReadable(f"not a binary or string column: {column.type}")
+    return np.frombuffer(column.buffers()[1], dtype=np.int32)[column.offset:column.offset + len(column) + 1]
+
+
 def _values(column: pa.Array) -> np.ndarray[Any, np.dtype[np.uint8]]:
     """The bytes of a string or binary column's values, end to end (no copy)."""
-    offsets = np.frombuffer(column.buffers()[1], dtype=np.int32)[column.offset:column.offset + len(column) + 1]
+    offsets = _offsets(column)
     data = column.buffers()[2]
     if data is None or not len(column):
         return np.empty(0, dtype=np.uint8)
@@ -210,7 +218,14 @@ def _escapes(column: pa.Array) -> bool:
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
 
-def leaf_inputs(batch: pa.RecordBatch) -> list[bytes]:
+def leaf_hashes(batch: pa.RecordBatch) -> bytes:
+    """Each entry's leaf hash, end to end, for a `plain` batch: SHA-256 of LEAF_PREFIX ‖
+    canonical entry (ledger/hashing.py), a batch in one call (ledger/digests.py)."""
+    inputs = leaf_inputs(batch)
+    return each(inputs.buffers()[2], _offsets(inputs).astype(np.int64))
+
+
+def leaf_inputs(batch: pa.RecordBatch) -> pa.Array:
     """Each entry's leaf hash input, LEAF_PREFIX ‖ canonical entry (ledger/hashing.py), for a
     `plain` batch."""
     column = batch.column
@@ -221,7 +236,7 @@ def leaf_inputs(batch: pa.RecordBatch) -> list[bytes]:
         b',"tenant_seq":', pc.fill_null(pc.cast(column("tenant_seq"), pa.string()), "null"), b',"type":"', column("type"), b'"}',
     ]
     arrays = [pa.scalar(part, pa.binary()) if isinstance(part, bytes) else part.cast(pa.binary()) for part in parts]
-    return pc.binary_join_element_wise(*arrays, pa.scalar(b"", pa.binary())).to_pylist()  # type: ignore[no-any-return]
+    return pc.binary_join_element_wise(*arrays, pa.scalar(b"", pa.binary()))
 
 
 def _quoted(column: pa.Array) -> pa.Array:

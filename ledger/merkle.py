@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from hashlib import sha256
 
+from ledger.digests import DIGEST, level_up, split
 from ledger.proofs import NODE_PREFIX, merkle_root
 from ledger.proofs import hash_children as node_hash
 
@@ -76,28 +76,33 @@ class Frontier:
         self.size += 1
 
     def extend(self, leaves: Iterable[bytes]) -> None:
-        """push() each leaf, computed a level at a time: every node of a level is made
-        in one list comprehension, and the pending left siblings come off the frontier.
+        """push() each leaf (extend_packed on the leaves end to end)."""
+        self.extend_packed(b"".join(leaves))
+
+    def extend_packed(self, leaves: bytes) -> None:
+        """push() each of the packed 32-byte leaves, computed a level at a time: every
+        node of a level is made in one call (ledger/digests.py), and the pending left
+        siblings come off the frontier.
 
         At level L the run of new nodes starts at index size >> L; when that index is odd,
         its left sibling is the frontier's level-L subtree (bit L of size is set), always
         the lowest one still held. An odd node left over at the right waits at level L.
         """
-        run = list(leaves)
+        run = leaves
         start, level, waiting = self.size, 0, []
-        self.size += len(run)
-        prefix = NODE_PREFIX
+        self.size += len(run) // DIGEST
         while run:
             if start & 1:
-                run.insert(0, self.hashes.pop())
+                run = self.hashes.pop() + run
                 start -= 1
-            if len(run) & 1:
-                waiting.append(run.pop())
-            run = [sha256(prefix + left + right).digest() for left, right in zip(run[::2], run[1::2])]
+            if len(run) // DIGEST & 1:
+                waiting.append(run[-DIGEST:])
+                run = run[:-DIGEST]
+            run = level_up(NODE_PREFIX, run)
             start >>= 1
             level += 1
             if level >= STORED_MIN_LEVEL:
-                self.completed.extend((level, start + i, h) for i, h in enumerate(run))
+                self.completed.extend((level, start + i, h) for i, h in enumerate(split(run)))
         self.hashes.extend(reversed(waiting))
 
     def root(self) -> bytes | None:

@@ -30,7 +30,6 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from hashlib import sha256
-from operator import methodcaller
 from typing import Any, TypeVar
 
 import numpy as np
@@ -38,7 +37,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import Connection
 
-from ledger.arrow_entries import COLUMNS, NotReadable, entry_batches, leaf_inputs, packed, plain
+from ledger.arrow_entries import COLUMNS, NotReadable, entry_batches, leaf_hashes, packed, plain
+from ledger.digests import pairs
 from ledger.hashing import CHAIN_PREFIX, ZERO_HASH, entry_leaf
 from ledger.merkle import Frontier
 from ledger.sealed import PageComparer
@@ -46,7 +46,6 @@ from ledger.store import Store
 from ledger.tree import TreeReader
 
 PAGE = 20_000
-_DIGEST = methodcaller("digest")
 #: What the walk selects. SQLite keeps a value's storage class beside it, and a TEXT
 #: column can hold a BLOB (a BLOB column TEXT); verify checks the bytes, so each column is
 #: read as its own type, exactly as the fast pass's reader sees it (ledger/arrow_entries.py),
@@ -186,17 +185,14 @@ def _check_batch(task: RangeTask, summary: RangeSummary, frontier: Frontier, bat
     if not plain(batch):
         return _check_rows(task, summary, frontier, list(zip(*(batch.column(n).to_pylist() for n in COLUMNS), strict=True)),
                            seq, chain)
-    leaves = list(map(_DIGEST, map(sha256, leaf_inputs(batch))))
-    joined = b"".join(leaves)
+    joined = leaf_hashes(batch)
     stored = batch.column("chain_hash")
     stored_chains = packed(stored, 32)
     if joined != packed(batch.column("leaf_hash"), 32) or stored_chains is None:
         return None
     # Each stored link is checked against the stored link before it (the first against
     # `chain`, which the range before checked): link by link, that is the chain recomputed.
-    links = pc.binary_join_element_wise(pa.scalar(CHAIN_PREFIX), pa.concat_arrays([pa.array([chain], pa.binary()), stored.slice(0, len(stored) - 1)]),
-                                        batch.column("leaf_hash"), pa.scalar(b""))
-    if b"".join(map(_DIGEST, map(sha256, links.to_pylist()))) != stored_chains:
+    if pairs(CHAIN_PREFIX, chain + stored_chains[:-32], joined) != stored_chains:
         return None
     chain = stored[len(stored) - 1].as_py()
     first, last = seq + 1, int(numbers[-1])
@@ -207,7 +203,7 @@ def _check_batch(task: RangeTask, summary: RangeSummary, frontier: Frontier, bat
         at += 1
     if not _tenants_follow(summary, batch, joined):
         return None
-    frontier.extend(leaves)
+    frontier.extend_packed(joined)
     if last in task.sizes:
         summary.at_sizes.append(AtSize(last, chain, list(frontier.hashes), dict(summary.heads)))
     return last, chain

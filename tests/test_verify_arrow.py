@@ -54,7 +54,7 @@ def test_the_column_wise_bytes_are_entry_bytes(rows: list[tuple[str, str, str, s
     assert plain(batch)
     expected = [LEAF_PREFIX + entry_bytes(r["seq"], r["recorded_at"], r["source"], r["id"], r["type"], r["tenant"],
                                           r["tenant_seq"], r["event"], r["salt"]) for r in built]
-    assert leaf_inputs(batch) == expected
+    assert leaf_inputs(batch).to_pylist() == expected
 
 
 @pytest.mark.parametrize("awkward", ['a"b', "a\\b", "a\nb", "a\x00b", "a\x1fb"])
