@@ -46,7 +46,7 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 from sqlalchemy.engine import make_url
 
-from ledger.arrow_entries import drivers, in_worker
+from ledger.arrow_entries import drivers
 from ledger.checkpoint import TenantHead, tenant_root
 from ledger.hashing import CHAIN_PREFIX, ZERO_HASH, chain_hash, entry_bytes, entry_leaf, leaf_hash
 from ledger.merkle import STORED_MIN_LEVEL, Frontier
@@ -57,7 +57,7 @@ from ledger.sealed import gap_problem, page_bounds, sealed_problem, sealed_probl
 from ledger.store import Store
 from ledger.tables import batches, checkpoints, cosignatures, entries, sealed_pages, tree_nodes
 from ledger.tree import TreeReader, stored_nodes
-from ledger.verify_ranges import RangeSummary, RangeTask, check_range, cores, cut, stitch, verify_pages
+from ledger.verify_ranges import RangeSummary, RangeTask, check_range, cores, cut, stitch, verify_pages, worker_started
 from ledger.witness import verify_cosignature
 
 _MOVE_WINDOW = 64
@@ -187,7 +187,7 @@ def _check_in_ranges(store: Store, conn: Connection, walk: _Walk, processes: int
     try:
         drivers()  # imported before the fork (and, were they missing, the walk does it all)
         with ProcessPoolExecutor(min(processes, len(tasks)), mp_context=multiprocessing.get_context(_START),
-                                 initializer=in_worker) as pool:
+                                 initializer=worker_started) as pool:
             summaries = list(pool.map(check_range, tasks))
     except Exception:  # whatever stopped the fast pass, the walk from seq 1 meets it and says it as it always has
         return 0

@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import Connection
 
-from ledger.arrow_entries import COLUMNS, NotReadable, entry_batches, leaf_hashes, packed, plain
+from ledger.arrow_entries import COLUMNS, NotReadable, entry_batches, in_worker, leaf_hashes, packed, plain
 from ledger.digests import pairs
 from ledger.hashing import CHAIN_PREFIX, ZERO_HASH, entry_leaf
 from ledger.merkle import Frontier
@@ -46,6 +46,9 @@ from ledger.store import Store
 from ledger.tree import TreeReader
 
 PAGE = 20_000
+#: Tree nodes a range compares with the stored ones at a time (one query): a range of n
+#: entries completes about n/16 stored nodes (ledger/merkle.py's STORED_MIN_LEVEL).
+NODES_AT_ONCE = 65_536
 #: What the walk selects. SQLite keeps a value's storage class beside it, and a TEXT
 #: column can hold a BLOB (a BLOB column TEXT); verify checks the bytes, so each column is
 #: read as its own type, exactly as the fast pass's reader sees it (ledger/arrow_entries.py),
@@ -122,14 +125,32 @@ class RangeSummary:
     nodes: int = 0
 
 
+#: A verify worker's stores, by URL, kept with their pooled connections for its next
+#: range (a connection and an engine cost a PostgreSQL range several ms); None elsewhere.
+_STORES: dict[str, Store] | None = None
+
+
+def worker_started() -> None:
+    """Run first in each of verify's range processes (the pool's initializer): keep the
+    stores and the ADBC connections from one range to the next."""
+    global _STORES
+    _STORES = {}
+    in_worker()
+
+
 def check_range(task: RangeTask) -> RangeSummary:
     """Checks 1 to 5 of ledger/verify.py over one range, in a process of its own."""
-    store = Store(task.url)
-    try:
-        with store.reading() as conn:
-            return _check_range(conn, task)
-    finally:
-        store.close()
+    if _STORES is None:
+        store = Store(task.url)
+        try:
+            with store.reading() as conn:
+                return _check_range(conn, task)
+        finally:
+            store.close()
+    if task.url not in _STORES:
+        _STORES[task.url] = Store(task.url)
+    with _STORES[task.url].reading() as conn:
+        return _check_range(conn, task)
 
 
 def _check_range(conn: Connection, task: RangeTask) -> RangeSummary:
@@ -154,9 +175,11 @@ def _check_range(conn: Connection, task: RangeTask) -> RangeSummary:
                 if ended is None:
                     return summary
                 seq, chain = ended
-            if not _nodes_match(conn, frontier, summary):
+            if len(frontier.completed) >= NODES_AT_ONCE and not _nodes_match(conn, frontier, summary):
                 return summary
     except NotReadable:
+        return summary
+    if not _nodes_match(conn, frontier, summary):
         return summary
     summary.clean = seq == task.last
     summary.chain, summary.frontier = chain, frontier.hashes
@@ -261,10 +284,11 @@ def _stored_chain(conn: Connection, seq: int) -> bytes | None:
 
 
 def _nodes_match(conn: Connection, frontier: Frontier, summary: RangeSummary) -> bool:
-    """The stored tree nodes this page completed are the ones hashed here: read as one run
-    of idx a level (the nodes a page completes at a level follow one another)."""
+    """The stored tree nodes completed since the last call are the ones hashed here: read
+    as one run of idx a level (the nodes a range completes at a level follow one
+    another), in one query through the driver's own cursor."""
     completed = sorted(frontier.completed)
-    frontier.completed.clear()  # memory stays at one page
+    frontier.completed.clear()  # memory stays at NODES_AT_ONCE nodes
     summary.nodes += len(completed)
     if not completed:
         return True
@@ -276,7 +300,13 @@ def _nodes_match(conn: Connection, frontier: Frontier, summary: RangeSummary) ->
     # one exactly when each node is there and right (and the runs hold no other)
     condition = " OR ".join(f"(level = {int(level)} AND idx BETWEEN {int(low)} AND {int(high)})"
                             for level, (low, high) in runs.items())
-    stored = conn.exec_driver_sql(f"SELECT level, idx, hash FROM tree_nodes WHERE {condition} ORDER BY level, idx").all()
+    raw: Any = conn.connection.dbapi_connection
+    cursor = raw.cursor()
+    try:
+        cursor.execute(f"SELECT level, idx, hash FROM tree_nodes WHERE {condition} ORDER BY level, idx")
+        stored = cursor.fetchall()
+    finally:
+        cursor.close()
     # (level, idx) compared too: SQLite would keep an idx of 1.5, which sorts in 1's place
     return [(row[0], row[1], bytes(row[2])) for row in stored] == completed
 
