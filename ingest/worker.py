@@ -118,12 +118,13 @@ def _pack(record: Record) -> _Packed:
     return (origin.file, origin.line, origin.offset, record.field, record.reason, record.record)
 
 
+_TUPLE = tuple.__new__  # a named tuple made from its values without the keyword-taking __new__
+
+
 def _unpack(item: _Packed) -> Record:
     if len(item) == 8:
-        source, id_, type_, tenant, body, file, line, offset = item
-        return Accepted(source, id_, type_, tenant, body, Origin(file, line, offset))
-    file, line, offset, field, reason, raw = item
-    return Rejected(Origin(file, line, offset), field, reason, raw)
+        return _TUPLE(Accepted, (item[0], item[1], item[2], item[3], item[4], _TUPLE(Origin, item[5:])))
+    return _TUPLE(Rejected, (_TUPLE(Origin, item[:3]), item[3], item[4], item[5]))
 
 
 def _send(out: IO[bytes], kind: str, payload: Any) -> None:

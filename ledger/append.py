@@ -20,11 +20,13 @@ from hashlib import sha256
 from itertools import islice
 from typing import Any
 
+import numpy as np
 from sqlalchemy import Connection, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
+from ledger.digests import chain, each, split
 from ledger.errors import StoreWriteFailed
-from ledger.hashing import CHAIN_PREFIX, SALT_SIZE, ZERO_HASH, entry_leaf
+from ledger.hashing import CHAIN_PREFIX, SALT_SIZE, ZERO_HASH, entry_leaf_input
 from ledger.merkle import Frontier
 from ledger.quarantine import chained_rows
 from ledger.store import Store
@@ -131,7 +133,7 @@ class Appender:
         tip = self._current_tip(conn, {r.tenant for r in records if r.tenant is not None})
         rows, leaves = _entry_rows(tip, records, recorded_at, self.salts(SALT_SIZE * len(records)))
         frontier = Frontier(tip.size, tip.frontier)
-        frontier.extend(leaves)
+        frontier.extend_packed(leaves)
         _bulk_insert_entries(conn, rows)
         if frontier.completed:
             _bulk_insert(conn, "tree_nodes", ("level", "idx", "hash"), frontier.completed)
@@ -164,32 +166,45 @@ class Appender:
         return len(rows)
 
 
-def _entry_rows(tip: _Tip, records: list[Accepted], recorded_at: str, salt_block: bytes) -> tuple[list[tuple[Any, ...]], list[bytes]]:
-    """The rows of `records` as entries seq tip.size+1.., and their leaves; advances
-    tip.tenant_heads. The hot loop of an ingest: locals only, one orjson call and three
-    SHA-256 blocks an entry."""
-    rows: list[tuple[Any, ...]] = []
-    leaves: list[bytes] = []
-    heads = tip.tenant_heads
-    chain = tip.chain
+def _entry_rows(tip: _Tip, records: list[Accepted], recorded_at: str, salt_block: bytes) -> tuple[list[tuple[Any, ...]], bytes]:
+    """The rows of `records` as entries seq tip.size+1.., and their leaves end to end;
+    advances tip.tenant_heads. The hot loops of an ingest: one orjson call an entry for
+    its canonical bytes, then the leaves and the chain a batch at a time
+    (ledger/digests.py: hashlib's cost a call was most of the hashing)."""
+    heads, first = tip.tenant_heads, tip.size + 1
+    salts = [salt_block[i:i + SALT_SIZE] for i in range(0, len(records) * SALT_SIZE, SALT_SIZE)]
+    # each tenant's number, and whose leaf its entry names: the head's (a str key) or an
+    # earlier entry of this batch (its position), known once the leaves are
+    tenant_seqs: list[int | None] = []
+    previous: list[int | bytes | None] = []
+    last_in_batch: dict[str, tuple[int, int]] = {}
     for i, record in enumerate(records):
-        seq = tip.size + 1 + i
-        salt = salt_block[i * SALT_SIZE:(i + 1) * SALT_SIZE]
         tenant = record.tenant
-        tenant_seq: int | None = None
-        tenant_prev: bytes | None = None
-        if tenant is not None:
-            last_seq, tenant_prev = heads.get(tenant, (0, ZERO_HASH))
-            tenant_seq = last_seq + 1
-        leaf = entry_leaf(seq, recorded_at, record.source, record.id, record.type, tenant, tenant_seq, record.body, salt)
-        chain = sha256(CHAIN_PREFIX + chain + leaf).digest()
-        if tenant is not None:
-            heads[tenant] = (last_seq + 1, leaf)
-        leaves.append(leaf)
-        rows.append((
-            seq, recorded_at, record.source, record.id, record.type, tenant,
-            tenant_seq, record.body.decode("utf-8"), salt, leaf, chain, tenant_prev,
-        ))
+        if tenant is None:
+            tenant_seqs.append(None)
+            previous.append(None)
+            continue
+        before = last_in_batch.get(tenant)
+        if before is None:
+            number, leaf = heads.get(tenant, (0, ZERO_HASH))
+            previous.append(leaf)
+        else:
+            number, at = before
+            previous.append(at)
+        tenant_seqs.append(number + 1)
+        last_in_batch[tenant] = (number + 1, i)
+    parts = [entry_leaf_input(first + i, recorded_at, r.source, r.id, r.type, r.tenant, tenant_seqs[i], r.body, salts[i])
+             for i, r in enumerate(records)]
+    leaves = each(b"".join(parts), np.cumsum([0, *map(len, parts)], dtype=np.int64))
+    links = chain(CHAIN_PREFIX, tip.chain, leaves)
+    leaf_of = split(leaves)
+    link_of = split(links)
+    for tenant, (number, at) in last_in_batch.items():
+        heads[tenant] = (number, leaf_of[at])
+    rows = [(
+        first + i, recorded_at, r.source, r.id, r.type, r.tenant, tenant_seqs[i], r.body.decode("utf-8"), salts[i],
+        leaf_of[i], link_of[i], leaf_of[prev] if isinstance(prev, int) else prev,
+    ) for i, (r, prev) in enumerate(zip(records, previous, strict=True))]
     return rows, leaves
 
 
