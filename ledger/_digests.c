@@ -134,6 +134,45 @@ done:
     return result;
 }
 
+/* level(prefix, nodes): a tree level's parents, SHA-256 of prefix || nodes[2i] || nodes[2i+1]
+ * for the packed 32-byte nodes (an even count). */
+static PyObject *level(PyObject *self, PyObject *args) {
+    const unsigned char *prefix;
+    Py_ssize_t prefix_len;
+    PyObject *nodes_obj;
+    if (!PyArg_ParseTuple(args, "y#O:level", &prefix, &prefix_len, &nodes_obj)) {
+        return NULL;
+    }
+    if (prefix_len > 64) {
+        PyErr_SetString(PyExc_ValueError, "prefix: at most 64 bytes");
+        return NULL;
+    }
+    Py_buffer nodes;
+    if (contiguous(nodes_obj, &nodes) < 0) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (nodes.len % (2 * DIGEST) != 0) {
+        PyErr_SetString(PyExc_ValueError, "nodes: an even count of packed 32-byte hashes");
+        goto done;
+    }
+    Py_ssize_t count = nodes.len / (2 * DIGEST);
+    unsigned char *out;
+    result = digests_buffer(count, &out);
+    if (result == NULL) {
+        goto done;
+    }
+    const unsigned char *node = (const unsigned char *)nodes.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < count; i++) {
+        joined(prefix, prefix_len, node + 2 * i * DIGEST, node + (2 * i + 1) * DIGEST, out + i * DIGEST);
+    }
+    Py_END_ALLOW_THREADS
+done:
+    PyBuffer_Release(&nodes);
+    return result;
+}
+
 /* chain(prefix, start, leaves): the links of a hash chain, link[i] = SHA-256 of
  * prefix || link[i-1] || leaves[i], with link[-1] = start (32 bytes). */
 static PyObject *chain(PyObject *self, PyObject *args) {
@@ -175,9 +214,124 @@ done:
     return result;
 }
 
+/* One part of each row's message: the same bytes for every row, or row i's span
+ * data[offsets[i]:offsets[i+1]] of a column. */
+typedef struct {
+    Py_buffer data, offsets;
+    int column, held;
+} Part;
+
+static void release_parts(Part *parts, Py_ssize_t count) {
+    for (Py_ssize_t p = 0; p < count; p++) {
+        if (parts[p].held & 1) PyBuffer_Release(&parts[p].data);
+        if (parts[p].held & 2) PyBuffer_Release(&parts[p].offsets);
+    }
+    PyMem_Free(parts);
+}
+
+/* A part, checked: a constant (bytes), or a (data, int64 offsets) pair with rows + 1
+ * offsets, in order and within the data. */
+static int take_part(PyObject *item, Py_ssize_t rows, Part *part) {
+    if (PyBytes_Check(item)) {
+        if (PyObject_GetBuffer(item, &part->data, PyBUF_SIMPLE) < 0) return -1;
+        part->held = 1;
+        return 0;
+    }
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+        PyErr_SetString(PyExc_TypeError, "a part is bytes or a (data, offsets) pair");
+        return -1;
+    }
+    if (contiguous(PyTuple_GET_ITEM(item, 0), &part->data) < 0) return -1;
+    part->held = 1;
+    if (contiguous(PyTuple_GET_ITEM(item, 1), &part->offsets) < 0) return -1;
+    part->held |= 2;
+    part->column = 1;
+    if (part->offsets.len != (rows + 1) * 8) {
+        PyErr_SetString(PyExc_ValueError, "offsets: one int64 a row and one more");
+        return -1;
+    }
+    const int64_t *at = (const int64_t *)part->offsets.buf;
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        if (at[i] < 0 || at[i] > at[i + 1] || at[i + 1] > part->data.len) {
+            PyErr_Format(PyExc_ValueError, "offsets: span %zd out of order or past the data", i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* joined(parts, rows): SHA-256 of each row's parts end to end, without making the
+ * messages first: each row is put together in one buffer and hashed. */
+static PyObject *joined_each(PyObject *self, PyObject *args) {
+    PyObject *sequence;
+    Py_ssize_t rows;
+    if (!PyArg_ParseTuple(args, "On:joined", &sequence, &rows)) return NULL;
+    PyObject *items = PySequence_Fast(sequence, "parts: a sequence");
+    if (items == NULL) return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(items);
+    Part *parts = PyMem_Calloc((size_t)(count ? count : 1), sizeof(Part));
+    PyObject *result = NULL;
+    unsigned char *message = NULL;
+    if (parts == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (rows < 0) {
+        PyErr_SetString(PyExc_ValueError, "rows: not negative");
+        goto done;
+    }
+    for (Py_ssize_t p = 0; p < count; p++) {
+        if (take_part(PySequence_Fast_GET_ITEM(items, p), rows, &parts[p]) < 0) goto done;
+    }
+    Py_ssize_t longest = 0;
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        Py_ssize_t length = 0;
+        for (Py_ssize_t p = 0; p < count; p++) {
+            const int64_t *at = (const int64_t *)parts[p].offsets.buf;
+            length += parts[p].column ? (Py_ssize_t)(at[i + 1] - at[i]) : parts[p].data.len;
+        }
+        if (length > longest) longest = length;
+    }
+    message = PyMem_Malloc((size_t)(longest ? longest : 1));
+    if (message == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    unsigned char *out;
+    result = digests_buffer(rows, &out);
+    if (result == NULL) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        Py_ssize_t length = 0;
+        for (Py_ssize_t p = 0; p < count; p++) {
+            const unsigned char *from = (const unsigned char *)parts[p].data.buf;
+            Py_ssize_t size = parts[p].data.len;
+            if (parts[p].column) {
+                const int64_t *at = (const int64_t *)parts[p].offsets.buf;
+                from += at[i];
+                size = (Py_ssize_t)(at[i + 1] - at[i]);
+            }
+            memcpy(message + length, from, (size_t)size);
+            length += size;
+        }
+        SHA256_CTX context;
+        SHA256_Init(&context);
+        SHA256_Update(&context, message, (size_t)length);
+        SHA256_Final(out + i * DIGEST, &context);
+    }
+    Py_END_ALLOW_THREADS
+done:
+    PyMem_Free(message);
+    if (parts != NULL) release_parts(parts, count);
+    Py_DECREF(items);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"each", each, METH_VARARGS, "each(data, offsets) -> the SHA-256 of each span, end to end"},
     {"pairs", pairs, METH_VARARGS, "pairs(prefix, lefts, rights) -> SHA-256(prefix||l||r) for each pair"},
+    {"level", level, METH_VARARGS, "level(prefix, nodes) -> SHA-256(prefix||a||b) for each consecutive pair"},
+    {"joined", joined_each, METH_VARARGS, "joined(parts, rows) -> SHA-256 of each row's parts end to end"},
     {"chain", chain, METH_VARARGS, "chain(prefix, start, leaves) -> each link of the chain from start"},
     {NULL, NULL, 0, NULL},
 };

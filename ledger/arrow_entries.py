@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy.engine import make_url
 
-from ledger.digests import each
+from ledger.digests import joined
 from ledger.hashing import LEAF_PREFIX
 from ledger.store import SQLITE_BUSY_TIMEOUT_S
 
@@ -215,28 +215,41 @@ def _escapes(column: pa.Array) -> bool:
     return bool(((text < 0x20) | (text == 0x22) | (text == 0x5C)).any())
 
 
-_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+#: Each byte's two hex digits, as the uint16 whose little-endian bytes they are.
+_HEX_PAIRS = np.array([int.from_bytes(f"{i:02x}".encode(), "little") for i in range(256)], dtype="<u2")
 
 
 def leaf_hashes(batch: pa.RecordBatch) -> bytes:
     """Each entry's leaf hash, end to end, for a `plain` batch: SHA-256 of LEAF_PREFIX ‖
-    canonical entry (ledger/hashing.py), a batch in one call (ledger/digests.py)."""
-    inputs = leaf_inputs(batch)
-    return each(inputs.buffers()[2], _offsets(inputs).astype(np.int64))
+    canonical entry (ledger/hashing.py), a batch in one call that never makes the
+    entries' bytes whole (ledger/digests.py)."""
+    return joined([part if isinstance(part, bytes) else _spans(part) for part in _leaf_parts(batch)], batch.num_rows)
 
 
 def leaf_inputs(batch: pa.RecordBatch) -> pa.Array:
     """Each entry's leaf hash input, LEAF_PREFIX ‖ canonical entry (ledger/hashing.py), for a
-    `plain` batch."""
+    `plain` batch, as a column."""
+    arrays = [pa.scalar(part, pa.binary()) if isinstance(part, bytes) else part.cast(pa.binary()) for part in _leaf_parts(batch)]
+    return pc.binary_join_element_wise(*arrays, pa.scalar(b"", pa.binary()))
+
+
+def _leaf_parts(batch: pa.RecordBatch) -> list[bytes | pa.Array]:
+    """The canonical entry's pieces in order: the same bytes for every entry, or a column."""
     column = batch.column
-    parts = [
+    return [
         LEAF_PREFIX + b'{"event":', column("event"), b',"id":"', column("id"), b'","recorded_at":"', column("recorded_at"),
         b'","salt":"', _hex(column("salt")), b'","seq":', pc.cast(column("seq"), pa.string()),
         b',"source":"', column("source"), b'","tenant":', pc.fill_null(_quoted(column("tenant")), "null"),
         b',"tenant_seq":', pc.fill_null(pc.cast(column("tenant_seq"), pa.string()), "null"), b',"type":"', column("type"), b'"}',
     ]
-    arrays = [pa.scalar(part, pa.binary()) if isinstance(part, bytes) else part.cast(pa.binary()) for part in parts]
-    return pc.binary_join_element_wise(*arrays, pa.scalar(b"", pa.binary()))
+
+
+def _spans(column: pa.Array) -> tuple[Any, np.ndarray[Any, np.dtype[np.int64]]]:
+    """A column as (data, int64 offsets) for ledger.digests.joined."""
+    if pa.types.is_fixed_size_binary(column.type):
+        width = column.type.byte_width
+        return column.buffers()[1], (np.arange(len(column) + 1, dtype=np.int64) + column.offset) * width
+    return column.buffers()[2] or b"", _offsets(column).astype(np.int64)
 
 
 def _quoted(column: pa.Array) -> pa.Array:
@@ -247,10 +260,8 @@ def _quoted(column: pa.Array) -> pa.Array:
 def _hex(salts: pa.Array) -> pa.Array:
     """16-byte salts in lower-case hex (SQL's hex() would be the database's word for it)."""
     count = len(salts)
-    raw = _values(salts).reshape(count, 16)
-    text = np.empty((count, 32), dtype=np.uint8)
-    text[:, 0::2], text[:, 1::2] = _HEX[raw >> 4], _HEX[raw & 15]
-    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(32), count, [None, pa.py_buffer(text.tobytes())])
+    text = _HEX_PAIRS[_values(salts).reshape(count, 16)]
+    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(32), count, [None, pa.py_buffer(text)])
 
 
 def packed(column: pa.Array, width: int) -> bytes | None:

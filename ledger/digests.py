@@ -28,7 +28,7 @@ Buffer = Any  # bytes, memoryview, numpy array: anything with the buffer protoco
 
 def _each(data: Buffer, offsets: Buffer) -> bytes:
     view, at = memoryview(data).cast("B"), np.frombuffer(offsets, dtype=np.int64).tolist()
-    if not at or any(a < 0 or a > b for a, b in zip(at, at[1:], strict=False)) or at[-1] > len(view):
+    if _disordered(at, len(view)):
         raise ValueError("offsets: out of order or past the data")
     return b"".join(sha256(view[a:b]).digest() for a, b in zip(at, at[1:], strict=False))
 
@@ -51,6 +51,25 @@ def _chain(prefix: bytes, start: bytes, leaves: Buffer) -> bytes:
     return b"".join(links)
 
 
+#: A part of every row's message: the same bytes for all, or a column as (data, int64 offsets).
+Part = bytes | tuple[Buffer, Buffer]
+
+
+def _joined(parts: list[Part], rows: int) -> bytes:
+    spans = [part if isinstance(part, bytes) else (memoryview(part[0]).cast("B"), np.frombuffer(part[1], dtype=np.int64).tolist())
+             for part in parts]
+    for span in spans:
+        if not isinstance(span, bytes) and (len(span[1]) != rows + 1 or _disordered(span[1], len(span[0]))):
+            raise ValueError("offsets: one int64 a row and one more, in order and within the data")
+    messages = (b"".join(span if isinstance(span, bytes) else span[0][span[1][i]:span[1][i + 1]] for span in spans)
+                for i in range(rows))
+    return b"".join(sha256(message).digest() for message in messages)
+
+
+def _disordered(at: list[int], size: int) -> bool:
+    return not at or at[0] < 0 or at[-1] > size or any(a > b for a, b in zip(at, at[1:], strict=False))
+
+
 def _built() -> ModuleType | None:
     try:
         return importlib.import_module("ledger._digests")
@@ -64,6 +83,8 @@ BUILT = _C is not None
 each: Callable[[Buffer, Buffer], bytes] = _C.each if _C else _each
 #: SHA-256(prefix ‖ lefts[i] ‖ rights[i]) for each i (packed 32-byte hashes, as many of each).
 pairs: Callable[[bytes, Buffer, Buffer], bytes] = _C.pairs if _C else _pairs
+#: SHA-256 of each row's message, its parts end to end, never made whole in memory.
+joined: Callable[[list[Part], int], bytes] = _C.joined if _C else _joined
 #: The links of a hash chain from `start`: link[i] = SHA-256(prefix ‖ link[i-1] ‖ leaves[i]).
 chain: Callable[[bytes, bytes, Buffer], bytes] = _C.chain if _C else _chain
 
@@ -73,8 +94,11 @@ def split(digests: bytes) -> list[bytes]:
     return [digests[i:i + DIGEST] for i in range(0, len(digests), DIGEST)]
 
 
-def level_up(prefix: bytes, level: bytes) -> bytes:
-    """A tree level's parents: SHA-256(prefix ‖ left ‖ right) of each consecutive pair of
-    the packed hashes (an even count)."""
-    rows = np.frombuffer(level, dtype=np.uint8).reshape(-1, 2, DIGEST)
-    return pairs(prefix, np.ascontiguousarray(rows[:, 0]), np.ascontiguousarray(rows[:, 1]))
+def _level(prefix: bytes, nodes: Buffer) -> bytes:
+    rows = np.frombuffer(nodes, dtype=np.uint8).reshape(-1, 2, DIGEST)
+    return _pairs(prefix, rows[:, 0].tobytes(), rows[:, 1].tobytes())
+
+
+#: A tree level's parents: SHA-256(prefix ‖ left ‖ right) of each consecutive pair of the
+#: packed hashes (an even count).
+level_up: Callable[[bytes, Buffer], bytes] = _C.level if _C else _level

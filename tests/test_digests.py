@@ -60,6 +60,40 @@ def test_pairs_and_chain_against_hashlib(each: Each, pairs: Callable[..., bytes]
     assert chain(prefix, bytes(range(32)), lefts) == b"".join(links)
 
 
+def joined_implementations() -> list[Callable[[list[digests.Part], int], bytes]]:
+    built = digests._built()
+    return [digests._joined] if built is None else [digests._joined, built.joined]
+
+
+@pytest.mark.parametrize("joined", joined_implementations(), ids=lambda f: f.__module__)
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.lists(st.binary(max_size=80), min_size=3, max_size=3), max_size=30),
+       constants=st.lists(st.binary(max_size=20), min_size=2, max_size=2))
+def test_joined_is_the_digest_of_each_rows_parts(joined: Callable[[list[digests.Part], int], bytes],
+                                                 rows: list[list[bytes]], constants: list[bytes]) -> None:
+    """Columns and constants interleaved, as verify's leaves are built (a column of three
+    values a row, then the same bytes, then another column, …)."""
+    columns = [[row[c] for row in rows] for c in range(3)]
+    parts: list[digests.Part] = [constants[0]]
+    for c, column in enumerate(columns):
+        parts.append((b"".join(column), _offsets(column)))
+        parts.append(constants[c % 2])
+    expected = b"".join(sha256(constants[0] + row[0] + constants[0] + row[1] + constants[1] + row[2] + constants[0]).digest()
+                        for row in rows)
+    assert joined(parts, len(rows)) == expected
+
+
+@pytest.mark.parametrize("joined", joined_implementations(), ids=lambda f: f.__module__)
+def test_joined_refuses_offsets_that_do_not_fit(joined: Callable[[list[digests.Part], int], bytes]) -> None:
+    with pytest.raises(ValueError):
+        joined([(b"abc", np.array([0, 4], dtype=np.int64))], 1)  # past the data
+    with pytest.raises(ValueError):
+        joined([(b"abc", np.array([0, 1, 2], dtype=np.int64))], 1)  # a row too many
+    with pytest.raises(ValueError):
+        joined([(b"abc", np.array([2, 1], dtype=np.int64))], 1)  # out of order
+    assert joined([b"x"], 0) == b""
+
+
 @IMPLEMENTATIONS
 def test_bad_shapes_are_value_errors(each: Each, pairs: Callable[..., bytes], chain: Callable[..., bytes]) -> None:
     with pytest.raises(ValueError):
@@ -102,8 +136,17 @@ def test_frontier_extend_packed_is_push_one_at_a_time(start: int, count: int) ->
         assert packed.root() == merkle_root(leaves)
 
 
-def test_level_up_hashes_consecutive_pairs() -> None:
+def level_implementations() -> list[Callable[[bytes, Any], bytes]]:
+    built = digests._built()
+    return [digests._level] if built is None else [digests._level, built.level]
+
+
+@pytest.mark.parametrize("level_up", level_implementations(), ids=lambda f: f.__module__)
+def test_level_up_hashes_consecutive_pairs(level_up: Callable[[bytes, Any], bytes]) -> None:
     level = [sha256(bytes([i])).digest() for i in range(6)]
     expected = b"".join(sha256(NODE_PREFIX + level[i] + level[i + 1]).digest() for i in range(0, 6, 2))
-    assert digests.level_up(NODE_PREFIX, b"".join(level)) == expected
+    assert level_up(NODE_PREFIX, b"".join(level)) == expected
+    assert level_up(NODE_PREFIX, b"") == b""
+    with pytest.raises(ValueError):
+        level_up(NODE_PREFIX, b"".join(level[:3]))  # an odd count
     assert digests.split(expected) == [expected[i:i + 32] for i in (0, 32, 64)]
