@@ -109,9 +109,8 @@ def entry_batches(url: str, first: int, last: int) -> Iterator[pa.RecordBatch]:
             _drop(url, connection)
 
 
-#: A verify worker's connections, by store URL; None in any other process. Opening one
-#: costs PostgreSQL's driver about 50 ms (it loads the server's types), as much as
-#: checking 20,000 entries: a worker checks several ranges on one.
+#: A verify worker's connections, by store URL; None in any other process: a worker
+#: checks several ranges on one (a PostgreSQL connection is a server process started).
 _KEPT: dict[str, Any] | None = None
 
 
@@ -138,7 +137,11 @@ def _connection(url: str) -> Any:
             # checkpoints the write-ahead log
             cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
     else:
-        connection = postgresql.connect(parsed.set(drivername="postgresql").render_as_string(hide_password=False))
+        # the driver's built-in table of PostgreSQL's own types (all that entries hold): by
+        # default it first reads every column of every table in the database (pg_attribute),
+        # 20-30 ms of CPU on a small database and minutes on a large one (arrow-adbc #1755)
+        connection = postgresql.connect(parsed.set(drivername="postgresql").render_as_string(hide_password=False),
+                                        db_kwargs={"adbc.postgresql.type_resolver_mode": "builtin"})
         with closing(connection.cursor()) as cursor:
             # the index scan on seq, already in order: before a table's first ANALYZE (just
             # after an ingest) the planner guesses a range holds 0.5 % of it and picks a
