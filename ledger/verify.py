@@ -46,6 +46,7 @@ from typing import Any
 from sqlalchemy import Connection, func, select
 from sqlalchemy.engine import make_url
 
+from ledger import verify_ranges
 from ledger.arrow_entries import drivers
 from ledger.checkpoint import TenantHead, tenant_root
 from ledger.hashing import CHAIN_PREFIX, ZERO_HASH, chain_hash, entry_bytes, entry_leaf, leaf_hash
@@ -184,14 +185,19 @@ def _check_in_ranges(store: Store, conn: Connection, walk: _Walk, processes: int
     # Out of the collector's reach while the children live: a collection in a forked child
     # would write to every inherited object's header and so copy the parent's heap.
     gc.freeze()
+    verify_ranges.forked_from = store if _START == "fork" else None
     try:
         drivers()  # imported before the fork (and, were they missing, the walk does it all)
-        with ProcessPoolExecutor(min(processes, len(tasks)), mp_context=multiprocessing.get_context(_START),
-                                 initializer=worker_started) as pool:
+        pool = ProcessPoolExecutor(min(processes, len(tasks)), mp_context=multiprocessing.get_context(_START),
+                                   initializer=worker_started)
+        try:
             summaries = list(pool.map(check_range, tasks))
+        finally:
+            pool.shutdown(wait=False)  # the workers exit on their own while the checks below run
     except Exception:  # whatever stopped the fast pass, the walk from seq 1 meets it and says it as it always has
         return 0
     finally:
+        verify_ranges.forked_from = None
         gc.unfreeze()
     return len(summaries) if _stitched(walk, summaries, last) else 0
 

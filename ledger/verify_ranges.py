@@ -130,11 +130,22 @@ class RangeSummary:
 _STORES: dict[str, Store] | None = None
 
 
+#: The verifying process's store, set while it forks its range processes: each reuses its
+#: engine, whose dialect is already set up (on PostgreSQL, several queries at the first
+#: connection), with a pool of its own.
+forked_from: Store | None = None
+
+
 def worker_started() -> None:
     """Run first in each of verify's range processes (the pool's initializer): keep the
     stores and the ADBC connections from one range to the next."""
     global _STORES
     _STORES = {}
+    if forked_from is not None:
+        # SQLAlchemy's way after a fork: the parent's pooled connections are left to the
+        # parent, unclosed, and this process opens its own
+        forked_from.engine.dispose(close=False)
+        _STORES[forked_from.url] = forked_from
     in_worker()
 
 
