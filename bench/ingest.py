@@ -194,7 +194,7 @@ CASES = [
     Case("focus_sqlite", "focus", write_focus),
     Case("sacct_sqlite", "sacct", lambda path, count: write_sacct(path, count // 5)),
 ]
-FULL = {"native_sqlite": 1_000_000, "native_postgresql": 200_000, "focus_sqlite": 200_000, "sacct_sqlite": 250_000}
+FULL = {"native_sqlite": 1_000_000, "native_postgresql": 1_000_000, "focus_sqlite": 200_000, "sacct_sqlite": 250_000}
 QUICK = {"native_sqlite": 60_000, "native_postgresql": 20_000, "focus_sqlite": 20_000, "sacct_sqlite": 20_000}
 
 
@@ -202,6 +202,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small inputs, one run each (under a minute)")
     parser.add_argument("--runs", type=int, default=None, help="runs per side (default 3, quick 1)")
+    parser.add_argument("--events", type=int, default=None, help="this many events in each case (recorded as ingest_<case>_<N>)")
     parser.add_argument("cases", nargs="*", help=f"cases to run (default all): {', '.join(c.name for c in CASES)}")
     args = parser.parse_args(argv)
     sizes, runs = (QUICK, 1) if args.quick else (FULL, 3)
@@ -209,8 +210,8 @@ def main(argv: list[str] | None = None) -> None:
     for case in CASES:
         if args.cases and case.name not in args.cases:
             continue
-        result = measure(case, sizes[case.name], runs)
-        record(f"ingest_{case.name}" + ("_quick" if args.quick else ""), result)
+        result = measure(case, args.events or sizes[case.name], runs)
+        record(f"ingest_{case.name}" + ("_quick" if args.quick else "") + (f"_{args.events}" if args.events else ""), result)
         print(f"ingest {case.name}: {result}", flush=True)
 
 

@@ -26,7 +26,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ledger.digests import chain, each, split
 from ledger.errors import StoreWriteFailed
-from ledger.hashing import CHAIN_PREFIX, SALT_SIZE, ZERO_HASH, entry_leaf_input
+from ledger.hashing import CHAIN_PREFIX, LEAF_PREFIX, SALT_SIZE, ZERO_HASH, entry_bytes
 from ledger.merkle import Frontier
 from ledger.quarantine import chained_rows
 from ledger.store import Store
@@ -193,7 +193,7 @@ def _entry_rows(tip: _Tip, records: list[Accepted], recorded_at: str, salt_block
             previous.append(at)
         tenant_seqs.append(number + 1)
         last_in_batch[tenant] = (number + 1, i)
-    parts = [entry_leaf_input(first + i, recorded_at, r.source, r.id, r.type, r.tenant, tenant_seqs[i], r.body, salts[i])
+    parts = [LEAF_PREFIX + entry_bytes(first + i, recorded_at, r.source, r.id, r.type, r.tenant, tenant_seqs[i], r.body, salts[i])
              for i, r in enumerate(records)]
     leaves = each(b"".join(parts), np.cumsum([0, *map(len, parts)], dtype=np.int64))
     links = chain(CHAIN_PREFIX, tip.chain, leaves)

@@ -20,7 +20,7 @@ import orjson
 from ledger.proofs import LEAF_PREFIX, NODE_PREFIX
 from ledger.proofs import hash_children as node_hash
 
-__all__ = ["CHAIN_PREFIX", "LEAF_PREFIX", "NODE_PREFIX", "ZERO_HASH", "chain_hash", "entry_bytes", "entry_leaf", "entry_leaf_input", "leaf_hash", "node_hash"]
+__all__ = ["CHAIN_PREFIX", "LEAF_PREFIX", "NODE_PREFIX", "ZERO_HASH", "chain_hash", "entry_bytes", "entry_leaf", "leaf_hash", "node_hash"]
 
 CHAIN_PREFIX = b"\x02"
 ZERO_HASH = bytes(32)
@@ -73,21 +73,6 @@ def entry_leaf(
     digest.update(event)
     digest.update(_fields(seq, recorded_at, source, id, type, tenant, tenant_seq, salt))
     return digest.digest()
-
-
-def entry_leaf_input(
-    seq: int,
-    recorded_at: str,
-    source: str,
-    id: str,
-    type: str,
-    tenant: str | None,
-    tenant_seq: int | None,
-    event: bytes,
-    salt: bytes,
-) -> bytes:
-    """LEAF_PREFIX ‖ entry_bytes(...): what entry_leaf hashes, for hashing a batch at once."""
-    return _LEAF_EVENT_OPEN + event + _fields(seq, recorded_at, source, id, type, tenant, tenant_seq, salt)
 
 
 def leaf_hash(entry: bytes) -> bytes:

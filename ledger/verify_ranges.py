@@ -70,19 +70,13 @@ def verify_pages(conn: Connection, after: int = 0, through: int | None = None) -
     """Entries with after < seq (≤ through), in seq order, a page at a time, as the
     driver's own tuples (event and hashes as bytes): all that verify reads of them
     (bench/verify.py times this read alone)."""
-    raw: Any = conn.connection.dbapi_connection
     mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
     columns = _SELECTED[conn.dialect.name]
     bound = "" if through is None else f" AND seq <= {int(through)}"
     statement = f"SELECT {columns} FROM entries WHERE seq > {mark}{bound} ORDER BY seq LIMIT {PAGE}"
     last = after
     while True:
-        cursor = raw.cursor()
-        try:
-            cursor.execute(statement, (last,))
-            rows = cursor.fetchall()
-        finally:
-            cursor.close()
+        rows = _driver_rows(conn, statement, (last,))
         if not rows:
             return
         yield rows
@@ -281,17 +275,23 @@ def _tenants_follow(summary: RangeSummary, batch: pa.RecordBatch, leaves: bytes)
     return True
 
 
-def _stored_chain(conn: Connection, seq: int) -> bytes | None:
-    if seq == 0:
-        return ZERO_HASH
+def _driver_rows(conn: Connection, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """The rows of `statement` as the driver's own tuples (SQLAlchemy's rows cost more
+    than verify's checks of them)."""
     raw: Any = conn.connection.dbapi_connection
     cursor = raw.cursor()
     try:
-        cursor.execute(f"SELECT chain_hash FROM entries WHERE seq = {int(seq)}")
-        row = cursor.fetchone()
+        cursor.execute(statement, params)
+        return cursor.fetchall()  # type: ignore[no-any-return]
     finally:
         cursor.close()
-    return None if row is None or row[0] is None else bytes(row[0])
+
+
+def _stored_chain(conn: Connection, seq: int) -> bytes | None:
+    if seq == 0:
+        return ZERO_HASH
+    rows = _driver_rows(conn, f"SELECT chain_hash FROM entries WHERE seq = {int(seq)}")
+    return None if not rows or rows[0][0] is None else bytes(rows[0][0])
 
 
 def _nodes_match(conn: Connection, frontier: Frontier, summary: RangeSummary) -> bool:
@@ -299,7 +299,7 @@ def _nodes_match(conn: Connection, frontier: Frontier, summary: RangeSummary) ->
     as one run of idx a level (the nodes a range completes at a level follow one
     another), in one query through the driver's own cursor."""
     completed = sorted(frontier.completed)
-    frontier.completed.clear()  # memory stays at NODES_AT_ONCE nodes
+    frontier.completed.clear()  # memory stays at about NODES_AT_ONCE nodes
     summary.nodes += len(completed)
     if not completed:
         return True
@@ -311,13 +311,7 @@ def _nodes_match(conn: Connection, frontier: Frontier, summary: RangeSummary) ->
     # one exactly when each node is there and right (and the runs hold no other)
     condition = " OR ".join(f"(level = {int(level)} AND idx BETWEEN {int(low)} AND {int(high)})"
                             for level, (low, high) in runs.items())
-    raw: Any = conn.connection.dbapi_connection
-    cursor = raw.cursor()
-    try:
-        cursor.execute(f"SELECT level, idx, hash FROM tree_nodes WHERE {condition} ORDER BY level, idx")
-        stored = cursor.fetchall()
-    finally:
-        cursor.close()
+    stored = _driver_rows(conn, f"SELECT level, idx, hash FROM tree_nodes WHERE {condition} ORDER BY level, idx")
     # (level, idx) compared too: SQLite would keep an idx of 1.5, which sorts in 1's place
     return [(row[0], row[1], bytes(row[2])) for row in stored] == completed
 
