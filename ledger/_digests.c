@@ -276,8 +276,8 @@ static PyObject *joined_each(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    if (rows < 0) {
-        PyErr_SetString(PyExc_ValueError, "rows: not negative");
+    if (rows < 0 || rows > PY_SSIZE_T_MAX / (DIGEST * 2)) {
+        PyErr_SetString(PyExc_ValueError, "rows: not negative, and few enough that their digests fit in memory");
         goto done;
     }
     for (Py_ssize_t p = 0; p < count; p++) {

@@ -56,6 +56,8 @@ Part = bytes | tuple[Buffer, Buffer]
 
 
 def _joined(parts: list[Part], rows: int) -> bytes:
+    if rows < 0:
+        raise ValueError("rows: not negative")
     spans = [part if isinstance(part, bytes) else (memoryview(part[0]).cast("B"), np.frombuffer(part[1], dtype=np.int64).tolist())
              for part in parts]
     for span in spans:

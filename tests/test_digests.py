@@ -92,6 +92,8 @@ def test_joined_refuses_offsets_that_do_not_fit(joined: Callable[[list[digests.P
     with pytest.raises(ValueError):
         joined([(b"abc", np.array([2, 1], dtype=np.int64))], 1)  # out of order
     assert joined([b"x"], 0) == b""
+    with pytest.raises((ValueError, OverflowError, MemoryError)):
+        joined([b"x"], -1)
 
 
 @IMPLEMENTATIONS
