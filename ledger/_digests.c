@@ -29,6 +29,44 @@ static PyObject *digests_buffer(Py_ssize_t count, unsigned char **out) {
     return result;
 }
 
+/* The offsets as a private copy: int64 (numpy's int64), `expected` + 1 of them (any number
+ * from one up when expected < 0), non-decreasing and within [0, size]. They are checked in
+ * the copy and read only from it, so another thread writing to the caller's array while
+ * the GIL is released cannot move a span past what was checked. NULL and an exception
+ * when they are not so; else the copy (PyMem_Free it) and their count - 1 in *spans. */
+static int64_t *checked_offsets(PyObject *obj, Py_ssize_t expected, Py_ssize_t size, Py_ssize_t *spans) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        return NULL;
+    }
+    int64_t *copy = NULL;
+    const char *format = view.format != NULL ? view.format : "B";
+    if (*format == '@' || *format == '=' || *format == '<') {
+        format++;
+    }
+    Py_ssize_t count = view.len / 8;
+    if (view.itemsize != 8 || (strcmp(format, "q") != 0 && strcmp(format, "l") != 0)) {
+        PyErr_SetString(PyExc_ValueError, "offsets: an array of int64 expected");
+    } else if (count < 1 || (expected >= 0 && count != expected + 1)) {
+        PyErr_SetString(PyExc_ValueError, "offsets: one int64 a span and one more");
+    } else if ((copy = PyMem_Malloc((size_t)view.len)) == NULL) {
+        PyErr_NoMemory();
+    } else {
+        memcpy(copy, view.buf, (size_t)view.len);
+        for (Py_ssize_t i = 0; i < count; i++) {
+            if (copy[i] < 0 || copy[i] > size || (i > 0 && copy[i - 1] > copy[i])) {
+                PyErr_Format(PyExc_ValueError, "offsets: offset %zd out of order or past the data", i);
+                PyMem_Free(copy);
+                copy = NULL;
+                break;
+            }
+        }
+        *spans = count - 1;
+    }
+    PyBuffer_Release(&view);
+    return copy;
+}
+
 /* each(data, offsets): SHA-256 of data[offsets[i]:offsets[i+1]] for each i, where offsets
  * is a buffer of native int64 (numpy's int64), non-decreasing and within data. */
 static PyObject *each(PyObject *self, PyObject *args) {
@@ -36,26 +74,15 @@ static PyObject *each(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OO:each", &data_obj, &offsets_obj)) {
         return NULL;
     }
-    Py_buffer data, offsets;
+    Py_buffer data;
     if (contiguous(data_obj, &data) < 0) {
         return NULL;
     }
-    if (contiguous(offsets_obj, &offsets) < 0) {
-        PyBuffer_Release(&data);
-        return NULL;
-    }
     PyObject *result = NULL;
-    if (offsets.len % 8 != 0 || offsets.len < 8) {
-        PyErr_SetString(PyExc_ValueError, "offsets: at least one int64 expected");
+    Py_ssize_t count = 0;
+    int64_t *at = checked_offsets(offsets_obj, -1, data.len, &count);
+    if (at == NULL) {
         goto done;
-    }
-    Py_ssize_t count = offsets.len / 8 - 1;
-    const int64_t *at = (const int64_t *)offsets.buf;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (at[i] < 0 || at[i] > at[i + 1] || at[i + 1] > data.len) {
-            PyErr_Format(PyExc_ValueError, "offsets: span %zd out of order or past the data", i);
-            goto done;
-        }
     }
     unsigned char *out;
     result = digests_buffer(count, &out);
@@ -72,8 +99,8 @@ static PyObject *each(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
 done:
+    PyMem_Free(at);
     PyBuffer_Release(&data);
-    PyBuffer_Release(&offsets);
     return result;
 }
 
@@ -217,14 +244,15 @@ done:
 /* One part of each row's message: the same bytes for every row, or row i's span
  * data[offsets[i]:offsets[i+1]] of a column. */
 typedef struct {
-    Py_buffer data, offsets;
-    int column, held;
+    Py_buffer data;
+    int64_t *at; /* a column's offsets, a checked private copy; NULL for a constant */
+    int held;
 } Part;
 
 static void release_parts(Part *parts, Py_ssize_t count) {
     for (Py_ssize_t p = 0; p < count; p++) {
-        if (parts[p].held & 1) PyBuffer_Release(&parts[p].data);
-        if (parts[p].held & 2) PyBuffer_Release(&parts[p].offsets);
+        if (parts[p].held) PyBuffer_Release(&parts[p].data);
+        PyMem_Free(parts[p].at);
     }
     PyMem_Free(parts);
 }
@@ -243,21 +271,14 @@ static int take_part(PyObject *item, Py_ssize_t rows, Part *part) {
     }
     if (contiguous(PyTuple_GET_ITEM(item, 0), &part->data) < 0) return -1;
     part->held = 1;
-    if (contiguous(PyTuple_GET_ITEM(item, 1), &part->offsets) < 0) return -1;
-    part->held |= 2;
-    part->column = 1;
-    if (part->offsets.len != (rows + 1) * 8) {
-        PyErr_SetString(PyExc_ValueError, "offsets: one int64 a row and one more");
-        return -1;
-    }
-    const int64_t *at = (const int64_t *)part->offsets.buf;
-    for (Py_ssize_t i = 0; i < rows; i++) {
-        if (at[i] < 0 || at[i] > at[i + 1] || at[i + 1] > part->data.len) {
-            PyErr_Format(PyExc_ValueError, "offsets: span %zd out of order or past the data", i);
-            return -1;
-        }
-    }
-    return 0;
+    Py_ssize_t spans = 0;
+    part->at = checked_offsets(PyTuple_GET_ITEM(item, 1), rows, part->data.len, &spans);
+    return part->at == NULL ? -1 : 0;
+}
+
+/* The bytes of part p in row i. */
+static inline Py_ssize_t part_size(const Part *part, Py_ssize_t i) {
+    return part->at != NULL ? (Py_ssize_t)(part->at[i + 1] - part->at[i]) : part->data.len;
 }
 
 /* joined(parts, rows): SHA-256 of each row's parts end to end, without making the
@@ -287,8 +308,12 @@ static PyObject *joined_each(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < rows; i++) {
         Py_ssize_t length = 0;
         for (Py_ssize_t p = 0; p < count; p++) {
-            const int64_t *at = (const int64_t *)parts[p].offsets.buf;
-            length += parts[p].column ? (Py_ssize_t)(at[i + 1] - at[i]) : parts[p].data.len;
+            Py_ssize_t size = part_size(&parts[p], i);
+            if (size > PY_SSIZE_T_MAX - length) {
+                PyErr_Format(PyExc_ValueError, "row %zd: longer than memory can hold", i);
+                goto done;
+            }
+            length += size;
         }
         if (length > longest) longest = length;
     }
@@ -304,13 +329,8 @@ static PyObject *joined_each(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < rows; i++) {
         Py_ssize_t length = 0;
         for (Py_ssize_t p = 0; p < count; p++) {
-            const unsigned char *from = (const unsigned char *)parts[p].data.buf;
-            Py_ssize_t size = parts[p].data.len;
-            if (parts[p].column) {
-                const int64_t *at = (const int64_t *)parts[p].offsets.buf;
-                from += at[i];
-                size = (Py_ssize_t)(at[i + 1] - at[i]);
-            }
+            const unsigned char *from = (const unsigned char *)parts[p].data.buf + (parts[p].at != NULL ? parts[p].at[i] : 0);
+            Py_ssize_t size = part_size(&parts[p], i);
             memcpy(message + length, from, (size_t)size);
             length += size;
         }

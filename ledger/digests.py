@@ -26,25 +26,56 @@ DIGEST = 32
 Buffer = Any  # bytes, memoryview, numpy array: anything with the buffer protocol, C-contiguous
 
 
-def _each(data: Buffer, offsets: Buffer) -> bytes:
-    view, at = memoryview(data).cast("B"), np.frombuffer(offsets, dtype=np.int64).tolist()
-    if _disordered(at, len(view)):
+# The hashlib versions below take and refuse what the C module takes and refuses:
+# C-contiguous buffers, offsets as int64 in order within the data, prefixes of at most 64
+# bytes (tests/test_digests.py holds the two to each other).
+
+
+def _bytes_of(buffer: Buffer) -> memoryview:
+    view = memoryview(buffer)
+    if not view.c_contiguous:
+        raise BufferError("a C-contiguous buffer expected")
+    return view.cast("B")
+
+
+def _offsets_of(offsets: Buffer, size: int, spans: int | None = None) -> list[int]:
+    view = memoryview(offsets)
+    if view.itemsize != 8 or view.format.lstrip("@=<") not in ("q", "l"):
+        raise ValueError("offsets: an array of int64 expected")
+    at: list[int] = view.cast("B").cast("q").tolist()
+    if not at or (spans is not None and len(at) != spans + 1):
+        raise ValueError("offsets: one int64 a span and one more")
+    if at[0] < 0 or at[-1] > size or any(a > b for a, b in zip(at, at[1:], strict=False)):
         raise ValueError("offsets: out of order or past the data")
+    return at
+
+
+def _prefixed(prefix: bytes) -> bytes:
+    if isinstance(prefix, (bytearray, memoryview)):  # as the C module's "y#": no mutable buffer
+        raise TypeError("prefix: bytes expected")
+    if len(prefix) > 64:
+        raise ValueError("prefix: at most 64 bytes")
+    return bytes(prefix)
+
+
+def _each(data: Buffer, offsets: Buffer) -> bytes:
+    view = _bytes_of(data)
+    at = _offsets_of(offsets, len(view))
     return b"".join(sha256(view[a:b]).digest() for a, b in zip(at, at[1:], strict=False))
 
 
 def _pairs(prefix: bytes, lefts: Buffer, rights: Buffer) -> bytes:
-    left, right = bytes(lefts), bytes(rights)
+    prefix, left, right = _prefixed(prefix), _bytes_of(lefts).tobytes(), _bytes_of(rights).tobytes()
     if len(left) % DIGEST or len(left) != len(right):
         raise ValueError("lefts and rights: packed 32-byte hashes, as many of each")
     return b"".join(sha256(prefix + left[i:i + DIGEST] + right[i:i + DIGEST]).digest() for i in range(0, len(left), DIGEST))
 
 
 def _chain(prefix: bytes, start: bytes, leaves: Buffer) -> bytes:
-    packed = bytes(leaves)
+    prefix, packed = _prefixed(prefix), _bytes_of(leaves).tobytes()
     if len(start) != DIGEST or len(packed) % DIGEST:
         raise ValueError("start 32 bytes, leaves packed 32-byte hashes")
-    links, link = [], start
+    links, link = [], bytes(start)
     for i in range(0, len(packed), DIGEST):
         link = sha256(prefix + link + packed[i:i + DIGEST]).digest()
         links.append(link)
@@ -58,18 +89,18 @@ Part = bytes | tuple[Buffer, Buffer]
 def _joined(parts: list[Part], rows: int) -> bytes:
     if rows < 0:
         raise ValueError("rows: not negative")
-    spans = [part if isinstance(part, bytes) else (memoryview(part[0]).cast("B"), np.frombuffer(part[1], dtype=np.int64).tolist())
-             for part in parts]
-    for span in spans:
-        if not isinstance(span, bytes) and (len(span[1]) != rows + 1 or _disordered(span[1], len(span[0]))):
-            raise ValueError("offsets: one int64 a row and one more, in order and within the data")
+    spans: list[bytes | tuple[memoryview, list[int]]] = []
+    for part in parts:
+        if isinstance(part, bytes):
+            spans.append(part)
+        elif isinstance(part, tuple) and len(part) == 2:
+            data = _bytes_of(part[0])
+            spans.append((data, _offsets_of(part[1], len(data), rows)))
+        else:
+            raise TypeError("a part is bytes or a (data, offsets) pair")
     messages = (b"".join(span if isinstance(span, bytes) else span[0][span[1][i]:span[1][i + 1]] for span in spans)
                 for i in range(rows))
     return b"".join(sha256(message).digest() for message in messages)
-
-
-def _disordered(at: list[int], size: int) -> bool:
-    return not at or at[0] < 0 or at[-1] > size or any(a > b for a, b in zip(at, at[1:], strict=False))
 
 
 def _built() -> ModuleType | None:
@@ -97,7 +128,10 @@ def split(digests: bytes) -> list[bytes]:
 
 
 def _level(prefix: bytes, nodes: Buffer) -> bytes:
-    rows = np.frombuffer(nodes, dtype=np.uint8).reshape(-1, 2, DIGEST)
+    packed = _bytes_of(nodes).tobytes()
+    if len(packed) % (2 * DIGEST):
+        raise ValueError("nodes: an even count of packed 32-byte hashes")
+    rows = np.frombuffer(packed, dtype=np.uint8).reshape(-1, 2, DIGEST)
     return _pairs(prefix, rows[:, 0].tobytes(), rows[:, 1].tobytes())
 
 

@@ -94,6 +94,24 @@ def test_joined_refuses_offsets_that_do_not_fit(joined: Callable[[list[digests.P
     assert joined([b"x"], 0) == b""
     with pytest.raises((ValueError, OverflowError, MemoryError)):
         joined([b"x"], -1)
+    with pytest.raises(ValueError):
+        joined([(b"", np.array([7], dtype=np.int64))], 0)  # no rows, and still an offset past the data
+
+
+@IMPLEMENTATIONS
+def test_offsets_and_prefixes_are_refused_alike(each: Each, pairs: Callable[..., bytes], chain: Callable[..., bytes]) -> None:
+    """What a review found the C module and the fallback disagreed on: a lone offset
+    outside the data, offsets that are not int64, prefixes past 64 bytes."""
+    for data, offsets in ((b"", [5]), (b"abc", [-1])):
+        with pytest.raises(ValueError):
+            each(data, np.array(offsets, dtype=np.int64))
+    assert each(b"abc", np.array([3], dtype=np.int64)) == b""
+    with pytest.raises(ValueError):
+        each(b"abc", np.array([0, 3], dtype=np.int32))  # int32 read as int64 would be [0 | 3 << 32]
+    with pytest.raises(ValueError):
+        pairs(bytes(65), bytes(32), bytes(32))
+    with pytest.raises(ValueError):
+        chain(bytes(65), bytes(32), bytes(32))
 
 
 @IMPLEMENTATIONS
