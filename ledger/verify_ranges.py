@@ -383,7 +383,9 @@ def cores() -> int:
 
 def cut(last: int, ranges: int, smallest: int) -> list[tuple[int, int]]:
     """[1, last] as consecutive (first, last) ranges: `ranges` of them, none under
-    `smallest` entries (so fewer on a small ledger)."""
+    `smallest` entries (so fewer on a small ledger); none for an empty ledger."""
+    if last < 1:
+        return []
     count = max(1, min(ranges, last // max(1, smallest)))
     size = -(-last // count)
     return [(first, min(last, first + size - 1)) for first in range(1, last + 1, size)]

@@ -50,6 +50,15 @@ def test_the_ranges_cut_the_ledger_as_worked_out_by_hand() -> None:
     assert cut(121, 8, 20) == [(1, 21), (22, 42), (43, 63), (64, 84), (85, 105), (106, 121)]
     assert cut(19, 8, 20) == [(1, 19)]  # too small to split
     assert cut(1_000_000, 8, 100_000) == [(1 + i * 125_000, (i + 1) * 125_000) for i in range(8)]
+    assert cut(0, 8, 20) == []  # an empty ledger
+
+
+def test_an_empty_ledger_verifies_on_every_core(store: Store) -> None:
+    """A store initialised and never appended to (a first ingest killed before its first
+    batch committed, say) verifies clean; the parallel pass once crashed cutting seqs 1..0."""
+    result = verify_ledger(store, processes=2, smallest_range=1)
+    assert result.ok, str(result.problem)
+    assert (result.entries, result.ranges) == (0, 0)
 
 
 def test_a_good_ledger_passes_in_ranges(store: Store) -> None:
