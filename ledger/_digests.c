@@ -117,17 +117,39 @@ static inline void joined(const unsigned char *prefix, Py_ssize_t prefix_len, co
     SHA256_Final(out, &context);
 }
 
+/* SHA-256 of prefix || left || right for `count` pairs: left i at lefts + i * step, right i
+ * at rights + i * step (pairs: two packed columns, step 32; level: one column of
+ * neighbours, step 64). The buffers stay held by the caller. */
+static PyObject *pair_digests(const unsigned char *prefix, Py_ssize_t prefix_len, const unsigned char *lefts,
+                              const unsigned char *rights, Py_ssize_t step, Py_ssize_t count) {
+    unsigned char *out;
+    PyObject *result = digests_buffer(count, &out);
+    if (result == NULL) {
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < count; i++) {
+        joined(prefix, prefix_len, lefts + i * step, rights + i * step, out + i * DIGEST);
+    }
+    Py_END_ALLOW_THREADS
+    return result;
+}
+
+static int prefix_fits(Py_ssize_t prefix_len) {
+    if (prefix_len > 64) {
+        PyErr_SetString(PyExc_ValueError, "prefix: at most 64 bytes");
+        return 0;
+    }
+    return 1;
+}
+
 /* pairs(prefix, lefts, rights): SHA-256 of prefix || lefts[i] || rights[i], both packed
  * 32-byte hashes of one count (the prefix at most 64 bytes). */
 static PyObject *pairs(PyObject *self, PyObject *args) {
     const unsigned char *prefix;
     Py_ssize_t prefix_len;
     PyObject *lefts_obj, *rights_obj;
-    if (!PyArg_ParseTuple(args, "y#OO:pairs", &prefix, &prefix_len, &lefts_obj, &rights_obj)) {
-        return NULL;
-    }
-    if (prefix_len > 64) {
-        PyErr_SetString(PyExc_ValueError, "prefix: at most 64 bytes");
+    if (!PyArg_ParseTuple(args, "y#OO:pairs", &prefix, &prefix_len, &lefts_obj, &rights_obj) || !prefix_fits(prefix_len)) {
         return NULL;
     }
     Py_buffer lefts, rights;
@@ -141,21 +163,9 @@ static PyObject *pairs(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     if (lefts.len % DIGEST != 0 || lefts.len != rights.len) {
         PyErr_SetString(PyExc_ValueError, "lefts and rights: packed 32-byte hashes, as many of each");
-        goto done;
+    } else {
+        result = pair_digests(prefix, prefix_len, lefts.buf, rights.buf, DIGEST, lefts.len / DIGEST);
     }
-    Py_ssize_t count = lefts.len / DIGEST;
-    unsigned char *out;
-    result = digests_buffer(count, &out);
-    if (result == NULL) {
-        goto done;
-    }
-    const unsigned char *left = (const unsigned char *)lefts.buf, *right = (const unsigned char *)rights.buf;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < count; i++) {
-        joined(prefix, prefix_len, left + i * DIGEST, right + i * DIGEST, out + i * DIGEST);
-    }
-    Py_END_ALLOW_THREADS
-done:
     PyBuffer_Release(&lefts);
     PyBuffer_Release(&rights);
     return result;
@@ -167,11 +177,7 @@ static PyObject *level(PyObject *self, PyObject *args) {
     const unsigned char *prefix;
     Py_ssize_t prefix_len;
     PyObject *nodes_obj;
-    if (!PyArg_ParseTuple(args, "y#O:level", &prefix, &prefix_len, &nodes_obj)) {
-        return NULL;
-    }
-    if (prefix_len > 64) {
-        PyErr_SetString(PyExc_ValueError, "prefix: at most 64 bytes");
+    if (!PyArg_ParseTuple(args, "y#O:level", &prefix, &prefix_len, &nodes_obj) || !prefix_fits(prefix_len)) {
         return NULL;
     }
     Py_buffer nodes;
@@ -181,21 +187,10 @@ static PyObject *level(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     if (nodes.len % (2 * DIGEST) != 0) {
         PyErr_SetString(PyExc_ValueError, "nodes: an even count of packed 32-byte hashes");
-        goto done;
+    } else {
+        const unsigned char *node = (const unsigned char *)nodes.buf;
+        result = pair_digests(prefix, prefix_len, node, node + DIGEST, 2 * DIGEST, nodes.len / (2 * DIGEST));
     }
-    Py_ssize_t count = nodes.len / (2 * DIGEST);
-    unsigned char *out;
-    result = digests_buffer(count, &out);
-    if (result == NULL) {
-        goto done;
-    }
-    const unsigned char *node = (const unsigned char *)nodes.buf;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < count; i++) {
-        joined(prefix, prefix_len, node + 2 * i * DIGEST, node + (2 * i + 1) * DIGEST, out + i * DIGEST);
-    }
-    Py_END_ALLOW_THREADS
-done:
     PyBuffer_Release(&nodes);
     return result;
 }
@@ -206,11 +201,11 @@ static PyObject *chain(PyObject *self, PyObject *args) {
     const unsigned char *prefix, *start;
     Py_ssize_t prefix_len, start_len;
     PyObject *leaves_obj;
-    if (!PyArg_ParseTuple(args, "y#y#O:chain", &prefix, &prefix_len, &start, &start_len, &leaves_obj)) {
+    if (!PyArg_ParseTuple(args, "y#y#O:chain", &prefix, &prefix_len, &start, &start_len, &leaves_obj) || !prefix_fits(prefix_len)) {
         return NULL;
     }
-    if (prefix_len > 64 || start_len != DIGEST) {
-        PyErr_SetString(PyExc_ValueError, "prefix at most 64 bytes, start 32");
+    if (start_len != DIGEST) {
+        PyErr_SetString(PyExc_ValueError, "start: 32 bytes");
         return NULL;
     }
     Py_buffer leaves;
