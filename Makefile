@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint schemas typecheck bench bench-quick clean
+.PHONY: demo test lint schemas golden typecheck bench bench-quick clean
 
 $(STAMP): pyproject.toml ledger/_digests.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ lint: $(STAMP)
 
 schemas: $(STAMP)
 	$(BIN)/python -m schemas.export
+
+# rewrite fixtures/golden/ from the ingestors' output on fixtures/samples/: on purpose only,
+# then read `git diff fixtures/golden` record by record before committing it
+golden: $(STAMP)
+	GPULEDGER_GOLDEN=write $(BIN)/python -m pytest -q tests/test_golden_ingest.py
 
 # mypy --strict over the packages, tests/ and bench/ (the list is in pyproject.toml)
 typecheck: $(STAMP)

@@ -21,6 +21,7 @@ from rich.text import Text
 # The project's modules (sqlalchemy, pydantic, duckdb, pyarrow, jinja2 behind them) are
 # imported inside the commands that use them, so that --help starts fast.
 from fixtures.sim.config import DEFAULT_START, Rates, SimConfig
+from schemas.errors import BadInput, CheckFailed, GpuledgerError
 
 if TYPE_CHECKING:
     import ledger
@@ -58,22 +59,20 @@ class Group(click.Group):
             raise InputError(f"{exc.format_message()} See `{path} --help`.") from None
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # click's own (--help among them): checked first, so they import nothing
-        except _bad_input_errors() as exc:
-            raise InputError(str(exc)) from None
+        except BadInput as exc:
+            raise InputError(_with_flag(exc)) from None
+        except CheckFailed as exc:  # the thing checked is wrong: its verdict, exit 1
+            click.echo(f"{exc.verdict}: {_with_flag(exc)}", err=True)
+            sys.exit(1)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError) as exc:
             if exc.filename is None:
                 raise
             raise InputError(f"{exc.filename}: {exc.strerror}") from None
 
 
-def _bad_input_errors() -> tuple[type[Exception], ...]:
-    from ingest import IngestError
-    from ledger import LedgerError
-    from ledger.note import NoteError
-    from reconcile.engine.money import MoneyOverflow
-    from reconcile.engine.scope import ScopeError
-
-    return LedgerError, IngestError, NoteError, MoneyOverflow, ScopeError
+def _with_flag(exc: GpuledgerError) -> str:
+    """The library names the parameter an error is about; the command line names its flag."""
+    return f"--{exc.option.replace('_', '-')}: {exc}" if exc.option else str(exc)
 
 
 def db_option(fn: F) -> F:
@@ -358,13 +357,9 @@ def witness_init(state: Path, name: str | None, origin: str | None, log_key: Pat
 def witness_cosign(state: Path, request: Path, out: Path | None) -> None:
     """Cosign the checkpoint of REQUEST (`checkpoint --witness-request-from`) if it extends
     the last one cosigned for its log; exit 1, naming both checkpoints, on a fork."""
-    from ledger.witness import ForkDetected, WitnessRequest, cosign_request
+    from ledger.witness import WitnessRequest, cosign_request
 
-    try:
-        line = cosign_request(state, WitnessRequest.parse(_read_text(request, "REQUEST")))
-    except ForkDetected as exc:
-        click.echo(f"FAILED: {exc}", err=True)
-        sys.exit(1)
+    line = cosign_request(state, WitnessRequest.parse(_read_text(request, "REQUEST")))
     if out is None:
         click.echo(line, nl=False)
     else:
@@ -479,12 +474,9 @@ def explain_command(category: str | None) -> None:
 
     CATEGORY is a category (`productive`, `idle_unexplained`, ...), `unbilled`, or a bearer
     (`provider`, `customer`, `disputed`); without it, all of them."""
-    from reconcile.reports.explain import UnknownTerm, render
+    from reconcile.reports.explain import render
 
-    try:
-        click.echo(render(category), nl=False)
-    except UnknownTerm as exc:
-        raise InputError(str(exc)) from None
+    click.echo(render(category), nl=False)
 
 
 @main.command("dispute")
@@ -503,17 +495,13 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
     """Write a customer's dispute packet for one invoice: findings, the tenant's entries, proofs, signed checkpoint."""
     import ledger
     from ledger.note import read_signer
-    from reconcile.packets.dispute import IsolationError, build_dispute, write_packet
+    from reconcile.packets.dispute import build_dispute, write_packet
     from reconcile.packets.letter import write_letter_beside
 
     store = ledger.Store(db_url)
     signer = read_signer(key_path)
     _require_store(store)
-    try:
-        packet = build_dispute(store, tenant, invoice, signer, since_size, stored_checkpoint)
-    except IsolationError as exc:  # the ledger holds what would leak: a finding, not bad input
-        click.echo(f"REFUSED: {exc}", err=True)
-        sys.exit(1)
+    packet = build_dispute(store, tenant, invoice, signer, since_size, stored_checkpoint)
     write_packet(packet, out)
     letter = write_letter_beside(packet, signer.verifier, out)
     fleet = sum(1 for e in packet["bundle"]["entries"] if e["tenant"] is None)
@@ -539,20 +527,16 @@ def verify_packet_command(file: Path, pubkey: Path, previous: Path | None, witne
                           letter_path: Path | None) -> None:
     """Check a dispute packet with the public key alone and recompute its findings; exit 1 names what failed."""
     from ledger.note import COSIGNATURE_V1, read_verifier
-    from ledger.witness import CosignatureError, require_cosignatures
-    from reconcile.packets.dispute import PacketError, read_packet, read_previous, verify_dispute
+    from ledger.witness import require_cosignatures
+    from reconcile.packets.dispute import read_packet, read_previous, verify_dispute
     from reconcile.packets.letter import build_letter, summary, write_letter
 
     verifier = read_verifier(pubkey)
     witnesses = [read_verifier(p, COSIGNATURE_V1) for p in witness_keys]
     earlier = None if previous is None else read_previous(previous)
-    try:
-        packet = read_packet(file)
-        checked = verify_dispute(packet, verifier, earlier)
-        require_cosignatures(packet["bundle"]["checkpoint"], witnesses)
-    except (PacketError, CosignatureError) as exc:
-        click.echo(f"FAILED: {exc}", err=True)
-        sys.exit(1)
+    packet = read_packet(file)
+    checked = verify_dispute(packet, verifier, earlier)
+    require_cosignatures(packet["bundle"]["checkpoint"], witnesses)
     click.echo(f"ok: invoice {checked.invoice_id} of {checked.tenant}, {checked.lines} lines; "
                f"{checked.tenant_entries} entries of {checked.tenant} complete up to tree size {checked.checkpoint.size} "
                f"and {checked.fleet_entries} fleet entries, signed by {verifier.name}; findings recomputed and equal"
@@ -704,10 +688,7 @@ def packet_command(db_url: str | None, promise_id: str, tenant: str | None, out:
 
     store = ledger.Store(db_url)
     _require_store(store)
-    try:
-        paths = diagnostic.write_packet(store, promise_id, out, tenant)
-    except diagnostic.PacketError as exc:
-        raise InputError(str(exc)) from None
+    paths = diagnostic.write_packet(store, promise_id, out, tenant)
     click.echo(f"wrote {', '.join(str(p) for p in paths)}")
 
 

@@ -55,15 +55,15 @@ def choose(path: Path, name: str | None = None) -> tuple[Ingestor, bool]:
         chosen = _named(name)
         others = [i.name for i in claims if i is not chosen]
         if chosen not in claims and others:
-            raise IngestError(f"{path}: --format {name}: this is not {name} input, it looks like {' or '.join(others)} "
-                              f"(use --format {others[0]})")
+            raise IngestError(f"{name}: {path}: this is not {name} input, it looks like "
+                              f"{' or '.join(others)} (use {others[0]})", option="format")
         return chosen, chosen in claims
     if len(claims) > 1:
         names = ", ".join(i.name for i in claims)
-        raise IngestError(f"{path}: claimed by several formats ({names}); choose one with --format")
+        raise IngestError(f"{path}: claimed by several formats ({names}); choose one", option="format")
     if not claims and head.strip():
-        raise IngestError(f"{path}: no format recognises this file; choose one with --format "
-                          f"({', '.join(format_names())})")
+        raise IngestError(f"{path}: no format recognises this file; choose one "
+                          f"({', '.join(format_names())})", option="format")
     return (claims[0], True) if claims else (_named(DEFAULT_FORMAT), True)
 
 
@@ -71,7 +71,7 @@ def _named(name: str) -> Ingestor:
     for ingestor in INGESTORS:
         if ingestor.name == name:
             return ingestor
-    raise IngestError(f"--format: unknown format {name!r} (known: {', '.join(format_names())})")
+    raise IngestError(f"unknown format {name!r} (known: {', '.join(format_names())})", option="format")
 
 
 def extract(path: Path, name: str | None = None, **options: Any) -> Iterator[Record]:
@@ -88,8 +88,8 @@ def expect_records(records: Iterator[Record], path: Path, name: str) -> Iterator
         found = True
         yield record
     if not found and _has_content(path):
-        raise IngestError(f"{path}: --format {name}: no {name} record in this non-empty file; "
-                          f"is it another format? ({', '.join(format_names())})")
+        raise IngestError(f"{name}: {path}: no {name} record in this non-empty file; "
+                          f"is it another format? ({', '.join(format_names())})", option="format")
 
 
 def _has_content(path: Path) -> bool:

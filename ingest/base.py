@@ -27,11 +27,12 @@ from schemas import (
     validate_event,
     validate_event_json,
 )
+from schemas.errors import BadInput
 
 UTF8_BOM = b"\xef\xbb\xbf"
 
 
-class IngestError(Exception):
+class IngestError(BadInput):
     """The file as a whole cannot be read (missing, unreadable, wrong format)."""
 
 
@@ -93,9 +94,10 @@ def fixed_tenant(options: dict[str, Any]) -> str | None:
     if tenant is None:
         return None
     if not str(tenant).strip():
-        raise IngestError("--tenant: empty tenant name")
+        raise IngestError("empty tenant name", option="tenant")
     if options.get("tenant_field"):
-        raise IngestError("--tenant and --tenant-field: give one (a fixed tenant, or the field to read it from)")
+        raise IngestError("give a fixed tenant or the tenant field to read it from, not both",
+                          option="tenant_field")
     return str(tenant)
 
 

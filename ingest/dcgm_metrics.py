@@ -49,6 +49,7 @@ import orjson
 
 from ingest.base import UTF8_BOM, IngestError, event_from_json, event_from_object, open_source
 from schemas import Accepted, Origin, Record, Rejected, format_utc
+from schemas.errors import BadInput
 
 XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
 #: XIDs that mean the GPU or its memory cannot be trusted until it is reset or replaced.
@@ -68,7 +69,7 @@ Recorded = Callable[[str, str], bytes | None]
 Series = tuple[str, str, str, str]
 
 
-class _Bad(ValueError):
+class _Bad(BadInput, ValueError):
     def __init__(self, field: str, reason: str) -> None:
         super().__init__(f"{field}: {reason}")
         self.field, self.reason = field, reason
@@ -125,7 +126,7 @@ def _scrape_ms(text: str | None) -> int | None:
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise IngestError(f"--scrape-time: not an RFC 3339 time: {text!r}") from None
+        raise IngestError(f"not an RFC 3339 time: {text!r}", option="scrape_time") from None
     moment = moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment
     return (moment - _EPOCH) // timedelta(milliseconds=1)
 
@@ -189,7 +190,7 @@ def _xid_record(sample: Sample, origin: Origin, raw: bytes, state: _FileState) -
     labels = sample.labels
     node = labels.get("Hostname") or labels.get("hostname") or state.options.get("node")
     if not node:
-        raise _Bad("Hostname", "no Hostname or hostname label, and no --node")
+        raise _Bad("Hostname", "no Hostname or hostname label, and no node named for the file")
     gpu, uuid, instance = labels.get("gpu", ""), labels.get("UUID", ""), labels.get("GPU_I_ID", "")
     if gpu and not (gpu.isdigit() and gpu.isascii() and len(gpu) <= 9):
         raise _Bad("gpu", f"not a GPU index: {gpu!r}")
@@ -202,7 +203,8 @@ def _xid_record(sample: Sample, origin: Origin, raw: bytes, state: _FileState) -
         return None
     timestamp_ms = sample.timestamp_ms if sample.timestamp_ms is not None else state.scrape_ms
     if timestamp_ms is None:
-        raise IngestError(f"{origin}: timestamp: the sample has no timestamp; give --scrape-time RFC3339")
+        raise IngestError(f"{origin}: timestamp: the sample has no timestamp; give the scrape time "
+                          "(RFC 3339)", option="scrape_time")
     source, key = f"dcgm-exporter://{node}", ":".join(part or "-" for part in (*series, "xid", str(xid)))
     known = state.known(source, key)
     if known is not None and previous is None:

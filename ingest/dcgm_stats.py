@@ -63,6 +63,7 @@ from typing import Any, BinaryIO
 
 from ingest.base import UTF8_BOM, LocalZone, event_from_object, fixed_tenant, open_source
 from schemas import Origin, Record, Rejected, format_utc
+from schemas.errors import BadInput
 
 ABSENT = frozenset({"", "n/a", "not specified", "not found", "not supported", "not permissioned",
                     "has not started", "still running", "unknown"})
@@ -80,7 +81,7 @@ _GPU_INSTANCE = re.compile(r"(\d{1,9})\s*/\s*(\d{1,9})")
 _XID_INSTANCE = re.compile(r",?\s*\bGPU-I\s*[: ]\s*(\d{1,9})\b", re.IGNORECASE)
 
 
-class _Bad(ValueError):
+class _Bad(BadInput, ValueError):
     """A problem in one row of a table: the row's line, the field and the reason."""
 
     def __init__(self, line: int, field: str, reason: str) -> None:

@@ -86,7 +86,7 @@ def _check_columns(path: Path, row: dict[str, str | None], options: dict[str, An
     wanted = [options["tenant_field"]] if options.get("tenant_field") else list(TENANT_COLUMNS)
     if not any(column in row for column in wanted):
         raise IngestError(f"{path}: no tenant column: the file has no {' or '.join(wanted)}; "
-                          "name the tenant of the whole file with --tenant NAME")
+                          "name the tenant of the whole file", option="tenant")
 
 
 def _parquet_schema_text(path: Path) -> bytes:
@@ -244,7 +244,7 @@ def _gpus(row: dict[str, str | None], gpu_field: str | None, start: str, end: st
         raise ValueError(f"PricingQuantity: not a whole number of GPUs: {count}")
     if count != count.to_integral_value():
         raise ValueError(f"PricingQuantity: {quantity} GPU-hours over {hours.normalize()} h is no whole number of GPUs; "
-                         "name the column that holds the GPU count with --gpu-field")
+                         "name the column that holds the GPU count (the gpu_field option)")
     return int(count)
 
 

@@ -12,12 +12,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from schemas.errors import BadInput
+
 _OUTSIDE = re.compile(rb'["\[\]{},\n]')
 _INSIDE = re.compile(rb'["\\\n]')
 _CHUNK = 1 << 20
 
 
-class MalformedArray(ValueError):
+class MalformedArray(BadInput, ValueError):
     def __init__(self, line: int, message: str) -> None:
         super().__init__(message)
         self.line = line

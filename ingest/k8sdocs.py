@@ -41,6 +41,7 @@ import yaml
 from ingest.base import UTF8_BOM, open_source
 from ingest.k8sfields import FieldPath, ObjectError, dotted, json_type
 from schemas import Origin, Rejected, format_utc
+from schemas.errors import BadInput
 
 MAX_DEPTH = 64  # far beyond any Kubernetes object; bounds recursion on hostile input
 MAX_VALUES = 1_000_000  # per object, after YAML aliases are expanded
@@ -118,7 +119,7 @@ class _Span:
     header: ListHeader = ()
 
 
-class _Malformed(ValueError):
+class _Malformed(BadInput, ValueError):
     """The JSON cannot be cut into objects from `offset` on (`raw`: the bytes held from there)."""
 
     def __init__(self, line: int, message: str, offset: int, raw: bytes) -> None:

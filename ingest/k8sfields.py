@@ -9,13 +9,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 from schemas import format_utc
+from schemas.errors import BadInput
 
 FieldPath = tuple[str | int, ...]
 
 _RFC3339 = re.compile(r"(?P<base>\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2})(?P<fraction>\.\d+)?(?P<zone>[Zz]|[+-]\d{2}:\d{2})?")
 
 
-class ObjectError(ValueError):
+class ObjectError(BadInput, ValueError):
     """A field of one object is missing or wrong."""
 
     def __init__(self, path: FieldPath, reason: str) -> None:

@@ -51,10 +51,11 @@ def ingest_plan(manifest: Path | None, files: Sequence[Path], fmt: str | None, o
     file first, so a wrong format stops the run before anything is read."""
     if manifest is None:
         if not files:
-            raise IngestError("FILES: give the files to ingest, or --manifest FILE")
+            raise IngestError("give the files to ingest, or a manifest", option="manifest")
         return [ManifestEntry(path, fmt, options) for path in files]
     if files or fmt:
-        raise IngestError("--manifest: the manifest names the files and their formats; give no FILES or --format with it")
+        raise IngestError("the manifest names the files and their formats; give no files or format with it",
+                          option="manifest")
     entries = read_manifest(manifest, formats)
     for entry in entries:
         identify(entry.path, entry.format)

@@ -27,6 +27,7 @@ import orjson
 
 from ingest.base import IngestError, event_from_json, event_from_object, fixed_tenant, open_source
 from schemas import Origin, Record, format_utc
+from schemas.errors import BadInput
 
 Recorded = Callable[[str, str], "bytes | None"]
 _FIGURE = re.compile(r"\d+(?:\.\d+)?")
@@ -34,7 +35,7 @@ _FIGURE = re.compile(r"\d+(?:\.\d+)?")
 LAUNCHER_TAG = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: )")
 
 
-class BadLine(ValueError):
+class BadLine(BadInput, ValueError):
     """A problem in one line of a probe's output: the line, the field and the reason (the
     run or capture it belongs to goes to the quarantine whole, saying so)."""
 
@@ -86,7 +87,7 @@ def probe_options(path: Path, options: dict[str, Any], tool: str) -> ProbeOption
     """The options, checked: `--tenant` and `--allocation` are required (usage errors)."""
     tenant = fixed_tenant(options)
     if tenant is None:
-        raise IngestError(f"{path}: --tenant: required: {tool} output names no tenant")
+        raise IngestError(f"{path}: required: {tool} output names no tenant", option="tenant")
     allocation = _named(options.get("allocation"), "--allocation", path, tool, required=True)
     assert allocation is not None
     job = _named(options.get("job"), "--job", path, tool, required=False)
@@ -112,7 +113,7 @@ def _capture_time(path: Path, text: str | None) -> datetime:
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise IngestError(f"--scrape-time: not an RFC 3339 time: {text!r}") from None
+        raise IngestError(f"not an RFC 3339 time: {text!r}", option="scrape_time") from None
     return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
 
 

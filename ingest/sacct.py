@@ -192,13 +192,13 @@ def _check_fields(fields: list[str], context: _Context, where: str) -> None:
         raise IngestError(f"{where}: the field list has no JobID")
     if not {"Submit", "Start", "End"} & set(fields):
         raise IngestError(f"{where}: the field list has no Submit, Start or End, so no transition has a time; "
-                          "add them to sacct's --format")
+                          "add them to the fields sacct prints")
     if context.tenant is not None:
         return
     wanted = [context.tenant_field] if context.tenant_field else list(TENANT_FIELDS)
     if not any(f in fields for f in wanted):
         raise IngestError(f"{where}: no tenant column: the fields have no {' or '.join(wanted)}; "
-                          "name the tenant of the whole file with --tenant NAME")
+                          "name the tenant of the whole file", option="tenant")
 
 
 class _Rows:
@@ -227,7 +227,7 @@ class _Rows:
                 where = f"{self.context.file}:{number}: header"
                 if values[0][:1].isdigit():
                     raise IngestError(f"{where}: the first line is a job ({values[0]}), not a header: for "
-                                      "`sacct --noheader` output give the field list with --fields")
+                                      "`sacct --noheader` output give the field list", option="fields")
                 self.fields = header_fields(values)
                 _check_fields(self.fields, self.context, where)
                 continue

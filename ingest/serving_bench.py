@@ -131,10 +131,10 @@ class ServingBenchIngestor:
 def _options(options: dict[str, Any]) -> _Options:
     tenant = fixed_tenant(options)
     if tenant is None:
-        raise IngestError("serving-bench: --tenant is required (a benchmark's output names no tenant)")
+        raise IngestError("serving-bench: required (a benchmark's output names no tenant)", option="tenant")
     job = options.get("job")
     if not job or not str(job).strip():
-        raise IngestError("serving-bench: --job is required (a benchmark's output names no job)")
+        raise IngestError("serving-bench: required (a benchmark's output names no job)", option="job")
     return _Options(tenant, str(job), options.get("allocation") or None,
                     _window_start(options.get("window_start")), LocalZone(options.get("timezone")))
 
@@ -145,9 +145,9 @@ def _window_start(text: str | None) -> datetime | None:
     try:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise IngestError(f"--window-start: not an RFC 3339 time: {text!r}") from None
+        raise IngestError(f"not an RFC 3339 time: {text!r}", option="window_start") from None
     if moment.tzinfo is None:
-        raise IngestError(f"--window-start: {text!r} has no zone (RFC 3339 requires Z or an offset)")
+        raise IngestError(f"{text!r} has no zone (RFC 3339 requires Z or an offset)", option="window_start")
     return moment
 
 
@@ -192,7 +192,7 @@ def _window(run: _Run, how: _Options, cursor: datetime | None) -> tuple[datetime
             return cursor, cursor + span, cursor + span
     except OverflowError:
         raise Bad(run.line, run.labels["duration_s"], f"the window of {duration} s falls outside the calendar") from None
-    raise Bad(run.line, "window_start", f"{run.tool} names no time for this run: give --window-start "
+    raise Bad(run.line, "window_start", f"{run.tool} names no time for this run: give the window start "
                "(RFC 3339), the start of the file's first window")
 
 

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from schemas.errors import BadInput
+
 _ABSENT = frozenset({"", "none", "n/a", "null"})
 _THOUSANDS = re.compile(r"^\d{1,3}(,\d{3})+(\.\d+)?$")
 #: Measures and statistics as the tools name them → the event's names (docs/serving.md).
@@ -29,7 +31,7 @@ JSON_STATISTIC = re.compile(r"^(?P<stat>mean|median|p[\d.]+|std|min|max)_(?P<mea
 MEASURE_DIGITS = 18
 
 
-class Bad(ValueError):
+class Bad(BadInput, ValueError):
     """A value that cannot be read: the line, the label or key, and why."""
 
     def __init__(self, line: int, label: str, reason: str) -> None:

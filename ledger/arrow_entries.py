@@ -34,6 +34,7 @@ from sqlalchemy.engine import make_url
 from ledger.digests import joined
 from ledger.hashing import LEAF_PREFIX
 from ledger.store import SQLITE_BUSY_TIMEOUT_S
+from schemas.errors import CheckFailed
 
 #: Rows an Arrow batch holds (SQLite's driver makes batches of 1,024 unless told).
 BATCH_ROWS = 20000
@@ -80,7 +81,7 @@ def drivers() -> tuple[Any, Any]:
     return sqlite, postgresql
 
 
-class NotReadable(Exception):
+class NotReadable(CheckFailed):
     """The batch is not exactly what verify expects: the pass stops, the walk decides."""
 
 

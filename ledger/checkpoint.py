@@ -62,10 +62,10 @@ def check_origin(origin: str) -> None:
     """tlog-checkpoint: the origin is one non-empty line; as note text it holds no control
     character (a newline in it would make every later parse of the note fail)."""
     if not origin:
-        raise NoteError("--origin: must not be empty (c2sp.org/tlog-checkpoint)")
+        raise NoteError("must not be empty (c2sp.org/tlog-checkpoint)", option="origin")
     bad = next((c for c in origin if ord(c) < 0x20 or 0xD800 <= ord(c) <= 0xDFFF), None)
     if bad is not None:
-        raise NoteError(f"--origin: {origin!r} holds {bad!r}: an origin is one line with no control character")
+        raise NoteError(f"{origin!r} holds {bad!r}: an origin is one line with no control character", option="origin")
 
 
 def sign_body(signer: Signer, body: Checkpoint) -> str:

@@ -1,7 +1,9 @@
 """Errors the ledger raises for a user to read; the CLI prints them in one line."""
 
+from schemas.errors import BadInput
 
-class LedgerError(Exception):
+
+class LedgerError(BadInput):
     """Something a user can act on: a bad URL, a missing store, a bad key file."""
 
 
@@ -14,5 +16,5 @@ class StoreWriteFailed(LedgerError):
     transaction was rolled back, so the ledger is as it was before it."""
 
     def __init__(self, url: str, reason: str, where: str = "", outcome: str = "the transaction was rolled back") -> None:
-        super().__init__(f"{where}--db: cannot write to {url}: {reason}; {outcome}")
+        super().__init__(f"{where}cannot write to {url}: {reason}; {outcome}", option="db")
         self.url, self.reason = url, reason

@@ -72,7 +72,7 @@ def build_bundle(store: Store, tenant: str, fleet_seqs: Iterable[int] = (), chec
             since_size = int(_checkpoint_row(conn, since_checkpoint_seq).tree_size)
         if since_size is not None:
             if not 0 < since_size <= size:
-                raise LedgerError(f"--since-size: {since_size} is not a tree size in [1, {size}], the checkpoint's")
+                raise LedgerError(f"{since_size} is not a tree size in [1, {size}], the checkpoint's", option="since_size")
             bundle["consistency"] = {"from_size": since_size,
                                      "proof": [h.hex() for h in reader.consistency_proof(since_size, size)]}
     return bundle
@@ -84,7 +84,8 @@ def _checkpoint_row(conn: Connection, number: int | None) -> Any:
         query = select(checkpoints).where(checkpoints.c.checkpoint_seq == number)
     row = conn.execute(query).first()
     if row is None:
-        raise LedgerError("no such checkpoint: sign one with `gpuledger checkpoint --key PATH`" if number is None else f"no checkpoint #{number}")
+        raise LedgerError("no checkpoint is stored yet: sign one first (`gpuledger checkpoint`)" if number is None
+                          else f"no checkpoint #{number}")
     return row
 
 
@@ -200,7 +201,7 @@ def check_extends(checkpoint: Checkpoint, consistency: dict[str, Any] | None, ea
         return
     if consistency is None:
         raise ProofError(f"the packet carries no consistency proof from the previous tree size {old} to its tree size "
-                         f"{new} (`dispute --since-size {old}` makes one)")
+                         f"{new} (a dispute built since tree size {old} carries one)")
     if consistency["from_size"] != old:
         raise ProofError(f"the packet's consistency proof starts at tree size {consistency['from_size']}, "
                          f"the previous checkpoint is of tree size {old}")

@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
 
 from ledger.proofs import b64decode_strict
+from schemas.errors import BadInput
 
 ED25519 = b"\x01"
 COSIGNATURE_V1 = b"\x04"
@@ -41,7 +42,7 @@ _SPACES = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000" + 
 _KEY_ID = re.compile(r"[0-9a-f]{8}")
 
 
-class NoteError(ValueError):
+class NoteError(BadInput, ValueError):
     """A key file or a signed note that cannot be used; the message says why."""
 
 

@@ -14,13 +14,15 @@ import re
 from dataclasses import dataclass
 from hashlib import sha256
 
+from schemas.errors import CheckFailed
+
 LEAF_PREFIX = b"\x00"
 NODE_PREFIX = b"\x01"
 #: What every hash must be: one SHA-256 output (RFC 9162 §2.1; C2SP tlog-checkpoint roots).
 HASH_SIZE = 32
 
 
-class ProofError(ValueError):
+class ProofError(CheckFailed, ValueError):
     """A proof that does not verify; the message says which check failed."""
 
 

@@ -50,8 +50,8 @@ def next_chain(previous: bytes, row: Mapping[Any, Any]) -> bytes:
 def require_chain_column(conn: Connection) -> None:
     """A store from before the chain is upgraded by `gpuledger init`, never silently."""
     if "chain_hash" not in {c["name"] for c in inspect(conn).get_columns("quarantine")}:
-        raise LedgerError("--db: this store was made before the quarantine was chained: "
-                          "run `gpuledger init` once to upgrade it (it adds a column; no row changes)")
+        raise LedgerError("this store was made before the quarantine was chained: "
+                          "run `gpuledger init` once to upgrade it (it adds a column; no row changes)", option="db")
 
 
 def quarantine_head(conn: Connection) -> tuple[int, bytes]:

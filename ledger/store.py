@@ -43,10 +43,10 @@ class Store:
         try:
             parsed = make_url(self.url)
         except ArgumentError as exc:
-            raise StoreUnavailable(f"--db: not a database URL: {self.url!r}") from exc
+            raise StoreUnavailable(f"not a database URL: {self.url!r}", option="db") from exc
         self.dialect = parsed.get_backend_name()
         if self.dialect not in ("sqlite", "postgresql"):
-            raise StoreUnavailable(f"--db: unsupported database {self.dialect!r} (sqlite or postgresql)")
+            raise StoreUnavailable(f"unsupported database {self.dialect!r} (sqlite or postgresql)", option="db")
         self.engine = self._make_engine()
         self._local = threading.local()
         #: Entries a sealed page holds (ledger/sealed.py); tests make it small.
@@ -109,7 +109,7 @@ class Store:
         try:
             conn = self.engine.connect()
         except DatabaseError as exc:  # OperationalError among them; also SQLite's "file is not a database"
-            raise StoreUnavailable(f"--db: cannot open {self.safe_url}: {_first_line(exc)}") from exc
+            raise StoreUnavailable(f"cannot open {self.safe_url}: {_first_line(exc)}", option="db") from exc
         with conn:
             yield conn
 

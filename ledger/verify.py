@@ -59,7 +59,8 @@ from ledger.store import Store
 from ledger.tables import batches, checkpoints, cosignatures, entries, sealed_pages, tree_nodes
 from ledger.tree import TreeReader, stored_nodes
 from ledger.verify_ranges import RangeSummary, RangeTask, check_range, cores, cut, stitch, verify_pages, worker_started
-from ledger.witness import verify_cosignature
+from ledger.witness import CosignatureError, verify_cosignature
+from schemas.errors import CheckFailed
 
 _MOVE_WINDOW = 64
 #: Below this many entries a range is not worth a process of its own: the whole range
@@ -98,7 +99,7 @@ class VerifyResult:
         return self.problem is None
 
 
-class LedgerTampered(Exception):
+class LedgerTampered(CheckFailed):
     def __init__(self, problem: Problem) -> None:
         super().__init__(str(problem))
         self.problem = problem
@@ -498,7 +499,7 @@ def _check_cosignatures(conn: Connection, walk: _Walk) -> Problem | None:
             return Problem(walk.seq, "cosignature", f"a cosignature by {row.witness_key} is kept for checkpoint #{row.checkpoint_seq}, which is not stored")
         try:
             verify_cosignature(checkpoint.note + row.line, Verifier.parse(row.witness_key, COSIGNATURE_V1))
-        except NoteError as exc:
+        except (NoteError, CosignatureError) as exc:
             return Problem(int(checkpoint.tree_size), "cosignature", f"checkpoint #{row.checkpoint_seq}: {exc}")
     return None
 

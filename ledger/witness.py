@@ -54,13 +54,14 @@ from ledger.proofs import Checkpoint, CheckpointBody, ProofError, parse_decimal,
 from ledger.store import Store
 from ledger.tables import checkpoints, cosignatures, entries
 from ledger.tree import TreeReader
+from schemas.errors import CheckFailed
 
 COSIGNATURE_HEADER = b"cosignature/v1\n"
 _MAX_TIMESTAMP = 2**63 - 1
 _BLOB_SIZE = 4 + 8 + 64
 
 
-class CosignatureError(NoteError):
+class CosignatureError(CheckFailed, ValueError):
     """A cosignature that is missing or does not verify; the message says which."""
 
 
@@ -115,7 +116,7 @@ class WitnessError(NoteError):
     nothing was cosigned, and nothing about the log is wrong. Exit 2."""
 
 
-class ForkDetected(Exception):
+class ForkDetected(CheckFailed):
     """The log showed a checkpoint inconsistent with one the witness cosigned. Exit 1."""
 
 
@@ -170,7 +171,7 @@ def init_witness(state: Path, name: str) -> Verifier:
         return write_keypair(key, name, COSIGNATURE_V1).verifier
     verifier = read_signer(key, COSIGNATURE_V1).verifier
     if name and name != verifier.name:
-        raise WitnessError(f"--name: the witness in {state} is already named {verifier.name!r}; a key's name never changes")
+        raise WitnessError(f"the witness in {state} is already named {verifier.name!r}; a key's name never changes", option="name")
     return verifier
 
 
@@ -181,7 +182,8 @@ def follow_log(state: Path, origin: str, log_key: Verifier) -> LogRecord:
         known = _read_log(state, origin)
         if known is not None:
             if known.log_key != log_key:
-                raise WitnessError(f"--origin {origin!r}: the witness already follows it under key {known.log_key.text()}")
+                raise WitnessError(f"{origin!r}: the witness already follows it under key {known.log_key.text()}",
+                                   option="origin")
             return known
         record = LogRecord(origin, log_key, None)
         _write_log(state, record)
@@ -208,7 +210,8 @@ def _checked_text(state: Path, request: WitnessRequest) -> tuple[LogRecord, str]
         raise WitnessError(f"the request's checkpoint: {exc}") from None
     record = _read_log(state, body.origin)
     if record is None:
-        raise WitnessError(f"the witness does not follow a log with origin {body.origin!r} (witness init --origin ... --log-key ...)")
+        raise WitnessError(f"the witness does not follow a log with origin {body.origin!r} "
+                           "(initialise it with that log's origin and key first)")
     try:
         return record, record.log_key.verify(request.note)
     except NoteError as exc:
@@ -301,7 +304,7 @@ def witness_request(store: Store, signed: SignedCheckpoint, old_size: int) -> Wi
     """The add-checkpoint body for a witness that last cosigned size `old_size`."""
     size = signed.body.size
     if old_size > size:
-        raise LedgerError(f"--witness-request-from: size {old_size} is past the checkpoint's size {size}")
+        raise LedgerError(f"size {old_size} is past the checkpoint's size {size}", option="witness_request_from")
     with store.reading() as conn:
         proof = TreeReader(conn).consistency_proof(old_size, size) if 0 < old_size < size else []
     return WitnessRequest(old_size, proof, signed.note)
@@ -335,7 +338,7 @@ def _matching(recent: Sequence[Any], lines: list[str], witness: Verifier) -> tup
                 return int(row.checkpoint_seq), line, verify_cosignature(row.note + line, witness)
             except CosignatureError:
                 continue
-    raise CosignatureError(f"--cosignatures: no valid cosignature by {witness.name} on any of the latest {_RECENT} checkpoints")
+    raise CosignatureError(f"no valid cosignature by {witness.name} on any of the latest {_RECENT} checkpoints", option="cosignatures")
 
 
 def cosigned_note(conn: Connection, checkpoint_seq: int, note: str) -> str:
@@ -351,9 +354,10 @@ def latest_cosigned_checkpoint(store: Store) -> SignedCheckpoint:
         row = conn.execute(select(checkpoints).order_by(checkpoints.c.checkpoint_seq.desc()).limit(1)).first()
         head = conn.execute(select(func.coalesce(func.max(entries.c.seq), 0))).scalar_one()
         if row is None:
-            raise LedgerError("--stored-checkpoint: no checkpoint is stored: sign one with `gpuledger checkpoint --key PATH`")
+            raise LedgerError("no checkpoint is stored: sign one first (`gpuledger checkpoint`)",
+                              option="stored_checkpoint")
         if int(row.tree_size) != head:
-            raise LedgerError(f"--stored-checkpoint: the latest checkpoint #{row.checkpoint_seq} has size {row.tree_size}, "
-                              f"the store's head is seq {head}: sign (and have witnesses cosign) a new one first")
+            raise LedgerError(f"the latest checkpoint #{row.checkpoint_seq} has size {row.tree_size}, "
+                              f"the store's head is seq {head}: sign (and have witnesses cosign) a new one first", option="stored_checkpoint")
         note = cosigned_note(conn, int(row.checkpoint_seq), row.note)
     return SignedCheckpoint(int(row.checkpoint_seq), Checkpoint.parse(split_note(row.note)[0]), note)

@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
+from schemas.errors import BadInput
 from schemas.events import CloudEvent
 from schemas.types import MAX_SAFE_INT, format_money, format_utc
 
@@ -37,7 +38,7 @@ Path = tuple[str | int, ...]
 _ES6_PLAIN_BITS = 70  # 10**21 < 2**70: past it ES6 writes an exponent, never an integer's digits
 
 
-class Unstorable(ValueError):
+class Unstorable(BadInput, ValueError):
     """An event the ledger must not store; `path` leads to the value (keys, list indices)."""
 
     def __init__(self, reason: str, path: Path = ()) -> None:

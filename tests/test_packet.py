@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from cli import main
 from ledger import Store
-from reconcile.packets.diagnostic import PacketError, build_packet, render_html, write_packet
+from reconcile.packets.diagnostic import PromiseNotFound, build_packet, render_html, write_packet
 from reconcile.packets.story import duration
 from reconcile.reports import report
 from tests.reports_scenario import Events, at, make_store_of, sqlite_store
@@ -247,7 +247,7 @@ def test_html_is_self_contained(packet_dir: Path) -> None:
 
 
 def test_unknown_promise(store: Store, tmp_path: Path) -> None:
-    with pytest.raises(PacketError):
+    with pytest.raises(PromiseNotFound):
         build_packet(store, "P9")
     result = CliRunner().invoke(main, ["packet", "--db", store.url, "--promise", "P9", "--out", str(tmp_path / "x")])
     assert (result.exit_code, result.stderr) == (2, "Error: --promise: no policy.promise with promise_id 'P9' in the ledger "
@@ -264,7 +264,7 @@ def test_a_promise_id_of_two_tenants_needs_tenant(tmp_path: Path) -> None:
         events += [{**item, "id": f"{tenant}-{item['id']}"} for item in e.items]
     store = make_store_of(f"sqlite:///{tmp_path / 'two.db'}", events)
     try:
-        with pytest.raises(PacketError, match="promised by acme, borealis: name one with --tenant"):
+        with pytest.raises(PromiseNotFound, match="promised by acme, borealis: name one with --tenant"):
             build_packet(store, "P")
         assert build_packet(store, "P", "borealis")["promise"]["start_status"] == "late"  # 10:30 > 10:10
         [miss] = report(store, "promises")["misses"]

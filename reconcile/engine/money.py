@@ -19,6 +19,7 @@ from decimal import ROUND_HALF_EVEN, Context, Decimal, Inexact, InvalidOperation
 import duckdb
 
 from reconcile.engine.rules import code
+from schemas.errors import BadInput
 
 #: ISO 4217 minor units that are not 2.
 MINOR_UNITS = {
@@ -36,7 +37,7 @@ EXACT_PLACES = 18
 _EXACT = Context(prec=100, rounding=ROUND_HALF_EVEN, traps=[Inexact, InvalidOperation])
 
 
-class MoneyOverflow(ValueError):
+class MoneyOverflow(BadInput, ValueError):
     """Amounts too large or too finely divided for exact integer arithmetic."""
 
 

@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from schemas.errors import CheckFailed
+
 RULES = Path(__file__).resolve().parent.parent / "RULES.md"
 CATEGORIES = "Categories of a second t in W ∩ H (first that applies)"
 UNALLOCATED = "Unallocated"
 
 
-class RulesPageError(ValueError):
+class RulesPageError(CheckFailed, ValueError):
     """RULES.md lacks a section the outputs quote: it is not the page this engine follows."""
 
 

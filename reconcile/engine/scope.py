@@ -13,11 +13,12 @@ from sqlalchemy import Connection, func, select
 
 from ledger import Store
 from ledger.tables import entries
+from schemas.errors import BadInput
 
 SHOWN = 8  # names listed in a message; more are counted
 
 
-class ScopeError(LookupError):
+class ScopeError(BadInput, LookupError):
     """An unknown tenant or invoice was asked for."""
 
 
@@ -29,12 +30,12 @@ def check_scope(store: Store, tenant: str | None = None, invoice: str | None = N
     with store.reading() as conn:
         if tenant is not None and conn.execute(
                 select(entries.c.seq).where(entries.c.tenant == tenant).limit(1)).first() is None:
-            raise ScopeError(f"--tenant: no tenant {tenant!r} in the ledger ({_listed('tenants', tenants(conn))})")
+            raise ScopeError(f"no tenant {tenant!r} in the ledger ({_listed('tenants', tenants(conn))})", option="tenant")
         if invoice is not None:
             found = invoices(conn, tenant)
             if invoice not in found:
                 whose = f" of tenant {tenant!r}" if tenant is not None else ""
-                raise ScopeError(f"--invoice: no invoice {invoice!r}{whose} in the ledger ({_listed('invoices', found)})")
+                raise ScopeError(f"no invoice {invoice!r}{whose} in the ledger ({_listed('invoices', found)})", option="invoice")
 
 
 def tenants(conn: Connection) -> list[str]:

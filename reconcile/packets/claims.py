@@ -48,13 +48,14 @@ from reconcile.engine.rules import (
     winner_sql,
 )
 from reconcile.engine.snapshot import entry_pages, load_pages
+from schemas.errors import CheckFailed
 
 #: Labels a customer disputes: provider-borne (the provider should not have charged) and disputed.
 CLAIM_LABELS = tuple(label for label in LABELS if label.bearer in ("provider", "disputed"))
 SWEEP_CLAIMS = tuple(label for label in CLAIM_LABELS if label in SPAN_LABELS)
 
 
-class ClaimMismatch(AssertionError):
+class ClaimMismatch(CheckFailed, AssertionError):
     """A claim's stretches do not add up to its cell: the explanation disagrees with the figure."""
 
 

@@ -62,6 +62,7 @@ from reconcile.packets.packet_sql import (
 )
 from reconcile.packets.timeline import timeline
 from reconcile.reports import Loaded, loaded, outcomes, promises
+from schemas.errors import BadInput
 
 HISTOGRAM_BINS = 120
 #: The timeline's legend: (CSS classes of the swatch, what it means), in lane order.
@@ -84,7 +85,7 @@ LEGEND = (
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
-class PacketError(LookupError):
+class PromiseNotFound(BadInput, LookupError):
     """The promise asked for is not in the ledger, or not only one tenant's."""
 
 
@@ -97,10 +98,11 @@ def find_promise_tenant(store: Store, promise_id: str, tenant: str | None = None
         tenants = [t for t in tenants if t == tenant]
     if not tenants:
         whose = f" of tenant {tenant!r}" if tenant is not None else ""
-        raise PacketError(f"--promise: no policy.promise{whose} with promise_id {promise_id!r} in the ledger "
-                          "(`gpuledger report promises` lists them)")
+        raise PromiseNotFound(f"no policy.promise{whose} with promise_id {promise_id!r} in the ledger "
+                          "(`gpuledger report promises` lists them)", option="promise")
     if len(tenants) > 1:
-        raise PacketError(f"--promise: {promise_id!r} is promised by {', '.join(tenants)}: name one with --tenant")
+        raise PromiseNotFound(f"{promise_id!r} is promised by {', '.join(tenants)}: name one",
+                              option="tenant")
     found: str = tenants[0]
     return found
 

@@ -102,7 +102,7 @@ def build_dispute(store: Store, tenant: str, invoice: str, signer: Signer, since
     _require_invoice(store, tenant, invoice)
     before = _head_size(store)
     if since_size is not None and not 0 < since_size <= before:
-        raise LedgerError(f"--since-size: {since_size} is not a tree size of this ledger, [1, {before}]")
+        raise LedgerError(f"{since_size} is not a tree size of this ledger, [1, {before}]", option="since_size")
     isolation = Isolation(tenant_identifiers(store, before), tenant)
     _check_material(store, isolation, before)
     _raise_leak(isolation, isolation.leak_in_string(f"{DEFAULT_ORIGIN}\n— {signer.name}", "the checkpoint note"))
@@ -114,8 +114,8 @@ def build_dispute(store: Store, tenant: str, invoice: str, signer: Signer, since
     bundle = build_bundle(store, tenant, carried, signed.checkpoint_seq, withheld_seqs=withheld, since_size=since_size)
     findings, claims = reconcile_claims(bundle["entries"], invoice)
     if not findings.cells:
-        raise LedgerError(f"--invoice: tenant {tenant!r} has no billing line left on invoice {invoice!r} "
-                          f"after corrections, up to seq {size}")
+        raise LedgerError(f"tenant {tenant!r} has no billing line left on invoice {invoice!r} "
+                          f"after corrections, up to seq {size}", option="invoice")
     bundle["checkpoint"] = signed.note  # the signed note, with any cosignatures gathered for it
     packet = {"version": PACKET_VERSION, "kind": PACKET_KIND, "tenant": tenant, "invoice_id": invoice,
               "findings": json.loads(json.dumps(findings.as_json())), "claims": claims, "bundle": bundle}
@@ -167,7 +167,7 @@ def _require_invoice(store: Store, tenant: str, invoice: str) -> None:
         for (event,) in conn.execute(query):
             if json.loads(event).get("data", {}).get("invoice_id") == invoice:
                 return
-    raise LedgerError(f"--invoice: tenant {tenant!r} has no billing line on invoice {invoice!r}")
+    raise LedgerError(f"tenant {tenant!r} has no billing line on invoice {invoice!r}", option="invoice")
 
 
 def explaining_fleet_seqs(store: Store, tenant: str, size: int) -> list[int]:
@@ -198,7 +198,7 @@ def write_packet(packet: dict[str, Any], path: Path) -> None:
         # the demo's 16,000 entries added 1.9 MB to 9.8
         path.write_text(json.dumps(packet, ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
     except OSError as exc:
-        raise LedgerError(f"--out: cannot write {path}: {exc.strerror}") from None
+        raise LedgerError(f"cannot write {path}: {exc.strerror}", option="out") from None
 
 
 def read_packet(path: Path) -> Any:
@@ -221,9 +221,9 @@ def read_previous(path: Path) -> str:
     try:
         text = path.read_bytes().decode("utf-8")
     except OSError as exc:
-        raise PacketUnreadable(f"--previous: {path}: cannot read: {exc.strerror}") from None
+        raise PacketUnreadable(f"{path}: cannot read: {exc.strerror}", option="previous") from None
     except UnicodeDecodeError as exc:
-        raise PacketUnreadable(f"--previous: {path}: byte {exc.start}: not UTF-8 text") from None
+        raise PacketUnreadable(f"{path}: byte {exc.start}: not UTF-8 text", option="previous") from None
     if not text.lstrip().startswith("{"):
         return text
     try:
@@ -231,7 +231,7 @@ def read_previous(path: Path) -> str:
     except (json.JSONDecodeError, AttributeError, RecursionError):
         note = None
     if not isinstance(note, str):
-        raise PacketUnreadable(f"--previous: {path}: neither a checkpoint note nor a packet with bundle.checkpoint")
+        raise PacketUnreadable(f"{path}: neither a checkpoint note nor a packet with bundle.checkpoint", option="previous")
     return note
 
 

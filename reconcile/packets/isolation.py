@@ -34,8 +34,9 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from ledger import LedgerError, Store
+from ledger import Store
 from ledger.sealed import entry_tables
+from schemas.errors import CheckFailed
 
 #: Each kind of tenant identifier and the JSON paths of an event that give it.
 IDENTIFIER_PATHS: dict[str, tuple[str, ...]] = {
@@ -55,8 +56,10 @@ _WORD = re.compile(r"[\w-]+")
 TenantIdentifiers = dict[str, dict[str, str]]
 
 
-class IsolationError(LedgerError):
+class IsolationError(CheckFailed):
     """A packet would carry another tenant's identifier: it is not written."""
+
+    verdict = "REFUSED"
 
 
 @dataclass(frozen=True)

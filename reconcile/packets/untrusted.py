@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from schemas.errors import CheckFailed
+
 _MAX_INT = 2**53  # the ledger's integers stay below this (canonical JSON, ledger.hashing)
 
 
-class PacketError(ValueError):
+class PacketError(CheckFailed, ValueError):
     """A packet that does not verify; the message (one line) says which check failed."""
 
     def __init__(self, message: str) -> None:

@@ -32,6 +32,7 @@ from reconcile.engine import run
 from reconcile.engine.result import Reconciliation
 from reconcile.engine.snapshot import load_store, open_engine
 from reconcile.reports import capacity, envelope, envelope_page, fleet_changes, outcomes, placement, promises, serving
+from schemas.errors import BadInput
 
 REPORTS = ("promises", "capacity", "outcomes", "placement", "envelope")
 FORMATS = ("table", "json", "csv", "tsv")
@@ -133,7 +134,7 @@ def render(name: str, doc: dict[str, Any], fmt: str) -> str | list[Table | Text]
         return tables(name, doc)
     if fmt == "html" and name == "envelope":
         return envelope_page.html(doc)
-    raise ValueError(f"--format: unknown format {fmt!r}")
+    raise BadInput(f"unknown format {fmt!r}", option="format")
 
 
 # -- CSV: the rows finance would load ---------------------------------------------------

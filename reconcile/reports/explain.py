@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from reconcile.engine.rules import CATEGORY_ORDER, LABELS
 from reconcile.engine.rules_text import Item, bearers_paragraph, items
+from schemas.errors import BadInput
 
 #: What a bearer means to the people reading an invoice (RULES.md says which categories
 #: each one bears, not what bearing is).
@@ -45,7 +46,7 @@ class Explanation:
     bearer_rule: tuple[str, ...]  # the Bearers clauses that name it
 
 
-class UnknownTerm(ValueError):
+class UnknownTerm(BadInput, ValueError):
     """Not a category, bearer or term that RULES.md defines."""
 
 

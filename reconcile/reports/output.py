@@ -16,6 +16,7 @@ from rich.table import Column, Table
 
 from reconcile.engine.money import exact_text, major_units, places_of
 from reconcile.engine.result import InvoiceTotal, Reconciliation
+from schemas.errors import BadInput
 
 FORMATS = ("table", "json", "csv", "parquet", "html")
 
@@ -105,10 +106,10 @@ def write(result: Reconciliation, fmt: str, out: IO[str] | Path, db: str | None 
         _write_csv(result, out)
     elif fmt == "parquet":
         if not isinstance(out, Path):
-            raise ValueError("--out: Parquet needs an output file")
+            raise BadInput("Parquet needs an output file", option="out")
         _write_parquet(result, out)
     else:
-        raise ValueError(f"--format: unknown format {fmt!r}")
+        raise BadInput(f"unknown format {fmt!r}", option="format")
 
 
 def _write_parquet(result: Reconciliation, out: Path) -> None:
