@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint schemas golden typecheck bench bench-quick clean
+.PHONY: demo test lint schemas golden cli-docs typecheck bench bench-quick clean
 
 $(STAMP): pyproject.toml ledger/_digests.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ schemas: $(STAMP)
 # then read `git diff fixtures/golden` record by record before committing it
 golden: $(STAMP)
 	GPULEDGER_GOLDEN=write $(BIN)/python -m pytest -q tests/test_golden_ingest.py
+
+# docs/cli.md's reference part, from every command's --help (a test fails when they differ)
+cli-docs: $(STAMP)
+	$(BIN)/python -m tests.cli_reference --write
 
 # mypy --strict over the packages, tests/ and bench/ (the list is in pyproject.toml)
 typecheck: $(STAMP)
