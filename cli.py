@@ -21,12 +21,12 @@ from rich.text import Text
 # The project's modules (sqlalchemy, pydantic, duckdb, pyarrow, jinja2 behind them) are
 # imported inside the commands that use them, so that --help starts fast.
 from fixtures.sim.config import DEFAULT_START, Rates, SimConfig
-from schemas.errors import BadInput, CheckFailed, GpuledgerError
 
 if TYPE_CHECKING:
     import ledger
     from fixtures.sim import Manifest
     from schemas import Record
+    from schemas.errors import GpuledgerError
 
 # What --help shows, written out so that --help imports no library; tests/test_cli.py
 # keeps each equal to the library's own (ingest.format_names(), ledger.append, ...).
@@ -59,15 +59,26 @@ class Group(click.Group):
             raise InputError(f"{exc.format_message()} See `{path} --help`.") from None
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise  # click's own (--help among them): checked first, so they import nothing
-        except BadInput as exc:
-            raise InputError(_with_flag(exc)) from None
-        except CheckFailed as exc:  # the thing checked is wrong: its verdict, exit 1
-            click.echo(f"{exc.verdict}: {_with_flag(exc)}", err=True)
-            sys.exit(1)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError) as exc:
             if exc.filename is None:
                 raise
             raise InputError(f"{exc.filename}: {exc.strerror}") from None
+        except Exception as exc:
+            _map_library_error(exc)
+            raise
+
+
+def _map_library_error(exc: Exception) -> None:
+    """The one place the library's error tree meets exit codes: bad input exits 2 in one
+    line, a failed check prints its verdict and exits 1; anything else is left to raise.
+    (Imported here, on failure only: `schemas` loads pydantic, which --help never needs.)"""
+    from schemas.errors import BadInput, CheckFailed
+
+    if isinstance(exc, BadInput):
+        raise InputError(_with_flag(exc)) from None
+    if isinstance(exc, CheckFailed):
+        click.echo(f"{exc.verdict}: {_with_flag(exc)}", err=True)
+        sys.exit(1)
 
 
 def _with_flag(exc: GpuledgerError) -> str:

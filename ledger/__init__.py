@@ -3,6 +3,7 @@
 It imports only `schemas`; ingestors hand it records, the reconciliation reads from it.
 """
 
+from ledger import read
 from ledger.append import Appender, AppendReport, BatchResult, append_stream
 from ledger.errors import LedgerError, StoreUnavailable, StoreWriteFailed
 from ledger.export import export_entries, quarantined
@@ -12,5 +13,5 @@ from ledger.verify import LedgerTampered, Problem, VerifyResult, require_intact,
 __all__ = [
     "DEFAULT_URL", "AppendReport", "Appender", "BatchResult", "LedgerError", "LedgerTampered",
     "Problem", "Store", "StoreUnavailable", "StoreWriteFailed", "VerifyResult", "append_stream", "default_url",
-    "export_entries", "quarantined", "require_intact", "verify_ledger",
+    "export_entries", "quarantined", "read", "require_intact", "verify_ledger",
 ]

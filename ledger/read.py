@@ -1,0 +1,124 @@
+"""The ledger's read API: what the rest of gpuledger may ask of a store.
+
+The tables (`ledger/tables.py`) are the ledger's own: their names and columns are a
+contract for outside tools that read the database, but inside this project only `ledger/`
+queries them. Every other folder reads through the functions here, so a change of index,
+column or backend is made in one place:
+
+- `entries(store, tenant=…, type=…, first_seq=…, last_seq=…, seqs=…)`: stored entries, in
+  `seq` order, filtered by any of these;
+- `tenants(store)`, `has_tenant(store, name)`: the tenants that own entries;
+- `head(store)`: the tree size, the last `seq` appended (0 for an empty ledger);
+- `checkpoints(store)`: the signed checkpoints, oldest first.
+
+Reads take the store's reading connection; none of them writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from sqlalchemy import Select, func, select
+
+from ledger.store import Store
+from ledger.tables import checkpoints as checkpoints_table
+from ledger.tables import entries as entries_table
+
+#: seqs asked for in one statement: under SQLite's and PostgreSQL's bound-parameter limits
+SEQ_CHUNK = 10_000
+
+
+class StoredEntry(NamedTuple):
+    """An entry as stored: its place, identity and canonical event text (as hashed)."""
+
+    seq: int
+    source: str
+    id: str
+    type: str
+    tenant: str | None
+    event: str
+
+
+class StoredCheckpoint(NamedTuple):
+    """A signed checkpoint as stored: its number, the tree it signs, and the note's text."""
+
+    checkpoint_seq: int
+    tree_size: int
+    origin: str
+    key_name: str
+    signed_at: str
+    note: str
+
+
+_ANY = object()  # "no filter", where None is a value to filter by (a fleet entry's tenant)
+
+
+def entries(store: Store, *, tenant: str | None | object = _ANY, type: str | None = None,
+            first_seq: int | None = None, last_seq: int | None = None,
+            seqs: Iterable[int] | None = None) -> list[StoredEntry]:
+    """The entries that match every filter given, in `seq` order. `tenant=None` asks for
+    fleet entries (no tenant); leaving it out asks for every tenant's."""
+    query = _entries_query(tenant, type, first_seq, last_seq)
+    with store.reading() as conn:
+        if seqs is None:
+            return [StoredEntry._make(row) for row in conn.execute(query)]
+        wanted = sorted(set(seqs))
+        found: list[StoredEntry] = []
+        for start in range(0, len(wanted), SEQ_CHUNK):
+            chunk = query.where(entries_table.c.seq.in_(wanted[start:start + SEQ_CHUNK]))
+            found += [StoredEntry._make(row) for row in conn.execute(chunk)]
+        return found
+
+
+def _entries_query(tenant: str | None | object, type_: str | None, first_seq: int | None,
+                   last_seq: int | None) -> Select[tuple[int, str, str, str, str | None, str]]:
+    t = entries_table.c
+    query = select(t.seq, t.source, t.id, t.type, t.tenant, t.event).order_by(t.seq)
+    if tenant is None:
+        query = query.where(t.tenant.is_(None))
+    elif tenant is not _ANY:
+        query = query.where(t.tenant == tenant)
+    if type_ is not None:
+        query = query.where(t.type == type_)
+    if first_seq is not None:
+        query = query.where(t.seq >= first_seq)
+    if last_seq is not None:
+        query = query.where(t.seq <= last_seq)
+    return query
+
+
+def tenants(store: Store) -> list[str]:
+    """Every tenant that owns an entry, sorted: the (tenant, tenant_seq) index walked one
+    tenant at a time, so the cost grows with the tenants, not the entries."""
+    t = entries_table.c
+    found: list[str] = []
+    with store.reading() as conn:
+        tenant = conn.execute(select(func.min(t.tenant))).scalar()
+        while tenant is not None:
+            found.append(str(tenant))
+            tenant = conn.execute(select(func.min(t.tenant)).where(t.tenant > tenant)).scalar()
+    return found
+
+
+def has_tenant(store: Store, tenant: str) -> bool:
+    """Whether some entry belongs to `tenant`."""
+    with store.reading() as conn:
+        query = select(entries_table.c.seq).where(entries_table.c.tenant == tenant).limit(1)
+        return conn.execute(query).first() is not None
+
+
+def head(store: Store) -> int:
+    """The tree size: the last `seq` appended, 0 for an empty ledger."""
+    with store.reading() as conn:
+        return int(conn.execute(select(func.coalesce(func.max(entries_table.c.seq), 0))).scalar_one())
+
+
+def checkpoints(store: Store) -> list[StoredCheckpoint]:
+    """The signed checkpoints, oldest first."""
+    c = checkpoints_table.c
+    query = select(c.checkpoint_seq, c.tree_size, c.origin, c.key_name, c.signed_at, c.note)
+    with store.reading() as conn:
+        rows = conn.execute(query.order_by(c.checkpoint_seq)).all()
+    return [StoredCheckpoint(int(r[0]), int(r[1]), str(r[2]), str(r[3]), str(r[4]), str(r[5]))
+            for r in rows]
