@@ -293,7 +293,7 @@ def checkpoint(db_url: str | None, key_path: Path | None, origin: str, old_size:
     import ledger
     from ledger.checkpoint import sign_checkpoint
     from ledger.note import COSIGNATURE_V1, read_signer, read_verifier
-    from ledger.witness import add_cosignatures, witness_request
+    from ledger.witness import add_cosignatures, staged, write_witness_request
 
     store = ledger.Store(db_url)
     if answer is not None:
@@ -310,10 +310,20 @@ def checkpoint(db_url: str | None, key_path: Path | None, origin: str, old_size:
         raise InputError("--witness-request-from and --out go together")
     signer = read_signer(key_path)
     _require_store(store)
-    signed = sign_checkpoint(store, signer, origin)
+    # Nothing is printed or left in --out unless the checkpoint is committed: the request
+    # is written, staged, inside the checkpoint's transaction, and renamed after it.
+    request = None if old_size is None or out is None else (
+        lambda conn, signed: write_witness_request(conn, signed, old_size, out))
+    try:
+        signed = sign_checkpoint(store, signer, origin, before_commit=request)
+    except BaseException:
+        if out is not None:
+            staged(out).unlink(missing_ok=True)
+        raise
+    if out is not None:
+        staged(out).replace(out)
     click.echo(signed.note, nl=False)
-    if old_size is not None and out is not None:
-        out.write_text(witness_request(store, signed, old_size).text(), encoding="utf-8")
+    if out is not None:
         click.echo(f"wrote {out}: a witness request from size {old_size} to {signed.body.size}", err=True)
 
 

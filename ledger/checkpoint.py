@@ -7,12 +7,13 @@ Reads are O(T log n) for T tenants: the tenants come from a loose scan of the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, func, insert, select
 
 from ledger.append import utc_now
-from ledger.errors import LedgerError
+from ledger.errors import LedgerError, StoreWriteFailed
 from ledger.merkle import inclusion_path
 from ledger.note import NoteError, Signer, check_key_name
 from ledger.proofs import Checkpoint, ProofError, merkle_root, tenant_head_leaf, tenant_order
@@ -81,10 +82,24 @@ def sign_body(signer: Signer, body: Checkpoint) -> str:
     return signer.sign(text)
 
 
-def sign_checkpoint(store: Store, signer: Signer, origin: str = DEFAULT_ORIGIN) -> SignedCheckpoint:
-    """Sign the ledger's head as a C2SP checkpoint, store it, and return it."""
+#: Work done inside the checkpoint's transaction once the checkpoint is stored (the CLI
+#: writes a witness request there): whatever it raises rolls the checkpoint back.
+BeforeCommit = Callable[[Connection, "SignedCheckpoint"], None]
+
+
+def sign_checkpoint(store: Store, signer: Signer, origin: str = DEFAULT_ORIGIN,
+                    before_commit: BeforeCommit | None = None) -> SignedCheckpoint:
+    """Sign the ledger's head as a C2SP checkpoint, store it, and return it: all or
+    nothing. What can fail for want of space comes first (sealing the pages, each in a
+    transaction of its own) and the signature is stored in one transaction with its
+    tenant heads, so a failed call leaves no signature stored, nor returned to print."""
     check_origin(origin)
     check_key_name(signer.name)
+    try:
+        seal_store(store)  # before signing: a full disk fails here, with nothing signed
+    except StoreWriteFailed as exc:
+        raise StoreWriteFailed(store.safe_url, exc.reason, outcome="sealing a page was rolled back; "
+                               "nothing was signed") from exc
     with store.writing() as conn:
         head = conn.execute(select(entries.c.seq, entries.c.chain_hash).order_by(entries.c.seq.desc()).limit(1)).first()
         if head is None:
@@ -105,8 +120,10 @@ def sign_checkpoint(store: Store, signer: Signer, origin: str = DEFAULT_ORIGIN) 
                 {"checkpoint_seq": number, "tenant": h.tenant, "tenant_seq": h.tenant_seq, "leaf_hash": h.leaf}
                 for h in heads
             ])
-    seal_store(store)  # after signing, a page a transaction: the signature waits for none
-    return SignedCheckpoint(number, body, note)
+        signed = SignedCheckpoint(number, body, note)
+        if before_commit is not None:
+            before_commit(conn, signed)
+    return signed
 
 
 @dataclass(frozen=True)
