@@ -515,6 +515,7 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
     from ledger.note import read_signer
     from reconcile.packets.dispute import IsolationError, build_dispute, write_packet
     from reconcile.packets.letter import write_letter_beside
+    from reconcile.packets.untrusted import PacketError
 
     store = ledger.Store(db_url)
     signer = read_signer(key_path)
@@ -524,8 +525,13 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
     except IsolationError as exc:  # the ledger holds what would leak: a finding, not bad input
         click.echo(f"REFUSED: {exc}", err=True)
         sys.exit(1)
+    try:  # the letter is made from the packet's verification: a packet that fails it is not written
+        letter = write_letter_beside(packet, signer.verifier, out)
+    except PacketError as exc:
+        click.echo(f"FAILED: the packet built from this store does not verify: {exc}; no packet was written "
+                   "(`gpuledger verify` checks the store)", err=True)
+        sys.exit(1)
     write_packet(packet, out)
-    letter = write_letter_beside(packet, signer.verifier, out)
     fleet = sum(1 for e in packet["bundle"]["entries"] if e["tenant"] is None)
     withheld = len(packet["bundle"].get("withheld", []))
     click.echo(f"wrote {out}: invoice {invoice} of {tenant}, {len(packet['findings']['lines'])} lines; "

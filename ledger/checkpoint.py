@@ -147,5 +147,21 @@ def tenant_head_proof(conn: Connection, checkpoint_seq: int, tenant: str) -> Ten
     for index, head in enumerate(heads):
         if head.tenant == tenant:
             leaves = [tenant_head_leaf(h.tenant, h.tenant_seq, h.leaf) for h in heads]
+            _require_stored_heads(conn, checkpoint_seq, head, leaves)
             return TenantHeadProof(tenant, head.tenant_seq, head.leaf, index, inclusion_path(index, leaves))
     raise LedgerError(f"checkpoint #{checkpoint_seq} holds no entry of tenant {tenant!r}")
+
+
+def _require_stored_heads(conn: Connection, checkpoint_seq: int, head: TenantHead, leaves: list[bytes]) -> None:
+    """No proof from edited rows: they must give the checkpoint's tenant-head root, and the
+    tenant's row must be its last entry up to the checkpoint's size (`verify` checks every
+    row of every checkpoint; this is the part one proof needs)."""
+    row = conn.execute(select(checkpoints.c.tree_size, checkpoints.c.tenant_root)
+                       .where(checkpoints.c.checkpoint_seq == checkpoint_seq)).one()
+    last = conn.execute(select(entries.c.tenant_seq, entries.c.leaf_hash)
+                        .where(entries.c.tenant == head.tenant, entries.c.seq <= row.tree_size)
+                        .order_by(entries.c.tenant_seq.desc()).limit(1)).first()
+    if merkle_root(leaves) != bytes(row.tenant_root) or last is None \
+            or (int(last.tenant_seq), bytes(last.leaf_hash)) != (head.tenant_seq, head.leaf):
+        raise LedgerError(f"checkpoint #{checkpoint_seq}: its stored tenant heads (checkpoint_tenants) do not match "
+                          f"its tenant-head root and the entries: the store was edited; `gpuledger verify` names it")
