@@ -5,6 +5,7 @@ and turns the library's errors into one-line messages (exit 2 for bad input or u
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -41,6 +42,17 @@ PIPED_WIDTH = 10_000
 F = TypeVar("F", bound=Callable[..., Any])
 stderr = Console(stderr=True)
 stdout = Console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A float range that refuses NaN too (which compares false with either bound, so a
+    plain FloatRange lets it through)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 class InputError(click.ClickException):
@@ -589,9 +601,12 @@ def _decimal_option(name: str, text: str | None) -> Decimal | None:
     if text is None:
         return None
     try:
-        return Decimal(text)
+        value = Decimal(text)
     except ArithmeticError:
         raise InputError(f"{name}: not a decimal amount: {text!r}") from None
+    if not value.is_finite():  # NaN cannot be compared, and no amount exceeds Infinity
+        raise InputError(f"{name}: not a finite decimal amount: {text!r}")
+    return value
 
 
 @main.group("report", cls=Group)
@@ -730,7 +745,7 @@ def packet_command(db_url: str | None, promise_id: str, tenant: str | None, out:
 def rate_options(fn: F) -> F:
     """One `--<anomaly>-rate` option per field of fixtures.sim.Rates."""
     for name in reversed(Rates.names()):
-        fn = click.option(f"--{name.replace('_', '-')}-rate", name, type=click.FloatRange(0, 1), default=None,
+        fn = click.option(f"--{name.replace('_', '-')}-rate", name, type=FiniteFloatRange(0, 1), default=None,
                           help=Rates.help(name))(fn)
     return fn
 
@@ -742,7 +757,7 @@ def sim_options(fn: F) -> F:
         click.option("--tenants", type=click.IntRange(1, 99), default=4, show_default=True,
                      help="Tenants: even ones on Kubernetes (Kueue), odd ones on Slurm."),
         click.option("--seed", type=int, default=7, show_default=True, help="The same seed writes the same bytes."),
-        click.option("--scale", type=click.FloatRange(0.01, 100), default=1.0, show_default=True,
+        click.option("--scale", type=FiniteFloatRange(0.01, 100), default=1.0, show_default=True,
                      help="Event density: progress and billing periods are divided by it."),
         click.option("--start", default=DEFAULT_START, show_default=True, help="Start of the period (RFC 3339, whole second)."),
     ]):
