@@ -5,6 +5,7 @@ and turns the library's errors into one-line messages (exit 2 for bad input or u
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +43,17 @@ PIPED_WIDTH = 10_000
 F = TypeVar("F", bound=Callable[..., Any])
 stderr = Console(stderr=True)
 stdout = Console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A float range that refuses NaN too (which compares false with either bound, so a
+    plain FloatRange lets it through)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 class InputError(click.ClickException):
@@ -303,7 +315,7 @@ def checkpoint(db_url: str | None, key_path: Path | None, origin: str, old_size:
     import ledger
     from ledger.checkpoint import sign_checkpoint
     from ledger.note import COSIGNATURE_V1, read_signer, read_verifier
-    from ledger.witness import add_cosignatures, witness_request
+    from ledger.witness import add_cosignatures, staged, write_witness_request
 
     store = ledger.Store(db_url)
     if answer is not None:
@@ -320,10 +332,20 @@ def checkpoint(db_url: str | None, key_path: Path | None, origin: str, old_size:
         raise InputError("--witness-request-from and --out go together")
     signer = read_signer(key_path)
     _require_store(store)
-    signed = sign_checkpoint(store, signer, origin)
+    # Nothing is printed or left in --out unless the checkpoint is committed: the request
+    # is written, staged, inside the checkpoint's transaction, and renamed after it.
+    request = None if old_size is None or out is None else (
+        lambda conn, signed: write_witness_request(conn, signed, old_size, out))
+    try:
+        signed = sign_checkpoint(store, signer, origin, before_commit=request)
+    except BaseException:
+        if out is not None:
+            staged(out).unlink(missing_ok=True)
+        raise
+    if out is not None:
+        staged(out).replace(out)
     click.echo(signed.note, nl=False)
-    if old_size is not None and out is not None:
-        out.write_text(witness_request(store, signed, old_size).text(), encoding="utf-8")
+    if out is not None:
         click.echo(f"wrote {out}: a witness request from size {old_size} to {signed.body.size}", err=True)
 
 
@@ -508,13 +530,19 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
     from ledger.note import read_signer
     from reconcile.packets.dispute import build_dispute, write_packet
     from reconcile.packets.letter import write_letter_beside
+    from reconcile.packets.untrusted import PacketError
 
     store = ledger.Store(db_url)
     signer = read_signer(key_path)
     _require_store(store)
     packet = build_dispute(store, tenant, invoice, signer, since_size, stored_checkpoint)
+    try:  # the letter is made from the packet's verification: a packet that fails it is not written
+        letter = write_letter_beside(packet, signer.verifier, out)
+    except PacketError as exc:
+        click.echo(f"FAILED: the packet built from this store does not verify: {exc}; no packet was written "
+                   "(`gpuledger verify` checks the store)", err=True)
+        sys.exit(1)
     write_packet(packet, out)
-    letter = write_letter_beside(packet, signer.verifier, out)
     fleet = sum(1 for e in packet["bundle"]["entries"] if e["tenant"] is None)
     withheld = len(packet["bundle"].get("withheld", []))
     click.echo(f"wrote {out}: invoice {invoice} of {tenant}, {len(packet['findings']['lines'])} lines; "
@@ -568,9 +596,12 @@ def _decimal_option(name: str, text: str | None) -> Decimal | None:
     if text is None:
         return None
     try:
-        return Decimal(text)
+        value = Decimal(text)
     except ArithmeticError:
         raise InputError(f"{name}: not a decimal amount: {text!r}") from None
+    if not value.is_finite():  # NaN cannot be compared, and no amount exceeds Infinity
+        raise InputError(f"{name}: not a finite decimal amount: {text!r}")
+    return value
 
 
 @main.group("report", cls=Group)
@@ -706,7 +737,7 @@ def packet_command(db_url: str | None, promise_id: str, tenant: str | None, out:
 def rate_options(fn: F) -> F:
     """One `--<anomaly>-rate` option per field of fixtures.sim.Rates."""
     for name in reversed(Rates.names()):
-        fn = click.option(f"--{name.replace('_', '-')}-rate", name, type=click.FloatRange(0, 1), default=None,
+        fn = click.option(f"--{name.replace('_', '-')}-rate", name, type=FiniteFloatRange(0, 1), default=None,
                           help=Rates.help(name))(fn)
     return fn
 
@@ -718,7 +749,7 @@ def sim_options(fn: F) -> F:
         click.option("--tenants", type=click.IntRange(1, 99), default=4, show_default=True,
                      help="Tenants: even ones on Kubernetes (Kueue), odd ones on Slurm."),
         click.option("--seed", type=int, default=7, show_default=True, help="The same seed writes the same bytes."),
-        click.option("--scale", type=click.FloatRange(0.01, 100), default=1.0, show_default=True,
+        click.option("--scale", type=FiniteFloatRange(0.01, 100), default=1.0, show_default=True,
                      help="Event density: progress and billing periods are divided by it."),
         click.option("--start", default=DEFAULT_START, show_default=True, help="Start of the period (RFC 3339, whole second)."),
     ]):

@@ -397,9 +397,9 @@ class Allocation:
             self.intervals.append((start, end, key))
 
 
-def allocation_of(fleet: Fleet, tenant: str, aid: str) -> Allocation:
-    grant = fleet.grants.get((tenant, aid))
-    if grant is None:
+def allocation_of(fleet: Fleet, tenant: str, aid: str | None) -> Allocation:
+    grant = None if aid is None else fleet.grants.get((tenant, aid))
+    if aid is None or grant is None:  # no allocation named, or none granted: H is empty
         return Allocation(tenant, None, (0, 0), [])
     # RULES.md 3: the first release at or after `granted`, a moment: by time alone
     released = [k for k in fleet.releases.get((tenant, aid), []) if k[0] >= grant.t]
@@ -584,27 +584,25 @@ def effective_lines(ev: pd.DataFrame) -> pd.DataFrame:
     return lines[keep]
 
 
-def _gpu_time(category: str | None, gpus: int | None, aid: str | None,
-              ps: int | None, pe: int | None) -> tuple[int, int, int] | None:
-    """(g_b, period start, period end) of a line that bills GPU time; None for a money-only
-    line (RULES.md 2: a credit, no GPUs, no allocation, or an empty window)."""
-    if category == "credit" or not gpus or aid is None or ps is None or pe is None or ps >= pe:
-        return None
-    return gpus, ps, pe
+def _bills_gpus(category: str | None, gpus: int | None) -> bool:
+    """RULES.md 2: a line is money-only when it is a credit or bills no GPUs; any other is a
+    GPU line, whether or not it names an allocation and whatever its window."""
+    return category != "credit" and bool(gpus)
 
 
 def reconcile_frame(ev: pd.DataFrame) -> dict[LineKey, dict[str, int]]:
     """{(tenant, line_id): {category key: GPU-µs}} for every line after corrections.
-    A money-only line maps to {} (it has no GPU time)."""
+    A line of no GPU time (money-only, or an empty window) maps to {}."""
     fleet = read_fleet(ev)
     out: dict[LineKey, dict[str, int]] = {}
-    per_allocation: dict[tuple[str, str], list[tuple[str, int, int, int]]] = defaultdict(list)
+    per_allocation: dict[tuple[str, str | None], list[tuple[str, int, int, int]]] = defaultdict(list)
     for tenant, line, category, gpus, aid, ps, pe in _rows(
             effective_lines(ev), "tenant", "line_id", "category", "gpus", "allocation_id", "ps", "pe"):
         out.setdefault((tenant, line), {})
-        billed = _gpu_time(category, _int(gpus), aid, _int(ps), _int(pe))
-        if billed is not None:
-            per_allocation[(tenant, aid)].append((line, *billed))
+        g_b, start, end = _int(gpus), _int(ps), _int(pe)
+        if _bills_gpus(category, g_b) and g_b is not None and start is not None and end is not None:
+            # no allocation named: allocation_of finds no grant, so H is empty (§Unallocated)
+            per_allocation[(tenant, aid)].append((line, g_b, start, end))
     for (tenant, aid), lines in per_allocation.items():
         alloc = allocation_of(fleet, tenant, aid)
         for line, cells in classify_lines(alloc, timeline(alloc), lines):
@@ -632,7 +630,8 @@ def classify_lines(alloc: Allocation, stretches: list[tuple[int, int, str]],
             for start, end in _subtract(inside, again):
                 for key, us in _cut(stretches, starts, start, end):
                     cells[key] += g * us
-        billed_before = _union(billed_before, (ps, pe))
+        if pe > ps:  # an empty window holds no second an earlier line could bill
+            billed_before = _union(billed_before, (ps, pe))
         yield line, {k: v for k, v in cells.items() if v}
 
 
@@ -686,9 +685,10 @@ MINOR_UNITS = {
     "UYW": 4, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
 }
 MONEY_ONLY = "money_only"
+UNALLOCATED = "unallocated"
 #: RULES.md's category order (unallocated, then rules 1-10, then money_only), restart rows
 #: provider before customer, productive rows accepted, rejected, pending: rounding ties.
-MONEY_ORDER = ("unallocated", "double_billed", "reclaimed", "checkpoint",
+MONEY_ORDER = (UNALLOCATED, "double_billed", "reclaimed", "checkpoint",
                "restart_lost:provider", "restart_lost:customer",
                "restart_recovery:provider", "restart_recovery:customer",
                "productive:accepted", "productive:rejected", "productive:pending",
@@ -699,7 +699,7 @@ MONEY_ORDER = ("unallocated", "double_billed", "reclaimed", "checkpoint",
 class _Line:
     seq: int
     exact: Fraction  # the billed amount in minor units, exactly
-    cells: dict[str, int]  # category key: GPU-µs; {money_only: 0} for a money-only line
+    cells: dict[str, int]  # category key: GPU-µs; {money_only: 0} or {unallocated: 0}: no GPU time
     cents: int = 0
 
 
@@ -717,10 +717,13 @@ def line_cents(ev: pd.DataFrame, gpu: dict[LineKey, dict[str, int]]) -> dict[Lin
     rounding remainders (ties: ledger order); within a line, the cents its cells' floors
     leave go to the cells with the largest remainders (ties: MONEY_ORDER)."""
     invoices: dict[tuple[str, str, str | None], dict[LineKey, _Line]] = defaultdict(dict)
-    for seq, tenant, invoice, line, amount, currency in _rows(
-            effective_lines(ev), "seq", "tenant", "invoice_id", "line_id", "amount", "currency"):
+    for seq, tenant, invoice, line, amount, currency, category, gpus in _rows(
+            effective_lines(ev), "seq", "tenant", "invoice_id", "line_id", "amount", "currency", "category", "gpus"):
         exact = Fraction(amount) * 10 ** MINOR_UNITS.get(currency or "", 2)
-        cells = gpu.get((tenant, line)) or {MONEY_ONLY: 0}
+        # a line of no GPU time is all one cell: money_only, or, for a GPU line (an empty
+        # window), unallocated (RULES.md §Unallocated: never the customer's)
+        alone = UNALLOCATED if _bills_gpus(category, _int(gpus)) else MONEY_ONLY
+        cells = gpu.get((tenant, line)) or {alone: 0}
         invoices[(tenant, invoice, currency)][(tenant, line)] = _Line(int(seq), exact, cells)
     out: dict[LineKey, dict[str, int]] = {}
     for lines in invoices.values():

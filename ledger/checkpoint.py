@@ -7,12 +7,13 @@ Reads are O(T log n) for T tenants: the tenants come from a loose scan of the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, func, insert, select
 
 from ledger.append import utc_now
-from ledger.errors import LedgerError
+from ledger.errors import LedgerError, StoreWriteFailed
 from ledger.merkle import inclusion_path
 from ledger.note import NoteError, Signer, check_key_name
 from ledger.proofs import Checkpoint, ProofError, merkle_root, tenant_head_leaf, tenant_order
@@ -81,10 +82,24 @@ def sign_body(signer: Signer, body: Checkpoint) -> str:
     return signer.sign(text)
 
 
-def sign_checkpoint(store: Store, signer: Signer, origin: str = DEFAULT_ORIGIN) -> SignedCheckpoint:
-    """Sign the ledger's head as a C2SP checkpoint, store it, and return it."""
+#: Work done inside the checkpoint's transaction once the checkpoint is stored (the CLI
+#: writes a witness request there): whatever it raises rolls the checkpoint back.
+BeforeCommit = Callable[[Connection, "SignedCheckpoint"], None]
+
+
+def sign_checkpoint(store: Store, signer: Signer, origin: str = DEFAULT_ORIGIN,
+                    before_commit: BeforeCommit | None = None) -> SignedCheckpoint:
+    """Sign the ledger's head as a C2SP checkpoint, store it, and return it: all or
+    nothing. What can fail for want of space comes first (sealing the pages, each in a
+    transaction of its own) and the signature is stored in one transaction with its
+    tenant heads, so a failed call leaves no signature stored, nor returned to print."""
     check_origin(origin)
     check_key_name(signer.name)
+    try:
+        seal_store(store)  # before signing: a full disk fails here, with nothing signed
+    except StoreWriteFailed as exc:
+        raise StoreWriteFailed(store.safe_url, exc.reason, outcome="sealing a page was rolled back; "
+                               "nothing was signed") from exc
     with store.writing() as conn:
         head = conn.execute(select(entries.c.seq, entries.c.chain_hash).order_by(entries.c.seq.desc()).limit(1)).first()
         if head is None:
@@ -105,8 +120,10 @@ def sign_checkpoint(store: Store, signer: Signer, origin: str = DEFAULT_ORIGIN) 
                 {"checkpoint_seq": number, "tenant": h.tenant, "tenant_seq": h.tenant_seq, "leaf_hash": h.leaf}
                 for h in heads
             ])
-    seal_store(store)  # after signing, a page a transaction: the signature waits for none
-    return SignedCheckpoint(number, body, note)
+        signed = SignedCheckpoint(number, body, note)
+        if before_commit is not None:
+            before_commit(conn, signed)
+    return signed
 
 
 @dataclass(frozen=True)
@@ -130,5 +147,21 @@ def tenant_head_proof(conn: Connection, checkpoint_seq: int, tenant: str) -> Ten
     for index, head in enumerate(heads):
         if head.tenant == tenant:
             leaves = [tenant_head_leaf(h.tenant, h.tenant_seq, h.leaf) for h in heads]
+            _require_stored_heads(conn, checkpoint_seq, head, leaves)
             return TenantHeadProof(tenant, head.tenant_seq, head.leaf, index, inclusion_path(index, leaves))
     raise LedgerError(f"checkpoint #{checkpoint_seq} holds no entry of tenant {tenant!r}")
+
+
+def _require_stored_heads(conn: Connection, checkpoint_seq: int, head: TenantHead, leaves: list[bytes]) -> None:
+    """No proof from edited rows: they must give the checkpoint's tenant-head root, and the
+    tenant's row must be its last entry up to the checkpoint's size (`verify` checks every
+    row of every checkpoint; this is the part one proof needs)."""
+    row = conn.execute(select(checkpoints.c.tree_size, checkpoints.c.tenant_root)
+                       .where(checkpoints.c.checkpoint_seq == checkpoint_seq)).one()
+    last = conn.execute(select(entries.c.tenant_seq, entries.c.leaf_hash)
+                        .where(entries.c.tenant == head.tenant, entries.c.seq <= row.tree_size)
+                        .order_by(entries.c.tenant_seq.desc()).limit(1)).first()
+    if merkle_root(leaves) != bytes(row.tenant_root) or last is None \
+            or (int(last.tenant_seq), bytes(last.leaf_hash)) != (head.tenant_seq, head.leaf):
+        raise LedgerError(f"checkpoint #{checkpoint_seq}: its stored tenant heads (checkpoint_tenants) do not match "
+                          f"its tenant-head root and the entries: the store was edited; `gpuledger verify` names it")

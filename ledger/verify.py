@@ -9,8 +9,10 @@ Checks, in the order they apply to the entry at position `seq` (expected gapless
 4. the tenant chain: tenant_seq gapless per tenant, tenant_prev = that tenant's previous leaf;
 5. every batch's recorded chain head, and the stored tree nodes completed by this leaf;
 6. every checkpoint signed at this size: its root, chain head and tenant-head root
-   against the recomputed ones, and (given the public key) its signature, and that its
-   stored columns say what its signed note says;
+   against the recomputed ones; its stored note (read without its signature) saying the
+   same; its `checkpoint_tenants` rows equal to the tenant heads the walk holds here (a
+   packet's tenant-head proof is built from them); and (given the public key) its
+   signature, and that its stored columns say what its signed note says;
 7. before 6, that all checkpoints of this size sign the same root and chain head (two
    that differ are a fork: two histories signed for one size).
 At the end: the last seq against the last committed batch (a truncated tail or rows past
@@ -56,7 +58,7 @@ from ledger.proofs import Checkpoint, CheckpointBody, ProofError, tenant_order, 
 from ledger.quarantine import quarantine_problem
 from ledger.sealed import gap_problem, page_bounds, sealed_problem, sealed_problem_in
 from ledger.store import Store
-from ledger.tables import batches, checkpoints, cosignatures, entries, sealed_pages, tree_nodes
+from ledger.tables import batches, checkpoint_tenants, checkpoints, cosignatures, entries, sealed_pages, tree_nodes
 from ledger.tree import TreeReader, stored_nodes
 from ledger.verify_ranges import RangeSummary, RangeTask, check_range, cores, cut, stitch, verify_pages, worker_started
 from ledger.witness import CosignatureError, verify_cosignature
@@ -108,8 +110,10 @@ class LedgerTampered(CheckFailed):
 class _Walk:
     """State carried from one entry to the next."""
 
-    def __init__(self, batch_heads: dict[int, bytes], signed: dict[int, list[Any]], verifiers: Sequence[Verifier]) -> None:
+    def __init__(self, batch_heads: dict[int, bytes], signed: dict[int, list[Any]], verifiers: Sequence[Verifier],
+                 conn: Connection | None = None) -> None:
         self.signed = signed
+        self.conn = conn  # reads each checkpoint's stored tenant heads when the walk reaches it
         self.verifiers = {v.name: v for v in verifiers}
         self.seq = 0
         self.chain = ZERO_HASH
@@ -144,13 +148,13 @@ def verify_ledger(store: Store, verifiers: Sequence[Verifier] = (), saved: Seque
         signed: dict[int, list[Any]] = {}
         for row in conn.execute(select(checkpoints).order_by(checkpoints.c.checkpoint_seq)):
             signed.setdefault(int(row.tree_size), []).append(row)
-        walk = _Walk(heads, signed, verifiers)
+        walk = _Walk(heads, signed, verifiers, conn)
         result = VerifyResult()
         workers = cores() if processes is None else processes
         result.ranges = _check_in_ranges(store, conn, walk, workers, smallest_range)
         problem = None
         if not result.ranges:
-            walk = _Walk(heads, signed, verifiers)
+            walk = _Walk(heads, signed, verifiers, conn)
             problem = next(filter(None, (_check_page(conn, walk, page) for page in verify_pages(conn))), None)
         # A saved checkpoint says more (rolled back to where, or forked) than a missing signature.
         result.problem = problem or (_check_end(conn, walk) or next(filter(None, (_check_saved(conn, walk, c) for c in saved)), None)
@@ -316,7 +320,61 @@ def _check_checkpoint(walk: _Walk, row: Any) -> Problem | None:
     for what, (computed, stored) in expected.items():
         if computed != stored:
             return Problem(size, "checkpoint", f"checkpoint #{number} at size {size}: {what} signed {stored.hex()}, the ledger gives {computed.hex() if computed else None}")
-    return _check_signature(walk, row)
+    return _check_note(walk, row, heads) or _check_tenant_heads(walk, row) or _check_signature(walk, row)
+
+
+def _check_note(walk: _Walk, row: Any, heads: list[TenantHead]) -> Problem | None:
+    """The stored note, read without its signature (a packet carries the note, not the
+    columns), says what the ledger gives at this size: size, root, chain head, and the
+    tenants extension line (count and tenant-head root)."""
+    size, number = int(row.tree_size), row.checkpoint_seq
+    try:
+        body = Checkpoint.parse(split_note(row.note)[0])
+    except (NoteError, ProofError) as exc:
+        return Problem(size, "checkpoint", f"checkpoint #{number}: its stored note does not parse: {exc}")
+    said = {"size": (body.size, size), "root": (body.root, bytes(row.root_hash)),
+            "chain head": (body.chain_head, walk.chain),
+            "tenants line": ((body.tenant_count, body.tenant_root), (len(heads), bytes(row.tenant_root)))}
+    for what, (noted, computed) in said.items():
+        if noted != computed:
+            return Problem(size, "checkpoint", f"checkpoint #{number} at size {size}: its note's {what} says "
+                                               f"{_shown(noted)}, the ledger gives {_shown(computed)}")
+    return None
+
+
+def _check_tenant_heads(walk: _Walk, row: Any) -> Problem | None:
+    """`checkpoint_tenants` holds exactly the tenant heads the walk reached at this size:
+    a packet's tenant-head proof is built from those rows. The walk already holds the
+    heads (the tenant-head root was computed from them), so this costs one indexed read
+    of the checkpoint's rows."""
+    if walk.conn is None:
+        return None
+    size, number = int(row.tree_size), row.checkpoint_seq
+    stored = {r.tenant: (int(r.tenant_seq), bytes(r.leaf_hash)) for r in walk.conn.execute(
+        select(checkpoint_tenants.c.tenant, checkpoint_tenants.c.tenant_seq, checkpoint_tenants.c.leaf_hash)
+        .where(checkpoint_tenants.c.checkpoint_seq == number))}
+    if stored == walk.tenants:
+        return None
+    where = f"checkpoint #{number} at size {size}: checkpoint_tenants"
+    for tenant in sorted(set(stored) | set(walk.tenants), key=tenant_order):
+        computed, kept = walk.tenants.get(tenant), stored.get(tenant)
+        if kept is None and computed is not None:
+            return Problem(size, "checkpoint", f"{where} lacks tenant {tenant!r} (head: tenant_seq {computed[0]})")
+        if computed is None:
+            return Problem(size, "checkpoint", f"{where} holds tenant {tenant!r}, which has no entry up to size {size}")
+        if kept != computed and kept is not None:
+            return Problem(size, "checkpoint", f"{where} gives tenant {tenant!r} the head tenant_seq {kept[0]}, "
+                                               f"leaf {kept[1].hex()}; the ledger gives tenant_seq {computed[0]}, "
+                                               f"leaf {computed[1].hex()}")
+    return None
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, tuple):
+        return " ".join(_shown(v) for v in value)
+    return str(value)
 
 
 def _check_fork(walk: _Walk, rows: list[Any]) -> Problem | None:

@@ -302,12 +302,37 @@ _RECENT = 16  # a witness's answer is matched against this many of the latest ch
 
 def witness_request(store: Store, signed: SignedCheckpoint, old_size: int) -> WitnessRequest:
     """The add-checkpoint body for a witness that last cosigned size `old_size`."""
+    with store.reading() as conn:
+        return witness_request_in(conn, signed, old_size)
+
+
+def witness_request_in(conn: Connection, signed: SignedCheckpoint, old_size: int) -> WitnessRequest:
+    """`witness_request` read through `conn` (the checkpoint's own transaction, before it
+    commits: a request that cannot be made then leaves no checkpoint signed)."""
     size = signed.body.size
     if old_size > size:
         raise LedgerError(f"size {old_size} is past the checkpoint's size {size}", option="witness_request_from")
-    with store.reading() as conn:
-        proof = TreeReader(conn).consistency_proof(old_size, size) if 0 < old_size < size else []
+    proof = TreeReader(conn).consistency_proof(old_size, size) if 0 < old_size < size else []
     return WitnessRequest(old_size, proof, signed.note)
+
+
+def write_witness_request(conn: Connection, signed: SignedCheckpoint, old_size: int, out: Path) -> None:
+    """Write the request to `staged(out)`, which the caller renames to `out` once the
+    checkpoint is committed (or removes); a file that cannot be written is a LedgerError
+    naming `out`."""
+    text = witness_request_in(conn, signed, old_size).text()
+    try:
+        with staged(out).open("w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as exc:
+        raise LedgerError(f"--out: cannot write {out}: {exc.strerror or exc}; no checkpoint was stored") from None
+
+
+def staged(out: Path) -> Path:
+    """Where a file meant for `out` is written until what it depends on is committed."""
+    return out.with_name(f".{out.name}.partial")
 
 
 def add_cosignatures(store: Store, response: str, witnesses: list[Verifier]) -> list[tuple[int, str]]:

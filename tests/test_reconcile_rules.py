@@ -123,20 +123,22 @@ def test_hold_is_the_earliest_grant_by_time_and_the_first_release_after_it(tmp_p
     assert cats(line(doc, "L1")) == {"unallocated": (4800, "4.80", P), "idle_reserved": (9600, "9.60", C)}
 
 
-def test_zero_length_line_is_money_only(tmp_path: Path) -> None:
+def test_zero_length_gpu_line_is_unallocated(tmp_path: Path) -> None:
     s = Scenario()
     s.grant("A1", gpus=8, at="10:00")
     s.release("A1", at="10:10")
     s.line("L0", "A1", "10:00", "10:00", gpus=8, amount="5.00")
     doc = reconcile(tmp_path, s)
-    # An empty window bills no GPU-seconds; its amount is money_only (>= 0: customer).
+    # An empty window bills no GPU-seconds, yet money: all of it is unallocated, the
+    # provider's (§Unallocated: the customer bears nothing without cause).
     l0 = line(doc, "L0")
     assert (l0["gpu_seconds"], l0["amount"]) == (0, "5.00")
-    assert cats(l0) == {"money_only": (0, "5.00", C)}
+    assert {k: (v["gpu_seconds"], v["amount"], v["bearer"]) for k, v in l0["categories"].items()} == {
+        "unallocated": (0, "5.00", P)}
     t = tenant(doc)
     # Nothing of H = [10:00, 10:10) is billed: 8 x 600 = 4800 unbilled (horizon 10:10, the release).
     assert (t["billed_gpu_seconds"], t["unbilled_gpu_seconds"]) == (0, 4800)
-    assert t["by_bearer"] == {"provider": "0.00", "customer": "5.00", "disputed": "0.00"}
+    assert t["by_bearer"] == {"provider": "5.00", "customer": "0.00", "disputed": "0.00"}
 
 
 # --- double_billed ------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -219,3 +220,106 @@ def test_postgres_tablespace_full(tmp_path: Path, small_tablespace: tuple[str, P
     assert count < 10_000 and count % BATCH == 0, count
     remount(folder, "size=64m")
     resume_and_compare(url, source)
+
+
+# -- a checkpoint that fails signs nothing ----------------------------------------------
+
+#: The CLI with pages of 16 entries (65,536 by default): a checkpoint of a small store then
+#: has pages to seal, as one of a real store does, and sealing needs more room than signing.
+SMALL_PAGES_CLI = [sys.executable, "-c", "import ledger.store\nledger.store.SEALED_ENTRIES = 16\n"
+                   "from cli import main\nmain()"]
+
+
+def small_pages_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SMALL_PAGES_CLI, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def fill(folder: Path, leave_kib: int) -> Path:
+    """A file taking all the free space of `folder`'s file system but `leave_kib` KiB."""
+    stat = os.statvfs(folder)
+    free_kib = stat.f_bavail * stat.f_frsize // 1024
+    filler = folder / "filler"
+    subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=1k", f"count={max(free_kib - leave_kib, 0)}"],
+                   capture_output=True, check=False)  # dd stops at a full disk: that is the point
+    return filler
+
+
+def signed_rows(url: str) -> tuple[int, int]:
+    """(checkpoints, checkpoint_tenants) rows stored."""
+    store = Store(url)
+    try:
+        with store.reading() as conn:
+            return (int(conn.execute(text("SELECT count(*) FROM checkpoints")).scalar_one()),
+                    int(conn.execute(text("SELECT count(*) FROM checkpoint_tenants")).scalar_one()))
+    finally:
+        store.close()
+
+
+def keygen(folder: Path) -> Path:
+    key = folder / "key"
+    assert cli("keygen", "--out", str(key)).returncode == 0
+    return key
+
+
+def assert_signed_nothing(done: subprocess.CompletedProcess[str], url: str, *phrases: str) -> None:
+    assert_one_line_error(done, *phrases)
+    assert done.stdout == ""  # no note printed
+    assert signed_rows(url) == (0, 0)  # and none stored
+    assert_verifies(url)
+
+
+def sign_after_space_is_back(url: str, key: Path, entries: int, tenants: int = 3) -> None:
+    done = small_pages_cli("checkpoint", "--db", url, "--key", str(key))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[:2] == ["gpuledger.local/ledger", str(entries)]
+    assert signed_rows(url) == (1, tenants)
+    assert_verifies(url)
+
+
+@needs_mount
+def test_a_checkpoint_on_a_full_disk_signs_nothing(tmp_path: Path, disk: Path) -> None:
+    url, key = f"sqlite:///{disk / 'ledger.db'}", keygen(tmp_path)
+    assert cli("ingest", "--db", url, str(source_file(tmp_path / "events.jsonl", 0, 1000))).returncode == 0
+    # Room for the checkpoint's rows (about 70 KiB with SQLite's WAL), not for the 62
+    # pages to seal: once, the checkpoint was stored and the seal after it failed.
+    filler = fill(disk, 100)
+    done = small_pages_cli("checkpoint", "--db", url, "--key", str(key))
+    assert_signed_nothing(done, url, "cannot write to", "disk is full", "nothing was signed")
+    filler.unlink()
+    remount(disk, "size=64m")
+    sign_after_space_is_back(url, key, 1000)
+
+
+@pytest.mark.skipif(_tablespace_unavailable() is not None, reason=str(_tablespace_unavailable()))
+def test_a_checkpoint_on_a_full_tablespace_signs_nothing(tmp_path: Path, small_tablespace: tuple[str, Path]) -> None:
+    (url, folder), key = small_tablespace, keygen(tmp_path)
+    assert cli("ingest", "--db", url, str(source_file(tmp_path / "events.jsonl", 0, 2000))).returncode == 0
+    filler = fill(folder, 128)  # the checkpoint's rows fit; 125 pages to seal do not
+    done = small_pages_cli("checkpoint", "--db", url, "--key", str(key))
+    assert_signed_nothing(done, url, "cannot write to", "No space left on device", "nothing was signed")
+    filler.unlink()
+    sign_after_space_is_back(url, key, 2000)
+
+
+@needs_mount
+def test_a_witness_request_that_cannot_be_written_signs_nothing(tmp_path: Path, disk: Path) -> None:
+    url, key = f"sqlite:///{tmp_path / 'ledger.db'}", keygen(tmp_path)
+    assert cli("ingest", "--db", url, str(source_file(tmp_path / "events.jsonl", 0, 300))).returncode == 0
+    fill(disk, 0)
+    out = disk / "request.txt"
+    done = cli("checkpoint", "--db", url, "--key", str(key), "--witness-request-from", "0", "--out", str(out))
+    assert_signed_nothing(done, url, f"--out: cannot write {out}", "no checkpoint was stored")
+    assert sorted(p.name for p in disk.iterdir()) == ["filler"]  # no request, staged or not
+    (disk / "filler").unlink()
+    done = cli("checkpoint", "--db", url, "--key", str(key), "--witness-request-from", "0", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert signed_rows(url) == (1, 3)
+    assert out.read_text().splitlines()[:2] == ["old 0", ""]  # the request: old size 0, no proof, the note
+    assert sorted(p.name for p in disk.iterdir()) == ["request.txt"]
+
+
+def test_a_checkpoint_refused_by_postgres_signs_nothing(tmp_path: Path, pg_url: str) -> None:
+    key = keygen(tmp_path)
+    assert cli("ingest", "--db", pg_url, str(source_file(tmp_path / "events.jsonl", 0, 300))).returncode == 0
+    read_only = pg_url + "%20-cdefault_transaction_read_only%3Don"
+    assert_signed_nothing(cli("checkpoint", "--db", read_only, "--key", str(key)), pg_url, "read-only transaction")

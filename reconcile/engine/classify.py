@@ -1,7 +1,7 @@
 """Billing lines against the labelled spans: every billed GPU-second gets one label.
 
 Order of work (RULES.md):
-1. Lines after corrections; money-only lines set aside.
+1. Lines after corrections; lines of no GPU time (money-only, empty windows) set aside.
 2. Each GPU line's window clipped to its allocation's holding H; where clipped windows
    of one allocation overlap, each second is *owned* by the earliest line (ledger
    order) and is `double_billed` on the others. The owned stretches are `pieces`, which
@@ -19,8 +19,12 @@ import duckdb
 
 from reconcile.engine.rules import INF, bit_sql, code, winner_sql
 
-#: A line that bills GPU time (the rest are money-only): GPUs, an allocation, a window, no credit.
-GPU_LINE = "l.g_b > 0 AND l.aid IS NOT NULL AND l.category IS DISTINCT FROM 'credit' AND l.pe > l.ps"
+#: A GPU line (RULES.md §Inputs 2): it bills GPUs and is no credit; the rest are money-only.
+BILLS_GPUS = "l.g_b > 0 AND l.category IS DISTINCT FROM 'credit'"
+#: A GPU line with time to classify. One naming no allocation, or none granted, joins no
+#: grant: all of its time is `unallocated`. One with an empty window has no time: it gets
+#: one empty `unallocated` cell, which takes its whole amount (never the customer's).
+GPU_LINE = f"{BILLS_GPUS} AND l.pe > l.ps"
 
 #: A billing line's columns as the engine names them (`lines`, and `gpu_lines`'s source).
 LINE_COLUMNS = ("seq, tenant, invoice_id, line_id, allocation_id AS aid, ps, pe, gpus AS g_b, amount, currency, "
@@ -122,11 +126,12 @@ WITH every_cell AS (
     UNION ALL
     SELECT gl.seq, {code('unallocated')}, CAST(gl.g_b - gl.gpus AS HUGEINT) * gl.w_us
                       + CAST(gl.gpus AS HUGEINT) * (gl.w_us - greatest(coalesce(gl.clamped_end - gl.clamped_start, 0), 0))
-    FROM gpu_lines gl
-    UNION ALL
-    SELECT l.seq, {code('money_only')}, 0 FROM lines l WHERE NOT coalesce({GPU_LINE}, false))
--- empty cells are never written (a money-only line keeps its one empty cell)
-SELECT * FROM every_cell WHERE gpu_us <> 0 OR label = {code('money_only')};
+    FROM gpu_lines gl)
+-- empty cells are never written, but a line of no GPU-µs keeps one: its whole amount
+SELECT * FROM every_cell WHERE gpu_us <> 0
+UNION ALL
+SELECT l.seq, CASE WHEN coalesce({BILLS_GPUS}, false) THEN {code('unallocated')} ELSE {code('money_only')} END, 0
+FROM lines l WHERE NOT coalesce({GPU_LINE}, false);
 """
 
 

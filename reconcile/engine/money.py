@@ -18,7 +18,6 @@ from decimal import ROUND_HALF_EVEN, Context, Decimal, Inexact, InvalidOperation
 
 import duckdb
 
-from reconcile.engine.rules import code
 from schemas.errors import BadInput
 
 #: ISO 4217 minor units that are not 2.
@@ -89,7 +88,7 @@ CREATE TABLE line_amounts AS
 SELECT l.seq, l.tenant, l.invoice_id, l.currency, {minor} AS minor, CAST({per_unit} AS {num}) AS minor_per_unit,
        CAST({_amount_int(scale, "l.amount")} AS {num}) AS amount_units,
        CAST(l.g_b AS {num}) * (l.pe - l.ps) AS line_us
-FROM lines l;  -- every line has a cell: its GPU-µs add up to g_b × (pe - ps), or it is money-only
+FROM lines l;  -- every line has a cell: its GPU-µs add up to g_b × (pe - ps), or it has no GPU time
 """)
     totals = _invoice_totals(con, scale)
     con.execute("CREATE TABLE invoice_cents (tenant VARCHAR, invoice_id VARCHAR, currency VARCHAR, cents HUGEINT)")
@@ -131,14 +130,14 @@ WHERE gap.missing_cents = 0;
 
 -- Each cell's exact share numerator ÷ divisor as a floor and a remainder; the cents the
 -- floors leave over in a line go to its cells with the largest remainders. Every cell of
--- a line has the same divisor (a money-only line has one cell), so remainders compare
--- exactly as integers.
+-- a line has the same divisor (a line of no GPU time has one cell, of 0 GPU-µs, which
+-- takes its whole amount), so remainders compare exactly as integers.
 CREATE TABLE money AS
 WITH quotients AS (
     SELECT c.seq, c.label, c.gpu_us, a.minor, t.cents AS line_cents,
-           a.amount_units * CASE WHEN c.label = {code('money_only')} THEN CAST(1 AS {num}) ELSE CAST(c.gpu_us AS {num}) END
+           a.amount_units * CASE WHEN c.gpu_us = 0 THEN CAST(1 AS {num}) ELSE CAST(c.gpu_us AS {num}) END
                           * a.minor_per_unit AS numerator,
-           CASE WHEN c.label = {code('money_only')} THEN CAST(1 AS {num}) ELSE a.line_us END
+           CASE WHEN c.gpu_us = 0 THEN CAST(1 AS {num}) ELSE a.line_us END
                * CAST({10 ** scale} AS {num}) AS divisor
     FROM cells c JOIN line_amounts a ON a.seq = c.seq JOIN line_total t ON t.seq = c.seq),
 floored AS (

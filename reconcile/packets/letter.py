@@ -156,12 +156,13 @@ def build_letter(checked: VerifiedPacket, signer: str) -> Letter:
         for category, amount in _customer_borne(line["categories"]):
             tally.accepted[category] = tally.accepted.get(category, Decimal(0)) + amount
     findings = []
+    periods = {line["line_id"]: (line["period_start"], line["period_end"]) for line in checked.findings["lines"]}
     for number, claim in enumerate(checked.claims, 1):
         tally = totals.setdefault(claim["currency"] or "", Totals(claim["currency"] or ""))
         amount = Decimal(claim["amount"])
         tally.provider += amount if claim["bearer"] == "provider" else 0
         tally.disputed += amount if claim["bearer"] == "disputed" else 0
-        findings.append(_finding(number, claim, checked.cited))
+        findings.append(_finding(number, claim, checked.cited, periods))
     return Letter(checked.tenant, checked.invoice_id, signer, checked.checkpoint.size, checked.lines,
                   checked.tenant_entries + checked.fleet_entries, checked.withheld,
                   [totals[c] for c in sorted(totals)], findings)
@@ -178,12 +179,17 @@ def _customer_borne(categories: dict[str, Any]) -> list[tuple[str, Decimal]]:
     return out
 
 
-def _finding(number: int, claim: dict[str, Any], entries: dict[int, dict[str, Any]]) -> Finding:
+def _finding(number: int, claim: dict[str, Any], entries: dict[int, dict[str, Any]],
+             periods: dict[str, tuple[str, str]]) -> Finding:
     stretches = [(s, e, g) for s, e, g in claim["stretches"]]
     place, rule = rule_for(claim["category"], claim["bearer"])
+    # a claim of no GPU time (a GPU line's empty window, RULES.md §Unallocated) has no
+    # stretch: it is dated by its line's period
+    start, end = ((min(s for s, _, _ in stretches), max(e for _, e, _ in stretches)) if stretches
+                  else periods[claim["line_id"]])
     return Finding(number, claim["line_id"], claim["allocation_id"], claim["category"], claim["bearer"],
                    claim["amount"], claim["currency"] or "", claim["gpu_seconds"],
-                   min(s for s, _, _ in stretches), max(e for _, e, _ in stretches), stretches, rule, place,
+                   start, end, stretches, rule, place,
                    [_cited(entries[seq]) for seq in claim["cites"]])
 
 
