@@ -13,22 +13,24 @@ A packet is one JSON object:
                 and the seqs of the entries that decided it (reconcile/packets/claims.py); optional,
                 so packets written before it still verify; checked like the findings
     bundle      ledger.evidence's bundle: the signed checkpoint; every entry of the tenant up
-                to it (canonical event, salt, all hashed columns); the fleet's `health.fault`
-                and `health.cleared` entries that touch one of the tenant's allocations
-                (RULES.md §7 "touches": node, device, fabric_domain) and hold no other
-                tenant's identifier; `withheld`: the seq and leaf hash of each touching
-                fleet entry that does hold one; one multi-leaf inclusion proof of them all;
-                the tenant-head proof; and, with `dispute --since-size N`, `consistency`:
-                the RFC 9162 proof from tree size N to the checkpoint's
+                to it (canonical event, salt, all hashed columns); every fleet entry (faults,
+                clearings, fleet changes) of the fleet keys of the tenant's allocations
+                (ledger/fleet_heads.py) that holds no other tenant's identifier; `withheld`:
+                the seq and leaf hash of each such fleet entry that does hold one; `fleet`:
+                the checkpoint's heads of those keys, proving the set complete; one
+                multi-leaf inclusion proof of them all; the tenant-head proof; and, with
+                `dispute --since-size N`, `consistency`: the RFC 9162 proof from tree size N
+                to the checkpoint's
 
 Other tenants appear only as hashes in the proofs; `build_dispute` refuses (IsolationError)
 a packet any string of which holds another tenant's identifier (reconcile/packets/isolation.py).
 Verification, in this order, names the first check that fails: the packet's shape, the
-bundle (signature, inclusion, the tenant's entries complete up to the checkpoint, and,
-given a previous checkpoint, that this one is the same tree or extends it), that the
-fleet entries are health events and every event agrees with its entry's type and
-tenant, that the findings speak of this tenant's lines on this invoice only, and that
-the engine run on the packet's own entries gives the findings exactly.
+bundle (signature, inclusion, the tenant's entries and its allocations' fleet entries
+complete up to the checkpoint, and, given a previous checkpoint, that this one is the same
+tree or extends it), that the fleet entries are faults, clearings or fleet changes and
+every event agrees with its entry's type and tenant, that the findings speak of this
+tenant's lines on this invoice only, and that the engine run on the packet's own entries
+gives the findings exactly.
 
 Fleet evidence is complete: the bundle carries every fleet entry (faults, clearings, fleet
 changes) of the fleet keys of the tenant's allocations (ledger/fleet_heads.py), and the
