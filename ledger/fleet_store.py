@@ -44,13 +44,14 @@ def sorted_heads(heads: Heads) -> list[FleetHead]:
 
 
 def keyed_fleet_entries(conn: Connection, after: int, upto: int) -> Iterator[tuple[int, bytes, set[str]]]:
-    """(seq, leaf, keys) of each fleet entry of a keyed type with after < seq ≤ upto, in seq order."""
-    query = (select(entries.c.seq, entries.c.type, entries.c.event, entries.c.leaf_hash)
-             .where(entries.c.tenant.is_(None), entries.c.type.in_(KEYED_TYPES),
-                    entries.c.seq > after, entries.c.seq <= upto)
+    """(seq, leaf, keys) of each fleet entry of a keyed type with after < seq ≤ upto, in seq order.
+    The tenant is tested here, not in SQL: there SQLite would read every fleet entry through
+    the tenant index instead of the seq range through the primary key."""
+    query = (select(entries.c.seq, entries.c.type, entries.c.tenant, entries.c.event, entries.c.leaf_hash)
+             .where(entries.c.type.in_(KEYED_TYPES), entries.c.seq > after, entries.c.seq <= upto)
              .order_by(entries.c.seq))
     for row in conn.execute(query):
-        keys = entry_keys(row.type, row.event)
+        keys = entry_keys(row.type, row.event) if row.tenant is None else set()
         if keys:
             yield int(row.seq), bytes(row.leaf_hash), keys
 

@@ -382,3 +382,30 @@ def test_every_fault_the_engine_says_touches_shares_a_key(grant: dict[str, Any],
     allocation shares a fleet key with it, so a packet complete by keys holds it."""
     if touching_health([grant], [(1, fault)]):
         assert event_keys("health.fault", fault) & allocation_keys(grant)
+
+
+def test_dropping_any_fleet_entry_of_the_packet_is_refused(store: Store, packet: dict[str, Any]) -> None:
+    expected = {XID: ("node:n1", 2), FABRIC: ("fabric:fd-a", 1), DRAIN: ("node:n1", 2)}
+    for seq in fleet_seqs(packet):
+        key, count = expected[seq]
+        attack = keeper_rebuilds(drop_entry(packet, seq), store)
+        assert refused(attack) == (f"bundle: fleet key {key!r}: the checkpoint commits to {count} entries, the "
+                                   f"packet holds {count - 1}: fleet entries were left out"), seq
+
+
+def test_keys_with_no_entry_are_proven_empty_by_their_neighbours(store: Store) -> None:
+    """acme's grant also names nodes n15 and n3 (`nodes`): node:n15 sorts between node:n1
+    (index 1) and node:n2 (index 2), node:n3 after the last leaf (index 2 of 3)."""
+    grant = copy.deepcopy(ACME[0])
+    grant["data"]["nodes"] = ["n15", "n3"]
+    append(store, [grant, *ACME[1:], *FLEET])
+    built = json.loads(json.dumps(build_dispute(store, "acme", "INV-1", SIGNER)))
+    assert [(h["key"], h["index"], h.get("seqs")) for h in built["bundle"]["fleet"]["heads"]] == [
+        ("fabric:fd-a", 0, [FABRIC]), ("node:n1", 1, [XID, DRAIN]), ("node:n2", 2, None)]
+    assert OTHER_NODE not in fleet_seqs(built)  # n2's head is shown, not its entries
+    verify_dispute(built, SIGNER.verifier)
+    heads(built)["node:n2"]["index"] = 1  # a neighbour moved: its proof no longer holds
+    assert refused(built).startswith("bundle: fleet key 'node:n2': the checkpoint does not commit to count 1")
+    built["bundle"]["fleet"]["heads"] = built["bundle"]["fleet"]["heads"][:2]
+    assert refused(built) == ("bundle: fleet key 'node:n15': the packet holds neither the checkpoint's head for it "
+                              "nor neighbours proving it has none: its fleet entries cannot be shown complete")
