@@ -303,6 +303,8 @@ def test_an_old_stored_checkpoint_gives_no_bundle_and_verify_still_passes(store:
                           "FROM checkpoint_tenants WHERE checkpoint_seq = 1"))
     with pytest.raises(LedgerError, match="checkpoint #2 was signed before checkpoints committed to the fleet's heads"):
         build_bundle(store, "acme", [XID], checkpoint_seq=2)
+    with pytest.raises(LedgerError, match="checkpoint #2 was signed before checkpoints committed to the fleet's heads"):
+        build_dispute(store, "acme", "INV-1", SIGNER, stored_checkpoint=True)  # dispute --stored-checkpoint
     assert verify_ledger(store, [SIGNER.verifier]).ok
     append(store, FLEET[2:])
     build_dispute(store, "acme", "INV-1", SIGNER)  # a new checkpoint (#3), its heads recomputed from seq 1
