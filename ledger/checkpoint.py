@@ -95,8 +95,8 @@ def sign_checkpoint(store: Store, signer: Signer, origin: str = DEFAULT_ORIGIN) 
         heads = current_tenant_heads(conn)
         fleet = current_fleet_heads(conn, size)
         body = Checkpoint(origin, size, TreeReader(conn).root(size), bytes(head.chain_hash),
-                          len(heads), tenant_root(heads), format_utc(utc_now()), *quarantine_head(conn),
-                          len(fleet), fleet_root(fleet))
+                          len(heads), tenant_root(heads), format_utc(utc_now()),
+                          *quarantine_head(conn), len(fleet), fleet_root(fleet))
         note = sign_body(signer, body)
         number = conn.execute(select(func.coalesce(func.max(checkpoints.c.checkpoint_seq), 0))).scalar_one() + 1
         conn.execute(insert(checkpoints).values(

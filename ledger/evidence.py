@@ -189,8 +189,8 @@ def _check_complete(tenant: str, items: list[dict[str, Any]], head: dict[str, An
         raise ProofError("the tenant's last entry is not the head the checkpoint commits to")
 
 
-def _check_fleet(bundle: dict[str, Any], tenant: str, items: list[dict[str, Any]], leaves: dict[int, bytes],
-                 checkpoint: Checkpoint) -> None:
+def _check_fleet(bundle: dict[str, Any], tenant: str, items: list[dict[str, Any]],
+                 leaves: dict[int, bytes], checkpoint: Checkpoint) -> None:
     """Every fleet entry touching one of the tenant's allocations is in the bundle
     (carried, or withheld by its leaf), as the checkpoint's fleet heads say."""
     needed: set[str] = set()

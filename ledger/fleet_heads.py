@@ -107,8 +107,12 @@ def key_order(key: str) -> bytes:
 
 def fleet_head_leaf(key: str, count: int, head: bytes) -> bytes:
     """The leaf of the fleet-head tree: RFC 8785 JSON {"count", "head", "key"}."""
-    body = json.dumps({"count": count, "head": head.hex(), "key": key},
-                      ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    body = json.dumps(
+        {"count": count, "head": head.hex(), "key": key},
+        ensure_ascii=False,
+        separators=(",", ":"),
+        sort_keys=True,
+    )
     return hash_leaf(body.encode("utf-8"))
 
 
@@ -122,8 +126,13 @@ class FleetHead:
 # -- checking a packet's fleet heads ----------------------------------------------------
 
 
-def check_fleet(fleet: Any, needed: set[str], leaves: Mapping[int, bytes],
-                carried: Mapping[int, set[str]], checkpoint: Checkpoint) -> int:
+def check_fleet(
+    fleet: Any,
+    needed: set[str],
+    leaves: Mapping[int, bytes],
+    carried: Mapping[int, set[str]],
+    checkpoint: Checkpoint,
+) -> int:
     """Raise ProofError unless `fleet` (a bundle's `fleet` member) proves, against the
     checkpoint, that the packet holds every fleet entry of each key in `needed`: the key's
     committed (count, head) is the chain of the listed seqs' leaves, or committed
@@ -131,12 +140,16 @@ def check_fleet(fleet: Any, needed: set[str], leaves: Mapping[int, bytes],
     (carried or withheld); `carried` a carried fleet entry's seq to its keys. Returns the
     number of keys with entries."""
     if checkpoint.fleet_count is None or checkpoint.fleet_root is None:
-        raise ProofError(f"fleet: the checkpoint of tree size {checkpoint.size} commits to no fleet heads (signed "
-                         "before checkpoints did): the packet cannot prove it holds every fleet event touching the "
-                         "tenant's allocations; a packet on a newer checkpoint can")
+        raise ProofError(
+            f"fleet: the checkpoint of tree size {checkpoint.size} commits to no fleet heads "
+            "(signed before checkpoints did): the packet cannot prove it holds every fleet "
+            "event touching the tenant's allocations; a packet on a newer checkpoint can"
+        )
     if not isinstance(fleet, dict) or not isinstance(fleet.get("heads"), list):
-        raise ProofError("fleet: the bundle carries no fleet heads: it cannot prove it holds every fleet event "
-                         "touching the tenant's allocations")
+        raise ProofError(
+            "fleet: the bundle carries no fleet heads: it cannot prove it holds every fleet event "
+            "touching the tenant's allocations"
+        )
     heads = _proven_heads(fleet["heads"], checkpoint)
     by_key = {item["key"]: item for item in heads}
     for key in sorted(needed, key=key_order):
@@ -153,39 +166,60 @@ def _proven_heads(items: list[Any], checkpoint: Checkpoint) -> list[dict[str, An
     by_index: dict[int, dict[str, Any]] = {}
     for item in items:
         key, count, index = item["key"], item["count"], item["index"]
-        if not isinstance(key, str) or not isinstance(count, int) or not isinstance(index, int) or count < 1:
+        if (
+            not isinstance(key, str)
+            or not isinstance(count, int)
+            or not isinstance(index, int)
+            or count < 1
+        ):
             raise ProofError(f"fleet: a head item is malformed: {str(item)[:80]}")
         proof = [bytes.fromhex(h) for h in item["proof"]]
         leaf = fleet_head_leaf(key, count, bytes.fromhex(item["head"]))
         try:
             verify_inclusion(index, checkpoint.fleet_count, leaf, proof, checkpoint.fleet_root)
         except ProofError as exc:
-            raise ProofError(f"fleet key {key!r}: the checkpoint does not commit to count {count}, "
-                             f"head {item['head']}: {exc}") from None
+            raise ProofError(
+                f"fleet key {key!r}: the checkpoint does not commit to count {count}, "
+                f"head {item['head']}: {exc}"
+            ) from None
         if by_index.setdefault(index, item) is not item:
             raise ProofError(f"fleet: two head items at index {index}")
     return [by_index[i] for i in sorted(by_index)]
 
 
-def _check_chain(item: dict[str, Any], leaves: Mapping[int, bytes], carried: Mapping[int, set[str]]) -> None:
+def _check_chain(
+    item: dict[str, Any], leaves: Mapping[int, bytes], carried: Mapping[int, set[str]]
+) -> None:
     key, count, seqs = item["key"], item["count"], item.get("seqs")
-    if not isinstance(seqs, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seqs):
-        raise ProofError(f"fleet key {key!r}: the checkpoint commits to {count} entries, the packet lists none")
+    if not isinstance(seqs, list) or not all(
+        isinstance(s, int) and not isinstance(s, bool) for s in seqs
+    ):
+        raise ProofError(
+            f"fleet key {key!r}: the checkpoint commits to {count} entries, the packet lists none"
+        )
     if seqs != sorted(set(seqs)):
         raise ProofError(f"fleet key {key!r}: its seqs are not in increasing order")
     if len(seqs) != count:
-        raise ProofError(f"fleet key {key!r}: the checkpoint commits to {count} entries, "
-                         f"the packet holds {len(seqs)}: fleet entries were left out")
+        raise ProofError(
+            f"fleet key {key!r}: the checkpoint commits to {count} entries, "
+            f"the packet holds {len(seqs)}: fleet entries were left out"
+        )
     missing = [s for s in seqs if s not in leaves]
     if missing:
-        raise ProofError(f"fleet key {key!r}: the checkpoint commits to {count} entries, the packet lacks "
-                         f"seq {missing[0]}: a fleet entry was left out")
+        raise ProofError(
+            f"fleet key {key!r}: the checkpoint commits to {count} entries, the packet lacks "
+            f"seq {missing[0]}: a fleet entry was left out"
+        )
     stray = next((s for s in seqs if s in carried and key not in carried[s]), None)
     if stray is not None:
-        raise ProofError(f"fleet key {key!r}: seq {stray} is listed under it but does not touch it")
+        raise ProofError(
+            f"fleet key {key!r}: seq {stray} is listed under it but does not touch it"
+        )
     if chain_of(leaves[s] for s in seqs) != bytes.fromhex(item["head"]):
-        raise ProofError(f"fleet key {key!r}: the packet's {count} entries do not give the head the checkpoint "
-                         f"commits to: fleet entries were left out or replaced")
+        raise ProofError(
+            f"fleet key {key!r}: the packet's {count} entries do not give the head the checkpoint "
+            f"commits to: fleet entries were left out or replaced"
+        )
 
 
 def _check_absent(key: str, heads: list[dict[str, Any]], count: int) -> None:
@@ -198,5 +232,7 @@ def _check_absent(key: str, heads: list[dict[str, Any]], count: int) -> None:
     right = min((h["index"] for h in above), default=count)
     if count == 0 or right == left + 1:
         return
-    raise ProofError(f"fleet key {key!r}: the packet holds neither the checkpoint's head for it nor neighbours "
-                     "proving it has none: its fleet entries cannot be shown complete")
+    raise ProofError(
+        f"fleet key {key!r}: the packet holds neither the checkpoint's head for it nor neighbours "
+        "proving it has none: its fleet entries cannot be shown complete"
+    )

@@ -32,7 +32,6 @@ from ledger.proofs import Checkpoint, ProofError, merkle_root
 from ledger.tables import checkpoint_fleet, checkpoints, entries
 
 Heads = dict[str, tuple[int, bytes]]  # key -> (count, head)
-_NONE = Checkpoint("", 0, bytes(32), bytes(32), 0, bytes(32), "")  # a note with no fleet line
 
 
 def fleet_root(heads: list[FleetHead]) -> bytes:
@@ -40,16 +39,24 @@ def fleet_root(heads: list[FleetHead]) -> bytes:
 
 
 def sorted_heads(heads: Heads) -> list[FleetHead]:
-    return sorted((FleetHead(k, c, h) for k, (c, h) in heads.items()), key=lambda h: key_order(h.key))
+    return sorted(
+        (FleetHead(k, c, h) for k, (c, h) in heads.items()), key=lambda h: key_order(h.key)
+    )
 
 
-def keyed_fleet_entries(conn: Connection, after: int, upto: int) -> Iterator[tuple[int, bytes, set[str]]]:
+def keyed_fleet_entries(
+    conn: Connection, after: int, upto: int
+) -> Iterator[tuple[int, bytes, set[str]]]:
     """(seq, leaf, keys) of each fleet entry of a keyed type with after < seq ≤ upto, in seq order.
     The tenant is tested here, not in SQL: there SQLite would read every fleet entry through
     the tenant index instead of the seq range through the primary key."""
-    query = (select(entries.c.seq, entries.c.type, entries.c.tenant, entries.c.event, entries.c.leaf_hash)
-             .where(entries.c.type.in_(KEYED_TYPES), entries.c.seq > after, entries.c.seq <= upto)
-             .order_by(entries.c.seq))
+    query = (
+        select(
+            entries.c.seq, entries.c.type, entries.c.tenant, entries.c.event, entries.c.leaf_hash
+        )
+        .where(entries.c.type.in_(KEYED_TYPES), entries.c.seq > after, entries.c.seq <= upto)
+        .order_by(entries.c.seq)
+    )
     for row in conn.execute(query):
         keys = entry_keys(row.type, row.event) if row.tenant is None else set()
         if keys:
@@ -66,8 +73,10 @@ def extend_heads(heads: Heads, conn: Connection, after: int, upto: int) -> None:
 def require_fleet_table(conn: Connection) -> None:
     """A store from before the fleet heads is upgraded by `gpuledger init`, never silently."""
     if not conn.dialect.has_table(conn, "checkpoint_fleet"):
-        raise LedgerError("--db: this store was made before checkpoints committed to the fleet's heads: "
-                          "run `gpuledger init` once to upgrade it (it adds a table; no row changes)")
+        raise LedgerError(
+            "--db: this store was made before checkpoints committed to the fleet's heads: "
+            "run `gpuledger init` once to upgrade it (it adds a table; no row changes)"
+        )
 
 
 def current_fleet_heads(conn: Connection, size: int) -> list[FleetHead]:
@@ -81,9 +90,12 @@ def current_fleet_heads(conn: Connection, size: int) -> list[FleetHead]:
 def _last_committed(conn: Connection, size: int) -> tuple[Heads, int]:
     """The heads the newest checkpoint of at most `size` commits to, and its size; nothing
     and 0 when it commits to none, or its stored heads do not give its signed root."""
-    row = conn.execute(select(checkpoints.c.checkpoint_seq, checkpoints.c.tree_size, checkpoints.c.note)
-                       .where(checkpoints.c.tree_size <= size)
-                       .order_by(checkpoints.c.checkpoint_seq.desc()).limit(1)).first()
+    row = conn.execute(
+        select(checkpoints.c.checkpoint_seq, checkpoints.c.tree_size, checkpoints.c.note)
+        .where(checkpoints.c.tree_size <= size)
+        .order_by(checkpoints.c.checkpoint_seq.desc())
+        .limit(1)
+    ).first()
     if row is None:
         return {}, 0
     body = _note_body(row.note)
@@ -102,18 +114,36 @@ def _note_body(note: str) -> Checkpoint | None:
         return None
 
 
+def _commits_fleet(note: str) -> bool:
+    body = _note_body(note)
+    return body is not None and body.fleet_root is not None
+
+
 def store_fleet_heads(conn: Connection, checkpoint_seq: int, heads: list[FleetHead]) -> None:
     if heads:
-        conn.execute(insert(checkpoint_fleet), [
-            {"checkpoint_seq": checkpoint_seq, "fleet_key": h.key, "entry_count": h.count, "head_hash": h.head}
-            for h in heads
-        ])
+        conn.execute(
+            insert(checkpoint_fleet),
+            [
+                {
+                    "checkpoint_seq": checkpoint_seq,
+                    "fleet_key": h.key,
+                    "entry_count": h.count,
+                    "head_hash": h.head,
+                }
+                for h in heads
+            ],
+        )
 
 
 def stored_fleet_heads(conn: Connection, checkpoint_seq: int) -> list[FleetHead]:
     query = select(checkpoint_fleet).where(checkpoint_fleet.c.checkpoint_seq == checkpoint_seq)
-    return sorted((FleetHead(r.fleet_key, int(r.entry_count), bytes(r.head_hash)) for r in conn.execute(query)),
-                  key=lambda h: key_order(h.key))
+    return sorted(
+        (
+            FleetHead(r.fleet_key, int(r.entry_count), bytes(r.head_hash))
+            for r in conn.execute(query)
+        ),
+        key=lambda h: key_order(h.key),
+    )
 
 
 # -- a tenant's bundle ------------------------------------------------------------------
@@ -121,8 +151,9 @@ def stored_fleet_heads(conn: Connection, checkpoint_seq: int) -> list[FleetHead]
 
 def tenant_fleet_keys(conn: Connection, tenant: str, size: int) -> set[str]:
     """The fleet keys of every allocation granted to `tenant` up to `size`."""
-    query = select(entries.c.event).where(entries.c.tenant == tenant, entries.c.type == "allocation.granted",
-                                          entries.c.seq <= size)
+    query = select(entries.c.event).where(
+        entries.c.tenant == tenant, entries.c.type == "allocation.granted", entries.c.seq <= size
+    )
     keys: set[str] = set()
     for (event,) in conn.execute(query):
         data = json.loads(event).get("data")
@@ -141,7 +172,9 @@ def covering_fleet_seqs(conn: Connection, tenant: str, size: int) -> dict[str, l
     return found
 
 
-def fleet_section(conn: Connection, checkpoint: Any, tenant: str) -> tuple[dict[str, Any], set[int]]:
+def fleet_section(
+    conn: Connection, checkpoint: Any, tenant: str
+) -> tuple[dict[str, Any], set[int]]:
     """A bundle's `fleet` member for checkpoint row `checkpoint`, and the seqs it lists:
     for each key of the tenant's allocations, its committed head with its inclusion proof
     in the fleet-head tree and the seqs of its entries, or the committed neighbours that
@@ -149,12 +182,16 @@ def fleet_section(conn: Connection, checkpoint: Any, tenant: str) -> tuple[dict[
     number, size = int(checkpoint.checkpoint_seq), int(checkpoint.tree_size)
     body = _note_body(checkpoint.note)
     if body is None or body.fleet_root is None:
-        raise LedgerError(f"checkpoint #{number} was signed before checkpoints committed to the fleet's heads: "
-                          "a packet on it cannot prove its fleet evidence complete; sign a new one")
+        raise LedgerError(
+            f"checkpoint #{number} was signed before checkpoints committed to the fleet's heads: "
+            "a packet on it cannot prove its fleet evidence complete; sign a new one"
+        )
     heads = stored_fleet_heads(conn, number)
     if (len(heads), fleet_root(heads)) != (body.fleet_count, body.fleet_root):
-        raise LedgerError(f"checkpoint #{number}: the stored fleet heads do not give its signed fleet root "
-                          "(`gpuledger verify` names what is wrong)")
+        raise LedgerError(
+            f"checkpoint #{number}: the stored fleet heads do not give its signed fleet root "
+            "(`gpuledger verify` names what is wrong)"
+        )
     leaves = [fleet_head_leaf(h.key, h.count, h.head) for h in heads]
     orders = [key_order(h.key) for h in heads]
     items: dict[int, dict[str, Any]] = {}
@@ -163,8 +200,10 @@ def fleet_section(conn: Connection, checkpoint: Any, tenant: str) -> tuple[dict[
         at = bisect_left(orders, key_order(key))
         if at < len(heads) and heads[at].key == key:
             if len(seqs) != heads[at].count:
-                raise LedgerError(f"checkpoint #{number}: fleet key {key!r} has {len(seqs)} entries up to seq "
-                                  f"{size}, the checkpoint commits to {heads[at].count}")
+                raise LedgerError(
+                    f"checkpoint #{number}: fleet key {key!r} has {len(seqs)} entries up to seq "
+                    f"{size}, the checkpoint commits to {heads[at].count}"
+                )
             items[at] = {**_head_item(heads[at], at, leaves), "seqs": seqs}
             listed.update(seqs)
         else:  # absent: its neighbours in key order prove it
@@ -175,8 +214,13 @@ def fleet_section(conn: Connection, checkpoint: Any, tenant: str) -> tuple[dict[
 
 
 def _head_item(head: FleetHead, index: int, leaves: list[bytes]) -> dict[str, Any]:
-    return {"key": head.key, "count": head.count, "head": head.head.hex(), "index": index,
-            "proof": [h.hex() for h in inclusion_path(index, leaves)]}
+    return {
+        "key": head.key,
+        "count": head.count,
+        "head": head.head.hex(),
+        "index": index,
+        "proof": [h.hex() for h in inclusion_path(index, leaves)],
+    }
 
 
 # -- verify -----------------------------------------------------------------------------
@@ -185,12 +229,17 @@ def _head_item(head: FleetHead, index: int, leaves: list[bytes]) -> dict[str, An
 def fleet_heads_problem(conn: Connection) -> tuple[int, str] | None:
     """(tree size, message) of the first checkpoint whose stored fleet heads, or the fleet
     root its note signs, differ from what the entries give; None when all agree."""
-    rows = conn.execute(select(checkpoints.c.checkpoint_seq, checkpoints.c.tree_size, checkpoints.c.note)
-                        .order_by(checkpoints.c.tree_size, checkpoints.c.checkpoint_seq)).all()
-    if not conn.dialect.has_table(conn, "checkpoint_fleet"):
-        committing = next((r for r in rows if (_note_body(r.note) or _NONE).fleet_root is not None), None)
-        return None if committing is None else (int(committing.tree_size), f"checkpoint #{committing.checkpoint_seq}: "
-                                                "its note commits to fleet heads, and no checkpoint_fleet table is stored")
+    rows = conn.execute(
+        select(checkpoints.c.checkpoint_seq, checkpoints.c.tree_size, checkpoints.c.note).order_by(
+            checkpoints.c.tree_size, checkpoints.c.checkpoint_seq
+        )
+    ).all()
+    if not conn.dialect.has_table(conn, "checkpoint_fleet"):  # a store from before the table
+        committing = next((r for r in rows if _commits_fleet(r.note)), None)
+        if committing is None:
+            return None
+        return int(committing.tree_size), (f"checkpoint #{committing.checkpoint_seq}: its note "
+                                           "commits to fleet heads; no checkpoint_fleet is stored")
     heads: Heads = {}
     done = 0
     for row in rows:
@@ -203,22 +252,32 @@ def fleet_heads_problem(conn: Connection) -> tuple[int, str] | None:
     return None
 
 
-def _checkpoint_fleet_problem(conn: Connection, number: int, note: str, expected: list[FleetHead]) -> str | None:
+def _checkpoint_fleet_problem(
+    conn: Connection, number: int, note: str, expected: list[FleetHead]
+) -> str | None:
     stored = stored_fleet_heads(conn, number)
     body = _note_body(note)
     if body is None or body.fleet_root is None:
-        return f"{len(stored)} fleet heads are stored, but its note commits to none" if stored else None
+        return (
+            f"{len(stored)} fleet heads are stored, but its note commits to none"
+            if stored
+            else None
+        )
     given = {h.key: h for h in stored}
     for head in expected:
         row = given.pop(head.key, None)
         if row != head:
             found = "no row" if row is None else f"count {row.count}, head {row.head.hex()}"
-            return (f"fleet key {head.key!r}: the entries give count {head.count}, head {head.head.hex()}; "
-                    f"checkpoint_fleet holds {found}")
+            return (
+                f"fleet key {head.key!r}: the entries give count {head.count}, "
+                f"head {head.head.hex()}; checkpoint_fleet holds {found}"
+            )
     if given:
         key = min(given, key=key_order)
         return f"fleet key {key!r}: checkpoint_fleet holds a row, but no fleet entry touches it"
     if (body.fleet_count, body.fleet_root) != (len(expected), fleet_root(expected)):
-        return (f"its note signs fleet heads {body.fleet_count} {body.fleet_root.hex()}, the entries give "
-                f"{len(expected)} {fleet_root(expected).hex()}")
+        return (
+            f"its note signs fleet heads {body.fleet_count} {body.fleet_root.hex()}, "
+            f"the entries give {len(expected)} {fleet_root(expected).hex()}"
+        )
     return None

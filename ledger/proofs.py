@@ -243,7 +243,8 @@ class Checkpoint:
         if self.quarantine_count is not None and self.quarantine_head is not None:
             extensions.append(f"quarantine {self.quarantine_count} {self.quarantine_head.hex()}")
         if self.fleet_count is not None and self.fleet_root is not None:
-            extensions.append(f"fleet {self.fleet_count} {base64.b64encode(self.fleet_root).decode()}")
+            fleet_root = base64.b64encode(self.fleet_root).decode()
+            extensions.append(f"fleet {self.fleet_count} {fleet_root}")
         return CheckpointBody(self.origin, self.size, self.root, tuple(extensions)).text()
 
     @classmethod
@@ -266,7 +267,8 @@ class Checkpoint:
         fleet = None
         if "fleet" in extensions:
             f_count, _, f_root = extensions["fleet"].partition(" ")
-            fleet = (parse_decimal(f_count, "checkpoint fleet count"), parse_hash_base64(f_root, "checkpoint fleet root"))
+            fleet = (parse_decimal(f_count, "checkpoint fleet count"),
+                     parse_hash_base64(f_root, "checkpoint fleet root"))
         return cls(body.origin, body.size, body.root, _hex_hash(extensions["chain"], "checkpoint chain head"),
                    parse_decimal(count, "checkpoint tenant count"), parse_hash_base64(tenant_root, "checkpoint tenant root"),
                    extensions["time"], *(quarantine or (None, None)), *(fleet or (None, None)))

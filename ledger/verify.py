@@ -484,8 +484,8 @@ def _check_end(conn: Connection, walk: _Walk) -> Problem | None:
     stored_nodes = conn.execute(select(func.count()).select_from(tree_nodes)).scalar_one()
     if stored_nodes != walk.nodes_seen:
         return Problem(walk.seq + 1, "truncated", f"{stored_nodes} tree nodes are stored, but {walk.seq} entries make {walk.nodes_seen}: leaves are missing past seq {walk.seq}")
-    return (_check_consistency(conn, walk) or _check_quarantine(conn, walk) or _check_cosignatures(conn, walk)
-            or _check_fleet_heads(conn))
+    return (_check_consistency(conn, walk) or _check_quarantine(conn, walk)
+            or _check_cosignatures(conn, walk) or _check_fleet_heads(conn))
 
 
 def _check_fleet_heads(conn: Connection) -> Problem | None:

@@ -171,7 +171,8 @@ def covering_seqs(store: Store, tenant: str, size: int) -> list[int]:
     domains, and fleet changes of their nodes. The checkpoint's fleet heads commit to
     exactly these, so a packet that leaves one out fails verification."""
     with store.reading() as conn:
-        return sorted({seq for seqs in covering_fleet_seqs(conn, tenant, size).values() for seq in seqs})
+        by_key = covering_fleet_seqs(conn, tenant, size)
+    return sorted({seq for seqs in by_key.values() for seq in seqs})
 
 
 def _require_invoice(store: Store, tenant: str, invoice: str) -> None:
