@@ -103,11 +103,14 @@ def build_packet(tenant_entries: int, signer: Signer) -> tuple[dict[str, Any], i
     proof = [merkle_root(leaves[a:b]) for a, b in multiproof_ranges(indices, 0, size)]
     heads = [("acme", len(entries), leaves[entries[-1]["seq"] - 1]), ("other", other_seq, leaves[_last_other(size) - 1])]
     head_leaves = [tenant_head_leaf(*h) for h in heads]
-    body = Checkpoint("bench/ledger", size, root, bytes(32), 2, merkle_root(head_leaves), "2026-02-01T00:00:00Z")
+    # no fleet entry: an empty fleet-head tree proves acme's allocations have none
+    body = Checkpoint("bench/ledger", size, root, bytes(32), 2, merkle_root(head_leaves),
+                      "2026-02-01T00:00:00Z", fleet_count=0, fleet_root=merkle_root([]))
     bundle = {"version": 1, "tenant": "acme", "checkpoint": signer.sign(body.text()), "entries": entries,
               "inclusion": [h.hex() for h in proof],
               "tenant_head": {"tenant_seq": len(entries), "leaf": heads[0][2].hex(), "index": 0,
-                              "proof": [h.hex() for h in inclusion_path(0, head_leaves)]}}
+                              "proof": [h.hex() for h in inclusion_path(0, head_leaves)]},
+              "fleet": {"heads": []}}
     findings = json.loads(json.dumps(reconcile_entries(entries, invoice="INV-month").as_json()))
     return {"version": 1, "kind": "gpuledger-dispute", "tenant": "acme", "invoice_id": "INV-month",
             "findings": findings, "bundle": bundle}, size

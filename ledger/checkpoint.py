@@ -1,4 +1,5 @@
-"""Signing checkpoints: the tree head, the chain head and the per-tenant heads, under the
+"""Signing checkpoints: the tree head, the chain head, the per-tenant heads and the fleet
+heads (ledger/fleet_store.py), under the
 append lock so that no batch lands between reading the head and signing it.
 
 Reads are O(T log n) for T tenants: the tenants come from a loose scan of the
@@ -14,6 +15,7 @@ from sqlalchemy import Connection, func, insert, select
 
 from ledger.append import utc_now
 from ledger.errors import LedgerError, StoreWriteFailed
+from ledger.fleet_store import current_fleet_heads, fleet_root, store_fleet_heads
 from ledger.merkle import inclusion_path
 from ledger.note import NoteError, Signer, check_key_name
 from ledger.proofs import Checkpoint, ProofError, merkle_root, tenant_head_leaf, tenant_order
@@ -106,8 +108,10 @@ def sign_checkpoint(store: Store, signer: Signer, origin: str = DEFAULT_ORIGIN,
             raise LedgerError("the ledger is empty: there is nothing to sign")
         size = int(head.seq)
         heads = current_tenant_heads(conn)
+        fleet = current_fleet_heads(conn, size)
         body = Checkpoint(origin, size, TreeReader(conn).root(size), bytes(head.chain_hash),
-                          len(heads), tenant_root(heads), format_utc(utc_now()), *quarantine_head(conn))
+                          len(heads), tenant_root(heads), format_utc(utc_now()),
+                          *quarantine_head(conn), len(fleet), fleet_root(fleet))
         note = sign_body(signer, body)
         number = conn.execute(select(func.coalesce(func.max(checkpoints.c.checkpoint_seq), 0))).scalar_one() + 1
         conn.execute(insert(checkpoints).values(
@@ -120,6 +124,7 @@ def sign_checkpoint(store: Store, signer: Signer, origin: str = DEFAULT_ORIGIN,
                 {"checkpoint_seq": number, "tenant": h.tenant, "tenant_seq": h.tenant_seq, "leaf_hash": h.leaf}
                 for h in heads
             ])
+        store_fleet_heads(conn, number, fleet)
         signed = SignedCheckpoint(number, body, note)
         if before_commit is not None:
             before_commit(conn, signed)

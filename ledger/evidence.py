@@ -14,10 +14,17 @@ that the carried consistency proof shows extends it; smaller is stale, anything 
 
 Completeness rule: the tenant's entries in the bundle must carry tenant_seq 1..n exactly,
 where (n, leaf) is the head the checkpoint commits to, and the n-th must have that leaf.
+
+Fleet completeness rule (ledger/fleet_heads.py): for every fleet key of the tenant's
+allocations, the bundle's `fleet` member holds the checkpoint's committed (count, head)
+with the seqs of the key's entries, each carried or withheld, whose leaves chain to that
+head; or committed neighbours proving the key has no entry. A checkpoint that commits to
+no fleet heads (signed before they existed) cannot prove it: its bundles are refused.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,6 +32,8 @@ from sqlalchemy import Connection, select
 
 from ledger.checkpoint import tenant_head_proof
 from ledger.errors import LedgerError
+from ledger.fleet_heads import allocation_keys, check_fleet, entry_keys
+from ledger.fleet_store import fleet_section
 from ledger.hashing import entry_bytes, leaf_hash
 from ledger.note import NoteError, Verifier
 from ledger.proofs import Checkpoint, ProofError, verify_consistency, verify_multiproof, verify_tenant_head
@@ -66,6 +75,12 @@ def build_bundle(store: Store, tenant: str, fleet_seqs: Iterable[int] = (), chec
             "tenant_head": {"tenant_seq": head.tenant_seq, "leaf": head.leaf.hex(), "index": head.index,
                             "proof": [h.hex() for h in head.proof]},
         }
+        fleet, listed = fleet_section(conn, checkpoint, tenant)
+        unsupplied = sorted(listed - {r["seq"] for r in rows + withheld})
+        if unsupplied:
+            raise LedgerError(f"fleet entry seq {unsupplied[0]} touches {tenant!r}'s allocations: "
+                              "the bundle must carry it or withhold it")
+        bundle["fleet"] = fleet
         if withheld:
             bundle["withheld"] = [{"seq": r["seq"], "leaf": entry_leaf(_entry_json(r)).hex()} for r in withheld]
         if since_checkpoint_seq is not None:
@@ -150,6 +165,7 @@ def verify_bundle(bundle: dict[str, Any], verifier: Verifier, earlier_checkpoint
             raise ProofError("an entry appears twice")
         verify_multiproof(checkpoint.size, leaves, [bytes.fromhex(h) for h in bundle["inclusion"]], checkpoint.root)
         _check_complete(tenant, items, bundle["tenant_head"], checkpoint)
+        _check_fleet(bundle, tenant, items, leaves, checkpoint)
         if earlier_checkpoint is not None:
             _check_consistent(bundle, verifier, earlier_checkpoint, checkpoint)
     except NoteError as exc:
@@ -172,6 +188,22 @@ def _check_complete(tenant: str, items: list[dict[str, Any]], head: dict[str, An
                          f"missing tenant_seq {missing[:5]}{'…' if len(missing) > 5 else ''}")
     if entry_leaf(own[-1]) != bytes.fromhex(head["leaf"]):
         raise ProofError("the tenant's last entry is not the head the checkpoint commits to")
+
+
+def _check_fleet(bundle: dict[str, Any], tenant: str, items: list[dict[str, Any]],
+                 leaves: dict[int, bytes], checkpoint: Checkpoint) -> None:
+    """Every fleet entry touching one of the tenant's allocations is in the bundle
+    (carried, or withheld by its leaf), as the checkpoint's fleet heads say."""
+    needed: set[str] = set()
+    carried: dict[int, set[str]] = {}
+    for entry in items:
+        if entry["tenant"] == tenant and entry["type"] == "allocation.granted":
+            data = json.loads(entry["event"]).get("data")
+            needed |= allocation_keys(data) if isinstance(data, dict) else set()
+        elif entry["tenant"] is None:
+            carried[entry["seq"]] = entry_keys(entry["type"], entry["event"])
+    by_seq = {index + 1: leaf for index, leaf in leaves.items()}
+    check_fleet(bundle.get("fleet"), needed, by_seq, carried, checkpoint)
 
 
 def _check_consistent(bundle: dict[str, Any], verifier: Verifier, earlier_note: str, checkpoint: Checkpoint) -> None:

@@ -221,8 +221,10 @@ class CheckpointBody:
 @dataclass(frozen=True)
 class Checkpoint:
     """gpuledger's checkpoint: origin, size, root, then the extension lines `chain <hex>`,
-    `tenants <count> <base64 root>`, `time <RFC 3339>` and (since the quarantine is
-    chained) `quarantine <count> <hex head>`. Other extension lines are ignored."""
+    `tenants <count> <base64 root>`, `time <RFC 3339>`, (since the quarantine is
+    chained) `quarantine <count> <hex head>` and (since checkpoints commit to the fleet's
+    heads, ledger/fleet_heads.py) `fleet <count> <base64 root>`. Other extension lines
+    are ignored."""
 
     origin: str
     size: int
@@ -233,6 +235,8 @@ class Checkpoint:
     time: str
     quarantine_count: int | None = None
     quarantine_head: bytes | None = None
+    fleet_count: int | None = None
+    fleet_root: bytes | None = None
 
     def text(self) -> str:
         extensions = [f"chain {self.chain_head.hex()}",
@@ -240,6 +244,9 @@ class Checkpoint:
                       f"time {self.time}"]
         if self.quarantine_count is not None and self.quarantine_head is not None:
             extensions.append(f"quarantine {self.quarantine_count} {self.quarantine_head.hex()}")
+        if self.fleet_count is not None and self.fleet_root is not None:
+            fleet_root = base64.b64encode(self.fleet_root).decode()
+            extensions.append(f"fleet {self.fleet_count} {fleet_root}")
         return CheckpointBody(self.origin, self.size, self.root, tuple(extensions)).text()
 
     @classmethod
@@ -259,9 +266,14 @@ class Checkpoint:
         if "quarantine" in extensions:
             q_count, _, q_head = extensions["quarantine"].partition(" ")
             quarantine = (parse_decimal(q_count, "checkpoint quarantine count"), _hex_hash(q_head, "checkpoint quarantine head"))
+        fleet = None
+        if "fleet" in extensions:
+            f_count, _, f_root = extensions["fleet"].partition(" ")
+            fleet = (parse_decimal(f_count, "checkpoint fleet count"),
+                     parse_hash_base64(f_root, "checkpoint fleet root"))
         return cls(body.origin, body.size, body.root, _hex_hash(extensions["chain"], "checkpoint chain head"),
                    parse_decimal(count, "checkpoint tenant count"), parse_hash_base64(tenant_root, "checkpoint tenant root"),
-                   extensions["time"], *(quarantine or (None, None)))
+                   extensions["time"], *(quarantine or (None, None)), *(fleet or (None, None)))
 
 
 def _hex_hash(text: str, what: str) -> bytes:

@@ -107,6 +107,17 @@ checkpoint_tenants = Table(
     Column("leaf_hash", LargeBinary, nullable=False),
 )
 
+#: The fleet heads each checkpoint commits to (its note's `fleet` line is their tree,
+#: ledger/fleet_heads.py): per fleet key, how many fleet entries touch it and their chain.
+checkpoint_fleet = Table(
+    "checkpoint_fleet",
+    metadata,
+    Column("checkpoint_seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("fleet_key", Text, primary_key=True),
+    Column("entry_count", BigInteger, nullable=False),
+    Column("head_hash", LargeBinary, nullable=False),
+)
+
 #: Witnesses' cosignatures on stored checkpoints (c2sp.org/tlog-cosignature), gathered
 #: after signing: `line` is the note signature line exactly as the witness wrote it.
 cosignatures = Table(
@@ -132,4 +143,4 @@ sealed_pages = Table(
 
 #: The tables no row of which may change once written.
 APPEND_ONLY = ("entries", "batches", "quarantine", "tree_nodes", "checkpoints", "checkpoint_tenants", "cosignatures",
-               "sealed_pages")
+               "sealed_pages", "checkpoint_fleet")

@@ -51,6 +51,7 @@ from sqlalchemy.engine import make_url
 from ledger import verify_ranges
 from ledger.arrow_entries import drivers
 from ledger.checkpoint import TenantHead, tenant_root
+from ledger.fleet_store import fleet_heads_problem
 from ledger.hashing import CHAIN_PREFIX, ZERO_HASH, chain_hash, entry_bytes, entry_leaf, leaf_hash
 from ledger.merkle import STORED_MIN_LEVEL, Frontier
 from ledger.note import COSIGNATURE_V1, NoteError, Verifier, split_note
@@ -542,7 +543,15 @@ def _check_end(conn: Connection, walk: _Walk) -> Problem | None:
     stored_nodes = conn.execute(select(func.count()).select_from(tree_nodes)).scalar_one()
     if stored_nodes != walk.nodes_seen:
         return Problem(walk.seq + 1, "truncated", f"{stored_nodes} tree nodes are stored, but {walk.seq} entries make {walk.nodes_seen}: leaves are missing past seq {walk.seq}")
-    return _check_consistency(conn, walk) or _check_quarantine(conn, walk) or _check_cosignatures(conn, walk)
+    return (_check_consistency(conn, walk) or _check_quarantine(conn, walk)
+            or _check_cosignatures(conn, walk) or _check_fleet_heads(conn))
+
+
+def _check_fleet_heads(conn: Connection) -> Problem | None:
+    """Each checkpoint's stored fleet heads, and the fleet root its note signs, against the
+    fleet entries up to its size (ledger/fleet_store.py)."""
+    found = fleet_heads_problem(conn)
+    return None if found is None else Problem(found[0], "checkpoint", found[1])
 
 
 def _check_cosignatures(conn: Connection, walk: _Walk) -> Problem | None:

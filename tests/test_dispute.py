@@ -90,8 +90,9 @@ FLEET = [
     fleet("health.fault", "nvl9-fabric", "10:10:30", "fabric://nvl-9", fabric_domain="nvl-9", code="nvlink-down", severity="critical"),
 ]
 ZETA_ONLY_FLEET = FLEET[4:]
-#: What the packet must carry of the fleet: the faults that touch A-acme-1 and their clears.
-TOUCHING_ACME = {"n1-dev2-xid", "n1-dev2-ok", "nvl1-warn"}
+#: What the packet must carry of the fleet: every fleet entry of A-acme-1's node gpu-n1 (the
+#: xid-48 on device 7, which A-acme-1 does not hold, too), fabric nvl-1 and devices 0-3.
+TOUCHING_ACME = {"n1-dev2-xid", "n1-dev2-ok", "nvl1-warn", "n1-dev7-xid"}
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ def test_the_packet_verifies_with_the_public_key_alone(disputed: Disputed) -> No
     assert (code, err) == (0, "")
     said = out.splitlines()
     assert said[0] == (f"ok: invoice INV-acme-01 of acme, 1 lines; {len(ACME_BEFORE + ACME_AFTER)} entries of acme complete "
-                       f"up to tree size {total} and 3 fleet entries, signed by gpuledger; findings recomputed and equal")
+                       f"up to tree size {total} and 4 fleet entries, signed by gpuledger; findings recomputed and equal")
     # then the letter (tests/test_letter.py): stalled_fault 10:05-10:15 at 4 GPUs is 2 400 of 4 800 GPU-s, 4.00 of 8.00
     assert said[1] == ("acme disputes 4.00 USD of the 8.00 USD billed on invoice INV-acme-01: 4.00 USD that the "
                        "provider's own records put on the provider (1 finding below).")
@@ -187,8 +188,9 @@ def test_no_other_tenant_data_appears_in_the_packet(disputed: Disputed) -> None:
     assert {"Z-alloc-9", "zeta-secret-job", "L-zeta-1", "INV-zeta-77", "gpu-n9", "nvl-9", "n9-node-down",
             "slurm://zeta-cluster", "billing://zeta-cloud", "k8s://zeta-node-watch", "node-down"} <= needles
     assert [n for n in needles if n in packet_text] == []
-    # A fleet fault on gpu-n1 that touches none of acme's devices is not acme's business either.
-    assert "n1-dev7-xid" not in packet_text and "xid-48" not in packet_text
+    # A fleet fault on another device of acme's node gpu-n1 is the node's fleet evidence, which
+    # names no tenant: carried, so that the node's faults are provably all there.
+    assert "n1-dev7-xid" in packet_text and "xid-48" in packet_text
 
 
 def drop_a_tenant_entry(p: dict[str, Any], _: Disputed) -> None:
@@ -277,16 +279,16 @@ def lower_the_tenant_head(p: dict[str, Any], _: Disputed) -> None:
 
 #: Each alteration, and the start of the one-line reason verify-packet must give.
 TAMPERS: dict[str, tuple[Callable[[dict[str, Any], Disputed], None], str]] = {
-    "a tenant entry dropped": (drop_a_tenant_entry, "bundle: multi-leaf proof for 14 leaves of 24:"),
+    "a tenant entry dropped": (drop_a_tenant_entry, "bundle: multi-leaf proof for 15 leaves of 24:"),
     "a tenant entry dropped, the rest proven": (
         drop_a_tenant_entry_and_prove_the_rest,
         "bundle: the tenant's entries are incomplete: the checkpoint commits to 12, missing tenant_seq [5]"),
-    "the fleet fault dropped": (drop_the_fault, "bundle: multi-leaf proof for 14 leaves of 24:"),
+    "the fleet fault dropped": (drop_the_fault, "bundle: multi-leaf proof for 15 leaves of 24:"),
     "the fleet fault dropped, the rest proven": (
         drop_the_fault_and_prove_the_rest,
-        "findings.lines[0] (line L-acme-1).categories: missing from the packet: idle_unexplained; not recomputed: stalled_fault"),
-    "the granted gpus changed": (change_the_granted_gpus, "bundle: multi-leaf proof of 15 leaves: computed root"),
-    "the billed amount changed": (change_the_billed_amount, "bundle: multi-leaf proof of 15 leaves: computed root"),
+        "bundle: fleet key 'node:gpu-n1': the checkpoint commits to 3 entries, the packet lacks seq"),
+    "the granted gpus changed": (change_the_granted_gpus, "bundle: multi-leaf proof of 16 leaves: computed root"),
+    "the billed amount changed": (change_the_billed_amount, "bundle: multi-leaf proof of 16 leaves: computed root"),
     "a finding's gpu_seconds changed": (
         change_a_finding_gpu_seconds,
         "findings.lines[0] (line L-acme-1).categories.stalled_fault.gpu_seconds: the packet says 2401, recomputed 2400"),
@@ -299,7 +301,7 @@ TAMPERS: dict[str, tuple[Callable[[dict[str, Any], Disputed], None], str]] = {
     "the older checkpoint swapped in": (swap_in_the_older_checkpoint, "bundle: seq 14 is outside the checkpoint's tree of 10"),
     "another key's checkpoint swapped in": (
         swap_in_another_keys_checkpoint, "bundle: checkpoint: the note carries no signature by gpuledger (key id"),
-    "a salt changed": (change_a_salt, "bundle: multi-leaf proof of 15 leaves: computed root"),
+    "a salt changed": (change_a_salt, "bundle: multi-leaf proof of 16 leaves: computed root"),
     "another tenant claimed": (claim_another_tenant, "packet.tenant: 'zeta', but the bundle is for 'acme'"),
     "another tenant claimed, bundle too": (claim_another_tenant_throughout, "bundle: seq 1 belongs to another tenant"),
     "the invoice id changed": (
@@ -338,7 +340,7 @@ def test_a_fleet_entry_that_is_no_health_event_is_refused(disputed: Disputed) ->
               "findings": findings, "bundle": bundle}
     code, _, err = verify(disputed, json.loads(json.dumps(packet)))
     assert (code, err) == (1, "FAILED: seq 1: a fleet entry of type 'device.discovered'; a packet's fleet entries "
-                              "are health.fault and health.cleared\n")
+                              "are health.fault, health.cleared, fleet.change\n")
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -408,7 +410,7 @@ def test_dispute_on_postgresql(tmp_path: Path, pg_url: str) -> None:
     altered = copy.deepcopy(d.packet)
     drop_the_fault_and_prove_the_rest(altered, d)
     code, _, err = verify(d, altered)
-    assert code == 1 and err.startswith("FAILED: findings.lines[0] (line L-acme-1).categories")
+    assert code == 1 and err.startswith("FAILED: bundle: fleet key 'node:gpu-n1': the checkpoint commits to 3 entries")
 
 
 # -- fuzzing: whatever is done to a packet, a verdict or an input error, never a crash

@@ -119,13 +119,14 @@ def test_database_refuses_update_and_delete(store: Store, tmp_path: Path, table:
     store.sealed_entries = 8  # so that sealed_pages has rows too
     appender = Appender(store)
     append_stream(appender, [accepted(progress(i), i) for i in range(1, 40)])
-    appender.append([Rejected(Origin("x", 1), "f", "r", b"{}")])
+    fault = event("health.fault", "f1", {"node": "n1", "code": "xid-79"})  # a row in checkpoint_fleet
+    appender.append([accepted(fault, 40), Rejected(Origin("x", 1), "f", "r", b"{}")])
     note = sign_checkpoint(store, Signer.generate("test")).note
     witness = Signer.generate("witness", COSIGNATURE_V1)
     add_cosignatures(store, cosign(witness, note.partition("\n\n")[0] + "\n"), [witness.verifier])
     column = {"entries": "event", "batches": "recorded_at", "quarantine": "reason", "tree_nodes": "hash",
               "checkpoints": "note", "checkpoint_tenants": "tenant_seq", "cosignatures": "line",
-              "sealed_pages": "digest"}[table]
+              "sealed_pages": "digest", "checkpoint_fleet": "entry_count"}[table]
     with store.reading() as conn:
         assert conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one() > 0
     with pytest.raises(DBAPIError, match="append-only"):

@@ -13,26 +13,29 @@ A packet is one JSON object:
                 and the seqs of the entries that decided it (reconcile/packets/claims.py); optional,
                 so packets written before it still verify; checked like the findings
     bundle      ledger.evidence's bundle: the signed checkpoint; every entry of the tenant up
-                to it (canonical event, salt, all hashed columns); the fleet's `health.fault`
-                and `health.cleared` entries that touch one of the tenant's allocations
-                (RULES.md §7 "touches": node, device, fabric_domain) and hold no other
-                tenant's identifier; `withheld`: the seq and leaf hash of each touching
-                fleet entry that does hold one; one multi-leaf inclusion proof of them all;
-                the tenant-head proof; and, with `dispute --since-size N`, `consistency`:
-                the RFC 9162 proof from tree size N to the checkpoint's
+                to it (canonical event, salt, all hashed columns); every fleet entry (faults,
+                clearings, fleet changes) of the fleet keys of the tenant's allocations
+                (ledger/fleet_heads.py) that holds no other tenant's identifier; `withheld`:
+                the seq and leaf hash of each such fleet entry that does hold one; `fleet`:
+                the checkpoint's heads of those keys, proving the set complete; one
+                multi-leaf inclusion proof of them all; the tenant-head proof; and, with
+                `dispute --since-size N`, `consistency`: the RFC 9162 proof from tree size N
+                to the checkpoint's
 
 Other tenants appear only as hashes in the proofs; `build_dispute` refuses (IsolationError)
 a packet any string of which holds another tenant's identifier (reconcile/packets/isolation.py).
 Verification, in this order, names the first check that fails: the packet's shape, the
-bundle (signature, inclusion, the tenant's entries complete up to the checkpoint, and,
-given a previous checkpoint, that this one is the same tree or extends it), that the
-fleet entries are health events and every event agrees with its entry's type and
-tenant, that the findings speak of this tenant's lines on this invoice only, and that
-the engine run on the packet's own entries gives the findings exactly.
+bundle (signature, inclusion, the tenant's entries and its allocations' fleet entries
+complete up to the checkpoint, and, given a previous checkpoint, that this one is the same
+tree or extends it), that the fleet entries are faults, clearings or fleet changes and
+every event agrees with its entry's type and tenant, that the findings speak of this
+tenant's lines on this invoice only, and that the engine run on the packet's own entries
+gives the findings exactly.
 
-What a packet cannot prove: that it holds *every* fleet fault touching the tenant's
-allocations (the checkpoint commits to tenants' heads, not to the fleet's). A provider
-that left one out would still have to present findings that the remaining events give.
+Fleet evidence is complete: the bundle carries every fleet entry (faults, clearings, fleet
+changes) of the fleet keys of the tenant's allocations (ledger/fleet_heads.py), and the
+checkpoint commits to each key's count and chain head, so a packet that leaves one out
+fails verification with the key and counts named.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ from sqlalchemy import func, select
 from ledger import LedgerError, Store
 from ledger.checkpoint import DEFAULT_ORIGIN, sign_checkpoint
 from ledger.evidence import BUNDLE_VERSION, build_bundle, verify_bundle
+from ledger.fleet_heads import KEYED_TYPES
+from ledger.fleet_store import covering_fleet_seqs
 from ledger.note import Signer, Verifier
 from ledger.proofs import Checkpoint, ProofError
 from ledger.tables import entries as entries_table
@@ -150,7 +155,7 @@ def choose_fleet(store: Store, isolation: Isolation, size: int) -> tuple[list[in
     tenant's identifier (canonical bytes cannot be redacted: see docs/packets.md)."""
     carried: list[int] = []
     withheld: list[int] = []
-    seqs = explaining_fleet_seqs(store, isolation.tenant, size)
+    seqs = covering_seqs(store, isolation.tenant, size)
     query = select(*[entries_table.c[f] for f in ("seq", "source", "id", "event")])
     with store.reading() as conn:
         for start in range(0, len(seqs), 500):
@@ -158,6 +163,16 @@ def choose_fleet(store: Store, isolation: Isolation, size: int) -> tuple[list[in
                 clean = isolation.leak_in_entry(dict(row._mapping)) is None
                 (carried if clean else withheld).append(int(row.seq))
     return sorted(carried), sorted(withheld)
+
+
+def covering_seqs(store: Store, tenant: str, size: int) -> list[int]:
+    """Seqs (≤ size) of every fleet entry of the keys of `tenant`'s allocations
+    (ledger/fleet_heads.py): faults and clearings of their nodes, devices and fabric
+    domains, and fleet changes of their nodes. The checkpoint's fleet heads commit to
+    exactly these, so a packet that leaves one out fails verification."""
+    with store.reading() as conn:
+        by_key = covering_fleet_seqs(conn, tenant, size)
+    return sorted({seq for seqs in by_key.values() for seq in seqs})
 
 
 def _require_invoice(store: Store, tenant: str, invoice: str) -> None:
@@ -286,7 +301,7 @@ def _packet_parts(packet: Any) -> tuple[str, str, dict[str, Any], dict[str, Any]
 def _check_bundle_shape(bundle: dict[str, Any]) -> None:
     where = "packet.bundle"
     no_other_members(bundle, ("version", "tenant", "checkpoint", "entries", "inclusion", "tenant_head", "withheld",
-                              "consistency"), where)
+                              "consistency", "fleet"), where)
     for key, kind in (("version", int), ("tenant", str), ("checkpoint", str), ("entries", list), ("inclusion", list)):
         member(bundle, key, kind, where)
     if bundle["version"] != BUNDLE_VERSION:
@@ -340,9 +355,9 @@ def _check_events(items: list[dict[str, Any]]) -> None:
     """Fleet entries are health events; each event's type and tenant are its entry's."""
     for entry in items:
         where = f"seq {entry['seq']}"
-        if entry["tenant"] is None and entry["type"] not in FLEET_TYPES:
+        if entry["tenant"] is None and entry["type"] not in KEYED_TYPES:
             raise PacketError(f"{where}: a fleet entry of type {entry['type']!r}; a packet's fleet entries are "
-                              f"{' and '.join(FLEET_TYPES)}")
+                              f"{', '.join(KEYED_TYPES)}")
         try:
             event = json.loads(entry["event"])
         except json.JSONDecodeError as exc:
