@@ -47,7 +47,7 @@ import duckdb
 from sqlalchemy import func, select
 
 from ledger import LedgerError, Store
-from ledger.checkpoint import DEFAULT_ORIGIN, sign_checkpoint
+from ledger.checkpoint import sign_checkpoint
 from ledger.evidence import BUNDLE_VERSION, build_bundle, verify_bundle
 from ledger.note import Signer, Verifier
 from ledger.proofs import Checkpoint, ProofError
@@ -105,7 +105,6 @@ def build_dispute(store: Store, tenant: str, invoice: str, signer: Signer, since
         raise LedgerError(f"--since-size: {since_size} is not a tree size of this ledger, [1, {before}]")
     isolation = Isolation(tenant_identifiers(store, before), tenant)
     _check_material(store, isolation, before)
-    _raise_leak(isolation, isolation.leak_in_string(f"{DEFAULT_ORIGIN}\n— {signer.name}", "the checkpoint note"))
     signed = latest_cosigned_checkpoint(store) if stored_checkpoint else sign_checkpoint(store, signer)
     size = signed.body.size
     if size != before:  # appends landed in between: what they add is checked by the gate below
@@ -145,19 +144,11 @@ def _raise_leak(isolation: Isolation, leak: Leak | None) -> None:
 
 
 def choose_fleet(store: Store, isolation: Isolation, size: int) -> tuple[list[int], list[int]]:
-    """The fleet health entries (seq ≤ size) that touch one of the tenant's allocations,
-    split into those the packet carries and those it withholds because they hold another
-    tenant's identifier (canonical bytes cannot be redacted: see docs/packets.md)."""
-    carried: list[int] = []
-    withheld: list[int] = []
-    seqs = explaining_fleet_seqs(store, isolation.tenant, size)
-    query = select(*[entries_table.c[f] for f in ("seq", "source", "id", "event")])
-    with store.reading() as conn:
-        for start in range(0, len(seqs), 500):
-            for row in conn.execute(query.where(entries_table.c.seq.in_(seqs[start:start + 500]))):
-                clean = isolation.leak_in_entry(dict(row._mapping)) is None
-                (carried if clean else withheld).append(int(row.seq))
-    return sorted(carried), sorted(withheld)
+    """The fleet health entries (seq ≤ size) that touch one of the tenant's allocations:
+    all carried, none withheld. Fleet entries hold no tenant's data (isolation.py says why
+    withholding one would be the attack, not the defence); the split stays for packets
+    that carry `withheld` leaves."""
+    return explaining_fleet_seqs(store, isolation.tenant, size), []
 
 
 def _require_invoice(store: Store, tenant: str, invoice: str) -> None:
