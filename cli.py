@@ -503,12 +503,13 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
     """Write a customer's dispute packet for one invoice: findings, the tenant's entries, proofs, signed checkpoint."""
     import ledger
     from ledger.note import read_signer
-    from reconcile.packets.dispute import IsolationError, build_dispute, write_packet
+    from reconcile.packets.dispute import IsolationError, build_dispute, check_writable, write_packet
     from reconcile.packets.letter import write_letter_beside
 
     store = ledger.Store(db_url)
     signer = read_signer(key_path)
     _require_store(store)
+    check_writable(out)  # before build_dispute signs: a dispute that cannot finish signs nothing
     try:
         packet = build_dispute(store, tenant, invoice, signer, since_size, stored_checkpoint)
     except IsolationError as exc:  # the ledger holds what would leak: a finding, not bad input
@@ -535,12 +536,16 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
               help="A witness's verifier key: require its valid cosignature on the packet's checkpoint. Repeatable.")
 @click.option("--letter", "letter_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the dispute letter (HTML) from this verification's recomputation.")
+@click.option("--tenant", "expect_tenant", default=None,
+              help="Refuse the packet unless it is for this tenant (compared exactly).")
+@click.option("--invoice", "expect_invoice", default=None,
+              help="Refuse the packet unless it is about this invoice (compared exactly).")
 def verify_packet_command(file: Path, pubkey: Path, previous: Path | None, witness_keys: tuple[Path, ...],
-                          letter_path: Path | None) -> None:
+                          letter_path: Path | None, expect_tenant: str | None, expect_invoice: str | None) -> None:
     """Check a dispute packet with the public key alone and recompute its findings; exit 1 names what failed."""
     from ledger.note import COSIGNATURE_V1, read_verifier
     from ledger.witness import CosignatureError, require_cosignatures
-    from reconcile.packets.dispute import PacketError, read_packet, read_previous, verify_dispute
+    from reconcile.packets.dispute import PacketError, check_pinned, read_packet, read_previous, verify_dispute
     from reconcile.packets.letter import build_letter, summary, write_letter
 
     verifier = read_verifier(pubkey)
@@ -549,6 +554,7 @@ def verify_packet_command(file: Path, pubkey: Path, previous: Path | None, witne
     try:
         packet = read_packet(file)
         checked = verify_dispute(packet, verifier, earlier)
+        check_pinned(checked, expect_tenant, expect_invoice)
         require_cosignatures(packet["bundle"]["checkpoint"], witnesses)
     except (PacketError, CosignatureError) as exc:
         click.echo(f"FAILED: {exc}", err=True)

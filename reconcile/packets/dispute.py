@@ -38,6 +38,7 @@ that left one out would still have to present findings that the remaining events
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,13 +54,14 @@ from ledger.note import Signer, Verifier
 from ledger.proofs import Checkpoint, ProofError
 from ledger.tables import entries as entries_table
 from ledger.witness import latest_cosigned_checkpoint
-from reconcile.engine import MoneyOverflow
+from reconcile.engine import MoneyOverflow, Reconciliation
 from reconcile.engine.rules import touching_health
 from reconcile.packets.claims import ClaimMismatch, reconcile_claims
 from reconcile.packets.isolation import Isolation, IsolationError, Leak, check_packet, tenant_identifiers
 from reconcile.packets.untrusted import PacketError, first_difference, hex_string, member, no_other_members, show, typed
 
-__all__ = ["IsolationError", "PacketError", "PacketUnreadable", "VerifiedPacket", "build_dispute", "choose_fleet", "explaining_fleet_seqs", "read_packet", "read_previous",
+__all__ = ["IsolationError", "PacketError", "PacketUnreadable", "VerifiedPacket", "build_dispute", "check_pinned",
+           "check_writable", "choose_fleet", "explaining_fleet_seqs", "read_packet", "read_previous",
            "touches", "verify_dispute", "write_packet"]
 
 PACKET_VERSION = 1
@@ -105,21 +107,46 @@ def build_dispute(store: Store, tenant: str, invoice: str, signer: Signer, since
         raise LedgerError(f"--since-size: {since_size} is not a tree size of this ledger, [1, {before}]")
     isolation = Isolation(tenant_identifiers(store, before), tenant)
     _check_material(store, isolation, before)
+    # Sign last: the findings and claims of the material as it stands are computed, and
+    # gated, before anything is signed, so a dispute that cannot finish signs nothing.
+    material = _material(store, tenant, choose_fleet(store, isolation, before)[0], before)
+    findings, claims = _findings(material, tenant, invoice, before)
+    check_packet(isolation, {"tenant": tenant, "invoice_id": invoice, "findings": findings.as_json(), "claims": claims})
     signed = latest_cosigned_checkpoint(store) if stored_checkpoint else sign_checkpoint(store, signer)
     size = signed.body.size
     if size != before:  # appends landed in between: what they add is checked by the gate below
         isolation = Isolation(tenant_identifiers(store, size), tenant)
     carried, withheld = choose_fleet(store, isolation, size)
     bundle = build_bundle(store, tenant, carried, signed.checkpoint_seq, withheld_seqs=withheld, since_size=since_size)
-    findings, claims = reconcile_claims(bundle["entries"], invoice)
-    if not findings.cells:
-        raise LedgerError(f"--invoice: tenant {tenant!r} has no billing line left on invoice {invoice!r} "
-                          f"after corrections, up to seq {size}")
+    if [e["seq"] for e in bundle["entries"]] != [e["seq"] for e in material]:
+        findings, claims = _findings(bundle["entries"], tenant, invoice, size)
     bundle["checkpoint"] = signed.note  # the signed note, with any cosignatures gathered for it
     packet = {"version": PACKET_VERSION, "kind": PACKET_KIND, "tenant": tenant, "invoice_id": invoice,
               "findings": json.loads(json.dumps(findings.as_json())), "claims": claims, "bundle": bundle}
     check_packet(isolation, packet)
     return packet
+
+
+def _findings(entries: list[dict[str, Any]], tenant: str, invoice: str,
+              size: int) -> tuple[Reconciliation, list[dict[str, Any]]]:
+    findings, claims = reconcile_claims(entries, invoice)
+    if not findings.cells:
+        raise LedgerError(f"--invoice: tenant {tenant!r} has no billing line left on invoice {invoice!r} "
+                          f"after corrections, up to seq {size}")
+    return findings, claims
+
+
+def _material(store: Store, tenant: str, fleet_seqs: list[int], size: int) -> list[dict[str, Any]]:
+    """What the engine reads of the entries a bundle at `size` would carry, in seq order."""
+    columns = [entries_table.c[f] for f in ("seq", "type", "tenant", "event")]
+    query = select(*columns).where(entries_table.c.seq <= size)
+    rows = []
+    with store.reading() as conn:
+        rows += [dict(r._mapping) for r in conn.execute(query.where(entries_table.c.tenant == tenant))]
+        for start in range(0, len(fleet_seqs), 500):
+            rows += [dict(r._mapping) for r in conn.execute(
+                query.where(entries_table.c.seq.in_(fleet_seqs[start:start + 500])))]
+    return sorted(rows, key=lambda r: int(r["seq"]))
 
 
 def _head_size(store: Store) -> int:
@@ -181,6 +208,19 @@ def touches(fault: dict[str, Any], grant: dict[str, Any]) -> bool:
 
 
 # -- files ----------------------------------------------------------------------------
+
+
+def check_writable(path: Path) -> None:
+    """Before anything is signed: the packet and the letter beside it can be written
+    (a dispute that cannot finish signs nothing)."""
+    for target in (path, path.with_suffix(".letter.html")):
+        if target.is_dir():
+            raise LedgerError(f"--out: {target} is a folder")
+        folder = target.parent
+        if not folder.is_dir():
+            raise LedgerError(f"--out: {folder} is not a folder")
+        if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+            raise LedgerError(f"--out: cannot write {target}: permission denied")
 
 
 def write_packet(packet: dict[str, Any], path: Path) -> None:
@@ -253,6 +293,15 @@ def verify_dispute(packet: Any, verifier: Verifier, previous: str | None = None)
     return VerifiedPacket(tenant, invoice, len(findings["lines"]), len(items) - fleet, fleet, checkpoint,
                           len(bundle.get("withheld", [])), previous_size, recomputed, claims,
                           {e["seq"]: e for e in items if e["seq"] in cites})
+
+
+def check_pinned(checked: VerifiedPacket, tenant: str | None, invoice: str | None) -> None:
+    """What the customer expects (`verify-packet --tenant --invoice`), compared exactly: a
+    look-alike is another tenant or invoice. Values are shown escaped (`ascii`), so that
+    `'INV-\\u0430cme'` and `'INV-acme'` differ on the screen too."""
+    for name, expected, found in (("tenant", tenant, checked.tenant), ("invoice_id", invoice, checked.invoice_id)):
+        if expected is not None and expected != found:
+            raise PacketError(f"packet.{name}: expected {ascii(expected)}, found {ascii(found)}")
 
 
 def _packet_parts(packet: Any) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
