@@ -240,3 +240,159 @@ def test_any_line_against_any_allocation_gives_a_packet_that_verifies(case: Case
     assert claimed <= gpus * (end - start)  # nothing claimed beyond what the line bills
     if gpus > case.granted_gpus:  # the GPUs beyond the grant are the provider's whole window long
         assert claimed >= (gpus - case.granted_gpus) * (end - start)
+
+
+# -- a tenant naming its job after a fault code moves no money ----------------------------
+
+def test_a_job_named_after_a_fault_code_hides_no_fault(tmp_path: Path, db_url: str) -> None:
+    """zeta names its job `xid-79`. acme (1 GPU on n1, 10:00-10:20, 12.00) stalls from
+    10:02 to 10:12 while a critical xid-79 is open on n1 (10:03-10:11). By hand: startup
+    10:00-10:01, productive 10:01-10:02 and 10:12-10:13, stalled_fault 10:02-10:12 (600 s
+    over the 300 s threshold, with the fault open): 600 GPU-s, 12.00 × 600 / 1200 = 6.00,
+    the provider's; idle_reserved 10:13-10:20."""
+    zeta = [tenant_event("zeta", "allocation.granted", "zg", 0, "slurm://z", allocation_id="xid-79", gpus=1,
+                         node="n9"),
+            tenant_event("zeta", "job.started", "zs", 0, "slurm://z", job_id="xid-79", allocation_id="xid-79")]
+    acme = [tenant_event("acme", "allocation.granted", "g", 0, allocation_id="A-1", gpus=1, node="n1"),
+            tenant_event("acme", "job.started", "s", 30, job_id="j", allocation_id="A-1"),
+            tenant_event("acme", "job.progress", "p1", 60, job_id="j", step=1),
+            tenant_event("acme", "job.progress", "p2", 120, job_id="j", step=2),
+            event("health.fault", "x", {"node": "n1", "code": "xid-79", "severity": "critical"}, source="dcgm://n1",
+                  time=at(180)),
+            event("health.cleared", "xc", {"node": "n1", "code": "xid-79"}, source="dcgm://n1", time=at(660)),
+            tenant_event("acme", "job.progress", "p3", 720, job_id="j", step=3),
+            tenant_event("acme", "job.completed", "c", 780, job_id="j"),
+            tenant_event("acme", "allocation.released", "r", 1200, allocation_id="A-1"),
+            line("acme", "l", "INV-1", "L-1", "A-1", 0, 1200, 1, "12.00")]
+    url = ledger_of(tmp_path, db_url, zeta + acme)
+    code, out, err = dispute(tmp_path, url)
+    assert (code, err) == (0, ""), err
+    packet = json.loads((tmp_path / "packet.json").read_text())
+    assert [(c["category"], c["bearer"], c["gpu_seconds"], c["amount"]) for c in packet["claims"]] == \
+        [("stalled_fault", "provider", 600, "6.00")]
+    assert "withheld" not in packet["bundle"]
+    assert verify(tmp_path, "--tenant", "acme", "--invoice", "INV-1")[0] == 0
+
+
+# -- random tenants, look-alike and common-word ids, small shared fleets ----------------
+
+#: Strings any packet may hold as data that is no one's identifier: a tenant choosing one
+#: of them as an id puts nothing of its own into another tenant's packet.
+VOCABULARY = ["USD", "whole", "default", "n1", "n2", "xid-79", "critical", "usage"]
+NODES = ["n1", "n2"]
+
+
+def look_alike(value: str, how: str) -> str:
+    if how == "case":
+        return value.swapcase()
+    if how == "fullwidth":
+        return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in value)
+    if how == "zero-width":
+        return value[:1] + "\u200b" + value[1:]
+    if how == "nfd":
+        return value.replace("e", "e\u0301") if "e" in value else value + "e\u0301"
+    return value.replace("a", "\u0430").replace("e", "\u0435").replace("o", "\u043e")  # Cyrillic
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    job: str
+    allocation: str
+    invoice: str
+    node: str
+    gpus: int
+
+
+def pick(draw: st.DrawFn, kind: str, index: int, taken: list[str]) -> str:
+    """A fresh id, a common word, or a look-alike of an id an earlier tenant holds."""
+    source = draw(st.sampled_from(["fresh", "word", "look-alike"] if taken else ["fresh", "word"]))
+    if source == "fresh":
+        return f"{kind}-{index}-{draw(st.integers(1000, 9999))}"
+    if source == "word":
+        return draw(st.sampled_from(VOCABULARY))
+    how = draw(st.sampled_from(["case", "fullwidth", "zero-width", "nfd", "cyrillic"]))
+    return look_alike(draw(st.sampled_from(taken)), how)
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> tuple[list[Tenant], list[tuple[str, int, int]]]:
+    """2 or 3 tenants on 2 shared nodes, each id picked as `pick` does; and up to 3
+    critical faults (node, opened, seconds until cleared)."""
+    tenants: list[Tenant] = []
+    taken: list[str] = []
+    for index in range(draw(st.integers(2, 3))):
+        name = pick(draw, "tenant", index, taken)
+        if name in [t.name for t in tenants]:
+            name = f"tenant-{index}"
+        tenant = Tenant(name, pick(draw, "job", index, taken), pick(draw, "alloc", index, taken),
+                        pick(draw, "INV", index, taken), draw(st.sampled_from(NODES)), draw(st.integers(1, 2)))
+        tenants.append(tenant)
+        taken += [tenant.name, tenant.job, tenant.allocation, tenant.invoice]
+    faults = draw(st.lists(st.tuples(st.sampled_from(NODES), st.integers(0, 1500), st.integers(1, 900)),
+                           max_size=3))
+    return tenants, faults
+
+
+def fleet_events(tenants: list[Tenant], faults: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
+    records = []
+    for i, t in enumerate(tenants):
+        src = f"slurm://c{i}"
+        records += [
+            tenant_event(t.name, "allocation.granted", "g", 0, src, allocation_id=t.allocation, gpus=t.gpus,
+                         node=t.node),
+            tenant_event(t.name, "job.started", "s", 30, src, job_id=t.job, allocation_id=t.allocation),
+            tenant_event(t.name, "job.progress", "p1", 60, src, job_id=t.job, step=1),
+            tenant_event(t.name, "job.progress", "p2", 1000, src, job_id=t.job, step=2),
+            tenant_event(t.name, "job.completed", "c", 1100, src, job_id=t.job),
+            tenant_event(t.name, "allocation.released", "r", 1200, src, allocation_id=t.allocation),
+            tenant_event(t.name, "billing.line", "l", 1200, f"billing://c{i}", invoice_id=t.invoice, line_id="L-1",
+                         allocation_id=t.allocation, period_start=at(0), period_end=at(1200), gpus=t.gpus,
+                         amount="12.00", currency="USD"),
+        ]
+    for k, (node, opened, lasting) in enumerate(faults):
+        records.append(event("health.fault", f"f{k}", {"node": node, "code": "xid-79", "severity": "critical"},
+                             source=f"dcgm://{node}", time=at(opened)))
+        records.append(event("health.cleared", f"f{k}c", {"node": node, "code": "xid-79"},
+                             source=f"dcgm://{node}", time=at(opened + lasting)))
+    return records
+
+
+def strings_of(value: Any) -> set[str]:
+    """Every string of a packet, keys and values, each entry's event parsed and walked."""
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, list):
+        return set().union(*(strings_of(v) for v in value)) if value else set()
+    if isinstance(value, dict):
+        found = set(value)
+        for key, inner in value.items():
+            found |= strings_of(json.loads(inner) if key == "event" else inner)
+        return found
+    return set()
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleet=fleets())
+def test_every_packet_verifies_holds_no_other_tenants_id_and_omits_no_touching_fault(
+        fleet: tuple[list[Tenant], list[tuple[str, int, int]]]) -> None:
+    tenants, faults = fleet
+    with tempfile.TemporaryDirectory() as folder:
+        store = ingested(Path(folder), fleet_events(tenants, faults))
+        try:
+            for t in tenants:
+                packet = json.loads(json.dumps(build_dispute(store, t.name, t.invoice, SIGNER)))
+                checked = verify_dispute(packet, SIGNER.verifier)
+                whole = json.loads(json.dumps(reconcile_store(store, tenant=t.name, invoice=t.invoice).as_json()))
+                assert (checked.tenant, checked.invoice_id) == (t.name, t.invoice)
+                assert checked.findings == packet["findings"] == whole  # no money moved by what is carried
+                own = {t.name, t.job, t.allocation, t.invoice}
+                foreign = {i for o in tenants if o != t for i in (o.name, o.job, o.allocation, o.invoice)}
+                held = strings_of(packet)
+                assert sorted((foreign - own - set(VOCABULARY)) & held) == [], t
+                carried = {(e["source"], e["id"]) for e in packet["bundle"]["entries"] if e["tenant"] is None}
+                touching = {(f"dcgm://{node}", f"f{k}{end}") for k, (node, _, _) in enumerate(faults)
+                            for end in ("", "c") if node == t.node}
+                assert touching <= carried and "withheld" not in packet["bundle"]
+        finally:
+            store.close()
