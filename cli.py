@@ -528,13 +528,14 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
     """Write a customer's dispute packet for one invoice: findings, the tenant's entries, proofs, signed checkpoint."""
     import ledger
     from ledger.note import read_signer
-    from reconcile.packets.dispute import build_dispute, write_packet
+    from reconcile.packets.dispute import build_dispute, check_writable, write_packet
     from reconcile.packets.letter import write_letter_beside
     from reconcile.packets.untrusted import PacketError
 
     store = ledger.Store(db_url)
     signer = read_signer(key_path)
     _require_store(store)
+    check_writable(out)  # before build_dispute signs: a dispute that cannot finish signs nothing
     packet = build_dispute(store, tenant, invoice, signer, since_size, stored_checkpoint)
     try:  # the letter is made from the packet's verification: a packet that fails it is not written
         letter = write_letter_beside(packet, signer.verifier, out)
@@ -562,12 +563,16 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
               help="A witness's verifier key: require its valid cosignature on the packet's checkpoint. Repeatable.")
 @click.option("--letter", "letter_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the dispute letter (HTML) from this verification's recomputation.")
+@click.option("--tenant", "expect_tenant", default=None,
+              help="Refuse the packet unless it is for this tenant (compared exactly).")
+@click.option("--invoice", "expect_invoice", default=None,
+              help="Refuse the packet unless it is about this invoice (compared exactly).")
 def verify_packet_command(file: Path, pubkey: Path, previous: Path | None, witness_keys: tuple[Path, ...],
-                          letter_path: Path | None) -> None:
+                          letter_path: Path | None, expect_tenant: str | None, expect_invoice: str | None) -> None:
     """Check a dispute packet with the public key alone and recompute its findings; exit 1 names what failed."""
     from ledger.note import COSIGNATURE_V1, read_verifier
     from ledger.witness import require_cosignatures
-    from reconcile.packets.dispute import read_packet, read_previous, verify_dispute
+    from reconcile.packets.dispute import check_pinned, read_packet, read_previous, verify_dispute
     from reconcile.packets.letter import build_letter, summary, write_letter
 
     verifier = read_verifier(pubkey)
@@ -575,6 +580,7 @@ def verify_packet_command(file: Path, pubkey: Path, previous: Path | None, witne
     earlier = None if previous is None else read_previous(previous)
     packet = read_packet(file)
     checked = verify_dispute(packet, verifier, earlier)
+    check_pinned(checked, expect_tenant, expect_invoice)
     require_cosignatures(packet["bundle"]["checkpoint"], witnesses)
     click.echo(f"ok: invoice {checked.invoice_id} of {checked.tenant}, {checked.lines} lines; "
                f"{checked.tenant_entries} entries of {checked.tenant} complete up to tree size {checked.checkpoint.size} "

@@ -13,7 +13,6 @@ import csv
 import json
 import re
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -156,20 +155,24 @@ def test_no_packet_holds_another_tenants_identifier(fleet: tuple[Store, Path, in
         text("SELECT event FROM entries WHERE type = 'allocation.granted'"))}
     assert {"whole", "mig", "timeslice"} <= classes
     signer = Signer.generate("fleet.test")
-    withheld_leaks = carried = 0
+    carried = dirty_carried = 0
     for tenant in sorted(flat):
         foreign = set().union(*(v for t, v in flat.items() if t != tenant)) - flat[tenant]
         for invoice in sorted(ids[tenant]["invoice"]):
             packet = json.loads(json.dumps(build_dispute(store, tenant, invoice, signer)))
             assert verify_dispute(packet, signer.verifier).tenant == tenant
-            tokens = {t for s in packet_strings(packet) for t in TOKEN.findall(s)}
+            assert "withheld" not in packet["bundle"]
+            entries = packet["bundle"]["entries"]
+            dirty = [e for e in entries if e["tenant"] is None and leaks(store, e["seq"], foreign)]
+            clean = {**packet, "bundle": {**packet["bundle"], "entries": [e for e in entries if e not in dirty]}}
+            tokens = {t for s in packet_strings(clean) for t in TOKEN.findall(s)}
             assert sorted(tokens & foreign) == [], (tenant, invoice)
-            carried += sum(1 for e in packet["bundle"]["entries"] if e["tenant"] is None)
-            withheld_leaks += sum(1 for w in packet["bundle"].get("withheld", []) if leaks(store, w["seq"], foreign))
-    # Not vacuous: faults on shared nodes touched these tenants, some of them naming another
-    # tenant's job or pod (dcgmi per-job stats, and the two added above): those were
-    # withheld, the clean ones carried.
-    assert carried > 0 and withheld_leaks > 0
+            carried += sum(1 for e in entries if e["tenant"] is None)
+            dirty_carried += len(dirty)
+    # Not vacuous: faults on shared nodes touched these tenants. The two written above as a
+    # per-job dcgmi ingest once wrote them (naming another tenant's pod) are carried whole,
+    # like every fleet entry: none is ever withheld (docs/packets.md says why).
+    assert carried > 0 and dirty_carried > 0
 
 
 def leaks(store: Store, seq: int, foreign: set[str]) -> bool:
@@ -225,61 +228,81 @@ def dispute(folder: Path, url: str) -> tuple[int, str, str]:
                "--out", str(folder / "packet.json"))
 
 
-def test_a_fault_naming_another_tenants_job_is_withheld_the_clean_one_carried(tmp_path: Path, db_url: str) -> None:
+def test_every_touching_fault_is_carried_none_withheld(tmp_path: Path, db_url: str) -> None:
+    """The dirty fault names zeta's job as a per-job dcgmi ingest once wrote it: it is
+    carried all the same (a fleet entry is never withheld, docs/packets.md)."""
     url = ledger_of(tmp_path, db_url, ZETA + ACME[:3] + [CLEAN_FAULT, DIRTY_FAULT] + ACME[3:])
     code, out, err = dispute(tmp_path, url)
     assert (code, err) == (0, "")
-    assert out.splitlines()[0].endswith("; 6 entries of acme and 1 fleet entries; checkpoint of tree size 9; "
-                                        "1 fleet entries withheld (they name another tenant)")  # then the letter's path
-    packet_text = (tmp_path / "packet.json").read_text()
-    assert "zeta" not in packet_text and "f-dirty" not in packet_text and "f-clean" in packet_text
-    packet = json.loads(packet_text)
-    assert [w["seq"] for w in packet["bundle"]["withheld"]] == [6]  # zeta 1, acme 2-4, clean 5, dirty 6
+    assert out.splitlines()[0].endswith("; 6 entries of acme and 2 fleet entries; checkpoint of tree size 9")
+    packet = json.loads((tmp_path / "packet.json").read_text())
+    assert "withheld" not in packet["bundle"]
+    assert [e["seq"] for e in packet["bundle"]["entries"] if e["tenant"] is None] == [5, 6]
     code, out, err = run("verify-packet", str(tmp_path / "packet.json"), "--pubkey", str(tmp_path / "key.pub"))
     assert (code, err) == (0, "") and out.startswith("ok: invoice INV-1 of acme, 1 lines; 6 entries of acme")
-    assert out.splitlines()[0].endswith("; 1 fleet entries withheld (leaf hash only: they name another tenant)")
-    # The withheld entry is proven: dropping it, or changing its leaf, breaks the multi-leaf proof.
-    changes: list[tuple[Callable[[dict[str, Any]], Any], str]] = [
-        (lambda b: b.pop("withheld"), "bundle: multi-leaf proof for 7 leaves of 9: expected 2 hashes, got 1"),
-        (lambda b: b["withheld"][0].update(leaf="00" * 32), "bundle: multi-leaf proof of 8 leaves: computed root")]
-    for change, reason in changes:
-        altered = json.loads(packet_text)
-        change(altered["bundle"])
-        (tmp_path / "altered.json").write_text(json.dumps(altered))
-        code, out, err = run("verify-packet", str(tmp_path / "altered.json"), "--pubkey", str(tmp_path / "key.pub"))
-        assert (code, out) == (1, "") and err.startswith(f"FAILED: {reason}"), err
 
 
-def test_a_tenant_entry_naming_another_tenants_job_refuses_the_packet(tmp_path: Path, db_url: str) -> None:
-    naming = _acme("policy.decision", "d", "10:01:00", decision="preempted", allocation_id="A-1",
-                   reason="preempted by zeta-secret-job")
-    url = ledger_of(tmp_path, db_url, ZETA + ACME[:2] + [naming] + ACME[2:])
+def _preempted_by(**preemptor: Any) -> dict[str, Any]:
+    """A decision on acme's allocation that records who preempted it (an ingestor kept it)."""
+    return _acme("policy.decision", "d", "10:01:00", decision="preempted", allocation_id="A-1",
+                 reason="preempted", preempted_by=preemptor)
+
+
+@pytest.mark.parametrize(("value", "shown"), [
+    ("zeta-secret-job", "'zeta-secret-job',"),
+    ("Zeta-Secret-JOB", "'Zeta-Secret-JOB', a look-alike of 'zeta-secret-job',"),  # case
+    ("ｚｅｔａ-secret-job", "'ｚｅｔａ-secret-job', a look-alike of 'zeta-secret-job',"),  # fullwidth
+    ("zeta\u200b-secret\u00ad-job", "'zeta\\u200b-secret\\xad-job', a look-alike of 'zeta-secret-job',"),
+    ("zеta-sеcrеt-jоb", "'zеta-sеcrеt-jоb', a look-alike of 'zeta-secret-job',"),  # Cyrillic е, о
+    ("ΖΕΤΑ-secret-job", "'ΖΕΤΑ-secret-job', a look-alike of 'zeta-secret-job',"),  # Greek capitals
+])
+def test_another_tenants_identifier_in_an_identifier_field_refuses_the_packet(
+        tmp_path: Path, db_url: str, value: str, shown: str) -> None:
+    url = ledger_of(tmp_path, db_url, ZETA + ACME[:2] + [_preempted_by(job_id=value)] + ACME[2:])
     code, out, err = dispute(tmp_path, url)
     assert (code, out) == (1, "")
-    assert err == ("REFUSED: seq 4 event.data.reason: the packet for 'acme' would hold 'zeta-secret-job', "
+    assert err == (f"REFUSED: seq 4 event.data.preempted_by.job_id: the packet for 'acme' would hold {shown} "
                    "a job id of tenant 'zeta'; nothing written\n")
     assert not (tmp_path / "packet.json").exists()
     assert checkpoints(url) == 0  # refused before anything was signed
 
 
-@pytest.mark.parametrize(("value", "found"), [
-    ("zeta-secret-job", True),
-    ("zeta-secret-job:2:xid-94:2026-01-02T21:09:19Z", True),  # a dcgmi event id built from the job
-    ("ran after zeta-secret-job.", True),
-    ("7965768.batch", True),  # a sacct step of job 7965768
-    ("acme-labs zeta-secret-jobs", False),  # not whole tokens
-    ("9f7965768aa", False),  # inside a hex hash
-    ("ns/pod-a.1 moved", True),  # an identifier with other characters, at token boundaries
-    ("xns/pod-a.1", False),
-])
-def test_identifiers_match_whole_tokens(value: str, found: bool) -> None:
-    isolation = Isolation({"zeta": {"zeta-secret-job": "job", "7965768": "job", "ns/pod-a.1": "pod"},
-                           "acme": {"acme-train": "job"}}, "acme")
-    assert (isolation.leak_in({"data": {"reason": value}}, "e") is not None) is found
+def test_an_nfd_variant_is_caught() -> None:
+    isolation = Isolation({"zeta": {"café-job": "job"}, "acme": {"acme-train": "job"}}, "acme")
+    leak = isolation.leak_in({"data": {"x": {"job_id": "cafe\u0301-job"}}}, "e")
+    assert leak is not None and (leak.identifier, leak.where) == ("café-job", "e.data.x.job_id")
 
 
-def test_keys_and_parsed_events_are_scanned_and_own_identifiers_are_not_foreign() -> None:
-    isolation = Isolation({"zeta": {"shared-name": "job", "zeta": "tenant"}, "acme": {"shared-name": "job"}}, "acme")
-    leak = isolation.leak_in({"entries": [{"event": json.dumps({"data": {"zeta": 1}})}]}, "p")
-    assert leak is not None and (leak.where, leak.kind, leak.owner) == ("p.entries[0].event.data.zeta (the key)", "tenant", "zeta")
-    assert isolation.leak_in({"job": "shared-name"}, "p") is None
+def test_free_text_and_common_words_are_not_compared(tmp_path: Path, db_url: str) -> None:
+    """zeta names its jobs after acme's currency, placement class, node, fault code, queue,
+    category and severity, and an allocation after acme's invoice; acme's reason text names
+    one of zeta's jobs. None of it is in an identifier field of acme's packet: the packet
+    is written, verifies, and carries the fault."""
+    common = ["USD", "whole", "n1", "xid-79", "default", "usage", "critical", "zeta-train-x"]
+    zeta = [event("job.started", f"z{i}", {"tenant": "zeta", "job_id": word, "allocation_id": "Z-9"},
+                  source="slurm://c", time=_at("10:00:00")) for i, word in enumerate(common)]
+    zeta.append(event("allocation.granted", "zg", {"tenant": "zeta", "allocation_id": "INV-1", "gpus": 1},
+                      source="slurm://c", time=_at("10:00:00")))
+    naming = _acme("policy.decision", "d", "10:01:00", decision="queued", allocation_id="A-1", queue="default",
+                   reason="held for zeta-train-x on n1")
+    url = ledger_of(tmp_path, db_url, zeta + ACME[:2] + [naming] + ACME[2:3] + [CLEAN_FAULT] + ACME[3:])
+    code, out, err = dispute(tmp_path, url)
+    assert (code, err) == (0, ""), err
+    packet = json.loads((tmp_path / "packet.json").read_text())
+    fleet_codes = [json.loads(e["event"])["data"]["code"] for e in packet["bundle"]["entries"] if e["tenant"] is None]
+    assert fleet_codes == ["xid-79"]
+    code, out, err = run("verify-packet", str(tmp_path / "packet.json"), "--pubkey", str(tmp_path / "key.pub"))
+    assert (code, err) == (0, "")
+
+
+def test_fleet_entries_are_never_scanned_and_own_identifiers_are_not_foreign() -> None:
+    isolation = Isolation({"zeta": {"shared-name": "job", "zeta": "tenant", "Other": "job"},
+                           "acme": {"shared-name": "job", "other": "job"}}, "acme")
+    fleet_entry = {"seq": 7, "tenant": None, "event": json.dumps({"data": {"dcgm_job": "zeta", "tenant": None}})}
+    assert isolation.leak_in_entry(fleet_entry, "p") is None
+    assert isolation.leak_in({"data": {"job_id": "shared-name"}}, "p") is None  # acme's own too
+    assert isolation.leak_in({"data": {"job_id": "OTHER"}}, "p") is None  # a look-alike of acme's own
+    own_entry = {"seq": 3, "tenant": "acme", "event": json.dumps({"data": {"tenant": "acme", "x": {"tenant": "zeta"}}})}
+    leak = isolation.leak_in_entry(own_entry, "")
+    assert leak is not None and (leak.where, leak.kind, leak.owner) == ("seq 3 event.data.x.tenant", "tenant", "zeta")
+    assert isolation.leak_in({"data": {"zeta": "zeta-ish", "reason": "zeta"}}, "p") is None  # keys and free text

@@ -61,7 +61,7 @@ class ClaimMismatch(CheckFailed, AssertionError):
 
 def _stretch_sql() -> str:
     # The sweep of classify.py over the invoice's allocations only, each stretch kept with
-    # its [s, e) and merged with the next when they touch (same line and label).
+    # its [s, e); then claim_stretch sums overlapping stretches of a line and label.
     return f"""
 CREATE OR REPLACE TEMP TABLE claim_raw AS
 WITH alloc_keys AS (SELECT DISTINCT alloc_key FROM claim_lines),
@@ -93,10 +93,21 @@ UNION ALL SELECT seq, {code('unallocated')}, ps, least(pe, clamped_start), gpus,
 UNION ALL SELECT seq, {code('unallocated')}, greatest(ps, clamped_end), pe, gpus, NULL FROM claim_lines WHERE gpus > 0 AND clamped_end > clamped_start AND clamped_end < pe;
 
 CREATE OR REPLACE TEMP TABLE claim_stretch AS
-WITH flagged AS (
-    SELECT *, coalesce(s > lag(e) OVER (PARTITION BY owner, label, gpus ORDER BY s, e), true) AS fresh FROM claim_raw
-    WHERE e > s),
-islands AS (SELECT *, sum(CASE WHEN fresh THEN 1 ELSE 0 END) OVER (PARTITION BY owner, label, gpus ORDER BY s, e) AS island
+-- The raw stretches of one (line, label) may overlap: GPUs billed beyond the grant over the
+-- whole window, and the granted GPUs outside the holding. So they are swept, not unioned:
+-- at each instant the stretch holds the sum of the GPUs of the raw stretches over it, and
+-- neighbours with the same GPUs are merged. Sum of (e - s) × gpus is then the cell's.
+WITH pts AS (
+    SELECT owner, label, s AS t, CAST(gpus AS BIGINT) AS d FROM claim_raw WHERE e > s
+    UNION ALL SELECT owner, label, e, -CAST(gpus AS BIGINT) FROM claim_raw WHERE e > s),
+steps AS (SELECT owner, label, t, sum(d) AS d FROM pts GROUP BY owner, label, t),
+levels AS (
+    SELECT owner, label, t AS s, lead(t) OVER w AS e, CAST(sum(d) OVER w AS BIGINT) AS gpus FROM steps
+    WINDOW w AS (PARTITION BY owner, label ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)),
+flagged AS (
+    SELECT *, coalesce(s > lag(e) OVER w OR gpus <> lag(gpus) OVER w, true) AS fresh
+    FROM levels WHERE e IS NOT NULL AND gpus > 0 WINDOW w AS (PARTITION BY owner, label ORDER BY s)),
+islands AS (SELECT *, sum(CASE WHEN fresh THEN 1 ELSE 0 END) OVER (PARTITION BY owner, label ORDER BY s) AS island
             FROM flagged)
 SELECT i.owner, i.label, min(i.s) AS s, max(i.e) AS e, i.gpus, c.tenant, c.aid
 FROM islands i JOIN claim_lines c ON c.seq = i.owner

@@ -41,6 +41,7 @@ fails verification with the key and counts named.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +51,7 @@ import duckdb
 from sqlalchemy import func, select
 
 from ledger import LedgerError, Store
-from ledger.checkpoint import DEFAULT_ORIGIN, sign_checkpoint
+from ledger.checkpoint import sign_checkpoint
 from ledger.evidence import BUNDLE_VERSION, build_bundle, verify_bundle
 from ledger.fleet_heads import KEYED_TYPES
 from ledger.fleet_store import covering_fleet_seqs
@@ -58,13 +59,14 @@ from ledger.note import Signer, Verifier
 from ledger.proofs import Checkpoint, ProofError
 from ledger.tables import entries as entries_table
 from ledger.witness import latest_cosigned_checkpoint
-from reconcile.engine import MoneyOverflow
+from reconcile.engine import MoneyOverflow, Reconciliation
 from reconcile.engine.rules import touching_health
 from reconcile.packets.claims import ClaimMismatch, reconcile_claims
 from reconcile.packets.isolation import Isolation, IsolationError, Leak, check_packet, tenant_identifiers
 from reconcile.packets.untrusted import PacketError, first_difference, hex_string, member, no_other_members, show, typed
 
-__all__ = ["IsolationError", "PacketError", "PacketUnreadable", "VerifiedPacket", "build_dispute", "choose_fleet", "explaining_fleet_seqs", "read_packet", "read_previous",
+__all__ = ["IsolationError", "PacketError", "PacketUnreadable", "VerifiedPacket", "build_dispute", "check_pinned",
+           "check_writable", "choose_fleet", "explaining_fleet_seqs", "read_packet", "read_previous",
            "touches", "verify_dispute", "write_packet"]
 
 PACKET_VERSION = 1
@@ -110,22 +112,46 @@ def build_dispute(store: Store, tenant: str, invoice: str, signer: Signer, since
         raise LedgerError(f"{since_size} is not a tree size of this ledger, [1, {before}]", option="since_size")
     isolation = Isolation(tenant_identifiers(store, before), tenant)
     _check_material(store, isolation, before)
-    _raise_leak(isolation, isolation.leak_in_string(f"{DEFAULT_ORIGIN}\n— {signer.name}", "the checkpoint note"))
+    # Sign last: the findings and claims of the material as it stands are computed, and
+    # gated, before anything is signed, so a dispute that cannot finish signs nothing.
+    material = _material(store, tenant, choose_fleet(store, isolation, before)[0], before)
+    findings, claims = _findings(material, tenant, invoice, before)
+    check_packet(isolation, {"tenant": tenant, "invoice_id": invoice, "findings": findings.as_json(), "claims": claims})
     signed = latest_cosigned_checkpoint(store) if stored_checkpoint else sign_checkpoint(store, signer)
     size = signed.body.size
     if size != before:  # appends landed in between: what they add is checked by the gate below
         isolation = Isolation(tenant_identifiers(store, size), tenant)
     carried, withheld = choose_fleet(store, isolation, size)
     bundle = build_bundle(store, tenant, carried, signed.checkpoint_seq, withheld_seqs=withheld, since_size=since_size)
-    findings, claims = reconcile_claims(bundle["entries"], invoice)
-    if not findings.cells:
-        raise LedgerError(f"tenant {tenant!r} has no billing line left on invoice {invoice!r} "
-                          f"after corrections, up to seq {size}", option="invoice")
+    if [e["seq"] for e in bundle["entries"]] != [e["seq"] for e in material]:
+        findings, claims = _findings(bundle["entries"], tenant, invoice, size)
     bundle["checkpoint"] = signed.note  # the signed note, with any cosignatures gathered for it
     packet = {"version": PACKET_VERSION, "kind": PACKET_KIND, "tenant": tenant, "invoice_id": invoice,
               "findings": json.loads(json.dumps(findings.as_json())), "claims": claims, "bundle": bundle}
     check_packet(isolation, packet)
     return packet
+
+
+def _findings(entries: list[dict[str, Any]], tenant: str, invoice: str,
+              size: int) -> tuple[Reconciliation, list[dict[str, Any]]]:
+    findings, claims = reconcile_claims(entries, invoice)
+    if not findings.cells:
+        raise LedgerError(f"tenant {tenant!r} has no billing line left on invoice {invoice!r} "
+                          f"after corrections, up to seq {size}", option="invoice")
+    return findings, claims
+
+
+def _material(store: Store, tenant: str, fleet_seqs: list[int], size: int) -> list[dict[str, Any]]:
+    """What the engine reads of the entries a bundle at `size` would carry, in seq order."""
+    columns = [entries_table.c[f] for f in ("seq", "type", "tenant", "event")]
+    query = select(*columns).where(entries_table.c.seq <= size)
+    rows = []
+    with store.reading() as conn:
+        rows += [dict(r._mapping) for r in conn.execute(query.where(entries_table.c.tenant == tenant))]
+        for start in range(0, len(fleet_seqs), 500):
+            rows += [dict(r._mapping) for r in conn.execute(
+                query.where(entries_table.c.seq.in_(fleet_seqs[start:start + 500])))]
+    return sorted(rows, key=lambda r: int(r["seq"]))
 
 
 def _head_size(store: Store) -> int:
@@ -150,19 +176,11 @@ def _raise_leak(isolation: Isolation, leak: Leak | None) -> None:
 
 
 def choose_fleet(store: Store, isolation: Isolation, size: int) -> tuple[list[int], list[int]]:
-    """The fleet health entries (seq ≤ size) that touch one of the tenant's allocations,
-    split into those the packet carries and those it withholds because they hold another
-    tenant's identifier (canonical bytes cannot be redacted: see docs/packets.md)."""
-    carried: list[int] = []
-    withheld: list[int] = []
-    seqs = covering_seqs(store, isolation.tenant, size)
-    query = select(*[entries_table.c[f] for f in ("seq", "source", "id", "event")])
-    with store.reading() as conn:
-        for start in range(0, len(seqs), 500):
-            for row in conn.execute(query.where(entries_table.c.seq.in_(seqs[start:start + 500]))):
-                clean = isolation.leak_in_entry(dict(row._mapping)) is None
-                (carried if clean else withheld).append(int(row.seq))
-    return sorted(carried), sorted(withheld)
+    """Every fleet entry (seq ≤ size) of the keys of the tenant's allocations, as the
+    checkpoint's fleet heads commit to them: all carried, none withheld. Fleet entries hold
+    no tenant's data (isolation.py says why withholding one would be the attack, not the
+    defence); the split stays for packets that carry `withheld` leaves."""
+    return covering_seqs(store, isolation.tenant, size), []
 
 
 def covering_seqs(store: Store, tenant: str, size: int) -> list[int]:
@@ -205,6 +223,19 @@ def touches(fault: dict[str, Any], grant: dict[str, Any]) -> bool:
 
 
 # -- files ----------------------------------------------------------------------------
+
+
+def check_writable(path: Path) -> None:
+    """Before anything is signed: the packet and the letter beside it can be written
+    (a dispute that cannot finish signs nothing)."""
+    for target in (path, path.with_suffix(".letter.html")):
+        if target.is_dir():
+            raise LedgerError(f"--out: {target} is a folder")
+        folder = target.parent
+        if not folder.is_dir():
+            raise LedgerError(f"--out: {folder} is not a folder")
+        if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+            raise LedgerError(f"--out: cannot write {target}: permission denied")
 
 
 def write_packet(packet: dict[str, Any], path: Path) -> None:
@@ -277,6 +308,15 @@ def verify_dispute(packet: Any, verifier: Verifier, previous: str | None = None)
     return VerifiedPacket(tenant, invoice, len(findings["lines"]), len(items) - fleet, fleet, checkpoint,
                           len(bundle.get("withheld", [])), previous_size, recomputed, claims,
                           {e["seq"]: e for e in items if e["seq"] in cites})
+
+
+def check_pinned(checked: VerifiedPacket, tenant: str | None, invoice: str | None) -> None:
+    """What the customer expects (`verify-packet --tenant --invoice`), compared exactly: a
+    look-alike is another tenant or invoice. Values are shown escaped (`ascii`), so that
+    `'INV-\\u0430cme'` and `'INV-acme'` differ on the screen too."""
+    for name, expected, found in (("tenant", tenant, checked.tenant), ("invoice_id", invoice, checked.invoice_id)):
+        if expected is not None and expected != found:
+            raise PacketError(f"packet.{name}: expected {ascii(expected)}, found {ascii(found)}")
 
 
 def _packet_parts(packet: Any) -> tuple[str, str, dict[str, Any], dict[str, Any]]:

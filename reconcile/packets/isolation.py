@@ -1,33 +1,39 @@
 """Tenant isolation of packets: a packet for one tenant holds no identifier of another.
 
-Fleet events carry no tenant's data (docs/events.md), and a customer verifies a
-packet without seeing any other tenant's. Both can fail upstream (an ingestor that keeps
-a per-job dcgmi field on a fleet fault, a tenant event that names another tenant's pod),
-and ledger entries cannot be edited afterwards: their canonical bytes are what the
-inclusion proof covers. So isolation is enforced where a packet is made, in two places:
+A leak is another tenant's identifier in this packet's bytes. A packet carries the
+tenant's own entries, the fleet entries touching its allocations, proofs (hashes only)
+and what the engine computes from those. Other tenants' entries are never copied in, so
+another tenant's identifier can only arrive where an entry *names* one: an identifier
+field of the tenant's own entries (an ingestor that put another tenant's job on an
+allocation's decision) or of the findings. That is what is compared, and only that:
 
-- choosing: a fleet entry that holds an identifier of a tenant other than the packet's
-  is never carried; it is *withheld* (the packet lists its seq and leaf hash only);
-- the gate: before a packet is written, every string in it (keys and values, each
-  entry's `event` parsed and walked the same way, the checkpoint note, the findings) is
-  scanned; the first identifier of another tenant refuses the packet, naming the
-  identifier, its kind, its owner and where it is.
+- identifiers: the values each tenant's own entries give for its name and the fields in
+  `IDENTIFIER_PATHS` (job, allocation, pod, invoice, user);
+- against: the values under an identifier key (`IDENTIFIER_KEYS`, at any depth) of the
+  tenant's entries and of the findings and claims. Never free text, currencies, fault
+  codes, node names, categories or placement classes: a tenant naming its job `USD`,
+  `xid-79`, `whole` or a node's name changes nothing in another tenant's packet;
+- fleet entries (tenant null) are the provider's and carry no tenant's data (DESIGN §2:
+  only provider sources write them; the dcgmi ingestor splits per-job telemetry off as
+  the tenant's own event). They are carried whole, never withheld and never scanned:
+  withholding a fault would let whoever can name a job move money in another tenant's
+  packet, and refusing would let it block every dispute, for good (the ledger is
+  append-only).
 
-A tenant's identifiers are the values its own entries give for its name and for the
-fields in `IDENTIFIER_PATHS` (job, allocation, pod, invoice, user). A value that is also
-one of the packet tenant's own identifiers is not foreign (it is in its own data).
+A value is compared exactly and after `normalise` (NFKC, default-ignorable characters
+removed, Latin look-alikes of Cyrillic and Greek letters mapped, casefolded), so that an
+NFD, case, fullwidth, zero-width or homoglyph variant of another tenant's identifier is
+caught. A value that is one of the packet tenant's own identifiers (exactly, or else
+after normalising) is never a leak: it is in the tenant's own data.
 
-Matching is by whole tokens, where a token is a maximal run of word characters and `-`
-(`[\\w-]+`): `train-002-9a945` is found in `train-002-9a945:2:xid-94`, `7965768` in
-`7965768.batch`, but `acme` not in `acme-labs` and no identifier inside a hex hash or a
-salt. An identifier that holds other characters (`a.b`, `ns/pod`) matches where it starts
-at a token and ends at one. Numbers in events are not scanned: identifiers are strings.
+The gate (`check_packet`) refuses a packet at the first leak, naming the value, whose
+identifier it looks like, its kind, its owner and where it is.
 """
 
 from __future__ import annotations
 
 import json
-import re
+import unicodedata
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -47,10 +53,40 @@ IDENTIFIER_PATHS: dict[str, tuple[str, ...]] = {
     "invoice": ("$.data.invoice_id",),
     "user": ("$.data.user", "$.data.sacct.User"),
 }
+#: The keys whose values are identifiers wherever they appear in an event, the findings or
+#: the claims, with their kind. `dcgm_job` is what per-job dcgmi faults once carried.
+IDENTIFIER_KEYS: dict[str, str] = {
+    "tenant": "tenant", "job_id": "job", "dcgm_job": "job", "allocation_id": "allocation",
+    "pod": "pod", "invoice_id": "invoice", "user": "user", "User": "user",
+}
 _KINDS = [kind for kind, paths in IDENTIFIER_PATHS.items() for _ in paths]
 _PATHS = [path for paths in IDENTIFIER_PATHS.values() for path in paths]
 _SQL_PATHS = "[" + ", ".join(f"'{path}'" for path in _PATHS) + "]"
-_WORD = re.compile(r"[\w-]+")
+
+#: Default-ignorable code points that are not of category Cf (those are all dropped):
+#: variation selectors, the combining grapheme joiner, Hangul fillers, Khmer inherent vowels.
+_IGNORABLE_RANGES = ((0x034F, 0x034F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F),
+                     (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0xE0000, 0xE0FFF))
+#: Cyrillic and Greek letters that Unicode's confusables (UTS #39) map to a Latin letter.
+_CONFUSABLES = str.maketrans(
+    "АВЕЅІЈКМНОРСТХУҮԁаеһіјӏорԛсѕԝхуүΑΒΕΖΗΙΚΜΝΟΡΤΥΧαιοκνρυ",
+    "ABESIJKMHOPCTXYYdaehijlopqcswxyyABEZHIKMNOPTYXaiokvpu",
+)
+
+
+def normalise(value: str) -> str:
+    """The form look-alikes share: NFKC (fullwidth, ligatures, composed accents), no
+    default-ignorable character (zero-width spaces and joiners, soft hyphen, BOM,
+    variation selectors, bidi controls), homoglyphs mapped to Latin, casefolded."""
+    text = "".join(c for c in unicodedata.normalize("NFKC", value) if not _ignorable(c))
+    return unicodedata.normalize("NFKC", text.translate(_CONFUSABLES).casefold())
+
+
+def _ignorable(char: str) -> bool:
+    point = ord(char)
+    return (unicodedata.category(char) == "Cf"
+            or any(low <= point <= high for low, high in _IGNORABLE_RANGES))
+
 
 #: Identifiers by tenant: tenant -> {identifier: kind}.
 TenantIdentifiers = dict[str, dict[str, str]]
@@ -64,13 +100,16 @@ class IsolationError(CheckFailed):
 
 @dataclass(frozen=True)
 class Leak:
-    identifier: str
+    identifier: str  # the other tenant's identifier
     kind: str
     owner: str
     where: str
+    found: str = ""  # the value found, when it is a look-alike of `identifier`
 
     def message(self, tenant: str) -> str:
-        return (f"{self.where}: the packet for {tenant!r} would hold {self.identifier!r}, "
+        held = (f"{self.identifier!r}," if not self.found or self.found == self.identifier
+                else f"{self.found!r}, a look-alike of {self.identifier!r},")
+        return (f"{self.where}: the packet for {tenant!r} would hold {held} "
                 f"a {self.kind} id of tenant {self.owner!r}; nothing written")
 
 
@@ -78,7 +117,8 @@ def tenant_identifiers(store: Store, upto_seq: int | None = None) -> TenantIdent
     """Every tenant's identifiers in the store (entries up to `upto_seq`), one JSON parse an entry."""
     sql = (f"SELECT DISTINCT tenant, kind_index, identifier FROM (SELECT tenant, "
            f"unnest(range(1, {len(_PATHS) + 2})) AS kind_index, "
-           f"unnest([tenant] || json_extract_string(event, {_SQL_PATHS})) AS identifier FROM page WHERE tenant IS NOT NULL) "
+           f"unnest([tenant] || json_extract_string(event, {_SQL_PATHS})) AS identifier "
+           f"FROM page WHERE tenant IS NOT NULL) "
            f"WHERE identifier IS NOT NULL AND identifier <> ''")
     found: TenantIdentifiers = {}
     with store.reading() as conn, duckdb.connect() as con:
@@ -87,7 +127,8 @@ def tenant_identifiers(store: Store, upto_seq: int | None = None) -> TenantIdent
     return found
 
 
-def _add_identifiers(found: TenantIdentifiers, con: duckdb.DuckDBPyConnection, page: pa.Table, sql: str) -> None:
+def _add_identifiers(found: TenantIdentifiers, con: duckdb.DuckDBPyConnection, page: pa.Table,
+                     sql: str) -> None:
     con.register("page", page)
     for tenant, index, value in sorted(con.execute(sql).fetchall()):  # by kind order: the first kind names a value
         found.setdefault(tenant, {}).setdefault(value, "tenant" if index == 1 else _KINDS[index - 2])
@@ -98,45 +139,39 @@ class Isolation:
     """What a packet for `tenant` must not hold: every other tenant's identifiers."""
 
     def __init__(self, identifiers: TenantIdentifiers, tenant: str) -> None:
-        own = set(identifiers.get(tenant, {})) | {tenant}
         self.tenant = tenant
-        self._foreign: dict[str, tuple[str, str]] = {}
+        self._own = set(identifiers.get(tenant, {})) | {tenant}
+        self._own_normal = {normalise(value) for value in self._own}
+        self._foreign: dict[str, tuple[str, str]] = {}  # identifier -> (kind, owner)
+        self._foreign_normal: dict[str, str] = {}  # normalised -> identifier
         for other in sorted(identifiers):
-            for value, kind in identifiers[other].items():
-                if other != tenant and value not in own:
+            if other == tenant:
+                continue
+            for value, kind in sorted(identifiers[other].items()):
+                if value not in self._own:
                     self._foreign.setdefault(value, (kind, other))
-        self._by_first_token: dict[str, list[str]] = {}
-        self._loose: list[str] = []  # identifiers that do not start with a word character
-        for value in self._foreign:
-            first = _WORD.match(value)
-            if first is None:
-                self._loose.append(value)
-            else:
-                self._by_first_token.setdefault(first.group(), []).append(value)
+                    self._foreign_normal.setdefault(normalise(value), value)
 
-    def leak_in_string(self, text: str, where: str) -> Leak | None:
-        if not self._by_first_token.keys().isdisjoint(_WORD.findall(text)):
-            for token in _WORD.finditer(text):
-                for value in self._by_first_token.get(token.group(), ()):
-                    if _found_at(text, value, token.start()):
-                        return self._leak(value, where)
-        for value in self._loose:
-            at = text.find(value)
-            while at >= 0:
-                if _found_at(text, value, at):
-                    return self._leak(value, where)
-                at = text.find(value, at + 1)
-        return None
+    def leak_in_identifier(self, value: str, where: str) -> Leak | None:
+        """Is `value`, found in an identifier field, another tenant's identifier or a
+        look-alike of one (and none of this tenant's own)?"""
+        if value in self._own:
+            return None
+        if value in self._foreign:
+            return self._leak(value, where)
+        normal = normalise(value)
+        if normal in self._own_normal or normal not in self._foreign_normal:
+            return None
+        return replace(self._leak(self._foreign_normal[normal], where), found=value)
 
     def leak_in(self, value: Any, where: str) -> Leak | None:
-        """The first foreign identifier in a JSON value (keys included), or None."""
-        if isinstance(value, str):
-            return self.leak_in_string(value, where)
+        """The first foreign identifier under an identifier key of a JSON value, or None.
+        An `event` holding JSON text is parsed and walked the same way."""
         if isinstance(value, dict):
             for key, inner in value.items():
-                path = f"{where}.{key}" if where else key
-                leak = (self.leak_in_string(key, f"{path} (the key)")
-                        or (self.leak_in_event(inner, path) if key == "event" else self.leak_in(inner, path)))
+                path = f"{where}.{key}" if where else str(key)
+                leak = (self._leak_in_field(inner, path) if key in IDENTIFIER_KEYS else None) or (
+                    self.leak_in_event(inner, path) if key == "event" else self.leak_in(inner, path))
                 if leak is not None:
                     return leak
         elif isinstance(value, list):
@@ -146,22 +181,30 @@ class Isolation:
                     return leak
         return None
 
+    def _leak_in_field(self, value: Any, where: str) -> Leak | None:
+        if isinstance(value, str):
+            return self.leak_in_identifier(value, where)
+        if isinstance(value, list):  # a list of identifiers
+            for index, inner in enumerate(value):
+                if isinstance(inner, str):
+                    leak = self.leak_in_identifier(inner, f"{where}[{index}]")
+                    if leak is not None:
+                        return leak
+        return None
+
     def leak_in_event(self, event: Any, where: str) -> Leak | None:
-        """An entry's `event` is JSON text: its strings are walked, not its raw text."""
+        """An entry's `event` is JSON text: its fields are walked, not its raw text."""
         if isinstance(event, str):
             try:
                 return self.leak_in(json.loads(event), where)
             except json.JSONDecodeError:
-                return self.leak_in_string(event, where)
+                return None
         return self.leak_in(event, where)
 
     def leak_in_entry(self, entry: dict[str, Any], where: str = "") -> Leak | None:
-        """Named by `where` (a place in a packet) with the seq, or by seq alone. Most
-        entries hold nothing: their strings are scanned at once, joined by a character
-        that ends every token, and walked one by one (for the place) only on a hit."""
-        strings: list[str] = []
-        _collect_strings(entry, strings)
-        if self.leak_in_string("\n".join(strings), where) is None:
+        """A leak in one of the tenant's entries, named by `where` (a place in a packet)
+        with the seq, or by the seq alone. Fleet entries hold no tenant's data: None."""
+        if "tenant" in entry and entry["tenant"] is None:
             return None
         leak = self.leak_in(entry, where)
         if leak is None:
@@ -174,36 +217,9 @@ class Isolation:
         return Leak(value, kind, owner, where)
 
 
-def _collect_strings(value: Any, out: list[str]) -> None:
-    """Every string of a JSON value, keys included, each `event` parsed as `leak_in` walks it."""
-    if isinstance(value, str):
-        out.append(value)
-    elif isinstance(value, dict):
-        for key, inner in value.items():
-            out.append(key)
-            if key == "event" and isinstance(inner, str):
-                try:
-                    inner = json.loads(inner)
-                except json.JSONDecodeError:
-                    pass
-            _collect_strings(inner, out)
-    elif isinstance(value, list):
-        for inner in value:
-            _collect_strings(inner, out)
-
-
-def _found_at(text: str, value: str, at: int) -> bool:
-    """`value` starts at a token boundary at `at` and ends at one."""
-    end = at + len(value)
-    if not text.startswith(value, at):
-        return False
-    before = at == 0 or not _WORD.match(text[at - 1])
-    after = end == len(text) or not _WORD.match(text[end])
-    return before and after
-
-
 def check_packet(isolation: Isolation, packet: dict[str, Any]) -> None:
-    """The gate: raise IsolationError at the first foreign identifier anywhere in `packet`."""
+    """The gate: raise IsolationError at the first foreign identifier in an identifier
+    field of `packet` (its tenant's entries, findings and claims)."""
     bundle = packet.get("bundle", {})
     for index, entry in enumerate(bundle.get("entries", [])):
         leak = isolation.leak_in_entry(entry, f"packet.bundle.entries[{index}]")
