@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone, tzinfo
+from hashlib import sha256
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, NamedTuple, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import ValidationError
@@ -21,12 +22,16 @@ from schemas import (
     CloudEvent,
     Origin,
     Record,
+    Rejected,
     Unstorable,
     rejections,
     unstorable,
     validate_event,
     validate_event_json,
 )
+from schemas.owners import Owner, OwnerError
+from schemas.records import RECORD_HEAD
+from schemas.types import MAX_EVENT_BYTES
 
 UTF8_BOM = b"\xef\xbb\xbf"
 
@@ -97,6 +102,56 @@ def fixed_tenant(options: dict[str, Any]) -> str | None:
     if options.get("tenant_field"):
         raise IngestError("--tenant and --tenant-field: give one (a fixed tenant, or the field to read it from)")
     return str(tenant)
+
+
+def split_owner(options: dict[str, Any]) -> tuple[Owner, dict[str, Any]]:
+    """`--owner provider|tenant:NAME` (schemas/owners.py) apart from the ingestor's own
+    options. A tenant's ingest reads files of that tenant: its name is the `--tenant` of
+    a source that names none, unless a tenant or tenant field is given."""
+    rest = {k: v for k, v in options.items() if k != "owner"}
+    try:
+        owner = Owner.parse(options.get("owner"))
+    except OwnerError as exc:
+        raise IngestError(f"--owner: {exc}") from None
+    if owner.tenant is not None and rest.get("tenant") is None and not rest.get("tenant_field"):
+        rest["tenant"] = owner.tenant
+    return owner, rest
+
+
+#: The longest line a line reader hands on whole. An event over MAX_EVENT_BYTES (1 MiB) in
+#: canonical form is quarantined anyway; a line four times that is read no further than
+#: its first RECORD_HEAD bytes and its digest (docs/canonical-and-bounds.md).
+MAX_LINE_BYTES = 4 * MAX_EVENT_BYTES
+
+
+class LongLine(NamedTuple):
+    """A line over MAX_LINE_BYTES, as far as it is kept: head, digest, length (newline not
+    counted) and the bytes it took in the file (newline counted)."""
+
+    head: bytes
+    digest: bytes
+    length: int
+    size: int
+
+    def rejected(self, origin: Origin) -> Rejected:
+        return Rejected(origin, "(record)", f"the line is {self.length:,} bytes, over the {MAX_LINE_BYTES:,} a line may "
+                        f"hold: not read as an event (its first {RECORD_HEAD:,} bytes and SHA-256 are kept)",
+                        self.head, self.digest, self.length)
+
+
+def bounded_lines(stream: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[bytes | LongLine]:
+    """The stream's lines (newline included), each held whole only up to `limit` bytes:
+    a longer one is read on in pieces of `limit`, hashed and counted, and only its head
+    kept, so memory stays at a few times `limit` whatever the line's length."""
+    while line := stream.readline(limit):
+        if len(line) < limit or line.endswith(b"\n"):
+            yield line
+            continue
+        digest, size, head = sha256(line), len(line), line[:RECORD_HEAD]
+        while not line.endswith(b"\n") and (line := stream.readline(limit)):
+            size += len(line)
+            digest.update(line.removesuffix(b"\n"))
+        yield LongLine(head, digest.digest(), size - line.endswith(b"\n"), size)
 
 
 def open_source(path: Path) -> BinaryIO:

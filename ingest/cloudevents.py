@@ -24,7 +24,7 @@ from typing import Any, BinaryIO, Protocol
 
 import orjson
 
-from ingest.base import UTF8_BOM, event_from_json, event_from_object, open_source
+from ingest.base import UTF8_BOM, LongLine, bounded_lines, event_from_json, event_from_object, open_source
 from ingest.jsonarray import Element, MalformedArray, iter_array, iter_values
 from schemas import FLEET_TYPES, Origin, Record, Rejected
 
@@ -59,7 +59,11 @@ class _Maker(Protocol):
 
 
 def _line_records(name: str, stream: BinaryIO, offset: int, make: _Maker) -> Iterator[Record]:
-    for number, line in enumerate(stream, start=1):
+    for number, line in enumerate(bounded_lines(stream), start=1):
+        if isinstance(line, LongLine):  # never held whole: a line of 300 MB costs 4 MiB here
+            yield line.rejected(Origin(name, number, offset))
+            offset += line.size
+            continue
         stripped = line.strip()
         if stripped:
             yield make(stripped, Origin(name, number, offset))
