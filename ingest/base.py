@@ -150,7 +150,9 @@ def bounded_lines(stream: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[byt
         digest, size, head = sha256(line), len(line), line[:RECORD_HEAD]
         while not line.endswith(b"\n") and (line := stream.readline(limit)):
             size += len(line)
-            digest.update(line.removesuffix(b"\n"))
+            piece = line.removesuffix(b"\n")
+            digest.update(piece)
+            head += piece[:RECORD_HEAD - len(head)]
         yield LongLine(head, digest.digest(), size - line.endswith(b"\n"), size)
 
 
