@@ -69,7 +69,7 @@ def ingest_plan(manifest: Path | None, files: Sequence[Path], fmt: str | None, o
         if not files:
             raise IngestError("FILES: give the files to ingest, or --manifest FILE")
         _owner(options.get("owner"), "--owner")
-        return [ManifestEntry(regular_file(path, str(path)), fmt, options) for path in files]
+        return [ManifestEntry(regular_file(path), fmt, options) for path in files]
     if files or fmt:
         raise IngestError("--manifest: the manifest names the files and their formats; give no FILES or --format with it")
     regular_file(manifest, "--manifest")
@@ -142,18 +142,20 @@ def _inside(path: Path, where: str, folders: list[Path]) -> Path:
     return regular_file(path, where)
 
 
-def regular_file(path: Path, where: str) -> Path:
+def regular_file(path: Path, where: str | None = None) -> Path:
     """`path` when it is a regular file that is not a kernel or device pseudo file;
-    checked before it is opened, so a refused path is never read."""
+    checked before it is opened, so a refused path is never read. `where` names the
+    manifest entry or option that gave it."""
     real = Path(os.path.realpath(path))
+    named = f"{where}: {path}" if where else str(path)
     try:
         mode = os.stat(real).st_mode
     except FileNotFoundError:
-        raise IngestError(f"{where}: {path}: no such file") from None
+        raise IngestError(f"{named}: no such file") from None
     except OSError as exc:
-        raise IngestError(f"{where}: {path}: cannot read: {exc.strerror}") from None
+        raise IngestError(f"{named}: cannot read: {exc.strerror}") from None
     if any(real.is_relative_to(root) for root in SPECIAL_ROOTS) or not stat.S_ISREG(mode):
-        raise IngestError(f"{where}: {path}: not a regular file ({_kind(real, mode)}): refused")
+        raise IngestError(f"{named}: not a regular file ({_kind(real, mode)}): refused")
     return path
 
 
