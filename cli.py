@@ -131,9 +131,10 @@ def init(db_url: str | None) -> None:
               help="Ingest every file this manifest lists, with its format and options, in order "
                    "(options given here are defaults under each file's own).")
 @click.option("--owner", default=None, metavar="provider|tenant:NAME",
-              help="Whose source the files are (default: provider). A tenant's source writes only that tenant's own "
-                   "events (docs/evidence.md); anything else it holds is quarantined.")
-@click.option("--allow-path", "allowed", multiple=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Whose source the files are (default: provider). A tenant's source writes "
+                   "only that tenant's own events (docs/evidence.md); the rest is quarantined.")
+@click.option("--allow-path", "allowed", multiple=True,
+              type=click.Path(file_okay=False, path_type=Path),
               help="A folder outside the manifest's own that its paths may lead to. Repeatable.")
 @click.argument("files", nargs=-1, required=False,
                 type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path))
@@ -145,7 +146,8 @@ def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, manifes
     """
     import ledger
 
-    jobs = _ingest_jobs(manifest, files, fmt, {k: v for k, v in options.items() if v is not None}, allowed)
+    given = {k: v for k, v in options.items() if v is not None}
+    jobs = _ingest_jobs(manifest, files, fmt, given, allowed)
     store = _writable_store(db_url)
     store.init()
     appender = ledger.Appender(store)
@@ -175,8 +177,9 @@ def _zone_note(path: Path, fmt: str | None, options: Mapping[str, str | None]) -
     return f" · times in {LocalZone(options.get('timezone')).name}"
 
 
-def _ingest_jobs(manifest: Path | None, files: Sequence[Path], fmt: str | None, options: dict[str, str],
-                 allowed: Sequence[Path] = ()) -> list[tuple[Path, str | None, dict[str, str]]]:
+def _ingest_jobs(manifest: Path | None, files: Sequence[Path], fmt: str | None,
+                 options: dict[str, str], allowed: Sequence[Path] = (),
+                 ) -> list[tuple[Path, str | None, dict[str, str]]]:
     """(file, format, options) to ingest, in order: FILES with the command's options, or the manifest's."""
     from ingest import choose, format_names
     from ingest.manifest import ingest_plan

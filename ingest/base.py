@@ -134,9 +134,10 @@ class LongLine(NamedTuple):
     size: int
 
     def rejected(self, origin: Origin) -> Rejected:
-        return Rejected(origin, "(record)", f"the line is {self.length:,} bytes, over the {MAX_LINE_BYTES:,} a line may "
-                        f"hold: not read as an event (its first {RECORD_HEAD:,} bytes and SHA-256 are kept)",
-                        self.head, self.digest, self.length)
+        reason = (f"the line is {self.length:,} bytes, over the {MAX_LINE_BYTES:,} a line may "
+                  f"hold: not read as an event (its first {RECORD_HEAD:,} bytes and SHA-256 "
+                  "are kept)")
+        return Rejected(origin, "(record)", reason, self.head, self.digest, self.length)
 
 
 def bounded_lines(stream: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[bytes | LongLine]:

@@ -24,7 +24,14 @@ from typing import Any, BinaryIO, Protocol
 
 import orjson
 
-from ingest.base import UTF8_BOM, LongLine, bounded_lines, event_from_json, event_from_object, open_source
+from ingest.base import (
+    UTF8_BOM,
+    LongLine,
+    bounded_lines,
+    event_from_json,
+    event_from_object,
+    open_source,
+)
 from ingest.jsonarray import Element, MalformedArray, iter_array, iter_values
 from schemas import FLEET_TYPES, Origin, Record, Rejected
 

@@ -80,7 +80,8 @@ def ingest_plan(manifest: Path | None, files: Sequence[Path], fmt: str | None, o
     return [ManifestEntry(e.path, e.format, {**options, **e.options}) for e in entries]
 
 
-def read_manifest(manifest: Path, formats: list[str], allowed: Sequence[Path] = ()) -> list[ManifestEntry]:
+def read_manifest(manifest: Path, formats: list[str],
+                  allowed: Sequence[Path] = ()) -> list[ManifestEntry]:
     """The manifest's files in order; `formats` are the known format names, `allowed`
     the folders outside the manifest's own its paths may lead to."""
     with open_source(manifest) as stream:
@@ -92,17 +93,19 @@ def read_manifest(manifest: Path, formats: list[str], allowed: Sequence[Path] = 
     files = body.get("files") if isinstance(body, dict) else None
     if not isinstance(files, list):
         raise IngestError(f"{manifest}: files: expected a list of {{path, format, options}}")
-    folders = [Path(os.path.realpath(manifest.parent)), *(Path(os.path.realpath(d)) for d in allowed)]
+    folders = [Path(os.path.realpath(d)) for d in (manifest.parent, *allowed)]
     return [_entry(manifest, index, item, formats, folders) for index, item in enumerate(files)]
 
 
-def _entry(manifest: Path, index: int, item: Any, formats: list[str], folders: list[Path]) -> ManifestEntry:
+def _entry(manifest: Path, index: int, item: Any, formats: list[str],
+           folders: list[Path]) -> ManifestEntry:
     where = f"{manifest}: files[{index}]"
     if not isinstance(item, dict):
         raise IngestError(f"{where}: expected an object with path, format, options")
     unknown = sorted(set(item) - set(_ENTRY_FIELDS))
     if unknown:
-        raise IngestError(f"{where}.{unknown[0]}: unknown field (known: {', '.join(_ENTRY_FIELDS)})")
+        known = ", ".join(_ENTRY_FIELDS)
+        raise IngestError(f"{where}.{unknown[0]}: unknown field (known: {known})")
     path, fmt, options = item.get("path"), item.get("format"), item.get("options") or {}
     if not isinstance(path, str) or not path:
         raise IngestError(f"{where}.path: expected a file name")
@@ -118,7 +121,8 @@ def _entry(manifest: Path, index: int, item: Any, formats: list[str], folders: l
     owner = item.get("owner")
     if owner is not None:
         options = {**options, "owner": _owner(owner, f"{where}.owner")}
-    return ManifestEntry(_inside(manifest.parent / path, f"{where}.path", folders), fmt, dict(options))
+    found = _inside(manifest.parent / path, f"{where}.path", folders)
+    return ManifestEntry(found, fmt, dict(options))
 
 
 def _owner(text: object, where: str) -> str | None:
@@ -137,8 +141,9 @@ def _inside(path: Path, where: str, folders: list[Path]) -> Path:
     """`path` when it resolves inside one of `folders` (the manifest's, then --allow-path)."""
     real = Path(os.path.realpath(path))
     if not any(real.is_relative_to(folder) for folder in folders):
-        raise IngestError(f"{where}: {path} resolves to {real}, outside the manifest's folder {folders[0]}: "
-                          "refused (name its folder with --allow-path DIR to read it)")
+        raise IngestError(f"{where}: {path} resolves to {real}, outside the manifest's "
+                          f"folder {folders[0]}: refused (name its folder with --allow-path DIR "
+                          "to read it)")
     return regular_file(path, where)
 
 
@@ -160,8 +165,9 @@ def regular_file(path: Path, where: str | None = None) -> Path:
 
 
 def _kind(real: Path, mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    for test, name in kinds:
         if test(mode):
             return name
     return f"a pseudo file under /{real.parts[1]}" if len(real.parts) > 1 else "a special file"

@@ -118,7 +118,8 @@ def _pack(record: Record) -> _Packed:
     origin = record.origin
     if isinstance(record, Accepted):
         return (record.source, record.id, record.type, record.tenant, record.body, origin.file, origin.line, origin.offset)
-    return (tuple(origin), record.field, record.reason, record.record, record.digest, record.length)
+    return (tuple(origin), record.field, record.reason, record.record, record.digest,
+            record.length)
 
 
 _TUPLE = tuple.__new__  # a named tuple made from its values without the keyword-taking __new__

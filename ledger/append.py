@@ -88,9 +88,9 @@ class Appender:
     Two shortcuts, each checked before it is taken: the head a batch left is reused by the
     next one when the store's head is still that one (its chain hash commits to all that
     came before), and new keys are inserted without first looking them up, with the
-    key's unique indexes (ledger/tables.py) as the check: a batch that meets a stored key is rolled back
-    to its savepoint and done again with the lookup (rules 1 and 2), as are the batches
-    after it until one meets no stored key.
+    key's unique indexes (ledger/tables.py) as the check: a batch that meets a stored key
+    is rolled back to its savepoint and done again with the lookup (rules 1 and 2), as are
+    the batches after it until one meets no stored key.
     """
 
     def __init__(self, store: Store, clock: Clock = utc_now, salts: SaltSource = secrets.token_bytes) -> None:
@@ -323,7 +323,8 @@ def _invalid_row(record: Rejected, recorded_at: str) -> dict[str, Any]:
     head, digest, length = bounded(record.record, record.digest, record.length)
     return {
         "recorded_at": recorded_at, "kind": "invalid", "file": storable_text(record.origin.file),
-        "line": record.origin.line, "field": storable_text(record.field), "reason": storable_text(record.reason),
+        "line": record.origin.line, "field": storable_text(record.field),
+        "reason": storable_text(record.reason),
         "record": head, "record_hash": digest, "record_length": length,
         "existing_hash": None, "incoming_hash": None,
     }

@@ -36,8 +36,12 @@ def upgrade_event_key(conn: Connection) -> None:
 
 
 def _sqlite_has_old_key(conn: Connection) -> bool:
-    sql = conn.exec_driver_sql("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'entries'").scalar()
-    return sql is not None and re.search(rf"CONSTRAINT\s+{_OLD_KEY}\s+UNIQUE", str(sql)) is not None
+    sql = conn.exec_driver_sql(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'entries'"
+    ).scalar()
+    return (
+        sql is not None and re.search(rf"CONSTRAINT\s+{_OLD_KEY}\s+UNIQUE", str(sql)) is not None
+    )
 
 
 def _rebuild_sqlite_entries(conn: Connection) -> None:
@@ -46,8 +50,12 @@ def _rebuild_sqlite_entries(conn: Connection) -> None:
     table deletes no row one by one, so the append-only triggers do not fire; they go
     with the table and init makes them again."""
     create = str(CreateTable(entries).compile(dialect=conn.dialect)).strip()
-    conn.exec_driver_sql(create.replace("CREATE TABLE entries ", "CREATE TABLE entries_rebuilt ", 1))
+    conn.exec_driver_sql(
+        create.replace("CREATE TABLE entries ", "CREATE TABLE entries_rebuilt ", 1)
+    )
     columns = ", ".join(c.name for c in entries.columns)
-    conn.exec_driver_sql(f"INSERT INTO entries_rebuilt ({columns}) SELECT {columns} FROM entries ORDER BY seq")
+    conn.exec_driver_sql(
+        f"INSERT INTO entries_rebuilt ({columns}) SELECT {columns} FROM entries ORDER BY seq"
+    )
     conn.exec_driver_sql("DROP TABLE entries")
     conn.exec_driver_sql("ALTER TABLE entries_rebuilt RENAME TO entries")

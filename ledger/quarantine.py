@@ -47,7 +47,8 @@ def row_bytes(row: Mapping[Any, Any]) -> bytes:
     return orjson.dumps(members, option=orjson.OPT_SORT_KEYS)
 
 
-def bounded(record: bytes, digest: bytes | None = None, length: int | None = None) -> tuple[bytes, bytes, int]:
+def bounded(record: bytes, digest: bytes | None = None,
+            length: int | None = None) -> tuple[bytes, bytes, int]:
     """What a quarantine row keeps of a record: (its first RECORD_HEAD bytes, the SHA-256
     of the whole, the length of the whole). `digest` and `length` are given when `record`
     is already only the head (a reader that would not hold the whole)."""

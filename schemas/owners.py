@@ -28,12 +28,24 @@ _TENANT_PREFIX = "tenant:"
 #: checkpoints, results), and what it measured on its own allocation (probes, serving
 #: windows, the topology it saw). Nothing here moves money to the provider by itself:
 #: the reconciliation rules that do read a fault, a decision or a receipt.
-TENANT_TYPES = frozenset({
-    "job.submitted", "job.started", "job.progress", "job.completed", "job.failed", "job.cancelled",
-    "checkpoint.started", "checkpoint.saved", "checkpoint.restored",
-    "work.accepted", "work.rejected",
-    "probe.result", "inference.window", "placement.observed",
-})
+TENANT_TYPES = frozenset(
+    {
+        "job.submitted",
+        "job.started",
+        "job.progress",
+        "job.completed",
+        "job.failed",
+        "job.cancelled",
+        "checkpoint.started",
+        "checkpoint.saved",
+        "checkpoint.restored",
+        "work.accepted",
+        "work.rejected",
+        "probe.result",
+        "inference.window",
+        "placement.observed",
+    }
+)
 
 
 class OwnerError(ValueError):
@@ -50,8 +62,8 @@ class Owner(NamedTuple):
         """`provider` (also the default: None) or `tenant:NAME`."""
         if text is None or text == PROVIDER:
             return cls(None)
-        if text.startswith(_TENANT_PREFIX) and text[len(_TENANT_PREFIX):].strip():
-            return cls(text[len(_TENANT_PREFIX):])
+        if text.startswith(_TENANT_PREFIX) and text[len(_TENANT_PREFIX) :].strip():
+            return cls(text[len(_TENANT_PREFIX) :])
         raise OwnerError(f"expected 'provider' or 'tenant:NAME', found {text!r}")
 
     def __str__(self) -> str:
@@ -63,11 +75,20 @@ class Owner(NamedTuple):
             return None
         if record.type not in TENANT_TYPES:
             what = "fleet events" if record.tenant is None else f"{record.type} events"
-            return Rejected(record.origin, "type", f"a source of {self} may not write {what} ({record.type} "
-                            "is the provider's to write); ingest it with --owner provider if it is", record.body)
+            return Rejected(
+                record.origin,
+                "type",
+                f"a source of {self} may not write {what} ({record.type} "
+                "is the provider's to write); ingest it with --owner provider if it is",
+                record.body,
+            )
         if record.tenant != self.tenant:
-            return Rejected(record.origin, "data.tenant", f"a source of {self} writes only its own tenant's "
-                            f"events, not {record.tenant!r}'s", record.body)
+            return Rejected(
+                record.origin,
+                "data.tenant",
+                f"a source of {self} writes only its own tenant's events, not {record.tenant!r}'s",
+                record.body,
+            )
         return None
 
 

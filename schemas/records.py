@@ -42,7 +42,8 @@ class Accepted(NamedTuple):
         if len(body) > MAX_EVENT_BYTES:
             raise EventTooLarge(f"the event is {len(body):,} bytes in canonical form, over the limit of "
                                 f"{MAX_EVENT_BYTES:,} (1 MiB)")
-        for name, value in (("source", event.source), ("id", event.id), ("data.tenant", event.tenant)):
+        for name, value in (("source", event.source), ("id", event.id),
+                            ("data.tenant", event.tenant)):
             _storable_column(name, value)
         return cls(event.source, event.id, event.type, event.tenant, body, origin)
 
@@ -52,7 +53,8 @@ def _storable_column(name: str, value: str | None) -> None:
     which PostgreSQL's text refuses (the canonical body escapes it, these columns cannot),
     so that a record holding one is quarantined on both backends, never a failed batch."""
     if value is not None and "\x00" in value:
-        raise Unstorable(f"holds a NUL character (\\u0000), which the ledger's {name.split('.')[-1]} column "
+        column = name.split(".")[-1]
+        raise Unstorable(f"holds a NUL character (\\u0000), which the ledger's {column} column "
                          "cannot store on every backend", tuple(name.split(".")))
 
 

@@ -50,24 +50,36 @@ def refused(db: str, *args: str) -> str:
 
 
 def test_a_path_inside_the_manifests_folder_is_read(folder: Path, db_url: str) -> None:
-    code, _, _ = run_cli("ingest", "--db", db_url, "--manifest", str(manifest(folder, "ok.jsonl", "./ok.jsonl")))
+    code, _, _ = run_cli(
+        "ingest", "--db", db_url, "--manifest", str(manifest(folder, "ok.jsonl", "./ok.jsonl"))
+    )
     assert code == 0 and [i for _, _, i, _ in stored(db_url)] == ["p1"]
 
 
-def test_dot_dot_is_refused_unless_its_folder_is_allowed(folder: Path, outside: Path, db_url: str) -> None:
+def test_dot_dot_is_refused_unless_its_folder_is_allowed(
+    folder: Path, outside: Path, db_url: str
+) -> None:
     made = manifest(folder, "ok.jsonl", "../elsewhere/secret.jsonl")
     err = refused(db_url, "--manifest", str(made))
-    assert err == (f"Error: {made}: files[1].path: {folder}/../elsewhere/secret.jsonl resolves to "
-                   f"{outside}/secret.jsonl, outside the manifest's folder {folder}: refused "
-                   "(name its folder with --allow-path DIR to read it)\n")
-    code, _, _ = run_cli("ingest", "--db", db_url, "--allow-path", str(outside), "--manifest", str(made))
+    assert err == (
+        f"Error: {made}: files[1].path: {folder}/../elsewhere/secret.jsonl resolves to "
+        f"{outside}/secret.jsonl, outside the manifest's folder {folder}: refused "
+        "(name its folder with --allow-path DIR to read it)\n"
+    )
+    code, _, _ = run_cli(
+        "ingest", "--db", db_url, "--allow-path", str(outside), "--manifest", str(made)
+    )
     assert code == 0 and [i for _, _, i, _ in stored(db_url)] == ["p1", "p2"]
 
 
-def test_an_absolute_path_outside_is_refused_unless_allowed(folder: Path, outside: Path, db_url: str) -> None:
+def test_an_absolute_path_outside_is_refused_unless_allowed(
+    folder: Path, outside: Path, db_url: str
+) -> None:
     made = manifest(folder, str(outside / "secret.jsonl"))
     assert "outside the manifest's folder" in refused(db_url, "--manifest", str(made))
-    code, _, _ = run_cli("ingest", "--db", db_url, "--allow-path", str(outside), "--manifest", str(made))
+    code, _, _ = run_cli(
+        "ingest", "--db", db_url, "--allow-path", str(outside), "--manifest", str(made)
+    )
     assert code == 0
     inside = manifest(folder, str(folder / "ok.jsonl"))  # absolute, but inside: read
     assert run_cli("ingest", "--db", db_url, "--manifest", str(inside))[0] == 0
@@ -77,19 +89,29 @@ def test_a_symbolic_link_leading_out_is_refused(folder: Path, outside: Path, db_
     (folder / "link.jsonl").symlink_to(outside / "secret.jsonl")
     (folder / "sub").symlink_to(outside, target_is_directory=True)
     for path in ("link.jsonl", "sub/secret.jsonl"):
-        assert "outside the manifest's folder" in refused(db_url, "--manifest", str(manifest(folder, path)))
+        assert "outside the manifest's folder" in refused(
+            db_url, "--manifest", str(manifest(folder, path))
+        )
     (folder / "inner.jsonl").symlink_to(folder / "ok.jsonl")  # a link that stays inside is read
-    assert run_cli("ingest", "--db", db_url, "--manifest", str(manifest(folder, "inner.jsonl")))[0] == 0
+    assert (
+        run_cli("ingest", "--db", db_url, "--manifest", str(manifest(folder, "inner.jsonl")))[0]
+        == 0
+    )
 
 
 def test_proc_self_environ_never_reaches_the_store(folder: Path, db_url: str) -> None:
     os.environ["GPULEDGER_TEST_SECRET"] = "hunter2-do-not-store"
     try:
         for allowed in ((), ("--allow-path", "/proc")):
-            err = refused(db_url, *allowed, "--manifest", str(manifest(folder, "/proc/self/environ")))
+            err = refused(
+                db_url, *allowed, "--manifest", str(manifest(folder, "/proc/self/environ"))
+            )
             assert "hunter2" not in err
         err = refused(db_url, str(Path("/proc/self/environ")))
-        assert err == "Error: /proc/self/environ: not a regular file (a pseudo file under /proc): refused\n"
+        assert (
+            err
+            == "Error: /proc/self/environ: not a regular file (a pseudo file under /proc): refused\n"
+        )
     finally:
         del os.environ["GPULEDGER_TEST_SECRET"]
 
@@ -104,25 +126,38 @@ def fifo(folder: Path) -> Iterator[Path]:
 def test_a_fifo_is_refused_without_being_opened(folder: Path, fifo: Path, db_url: str) -> None:
     """Opening a FIFO with no writer would block the ingest for good: the check comes first."""
     assert refused(db_url, "--manifest", str(manifest(folder, "pipe.jsonl"))).endswith(
-        f"files[0].path: {fifo}: not a regular file (a FIFO): refused\n")
+        f"files[0].path: {fifo}: not a regular file (a FIFO): refused\n"
+    )
     assert refused(db_url, str(fifo)) == f"Error: {fifo}: not a regular file (a FIFO): refused\n"
     assert refused(db_url, "--format", "cloudevents", str(fifo)).endswith("(a FIFO): refused\n")
 
 
 def test_devices_and_sockets_are_refused(folder: Path, db_url: str) -> None:
-    assert refused(db_url, "/dev/null").endswith("/dev/null: not a regular file (a character device): refused\n")
+    assert refused(db_url, "/dev/null").endswith(
+        "/dev/null: not a regular file (a character device): refused\n"
+    )
     unix = socket.socket(socket.AF_UNIX)
     path = folder / "s.sock"
     try:
         unix.bind(str(path))
-        assert refused(db_url, "--manifest", str(manifest(folder, "s.sock"))).endswith("(a socket): refused\n")
+        assert refused(db_url, "--manifest", str(manifest(folder, "s.sock"))).endswith(
+            "(a socket): refused\n"
+        )
     finally:
         unix.close()
     (folder / "dev").symlink_to("/dev/zero")
-    assert "outside the manifest's folder" in refused(db_url, "--manifest", str(manifest(folder, "dev")))
-    assert refused(db_url, "--allow-path", "/dev", "--manifest", str(manifest(folder, "dev"))).endswith(
-        "(a character device): refused\n")
+    assert "outside the manifest's folder" in refused(
+        db_url, "--manifest", str(manifest(folder, "dev"))
+    )
+    assert refused(
+        db_url, "--allow-path", "/dev", "--manifest", str(manifest(folder, "dev"))
+    ).endswith("(a character device): refused\n")
 
 
-def test_a_manifest_that_is_not_a_regular_file_is_refused(folder: Path, fifo: Path, db_url: str) -> None:
-    assert refused(db_url, "--manifest", str(fifo)) == f"Error: --manifest: {fifo}: not a regular file (a FIFO): refused\n"
+def test_a_manifest_that_is_not_a_regular_file_is_refused(
+    folder: Path, fifo: Path, db_url: str
+) -> None:
+    assert (
+        refused(db_url, "--manifest", str(fifo))
+        == f"Error: --manifest: {fifo}: not a regular file (a FIFO): refused\n"
+    )

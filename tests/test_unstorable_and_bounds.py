@@ -40,7 +40,9 @@ def with_nul(where: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("where", ["id", "source", "tenant"])
-def test_a_nul_in_a_column_quarantines_that_record_and_appends_the_rest(tmp_path: Path, db_url: str, where: str) -> None:
+def test_a_nul_in_a_column_quarantines_that_record_and_appends_the_rest(
+    tmp_path: Path, db_url: str, where: str
+) -> None:
     path = write_jsonl(tmp_path / "e.jsonl", [progress(1), with_nul(where), progress(3)])
     code, out, err = run_cli("ingest", "--db", db_url, str(path))
     assert (code, out) == (1, f"{path}: read 3 · appended 2 · duplicate 0 · quarantined 1\n")
@@ -48,17 +50,25 @@ def test_a_nul_in_a_column_quarantines_that_record_and_appends_the_rest(tmp_path
     assert err.startswith(f"{path}:2: {field}: holds a NUL character (\\u0000)")
     assert [i for _, _, i, _ in stored(db_url)] == ["p1", "p3"]
     [row] = quarantine_rows(db_url)
-    assert (row["line"], row["field"], bytes(row["record"])) == (2, field, orjson.dumps(with_nul(where)))
+    assert (row["line"], row["field"], bytes(row["record"])) == (
+        2,
+        field,
+        orjson.dumps(with_nul(where)),
+    )
     code, out, _ = run_cli("ingest", "--db", db_url, str(path))  # again: nothing twice
     assert (code, out) == (1, f"{path}: read 3 · appended 0 · duplicate 2 · quarantined 1\n")
     assert len(quarantine_rows(db_url)) == 1 and len(stored(db_url)) == 2
     assert verify_ledger(Store(db_url)).ok
 
 
-def test_a_nul_inside_the_event_is_stored_escaped_in_its_canonical_body(tmp_path: Path, db_url: str) -> None:
+def test_a_nul_inside_the_event_is_stored_escaped_in_its_canonical_body(
+    tmp_path: Path, db_url: str
+) -> None:
     """A NUL in a data value or a field name is text JSON escapes: the event is kept."""
-    odd = progress(1) | {"data": {"tenant": "acme", "job_id": f"j{NUL}1", "step": 1, f"no{NUL}te": f"x{NUL}"},
-                        f"ext{NUL}attr": "y"}
+    odd = progress(1) | {
+        "data": {"tenant": "acme", "job_id": f"j{NUL}1", "step": 1, f"no{NUL}te": f"x{NUL}"},
+        f"ext{NUL}attr": "y",
+    }
     path = write_jsonl(tmp_path / "e.jsonl", [odd])
     code, _, _ = run_cli("ingest", "--db", db_url, str(path))
     assert code == 0
@@ -67,8 +77,12 @@ def test_a_nul_inside_the_event_is_stored_escaped_in_its_canonical_body(tmp_path
     assert verify_ledger(Store(db_url)).ok
 
 
-def test_a_quarantine_row_holding_a_nul_or_a_lone_surrogate_is_stored_on_every_backend(store: Store) -> None:
-    bad = Rejected(Origin("f.jsonl", 7), f"data.a{NUL}b", f"reason {NUL} and \udc80", b"raw\x00bytes")
+def test_a_quarantine_row_holding_a_nul_or_a_lone_surrogate_is_stored_on_every_backend(
+    store: Store,
+) -> None:
+    bad = Rejected(
+        Origin("f.jsonl", 7), f"data.a{NUL}b", f"reason {NUL} and \udc80", b"raw\x00bytes"
+    )
     assert Appender(store).append([bad]).quarantined == 1
     with store.reading() as conn:
         row = conn.execute(select(quarantine)).mappings().one()
@@ -86,14 +100,19 @@ def test_bounded_lines_hand_on_short_lines_whole_and_only_the_head_of_a_long_one
     stream = io.BytesIO(b'{"a":1}\n' + long + b"\n" + b"tail-without-newline")
     found = list(bounded_lines(stream, limit=100))
     assert found[0] == b'{"a":1}\n'
-    assert found[1] == LongLine(long, hashlib.sha256(long).digest(), 302, 303)  # its head: all 302 < 64 KiB
+    assert found[1] == LongLine(
+        long, hashlib.sha256(long).digest(), 302, 303
+    )  # its head: all 302 < 64 KiB
     assert found[2] == b"tail-without-newline"
     ending = list(bounded_lines(io.BytesIO(long), limit=100))  # a long last line with no newline
     assert ending == [LongLine(long, hashlib.sha256(long).digest(), 302, 302)]
     longer = b"z" * 70_000  # read in pieces of 100, its head gathered up to 64 KiB
     assert list(bounded_lines(io.BytesIO(longer + b"\n"), limit=100)) == [
-        LongLine(b"z" * RECORD_HEAD, hashlib.sha256(longer).digest(), 70_000, 70_001)]
-    exact = list(bounded_lines(io.BytesIO(b"y" * 99 + b"\n"), limit=100))  # exactly the limit, newline included
+        LongLine(b"z" * RECORD_HEAD, hashlib.sha256(longer).digest(), 70_000, 70_001)
+    ]
+    exact = list(
+        bounded_lines(io.BytesIO(b"y" * 99 + b"\n"), limit=100)
+    )  # exactly the limit, newline included
     assert exact == [b"y" * 99 + b"\n"]
 
 
@@ -110,25 +129,37 @@ def big_line(size: int) -> bytes:
     return start + b"a" * (size - len(start) - 3) + b'"}}'
 
 
-@pytest.mark.parametrize("size", [5_000_000, 2_000_000])  # past the line limit, and under it but over 1 MiB
+@pytest.mark.parametrize(
+    "size", [5_000_000, 2_000_000]
+)  # past the line limit, and under it but over 1 MiB
 def test_a_huge_line_is_stored_as_its_first_64_kib_and_the_digest_of_the_whole(
-        tmp_path: Path, db_url: str, size: int) -> None:
+    tmp_path: Path, db_url: str, size: int
+) -> None:
     line = big_line(size)
     path = tmp_path / "e.jsonl"
-    path.write_bytes(orjson.dumps(progress(1)) + b"\n" + line + b"\n" + orjson.dumps(progress(3)) + b"\n")
+    path.write_bytes(
+        orjson.dumps(progress(1)) + b"\n" + line + b"\n" + orjson.dumps(progress(3)) + b"\n"
+    )
     code, out, err = run_cli("ingest", "--db", db_url, str(path))
     assert (code, out) == (1, f"{path}: read 3 · appended 2 · duplicate 0 · quarantined 1\n")
     [row] = quarantine_rows(db_url)
     assert bytes(row["record"]) == line[:65536]
-    assert (bytes(row["record_hash"]), row["record_length"]) == (hashlib.sha256(line).digest(), size)
+    assert (bytes(row["record_hash"]), row["record_length"]) == (
+        hashlib.sha256(line).digest(),
+        size,
+    )
     assert row["line"] == 2
     if size > MAX_LINE_BYTES:
-        assert err.startswith(f"{path}:2: (record): the line is 5,000,000 bytes, over the 4,194,304 a line may hold")
+        assert err.startswith(
+            f"{path}:2: (record): the line is 5,000,000 bytes, over the 4,194,304 a line may hold"
+        )
     code, listing, _ = run_cli("quarantine", "--db", db_url, "--format", "json")
     [shown] = json.loads(listing)
     assert (code, shown["record_length"], len(shown["record"])) == (0, size, 65536)
     assert run_cli("quarantine", "--db", db_url)[0] == 0
-    code, out, _ = run_cli("ingest", "--db", db_url, str(path))  # again: the same row, not a second
+    code, out, _ = run_cli(
+        "ingest", "--db", db_url, str(path)
+    )  # again: the same row, not a second
     assert (code, len(quarantine_rows(db_url))) == (1, 1)
     assert verify_ledger(Store(db_url)).ok
 
@@ -146,8 +177,11 @@ def test_a_signed_checkpoint_commits_to_the_bounded_rows(tmp_path: Path, db_url:
     assert "quarantine chain" in out
     store = Store(db_url)
     with store.writing() as conn:  # an edited bound is caught: the length is in the chained row
-        conn.exec_driver_sql("DROP TRIGGER IF EXISTS quarantine_no_update") if store.dialect == "sqlite" else \
-            conn.exec_driver_sql("ALTER TABLE quarantine DISABLE TRIGGER USER")
+        conn.exec_driver_sql(
+            "DROP TRIGGER IF EXISTS quarantine_no_update"
+        ) if store.dialect == "sqlite" else conn.exec_driver_sql(
+            "ALTER TABLE quarantine DISABLE TRIGGER USER"
+        )
         conn.exec_driver_sql("UPDATE quarantine SET record_length = 12")
     code, out, err = run_cli("verify", "--db", db_url, "--pubkey", f"{key}.pub")
     assert code != 0 and "quarantine" in (out + err)
