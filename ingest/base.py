@@ -8,6 +8,7 @@ It never writes: appends go through the ledger's API, called by the CLI or a run
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone, tzinfo
 from hashlib import sha256
@@ -158,14 +159,22 @@ def bounded_lines(stream: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[byt
 
 
 def open_source(path: Path) -> BinaryIO:
+    """The file, opened for reading only if it is a regular file. The check is made on
+    what was opened (without blocking: a FIFO with no writer would hang the ingest), so
+    a path swapped for a FIFO or a device after the manifest's checks is refused too."""
     try:
-        return path.open("rb")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError as exc:
         raise IngestError(f"{path}: no such file") from exc
-    except IsADirectoryError as exc:
-        raise IngestError(f"{path}: is a directory, not a file") from exc
     except OSError as exc:
         raise IngestError(f"{path}: cannot read: {exc.strerror}") from exc
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        what = "is a directory, not a file" if stat.S_ISDIR(mode) else "not a regular file: refused"
+        raise IngestError(f"{path}: {what}")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def event_from_json(raw: bytes, origin: Origin) -> Record:

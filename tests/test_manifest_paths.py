@@ -161,3 +161,14 @@ def test_a_manifest_that_is_not_a_regular_file_is_refused(
         refused(db_url, "--manifest", str(fifo))
         == f"Error: --manifest: {fifo}: not a regular file (a FIFO): refused\n"
     )
+
+
+def test_a_reader_refuses_what_is_not_a_regular_file_when_it_opens_it(fifo: Path) -> None:
+    """Past the plan's checks (a path swapped for a FIFO, or a caller of the library), the
+    opening itself refuses, without blocking on a FIFO that has no writer."""
+    from ingest import IngestError, extract
+
+    with pytest.raises(IngestError, match="not a regular file: refused"):
+        list(extract(fifo, "cloudevents"))
+    with pytest.raises(IngestError, match="/dev/zero: not a regular file: refused"):
+        list(extract(Path("/dev/zero"), "cloudevents"))
