@@ -134,10 +134,15 @@ class LongLine(NamedTuple):
     length: int
     size: int
 
+    @classmethod
+    def of(cls, raw: bytes) -> LongLine:
+        """A record already read whole (an element of a JSON array), kept as a long line."""
+        return cls(raw[:RECORD_HEAD], sha256(raw).digest(), len(raw), len(raw))
+
     def rejected(self, origin: Origin) -> Rejected:
-        reason = (f"the line is {self.length:,} bytes, over the {MAX_LINE_BYTES:,} a line may "
-                  f"hold: not read as an event (its first {RECORD_HEAD:,} bytes and SHA-256 "
-                  "are kept)")
+        reason = (f"the record is {self.length:,} bytes, over the {MAX_LINE_BYTES:,} a line or "
+                  f"JSON value may hold: not read as an event (its first {RECORD_HEAD:,} bytes "
+                  "and SHA-256 are kept)")
         return Rejected(origin, "(record)", reason, self.head, self.digest, self.length)
 
 

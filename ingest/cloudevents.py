@@ -25,6 +25,7 @@ from typing import Any, BinaryIO, Protocol
 import orjson
 
 from ingest.base import (
+    MAX_LINE_BYTES,
     UTF8_BOM,
     LongLine,
     bounded_lines,
@@ -107,6 +108,10 @@ def _fill_tenant(envelope: dict[str, Any], tenant: str) -> None:
 def _elements(name: str, elements: Iterator[Element], make: _Maker) -> Iterator[Record]:
     try:
         for element in elements:
-            yield make(element.raw, Origin(name, element.line, element.offset))
+            origin = Origin(name, element.line, element.offset)
+            if len(element.raw) > MAX_LINE_BYTES:  # never parsed: its head and digest are kept
+                yield LongLine.of(element.raw).rejected(origin)
+                continue
+            yield make(element.raw, origin)
     except MalformedArray as exc:
         yield Rejected(Origin(name, exc.line), "(file)", str(exc), b"")

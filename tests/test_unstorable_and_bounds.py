@@ -151,7 +151,7 @@ def test_a_huge_line_is_stored_as_its_first_64_kib_and_the_digest_of_the_whole(
     assert row["line"] == 2
     if size > MAX_LINE_BYTES:
         assert err.startswith(
-            f"{path}:2: (record): the line is 5,000,000 bytes, over the 4,194,304 a line may hold"
+            f"{path}:2: (record): the record is 5,000,000 bytes, over the 4,194,304 a line or JSON"
         )
     code, listing, _ = run_cli("quarantine", "--db", db_url, "--format", "json")
     [shown] = json.loads(listing)
@@ -185,3 +185,26 @@ def test_a_signed_checkpoint_commits_to_the_bounded_rows(tmp_path: Path, db_url:
         conn.exec_driver_sql("UPDATE quarantine SET record_length = 12")
     code, out, err = run_cli("verify", "--db", db_url, "--pubkey", f"{key}.pub")
     assert code != 0 and "quarantine" in (out + err)
+
+
+@pytest.mark.parametrize("shape", ["array", "objects"])
+def test_a_huge_json_value_is_kept_bounded_and_never_parsed(
+    tmp_path: Path, db_url: str, shape: str
+) -> None:
+    """A batch file (one JSON array) or pretty-printed objects: the value past the limit is
+    quarantined as its head and digest, the others are appended."""
+    huge = big_line(5_000_000)
+    values = [orjson.dumps(progress(1)), huge, orjson.dumps(progress(3))]
+    path = tmp_path / "e.json"
+    if shape == "array":
+        path.write_bytes(b"[\n" + b",\n".join(values) + b"\n]\n")
+    else:
+        path.write_bytes(b"\n".join(orjson.dumps(orjson.loads(v), option=orjson.OPT_INDENT_2)
+                                    for v in values) + b"\n")
+        huge = orjson.dumps(orjson.loads(huge), option=orjson.OPT_INDENT_2)
+    code, out, _ = run_cli("ingest", "--db", db_url, str(path))
+    assert (code, out) == (1, f"{path}: read 3 · appended 2 · duplicate 0 · quarantined 1\n")
+    [row] = quarantine_rows(db_url)
+    assert bytes(row["record"]) == huge[:65536]
+    assert (bytes(row["record_hash"]), row["record_length"]) == (
+        hashlib.sha256(huge).digest(), len(huge))
