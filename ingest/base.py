@@ -176,7 +176,8 @@ def open_source(path: Path) -> BinaryIO:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        what = "is a directory, not a file" if stat.S_ISDIR(mode) else "not a regular file: refused"
+        directory = stat.S_ISDIR(mode)
+        what = "is a directory, not a file" if directory else "not a regular file: refused"
         raise IngestError(f"{path}: {what}")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")

@@ -110,7 +110,8 @@ def test_proc_self_environ_never_reaches_the_store(folder: Path, db_url: str) ->
         err = refused(db_url, str(Path("/proc/self/environ")))
         assert (
             err
-            == "Error: /proc/self/environ: not a regular file (a pseudo file under /proc): refused\n"
+            == "Error: /proc/self/environ: not a regular file (a pseudo file under /proc): "
+            "refused\n"
         )
     finally:
         del os.environ["GPULEDGER_TEST_SECRET"]

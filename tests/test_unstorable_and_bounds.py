@@ -125,7 +125,8 @@ def test_a_cut_record_crosses_the_parsing_pipe_with_its_digest_and_length() -> N
 
 def big_line(size: int) -> bytes:
     """A line of `size` bytes that starts like an event."""
-    start = b'{"specversion":"1.0","id":"huge","source":"test://fleet","type":"job.progress","data":{"pad":"'
+    start = (b'{"specversion":"1.0","id":"huge","source":"test://fleet","type":"job.progress",'
+             b'"data":{"pad":"')
     return start + b"a" * (size - len(start) - 3) + b'"}}'
 
 
