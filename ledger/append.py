@@ -69,6 +69,8 @@ class _Plan:
     quarantine_rows: list[dict[str, Any]] = field(default_factory=list)
     duplicates: int = 0
     conflicts: list[str] = field(default_factory=list)
+    #: What the ledger already holds under the keys of this batch it found stored.
+    held: dict[EventKey, bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -109,10 +111,11 @@ class Appender:
             recorded_at = format_utc(self.clock())
             plan = _Plan()
             plan.quarantine_rows.extend(_invalid_row(r, recorded_at) for r in rejected)
-            fresh = _first_of_each_key(accepted, plan, recorded_at)
+            fresh, later = _first_of_each_key(accepted)
             result = BatchResult()
             if fresh:
                 tip = self._append_new(conn, fresh, plan, recorded_at, result)
+            _settle_later(later, fresh, plan, recorded_at)
             result.duplicates, result.conflicts = plan.duplicates, plan.conflicts
             if plan.quarantine_rows:
                 result.quarantined = self._insert_quarantine(conn, plan.quarantine_rows)
@@ -212,20 +215,31 @@ def _entry_rows(tip: _Tip, records: list[Accepted], recorded_at: str, salt_block
     return rows, leaves
 
 
-def _first_of_each_key(records: list[Accepted], plan: _Plan, recorded_at: str) -> list[Accepted]:
-    """Rules 1 and 2 inside the batch: a key's later records are duplicates or conflicts
-    of its first."""
-    first: dict[EventKey, Accepted] = {}
+def _first_of_each_key(records: list[Accepted]) -> tuple[list[Accepted], list[Accepted]]:
+    """The first record of each key in the batch, and the later ones (rules 1 and 2 are
+    applied to those once it is known what the ledger holds under their key)."""
+    first: set[EventKey] = set()
     fresh: list[Accepted] = []
+    later: list[Accepted] = []
     for record in records:
         key = (record.tenant, record.source, record.id)
-        known = first.get(key)
-        if known is None:
-            first[key] = record
-            fresh.append(record)
+        if key in first:
+            later.append(record)
         else:
-            _duplicate_or_conflict(record, known.body, plan, recorded_at)
-    return fresh
+            first.add(key)
+            fresh.append(record)
+    return fresh, later
+
+
+def _settle_later(later: list[Accepted], fresh: list[Accepted], plan: _Plan,
+                  recorded_at: str) -> None:
+    """Rules 1 and 2 for a key's later records in the batch: against what the ledger holds
+    under the key once the batch is in (what was stored before, else the batch's first),
+    so where a batch ends never changes what a record is."""
+    firsts = {(r.tenant, r.source, r.id): r.body for r in fresh}
+    for record in later:
+        key = (record.tenant, record.source, record.id)
+        _duplicate_or_conflict(record, plan.held.get(key, firsts[key]), plan, recorded_at)
 
 
 def _drop_known(conn: Connection, records: list[Accepted], plan: _Plan, recorded_at: str) -> list[Accepted]:
@@ -233,10 +247,12 @@ def _drop_known(conn: Connection, records: list[Accepted], plan: _Plan, recorded
     stored = _stored_bodies(conn, {(r.tenant, r.source, r.id) for r in records})
     fresh: list[Accepted] = []
     for record in records:
-        known = stored.get((record.tenant, record.source, record.id))
+        key = (record.tenant, record.source, record.id)
+        known = stored.get(key)
         if known is None:
             fresh.append(record)
         else:
+            plan.held[key] = known
             _duplicate_or_conflict(record, known, plan, recorded_at)
     return fresh
 

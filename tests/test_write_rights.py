@@ -11,12 +11,14 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import MetaData, UniqueConstraint, func, select, text
 
 from ingest import IngestError, extract
 from ledger import Appender, Store, verify_ledger
 from ledger.tables import entries, metadata, quarantine
-from schemas import Accepted, Rejected
+from schemas import Accepted, Origin, Rejected, validate_event
 from schemas.owners import TENANT_TYPES, Owner, OwnerError
 from tests.conftest import event, progress, run_cli, write_jsonl
 from tests.test_ingest_dcgm_stats import header, table
@@ -419,3 +421,63 @@ def test_a_body_stays_what_was_hashed(tmp_path: Path, store: Store) -> None:
         ("acme", "acme"),
         ("beta", "beta"),
     ]
+
+
+# -- the key, as a property -----------------------------------------------------------
+
+_EXAMPLES = iter(range(1_000_000))
+_CLAIMS = st.lists(
+    st.tuples(st.sampled_from([None, "a", "b", "c"]), st.sampled_from(["k1", "k2", "k3"]),
+              st.integers(0, 2)),
+    min_size=1, max_size=25,
+)
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(claims=_CLAIMS, size=st.integers(1, 6))
+# found by this test: a conflict repeated in a batch was once a "duplicate" of itself
+@example(claims=[(None, "k1", 1), (None, "k1", 0), (None, "k1", 0), (None, "k1", 0)], size=2)
+def test_each_key_meets_only_its_own_tenants_events(
+    store: Store, claims: list[tuple[str | None, str, int]], size: int
+) -> None:
+    """Any tenants (or the fleet) claiming the same source and ids in any order and in any
+    batches: each (tenant, id) keeps its first event, a later equal one is a duplicate and
+    a later different one a conflict, exactly as if that tenant were alone."""
+    example = next(_EXAMPLES)
+    tenants = {t: f"x{example}-{t}" for t in ("a", "b", "c")}
+
+    def raw(tenant: str | None, key: str, step: int) -> dict[str, Any]:
+        id_ = f"{example}-{key}"  # the store outlives the example: its ids are its own
+        if tenant is None:  # a fleet fault under the same source and id
+            return event("health.fault", id_, {"node": f"n{step}", "code": "xid-79"})
+        return event("job.progress", id_, {"tenant": tenants[tenant], "job_id": "j", "step": step})
+
+    records = [
+        Accepted.of(validate_event(raw(t, i, s)), Origin(f"ex{example}.jsonl", n))
+        for n, (t, i, s) in enumerate(claims, start=1)
+    ]
+    first: dict[tuple[str | None, str], int] = {}
+    duplicates = conflicts = 0
+    for t, i, s in claims:  # the rules, by hand: per (tenant, id), the first step wins
+        if (t, i) not in first:
+            first[(t, i)] = s
+        elif first[(t, i)] == s:
+            duplicates += 1
+        else:
+            conflicts += 1
+    appender = Appender(store)
+    totals = [0, 0, 0]
+    for start in range(0, len(records), size):
+        result = appender.append(records[start:start + size])
+        totals = [totals[0] + result.appended, totals[1] + result.duplicates,
+                  totals[2] + result.quarantined]
+    assert totals == [len(first), duplicates, conflicts]
+    with store.reading() as conn:
+        mine = [tenants[t] for t in ("a", "b", "c")]
+        rows = conn.execute(select(entries.c.tenant, entries.c.id, entries.c.event).where(
+            entries.c.tenant.in_(mine) | entries.c.tenant.is_(None))).all()
+    kept = {(t, i): orjson.loads(e)["data"] for t, i, e in rows}
+    for (t, i), s in first.items():
+        data = kept[(None if t is None else tenants[t], f"{example}-{i}")]
+        assert data.get("step", data.get("node")) in (s, f"n{s}")
