@@ -152,17 +152,24 @@ def init(db_url: str | None) -> None:
 @click.option("--manifest", type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path), default=None,
               help="Ingest every file this manifest lists, with its format and options, in order "
                    "(options given here are defaults under each file's own).")
+@click.option("--owner", default=None, metavar="provider|tenant:NAME",
+              help="Whose source the files are (default: provider). A tenant's source writes "
+                   "only that tenant's own events (docs/evidence.md); the rest is quarantined.")
+@click.option("--allow-path", "allowed", multiple=True,
+              type=click.Path(file_okay=False, path_type=Path),
+              help="A folder outside the manifest's own that its paths may lead to. Repeatable.")
 @click.argument("files", nargs=-1, required=False,
                 type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path))
 def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, manifest: Path | None, files: Sequence[Path],
-                   **options: str | None) -> None:
+                   allowed: tuple[Path, ...], **options: str | None) -> None:
     """Append the events of FILES (or of every file --manifest lists); prints read / appended / duplicate / quarantined.
 
     Exits 1 when any record was quarantined (the good records are still appended).
     """
     import ledger
 
-    jobs = _ingest_jobs(manifest, files, fmt, {k: v for k, v in options.items() if v is not None})
+    given = {k: v for k, v in options.items() if v is not None}
+    jobs = _ingest_jobs(manifest, files, fmt, given, allowed)
     store = _writable_store(db_url)
     store.init()
     appender = ledger.Appender(store)
@@ -193,12 +200,14 @@ def _zone_note(path: Path, fmt: str | None, options: Mapping[str, str | None]) -
 
 
 def _ingest_jobs(manifest: Path | None, files: Sequence[Path], fmt: str | None,
-                 options: dict[str, str]) -> list[tuple[Path, str | None, dict[str, str]]]:
+                 options: dict[str, str], allowed: Sequence[Path] = (),
+                 ) -> list[tuple[Path, str | None, dict[str, str]]]:
     """(file, format, options) to ingest, in order: FILES with the command's options, or the manifest's."""
     from ingest import choose, format_names
     from ingest.manifest import ingest_plan
 
-    return [(e.path, e.format, e.options) for e in ingest_plan(manifest, files, fmt, options, format_names(), choose)]
+    plan = ingest_plan(manifest, files, fmt, options, format_names(), choose, allowed)
+    return [(e.path, e.format, e.options) for e in plan]
 
 
 def _counts(report: ledger.AppendReport) -> str:
@@ -226,16 +235,19 @@ def _ingest_one(appender: ledger.Appender, path: Path, fmt: str | None, batch_si
         return ledger.append_stream(appender, records, batch_size, advance)
 
 
-def _recorded_event(store: ledger.Store) -> Callable[[str, str], bytes | None]:
-    """The stored event of a (source, id), for ingestors that see a state again on every
-    poll (dcgm-metrics: the XID gauge) and must give a fault already recorded unchanged."""
+def _recorded_event(store: ledger.Store) -> Callable[..., bytes | None]:
+    """The stored event of a (source, id) of a tenant (None: a fleet event), for ingestors
+    that see a state again on every poll (dcgm-metrics: the XID gauge; probes: a run) and
+    must give one already recorded unchanged. Another tenant's event is never the answer."""
     from sqlalchemy import select
 
     from ledger.tables import entries
 
-    def recorded(source: str, event_id: str) -> bytes | None:
+    def recorded(source: str, event_id: str, tenant: str | None = None) -> bytes | None:
+        owned = entries.c.tenant.is_(None) if tenant is None else entries.c.tenant == tenant
         with store.reading() as conn:
-            found = conn.execute(select(entries.c.event).where(entries.c.source == source, entries.c.id == event_id)).scalar()
+            found = conn.execute(select(entries.c.event).where(
+                entries.c.source == source, entries.c.id == event_id, owned)).scalar()
         return None if found is None else str(found).encode()
 
     return recorded

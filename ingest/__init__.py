@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ingest.base import UTF8_BOM, IngestError, Ingestor, open_source
+from ingest.base import UTF8_BOM, IngestError, Ingestor, open_source, split_owner
 from ingest.cloudevents import CloudEventsIngestor
 from ingest.dcgm_metrics import DcgmMetricsIngestor
 from ingest.dcgm_stats import DcgmStatsIngestor
@@ -30,6 +30,7 @@ from ingest.sacct import SacctIngestor
 from ingest.serving_bench import ServingBenchIngestor
 from ingest.topo import TopoIngestor
 from schemas import Record
+from schemas.owners import owned
 
 HEAD_BYTES = 64 << 10  # what identify sees: enough for a log that runs before the part we read
 INGESTORS: list[Ingestor] = [CloudEventsIngestor(), SacctIngestor(), FocusIngestor(), DcgmStatsIngestor(),
@@ -75,10 +76,12 @@ def _named(name: str) -> Ingestor:
 
 
 def extract(path: Path, name: str | None = None, **options: Any) -> Iterator[Record]:
-    """The records of one source file, in file order."""
+    """The records of one source file, in file order, as the source's owner (option
+    `owner`, default the provider) may write them."""
+    owner, options = split_owner(options)
     ingestor, claimed = choose(path, name)
     records = ingestor.extract(path, **options)
-    return records if claimed else expect_records(records, path, ingestor.name)
+    return owned(records if claimed else expect_records(records, path, ingestor.name), owner)
 
 
 def expect_records(records: Iterator[Record], path: Path, name: str) -> Iterator[Record]:

@@ -8,10 +8,12 @@ It never writes: appends go through the ledger's API, called by the CLI or a run
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone, tzinfo
+from hashlib import sha256
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, NamedTuple, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import ValidationError
@@ -21,6 +23,7 @@ from schemas import (
     CloudEvent,
     Origin,
     Record,
+    Rejected,
     Unstorable,
     rejections,
     unstorable,
@@ -28,6 +31,9 @@ from schemas import (
     validate_event_json,
 )
 from schemas.errors import BadInput
+from schemas.owners import Owner, OwnerError
+from schemas.records import RECORD_HEAD
+from schemas.types import MAX_EVENT_BYTES
 
 UTF8_BOM = b"\xef\xbb\xbf"
 
@@ -101,15 +107,82 @@ def fixed_tenant(options: dict[str, Any]) -> str | None:
     return str(tenant)
 
 
-def open_source(path: Path) -> BinaryIO:
+def split_owner(options: dict[str, Any]) -> tuple[Owner, dict[str, Any]]:
+    """`--owner provider|tenant:NAME` (schemas/owners.py) apart from the ingestor's own
+    options. A tenant's ingest reads files of that tenant: its name is the `--tenant` of
+    a source that names none, unless a tenant or tenant field is given."""
+    rest = {k: v for k, v in options.items() if k != "owner"}
     try:
-        return path.open("rb")
+        owner = Owner.parse(options.get("owner"))
+    except OwnerError as exc:
+        raise IngestError(f"--owner: {exc}") from None
+    if owner.tenant is not None and rest.get("tenant") is None and not rest.get("tenant_field"):
+        rest["tenant"] = owner.tenant
+    return owner, rest
+
+
+#: The longest line a line reader hands on whole. An event over MAX_EVENT_BYTES (1 MiB) in
+#: canonical form is quarantined anyway; a line four times that is read no further than
+#: its first RECORD_HEAD bytes and its digest (docs/canonical-and-bounds.md).
+MAX_LINE_BYTES = 4 * MAX_EVENT_BYTES
+
+
+class LongLine(NamedTuple):
+    """A line over MAX_LINE_BYTES, as far as it is kept: head, digest, length (newline not
+    counted) and the bytes it took in the file (newline counted)."""
+
+    head: bytes
+    digest: bytes
+    length: int
+    size: int
+
+    @classmethod
+    def of(cls, raw: bytes) -> LongLine:
+        """A record already read whole (an element of a JSON array), kept as a long line."""
+        return cls(raw[:RECORD_HEAD], sha256(raw).digest(), len(raw), len(raw))
+
+    def rejected(self, origin: Origin) -> Rejected:
+        reason = (f"the record is {self.length:,} bytes, over the {MAX_LINE_BYTES:,} a line or "
+                  f"JSON value may hold: not read as an event (its first {RECORD_HEAD:,} bytes "
+                  "and SHA-256 are kept)")
+        return Rejected(origin, "(record)", reason, self.head, self.digest, self.length)
+
+
+def bounded_lines(stream: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[bytes | LongLine]:
+    """The stream's lines (newline included), each held whole only up to `limit` bytes:
+    a longer one is read on in pieces of `limit`, hashed and counted, and only its head
+    kept, so memory stays at a few times `limit` whatever the line's length."""
+    while line := stream.readline(limit):
+        if len(line) < limit or line.endswith(b"\n"):
+            yield line
+            continue
+        digest, size, head = sha256(line), len(line), line[:RECORD_HEAD]
+        while not line.endswith(b"\n") and (line := stream.readline(limit)):
+            size += len(line)
+            piece = line.removesuffix(b"\n")
+            digest.update(piece)
+            head += piece[:RECORD_HEAD - len(head)]
+        yield LongLine(head, digest.digest(), size - line.endswith(b"\n"), size)
+
+
+def open_source(path: Path) -> BinaryIO:
+    """The file, opened for reading only if it is a regular file. The check is made on
+    what was opened (without blocking: a FIFO with no writer would hang the ingest), so
+    a path swapped for a FIFO or a device after the manifest's checks is refused too."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError as exc:
         raise IngestError(f"{path}: no such file") from exc
-    except IsADirectoryError as exc:
-        raise IngestError(f"{path}: is a directory, not a file") from exc
     except OSError as exc:
         raise IngestError(f"{path}: cannot read: {exc.strerror}") from exc
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        directory = stat.S_ISDIR(mode)
+        what = "is a directory, not a file" if directory else "not a regular file: refused"
+        raise IngestError(f"{path}: {what}")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def event_from_json(raw: bytes, origin: Origin) -> Record:

@@ -24,7 +24,15 @@ from typing import Any, BinaryIO, Protocol
 
 import orjson
 
-from ingest.base import UTF8_BOM, event_from_json, event_from_object, open_source
+from ingest.base import (
+    MAX_LINE_BYTES,
+    UTF8_BOM,
+    LongLine,
+    bounded_lines,
+    event_from_json,
+    event_from_object,
+    open_source,
+)
 from ingest.jsonarray import Element, MalformedArray, iter_array, iter_values
 from schemas import FLEET_TYPES, Origin, Record, Rejected
 
@@ -59,7 +67,11 @@ class _Maker(Protocol):
 
 
 def _line_records(name: str, stream: BinaryIO, offset: int, make: _Maker) -> Iterator[Record]:
-    for number, line in enumerate(stream, start=1):
+    for number, line in enumerate(bounded_lines(stream), start=1):
+        if isinstance(line, LongLine):  # never held whole: a line of 300 MB costs 4 MiB here
+            yield line.rejected(Origin(name, number, offset))
+            offset += line.size
+            continue
         stripped = line.strip()
         if stripped:
             yield make(stripped, Origin(name, number, offset))
@@ -96,6 +108,10 @@ def _fill_tenant(envelope: dict[str, Any], tenant: str) -> None:
 def _elements(name: str, elements: Iterator[Element], make: _Maker) -> Iterator[Record]:
     try:
         for element in elements:
-            yield make(element.raw, Origin(name, element.line, element.offset))
+            origin = Origin(name, element.line, element.offset)
+            if len(element.raw) > MAX_LINE_BYTES:  # never parsed: its head and digest are kept
+                yield LongLine.of(element.raw).rejected(origin)
+                continue
+            yield make(element.raw, origin)
     except MalformedArray as exc:
         yield Rejected(Origin(name, exc.line), "(file)", str(exc), b"")

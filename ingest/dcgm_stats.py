@@ -48,6 +48,10 @@ stats give and that no reconciliation rule reads for time (a scheduler's own, ea
 submission still comes first). A running window's telemetry is recorded once it ends
 (it changes until then); without `--tenant` the telemetry is not recorded.
 
+Whose text it is decides what it may become: read as a tenant's (`--owner tenant:NAME`,
+for a job's own stdout), its faults are refused and quarantined (schemas/owners.py: a
+tenant's source writes no fleet event) and only that tenant's telemetry is kept.
+
 Times are ctime text in the host's local zone, read in `--timezone` (default: this
 machine's zone). One GPU table is one record: all its events, or the table in quarantine.
 """

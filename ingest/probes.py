@@ -29,7 +29,8 @@ from ingest.base import IngestError, event_from_json, event_from_object, fixed_t
 from schemas import Origin, Record, format_utc
 from schemas.errors import BadInput
 
-Recorded = Callable[[str, str], "bytes | None"]
+#: (source, id, tenant) → the stored event of that tenant, or None (cli.py's look-up).
+Recorded = Callable[[str, str, str], "bytes | None"]
 _FIGURE = re.compile(r"\d+(?:\.\d+)?")
 #: What a launcher puts before each line of a rank's output: Open MPI's --tag-output, srun --label.
 LAUNCHER_TAG = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\d+: )")
@@ -125,7 +126,7 @@ def run_id(data: dict[str, Any]) -> str:
 def probe_record(kind: str, data: dict[str, Any], how: ProbeOptions, origin: Origin, raw: bytes) -> Record:
     """One event of the file, or the same run as the ledger already holds it."""
     event_id = run_id(data)
-    known = how.recorded(how.source, event_id) if how.recorded is not None else None
+    known = how.recorded(how.source, event_id, how.tenant) if how.recorded is not None else None
     if known is not None:
         return event_from_json(known, origin)
     event = {"specversion": "1.0", "id": event_id, "source": how.source, "type": kind,

@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from ingest import choose, expect_records, extract
-from ingest.base import IngestError
+from ingest.base import IngestError, split_owner
 from schemas import Accepted, Origin, Record, Rejected
+from schemas.owners import owned
 
 #: Files smaller than this are parsed in this process.
 MIN_BYTES = 16 << 20
@@ -40,7 +41,9 @@ _Packed = tuple[Any, ...]
 
 def extract_parallel(path: Path, name: str | None = None, **options: Any) -> Iterator[Record]:
     """The records of one source file, in file order, parsed by a child process when the
-    file is large enough (MIN_BYTES) to repay starting one."""
+    file is large enough (MIN_BYTES) to repay starting one. The owner's rights (option
+    `owner`) are applied here, so the child never needs them."""
+    owner, options = split_owner(options)
     ingestor, claimed = choose(path, name)  # identification (and its errors) stay here
     # A function (dcgm-metrics' `recorded`, a look-up in this process's ledger) cannot cross
     # the pipe: an ingestor that reads one parses here, the others do not need it.
@@ -50,7 +53,7 @@ def extract_parallel(path: Path, name: str | None = None, **options: Any) -> Ite
         records = ingestor.extract(path, **options)
     else:
         records = _from_child(path, ingestor.name, {k: v for k, v in options.items() if k not in functions})
-    return records if claimed else expect_records(records, path, ingestor.name)
+    return owned(records if claimed else expect_records(records, path, ingestor.name), owner)
 
 
 def _from_child(path: Path, name: str, options: dict[str, Any]) -> Iterator[Record]:
@@ -115,7 +118,8 @@ def _pack(record: Record) -> _Packed:
     origin = record.origin
     if isinstance(record, Accepted):
         return (record.source, record.id, record.type, record.tenant, record.body, origin.file, origin.line, origin.offset)
-    return (origin.file, origin.line, origin.offset, record.field, record.reason, record.record)
+    return (tuple(origin), record.field, record.reason, record.record, record.digest,
+            record.length)
 
 
 _TUPLE = tuple.__new__  # a named tuple made from its values without the keyword-taking __new__
@@ -124,7 +128,7 @@ _TUPLE = tuple.__new__  # a named tuple made from its values without the keyword
 def _unpack(item: _Packed) -> Record:
     if len(item) == 8:
         return _TUPLE(Accepted, (item[0], item[1], item[2], item[3], item[4], _TUPLE(Origin, item[5:])))
-    return _TUPLE(Rejected, (_TUPLE(Origin, item[:3]), item[3], item[4], item[5]))
+    return _TUPLE(Rejected, (_TUPLE(Origin, item[0]), *item[1:]))
 
 
 def _send(out: IO[bytes], kind: str, payload: Any) -> None:

@@ -1,8 +1,10 @@
 """Appending batches: idempotency, conflicts, quarantine, hashes, all in one transaction.
 
 Rules, in the order they apply to each accepted record of a batch:
-1. `source` + `id` is the key. A key already in the ledger (or earlier in the batch) with
-   the same canonical bytes is a duplicate: skipped and counted.
+1. `tenant` + `source` + `id` is the key (a fleet event's tenant is null): an event only
+   ever meets its own tenant's events, so no tenant can shadow another's by claiming its
+   source and id. A key already in the ledger (or earlier in the batch) with the same
+   canonical bytes is a duplicate: skipped and counted.
 2. The same key with other bytes is a conflict: kept in the quarantine with both hashes,
    never replacing what is stored.
 3. Everything else gets the next `seq` (gapless from 1), the next `tenant_seq` of its
@@ -28,7 +30,7 @@ from ledger.digests import chain, each, split
 from ledger.errors import StoreWriteFailed
 from ledger.hashing import CHAIN_PREFIX, LEAF_PREFIX, SALT_SIZE, ZERO_HASH, entry_bytes
 from ledger.merkle import Frontier
-from ledger.quarantine import chained_rows
+from ledger.quarantine import bounded, chained_rows, storable_text
 from ledger.store import Store
 from ledger.tables import batches, entries, quarantine
 from ledger.tree import TreeReader
@@ -40,6 +42,8 @@ ENTRY_COLUMNS = (
     "leaf_hash", "chain_hash", "tenant_prev",
 )
 Clock = Callable[[], datetime]
+#: (tenant, source, id): the idempotency key (rule 1).
+EventKey = tuple[str | None, str, str]
 SaltSource = Callable[[int], bytes]
 
 
@@ -65,6 +69,8 @@ class _Plan:
     quarantine_rows: list[dict[str, Any]] = field(default_factory=list)
     duplicates: int = 0
     conflicts: list[str] = field(default_factory=list)
+    #: What the ledger already holds under the keys of this batch it found stored.
+    held: dict[EventKey, bytes] = field(default_factory=dict)
 
 
 @dataclass
@@ -84,9 +90,9 @@ class Appender:
     Two shortcuts, each checked before it is taken: the head a batch left is reused by the
     next one when the store's head is still that one (its chain hash commits to all that
     came before), and new keys are inserted without first looking them up, with the
-    (source, id) unique index as the check: a batch that meets a stored key is rolled back
-    to its savepoint and done again with the lookup (rules 1 and 2), as are the batches
-    after it until one meets no stored key.
+    key's unique indexes (ledger/tables.py) as the check: a batch that meets a stored key
+    is rolled back to its savepoint and done again with the lookup (rules 1 and 2), as are
+    the batches after it until one meets no stored key.
     """
 
     def __init__(self, store: Store, clock: Clock = utc_now, salts: SaltSource = secrets.token_bytes) -> None:
@@ -105,10 +111,11 @@ class Appender:
             recorded_at = format_utc(self.clock())
             plan = _Plan()
             plan.quarantine_rows.extend(_invalid_row(r, recorded_at) for r in rejected)
-            fresh = _first_of_each_key(accepted, plan, recorded_at)
+            fresh, later = _first_of_each_key(accepted)
             result = BatchResult()
             if fresh:
                 tip = self._append_new(conn, fresh, plan, recorded_at, result)
+            _settle_later(later, fresh, plan, recorded_at)
             result.duplicates, result.conflicts = plan.duplicates, plan.conflicts
             if plan.quarantine_rows:
                 result.quarantined = self._insert_quarantine(conn, plan.quarantine_rows)
@@ -208,31 +215,44 @@ def _entry_rows(tip: _Tip, records: list[Accepted], recorded_at: str, salt_block
     return rows, leaves
 
 
-def _first_of_each_key(records: list[Accepted], plan: _Plan, recorded_at: str) -> list[Accepted]:
-    """Rules 1 and 2 inside the batch: a key's later records are duplicates or conflicts
-    of its first."""
-    first: dict[tuple[str, str], Accepted] = {}
+def _first_of_each_key(records: list[Accepted]) -> tuple[list[Accepted], list[Accepted]]:
+    """The first record of each key in the batch, and the later ones (rules 1 and 2 are
+    applied to those once it is known what the ledger holds under their key)."""
+    first: set[EventKey] = set()
     fresh: list[Accepted] = []
+    later: list[Accepted] = []
     for record in records:
-        key = (record.source, record.id)
-        known = first.get(key)
-        if known is None:
-            first[key] = record
-            fresh.append(record)
+        key = (record.tenant, record.source, record.id)
+        if key in first:
+            later.append(record)
         else:
-            _duplicate_or_conflict(record, known.body, plan, recorded_at)
-    return fresh
+            first.add(key)
+            fresh.append(record)
+    return fresh, later
+
+
+def _settle_later(later: list[Accepted], fresh: list[Accepted], plan: _Plan,
+                  recorded_at: str) -> None:
+    """Rules 1 and 2 for a key's later records in the batch: against what the ledger holds
+    under the key once the batch is in (what was stored before, else the batch's first),
+    so where a batch ends never changes what a record is."""
+    firsts = {(r.tenant, r.source, r.id): r.body for r in fresh}
+    for record in later:
+        key = (record.tenant, record.source, record.id)
+        _duplicate_or_conflict(record, plan.held.get(key, firsts[key]), plan, recorded_at)
 
 
 def _drop_known(conn: Connection, records: list[Accepted], plan: _Plan, recorded_at: str) -> list[Accepted]:
     """Rules 1 and 2 against the ledger: keep the records whose key is not stored."""
-    stored = _stored_bodies(conn, {(r.source, r.id) for r in records})
+    stored = _stored_bodies(conn, {(r.tenant, r.source, r.id) for r in records})
     fresh: list[Accepted] = []
     for record in records:
-        known = stored.get((record.source, record.id))
+        key = (record.tenant, record.source, record.id)
+        known = stored.get(key)
         if known is None:
             fresh.append(record)
         else:
+            plan.held[key] = known
             _duplicate_or_conflict(record, known, plan, recorded_at)
     return fresh
 
@@ -252,25 +272,28 @@ def _integrity_errors(conn: Connection) -> tuple[type[Exception], ...]:
     return (conn.dialect.loaded_dbapi.IntegrityError, IntegrityError)
 
 
-def _stored_bodies(conn: Connection, keys: set[tuple[str, str]]) -> dict[tuple[str, str], bytes]:
+def _stored_bodies(conn: Connection, keys: set[EventKey]) -> dict[EventKey, bytes]:
     """Stored canonical bytes of the keys already in the ledger.
 
     One `source = ? AND id IN (...)` statement per source and 500 ids: SQLite plans a
-    row-value IN as a full scan, this form as probes of the (source, id) index. It goes
-    to the driver directly: building the expression costs more than running it.
+    row-value IN as a full scan, this form as probes of the (source, id, tenant) index.
+    Other tenants' events under the same source and id are read too, and never matched.
+    It goes to the driver directly: building the expression costs more than running it.
     """
-    ids_by_source: dict[str, list[str]] = {}
-    for source, id_ in keys:
-        ids_by_source.setdefault(source, []).append(id_)
+    ids_by_source: dict[str, set[str]] = {}
+    for _, source, id_ in keys:
+        ids_by_source.setdefault(source, set()).add(id_)
     mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-    found: dict[tuple[str, str], bytes] = {}
-    for source, ids in ids_by_source.items():
+    found: dict[EventKey, bytes] = {}
+    for source, id_set in ids_by_source.items():
+        ids = sorted(id_set)
         for start in range(0, len(ids), 500):
             chunk = ids[start:start + 500]
-            statement = f"SELECT id, event FROM entries WHERE source = {mark} AND id IN ({', '.join([mark] * len(chunk))})"
+            statement = (f"SELECT tenant, id, event FROM entries WHERE source = {mark} "
+                         f"AND id IN ({', '.join([mark] * len(chunk))})")
             rows = conn.exec_driver_sql(statement, (source, *chunk)).all()
-            found.update({(source, r[0]): r[1].encode("utf-8") for r in rows})
-    return found
+            found.update({(r[0], source, r[1]): r[2].encode("utf-8") for r in rows})
+    return {key: body for key, body in found.items() if key in keys}
 
 
 def _chain_head(conn: Connection) -> tuple[int, bytes]:
@@ -313,24 +336,27 @@ def _bulk_insert(conn: Connection, table: str, columns: Sequence[str], rows: Seq
 
 
 def _invalid_row(record: Rejected, recorded_at: str) -> dict[str, Any]:
+    head, digest, length = bounded(record.record, record.digest, record.length)
     return {
-        "recorded_at": recorded_at, "kind": "invalid", "file": record.origin.file,
-        "line": record.origin.line, "field": record.field, "reason": record.reason,
-        "record": record.record, "record_hash": sha256(record.record).digest(),
+        "recorded_at": recorded_at, "kind": "invalid", "file": storable_text(record.origin.file),
+        "line": record.origin.line, "field": storable_text(record.field),
+        "reason": storable_text(record.reason),
+        "record": head, "record_hash": digest, "record_length": length,
         "existing_hash": None, "incoming_hash": None,
     }
 
 
 def _conflict_row(record: Accepted, known: bytes, recorded_at: str) -> dict[str, Any]:
     existing, incoming = sha256(known).digest(), sha256(record.body).digest()
+    head, _, length = bounded(record.body, incoming, len(record.body))
     return {
-        "recorded_at": recorded_at, "kind": "conflict", "file": record.origin.file,
+        "recorded_at": recorded_at, "kind": "conflict", "file": storable_text(record.origin.file),
         "line": record.origin.line, "field": "id",
-        "reason": (
+        "reason": storable_text(
             f"event {record.id!r} from {record.source!r} is already in the ledger with other "
             f"content (stored sha256 {existing.hex()[:16]}…, incoming {incoming.hex()[:16]}…)"
         ),
-        "record": record.body, "record_hash": incoming,
+        "record": head, "record_hash": incoming, "record_length": length,
         "existing_hash": existing, "incoming_hash": incoming,
     }
 

@@ -2,7 +2,8 @@
 
     row   = RFC 8785 JSON of the row's columns but chain_hash: qid, recorded_at, kind, file,
             line, field, reason (strings and integers as stored), record, record_hash,
-            existing_hash, incoming_hash (lower-case hex, or null)
+            existing_hash, incoming_hash (lower-case hex, or null), and record_length
+            (an integer) where it is not null (rows from before the bound have none)
     chain = SHA-256(0x03 ‖ chain of the previous row ‖ row)    the first row's previous is 32 zero bytes
 
 Rows are chained in qid order, and every checkpoint commits to the quarantine's size and
@@ -29,6 +30,7 @@ from sqlalchemy import Connection, func, inspect, select, text
 from ledger.errors import LedgerError
 from ledger.hashing import ZERO_HASH
 from ledger.tables import quarantine
+from schemas.records import RECORD_HEAD
 
 QUARANTINE_PREFIX = b"\x03"
 _HASHED = ("qid", "recorded_at", "kind", "file", "line", "field", "reason")
@@ -40,7 +42,27 @@ def row_bytes(row: Mapping[Any, Any]) -> bytes:
     """The canonical bytes of a quarantine row (RFC 8785: sorted keys, no whitespace)."""
     members = {name: row[name] for name in _HASHED}
     members.update({name: bytes(row[name]).hex() if row[name] is not None else None for name in _HEX})
+    if row.get("record_length") is not None:
+        members["record_length"] = int(row["record_length"])
     return orjson.dumps(members, option=orjson.OPT_SORT_KEYS)
+
+
+def bounded(record: bytes, digest: bytes | None = None,
+            length: int | None = None) -> tuple[bytes, bytes, int]:
+    """What a quarantine row keeps of a record: (its first RECORD_HEAD bytes, the SHA-256
+    of the whole, the length of the whole). `digest` and `length` are given when `record`
+    is already only the head (a reader that would not hold the whole)."""
+    if digest is None or length is None:
+        digest, length = sha256(record).digest(), len(record)
+    return record[:RECORD_HEAD], digest, length
+
+
+def storable_text(text: str) -> str:
+    """Text for a quarantine column, storable on every backend: a NUL (PostgreSQL's text
+    refuses it) written as `\\u0000`, a lone surrogate (not UTF-8) as `\\udXXX`."""
+    if text.isascii() and "\x00" not in text:
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\u0000")
 
 
 def next_chain(previous: bytes, row: Mapping[Any, Any]) -> bytes:
@@ -118,11 +140,14 @@ def _stored_keys(conn: Connection, rows: list[dict[str, Any]]) -> set[tuple[str,
 
 def add_chain_column(conn: Connection) -> None:
     """A store made before the chain gets the chain_hash column; its old rows keep NULL
-    there and are chained when verified (rule 2)."""
+    there and are chained when verified (rule 2). One made before the bound gets the
+    record_length column; its old rows keep NULL there (they hold the record whole)."""
     columns = {c["name"] for c in inspect(conn).get_columns("quarantine")}
     if "chain_hash" not in columns:
         kind = "BYTEA" if conn.dialect.name == "postgresql" else "BLOB"
         conn.execute(text(f"ALTER TABLE quarantine ADD COLUMN chain_hash {kind}"))
+    if "record_length" not in columns:
+        conn.execute(text("ALTER TABLE quarantine ADD COLUMN record_length BIGINT"))
 
 
 def quarantine_problem(conn: Connection, commitments: list[tuple[int, int, bytes]]) -> str | None:

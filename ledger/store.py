@@ -19,6 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, InternalError, OperationalError
 
 from ledger.errors import StoreUnavailable, StoreWriteFailed
+from ledger.migrations import upgrade_event_key
 from ledger.quarantine import add_chain_column
 from ledger.tables import APPEND_ONLY, metadata
 
@@ -124,6 +125,7 @@ class Store:
         with self.writing() as conn:
             metadata.create_all(conn)
             add_chain_column(conn)  # stores made before the quarantine was chained
+            upgrade_event_key(conn)  # stores made before the key named the tenant
             for statement in _trigger_ddl(self.dialect):
                 conn.exec_driver_sql(statement)
 

@@ -36,9 +36,15 @@ entries = Table(
     Column("leaf_hash", LargeBinary, nullable=False),
     Column("chain_hash", LargeBinary, nullable=False),
     Column("tenant_prev", LargeBinary),
-    UniqueConstraint("source", "id", name="entries_event_key"),
 )
 Index("entries_tenant_seq", entries.c.tenant, entries.c.tenant_seq, unique=True)
+#: The idempotency key is (tenant, source, id): an event only ever meets events of its own
+#: tenant, a fleet event (tenant null) only fleet events, so no tenant can make another's
+#: event a duplicate or a conflict, whatever source and id it claims. Two indexes, since a
+#: unique index lets NULLs repeat: one for tenants' events, a partial one for the fleet's.
+Index("entries_event_key", entries.c.source, entries.c.id, entries.c.tenant, unique=True)
+Index("entries_fleet_event_key", entries.c.source, entries.c.id, unique=True,
+      sqlite_where=entries.c.tenant.is_(None), postgresql_where=entries.c.tenant.is_(None))
 
 #: One row per committed append batch: the chain head it left. It lets `verify` name a
 #: truncated tail or a row inserted past the end without any signed checkpoint.
@@ -69,6 +75,9 @@ quarantine = Table(
     # The quarantine's own hash chain (ledger/quarantine.py); NULL only in rows written
     # before the chain existed.
     Column("chain_hash", LargeBinary),
+    # The length of the whole record: `record` holds its first 64 KiB, `record_hash` the
+    # SHA-256 of the whole. NULL only in rows written before the bound, which hold it whole.
+    Column("record_length", BigInteger),
     # Re-reading the same file must not quarantine the same record twice.
     UniqueConstraint("file", "line", "record_hash", name="quarantine_record_key"),
 )

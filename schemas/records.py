@@ -42,20 +42,42 @@ class Accepted(NamedTuple):
         if len(body) > MAX_EVENT_BYTES:
             raise EventTooLarge(f"the event is {len(body):,} bytes in canonical form, over the limit of "
                                 f"{MAX_EVENT_BYTES:,} (1 MiB)")
+        for name, value in (("source", event.source), ("id", event.id),
+                            ("data.tenant", event.tenant)):
+            _storable_column(name, value)
         return cls(event.source, event.id, event.type, event.tenant, body, origin)
+
+
+def _storable_column(name: str, value: str | None) -> None:
+    """Raises Unstorable for a value its own column cannot hold on every backend: a NUL,
+    which PostgreSQL's text refuses (the canonical body escapes it, these columns cannot),
+    so that a record holding one is quarantined on both backends, never a failed batch."""
+    if value is not None and "\x00" in value:
+        column = name.split(".")[-1]
+        raise Unstorable(f"holds a NUL character (\\u0000), which the ledger's {column} column "
+                         "cannot store on every backend", tuple(name.split(".")))
 
 
 class EventTooLarge(Unstorable):
     """An event whose canonical bytes pass MAX_EVENT_BYTES."""
 
 
+#: What the quarantine keeps of a rejected record: its first 64 KiB, with the SHA-256 and
+#: the length of the whole (DESIGN: "Quarantine is evidence too").
+RECORD_HEAD = 64 << 10
+
+
 class Rejected(NamedTuple):
-    """A record that did not parse or validate, kept whole for the quarantine."""
+    """A record that did not parse or validate, for the quarantine: `record` is the whole
+    record, or, when a reader would not hold it whole (a line of hundreds of MB), only its
+    first RECORD_HEAD bytes, with `digest` (SHA-256) and `length` of the whole given."""
 
     origin: Origin
     field: str
     reason: str
     record: bytes
+    digest: bytes | None = None
+    length: int | None = None
 
     def __str__(self) -> str:
         return f"{self.origin}: {self.field}: {self.reason}"

@@ -82,7 +82,7 @@ def test_the_simulators_manifest_ingests_as_the_demo_does(tmp_path: Path) -> Non
                                                      "allocation_field, cluster, delimiter, fabric_domain, fields, gpu_field, "
                                                      "job, node, scrape_time, tenant, tenant_field, timezone, window_start)"),
     ({"path": "a.json", "options": {"node": 7}}, "files[0].options.node: expected a string, found 7"),
-    ({"path": "a.json", "opts": {}}, "files[0].opts: unknown field (known: path, format, options)"),
+    ({"path": "a.json", "opts": {}}, "files[0].opts: unknown field (known: path, format, options, owner)"),
 ])
 def test_a_bad_entry_is_exit_2_naming_it(tmp_path: Path, entry: dict[str, Any], message: str) -> None:
     manifest = tmp_path / "m.json"

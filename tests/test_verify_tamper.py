@@ -388,7 +388,7 @@ def test_the_quarantine_chain_by_hand(store: Store) -> None:
     record = b'{"line": 7}'
     row = ('{"existing_hash":null,"field":"data.gpus","file":"bad.jsonl","incoming_hash":null,"kind":"invalid",'
            '"line":7,"qid":1,"reason":"bad record at line 7","record":"' + record.hex() + '","record_hash":"'
-           + sha256(record).hexdigest() + '","recorded_at":"2026-01-05T12:00:00Z"}')
+           + sha256(record).hexdigest() + '","record_length":11,"recorded_at":"2026-01-05T12:00:00Z"}')
     expected = sha256(b"\x03" + bytes(32) + row.encode()).digest()
     with store.reading() as conn:
         assert conn.execute(select(quarantine.c.chain_hash)).scalar_one() == expected
