@@ -47,6 +47,8 @@ INVOICE_SHOWN = "INV-\\u202e<script>[bold red]"
 LINE_SHOWN = "L1\\n  2. forged finding [/x]"
 ALLOC_SHOWN = "A1\\x1b]8;;http://evil\\x07"
 PROMISE_SHOWN = "P[/x]\\u2066"
+#: The invoice id on a page: escaped, isolated, its U+202E a marked escape.
+INVOICE_ON_A_PAGE = '<bdi>INV-<span class="ctl">\\u202e</span>&lt;script&gt;[bold red]</bdi>'
 #: The characters planted in the ids: none may reach a terminal or a page raw.
 PLANTED = {"\u202e", "\u2066", "\x1b", "\x07"}
 
@@ -60,13 +62,16 @@ def acme(type_: str, id_: str, clock: str, **data: Any) -> dict[str, Any]:
 
 
 EVENTS = [
-    acme("policy.promise", "promise", "09:00:00", promise_id=PROMISE, job_id=JOB, start_by=at("09:00:00")),
-    acme("allocation.granted", "grant", "10:00:00", allocation_id=ALLOC, gpus=2, node="n1", devices=[0, 1]),
+    acme("policy.promise", "promise", "09:00:00", promise_id=PROMISE, job_id=JOB,
+         start_by=at("09:00:00")),
+    acme("allocation.granted", "grant", "10:00:00", allocation_id=ALLOC, gpus=2, node="n1",
+         devices=[0, 1]),
     acme("job.started", "start", "10:00:00", job_id=JOB, allocation_id=ALLOC),
     acme("job.completed", "done", "10:05:00", job_id=JOB),
     acme("allocation.released", "release", "10:10:00", allocation_id=ALLOC),
     acme("billing.line", "line", "10:20:00", invoice_id=INVOICE, line_id=LINE, allocation_id=ALLOC,
-         period_start=at("10:10:00"), period_end=at("10:20:00"), gpus=2, amount="411.52", currency="USD"),
+         period_start=at("10:10:00"), period_end=at("10:20:00"), gpus=2, amount="411.52",
+         currency="USD"),
 ]
 #: A good event, then a record with a raw ESC (not JSON, so quarantined as read), in a file
 #: whose name is markup too (rich would hide it).
@@ -93,7 +98,8 @@ def spoofed(db_url: str, tmp_path: Path) -> str:
     ("a\nb\rc\td", "a\\nb\\rc\\td"),
     ("\x00\x7f\x85\x9b", "\\x00\\x7f\\x85\\x9b"),  # NUL, DEL, C1 NEL and CSI
     ("\u202a\u202b\u202c\u202d\u202e", "\\u202a\\u202b\\u202c\\u202d\\u202e"),
-    ("\u2066\u2067\u2068\u2069\u200e\u200f\u061c", "\\u2066\\u2067\\u2068\\u2069\\u200e\\u200f\\u061c"),
+    ("\u2066\u2067\u2068\u2069", "\\u2066\\u2067\\u2068\\u2069"),
+    ("\u200e\u200f\u061c", "\\u200e\\u200f\\u061c"),
     ("zero\u200bwidth\ufeff\u00ad", "zero\\u200bwidth\\ufeff\\xad"),
     ("\u2028\u2029", "\\u2028\\u2029"),
     ("tag\U000e0041", "tag\\U000e0041"),
@@ -137,14 +143,14 @@ def test_spreadsheet_safe_is_owasps_rule_and_leaves_figures(cell: str, written: 
 
 
 def test_a_page_shows_data_escaped_isolated_and_visible() -> None:
-    assert str(bdi(INVOICE)) == '<bdi>INV-<span class="ctl">\\u202e</span>&lt;script&gt;[bold red]</bdi>'
+    assert str(bdi(INVOICE)) == INVOICE_ON_A_PAGE
     assert shown("x\u202ey") == "x\\u202ey"  # in a title, SVG or attribute: the escape as text
     assert shown(3) == 3
 
 
 # -- terminals ----------------------------------------------------------------------------
 
-def test_ingest_and_quarantine_show_markup_and_escapes_literally(spoofed: str, tmp_path: Path) -> None:
+def test_ingest_and_quarantine_show_markup_literally(spoofed: str, tmp_path: Path) -> None:
     bad = tmp_path / "bad[bold red].jsonl"
     bad.write_bytes(BAD_LINES)
     code, out, err = run("ingest", "--db", spoofed, str(bad))
@@ -157,7 +163,8 @@ def test_ingest_and_quarantine_show_markup_and_escapes_literally(spoofed: str, t
     assert '{"id":"bad[/x] \\x1b[2J [bold red]"}' in row
     # JSON is exact: the record as stored (JSON's own \u001b escape, decoded, is the raw ESC)
     code, out, _ = run("quarantine", "--db", spoofed, "--format", "json")
-    assert code == 0 and json.loads(out)[0]["record"].startswith('{"id":"bad[/x] \x1b[2J [bold red]"}')
+    record = json.loads(out)[0]["record"]
+    assert code == 0 and record.startswith('{"id":"bad[/x] \x1b[2J [bold red]"}')
 
 
 def test_an_error_naming_a_file_shows_its_name_escaped(tmp_path: Path) -> None:
@@ -165,7 +172,7 @@ def test_an_error_naming_a_file_shows_its_name_escaped(tmp_path: Path) -> None:
     path.write_bytes(b"not a format\n")
     code, out, err = run("ingest", "--db", f"sqlite:///{tmp_path / 'l.db'}", str(path))
     assert (code, out) == (2, "")
-    assert err.startswith(f"Error: {tmp_path}/x\\x1b[2J\\u202e.jsonl: no format recognises this file;")
+    assert err.startswith(f"Error: {tmp_path}/x\\x1b[2J\\u202e.jsonl: no format recognises")
     assert raw_unsafe(err) == [] and len(err.splitlines()) == 1
 
 
@@ -196,42 +203,51 @@ def test_verify_packet_adds_no_line_and_reverses_no_figure(spoofed: str, tmp_pat
                          "--key", str(tmp_path / "key"), "--out", str(tmp_path / "d.json"))
     assert code == 0, err
     assert raw_unsafe(out) == [] and f"invoice {INVOICE_SHOWN} of {TENANT}, 1 lines" in out
-    code, out, err = run("verify-packet", str(tmp_path / "d.json"), "--pubkey", str(tmp_path / "key.pub"))
+    code, out, err = run("verify-packet", str(tmp_path / "d.json"),
+                         "--pubkey", str(tmp_path / "key.pub"))
     assert (code, err) == (0, "") and raw_unsafe(out) == []
     said = out.splitlines()
     assert len(said) == 4  # ok, the sentence, the totals, the one finding: no forged line
     assert said[0].startswith(f"ok: invoice {INVOICE_SHOWN} of {TENANT}, 1 lines;")
-    assert said[1] == (f"{TENANT} disputes 411.52 USD of the 411.52 USD billed on invoice {INVOICE_SHOWN}: "
-                       "411.52 USD that the provider's own records put on the provider (1 finding below).")
-    assert said[2] == "  billed 411.52 USD · provider-borne 411.52 USD · disputed 0.00 USD · we dispute 411.52 USD"
-    assert said[3].startswith("  1. 2026-01-05T10:10:00Z → 2026-01-05T10:20:00Z  unallocated (provider)  "
-                              f"411.52 USD  line {LINE_SHOWN}, allocation {ALLOC_SHOWN}; ")
+    assert said[1] == (f"{TENANT} disputes 411.52 USD of the 411.52 USD billed on invoice "
+                       f"{INVOICE_SHOWN}: 411.52 USD that the provider's own records put on the "
+                       "provider (1 finding below).")
+    assert said[2] == ("  billed 411.52 USD · provider-borne 411.52 USD · disputed 0.00 USD · "
+                       "we dispute 411.52 USD")
+    assert said[3].startswith("  1. 2026-01-05T10:10:00Z → 2026-01-05T10:20:00Z  "
+                              "unallocated (provider)  411.52 USD  "
+                              f"line {LINE_SHOWN}, allocation {ALLOC_SHOWN}; ")
     page = (tmp_path / "d.letter.html").read_text()
     _assert_page_isolates(page)
-    assert '<h1>Dispute of invoice <span class="mono"><bdi>INV-<span class="ctl">\\u202e</span>' in page
-    assert '<dd class="mono"><bdi>L1<span class="ctl">\\n</span>  2. forged finding [/x]</bdi></dd>' in page
+    assert f'<h1>Dispute of invoice <span class="mono">{INVOICE_ON_A_PAGE}</span>' in page
+    line = '<bdi>L1<span class="ctl">\\n</span>  2. forged finding [/x]</bdi>'
+    assert f'<dd class="mono">{line}</dd>' in page
     claim = re.search(r'<p class="claim" id="claim">(.*?)</p>', page, re.S)
-    assert claim is not None and claim.group(1).startswith("<bdi>acme[/x]</bdi> disputes 411.52 USD of the 411.52 USD")
+    assert claim is not None
+    assert claim.group(1).startswith("<bdi>acme[/x]</bdi> disputes 411.52 USD of the 411.52 USD")
 
 
 def _assert_page_isolates(page: str) -> None:
     """No planted character raw, `<script>` only escaped, the invoice id inside `<bdi>`."""
     assert not PLANTED & set(page)
     assert "<script>" not in page and "&lt;script&gt;" in page
-    assert '<bdi>INV-<span class="ctl">\\u202e</span>&lt;script&gt;[bold red]</bdi>' in page
+    assert INVOICE_ON_A_PAGE in page
 
 
 def test_the_finance_page_isolates_ids(spoofed: str, tmp_path: Path) -> None:
-    code, _, err = run("reconcile", "--db", spoofed, "--format", "html", "--out", str(tmp_path / "f.html"))
+    code, _, err = run("reconcile", "--db", spoofed, "--format", "html",
+                       "--out", str(tmp_path / "f.html"))
     assert code == 0, err
     _assert_page_isolates((tmp_path / "f.html").read_text())
 
 
-def test_the_envelope_and_diagnostic_pages_show_no_raw_control(spoofed: str, tmp_path: Path) -> None:
-    code, out, err = run("report", "envelope", "--db", spoofed, "--tenant", TENANT, "--format", "html")
+def test_the_envelope_and_diagnostic_pages_isolate_ids(spoofed: str, tmp_path: Path) -> None:
+    code, out, err = run("report", "envelope", "--db", spoofed, "--tenant", TENANT,
+                         "--format", "html")
     assert code == 0, err
     assert not PLANTED & set(out) and '<span class="id"><bdi>acme[/x]</bdi></span>' in out
-    code, out, err = run("packet", "--db", spoofed, "--promise", PROMISE, "--out", str(tmp_path / "p"))
+    code, out, err = run("packet", "--db", spoofed, "--promise", PROMISE,
+                         "--out", str(tmp_path / "p"))
     assert code == 0, err
     page = (tmp_path / "p" / "packet.html").read_text()
     assert not PLANTED & set(page) and "<script>" not in page
@@ -241,20 +257,22 @@ def test_the_envelope_and_diagnostic_pages_show_no_raw_control(spoofed: str, tmp
 
 # -- spreadsheets ---------------------------------------------------------------------------
 
-FOCUS_HEADER = ["BilledCost", "BillingAccountId", "SubAccountId", "BillingCurrency", "BillingPeriodStart",
-                "ChargeCategory", "ChargeClass", "ChargePeriodStart", "ChargePeriodEnd", "PricingQuantity",
-                "PricingUnit", "ListUnitPrice", "ResourceId", "ProviderName", "InvoiceId", "Id", "ChargeDescription"]
+FOCUS_HEADER = ["BilledCost", "BillingAccountId", "SubAccountId", "BillingCurrency",
+                "BillingPeriodStart", "ChargeCategory", "ChargeClass", "ChargePeriodStart",
+                "ChargePeriodEnd", "PricingQuantity", "PricingUnit", "ListUnitPrice", "ResourceId",
+                "ProviderName", "InvoiceId", "Id", "ChargeDescription"]
 F_TENANT = '=HYPERLINK("http://x","y")'
 F_INVOICE = "=cmd|' /C calc'!A0"
 F_DESCRIPTION = "-2+3+cmd|' /C calc'!A0"
 F_ALLOCATION = "@A1"
 FOCUS_ROWS = [
     ["24.00", "BA1", F_TENANT, "USD", "2026-01-01 00:00:00", "Usage", "", "2026-01-05 10:00:00",
-     "2026-01-05 13:00:00", "24", "GPU-Hours", "1.00", F_ALLOCATION, "Neo", F_INVOICE, "@SUM(1)", F_DESCRIPTION],
+     "2026-01-05 13:00:00", "24", "GPU-Hours", "1.00", F_ALLOCATION, "Neo", F_INVOICE, "@SUM(1)",
+     F_DESCRIPTION],
     ["-2.50", "BA1", F_TENANT, "USD", "2026-01-01 00:00:00", "Credit", "", "2026-01-05 00:00:00",
      "2026-01-06 00:00:00", "", "", "", "", "Neo", F_INVOICE, "-L2", F_DESCRIPTION],
 ]
-#: (line id, billed) as a spreadsheet must get them; each line's categories add up to what it billed.
+#: (line id, billed) as a spreadsheet must get them; a line's categories add up to its billed.
 FOCUS_LINES = {("'@SUM(1)", "24.00"), ("'-L2", "-2.50")}
 
 
@@ -264,11 +282,14 @@ def formulas(db_url: str, tmp_path: Path) -> str:
     with path.open("w", newline="") as handle:
         csv.writer(handle).writerows([FOCUS_HEADER, *FOCUS_ROWS])
     assert run("ingest", "--db", db_url, "--format", "focus", str(path))[0] == 0
-    grant = event("allocation.granted", "g", {"tenant": F_TENANT, "allocation_id": F_ALLOCATION, "gpus": 8,
-                                             "node": "n1"}, source="k8s://c", time=at("10:00:00"))
-    job = event("job.started", "s", {"tenant": F_TENANT, "job_id": "=J1", "allocation_id": F_ALLOCATION},
+    grant = event("allocation.granted", "g", {"tenant": F_TENANT, "allocation_id": F_ALLOCATION,
+                                             "gpus": 8, "node": "n1"},
+                  source="k8s://c", time=at("10:00:00"))
+    job = event("job.started", "s",
+                {"tenant": F_TENANT, "job_id": "=J1", "allocation_id": F_ALLOCATION},
                 source="k8s://c", time=at("10:00:00"))
-    assert run("ingest", "--db", db_url, str(write_jsonl(tmp_path / "g.jsonl", [grant, job])))[0] == 0
+    jobs = write_jsonl(tmp_path / "g.jsonl", [grant, job])
+    assert run("ingest", "--db", db_url, str(jobs))[0] == 0
     return db_url
 
 
@@ -288,13 +309,18 @@ def test_reconcile_csv_and_parquet_neutralise_formulas(formulas: str, tmp_path: 
     code, out, err = run("reconcile", "--db", formulas, "--format", "csv")
     assert (code, err) == (0, "")
     _check_spreadsheet_rows(list(csv.DictReader(io.StringIO(out))))
-    assert run("reconcile", "--db", formulas, "--format", "csv", "--out", str(tmp_path / "r.csv"))[0] == 0
+    code, _, _ = run("reconcile", "--db", formulas, "--format", "csv",
+                     "--out", str(tmp_path / "r.csv"))
+    assert code == 0
     _check_spreadsheet_rows(list(csv.DictReader((tmp_path / "r.csv").open(newline=""))))
-    assert run("reconcile", "--db", formulas, "--format", "parquet", "--out", str(tmp_path / "r.parquet"))[0] == 0
+    code, _, _ = run("reconcile", "--db", formulas, "--format", "parquet",
+                     "--out", str(tmp_path / "r.parquet"))
+    assert code == 0
     _check_spreadsheet_rows(pq.read_table(tmp_path / "r.parquet").to_pylist())
     # JSON is exact: the tenant as the source wrote it
     code, out, _ = run("reconcile", "--db", formulas, "--format", "json")
-    assert code == 0 and F_TENANT in _strings(json.loads(out)) and "'" + F_TENANT not in _strings(json.loads(out))
+    strings = _strings(json.loads(out))
+    assert code == 0 and F_TENANT in strings and "'" + F_TENANT not in strings
 
 
 def test_report_csv_and_tsv_neutralise_formulas(formulas: str) -> None:
@@ -306,7 +332,8 @@ def test_report_csv_and_tsv_neutralise_formulas(formulas: str) -> None:
         code, out, err = run("report", "placement", "--db", formulas, "--format", fmt)
         assert (code, err) == (0, "")
         [allocation] = list(csv.DictReader(io.StringIO(out), delimiter=delimiter))
-        assert (allocation["tenant"], allocation["allocation_id"]) == ("'" + F_TENANT, "'" + F_ALLOCATION)
+        assert (allocation["tenant"], allocation["allocation_id"]) == (
+            "'" + F_TENANT, "'" + F_ALLOCATION)
 
 
 def _strings(doc: Any) -> set[str]:

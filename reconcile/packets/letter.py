@@ -141,17 +141,18 @@ class Letter:
         if not self.findings:
             billed = _joined([("text", t.text(t.billed)) for t in self.totals], " and ")
             return [tenant, ("text", " disputes nothing on invoice "), invoice,
-                    ("text", ": the ledger puts all "), *billed, ("text", " on "), tenant, ("text", ".")]
+                    ("text", ": the ledger puts all "), *billed, ("text", " on "), tenant,
+                    ("text", ".")]
         counted = f"{len(self.findings)} finding{'s' if len(self.findings) != 1 else ''} below"
         parts = [self._part(t) for t in self.totals if t.claimed]
-        return [tenant, ("text", " disputes "), *_joined_runs(parts, "; and "), ("text", f" ({counted}).")]
+        return [tenant, ("text", " disputes "), *_joined_runs(parts, "; and "),
+                ("text", f" ({counted}).")]
 
     def _part(self, t: Totals) -> list[tuple[str, str]]:
-        why = [[("text", t.text(t.provider)), ("text", " that the provider's own records put on the provider")]
-               if t.provider else [],
-               [("text", t.text(t.disputed)),
-                ("text", " billed while its jobs ran idle with nothing in the ledger to explain it")]
-               if t.disputed else []]
+        provider = " that the provider's own records put on the provider"
+        disputed = " billed while its jobs ran idle with nothing in the ledger to explain it"
+        why = [[("text", t.text(t.provider) + provider)] if t.provider else [],
+               [("text", t.text(t.disputed) + disputed)] if t.disputed else []]
         return [("text", t.text(t.claimed)), ("text", " of the "), ("text", t.text(t.billed)),
                 ("text", " billed on invoice "), ("data", self.invoice_id), ("text", ": "),
                 *_joined_runs([w for w in why if w], " and ")]

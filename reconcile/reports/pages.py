@@ -32,9 +32,14 @@ def shown(value: Any) -> Any:
 def bdi(value: Any) -> Markup:
     """A data value isolated for bidi, each unsafe character shown as a marked escape."""
     text = "" if value is None else str(value)
-    inner = "".join(f'<span class="ctl">{visible_escape(c)}</span>' if is_unsafe(c) else str(escape(c))
-                    for c in text) if not text.isprintable() else str(escape(text))
+    if text.isprintable():
+        return Markup(f"<bdi>{escape(text)}</bdi>")
+    inner = "".join(_marked(c) if is_unsafe(c) else str(escape(c)) for c in text)
     return Markup(f"<bdi>{inner}</bdi>")
+
+
+def _marked(char: str) -> str:
+    return f'<span class="ctl">{visible_escape(char)}</span>'
 
 
 def environment(templates: Path, **options: Any) -> jinja2.Environment:
