@@ -81,9 +81,7 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 #: digits only, so that Python's `re` and Arrow's RE2 read it alike).
 FIGURE = r"[+-]?(?:(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
 _FIGURE = re.compile(FIGURE)
-#: The same rules for Arrow's regular expressions (RE2): a cell that starts like a formula,
-#: and a cell that is a figure.
-FORMULA_START_RE2 = "^[=+\\-@\\t\\r]"
+#: The same figure for Arrow's regular expressions (RE2), which match anywhere unless anchored.
 FIGURE_RE2 = f"^(?:{FIGURE})$"
 
 
