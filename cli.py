@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 from rich.console import Console
@@ -490,7 +490,8 @@ def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | Non
     else:
         if fmt == "parquet" and out is None:
             raise InputError("--out: Parquet needs an output file")
-        reconcile_render.write(result, fmt, out if out is not None else sys.stdout, store.safe_url if db_url else None)
+        stream = cast(IO[str], _TerminalText()) if sys.stdout.isatty() else sys.stdout
+        reconcile_render.write(result, fmt, out if out is not None else stream, store.safe_url if db_url else None)
         if out is not None:
             click.echo(f"wrote {'the finance page' if fmt == 'html' else f'{result.cell_count} rows'} to {out}", err=True)
     if limit is not None and any(amount > limit for amount in result.disputed_amounts().values()):
@@ -649,6 +650,14 @@ def _for_terminal(text: str) -> str:
     """CSV or TSV shown on a terminal: each line escaped (written to a pipe or a file, the
     text is left exact, for the tool or spreadsheet that reads it)."""
     return "\n".join(terminal_safe(line) for line in text.split("\n"))
+
+
+class _TerminalText:
+    """Standard output for text written in whole lines (CSV parts, JSON, a page) when it is
+    a terminal: each line escaped as `_for_terminal` does."""
+
+    def write(self, text: str) -> int:
+        return sys.stdout.write(_for_terminal(text))
 
 
 def _print_all(console: Console, parts: Sequence[Table | Text]) -> None:

@@ -176,6 +176,15 @@ def test_an_error_naming_a_file_shows_its_name_escaped(tmp_path: Path) -> None:
     assert raw_unsafe(err) == [] and len(err.splitlines()) == 1
 
 
+def test_csv_shown_on_a_terminal_is_escaped_line_by_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from cli import _for_terminal, _TerminalText
+
+    text = 'INV,"L1\x1b[2J"\nINV-\u202e,x\n'
+    assert _for_terminal(text) == 'INV,"L1\\x1b[2J"\nINV-\\u202e,x\n'
+    _TerminalText().write(text)
+    assert capsys.readouterr().out == 'INV,"L1\\x1b[2J"\nINV-\\u202e,x\n'
+
+
 def test_reconcile_table_shows_ids_literally(spoofed: str) -> None:
     code, out, err = run("reconcile", "--db", spoofed)
     assert (code, err) == (0, "")
