@@ -30,9 +30,16 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rich.console import Console
 
 from reconcile.reports.pages import bdi, shown
-from schemas.display import UNSAFE_CATEGORIES, is_figure, spreadsheet_safe, terminal_safe
+from schemas.display import (
+    UNSAFE_CATEGORIES,
+    DataTable,
+    is_figure,
+    spreadsheet_safe,
+    terminal_safe,
+)
 from tests.conftest import event, write_jsonl
 from tests.conftest import run_cli as run
 
@@ -119,6 +126,21 @@ def test_terminal_safe_leaves_nothing_unsafe_and_nothing_else_changed(text: str)
     assert terminal_safe(safe) == safe
     if not raw_unsafe(text) and "\n" not in text:
         assert safe == text
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.text(alphabet=st.sampled_from("[]/=bold red#@:x\x1b\n\u202e "), max_size=12),
+                min_size=1, max_size=3))
+def test_a_data_table_never_parses_markup_even_on_a_console_that_would(cells: list[str]) -> None:
+    """On rich's default console (markup on): no MarkupError, every cell shown as written."""
+    table = DataTable(*(f"h{i}" for i in range(len(cells))), title=cells[0], caption=cells[-1])
+    table.add_row(*cells)
+    console = Console(file=io.StringIO(), width=10_000)
+    console.print(table)
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert raw_unsafe(out) == []
+    for cell in cells:
+        assert all(part in out for part in terminal_safe(cell).split())
 
 
 @pytest.mark.parametrize(("cell", "written"), [
