@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 from rich.console import Console
@@ -41,8 +41,16 @@ REPORT_FORMATS = ("table", "json", "csv", "tsv")
 PIPED_WIDTH = 10_000
 
 F = TypeVar("F", bound=Callable[..., Any])
-stderr = Console(stderr=True)
-stdout = Console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
+
+
+def _console(**options: Any) -> Console:
+    """A console that never parses markup or emoji codes from what it prints: data is shown
+    as written (its control and bidi characters escaped by schemas.display)."""
+    return Console(markup=False, emoji=False, **options)
+
+
+stderr = _console(stderr=True)
+stdout = _console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -57,9 +65,25 @@ class FiniteFloatRange(click.FloatRange):
 
 
 class InputError(click.ClickException):
-    """Bad input or usage: exit 2, one line."""
+    """Bad input or usage: exit 2, one line (shown escaped: it may quote any data)."""
 
     exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(terminal_safe(message))
+
+
+def terminal_safe(text: str) -> str:
+    """schemas.display's, imported on first use (schemas loads pydantic; --help must not)."""
+    from schemas.display import terminal_safe as safe
+
+    return safe(text)
+
+
+def _echo(message: str, err: bool = False) -> None:
+    """One line that may hold data (ids, tenants, file names, a packet's contents): its
+    control, bidi and format characters are shown escaped, so it stays one honest line."""
+    click.echo(terminal_safe(message), err=err)
 
 
 class Group(click.Group):
@@ -89,7 +113,7 @@ def _map_library_error(exc: Exception) -> None:
     if isinstance(exc, BadInput):
         raise InputError(_with_flag(exc)) from None
     if isinstance(exc, CheckFailed):
-        click.echo(f"{exc.verdict}: {_with_flag(exc)}", err=True)
+        _echo(f"{exc.verdict}: {_with_flag(exc)}", err=True)
         sys.exit(1)
 
 
@@ -177,10 +201,10 @@ def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, manifes
     for path, file_format, file_options in jobs:
         report = _ingest_one(appender, path, file_format, batch_size, file_options)
         for problem in report.problems:
-            click.echo(problem, err=True)
+            _echo(problem, err=True)
         if report.quarantined > len(report.problems):
             click.echo(f"… and {report.quarantined - len(report.problems)} more: see `gpuledger quarantine`", err=True)
-        click.echo(f"{path}: {_counts(report)}{_zone_note(path, file_format, file_options)}")
+        _echo(f"{path}: {_counts(report)}{_zone_note(path, file_format, file_options)}")
         for name in ("read", "appended", "duplicates", "quarantined"):
             setattr(total, name, getattr(total, name) + getattr(report, name))
     if len(jobs) > 1:
@@ -223,11 +247,11 @@ def _ingest_one(appender: ledger.Appender, path: Path, fmt: str | None, batch_si
     given = {k: v for k, v in (options or {}).items() if v is not None}
     records = extract_parallel(path, fmt, recorded=_recorded_event(appender.store), **given)
     progress = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+        TextColumn("{task.description}", style="bold", markup=False), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
         console=stderr, disable=not stderr.is_terminal, transient=True,
     )
     with progress:
-        task = progress.add_task(path.name, total=path.stat().st_size)
+        task = progress.add_task(terminal_safe(path.name), total=path.stat().st_size)
 
         def advance(batch: Sequence[Record], _report: ledger.AppendReport) -> None:
             progress.update(task, completed=batch[-1].origin.offset)
@@ -277,7 +301,7 @@ def verify(db_url: str | None, pubkeys: tuple[Path, ...], saved: tuple[Path, ...
     _require_store(store)
     result = ledger.verify_ledger(store, verifiers, checkpoints)
     if result.problem is not None:
-        click.echo(f"FAILED at {result.problem}", err=True)
+        _echo(f"FAILED at {result.problem}", err=True)
         sys.exit(1)
     click.echo(f"ok: {result.entries} entries, {result.tenants} tenants; checked {', '.join(result.checked)}")
 
@@ -336,7 +360,7 @@ def checkpoint(db_url: str | None, key_path: Path | None, origin: str, old_size:
         witnesses = [read_verifier(p, COSIGNATURE_V1) for p in witness_keys]
         _require_store(store)
         for number, name in add_cosignatures(store, _read_text(answer, "--cosignatures"), witnesses):
-            click.echo(f"checkpoint #{number}: cosigned by {name}")
+            _echo(f"checkpoint #{number}: cosigned by {name}")
         return
     if key_path is None:
         raise InputError("--key: give the private key file to sign with (or --cosignatures FILE --witness VKEY)")
@@ -422,7 +446,7 @@ def witness_show(state: Path) -> None:
         lines = show_witness(state)
     except OSError as exc:
         raise WitnessError(f"--state: {state}: {exc.strerror}") from None
-    click.echo("\n".join(lines))
+    click.echo("\n".join(terminal_safe(line) for line in lines))
 
 
 @main.command()
@@ -467,7 +491,9 @@ def quarantine_command(db_url: str | None, fmt: str) -> None:
     if not rows:
         click.echo("the quarantine is empty")
         return
-    table = Table("#", "kind", "where", "field", "reason", "record", title=f"quarantine: {len(rows)} records")
+    from schemas.display import DataTable
+
+    table = DataTable("#", "kind", "where", "field", "reason", "record", title=f"quarantine: {len(rows)} records")
     for row in rows:
         record = row["record"] if len(row["record"]) <= 60 else row["record"][:59] + "…"
         table.add_row(str(row["qid"]), row["kind"], f"{row['file']}:{row['line']}", row["field"], row["reason"], record)
@@ -504,7 +530,8 @@ def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | Non
     else:
         if fmt == "parquet" and out is None:
             raise InputError("--out: Parquet needs an output file")
-        reconcile_render.write(result, fmt, out if out is not None else sys.stdout, store.safe_url if db_url else None)
+        stream = cast(IO[str], _TerminalText()) if sys.stdout.isatty() else sys.stdout
+        reconcile_render.write(result, fmt, out if out is not None else stream, store.safe_url if db_url else None)
         if out is not None:
             click.echo(f"wrote {'the finance page' if fmt == 'html' else f'{result.cell_count} rows'} to {out}", err=True)
     if limit is not None and any(amount > limit for amount in result.disputed_amounts().values()):
@@ -552,13 +579,13 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
     try:  # the letter is made from the packet's verification: a packet that fails it is not written
         letter = write_letter_beside(packet, signer.verifier, out)
     except PacketError as exc:
-        click.echo(f"FAILED: the packet built from this store does not verify: {exc}; no packet was written "
+        _echo(f"FAILED: the packet built from this store does not verify: {exc}; no packet was written "
                    "(`gpuledger verify` checks the store)", err=True)
         sys.exit(1)
     write_packet(packet, out)
     fleet = sum(1 for e in packet["bundle"]["entries"] if e["tenant"] is None)
     withheld = len(packet["bundle"].get("withheld", []))
-    click.echo(f"wrote {out}: invoice {invoice} of {tenant}, {len(packet['findings']['lines'])} lines; "
+    _echo(f"wrote {out}: invoice {invoice} of {tenant}, {len(packet['findings']['lines'])} lines; "
                f"{len(packet['bundle']['entries']) - fleet} entries of {tenant} and {fleet} fleet entries; "
                f"checkpoint of tree size {packet['bundle']['checkpoint'].splitlines()[1]}"
                + (f"; {withheld} fleet entries withheld (they name another tenant)" if withheld else ""))
@@ -594,7 +621,7 @@ def verify_packet_command(file: Path, pubkey: Path, previous: Path | None, witne
     checked = verify_dispute(packet, verifier, earlier)
     check_pinned(checked, expect_tenant, expect_invoice)
     require_cosignatures(packet["bundle"]["checkpoint"], witnesses)
-    click.echo(f"ok: invoice {checked.invoice_id} of {checked.tenant}, {checked.lines} lines; "
+    _echo(f"ok: invoice {checked.invoice_id} of {checked.tenant}, {checked.lines} lines; "
                f"{checked.tenant_entries} entries of {checked.tenant} complete up to tree size {checked.checkpoint.size} "
                f"and {checked.fleet_entries} fleet entries, signed by {verifier.name}; findings recomputed and equal"
                + (f"; {checked.withheld} fleet entries withheld (leaf hash only: they name another tenant)"
@@ -602,7 +629,7 @@ def verify_packet_command(file: Path, pubkey: Path, previous: Path | None, witne
                + ("" if checked.previous_size is None else
                   f"; extends the previous checkpoint of tree size {checked.previous_size}"))
     if witnesses:
-        click.echo(f"cosigned by {', '.join(w.name for w in witnesses)}")
+        _echo(f"cosigned by {', '.join(w.name for w in witnesses)}")
     letter = build_letter(checked, verifier.name)
     click.echo(summary(letter))
     if letter_path is not None:
@@ -651,7 +678,7 @@ def _emit_report(name: str, db_url: str | None, tenant: str | None, fmt: str, ou
     rendered = reports.render(name, reports.report(store, name, tenant, since, until, by), fmt)
     if isinstance(rendered, str):
         if out is None:
-            click.echo(rendered, nl=False)
+            click.echo(_for_terminal(rendered) if sys.stdout.isatty() else rendered, nl=False)
         else:
             out.write_text(rendered)
             click.echo(f"wrote {out}", err=True)
@@ -660,7 +687,21 @@ def _emit_report(name: str, db_url: str | None, tenant: str | None, fmt: str, ou
         _print_all(stdout, rendered)
         return
     with out.open("w") as handle:
-        _print_all(Console(file=handle, width=PIPED_WIDTH), rendered)
+        _print_all(_console(file=handle, width=PIPED_WIDTH), rendered)
+
+
+def _for_terminal(text: str) -> str:
+    """CSV or TSV shown on a terminal: each line escaped (written to a pipe or a file, the
+    text is left exact, for the tool or spreadsheet that reads it)."""
+    return "\n".join(terminal_safe(line) for line in text.split("\n"))
+
+
+class _TerminalText:
+    """Standard output for text written in whole lines (CSV parts, JSON, a page) when it is
+    a terminal: each line escaped as `_for_terminal` does."""
+
+    def write(self, text: str) -> int:
+        return sys.stdout.write(_for_terminal(text))
 
 
 def _print_all(console: Console, parts: Sequence[Table | Text]) -> None:
@@ -833,7 +874,7 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
     config = SimConfig(seed=seed)
     out.mkdir(parents=True, exist_ok=True)
     manifest = _demo_simulate(config, out / "sim")
-    _say(f"[bold]gpuledger demo[/bold]: {config.gpus} GPUs, {config.tenants} tenants, {config.days} days "
+    _say(f"gpuledger demo: {config.gpus} GPUs, {config.tenants} tenants, {config.days} days "
                  f"(seed {seed}); the ground truth is in {out / 'sim' / manifest.truth['lines']}")
     _say(f"1 simulate: {manifest.counts['allocations']} allocations, {manifest.counts['progress_events']} "
                  f"progress events, {manifest.counts['billing_lines']} billing lines in {len(manifest.files)} files")
@@ -895,7 +936,7 @@ def _miss_text(miss: dict[str, Any]) -> str:
 
 
 def _say(text: str) -> None:
-    stdout.print(text, soft_wrap=True)  # paths stay whole on one line
+    stdout.print(terminal_safe(text), soft_wrap=True)  # paths stay whole on one line
 
 
 def _demo_simulate(config: SimConfig, folder: Path) -> Manifest:
@@ -929,7 +970,7 @@ def _demo_ingest(store: ledger.Store, folder: Path, manifest: Manifest) -> ledge
             setattr(total, name, getattr(total, name) + getattr(report, name))
         total.problems.extend(report.problems)
     for problem in total.problems[:10]:
-        click.echo(problem, err=True)
+        _echo(problem, err=True)
     return total
 
 

@@ -36,6 +36,7 @@ from reconcile.packets.dispute import write_packet as write_dispute
 from reconcile.packets.letter import write_letter_beside
 from reconcile.reports import write_reports
 from reconcile.reports.output import write
+from schemas.display import DataTable
 
 BIGGEST = 5
 
@@ -103,7 +104,7 @@ def category_table(result: Reconciliation) -> Table:
         hours[(cell.category, cell.bearer)] += Decimal(cell.gpu_us) / 3_600_000_000
         money[(cell.category, cell.bearer, cell.currency or "")] += major_units(cell.cents, cell.minor)
     billed = sum(hours.values(), Decimal(0))
-    table = Table("category", "bearer", "GPU-hours", "share", "amount", title="what every billed GPU-second was")
+    table = DataTable("category", "bearer", "GPU-hours", "share", "amount", title="what every billed GPU-second was")
     for category, bearer in sorted(hours, key=lambda k: (CATEGORY_ORDER.index(k[0]), k[1])):
         amounts = ", ".join(f"{a:,} {c}" for (cat, b, c), a in sorted(money.items()) if (cat, b) == (category, bearer))
         share = hours[(category, bearer)] / billed if billed else Decimal(0)
@@ -116,7 +117,7 @@ def biggest_findings(result: Reconciliation, count: int = BIGGEST) -> Table:
     """The lines with the most provider-borne or disputed money, each with its category."""
     rows = sorted((c for c in result.cells if c.bearer in ("provider", "disputed") and c.cents > 0),
                   key=lambda c: (-c.cents, c.tenant, c.line_id))[:count]
-    table = Table("tenant / line", "category", "GPU-h", "amount", title=f"the {len(rows)} biggest findings")
+    table = DataTable("tenant / line", "category", "GPU-h", "amount", title=f"the {len(rows)} biggest findings")
     for c in rows:
         table.add_row(f"{c.tenant} / {c.line_id}", f"{c.category} ({c.bearer})", f"{c.gpu_us / 3.6e9:,.2f}",
                       f"{major_units(c.cents, c.minor):,} {c.currency or ''}")
@@ -142,7 +143,7 @@ def totals_line(result: Reconciliation) -> str:
 
 def envelope_table(doc: dict[str, Any]) -> Table:
     """The envelope per placement class (`report envelope --by placement_class`): a few key figures."""
-    table = Table("class", "jobs started/completed", "start p95 s promised → observed", "missed/promises",
+    table = DataTable("class", "jobs started/completed", "start p95 s promised → observed", "missed/promises",
                   "restart rate", "checkpoint overhead", "cost / completed run",
                   title="the envelope per placement class (p95 start: over the promised jobs)")
     for g in doc["groups"]:
@@ -206,7 +207,7 @@ def placement_lines(doc: dict[str, Any]) -> list[str]:
 
 def serving_table(outcomes: dict[str, Any]) -> Table:
     """The serving view of `report outcomes`, per tenant and concurrency level."""
-    table = Table("tenant", "concurrency", "requests (accepted)", "requests/s", "TTFT p50/p99 ms", "latency p95 ms",
+    table = DataTable("tenant", "concurrency", "requests (accepted)", "requests/s", "TTFT p50/p99 ms", "latency p95 ms",
                   "output tokens/s", "cancelled", "cost / accepted response",
                   title="serving: per tenant and concurrency (vLLM benchmark and gateway windows)")
     for r in outcomes.get("serving", []):

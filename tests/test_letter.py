@@ -244,7 +244,7 @@ def test_restarts_and_a_reclaim_worked_by_hand(folder: Path) -> None:
     # the restart categories quote their rule and the bearer rule (the failure's cause decides)
     assert "; RULES.md, Categories, rule 4; RULES.md, Categories, Bearers; cites seq 33, 34, 38, 40, 45, 46" in said[3]
     page = (folder / "inv4.letter.html").read_text()
-    assert "cause</span> hardware" in page and "decision</span> preempted" in page
+    assert "cause</span> <bdi>hardware</bdi>" in page and "decision</span> <bdi>preempted</bdi>" in page
 
 
 @pytest.mark.parametrize(("change", "reason"), [

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import jinja2
 import orjson
 from sqlalchemy import select
 
@@ -62,6 +61,7 @@ from reconcile.packets.packet_sql import (
 )
 from reconcile.packets.timeline import timeline
 from reconcile.reports import Loaded, loaded, outcomes, promises
+from reconcile.reports.pages import environment
 from schemas.errors import BadInput
 
 HISTOGRAM_BINS = 120
@@ -142,8 +142,7 @@ def write_packet(store: Store, promise_id: str, out_dir: Path, tenant: str | Non
 
 
 def render_html(packet: dict[str, Any]) -> str:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = environment(TEMPLATES, trim_blocks=True, lstrip_blocks=True)
     return env.get_template("packet.html.j2").render(p=packet, tl=timeline(packet), zoom=timeline(packet, packet["zoom"]),
                                                      zoom_span=packet["zoom"], legend=LEGEND)
 

@@ -15,8 +15,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from ledger import LedgerError
 from ledger.note import Verifier
 from reconcile.engine.figures import iso, parse_time
@@ -24,6 +22,8 @@ from reconcile.engine.money import format_minor, minor_unit
 from reconcile.engine.rules import CATEGORY_ORDER
 from reconcile.engine.rules_text import RulesPageError, category_rules
 from reconcile.packets.dispute import VerifiedPacket, verify_dispute
+from reconcile.reports.pages import environment
+from schemas.display import terminal_safe
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -131,19 +131,43 @@ class Letter:
 
     def sentence(self) -> str:
         """The letter's one sentence: how much of the invoice is disputed, and why in short."""
-        if not self.findings:
-            billed = " and ".join(t.text(t.billed) for t in self.totals)
-            return f"{self.tenant} disputes nothing on invoice {self.invoice_id}: the ledger puts all {billed} on {self.tenant}."
-        counted = f"{len(self.findings)} finding{'s' if len(self.findings) != 1 else ''} below"
-        return (f"{self.tenant} disputes " + "; and ".join(self._part(t) for t in self.totals if t.claimed)
-                + f" ({counted}).")
+        return "".join(text for _, text in self.sentence_parts())
 
-    def _part(self, t: Totals) -> str:
-        why = [f"{t.text(t.provider)} that the provider's own records put on the provider" if t.provider else "",
-               f"{t.text(t.disputed)} billed while its jobs ran idle with nothing in the ledger to explain it"
-               if t.disputed else ""]
-        return (f"{t.text(t.claimed)} of the {t.text(t.billed)} billed on invoice {self.invoice_id}: "
-                + " and ".join(w for w in why if w))
+    def sentence_parts(self) -> list[tuple[str, str]]:
+        """The sentence as (kind, text) runs: `data` for a tenant or an invoice id, which the
+        page isolates (`<bdi>`) so that no right-to-left text in an id can reorder the words
+        and figures around it; `text` for the letter's own words and figures."""
+        tenant, invoice = ("data", self.tenant), ("data", self.invoice_id)
+        if not self.findings:
+            billed = _joined([("text", t.text(t.billed)) for t in self.totals], " and ")
+            return [tenant, ("text", " disputes nothing on invoice "), invoice,
+                    ("text", ": the ledger puts all "), *billed, ("text", " on "), tenant,
+                    ("text", ".")]
+        counted = f"{len(self.findings)} finding{'s' if len(self.findings) != 1 else ''} below"
+        parts = [self._part(t) for t in self.totals if t.claimed]
+        return [tenant, ("text", " disputes "), *_joined_runs(parts, "; and "),
+                ("text", f" ({counted}).")]
+
+    def _part(self, t: Totals) -> list[tuple[str, str]]:
+        provider = " that the provider's own records put on the provider"
+        disputed = " billed while its jobs ran idle with nothing in the ledger to explain it"
+        why = [[("text", t.text(t.provider) + provider)] if t.provider else [],
+               [("text", t.text(t.disputed) + disputed)] if t.disputed else []]
+        return [("text", t.text(t.claimed)), ("text", " of the "), ("text", t.text(t.billed)),
+                ("text", " billed on invoice "), ("data", self.invoice_id), ("text", ": "),
+                *_joined_runs([w for w in why if w], " and ")]
+
+
+def _joined(runs: list[tuple[str, str]], between: str) -> list[tuple[str, str]]:
+    """`runs` with a text run `between` each two."""
+    return _joined_runs([[run] for run in runs], between)
+
+
+def _joined_runs(groups: list[list[tuple[str, str]]], between: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for number, group in enumerate(groups):
+        out += ([("text", between)] if number else []) + group
+    return out
 
 
 def build_letter(checked: VerifiedPacket, signer: str) -> Letter:
@@ -224,7 +248,8 @@ def rule_for(category: str, bearer: str) -> tuple[str, str]:
 
 
 def summary(letter: Letter) -> str:
-    """The letter as text: its sentence, totals and one line per finding."""
+    """The letter as text: its sentence, totals and one line per finding, each line escaped
+    for the terminal (a newline or U+202E in an id adds no line and reverses no figure)."""
     out = [letter.sentence()]
     for t in letter.totals:
         out.append(f"  billed {t.text(t.billed)} · provider-borne {t.text(t.provider)} · disputed {t.text(t.disputed)}"
@@ -233,12 +258,11 @@ def summary(letter: Letter) -> str:
         out.append(f"  {f.number}. {f.start} → {f.end}  {f.category} ({f.bearer})  {f.amount} {f.currency}  "
                    f"line {f.line_id}, allocation {f.allocation_id}; {f.rule_place}; "
                    f"cites seq {', '.join(str(c.seq) for c in f.cited)}")
-    return "\n".join(out)
+    return "\n".join(terminal_safe(line) for line in out)
 
 
 def render_html(letter: Letter) -> str:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = environment(TEMPLATES, trim_blocks=True, lstrip_blocks=True)
     return env.get_template("letter.html.j2").render(letter=letter, tl=timeline(letter), why=WHY)
 
 

@@ -32,6 +32,7 @@ from reconcile.engine import run
 from reconcile.engine.result import Reconciliation
 from reconcile.engine.snapshot import load_store, open_engine
 from reconcile.reports import capacity, envelope, envelope_page, fleet_changes, outcomes, placement, promises, serving
+from schemas.display import DataTable, spreadsheet_safe, terminal_safe
 from schemas.errors import BadInput
 
 REPORTS = ("promises", "capacity", "outcomes", "placement", "envelope")
@@ -194,15 +195,24 @@ def _flat(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def to_csv(name: str, doc: dict[str, Any], delimiter: str = ",") -> str:
-    """The rows of csv_rows as CSV (or, with a tab delimiter, TSV: a table for `cut` and `column -t`)."""
+    """The rows of csv_rows as CSV (or, with a tab delimiter, TSV: a table for `cut` and
+    `column -t`), each text cell through `_cell` (both are opened in spreadsheets)."""
     rows = csv_rows(name, doc)
     if not rows:
         return ""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n", delimiter=delimiter)
     writer.writeheader()
-    writer.writerows({k: "" if v is None else v for k, v in row.items()} for row in rows)
+    writer.writerows({k: _cell(v) for k, v in row.items()} for row in rows)
     return buffer.getvalue()
+
+
+def _cell(value: Any) -> Any:
+    """A CSV cell: None empty, a text that starts like a formula prefixed `'` (OWASP's rule:
+    these files are opened in spreadsheets), numbers as they are."""
+    if value is None:
+        return ""
+    return spreadsheet_safe(value) if isinstance(value, str) else value
 
 
 # -- terminal tables ----------------------------------------------------------------------
@@ -226,18 +236,18 @@ def _text(value: Any) -> str:
 
 
 def _promise_tables(doc: dict[str, Any]) -> list[Table | Text]:
-    summary = Table("tenant", "class", "promises", "met", "missed", "pending", "p50 start delay s",
+    summary = DataTable("tenant", "class", "promises", "met", "missed", "pending", "p50 start delay s",
                     "p95 start delay s", title="promises: start delay against start_by (negative: early)")
     for row in doc["summary"]:
         summary.add_row(row["tenant"], row["placement_class"], *(_text(row[k]) for k in (
             "promises", "met", "missed", "pending", "start_delay_p50_s", "start_delay_p95_s")),
             style="red" if row["missed"] else "")
-    misses = Table("tenant", "promise", "job", "start_by", "started", "complete_by", "completed", "missed",
+    misses = DataTable("tenant", "promise", "job", "start_by", "started", "complete_by", "completed", "missed",
                    title=f"missed promises: {len(doc['misses'])}")
     for m in doc["misses"]:
         misses.add_row(m["tenant"], m["promise_id"], m["job_id"], _text(m["start_by"]), _text(m["started"]),
                        _text(m["complete_by"]), _text(m["completed"]), _what_missed(m))
-    commands = Text("\n".join(["packets:", *(f"  {m['packet_command']}" for m in doc["misses"])]))
+    commands = Text("\n".join(["packets:", *(f"  {terminal_safe(m['packet_command'])}" for m in doc["misses"])]))
     return [summary, misses, commands] if doc["misses"] else [summary, misses]
 
 
@@ -257,7 +267,7 @@ def _what_missed(m: dict[str, Any]) -> str:
 def _capacity_table(doc: dict[str, Any]) -> Table:
     """Counts, then each rate as a share with the counts it divides (reconcile/reports/capacity.py)."""
     window = doc["window"]
-    table = Table("class", "devices", "jobs admitted", "placed", "started", "started, no admission needed",
+    table = DataTable("class", "devices", "jobs admitted", "placed", "started", "started, no admission needed",
                   "devices admitted", "devices placed", "devices started", "admitted jobs started",
                   title=f"capacity [{window['since'] or '-∞'}, {window['until'] or '+∞'}): "
                         "shares of devices discovered, and of jobs admitted")
@@ -274,7 +284,7 @@ def _share(share: float | None, part: int, whole: int) -> str:
 
 
 def _outcome_table(doc: dict[str, Any]) -> Table:
-    table = Table("tenant", "jobs", "completed", "first usable p50/p95 s", "step p50/p95 s", "checkpoint overhead",
+    table = DataTable("tenant", "jobs", "completed", "first usable p50/p95 s", "step p50/p95 s", "checkpoint overhead",
                   "run time p50/p95 s", "cost / completed run", "cost / accepted result", title="outcomes")
     for t in doc["tenants"]:
         def pair(d: dict[str, Any]) -> str:
@@ -290,7 +300,7 @@ def _outcome_table(doc: dict[str, Any]) -> Table:
 
 def _placement_tables(doc: dict[str, Any]) -> list[Table | Text]:
     """Each allocation's class sold against its topology; the mismatches' money; ρ per class."""
-    rows = Table("tenant", "allocation", "class sold", "from", "nodes", "GPU links", "status", "why", "billed",
+    rows = DataTable("tenant", "allocation", "class sold", "from", "nodes", "GPU links", "status", "why", "billed",
                  title="placement: class sold against nvidia-smi topo -m")
     for a in doc["allocations"]:
         rows.add_row(a["tenant"], a["allocation_id"], a["placement_class"], _text(a["class_from"]),
@@ -298,13 +308,13 @@ def _placement_tables(doc: dict[str, Any]) -> list[Table | Text]:
                      " ".join(f"{k}×{n}" for k, n in a["links_observed"].items()) or "–", a["status"], a["reason"],
                      " ".join(f"{v} {c}" for c, v in a["billed"].items()) or "–",
                      style="red" if a["status"] == "mismatch" else "")
-    summary = Table("tenant", "class", "allocations", "match", "mismatch", "undetermined", "unobserved",
+    summary = DataTable("tenant", "class", "allocations", "match", "mismatch", "undetermined", "unobserved",
                     "billed on mismatch", title="placement by tenant and class")
     for s in doc["summary"]:
         summary.add_row(s["tenant"], s["placement_class"], *(str(s[k]) for k in (
             "allocations", "match", "mismatch", "undetermined", "unobserved")),
             " ".join(f"{v} {c}" for c, v in s["billed_on_mismatch"].items()) or "–")
-    rho = Table("class", "n", "Spearman ρ", "reading",
+    rho = DataTable("class", "n", "Spearman ρ", "reading",
                 title="does all_reduce busbw (largest size) rank the step-time p50? (ρ < 0: more bandwidth, shorter steps)")
     for p in doc["prediction"]:
         rho.add_row(p["placement_class"], str(p["n"]), _text(p["spearman"]), p["reading"])
@@ -313,7 +323,7 @@ def _placement_tables(doc: dict[str, Any]) -> list[Table | Text]:
 
 def _serving_table(doc: dict[str, Any]) -> Table:
     """Per tenant and concurrency: rates, the worst window's TTFT and latency, the cost of an accepted response."""
-    table = Table("tenant", "concurrency", "windows", "requests", "accepted", "cancelled", "req/s", "TTFT p50/p95/p99 ms",
+    table = DataTable("tenant", "concurrency", "windows", "requests", "accepted", "cancelled", "req/s", "TTFT p50/p95/p99 ms",
                   "latency p50/p95/p99 ms", "output tok/s", "cost / accepted response",
                   title="serving: per concurrency level (percentiles: the worst window's)")
     for r in doc["serving"]:

@@ -41,6 +41,7 @@ from rich.table import Table
 from reconcile.engine.figures import iso, placement_sql
 from reconcile.engine.rules import INF, device_held_sql, holds_sql
 from reconcile.reports import fleet_changes
+from schemas.display import DataTable
 
 STEPS = ("devices_discovered", "jobs_admitted", "jobs_placed", "workloads_started")
 COUNTS = (*STEPS, "started_without_admission", "devices_admitted", "devices_placed", "devices_started",
@@ -211,9 +212,9 @@ def csv_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 def extra_tables(doc: dict[str, Any]) -> list[Table]:
     """The receipts table and the change windows table, where the ledger has any."""
-    out = []
+    out: list[Table] = []
     if doc.get("receipts"):
-        receipts = Table("class", "devices discovered", "receipts", "devices receipted", "devices without receipt",
+        receipts = DataTable("class", "devices discovered", "receipts", "devices receipted", "devices without receipt",
                          "workloads started", title="start receipts: inventory against deliverable starts")
         for r in doc["receipts"]:
             receipts.add_row(r["placement_class"], *(str(r[k]) for k in (

@@ -53,6 +53,7 @@ from rich.text import Text
 from reconcile.engine.figures import money, percentiles_sql, placement_sql, seconds
 from reconcile.engine.result import Reconciliation
 from reconcile.reports import outcomes, promises
+from schemas.display import DataTable, data_text
 
 #: `--by` choices, each with the columns of the group key.
 GROUPINGS: dict[str, tuple[str, ...]] = {
@@ -287,7 +288,7 @@ def _flat(name: str, dist: dict[str, Any]) -> dict[str, Any]:
 
 def tables(doc: dict[str, Any]) -> list[Table | Text]:
     """One row per group: observed figures, with the promised beside them as `promised → observed`."""
-    table = Table(*[k.replace("_", " ") for k in doc["by"]], "jobs started/completed", "start wait p95 s",
+    table = DataTable(*[k.replace("_", " ") for k in doc["by"]], "jobs started/completed", "start wait p95 s",
                   "start p95 s promised → observed", "completion p95 s promised → observed", "missed/promises",
                   "restarts/started", "checkpoint overhead", "cost / completed run", "cost / accepted result",
                   title="envelope: observed against promised, per " + " and ".join(k.replace("_", " ") for k in doc["by"]))
@@ -305,8 +306,8 @@ def tables(doc: dict[str, Any]) -> list[Table | Text]:
             " ".join(f"{_text(c['cost_per_accepted_result'])} {cur}" for cur, c in costs) or "–")
     parts: list[Table | Text] = [table]
     if doc["unassigned"]:
-        parts.append(Text("in no group (lines naming no allocation): "
-                          + ", ".join(f"{v} {c}" for c, v in doc["unassigned"].items())))
+        parts.append(data_text("in no group (lines naming no allocation): "
+                               + ", ".join(f"{v} {c}" for c, v in doc["unassigned"].items())))
     return parts
 
 

@@ -12,7 +12,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import jinja2
+from reconcile.reports.pages import environment
 
 TEMPLATES = Path(__file__).with_name("templates")
 
@@ -96,7 +96,6 @@ def charts(doc: dict[str, Any]) -> list[Chart]:
 
 
 def html(doc: dict[str, Any]) -> str:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.StrictUndefined)
+    env = environment(TEMPLATES)
     geometry = {"label_w": LABEL_W, "plot_w": PLOT_W, "bar_h": BAR_H, "gap": GAP}
     return env.get_template("envelope.html.j2").render(doc=doc, charts=charts(doc), geometry=geometry)

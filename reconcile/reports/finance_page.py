@@ -26,14 +26,13 @@ from decimal import Decimal, localcontext
 from fractions import Fraction
 from pathlib import Path
 
-import jinja2
-
 from reconcile.engine.figures import EPOCH, safe_name
 from reconcile.engine.money import major_units
 from reconcile.engine.result import BEARERS, Cell, Reconciliation
 from reconcile.engine.rules import SECOND
 from reconcile.reports.explain import BEARER_MEANING, explain, terms
 from reconcile.reports.output import HOUR_US, exact_number, hours, money, number
+from reconcile.reports.pages import environment
 
 TEMPLATES = Path(__file__).with_name("templates")
 DAY_US = 86_400 * SECOND
@@ -277,8 +276,7 @@ def rule_html(text: str) -> str:
 
 
 def render_page(result: Reconciliation, db: str | None = None) -> str:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = environment(TEMPLATES, trim_blocks=True, lstrip_blocks=True)
     env.filters["rule"] = rule_html
     env.globals.update(hours=hours, money=money, exact_number=exact_number, safe_name=safe_name)
     return env.get_template("finance.html.j2").render(

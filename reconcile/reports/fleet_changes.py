@@ -34,6 +34,7 @@ from rich.table import Table
 from reconcile.engine.figures import iso, percentiles_sql, seconds
 from reconcile.engine.rules import INF
 from reconcile.reports import outcomes
+from schemas.display import DataTable
 
 PHASES = ("before", "during", "after")
 
@@ -174,7 +175,7 @@ def csv_rows(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def table(changes: list[dict[str, Any]]) -> Table:
     """One row per change and window."""
-    out = Table("change", "kind", "window", "from", "to", "starts (jobs + receipts)", "submitted",
+    out = DataTable("change", "kind", "window", "from", "to", "starts (jobs + receipts)", "submitted",
                 "queue delay p50/p95 s", "started after window", "not started", "interrupted",
                 title="fleet changes: before, during and after (windows as long as the change)")
     for change in changes:

@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import IO, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from rich.table import Column, Table
 
 from reconcile.engine.money import exact_text, major_units, places_of
 from reconcile.engine.result import InvoiceTotal, Reconciliation
+from schemas.display import FIGURE_RE2, FORMULA_STARTS, DataTable
 from schemas.errors import BadInput
 
 FORMATS = ("table", "json", "csv", "parquet", "html")
@@ -53,13 +55,13 @@ def tables(result: Reconciliation) -> list[Table]:
     invoice is one tenant's, so that holds for an InvoiceId that several tenants share),
     then the bearers' totals, then the categories."""
     invoices = result.invoices()
-    out = []
+    out: list[Table] = []
     for tenant, tally in result.tenants().items():
         rows = [row for invoice in invoices if invoice.tenant == tenant for row in _invoice_rows(invoice)]
         # figures are never cut short: the number columns are as wide as their widest figure
         # (a narrow terminal folds the names instead)
         widths = [max([len(r[0][k]) for r in rows if r[0]] + [len(h)]) for k, h in ((4, "GPU-hours"), (5, "amount"))]
-        table = Table(Column("invoice", overflow="fold"), "currency", "", "bearer",
+        table = DataTable(Column("invoice", overflow="fold"), "currency", "", "bearer",
                       Column("GPU-hours", justify="right", no_wrap=True, min_width=widths[0]),
                       Column("amount", justify="right", no_wrap=True, min_width=widths[1]), title=f"tenant {tenant}",
                       caption=f"billed {hours(tally.billed_us)} GPU-h · unbilled (held, billed by no line) "
@@ -95,7 +97,9 @@ STYLE = {"provider": "red", "disputed": "yellow"}
 
 def write(result: Reconciliation, fmt: str, out: IO[str] | Path, db: str | None = None) -> None:
     """JSON or HTML (finance's page; `db` goes into its commands) to a stream or file; CSV
-    and Parquet (one row per line and category) to a file or (CSV) a stream."""
+    and Parquet (one row per line and category) to a file or (CSV) a stream. CSV and
+    Parquet are for spreadsheets: a text cell that starts like a formula is prefixed `'`
+    (`for_spreadsheets`); JSON is exact."""
     if fmt in ("json", "html"):
         text = json.dumps(result.as_json(), indent=2) + "\n" if fmt == "json" else _page(result, db)
         if isinstance(out, Path):
@@ -110,6 +114,27 @@ def write(result: Reconciliation, fmt: str, out: IO[str] | Path, db: str | None 
         _write_parquet(result, out)
     else:
         raise BadInput(f"unknown format {fmt!r}", option="format")
+
+
+def for_spreadsheets(part: pa.Table) -> pa.Table:
+    """`part` with each text cell that a spreadsheet would run as a formula prefixed `'`
+    (OWASP's rule, schemas.display.spreadsheet_safe); figures and number columns as they
+    are. Column-wise in Arrow: a scan of each text column's first characters, and the
+    figure test only in a column where some cell starts like a formula."""
+    for number, column_field in enumerate(part.schema):
+        if not (pa.types.is_string(column_field.type)
+                or pa.types.is_large_string(column_field.type)):
+            continue
+        column = part.column(number)
+        starts = pc.is_in(pc.utf8_slice_codeunits(column, 0, 1), value_set=pa.array(FORMULA_STARTS))
+        if not pc.any(starts).as_py():  # the common case: one pass over first characters
+            continue
+        risky = pc.and_kleene(starts, pc.invert(pc.match_substring_regex(column, FIGURE_RE2)))
+        if pc.any(risky).as_py():
+            prefixed = pc.utf8_replace_slice(column, start=0, stop=0, replacement="'")
+            quoted = pc.if_else(risky, prefixed, column)
+            part = part.set_column(number, column_field, quoted)
+    return part
 
 
 def _write_parquet(result: Reconciliation, out: Path) -> None:
@@ -130,7 +155,7 @@ def _write_csv(result: Reconciliation, out: IO[str] | Path) -> None:
         _write_parts(result, lambda schema: pacsv.CSVWriter(out, schema))
     else:
         for number, part in enumerate(result.frame_batches()):
-            out.write(part.to_pandas().to_csv(index=False, header=number == 0))
+            out.write(for_spreadsheets(part).to_pandas().to_csv(index=False, header=number == 0))
 
 
 def _write_parts(result: Reconciliation, open_writer: Callable[[pa.Schema], Any]) -> None:
@@ -140,7 +165,7 @@ def _write_parts(result: Reconciliation, open_writer: Callable[[pa.Schema], Any]
     try:
         for part in result.frame_batches():
             writer = writer or open_writer(part.schema)
-            writer.write_table(part)
+            writer.write_table(for_spreadsheets(part))
     finally:
         if writer is not None:
             writer.close()

@@ -1,0 +1,50 @@
+"""The one way a page (finance's page, the envelope, the dispute letter, the diagnostic
+packet) is rendered: Jinja with autoescape, and data that cannot be spoofed
+(docs/reports.md, "Output nobody can spoof").
+
+- Every `{{ value }}` is escaped (`<script>` is text) and, through `finalize`, shows its
+  control, bidi and format characters as visible escapes (`\\u202e`): none reaches the
+  page raw, in text, a `<title>`, SVG or an attribute alike.
+- `{{ value|bdi }}` is for a value set among other words: it is isolated in `<bdi>`, so
+  that no right-to-left text in an id can reorder the words and figures around it, and its
+  escapes are marked `<span class="ctl">`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from markupsafe import Markup, escape
+
+from schemas.display import is_unsafe, terminal_safe, visible_escape
+
+
+def shown(value: Any) -> Any:
+    """Jinja's `finalize`: a str with its unsafe characters escaped visibly; markup that our
+    own code built (a macro, `bdi`, RULES.md's text) and numbers as they are."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return terminal_safe(value)
+    return value
+
+
+def bdi(value: Any) -> Markup:
+    """A data value isolated for bidi, each unsafe character shown as a marked escape."""
+    text = "" if value is None else str(value)
+    if text.isprintable():
+        return Markup(f"<bdi>{escape(text)}</bdi>")
+    inner = "".join(_marked(c) if is_unsafe(c) else str(escape(c)) for c in text)
+    return Markup(f"<bdi>{inner}</bdi>")
+
+
+def _marked(char: str) -> str:
+    return f'<span class="ctl">{visible_escape(char)}</span>'
+
+
+def environment(templates: Path, **options: Any) -> jinja2.Environment:
+    """The pages' Jinja environment over the folder `templates` (`options`: whitespace control)."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates), autoescape=True,
+                             undefined=jinja2.StrictUndefined, finalize=shown, **options)
+    env.filters["bdi"] = bdi
+    return env
