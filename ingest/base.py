@@ -8,6 +8,7 @@ It never writes: appends go through the ledger's API, called by the CLI or a run
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone, tzinfo
 from pathlib import Path
@@ -131,3 +132,14 @@ def _accept(validate: Callable[[], CloudEvent], origin: Origin, raw: bytes) -> R
         return rejections(exc, origin, raw)
     except Unstorable as exc:
         return unstorable(exc, origin, raw)
+
+
+#: What people paste around a tool's output: the shell prompt and command that made it
+#: (`$ curl localhost:9400/metrics`, `user@host:~$ …`, `[root@host ~]# …`) and the lines
+#: that stand for output cut out (`...`, `…`).
+_PASTED = re.compile(r"(?:[$%>]|[\w.-]+@[\w.-]+(?::\S*)?\s?[$#]|\[[^\]]*\][$#])(?:\s.*)?|(?:\.\.\.|…)+")
+
+
+def pasted_around(text: str) -> bool:
+    """True for a line (stripped) that a paste adds around a tool's output, not the output."""
+    return _PASTED.fullmatch(text) is not None
