@@ -102,6 +102,16 @@ def fixed_tenant(options: dict[str, Any]) -> str | None:
     return str(tenant)
 
 
+def require_options(path: Path, tool: str, given: dict[str, Any]) -> None:
+    """Refuse a file whose tool names none of some required options, naming every one
+    missing at once (`required: tenant, allocation`), not one per try."""
+    missing = [name for name, value in given.items() if value is None or not str(value).strip()]
+    if len(missing) == 1:
+        raise IngestError(f"{path}: required: {tool} output names no {missing[0]}", option=missing[0])
+    if missing:
+        raise IngestError(f"{path}: required: {', '.join(missing)} ({tool} output names none of them)")
+
+
 def open_source(path: Path) -> BinaryIO:
     try:
         return path.open("rb")
