@@ -13,7 +13,7 @@ from ingest.hostlist import compress, expand
 
 
 @pytest.mark.parametrize(("hostlist", "names"), [
-    # DESIGN §2's example, and the issue's job
+    # the events page's example, and a two-node job
     ("gpu-a[01-02,07]", ["gpu-a01", "gpu-a02", "gpu-a07"]),
     ("gpu-node-[01-02]", ["gpu-node-01", "gpu-node-02"]),
     # slurm.conf(5), NodeName: "linux[0-64,128]", "lx[15,18,32-33]"
