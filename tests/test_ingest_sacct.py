@@ -168,15 +168,16 @@ def test_field_names_are_taken_as_sacct_takes_them(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("options", "header", "message"), [
     (["--fields", "JobID,Account,Strat"], "", "Error: --fields: unknown sacct field 'Strat' (`sacct --helpformat` lists them)"),
-    (["--fields", "JobID,Partition,State,Submit"], "", "Error: --fields: no tenant column: the fields have no Account or User; "
-                                                 "name the tenant of the whole file with --tenant NAME"),
+    (["--fields", "JobID,Partition,State,Submit"], "", "Error: --tenant: --fields: no tenant column: the fields have no "
+                                                 "Account or User; name the tenant of the whole file"),
     (["--tenant-field", "Acount"], "", "Error: --tenant-field: unknown sacct field 'Acount' (`sacct --helpformat` lists them)"),
     (["--tenant", "physics", "--tenant-field", "User"], "",
-     "Error: --tenant and --tenant-field: give one (a fixed tenant, or the field to read it from)"),
+     "Error: --tenant-field: give a fixed tenant or the tenant field to read it from, not both"),
     (["--fields", "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"], "",  # sacct's default fields
-     "Error: --fields: the field list has no Submit, Start or End, so no transition has a time; add them to sacct's --format"),
-    ([], "", "Error: {path}:1: header: the first line is a job (100), not a header: for `sacct --noheader` output "
-             "give the field list with --fields"),
+     "Error: --fields: the field list has no Submit, Start or End, so no transition has a time; "
+     "add them to the fields sacct prints"),
+    ([], "", "Error: --fields: {path}:1: header: the first line is a job (100), not a header: for `sacct --noheader` "
+             "output give the field list"),
     (["--timezone", "Mars/Olympus"], "", "Error: --timezone: unknown time zone 'Mars/Olympus' (an IANA name such as Europe/Berlin or UTC)"),
 ])
 def test_input_errors_exit_2_naming_the_field(tmp_path: Path, options: list[str], header: str, message: str) -> None:
@@ -280,8 +281,8 @@ def test_real_file_with_two_polls_of_17_jobs_appends_each_transition_once(tmp_pa
 def test_real_file_without_tenant_columns_needs_tenant_and_then_ingests(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'l.db'}"
     code, output = ingest(db, ISSUE59, "--fields", ISSUE59_FIELDS)
-    assert (code, output.strip()) == (2, "Error: --fields: no tenant column: the fields have no Account or User; "
-                                         "name the tenant of the whole file with --tenant NAME")
+    assert (code, output.strip()) == (2, "Error: --tenant: --fields: no tenant column: the fields have no Account or User; "
+                                         "name the tenant of the whole file")
     events = accepted(ISSUE59, fields=ISSUE59_FIELDS, tenant="aws-hpc", timezone="UTC")
     assert [(r.id, r.tenant) for r in events] == [
         ("12:job.submitted@2022-08-19T16:56:03Z", "aws-hpc"), ("12:job.started@2022-08-19T16:56:03Z", "aws-hpc"),
