@@ -118,3 +118,13 @@ def test_several_groups_expand_as_a_product_first_group_slowest(literals: list[s
                 for combo in itertools.product(*choices)]
     if text:
         assert expand(text) == expected
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.text(alphabet="ab0123456789[]-, ", max_size=30))
+def test_any_text_is_names_or_a_value_error_within_the_bound(text: str) -> None:
+    try:
+        names = expand(text, limit=1000)
+    except ValueError:
+        return
+    assert len(names) <= 1000 and all(names) and not any(c in n for n in names for c in "[], ")
