@@ -8,6 +8,7 @@ It never writes: appends go through the ledger's API, called by the CLI or a run
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone, tzinfo
@@ -107,6 +108,16 @@ def fixed_tenant(options: dict[str, Any]) -> str | None:
     return str(tenant)
 
 
+def require_options(path: Path, tool: str, given: dict[str, Any]) -> None:
+    """Refuse a file whose tool names none of some required options, naming every one
+    missing at once (`required: tenant, allocation`), not one per try."""
+    missing = [name for name, value in given.items() if value is None or not str(value).strip()]
+    if len(missing) == 1:
+        raise IngestError(f"{path}: required: {tool} output names no {missing[0]}", option=missing[0])
+    if missing:
+        raise IngestError(f"{path}: required: {', '.join(missing)} ({tool} output names none of them)")
+
+
 def split_owner(options: dict[str, Any]) -> tuple[Owner, dict[str, Any]]:
     """`--owner provider|tenant:NAME` (schemas/owners.py) apart from the ingestor's own
     options. A tenant's ingest reads files of that tenant: its name is the `--tenant` of
@@ -204,3 +215,14 @@ def _accept(validate: Callable[[], CloudEvent], origin: Origin, raw: bytes) -> R
         return rejections(exc, origin, raw)
     except Unstorable as exc:
         return unstorable(exc, origin, raw)
+
+
+#: What people paste around a tool's output: the shell prompt and command that made it
+#: (`$ curl localhost:9400/metrics`, `user@host:~$ …`, `[root@host ~]# …`) and the lines
+#: that stand for output cut out (`...`, `…`).
+_PASTED = re.compile(r"(?:[$%>]|[\w.-]+@[\w.-]+(?::\S*)?\s?[$#]|\[[^\]]*\][$#])(?:\s.*)?|(?:\.\.\.|…)+")
+
+
+def pasted_around(text: str) -> bool:
+    """True for a line (stripped) that a paste adds around a tool's output, not the output."""
+    return _PASTED.fullmatch(text) is not None

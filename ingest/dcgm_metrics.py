@@ -31,7 +31,10 @@ each file stands alone: its first sighting of each fault is reported once.
 Every fault needs a time: its sample's own timestamp, else the `scrape_time` option
 (RFC 3339); an XID sample > 0 with neither is an input error naming its line (0 and
 blank values say nothing, so dcgm-exporter's usual scrapes without timestamps read). Other metrics are not
-events: their lines are checked for form and otherwise passed over. DCGM's "blank"
+events: their lines are checked for form and otherwise passed over. A scrape pasted with
+the shell prompt that made it (`$ curl localhost:9400/metrics`) and `...` where lines were
+cut is read as the probe formats read pastes: those lines are passed over
+(`ingest.base.pasted_around`), neither read nor quarantined. DCGM's "blank"
 sentinels (values near 2^63) mean no value. Source `dcgm-exporter://<node>`.
 """
 
@@ -47,7 +50,7 @@ from typing import Any
 
 import orjson
 
-from ingest.base import UTF8_BOM, IngestError, event_from_json, event_from_object, open_source
+from ingest.base import UTF8_BOM, IngestError, event_from_json, event_from_object, open_source, pasted_around
 from schemas import Accepted, Origin, Record, Rejected, format_utc
 from schemas.errors import BadInput
 
@@ -136,7 +139,7 @@ def _line_record(origin: Origin, raw: bytes, state: _FileState) -> Record | None
         text = raw.decode("utf-8").strip()
     except UnicodeDecodeError as exc:
         return Rejected(origin, "(line)", f"not valid UTF-8 at byte {exc.start}", raw)
-    if not text or text.startswith("#"):
+    if not text or text.startswith("#") or pasted_around(text):
         return None
     try:
         sample = parse_sample(text)

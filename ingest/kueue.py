@@ -32,12 +32,27 @@ that may be the provider's: they stay evictions (`evicted`), with the reason kep
 
 QuotaReserved True with Admitted False means admission checks are still pending: the
 pods stay suspended, nothing is granted yet. Taking QuotaReserved as the grant there
-would grant twice once Admitted turns True, so a later poll would add a second grant.
+would grant twice once Admitted turns True, so a later poll would add a second grant. For
+the same reason QuotaReserved is no grant when `status.admissionChecks` lists checks: a
+Kueue that has them writes Admitted once they pass.
 
 A condition with status "False" and reason `Pending` is a decision `queued`. Other
 conditions (PodsReady, DeactivationTarget, …) say nothing we use. A decision's data is
 {tenant, decision, job_id, allocation_id, reason (the condition's), queue
 (`spec.queueName`), priority (`spec.priority`), condition (its type)}.
+
+A gang: a Workload with two or more pod sets that hold GPUs (a PyTorchJob's Master and
+Worker, a JobSet's replicated jobs, a LeaderWorkerSet group's leader and workers, an
+MPIJob whose launcher takes GPUs) is one allocation per such pod set, allocation_id
+`<name>/<pod set>`, each granted at the admission and started there by a `job.started`
+{job_id, allocation_id, attempt 1, workload, pod_set, gang: every member's allocation_id}:
+one attempt across all of them (a gang). No other source can name these allocations,
+so the admission starts them. Which pod sets hold GPUs is read from `spec.podSets` (GPU
+requests or limits of their templates), present in every snapshot, so a release seen
+after Kueue cleared the admission releases the same allocations (`:released:<pod set>`);
+from the admission's resourceUsage for an object with no spec. One pod set with GPUs, of
+any count, is the Workload's one allocation, as below, on all its pods' nodes; its start
+is the application's own.
 
 The grant comes from `status.admission.podSetAssignments[]`, summed over pod sets:
 `resourceUsage["nvidia.com/gpu"]` counts whole GPUs, `nvidia.com/mig-<profile>` MIG
@@ -45,7 +60,9 @@ slices (placement_class `mig`, profile `<profile>`), `nvidia.com/gpu.shared` tim
 GPUs (`timeslice`). A quantity must be a whole, non-negative number with no suffix. The
 node is the one `kubernetes.io/hostname` value of the pod sets' topologyAssignment
 (v1beta1 `domains[].values`, v1beta2 `slices[].valuesPerLevel`); with several, `nodes`
-lists them and node is left out. Evidence kept: `pod_sets` (the assignments as given),
+lists them and node is left out. A gang member's grant also has `workload` and `pods`
+(its pod set's count). A Workload's status alone (pasted without kind, apiVersion and
+metadata) is refused: nothing in it says which Workload it is. Evidence kept: `pod_sets` (the assignments as given),
 `flavors` (the distinct ResourceFlavor names assigned), `cluster_queue`. An admission
 with no GPU resource gives the decision and no grant.
 
@@ -149,8 +166,15 @@ class _Workload:
             "reason": reason or None, "queue": self.queue, "priority": self.priority, "condition": condition})
 
     def release(self, event_id: str, time: str, reason: str, condition: str, **extra: Any) -> None:
-        self.add("allocation.released", f"{event_id}:released", time, {
-            "tenant": self.tenant, "allocation_id": self.name, "reason": reason or None, "condition": condition, **extra})
+        each: list[tuple[str | None, str]] = [(p, f":{p}") for p in gang_pod_sets(self.body)] or [(None, "")]
+        for pod_set, suffix in each:
+            self.add("allocation.released", f"{event_id}:released{suffix}", time, {
+                "tenant": self.tenant, "allocation_id": self.allocation_id(pod_set), "reason": reason or None,
+                "condition": condition, **extra})
+
+    def allocation_id(self, pod_set: str | None) -> str:
+        """The Workload's name; `<name>/<pod set>` for a pod set of a gang."""
+        return self.name if pod_set is None else f"{self.name}/{pod_set}"
 
 
 def workload_events(body: dict[str, Any], cluster: str = "default", tenant_field: str | None = None,
@@ -158,10 +182,14 @@ def workload_events(body: dict[str, Any], cluster: str = "default", tenant_field
     """The CloudEvents (as dicts) of one Workload object; ObjectError names a bad field."""
     workload = _read_identity(body, cluster, tenant_field, default_tenant)
     conditions = _conditions(body)
-    has_admitted = any(c["type"] == "Admitted" for _, c in conditions)
+    # QuotaReserved is the grant only for a Kueue that writes no Admitted condition at all
+    # (before v0.5). A Workload with admission checks and no Admitted condition is waiting
+    # on them (a Kueue from v0.5 adds Admitted only once every check is Ready).
+    quota_is_grant = not any(c["type"] == "Admitted" for _, c in conditions) and not sequence(
+        body, ("status", "admissionChecks"))
     finished = _finished_time(body, conditions)
     for index, condition in conditions:
-        _condition_events(workload, index, condition, has_admitted, finished)
+        _condition_events(workload, index, condition, quota_is_grant, finished)
     return workload.events
 
 
@@ -173,6 +201,10 @@ def _finished_time(body: dict[str, Any], conditions: list[tuple[int, dict[str, s
 
 
 def _read_identity(body: dict[str, Any], cluster: str, tenant_field: str | None, default_tenant: str | None) -> _Workload:
+    if isinstance(body.get("status"), dict) and all(body.get(k) is None for k in ("kind", "apiVersion", "metadata")):
+        raise ObjectError(("kind",), "missing: a Workload's status alone (no kind, apiVersion or metadata) says "
+                                     "nothing of which Workload it is; ingest the object whole, as "
+                                     "`kubectl get workload NAME -o yaml` prints it")
     kind, api = text(body, ("kind",), required=True), text(body, ("apiVersion",), required=True)
     if kind != "Workload":
         raise ObjectError(("kind",), f"not a Kueue Workload: {kind!r}")
@@ -202,11 +234,11 @@ def _conditions(body: dict[str, Any]) -> list[tuple[int, dict[str, str]]]:
     return out
 
 
-def _condition_events(wl: _Workload, index: int, condition: dict[str, str], has_admitted: bool,
+def _condition_events(wl: _Workload, index: int, condition: dict[str, str], quota_is_grant: bool,
                       finished: str | None) -> None:
     kind, status, reason = condition["type"], condition["status"], condition["reason"]
     queued = status == "False" and reason == "Pending"
-    if not queued and (status != "True" or kind not in _TRANSITIONS or (kind == "QuotaReserved" and has_admitted)):
+    if not queued and (status != "True" or kind not in _TRANSITIONS or (kind == "QuotaReserved" and not quota_is_grant)):
         return  # says nothing we use: its time is not even read
     path = ("status", "conditions", index, "lastTransitionTime")
     time = utc_time(wl.body, path)
@@ -218,9 +250,7 @@ def _condition_events(wl: _Workload, index: int, condition: dict[str, str], has_
         wl.decide("queued", event_id, time, kind, reason)
     elif kind in ("Admitted", "QuotaReserved"):
         wl.decide("admitted", event_id, time, kind, reason)
-        grant = _grant(wl)
-        if grant is not None:
-            wl.add("allocation.granted", f"{event_id}:granted", time, grant)
+        _admit(wl, event_id, time)
     elif kind == "Evicted":
         wl.decide(eviction_decision(reason), event_id, time, kind, reason)
         wl.release(event_id, time, reason, kind)
@@ -266,10 +296,67 @@ class _Usage:
     nodes: list[str] = dataclass_field(default_factory=list)
 
 
-def _grant(wl: _Workload) -> dict[str, Any] | None:
+def _admit(wl: _Workload, event_id: str, time: str) -> None:
+    """The grant of an admission: one allocation for the Workload, or, for a gang, one per
+    pod set holding GPUs, each started at once as attempt 1 of the Workload's job."""
+    assignments = sequence(wl.body, _ASSIGNMENTS)
+    gang = gang_pod_sets(wl.body)
+    if not gang:
+        grant = _grant(wl, None, list(range(len(assignments))))
+        if grant is not None:
+            wl.add("allocation.granted", f"{event_id}:granted", time, grant)
+        return
+    names = [text(wl.body, (*_ASSIGNMENTS, i, "name"), required=True) for i, _ in enumerate(assignments)]
+    grants = [(p, _grant(wl, p, [i for i, n in enumerate(names) if n == p])) for p in gang]
+    granted = [(p, g) for p, g in grants if g is not None]
+    members = [wl.allocation_id(p) for p, _ in granted]
+    for pod_set, grant in granted:
+        wl.add("allocation.granted", f"{event_id}:granted:{pod_set}", time, grant)
+    for pod_set, _ in granted:
+        wl.add("job.started", f"{event_id}:started:{pod_set}", time, {
+            "tenant": wl.tenant, "job_id": wl.job_id, "allocation_id": wl.allocation_id(pod_set), "attempt": 1,
+            "workload": wl.name, "pod_set": pod_set, "gang": members})
+
+
+def gang_pod_sets(body: dict[str, Any]) -> list[str]:
+    """The pod sets of a gang: those that hold GPUs, when two or more do; else none.
+
+    Read from `spec.podSets` (their templates' GPU requests or limits), which every
+    snapshot of the Workload carries, so that an eviction or finish seen after Kueue
+    cleared `status.admission` releases the same allocations its admission granted; from
+    the admission's `resourceUsage` for an object exported without a spec."""
+    specs = sequence(body, ("spec", "podSets"))
+    if specs:
+        names = [text(body, ("spec", "podSets", i, "name"), required=True) or ""
+                 for i, _ in enumerate(specs) if _template_wants_gpus(body, ("spec", "podSets", i, "template", "spec"))]
+    else:
+        names = [text(body, (*_ASSIGNMENTS, i, "name"), required=True) or ""
+                 for i, _ in enumerate(sequence(body, _ASSIGNMENTS))
+                 if any(_is_gpu(r) and str(v) not in ("0", "") for r, v in
+                        mapping(body, (*_ASSIGNMENTS, i, "resourceUsage")).items())]
+    return names if len(names) > 1 else []
+
+
+def _is_gpu(resource: str) -> bool:
+    return resource in (WHOLE_GPU, SHARED_GPU) or resource.startswith(MIG_PREFIX)
+
+
+def _template_wants_gpus(body: dict[str, Any], path: FieldPath) -> bool:
+    for kind in ("containers", "initContainers"):
+        for index, _ in enumerate(sequence(body, (*path, kind))):
+            for side in ("requests", "limits"):
+                resources = mapping(body, (*path, kind, index, "resources", side))
+                if any(_is_gpu(r) and str(v) not in ("0", "") for r, v in resources.items()):
+                    return True
+    return False
+
+
+def _grant(wl: _Workload, pod_set: str | None, indexes: list[int]) -> dict[str, Any] | None:
+    """The grant of the pod sets at `indexes` of the admission: all of them for the
+    Workload's one allocation, one pod set's for a member of a gang."""
     usage = _Usage()
     assignments = sequence(wl.body, _ASSIGNMENTS)
-    for index, _ in enumerate(assignments):
+    for index in indexes:
         _add_pod_set(wl.body, (*_ASSIGNMENTS, index), usage)
     gpus = sum(usage.by_class.values())
     if gpus == 0:
@@ -277,14 +364,16 @@ def _grant(wl: _Workload) -> dict[str, Any] | None:
     placement = next(c for c in ("whole", "mig", "timeslice") if usage.by_class[c])
     mixed = sum(1 for n in usage.by_class.values() if n) > 1
     return {
-        "tenant": wl.tenant, "allocation_id": wl.name, "gpus": gpus, "placement_class": placement,
+        "tenant": wl.tenant, "allocation_id": wl.allocation_id(pod_set), "gpus": gpus, "placement_class": placement,
         "profile": usage.profiles[0] if placement == "mig" and len(usage.profiles) == 1 else None,
         "profiles": usage.profiles if len(usage.profiles) > 1 else None,
         "gpus_by_class": {k: v for k, v in usage.by_class.items() if v} if mixed else None,
         "node": usage.nodes[0] if len(usage.nodes) == 1 else None,
         "nodes": usage.nodes if len(usage.nodes) > 1 else None,
         "cluster_queue": text(wl.body, ("status", "admission", "clusterQueue")),
-        "flavors": usage.flavors or None, "pod_sets": assignments,
+        "flavors": usage.flavors or None, "pod_sets": [assignments[i] for i in indexes],
+        "workload": wl.name if pod_set is not None else None,
+        "pods": integer(wl.body, (*_ASSIGNMENTS, indexes[0], "count")) if pod_set is not None and len(indexes) == 1 else None,
     }
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from ingest.base import IngestError, event_from_json, event_from_object, fixed_tenant, open_source
+from ingest.base import IngestError, event_from_json, event_from_object, fixed_tenant, open_source, require_options
 from schemas import Origin, Record, format_utc
 from schemas.errors import BadInput
 
@@ -85,25 +85,23 @@ class ProbeOptions:
 
 
 def probe_options(path: Path, options: dict[str, Any], tool: str) -> ProbeOptions:
-    """The options, checked: `--tenant` and `--allocation` are required (usage errors)."""
+    """The options, checked: `tenant` and `allocation` are required (usage errors, every
+    missing one named at once)."""
     tenant = fixed_tenant(options)
-    if tenant is None:
-        raise IngestError(f"{path}: required: {tool} output names no tenant", option="tenant")
-    allocation = _named(options.get("allocation"), "--allocation", path, tool, required=True)
-    assert allocation is not None
-    job = _named(options.get("job"), "--job", path, tool, required=False)
+    require_options(path, tool, {"tenant": tenant, "allocation": options.get("allocation")})
+    assert tenant is not None
+    allocation = str(options["allocation"])
+    job = _named(options.get("job"))
     recorded = options.get("recorded")
     return ProbeOptions(tool, tenant, allocation, job, _capture_time(path, options.get("scrape_time")),
                         recorded if callable(recorded) else None)
 
 
-def _named(value: Any, option: str, path: Path, tool: str, required: bool) -> str | None:
+def _named(value: Any) -> str | None:
     if value is None:
-        if required:
-            raise IngestError(f"{path}: {option}: required: {tool} output does not name it")
         return None
     if not str(value).strip():
-        raise IngestError(f"{option}: empty name")
+        raise IngestError("empty name", option="job")
     return str(value)
 
 

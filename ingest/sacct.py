@@ -19,13 +19,20 @@ only the transitions that are new (docs/events.md: same key, same content):
   A running job's steps and usage are recorded when it has ended.
 
 allocation_id = JobID and gpus = the `gres/gpu=` count (typed `gres/gpu:<model>=` counts
-are never added to it). Event ids are `<JobID>:<kind>@<time>`: a requeued job (Slurm
+are never added to it). The grant's nodes are NodeList expanded as Slurm's hostlist
+(ingest/hostlist.py: `gpu-a[01-02,07]` is three nodes): one node is `node`, several are
+`nodes`; a NodeList that is no hostlist, or names more than 100,000 nodes, quarantines
+the row. Event ids are `<JobID>:<kind>@<time>`: a requeued job (Slurm
 resets its Submit, and it starts again) makes new transitions, not conflicts. Source
-`slurm://<cluster>`. `Unknown`, `None` and `None assigned` mean absent.
+`slurm://<cluster>`: the option `cluster`, else the row's own `Cluster` column (so `sacct
+-M all`, whose job ids repeat across clusters, keeps them apart), else `default`.
+`Unknown`, `None` and `None assigned` mean absent.
 
 Field names are taken as sacct takes them: in any case (`start,end,elapsed`), and a leading
 part of a name for the first field that starts with it (`time` is Timelimit); a name sacct
-would refuse is an input error naming it. A header printed by sacct is taken as printed.
+would refuse is an input error naming it. A header printed by sacct is taken as printed,
+whatever field comes first (`--format ALL` starts with Account, users' own lists with User
+or State), and its delimiter is read from it when no `delimiter` is given.
 Times carry no zone: they are read in `--timezone` (default: this machine's zone). The
 tenant is Account, else User (or `--tenant-field`); `--tenant NAME` names it for a file
 with neither column.
@@ -41,6 +48,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ingest.base import UTF8_BOM, IngestError, LocalZone, event_from_object, fixed_tenant, open_source
+from ingest.hostlist import expand
 from schemas import Origin, Record, Rejected, format_utc
 
 #: Every field `sacct --helpformat` lists (Slurm 17.11 to 24.05), in sacct's own spelling.
@@ -95,6 +103,7 @@ _END_EVENTS = {
 }
 _ELAPSED = re.compile(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)")
 _WIDTH = re.compile(r"%-?\d*$")  # `JobName%30`: sacct's column width, meaningless when parsable
+_HEADER_WORD = re.compile(rb"[A-Za-z][A-Za-z0-9_]*")
 
 
 def parse_elapsed(text: str) -> float | None:
@@ -155,14 +164,18 @@ class _Context:
     """What every row of one file is read with."""
 
     file: str
-    cluster: str
+    cluster: str | None  # the option; else each row's Cluster column, else "default"
     zone: LocalZone
     tenant: str | None  # --tenant: one tenant for the whole file
     tenant_field: str | None  # --tenant-field, in sacct's spelling
 
-    @property
-    def source(self) -> str:
-        return f"slurm://{self.cluster}"
+    def source(self, row: dict[str, str]) -> str:
+        cluster = self.cluster or _present(row.get("Cluster", "")) or "default"
+        return f"slurm://{cluster}"
+
+
+def _present(value: str) -> str | None:
+    return None if value in ABSENT else value
 
 
 class SacctIngestor:
@@ -171,20 +184,49 @@ class SacctIngestor:
     local_times = True  # sacct prints local time with no zone
 
     def identify(self, path: Path, head: bytes) -> bool:
-        first = head.removeprefix(UTF8_BOM).split(b"\n", 1)[0]
-        return first.startswith(b"JobID|") or first.startswith(b"JobIDRaw|")
+        first = head.removeprefix(UTF8_BOM).split(b"\n", 1)[0].rstrip(b"\r")
+        return header_delimiter(first) is not None
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
         tenant = fixed_tenant(options)
         field = options.get("tenant_field")
-        context = _Context(str(path), options.get("cluster") or "default", LocalZone(options.get("timezone")),
+        context = _Context(str(path), options.get("cluster") or None, LocalZone(options.get("timezone")),
                            tenant, sacct_fields([field], "--tenant-field")[0] if field else None)
         fields = options.get("fields")
         field_list = sacct_fields(fields.split(","), "--fields") if fields else None
         if field_list is not None:
             _check_fields(field_list, context, "--fields")
+        delimiter = options.get("delimiter") or (None if field_list else _sniffed(path)) or "|"
         with open_source(path) as stream:
-            yield from _job_events(_Rows(context, stream, options.get("delimiter") or "|", field_list), context)
+            yield from _job_events(_Rows(context, stream, delimiter, field_list), context)
+
+
+def header_delimiter(line: bytes) -> str | None:
+    """The delimiter of a header line sacct printed, or None when the line is not one: field
+    names (any case, in any order, JobID or JobIDRaw among them, most of them sacct's)
+    joined by one delimiter, perhaps with one more at the end (`--parsable`)."""
+    words = _HEADER_WORD.findall(line)
+    gaps = _HEADER_WORD.split(line)
+    if len(words) < 2 or gaps[0] or len(set(gaps[1:-1])) != 1:
+        return None
+    raw = gaps[1]
+    try:
+        delimiter = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if gaps[-1] not in (b"", raw) or not delimiter.strip() or delimiter.strip() != delimiter:
+        return None
+    names = {w.decode().lower() for w in words}
+    known = sum(1 for name in names if name in _BY_LOWER)
+    if not names & {"jobid", "jobidraw"} or known * 2 < len(names):
+        return None
+    return delimiter
+
+
+def _sniffed(path: Path) -> str | None:
+    with open_source(path) as stream:
+        first = stream.readline(1 << 16).removeprefix(UTF8_BOM).rstrip(b"\r\n")
+    return header_delimiter(first)
 
 
 def _check_fields(fields: list[str], context: _Context, where: str) -> None:
@@ -337,12 +379,22 @@ def _gpus(row: dict[str, str], field: str) -> int | None:
         raise ValueError(f"{where}: {reason}") from None
 
 
+def _nodes(row: dict[str, str]) -> dict[str, Any]:
+    """NodeList as the grant names it: `node` for one node (as it always was), `nodes` for several."""
+    if row.get("NodeList", "") in ABSENT:
+        return {}
+    try:
+        nodes = expand(row["NodeList"])
+    except ValueError as exc:
+        raise ValueError(f"NodeList: not a Slurm hostlist: {exc}") from None
+    return {"node": nodes[0]} if len(nodes) == 1 else {"nodes": nodes}
+
+
 def _job_row_events(row: dict[str, str], steps: list[dict[str, str]], context: _Context) -> list[dict[str, Any]]:
     job_id, tenant, state = row["JobID"], _tenant(row, context), row.get("State", "")
     submit, start, end = (_time(row, f, context) for f in ("Submit", "Start", "End"))
     elapsed, timelimit = _seconds(row, "Elapsed"), _seconds(row, "Timelimit")
     gpus = _gpus(row, "AllocTRES")
-    node = None if row.get("NodeList", "") in ABSENT else row["NodeList"]
     job = {"tenant": tenant, "job_id": job_id}
     submitted_fields = {k: v for k, v in row.items() if k in SUBMIT_FIELDS}
     started_fields = {k: v for k, v in row.items() if k in START_FIELDS}
@@ -352,12 +404,12 @@ def _job_row_events(row: dict[str, str], steps: list[dict[str, str]], context: _
 
     def add(kind: str, at: str | None, data: dict[str, Any]) -> None:
         if at is not None:
-            out.append({"specversion": "1.0", "id": f"{job_id}:{kind}@{at}", "source": context.source, "type": kind,
+            out.append({"specversion": "1.0", "id": f"{job_id}:{kind}@{at}", "source": context.source(row), "type": kind,
                         "time": at, "data": {k: v for k, v in data.items() if v is not None}})
 
     add("job.submitted", submit, {**job, "gpus": _gpus(row, "ReqTRES"), "sacct": submitted_fields})
     if start is not None and gpus:
-        add("allocation.granted", start, {"tenant": tenant, "allocation_id": job_id, "gpus": gpus, "node": node})
+        add("allocation.granted", start, {"tenant": tenant, "allocation_id": job_id, "gpus": gpus, **_nodes(row)})
     add("job.started", start, {**job, "allocation_id": job_id, "attempt": 1, "queue": row.get("Partition") or None,
                                "sacct": started_fields})
     kind, cause = _END_EVENTS.get(state, (None, None))

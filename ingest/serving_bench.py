@@ -26,8 +26,8 @@ Nothing else names a time: its windows need `--window-start` (RFC 3339), and are
 to end in file order from there, each as long as its duration. Without it they are
 quarantined (field `window_start`).
 
-`--tenant` and `--job` are required (the tools know neither); `--allocation` is kept when
-given. Ids come from what is fixed about the run (job, window start), so a re-run appends
+`--tenant` and `--job` are required (the tools know neither; every missing one is named at
+once); `--allocation` is kept when given. Ids come from what is fixed about the run (job, window start), so a re-run appends
 nothing twice. A run that cannot be read goes to the quarantine whole, with the line and
 label (or JSON key) at fault.
 """
@@ -43,7 +43,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from ingest.base import UTF8_BOM, IngestError, LocalZone, event_from_object, fixed_tenant, open_source
+from ingest.base import UTF8_BOM, IngestError, LocalZone, event_from_object, fixed_tenant, open_source, require_options
 from ingest.serving_figures import (
     JSON_KEYS,
     JSON_STATISTIC,
@@ -121,20 +121,18 @@ class ServingBenchIngestor:
         return text.lstrip()[:1] in (b"{", b"[") and b'"specversion"' not in text and result_keys
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
-        how = _options(options)
+        how = _options(path, options)
         cursor = how.window_start
         for run in _runs(path, how.zone):
             record, cursor = _record(str(path), run, how, cursor)
             yield record
 
 
-def _options(options: dict[str, Any]) -> _Options:
+def _options(path: Path, options: dict[str, Any]) -> _Options:
     tenant = fixed_tenant(options)
-    if tenant is None:
-        raise IngestError("serving-bench: required (a benchmark's output names no tenant)", option="tenant")
     job = options.get("job")
-    if not job or not str(job).strip():
-        raise IngestError("serving-bench: required (a benchmark's output names no job)", option="job")
+    require_options(path, "serving-bench", {"tenant": tenant, "job": job})
+    assert tenant is not None
     return _Options(tenant, str(job), options.get("allocation") or None,
                     _window_start(options.get("window_start")), LocalZone(options.get("timezone")))
 

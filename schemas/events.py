@@ -40,6 +40,7 @@ from schemas.types import (
     GpuCount,
     Money,
     Name,
+    NodeNames,
     PositiveCount,
     PositiveGpuCount,
     SafeInt,
@@ -87,6 +88,9 @@ class AllocationGranted(TenantData):
     gpus: PositiveGpuCount
     devices: list[str | SafeInt] | None = None
     node: str | None = None
+    #: An allocation on several nodes (a Slurm NodeList `gpu-a[01-02,07]` expanded, a
+    #: Kueue pod set placed on several hosts): a fault on any of them touches it.
+    nodes: NodeNames | None = None
     fabric_domain: str | None = None
     placement_class: PlacementClass = "whole"
     profile: str | None = None

@@ -21,6 +21,8 @@ from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer, St
 MAX_SAFE_INT = 2**53 - 1
 #: GPUs in one allocation, job, promise or billing line (docs/events.md).
 MAX_GPUS = 1_000_000
+#: Nodes one allocation spans (`nodes`): a Slurm hostlist expanding past this is refused.
+MAX_NODES = 100_000
 #: Seconds in a duration (terms, notices): 100 years, longer than any span between two
 #: accepted times, so in µs (× 10**6) it stays far inside DuckDB's BIGINT.
 MAX_DURATION_S = 100 * 31_557_600
@@ -164,4 +166,6 @@ GpuCount = Annotated[int, Strict(), Field(ge=0, le=MAX_GPUS)]
 PositiveGpuCount = Annotated[int, Strict(), Field(ge=1, le=MAX_GPUS)]
 Seconds = Annotated[int, Strict(), Field(ge=0, le=MAX_DURATION_S)]
 Name = Annotated[str, Strict(), Field(min_length=1)]
+#: The nodes of one allocation: at most MAX_NODES names.
+NodeNames = Annotated[list[Name], Field(max_length=MAX_NODES)]
 Currency = Annotated[str, Strict(), Field(pattern=r"^[A-Z]{3}$")]

@@ -136,3 +136,40 @@ def test_identify(tmp_path: Path) -> None:
     assert ingestor_for(prom).name == "dcgm-metrics"
     with pytest.raises(IngestError, match="other.prom: no format recognises this file; choose one with --format"):
         ingestor_for(other)  # claimed by none: an error, never a guess
+
+
+def test_a_scrape_pasted_with_its_prompt_and_cut_lines_reads_those_lines_as_nothing(tmp_path: Path) -> None:
+    # As the dcgm-exporter docs and issues show a scrape: the command after a prompt, `...` for lines cut.
+    path = tmp_path / "pasted.prom"
+    path.write_text("$ curl localhost:9400/metrics\n"
+                    "# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).\n"
+                    "# TYPE DCGM_FI_DEV_SM_CLOCK gauge\n"
+                    f'DCGM_FI_DEV_SM_CLOCK{{{H07}}} 139\n'
+                    "...\n"
+                    f"{xid(H07, '79', None)}\n"
+                    "…\n"
+                    "ubuntu@node-07:~$ curl -s node-07:9400/metrics | grep XID\n"
+                    "[root@node-07 ~]# \n"
+                    "$\n")
+    assert ingestor_for(path).name == "dcgm-metrics"
+    [fault] = list(extract(path, scrape_time="2026-01-07T10:00:00Z"))
+    assert isinstance(fault, Accepted) and fault.origin.line == 6
+    assert orjson.loads(fault.body)["data"]["code"] == "xid-79"
+    assert ingest_output(tmp_path, path) == (0, f"{path}: read 1 · appended 1 · duplicate 0 · quarantined 0\n")
+    assert ingest_output(tmp_path, path) == (0, f"{path}: read 1 · appended 0 · duplicate 1 · quarantined 0\n")
+
+
+def test_a_line_that_only_looks_pasted_is_still_read_for_its_form(tmp_path: Path) -> None:
+    path = tmp_path / "scrape.prom"
+    path.write_text(f"{xid(H07, '0')}\n.. DCGM_FI_DEV_XID_ERRORS 3\n")
+    [bad] = list(extract(path, "dcgm-metrics"))
+    assert isinstance(bad, Rejected) and bad.origin.line == 2
+
+
+def ingest_output(tmp_path: Path, path: Path) -> tuple[int, str]:
+    from click.testing import CliRunner
+
+    from cli import main
+    result = CliRunner().invoke(main, ["ingest", "--db", f"sqlite:///{tmp_path / 'l.db'}", "--scrape-time",
+                                       "2026-01-07T10:00:00Z", str(path)])
+    return result.exit_code, result.output

@@ -140,8 +140,11 @@ def test_a_run_with_a_bad_row_goes_to_the_quarantine_whole(tmp_path: Path, row: 
 
 def test_options_are_required_and_a_rerun_appends_nothing(tmp_path: Path) -> None:
     path = write(tmp_path, RUN)
-    with pytest.raises(IngestError, match="--tenant: required: nccl-tests output names no tenant"):
+    with pytest.raises(IngestError, match="required: nccl-tests output names no tenant") as info:
         list(extract(path, "nccl-tests", allocation="a"))
+    assert info.value.option == "tenant"
+    with pytest.raises(IngestError, match=r"required: tenant, allocation \(nccl-tests output names none of them\)$"):
+        list(extract(path, "nccl-tests", job="pilot-3"))
     db = f"sqlite:///{tmp_path / 'l.db'}"
     base = ["ingest", "--db", db, "--tenant", "acme", "--allocation", "alloc-9", "--job", "pilot-3"]
     outputs = [CliRunner().invoke(main, base + [str(path)]) for _ in range(2)]

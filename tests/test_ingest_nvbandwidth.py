@@ -115,10 +115,15 @@ def test_a_testcase_that_cannot_be_read_goes_to_the_quarantine_whole(tmp_path: P
 
 def test_tenant_and_allocation_are_required(tmp_path: Path) -> None:
     path = write(tmp_path, RUN)
-    with pytest.raises(IngestError, match="--allocation: required"):
+    with pytest.raises(IngestError, match="required: nvbandwidth output names no allocation") as info:
         list(extract(path, "nvbandwidth", tenant="acme"))
+    assert info.value.option == "allocation"
     result = CliRunner().invoke(main, ["ingest", "--db", f"sqlite:///{tmp_path / 'l.db'}", "--allocation", "a", str(path)])
-    assert (result.exit_code, result.output) == (2, f"Error: {path}: --tenant: required: nvbandwidth output names no tenant\n")
+    assert (result.exit_code, result.output) == (2, f"Error: --tenant: {path}: required: nvbandwidth output names no tenant\n")
+    # both missing: both named in one error, so one try tells what to add
+    result = CliRunner().invoke(main, ["ingest", "--db", f"sqlite:///{tmp_path / 'l.db'}", str(path)])
+    assert (result.exit_code, result.output) == (
+        2, f"Error: {path}: required: tenant, allocation (nvbandwidth output names none of them)\n")
 
 
 JSON = """{

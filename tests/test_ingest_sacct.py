@@ -168,15 +168,16 @@ def test_field_names_are_taken_as_sacct_takes_them(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("options", "header", "message"), [
     (["--fields", "JobID,Account,Strat"], "", "Error: --fields: unknown sacct field 'Strat' (`sacct --helpformat` lists them)"),
-    (["--fields", "JobID,Partition,State,Submit"], "", "Error: --fields: no tenant column: the fields have no Account or User; "
-                                                 "name the tenant of the whole file with --tenant NAME"),
+    (["--fields", "JobID,Partition,State,Submit"], "", "Error: --tenant: --fields: no tenant column: the fields have no "
+                                                 "Account or User; name the tenant of the whole file"),
     (["--tenant-field", "Acount"], "", "Error: --tenant-field: unknown sacct field 'Acount' (`sacct --helpformat` lists them)"),
     (["--tenant", "physics", "--tenant-field", "User"], "",
-     "Error: --tenant and --tenant-field: give one (a fixed tenant, or the field to read it from)"),
+     "Error: --tenant-field: give a fixed tenant or the tenant field to read it from, not both"),
     (["--fields", "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"], "",  # sacct's default fields
-     "Error: --fields: the field list has no Submit, Start or End, so no transition has a time; add them to sacct's --format"),
-    ([], "", "Error: {path}:1: header: the first line is a job (100), not a header: for `sacct --noheader` output "
-             "give the field list with --fields"),
+     "Error: --fields: the field list has no Submit, Start or End, so no transition has a time; "
+     "add them to the fields sacct prints"),
+    ([], "", "Error: --fields: {path}:1: header: the first line is a job (100), not a header: for `sacct --noheader` "
+             "output give the field list"),
     (["--timezone", "Mars/Olympus"], "", "Error: --timezone: unknown time zone 'Mars/Olympus' (an IANA name such as Europe/Berlin or UTC)"),
 ])
 def test_input_errors_exit_2_naming_the_field(tmp_path: Path, options: list[str], header: str, message: str) -> None:
@@ -280,8 +281,8 @@ def test_real_file_with_two_polls_of_17_jobs_appends_each_transition_once(tmp_pa
 def test_real_file_without_tenant_columns_needs_tenant_and_then_ingests(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'l.db'}"
     code, output = ingest(db, ISSUE59, "--fields", ISSUE59_FIELDS)
-    assert (code, output.strip()) == (2, "Error: --fields: no tenant column: the fields have no Account or User; "
-                                         "name the tenant of the whole file with --tenant NAME")
+    assert (code, output.strip()) == (2, "Error: --tenant: --fields: no tenant column: the fields have no Account or User; "
+                                         "name the tenant of the whole file")
     events = accepted(ISSUE59, fields=ISSUE59_FIELDS, tenant="aws-hpc", timezone="UTC")
     assert [(r.id, r.tenant) for r in events] == [
         ("12:job.submitted@2022-08-19T16:56:03Z", "aws-hpc"), ("12:job.started@2022-08-19T16:56:03Z", "aws-hpc"),
@@ -333,3 +334,106 @@ def test_a_header_sacct_printed_is_taken_as_printed_even_with_a_field_this_versi
     path.write_text("JobID|Account|State|Submit|Restarts\n100|physics|PENDING|2026-01-05T09:00:00|0\n")
     [record] = accepted(path, timezone="UTC")
     assert orjson.loads(record.body)["data"]["tenant"] == "physics"
+
+
+# --- several nodes, any header, the Cluster column (issue 33) ---------------------------
+
+MULTI = """JobID|Account|NodeList|State|Submit|Start|End|AllocTRES
+200|physics|gpu-node-[01-02]|RUNNING|2026-01-05T09:00:00|2026-01-05T09:05:00|Unknown|gres/gpu=16,node=2
+201|physics|gpu-a[01-02,07]|RUNNING|2026-01-05T09:00:00|2026-01-05T09:06:00|Unknown|gres/gpu=24,node=3
+202|physics|gpu-node-07|RUNNING|2026-01-05T09:00:00|2026-01-05T09:07:00|Unknown|gres/gpu=8,node=1
+203|physics|gpu-node-[01-02|RUNNING|2026-01-05T09:00:00|2026-01-05T09:08:00|Unknown|gres/gpu=8,node=2
+204|physics|n[1-100001]|RUNNING|2026-01-05T09:00:00|2026-01-05T09:09:00|Unknown|gres/gpu=8
+205|physics|None assigned|PENDING|2026-01-05T09:00:00|Unknown|Unknown|
+"""
+
+
+def grants(path: Path, **options: str) -> dict[str, dict[str, object]]:
+    found = [r for r in extract(path, "sacct", timezone="UTC", **options) if isinstance(r, Accepted)]
+    return {r.id.partition(":")[0]: orjson.loads(r.body)["data"] for r in found if r.type == "allocation.granted"}
+
+
+def test_a_nodelist_is_expanded_node_for_one_nodes_for_several(tmp_path: Path) -> None:
+    path = tmp_path / "sacct.txt"
+    path.write_text(MULTI)
+    granted = grants(path)
+    assert granted["200"]["nodes"] == ["gpu-node-01", "gpu-node-02"] and "node" not in granted["200"]
+    assert granted["201"]["nodes"] == ["gpu-a01", "gpu-a02", "gpu-a07"]
+    assert granted["202"]["node"] == "gpu-node-07" and "nodes" not in granted["202"]
+    rejected = [(r.origin.line, r.field, r.reason) for r in extract(path, "sacct", timezone="UTC") if isinstance(r, Rejected)]
+    assert rejected == [
+        (5, "NodeList", "not a Slurm hostlist: '[' without ']' in 'gpu-node-[01-02'"),
+        (6, "NodeList", "not a Slurm hostlist: 'n[1-100001]' names more than 100,000 nodes"),
+    ]
+
+
+def test_a_grown_poll_of_multi_node_jobs_appends_only_what_is_new(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    path = tmp_path / "sacct.txt"
+    lines = MULTI.splitlines()
+    path.write_text("\n".join(lines[:3]) + "\n")  # jobs 200 and 201, running
+    assert ingest(db, path, "--timezone", "UTC")[1].endswith("read 6 · appended 6 · duplicate 0 · quarantined 0 · times in UTC\n")
+    # the next poll: 200 has ended on both nodes, 202 started; 200's end adds job.completed and the release
+    ended = lines[1].replace("RUNNING", "COMPLETED").replace("Unknown", "2026-01-05T10:00:00")
+    path.write_text("\n".join([lines[0], ended, lines[2], lines[3]]) + "\n")
+    code, output = ingest(db, path, "--timezone", "UTC")
+    assert (code, output.rpartition(": ")[2]) == (0, "read 11 · appended 5 · duplicate 6 · quarantined 0 · times in UTC\n")
+
+
+@pytest.mark.parametrize("header", [
+    # `sacct --format ALL` begins with Account; users' own lists begin with User or State
+    "Account|AdminComment|AllocCPUS|AllocNodes|AllocTRES|Cluster|JobID|NodeList|Start|State|Submit|End|User",
+    "User|JobID|Account|NodeList|Submit|Start|End|State|AllocTRES|Cluster|",  # --parsable: one more delimiter
+    "State☃JobID☃Account☃NodeList☃Submit☃Start☃End☃AllocTRES☃Cluster",  # --delimiter=☃
+])
+def test_any_header_sacct_prints_is_detected_with_its_delimiter(tmp_path: Path, header: str) -> None:
+    delimiter = "☃" if "☃" in header else "|"
+    fields = [f for f in header.split(delimiter) if f]
+    value = {"Account": "physics", "User": "ann", "JobID": "300", "NodeList": "gpu-node-[01-02]", "State": "COMPLETED",
+             "Submit": "2026-01-05T09:00:00", "Start": "2026-01-05T09:05:00", "End": "2026-01-05T10:00:00",
+             "AllocTRES": "gres/gpu=16", "Cluster": "eu-1", "AllocCPUS": "64", "AllocNodes": "2", "AdminComment": ""}
+    row = delimiter.join(value[f] for f in fields) + (delimiter if header.endswith(delimiter) else "")
+    path = tmp_path / "sacct.txt"
+    path.write_text(header + "\n" + row + "\n")
+    found = [r for r in extract(path, timezone="UTC") if isinstance(r, Accepted)]  # no format named: detected
+    assert [r.id for r in found] == [
+        "300:job.submitted@2026-01-05T09:00:00Z", "300:allocation.granted@2026-01-05T09:05:00Z",
+        "300:job.started@2026-01-05T09:05:00Z", "300:job.completed@2026-01-05T10:00:00Z",
+        "300:allocation.released@2026-01-05T10:00:00Z"]
+    assert {r.source for r in found} == {"slurm://eu-1"}  # the Cluster column, no --cluster given
+
+
+def test_tables_that_are_not_sacct_headers_are_not_claimed(tmp_path: Path) -> None:
+    from ingest.sacct import SacctIngestor
+    claims = SacctIngestor().identify
+    for first in (b"Name|Priority|GraceTime|Preempt", b"JOBID|PARTITION|NAME|NODELIST(REASON)", b"# JobID|Start",
+                  b"JobID Start End", b"JobID|Account|Foo|Bar|Baz|Qux", b"100|physics|COMPLETED"):
+        assert not claims(tmp_path / "x", first + b"\n"), first
+
+
+def test_the_cluster_column_keeps_the_same_job_id_of_two_clusters_apart(tmp_path: Path) -> None:
+    # `sacct -M all`: job ids are per cluster, so 400 on eu-1 and 400 on us-2 are two jobs.
+    path = tmp_path / "sacct.txt"
+    path.write_text("Cluster|JobID|Account|State|Submit|Start|End|AllocTRES|NodeList\n"
+                    "eu-1|400|physics|RUNNING|2026-01-05T09:00:00|2026-01-05T09:05:00|Unknown|gres/gpu=8|gpu-node-01\n"
+                    "us-2|400|physics|RUNNING|2026-01-05T09:00:00|2026-01-05T09:06:00|Unknown|gres/gpu=8|gpu-node-01\n")
+    found = [r for r in extract(path, timezone="UTC") if isinstance(r, Accepted)]
+    assert [(r.source, r.id) for r in found if r.type == "job.submitted"] == [
+        ("slurm://eu-1", "400:job.submitted@2026-01-05T09:00:00Z"), ("slurm://us-2", "400:job.submitted@2026-01-05T09:00:00Z")]
+    db = f"sqlite:///{tmp_path / 'l.db'}"
+    assert ingest(db, path, "--timezone", "UTC")[1].endswith("appended 6 · duplicate 0 · quarantined 0 · times in UTC\n")
+    # --cluster still names the cluster of the whole file when given (then the two rows are one job polled twice)
+    named = [r for r in extract(path, cluster="hb", timezone="UTC") if isinstance(r, Accepted)]
+    assert {r.source for r in named} == {"slurm://hb"}
+
+
+@pytest.mark.skipif(not ISSUE59.exists(), reason=ABSENT_REASON.format(ISSUE59))
+def test_real_rows_under_a_header_that_starts_with_state_are_detected(tmp_path: Path) -> None:
+    # The issue-59 rows (`--parsable2`, first field State) as `sacct` prints them without --noheader:
+    # the header line is the file's own field list; detection needs no --format and no --fields.
+    path = tmp_path / "sacct-output.txt"
+    path.write_bytes(ISSUE59_FIELDS.replace(",", "|").encode() + b"\n" + ISSUE59.read_bytes())
+    events = [r for r in extract(path, tenant="aws-hpc", timezone="UTC") if isinstance(r, Accepted)]
+    assert [(r.id, r.source) for r in events] == [
+        ("12:job.submitted@2022-08-19T16:56:03Z", "slurm://default"), ("12:job.started@2022-08-19T16:56:03Z", "slurm://default"),
+        ("12:job.failed@2022-08-19T17:16:35Z", "slurm://default")]

@@ -103,10 +103,12 @@ def test_a_matrix_that_cannot_be_read_goes_to_the_quarantine_whole(tmp_path: Pat
 
 def test_tenant_and_allocation_are_required_and_job_is_kept(tmp_path: Path) -> None:
     path = write(tmp_path, TABS)
-    with pytest.raises(IngestError, match=r"--allocation: required: nvidia-smi-topo output does not name it"):
+    with pytest.raises(IngestError, match=r"required: nvidia-smi-topo output names no allocation"):
         list(extract(path, "nvidia-smi-topo", tenant="acme"))
-    with pytest.raises(IngestError, match=r"--tenant: required: nvidia-smi-topo output names no tenant"):
+    with pytest.raises(IngestError, match=r"required: nvidia-smi-topo output names no tenant"):
         list(extract(path, "nvidia-smi-topo", allocation="a"))
+    with pytest.raises(IngestError, match=r"required: tenant, allocation \(nvidia-smi-topo output names none of them\)$"):
+        list(extract(path, "nvidia-smi-topo", job="pilot-1"))
     assert events(path, **OPTIONS, job="pilot-1")[0]["data"]["job_id"] == "pilot-1"
 
 
@@ -124,7 +126,7 @@ def test_the_cli_requires_the_options_appends_once_and_takes_a_copy_as_the_same_
     os.utime(copy, (1767229200, 1767229200))  # an hour later: another modification time, the same run
     missing = CliRunner().invoke(main, ["ingest", "--db", db, "--tenant", "acme", str(first)])
     assert (missing.exit_code, missing.output) == (
-        2, f"Error: {first}: --allocation: required: nvidia-smi-topo output does not name it\n")
+        2, f"Error: --allocation: {first}: required: nvidia-smi-topo output names no allocation\n")
     base = ["ingest", "--db", db, "--tenant", "acme", "--allocation", "alloc-9", "--node", "gpu-07"]
     outputs = [CliRunner().invoke(main, base + [str(p)]) for p in (first, first, copy)]
     assert [(r.exit_code, r.stdout.partition(": ")[2]) for r in outputs] == [

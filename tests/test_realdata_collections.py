@@ -128,3 +128,77 @@ def test_dcgm_exporter_mig_scrape_with_an_xid_names_the_instance(tmp_path: Path)
     (fault,) = events(raised, scrape_time="2026-01-05T10:00:00Z")
     assert (fault["id"], fault["data"]["device"], fault["data"]["code"], fault["data"]["node"]) == (
         "ub20-a100-k8s:0:GPU-34319582-d595-d1c7-d1d2-179bcfa61660:13:xid:31", "0/13", "xid-31", "ub20-a100-k8s")
+
+
+# --- multipod/: Workload statuses pasted in Kueue issues (issue 33) ----------------------
+
+TAS_3887 = REALDATA / "multipod" / "kueue-issue-3887_workload-status_pytorchjob-master1-worker3_tas.yaml"
+RAY_6035 = REALDATA / "multipod" / "kueue-issue-6035_workload-status_rayjob-worker900-gpu.yaml"
+STATUS_ALONE = ("kind: missing: a Workload's status alone (no kind, apiVersion or metadata) says nothing of which "
+                "Workload it is; ingest the object whole, as `kubectl get workload NAME -o yaml` prints it")
+
+
+def _status_of(path: Path) -> dict[str, Any]:
+    (item,) = list(read_objects(path))
+    assert not isinstance(item, Rejected) and set(item.body) == {"status"}
+    status: dict[str, Any] = item.body["status"]
+    return status
+
+
+def _named_workload(status: dict[str, Any], owner: str, pod_sets: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The pasted status inside the object it came from: what `kubectl get workload -o yaml` prints."""
+    body: dict[str, Any] = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "Workload",
+                            "metadata": {"name": f"{owner}-wl", "namespace": "ml", "uid": "u-1",
+                                         "ownerReferences": [{"name": owner, "kind": "PyTorchJob"}]},
+                            "status": status}
+    if pod_sets is not None:
+        body["spec"] = {"podSets": pod_sets}
+    return body
+
+
+@pytest.mark.parametrize("path", [TAS_3887, RAY_6035], ids=["3887", "6035"])
+def test_a_pasted_workload_status_alone_is_one_quarantined_record_saying_why(tmp_path: Path, path: Path) -> None:
+    # Only `status:` (no apiVersion/kind/metadata): no format claims it, and read as kueue it names no Workload.
+    code, output = ingest(tmp_path, str(path))
+    assert code == 2 and "no format recognises this file" in output
+    (record,) = list(extract(path, "kueue"))
+    assert isinstance(record, Rejected) and (record.origin.line, f"{record.field}: {record.reason}") == (1, STATUS_ALONE)
+    assert ingest(tmp_path, "--format", "kueue", str(path)) == (
+        1, f"{path}:1: {STATUS_ALONE}\n{path}: read 1 · appended 0 · duplicate 0 · quarantined 1\n")
+
+
+def test_kueue_3887_pytorchjob_master1_worker3_reads_as_a_gang_of_two_allocations() -> None:
+    # Facts: podSetAssignments master count 1, nvidia.com/gpu "8", node kwok-node-10; worker count 3, "24",
+    # nodes kwok-node-10, kwok-node-11, kwok-node-8. 32 GPUs, 4 pods, 3 nodes. No conditions: the file
+    # alone grants nothing; with the Admitted condition the object would carry (a time chosen here), a gang.
+    status = _status_of(TAS_3887)
+    assert "conditions" not in status
+    per_pod = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}
+    pod_sets = [{"name": "master", "count": 1, "template": {"spec": per_pod}},
+                {"name": "worker", "count": 3, "template": {"spec": per_pod}}]
+    assert workload_events(_named_workload(status, "pytorch-tas", pod_sets)) == []
+    status["conditions"] = [{"type": "Admitted", "status": "True", "reason": "Admitted",
+                             "lastTransitionTime": "2024-12-25T10:00:00Z"}]
+    events = workload_events(_named_workload(status, "pytorch-tas", pod_sets))
+    grants = [e["data"] for e in events if e["type"] == "allocation.granted"]
+    assert [(g["allocation_id"], g["gpus"], g.get("node"), g.get("nodes"), g["pods"]) for g in grants] == [
+        ("pytorch-tas-wl/master", 8, "kwok-node-10", None, 1),
+        ("pytorch-tas-wl/worker", 24, None, ["kwok-node-10", "kwok-node-11", "kwok-node-8"], 3)]
+    assert sum(g["gpus"] for g in grants) == 32 and sum(g["pods"] for g in grants) == 4
+    assert {n for g in grants for n in g.get("nodes") or [g["node"]]} == {
+        "kwok-node-10", "kwok-node-11", "kwok-node-8"}
+    starts = [e for e in events if e["type"] == "job.started"]
+    assert [(s["data"]["job_id"], s["data"]["attempt"], s["time"]) for s in starts] == [
+        ("pytorch-tas", 1, "2024-12-25T10:00:00Z"), ("pytorch-tas", 1, "2024-12-25T10:00:00Z")]
+
+
+def test_kueue_6035_rayjob_never_admitted_grants_nothing_and_its_eviction_is_kept() -> None:
+    # Facts: QuotaReserved True 18:39:58Z, admission check Pending, no Admitted condition; Evicted True
+    # DeactivatedDueToAdmissionCheck 18:41:13Z; one GPU pod set (ray-worker-a10-2, count 900, "900" GPUs),
+    # head and submitter without GPUs; no node names. The 900 GPUs were never granted.
+    body = _named_workload(_status_of(RAY_6035), "ray-a10", None)
+    events = workload_events(body)
+    assert [(e["type"], e["data"].get("decision"), e["data"]["allocation_id"], e["time"]) for e in events] == [
+        ("policy.decision", "evicted", "ray-a10-wl", "2025-07-16T18:41:13Z"),
+        ("allocation.released", None, "ray-a10-wl", "2025-07-16T18:41:13Z")]
+    assert events[0]["data"]["reason"] == "DeactivatedDueToAdmissionCheck"

@@ -154,3 +154,13 @@ def test_exported_json_schemas_match_the_models() -> None:
     assert sorted(on_disk) == sorted(expected), "run `make schemas`"
     for name, text in expected.items():
         assert on_disk[name] == text, f"{name} drifted from the models: run `make schemas`"
+
+
+def test_a_grant_names_its_nodes_as_a_bounded_list_of_names() -> None:
+    grant = {"tenant": "t", "allocation_id": "a", "gpus": 16, "nodes": ["gpu-node-13", "gpu-node-14"]}
+    assert validate_event(event("allocation.granted", "g1", grant)).data.model_dump()["nodes"] == ["gpu-node-13", "gpu-node-14"]
+    assert error_of({**grant, "nodes": "gpu-node-[13-14]"}, "allocation.granted")[0] == "data.nodes"
+    assert error_of({**grant, "nodes": ["gpu-node-13", ""]}, "allocation.granted")[0] == "data.nodes[1]"
+    too_many = [f"n{i}" for i in range(100_001)]  # MAX_NODES is 100,000
+    assert error_of({**grant, "nodes": too_many}, "allocation.granted") == (
+        "data.nodes", "List should have at most 100000 items after validation, not 100001")
