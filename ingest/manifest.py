@@ -34,6 +34,7 @@ from ingest.base import IngestError, open_source
 OPTION_NAMES = frozenset({"fields", "delimiter", "cluster", "tenant_field", "gpu_field", "allocation_field", "node",
                           "fabric_domain", "scrape_time", "tenant", "timezone", "job", "allocation",
                           "window_start"})
+OPTION_NAMES |= {"flavor_class", "qos_tenant"}  # the quota formats' (docs/quotas.md)
 
 
 @dataclass(frozen=True)

@@ -413,12 +413,13 @@ class PolicyQuota(TenantData):
     """A tenant's nominal quota of GPUs in one class (docs/quotas.md): `gpus` it may hold
     at once, `borrowing_limit` more it may borrow from its cohort (absent: no limit
     stated), `lending_limit` of its own it may lend (absent: all of them). In force from
-    the event's `time` until the next quota of the same tenant and class."""
+    the event's `time` until the next quota of the same tenant, class and `pool`."""
 
     placement_class: QuotaClass
     gpus: GpuCount
     borrowing_limit: GpuCount | None = None
     lending_limit: GpuCount | None = None
+    pool: str | None = None  # the limit it is (`clusterqueue/<name>`, `qos/<name>`): a tenant's pools add up
 
     @model_validator(mode="after")
     def _consistent(self) -> PolicyQuota:
