@@ -13,6 +13,8 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cli import main
 from ingest import choose, extract
@@ -20,6 +22,9 @@ from ingest.kueue_clusterqueue import labelled_class
 from schemas import Accepted, Rejected
 from tests.conftest import REALDATA, event
 from tests.test_bounds_property import REPORTS, run
+from tests.test_fuzz_k8s_parsers import SETTINGS, dump, noise, replaced
+from tests.test_fuzz_k8s_parsers import json_values as fuzz_values
+from tests.test_fuzz_parsers import run as fuzz_run
 
 SAMPLES = Path(__file__).resolve().parent.parent / "fixtures" / "samples"
 PINNED = "2026-01-07T10:00:00Z"
@@ -410,3 +415,46 @@ def test_every_command_processes_a_ledger_with_quotas_and_its_figures_are_unchan
         outputs[quotas] = texts
     # nothing reads a quota yet: every figure is what it was without them
     assert outputs[True] == outputs[False]
+
+
+# --- fuzzing: records or the project's own IngestError, nothing else ----------------------
+
+QUEUES: dict[str, Any] = {"apiVersion": "v1", "kind": "List", "items": [
+    {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "f"},
+     "spec": {"nodeLabels": {"nvidia.com/gpu.product": "A100-MIG-1g.5gb", "nvidia.com/gpu.replicas": "2"}}},
+    {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+     "metadata": {"name": "cq", "generation": 1, "creationTimestamp": "2026-01-05T10:00:00Z"},
+     "spec": {"cohort": "c", "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+         {"name": "f", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "8", "borrowingLimit": 2,
+                                      "lendingLimit": "1"},
+                                     {"name": "nvidia.com/mig-1g.10gb", "nominalQuota": 7}]}]}]}},
+    {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+     "metadata": {"name": "lq", "namespace": "ns", "generation": 1, "creationTimestamp": "2026-01-05T11:00:00Z",
+                  "labels": {"t": "x"}},
+     "spec": {"clusterQueue": "cq"}}]}
+
+
+@SETTINGS
+@given(st.integers(0, 2**32), fuzz_values, st.booleans())
+def test_fuzz_cluster_queue_any_value_anywhere(seed: int, value: Any, as_yaml: bool) -> None:
+    fuzz_run("kueue-clusterqueue", dump(replaced(QUEUES, seed, value), as_yaml), tenant_field="t",
+             scrape_time=PINNED, flavor_class="g=whole")
+
+
+@SETTINGS
+@given(noise)
+def test_fuzz_cluster_queue_bytes(data: bytes) -> None:
+    whole = dump(QUEUES, True)
+    fuzz_run("kueue-clusterqueue", whole[: len(data) * 37 % len(whole)] + data, scrape_time=PINNED)
+
+
+qos_cells = st.sampled_from(["", "gres/gpu=8", "gres/gpu:a100=2,gres/gpu:1g.10gb=3", "gres/gpu=", "gres/gpu=-1",
+                             "cpu=2", "gres/gpu=99999999", "|", "\u2603", "\x00", "gpu_acme"])
+
+
+@SETTINGS
+@given(st.lists(st.lists(qos_cells | st.text(max_size=6), min_size=1, max_size=5), max_size=6), st.booleans())
+def test_fuzz_qos_rows(rows: list[list[str]], trailing: bool) -> None:
+    end = "|\n" if trailing else "\n"
+    text = "Name|Priority|GrpTRES|MaxTRES" + end + "".join("|".join(row) + end for row in rows)
+    fuzz_run("sacctmgr-qos", text.encode(), tenant="acme", qos_tenant="gpu_acme=beta", scrape_time=PINNED)
