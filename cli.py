@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 # What --help shows, written out so that --help imports no library; tests/test_cli.py
 # keeps each equal to the library's own (ingest.format_names(), ledger.append, ...).
 INGEST_FORMATS = ("cloudevents", "sacct", "focus", "dcgm-stats", "dcgm-metrics", "kueue", "k8s-events", "serving-bench",
-                  "nvidia-smi-topo", "nvbandwidth", "nccl-tests")
+                  "nvidia-smi-topo", "nvbandwidth", "nccl-tests", "kueue-clusterqueue", "sacctmgr-qos")
 DEFAULT_BATCH_SIZE = 5000
 DEFAULT_ORIGIN = "gpuledger.local/ledger"
 RECONCILE_FORMATS = ("table", "json", "csv", "parquet", "html")
@@ -170,7 +170,13 @@ def init(db_url: str | None) -> None:
 @click.option("--node", default=None,
               help="dcgm-stats, nvidia-smi-topo: the host the output came from (default: the file's stem); dcgm-metrics: the node of samples with no Hostname label.")
 @click.option("--fabric-domain", default=None, help="dcgm-stats, dcgm-metrics: the fabric domain the node belongs to.")
-@click.option("--scrape-time", default=None, metavar="RFC3339", help="dcgm-metrics: the time of samples that carry no timestamp; nvidia-smi-topo, nvbandwidth, nccl-tests: when the output was captured (default: the file's modification time).")
+@click.option("--scrape-time", default=None, metavar="RFC3339", help="dcgm-metrics: the time of samples that carry no timestamp; nvidia-smi-topo, nvbandwidth, nccl-tests, "
+                   "kueue-clusterqueue, sacctmgr-qos: when the output was captured (default: the file's modification time).")
+@click.option("--flavor-class", default=None, metavar="NAME=CLASS,...",
+              help="kueue-clusterqueue: each ResourceFlavor's placement class (whole, timeslice, mig:<profile>); "
+                   "sacctmgr-qos: each QOS's or GPU type's (default: whole, or what the flavor's nodeLabels name).")
+@click.option("--qos-tenant", default=None, metavar="QOS=TENANT,...",
+              help="sacctmgr-qos: the tenant each QOS's GPU limit binds (--tenant: every other QOS).")
 @click.option("--window-start", default=None, metavar="RFC3339",
               help="serving-bench: the start of the file's first window, for runs that print no time of their own.")
 @click.option("--manifest", type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path), default=None,

@@ -24,9 +24,11 @@ from ingest.dcgm_stats import DcgmStatsIngestor
 from ingest.focus import FocusIngestor
 from ingest.k8s_events import K8sEventsIngestor
 from ingest.kueue import KueueIngestor
+from ingest.kueue_clusterqueue import KueueClusterQueueIngestor
 from ingest.nccl_tests import NcclTestsIngestor
 from ingest.nvbandwidth import NvbandwidthIngestor
 from ingest.sacct import SacctIngestor
+from ingest.sacctmgr_qos import SacctmgrQosIngestor
 from ingest.serving_bench import ServingBenchIngestor
 from ingest.topo import TopoIngestor
 from schemas import Record
@@ -35,7 +37,8 @@ from schemas.owners import owned
 HEAD_BYTES = 64 << 10  # what identify sees: enough for a log that runs before the part we read
 INGESTORS: list[Ingestor] = [CloudEventsIngestor(), SacctIngestor(), FocusIngestor(), DcgmStatsIngestor(),
                              DcgmMetricsIngestor(), KueueIngestor(), K8sEventsIngestor(),
-                             ServingBenchIngestor(), TopoIngestor(), NvbandwidthIngestor(), NcclTestsIngestor()]
+                             ServingBenchIngestor(), TopoIngestor(), NvbandwidthIngestor(), NcclTestsIngestor(),
+                             KueueClusterQueueIngestor(), SacctmgrQosIngestor()]
 DEFAULT_FORMAT = "cloudevents"
 
 

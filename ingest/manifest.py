@@ -44,6 +44,7 @@ from schemas.owners import Owner, OwnerError
 OPTION_NAMES = frozenset({"fields", "delimiter", "cluster", "tenant_field", "gpu_field", "allocation_field", "node",
                           "fabric_domain", "scrape_time", "tenant", "timezone", "job", "allocation",
                           "window_start"})
+OPTION_NAMES |= {"flavor_class", "qos_tenant"}  # the quota formats' (docs/quotas.md)
 #: Where no ingest reads from, whatever the folders allowed: the kernel's and devices'
 #: pseudo files (/proc/self/environ holds the process's secrets) report as regular files.
 SPECIAL_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))

@@ -20,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    Strict,
     TypeAdapter,
     ValidationInfo,
     WithJsonSchema,
@@ -404,17 +405,50 @@ DIGEST_PATTERN = r"^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128})$"
 Digest = Annotated[str, Field(pattern=DIGEST_PATTERN)]
 
 
+#: A MIG profile as NVIDIA names it (`1g.18gb`, `3g.40gb`, `1g.10gb+me`, `1c.3g.40gb`).
+MIG_PROFILE_PATTERN = r"[0-9][0-9A-Za-z.+-]{0,63}"
+MigProfile = Annotated[str, Field(pattern=f"^{MIG_PROFILE_PATTERN}$")]
+#: The class a quota binds: `whole`, `timeslice`, or `mig:<profile>` (one MIG profile).
+QUOTA_CLASS_PATTERN = rf"^(whole|timeslice|mig:{MIG_PROFILE_PATTERN})$"
+QuotaClass = Annotated[str, Strict(), Field(pattern=QUOTA_CLASS_PATTERN)]
+
+
+class PolicyQuota(TenantData):
+    """A tenant's nominal quota of GPUs in one class (docs/quotas.md): `gpus` it may hold
+    at once, `borrowing_limit` more it may borrow from its cohort (absent: no limit
+    stated), `lending_limit` of its own it may lend (absent: all of them). In force from
+    the event's `time` until the next quota of the same tenant, class and `pool`."""
+
+    placement_class: QuotaClass
+    gpus: GpuCount
+    borrowing_limit: GpuCount | None = None
+    lending_limit: GpuCount | None = None
+    pool: str | None = None  # the limit it is (`clusterqueue/<name>`, `qos/<name>`): a tenant's pools add up
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PolicyQuota:
+        if self.lending_limit is not None and self.lending_limit > self.gpus:
+            raise ValueError(f"lending_limit {self.lending_limit} is more than the nominal quota gpus {self.gpus}")
+        return self
+
+
+StartOutcome = Literal["started", "failed"]
+
+
 class StartReceipt(TenantData):
     """A small disposable job started on one offered placement class (docs/receipts-and-changes.md):
     what it really got. `driver` is the driver version it saw, `devices` what it was given,
     `topology_digest` the digest of its `nvidia-smi topo -m` output, `decision_seq` the
     ledger seq of the `policy.decision` that placed it, `submitted_at` when it was asked
-    for and `launched_at` when its process started."""
+    for and `launched_at` when its process started. A failed attempt is a receipt too:
+    `outcome` `failed`, `reason` why, `launched_at` when the attempt was given up."""
 
     job_id: Name
     allocation_id: Name
     placement_class: PlacementClass
     launched_at: UtcTime
+    outcome: StartOutcome | None = None  # absent: started (a default would change older receipts' bytes)
+    reason: str | None = None
     submitted_at: UtcTime | None = None
     node: str | None = None
     profile: str | None = None
@@ -440,10 +474,34 @@ def _no_tenant_data(value: Any, info: ValidationInfo) -> None:
 NoTenantData = Annotated[None, BeforeValidator(_no_tenant_data)]
 
 
+class DeviceGeometry(TypedDict):
+    """One device's MIG geometry: the profiles of its instances (empty: MIG off, the
+    device offered whole)."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+    node: NotRequired[Name]
+    device: Name | DeviceIndex
+    profiles: list[MigProfile]
+
+
+def _one_per_device(geometry: list[DeviceGeometry]) -> list[DeviceGeometry]:
+    seen: set[tuple[str | None, str]] = set()
+    for entry in geometry:
+        key = (entry.get("node"), str(entry["device"]))
+        if key in seen:
+            raise ValueError(f"device {key[1]!r}{' on ' + key[0] if key[0] else ''} is listed twice")
+        seen.add(key)
+    return geometry
+
+
+Geometry = Annotated[list[DeviceGeometry], AfterValidator(_one_per_device)]
+
+
 class FleetChange(EventData):
     """A change to the fleet itself (docs/receipts-and-changes.md): a driver upgrade, a MIG
     reconfiguration, firmware, a drain, on `nodes` from `started_at` to `ended_at` (open
-    while absent). A fleet event: it names no tenant, job or allocation."""
+    while absent); a MIG reconfiguration may carry each device's geometry before and
+    after. A fleet event: it names no tenant, job or allocation."""
 
     change_id: Name
     kind: FleetChangeKind
@@ -451,6 +509,8 @@ class FleetChange(EventData):
     ended_at: UtcTime | None = None
     nodes: list[Name] | None = None
     detail: str | None = None
+    geometry_before: Geometry | None = None
+    geometry_after: Geometry | None = None
     tenant: NoTenantData = None
     job_id: NoTenantData = None
     allocation_id: NoTenantData = None
@@ -459,6 +519,8 @@ class FleetChange(EventData):
     def _consistent(self) -> FleetChange:
         if self.ended_at is not None and self.ended_at < self.started_at:
             raise ValueError("ended_at is before started_at")
+        if self.kind != "mig-reconfigure" and (self.geometry_before is not None or self.geometry_after is not None):
+            raise ValueError(f"geometry_before and geometry_after belong to a mig-reconfigure, not a {self.kind}")
         return self
 
 
@@ -479,6 +541,7 @@ DATA_MODELS: dict[str, type[EventData]] = {
     "policy.terms": PolicyTerms,
     "policy.promise": PolicyPromise,
     "policy.decision": PolicyDecision,
+    "policy.quota": PolicyQuota,
     "health.fault": HealthData,
     "health.cleared": HealthData,
     "billing.line": BillingLine,

@@ -161,7 +161,8 @@ def _start_receipt(draw: st.DrawFn) -> dict[str, Any]:
                "node": draw(optional(st.sampled_from(["n1", "n2"]))), "profile": draw(optional(st.just("1g.18gb"))),
                "driver": draw(optional(names)), "devices": draw(optional(st.lists(names | safe_ints, max_size=3))),
                "topology_digest": draw(optional(st.sampled_from(["sha256:" + "0" * 64, "sha512:" + "f" * 128]))),
-               "decision_seq": draw(optional(positive_counts))}
+               "decision_seq": draw(optional(positive_counts)),
+               "outcome": draw(optional(st.sampled_from(["started", "failed"]))), "reason": draw(optional(names))}
     if draw(st.booleans()):
         receipt["submitted_at"] = draw(happened(EARLIEST, launched))
     return receipt
@@ -177,7 +178,23 @@ def _fleet_change(draw: st.DrawFn) -> dict[str, Any]:
               "detail": draw(optional(names))}
     if draw(st.booleans()):
         change["ended_at"] = draw(happened(start))
+    if change["kind"] == "mig-reconfigure":
+        geometry = st.lists(st.fixed_dictionaries(
+            {"device": st.sampled_from(["0", "1"]) | st.integers(2, 3),
+             "profiles": st.lists(st.sampled_from(["1g.18gb", "3g.40gb", "7g.80gb"]), max_size=3)},
+            optional={"node": st.sampled_from(["n1", "n2"])}), max_size=2, unique_by=lambda g: (g.get("node"), str(g["device"])))
+        change["geometry_before"], change["geometry_after"] = draw(optional(geometry)), draw(optional(geometry))
     return change
+
+
+@st.composite
+def _policy_quota(draw: st.DrawFn) -> dict[str, Any]:
+    """A quota whose lending limit, when it has one, is at most its nominal quota."""
+    nominal = draw(edged(st.integers(0, 64), 0, 64))
+    return {"tenant": draw(tenants), "placement_class": draw(st.sampled_from(["whole", "timeslice", "mig:3g.40gb",
+                                                                              "mig:1g.10gb+me"])),
+            "gpus": nominal, "borrowing_limit": draw(optional(st.integers(0, 64))),
+            "lending_limit": draw(optional(st.integers(0, nominal)))}
 
 
 @st.composite
@@ -242,6 +259,7 @@ DATA: dict[str, st.SearchStrategy[dict[str, Any]]] = {
                             test=names, figures=st.lists(_figure(), min_size=1, max_size=3), matrix=optional(_matrix()),
                             gpus=optional(gpus), nodes=optional(positive_counts), job_id=optional(jobs),
                             tool_version=optional(names)),
+    "policy.quota": _policy_quota(),
     "start.receipt": _start_receipt(),
     "fleet.change": _fleet_change(),
     "inference.window": _inference_window(),

@@ -16,7 +16,8 @@ SAMPLES = ROOT / "fixtures" / "samples"
 # Each sample, the one format whose identify claims it.
 SAMPLE_FORMATS = {"events.jsonl": "cloudevents", "events_batch.json": "cloudevents", "sacct.txt": "sacct",
                   "focus.csv": "focus", "dcgm_stats.txt": "dcgm-stats", "dcgm_metrics.prom": "dcgm-metrics",
-                  "kueue_workloads.json": "kueue", "kueue_workloads.yaml": "kueue", "k8s_events.json": "k8s-events"}
+                  "kueue_workloads.json": "kueue", "kueue_workloads.yaml": "kueue", "k8s_events.json": "k8s-events",
+                  "kueue_clusterqueues.yaml": "kueue-clusterqueue", "sacctmgr_qos.txt": "sacctmgr-qos"}
 
 
 def ingest(tmp_path: Path, *args: str) -> tuple[int, str]:
@@ -51,7 +52,7 @@ def test_a_file_no_format_claims_is_exit_2_when_detecting(tmp_path: Path) -> Non
     code, out = ingest(tmp_path, str(headerless))
     assert code == 2
     assert out == (f"Error: {headerless}: no format recognises this file; choose one with --format "
-                   "(cloudevents, sacct, focus, dcgm-stats, dcgm-metrics, kueue, k8s-events, serving-bench, nvidia-smi-topo, nvbandwidth, nccl-tests)\n")
+                   "(cloudevents, sacct, focus, dcgm-stats, dcgm-metrics, kueue, k8s-events, serving-bench, nvidia-smi-topo, nvbandwidth, nccl-tests, kueue-clusterqueue, sacctmgr-qos)\n")
 
 
 def test_a_chosen_format_that_finds_no_record_is_exit_2(tmp_path: Path) -> None:
@@ -59,7 +60,7 @@ def test_a_chosen_format_that_finds_no_record_is_exit_2(tmp_path: Path) -> None:
     notes.write_text("nothing here is a dcgmi stats table\n")
     code, out = ingest(tmp_path, "--format", "dcgm-stats", str(notes))
     assert (code, out) == (2, f"Error: {notes}: --format dcgm-stats: no dcgm-stats record in this non-empty file; is it "
-                              "another format? (cloudevents, sacct, focus, dcgm-stats, dcgm-metrics, kueue, k8s-events, serving-bench, nvidia-smi-topo, nvbandwidth, nccl-tests)\n")
+                              "another format? (cloudevents, sacct, focus, dcgm-stats, dcgm-metrics, kueue, k8s-events, serving-bench, nvidia-smi-topo, nvbandwidth, nccl-tests, kueue-clusterqueue, sacctmgr-qos)\n")
 
 
 def test_a_blank_file_is_zero_records_not_an_error(tmp_path: Path) -> None:

@@ -77,10 +77,11 @@ def test_the_simulators_manifest_ingests_as_the_demo_does(tmp_path: Path) -> Non
     ({"format": "kueue"}, "files[0].path: expected a file name"),
     ({"path": "a.json", "format": "yaml"}, "files[0].format: unknown format 'yaml' (known: cloudevents, sacct, focus, "
                                            "dcgm-stats, dcgm-metrics, kueue, k8s-events, serving-bench, nvidia-smi-topo, "
-                                           "nvbandwidth, nccl-tests)"),
+                                           "nvbandwidth, nccl-tests, kueue-clusterqueue, sacctmgr-qos)"),
     ({"path": "a.json", "options": {"clustr": "x"}}, "files[0].options.clustr: unknown option (known: allocation, "
-                                                     "allocation_field, cluster, delimiter, fabric_domain, fields, gpu_field, "
-                                                     "job, node, scrape_time, tenant, tenant_field, timezone, window_start)"),
+                                                     "allocation_field, cluster, delimiter, fabric_domain, fields, "
+                                                     "flavor_class, gpu_field, job, node, qos_tenant, scrape_time, tenant, "
+                                                     "tenant_field, timezone, window_start)"),
     ({"path": "a.json", "options": {"node": 7}}, "files[0].options.node: expected a string, found 7"),
     ({"path": "a.json", "opts": {}}, "files[0].opts: unknown field (known: path, format, options, owner)"),
 ])

@@ -56,6 +56,12 @@ ROWS: list[tuple[str, str, list[str], dict[str, int]]] = [
     ("nvbandwidth.txt", "nvbandwidth", ["--tenant", "acme", "--allocation", "a1"], {"probe.result": 2}),
     # Two runs after their prompts: all_reduce_perf, all_gather_perf.
     ("nccl_tests.txt", "nccl-tests", ["--tenant", "acme", "--allocation", "a1", "--job", "pilot-1"], {"probe.result": 2}),
+    # ClusterQueue team-a (LocalQueue in acme): whole 16, mig:3g.40gb 8 (its flavor's nodeLabels), mig:1g.10gb 14;
+    # cpu-only: no GPU, nothing; shared-l4 (LocalQueues in beta and gamma): timeslice 32 and whole 8+4, each tenant.
+    ("kueue_clusterqueues.yaml", "kueue-clusterqueue", ["--scrape-time", "2026-01-07T10:00:00Z"], {"policy.quota": 3 + 2 * 2}),
+    # normal and debug: no GrpTRES GPU limit; gpu_acme 1, gpu_beta_mig 2 (two MIG types), gpu_gamma 1 (--tenant).
+    ("sacctmgr_qos.txt", "sacctmgr-qos", ["--qos-tenant", "gpu_acme=acme,gpu_beta_mig=beta", "--tenant", "gamma",
+                                          "--scrape-time", "2026-01-07T10:00:00Z"], {"policy.quota": 1 + 2 + 1}),
 ]
 
 

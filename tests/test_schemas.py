@@ -30,6 +30,7 @@ MINIMAL: dict[str, dict[str, Any]] = {
     "policy.terms": {"tenant": "t"},
     "policy.promise": {"tenant": "t", "promise_id": "p", "job_id": "j", "start_by": "2026-01-05T11:00:00Z"},
     "policy.decision": {"tenant": "t", "decision": "admitted"},
+    "policy.quota": {"tenant": "t", "placement_class": "whole", "gpus": 0},
     "health.fault": {"fabric_domain": "nvl-1", "code": "nvlink-down"},
     "health.cleared": {"node": "n1", "code": "xid-79"},
     "billing.line": {"tenant": "t", "invoice_id": "i", "line_id": "l", "period_start": "2026-01-05T10:00:00Z",
