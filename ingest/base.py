@@ -126,7 +126,7 @@ def split_owner(options: dict[str, Any]) -> tuple[Owner, dict[str, Any]]:
     try:
         owner = Owner.parse(options.get("owner"))
     except OwnerError as exc:
-        raise IngestError(f"--owner: {exc}") from None
+        raise IngestError(f"{exc}", option="owner") from None
     if owner.tenant is not None and rest.get("tenant") is None and not rest.get("tenant_field"):
         rest["tenant"] = owner.tenant
     return owner, rest

@@ -144,8 +144,8 @@ def _inside(path: Path, where: str, folders: list[Path]) -> Path:
     real = Path(os.path.realpath(path))
     if not any(real.is_relative_to(folder) for folder in folders):
         raise IngestError(f"{where}: {path} resolves to {real}, outside the manifest's "
-                          f"folder {folders[0]}: refused (name its folder with --allow-path DIR "
-                          "to read it)")
+                          f"folder {folders[0]}: refused (allow its folder to read it)",
+                          option="allow_path")
     return regular_file(path, where)
 
 

@@ -74,8 +74,9 @@ def require_fleet_table(conn: Connection) -> None:
     """A store from before the fleet heads is upgraded by `gpuledger init`, never silently."""
     if not conn.dialect.has_table(conn, "checkpoint_fleet"):
         raise LedgerError(
-            "--db: this store was made before checkpoints committed to the fleet's heads: "
-            "run `gpuledger init` once to upgrade it (it adds a table; no row changes)"
+            "this store was made before checkpoints committed to the fleet's heads: "
+            "run `gpuledger init` once to upgrade it (it adds a table; no row changes)",
+            option="db",
         )
 
 

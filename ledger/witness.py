@@ -327,7 +327,7 @@ def write_witness_request(conn: Connection, signed: SignedCheckpoint, old_size: 
             handle.flush()
             os.fsync(handle.fileno())
     except OSError as exc:
-        raise LedgerError(f"--out: cannot write {out}: {exc.strerror or exc}; no checkpoint was stored") from None
+        raise LedgerError(f"cannot write {out}: {exc.strerror or exc}; no checkpoint was stored", option="out") from None
 
 
 def staged(out: Path) -> Path:

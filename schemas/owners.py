@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
+from schemas.errors import BadInput
 from schemas.records import Accepted, Record, Rejected
 
 PROVIDER = "provider"
@@ -48,7 +49,7 @@ TENANT_TYPES = frozenset(
 )
 
 
-class OwnerError(ValueError):
+class OwnerError(BadInput, ValueError):
     """An owner that is neither `provider` nor `tenant:NAME`."""
 
 

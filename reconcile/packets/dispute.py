@@ -230,12 +230,12 @@ def check_writable(path: Path) -> None:
     (a dispute that cannot finish signs nothing)."""
     for target in (path, path.with_suffix(".letter.html")):
         if target.is_dir():
-            raise LedgerError(f"--out: {target} is a folder")
+            raise LedgerError(f"{target} is a folder", option="out")
         folder = target.parent
         if not folder.is_dir():
-            raise LedgerError(f"--out: {folder} is not a folder")
+            raise LedgerError(f"{folder} is not a folder", option="out")
         if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-            raise LedgerError(f"--out: cannot write {target}: permission denied")
+            raise LedgerError(f"cannot write {target}: permission denied", option="out")
 
 
 def write_packet(packet: dict[str, Any], path: Path) -> None:
