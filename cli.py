@@ -269,16 +269,11 @@ def _recorded_event(store: ledger.Store) -> Callable[..., bytes | None]:
     """The stored event of a (source, id) of a tenant (None: a fleet event), for ingestors
     that see a state again on every poll (dcgm-metrics: the XID gauge; probes: a run) and
     must give one already recorded unchanged. Another tenant's event is never the answer."""
-    from sqlalchemy import select
-
-    from ledger.tables import entries
+    from ledger import read
 
     def recorded(source: str, event_id: str, tenant: str | None = None) -> bytes | None:
-        owned = entries.c.tenant.is_(None) if tenant is None else entries.c.tenant == tenant
-        with store.reading() as conn:
-            found = conn.execute(select(entries.c.event).where(
-                entries.c.source == source, entries.c.id == event_id, owned)).scalar()
-        return None if found is None else str(found).encode()
+        found = read.recorded_event(store, source, event_id, tenant)
+        return None if found is None else found.encode()
 
     return recorded
 

@@ -8,6 +8,7 @@ column or backend is made in one place:
 - `entries(store, tenant=…, type=…, first_seq=…, last_seq=…, seqs=…)`: stored entries, in
   `seq` order, filtered by any of these;
 - `tenants(store)`, `has_tenant(store, name)`: the tenants that own entries;
+- `recorded_event(store, source, id, tenant)`: one event by its key;
 - `head(store)`: the tree size, the last `seq` appended (0 for an empty ledger);
 - `checkpoints(store)`: the signed checkpoints, oldest first.
 
@@ -86,6 +87,16 @@ def _entries_query(tenant: str | None | object, type_: str | None, first_seq: in
     if last_seq is not None:
         query = query.where(t.seq <= last_seq)
     return query
+
+
+def recorded_event(store: Store, source: str, event_id: str, tenant: str | None) -> str | None:
+    """The stored event of (`source`, `event_id`) of `tenant` (None: a fleet event), or
+    None. Another tenant's event of the same key is never the answer."""
+    t = entries_table.c
+    owned = t.tenant.is_(None) if tenant is None else t.tenant == tenant
+    with store.reading() as conn:
+        found = conn.execute(select(t.event).where(t.source == source, t.id == event_id, owned)).scalar()
+    return None if found is None else str(found)
 
 
 def tenants(store: Store) -> list[str]:

@@ -39,10 +39,8 @@ from typing import Any
 
 import duckdb
 import orjson
-from sqlalchemy import select
 
-from ledger import Store
-from ledger.tables import entries
+from ledger import Store, read
 from reconcile.engine.figures import iso, money, parse_time, seconds
 from reconcile.packets import story
 from reconcile.packets.packet_sql import (
@@ -91,9 +89,8 @@ class PromiseNotFound(BadInput, LookupError):
 
 def find_promise_tenant(store: Store, promise_id: str, tenant: str | None = None) -> str:
     """The tenant whose `policy.promise` has `promise_id` (`tenant`, when given, must be one)."""
-    with store.reading() as conn:
-        rows = conn.execute(select(entries.c.tenant, entries.c.event).where(entries.c.type == "policy.promise")).all()
-    tenants = sorted({t for t, event in rows if orjson.loads(event)["data"].get("promise_id") == promise_id})
+    promises = read.entries(store, type="policy.promise")
+    tenants = sorted({str(e.tenant) for e in promises if orjson.loads(e.event)["data"].get("promise_id") == promise_id})
     if tenant is not None:
         tenants = [t for t in tenants if t == tenant]
     if not tenants:
@@ -252,18 +249,13 @@ def _cited(packet: dict[str, Any]) -> set[int]:
     return found
 
 
-def evidence(store: Store, seqs: Iterable[int], chunk: int = 500) -> list[dict[str, Any]]:
+def evidence(store: Store, seqs: Iterable[int]) -> list[dict[str, Any]]:
     """The cited entries as stored: seq, source, id, type, time and data."""
-    wanted = sorted(seqs)
     out: list[dict[str, Any]] = []
-    with store.reading() as conn:
-        for i in range(0, len(wanted), chunk):
-            query = (select(entries.c.seq, entries.c.source, entries.c.id, entries.c.event)
-                     .where(entries.c.seq.in_(wanted[i:i + chunk])).order_by(entries.c.seq))
-            for seq, source, id_, event in conn.execute(query).all():
-                doc = orjson.loads(event)
-                out.append({"seq": seq, "source": source, "id": id_, "type": doc["type"], "time": doc["time"],
-                            "data": doc["data"]})
+    for entry in read.entries(store, seqs=seqs):
+        doc = orjson.loads(entry.event)
+        out.append({"seq": entry.seq, "source": entry.source, "id": entry.id, "type": doc["type"],
+                    "time": doc["time"], "data": doc["data"]})
     return out
 
 
