@@ -41,8 +41,8 @@ def test_each_sample_is_claimed_by_exactly_its_format(sample: str) -> None:
 def test_the_wrong_format_is_exit_2_naming_the_likely_one(tmp_path: Path, sample: str, chosen: str) -> None:
     code, out = ingest(tmp_path, "--format", chosen, str(SAMPLES / sample))
     likely = SAMPLE_FORMATS[sample]
-    assert (code, out) == (2, f"Error: {SAMPLES / sample}: --format {chosen}: this is not {chosen} input, "
-                              f"it looks like {likely} (use --format {likely})\n")
+    assert (code, out) == (2, f"Error: --format: {chosen}: {SAMPLES / sample}: this is not {chosen} input, "
+                              f"it looks like {likely} (use {likely})\n")
     assert "appended" not in out and quarantine_rows(tmp_path) in ("", "[]\n")  # nothing read, nothing quarantined
 
 
@@ -51,7 +51,7 @@ def test_a_file_no_format_claims_is_exit_2_when_detecting(tmp_path: Path) -> Non
     headerless.write_text("4242|train|alice|gpu|node-1|1|8|1|COMPLETED|2026-01-05T09:00:00\n")
     code, out = ingest(tmp_path, str(headerless))
     assert code == 2
-    assert out == (f"Error: {headerless}: no format recognises this file; choose one with --format "
+    assert out == (f"Error: --format: {headerless}: no format recognises this file; choose one "
                    "(cloudevents, sacct, focus, dcgm-stats, dcgm-metrics, kueue, k8s-events, serving-bench, nvidia-smi-topo, nvbandwidth, nccl-tests, kueue-clusterqueue, sacctmgr-qos)\n")
 
 
@@ -59,7 +59,7 @@ def test_a_chosen_format_that_finds_no_record_is_exit_2(tmp_path: Path) -> None:
     notes = tmp_path / "notes.txt"
     notes.write_text("nothing here is a dcgmi stats table\n")
     code, out = ingest(tmp_path, "--format", "dcgm-stats", str(notes))
-    assert (code, out) == (2, f"Error: {notes}: --format dcgm-stats: no dcgm-stats record in this non-empty file; is it "
+    assert (code, out) == (2, f"Error: --format: dcgm-stats: {notes}: no dcgm-stats record in this non-empty file; is it "
                               "another format? (cloudevents, sacct, focus, dcgm-stats, dcgm-metrics, kueue, k8s-events, serving-bench, nvidia-smi-topo, nvbandwidth, nccl-tests, kueue-clusterqueue, sacctmgr-qos)\n")
 
 
@@ -85,5 +85,6 @@ def test_two_claims_are_an_error_not_a_guess(tmp_path: Path) -> None:
     claims = [i.name for i in INGESTORS if i.identify(both, both.read_bytes())]
     if len(claims) < 2:
         pytest.fail(f"the fixture must be claimed twice, it is claimed by {claims}")
-    with pytest.raises(IngestError, match="claimed by several formats \\(dcgm-stats, dcgm-metrics\\); choose one with --format"):
+    with pytest.raises(IngestError, match="claimed by several formats \\(dcgm-stats, dcgm-metrics\\); choose one") as raised:
         choose(both)
+    assert raised.value.option == "format"

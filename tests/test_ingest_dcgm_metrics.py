@@ -93,10 +93,11 @@ def test_scrape_time_stands_for_missing_timestamps(tmp_path: Path) -> None:
 def test_a_sample_without_time_is_an_input_error_naming_its_line(tmp_path: Path) -> None:
     path = tmp_path / "scrape.prom"
     path.write_text(f"# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n{xid(H07, '0', None)}\n{xid(H07, '79', None)}\n")
-    with pytest.raises(IngestError, match=r"scrape.prom:3: timestamp: the sample has no timestamp; give --scrape-time"):
+    with pytest.raises(IngestError, match=r"scrape.prom:3: timestamp: the sample has no timestamp; give the scrape time"):
         list(extract(path, "dcgm-metrics"))
-    with pytest.raises(IngestError, match=r"--scrape-time: not an RFC 3339 time: 'noon'"):
+    with pytest.raises(IngestError, match=r"^not an RFC 3339 time: 'noon'") as bad:
         list(extract(path, "dcgm-metrics", scrape_time="noon"))
+    assert bad.value.option == "scrape_time"
 
 
 def test_workload_labels_are_left_out_of_a_fleet_fault(tmp_path: Path) -> None:
@@ -117,7 +118,7 @@ def test_label_values_are_unescaped() -> None:
 
 
 @pytest.mark.parametrize(("labels", "field", "reason"), [
-    ('gpu="0",UUID="GPU-a"', "Hostname", "no Hostname or hostname label, and no --node"),
+    ('gpu="0",UUID="GPU-a"', "Hostname", "no Hostname or hostname label, and no node named for the file"),
     ('Hostname="n"', "gpu", "no gpu or UUID label to name the device"),
     ('gpu="zero",Hostname="n"', "gpu", "not a GPU index: 'zero'"),
 ])
@@ -134,7 +135,7 @@ def test_identify(tmp_path: Path) -> None:
     other = tmp_path / "other.prom"
     other.write_text('node_cpu_seconds_total{cpu="0",mode="idle"} 12.5\n')
     assert ingestor_for(prom).name == "dcgm-metrics"
-    with pytest.raises(IngestError, match="other.prom: no format recognises this file; choose one with --format"):
+    with pytest.raises(IngestError, match="other.prom: no format recognises this file; choose one"):
         ingestor_for(other)  # claimed by none: an error, never a guess
 
 

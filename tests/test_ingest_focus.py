@@ -138,7 +138,7 @@ def test_charge_categories_map_as_focus_defines_them(tmp_path: Path, charge_cate
      "not a FOCUS charge category: 'Refund' (Usage, Purchase, Tax, Credit, Adjustment)"),
     ({"ChargeClass": "Reversal"}, "ChargeClass", "not a FOCUS charge class: 'Reversal' (Correction, or empty)"),
     ({"PricingQuantity": "25"}, "PricingQuantity",
-     "25 GPU-hours over 3 h is no whole number of GPUs; name the column that holds the GPU count with --gpu-field"),
+     "25 GPU-hours over 3 h is no whole number of GPUs; name the column that holds the GPU count (the gpu_field option)"),
 ])
 def test_rows_that_cannot_be_read_say_why(tmp_path: Path, changes: dict[str, str], field: str, reason: str) -> None:
     [record] = list(extract(write_csv(tmp_path / "f.csv", [row_with(**changes)]), "focus"))
@@ -195,8 +195,8 @@ def test_tenant_names_the_tenant_of_a_file_without_account_columns(tmp_path: Pat
         writer.writerow([v for h, v in zip(HEADER, ROWS[0]) if h in header])
     result = CliRunner().invoke(main, ["ingest", "--db", f"sqlite:///{tmp_path / 'l.db'}", "--format", "focus", str(path)])
     assert (result.exit_code, result.output.strip()) == (
-        2, f"Error: {path}: no tenant column: the file has no SubAccountId or BillingAccountId; "
-           "name the tenant of the whole file with --tenant NAME")
+        2, f"Error: --tenant: {path}: no tenant column: the file has no SubAccountId or BillingAccountId; "
+           "name the tenant of the whole file")
     [line] = [orjson.loads(r.body)["data"] for r in extract(path, "focus", tenant="acme") if isinstance(r, Accepted)]
     assert (line["tenant"], line["gpus"]) == ("acme", 8)
 

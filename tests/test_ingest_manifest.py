@@ -104,8 +104,8 @@ def test_a_wrong_format_in_a_manifest_stops_it_before_anything_is_read(tmp_path:
     manifest = collection(tmp_path, [*COLLECTION, {"path": "k8s_events.json", "format": "kueue"}])
     db = f"sqlite:///{tmp_path / 'l.db'}"
     code, out = run("ingest", "--db", db, "--manifest", str(manifest))
-    assert (code, out) == (2, f"Error: {tmp_path / 'k8s_events.json'}: --format kueue: this is not kueue input, it looks like "
-                              "k8s-events (use --format k8s-events)\n")
+    assert (code, out) == (2, f"Error: --format: kueue: {tmp_path / 'k8s_events.json'}: this is not kueue input, "
+                              "it looks like k8s-events (use k8s-events)\n")
     assert not (tmp_path / "l.db").exists()
 
 
@@ -114,7 +114,7 @@ def test_manifest_and_files_together_are_a_usage_error(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'l.db'}"
     assert run("ingest", "--db", db, "--manifest", str(manifest), str(SAMPLES / "events.jsonl"))[0] == 2
     assert run("ingest", "--db", db, "--manifest", str(manifest), "--format", "kueue")[0] == 2
-    assert run("ingest", "--db", db) == (2, "Error: FILES: give the files to ingest, or --manifest FILE\n")
+    assert run("ingest", "--db", db) == (2, "Error: --manifest: give the files to ingest, or a manifest\n")
 
 
 def test_a_manifest_that_is_not_json_is_exit_2(tmp_path: Path) -> None:

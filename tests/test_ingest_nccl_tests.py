@@ -239,7 +239,7 @@ def test_a_concluded_line_names_its_own_run_not_the_next(tmp_path: Path) -> None
 def test_scrape_time_sets_the_time_and_a_bad_one_is_a_usage_error(tmp_path: Path) -> None:
     path = write(tmp_path, RUN)
     assert events(path, scrape_time="2026-03-01T09:30:00+01:00")[0]["time"] == "2026-03-01T08:30:00Z"
-    with pytest.raises(IngestError, match=r"--scrape-time: not an RFC 3339 time: 'yesterday'"):
+    with pytest.raises(IngestError, match=r"^not an RFC 3339 time: 'yesterday'"):
         list(extract(path, "nccl-tests", tenant="acme", allocation="a", scrape_time="yesterday"))
 
 
@@ -252,7 +252,7 @@ def test_a_pilot_log_with_topo_and_nccl_tests_is_read_once_per_format(tmp_path: 
     base = ["ingest", "--db", db, "--tenant", "acme", "--allocation", "alloc-9"]
     detected = CliRunner().invoke(main, base + [str(path)])
     assert (detected.exit_code, detected.output) == (
-        2, f"Error: {path}: claimed by several formats (nvidia-smi-topo, nccl-tests); choose one with --format\n")
+        2, f"Error: --format: {path}: claimed by several formats (nvidia-smi-topo, nccl-tests); choose one\n")
     for fmt in ("nvidia-smi-topo", "nccl-tests"):
         result = CliRunner().invoke(main, base + ["--format", fmt, str(path)])
         assert (result.exit_code, result.stdout.partition(": ")[2]) == (0, "read 1 · appended 1 · duplicate 0 · quarantined 0\n")

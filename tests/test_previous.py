@@ -120,7 +120,7 @@ def test_a_stale_packet_fails_naming_both_sizes(packets: Packets) -> None:
 
 @pytest.mark.parametrize(("name", "reason"), [
     ("p9_bare", "the packet carries no consistency proof from the previous tree size 6 to its tree size 9 "
-                "(`dispute --since-size 6` makes one)"),
+                "(a dispute built since tree size 6 carries one)"),
     ("p9_from5", "the packet's consistency proof starts at tree size 5, the previous checkpoint is of tree size 6"),
 ])
 def test_a_newer_packet_without_the_right_proof_fails(packets: Packets, name: str, reason: str) -> None:
