@@ -113,7 +113,9 @@ def _map_library_error(exc: Exception) -> None:
     if isinstance(exc, BadInput):
         raise InputError(_with_flag(exc)) from None
     if isinstance(exc, CheckFailed):
-        _echo(f"{exc.verdict}: {_with_flag(exc)}", err=True)
+        lines = _with_flag(exc).split("\n") if getattr(exc, "multiline", False) else [_with_flag(exc)]
+        for number, line in enumerate(lines):
+            _echo(f"{exc.verdict}: {line}" if number == 0 else line, err=True)
         sys.exit(1)
 
 

@@ -26,7 +26,7 @@ from ingest.probes import _capture_time  # one reading of --scrape-time for ever
 from schemas import Origin, Record, format_utc
 from schemas.events import QUOTA_CLASS_PATTERN
 
-Recorded = Callable[[str, str], "bytes | None"]
+Recorded = Callable[[str, str, str], "bytes | None"]  # source, id, tenant
 _CLASS = re.compile(QUOTA_CLASS_PATTERN)
 MAX_REVISIONS = 10_000  # a quota changed more often than this is not a quota: stop walking
 
@@ -73,7 +73,7 @@ def quota_record(source: str, data: dict[str, Any], time: str, origin: Origin, r
     data = {k: v for k, v in data.items() if v is not None}
     revision = 1
     if recorded is not None:
-        last = _last_revision(source, key, recorded)
+        last = _last_revision(source, key, str(data["tenant"]), recorded)
         if last is not None:
             number, stored = last
             if orjson.loads(stored).get("data") == data:
@@ -84,10 +84,10 @@ def quota_record(source: str, data: dict[str, Any], time: str, origin: Origin, r
     return event_from_object(event, origin, raw)
 
 
-def _last_revision(source: str, key: str, recorded: Recorded) -> tuple[int, bytes] | None:
+def _last_revision(source: str, key: str, tenant: str, recorded: Recorded) -> tuple[int, bytes] | None:
     last: tuple[int, bytes] | None = None
     for number in range(1, MAX_REVISIONS + 1):
-        stored = recorded(source, f"{key}:r{number}")
+        stored = recorded(source, f"{key}:r{number}", tenant)
         if stored is None:
             return last
         last = (number, stored)

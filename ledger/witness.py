@@ -119,6 +119,9 @@ class WitnessError(NoteError):
 class ForkDetected(CheckFailed):
     """The log showed a checkpoint inconsistent with one the witness cosigned. Exit 1."""
 
+    #: its report is several lines (both checkpoints, as signed): each is shown escaped
+    multiline = True
+
 
 @dataclass(frozen=True)
 class WitnessRequest:

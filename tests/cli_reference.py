@@ -19,7 +19,7 @@ from cli import main
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 BEGIN = "<!-- generated from --help: python -m tests.cli_reference --write -->"
 END = "<!-- end of the generated reference -->"
-WIDTH = 96
+WIDTH = 200
 
 
 def _commands(group: click.Group, path: list[str]) -> Iterator[tuple[list[str], click.Command]]:

@@ -354,54 +354,6 @@ def test_a_tampered_committed_count_or_head_is_refused(
     )
 
 
-def test_a_withheld_fleet_entry_counts_by_its_leaf(store: Store) -> None:
-    """A fleet entry that names another tenant is withheld (leaf hash only); its leaf still
-    chains to the committed head, and leaving it out altogether is refused."""
-    zeta = [
-        event(
-            "allocation.granted",
-            "z-grant",
-            {"tenant": "zeta", "allocation_id": "Z9", "gpus": 1, "node": "n2"},
-            source="slurm://zeta-cluster",
-            time=at("10:00"),
-        ),
-        event(
-            "job.started",
-            "z-start",
-            {"tenant": "zeta", "job_id": "zeta-secret-job", "allocation_id": "Z9"},
-            source="slurm://zeta-cluster",
-            time=at("10:01"),
-        ),
-    ]
-    leaky = fleet(
-        "health.fault",
-        "n1-leaky",
-        "10:50",
-        "dcgm://n1",
-        node="n1",
-        device=7,
-        code="xid-48",
-        severity="warning",
-        detail="seen by zeta-secret-job",
-    )
-    append(store, ACME + FLEET + zeta + [leaky])  # the leaky fault is seq 23
-    built = json.loads(json.dumps(build_dispute(store, "acme", "INV-1", SIGNER)))
-    assert built["bundle"]["withheld"] == [{"seq": 23, "leaf": leaf_of(store, 23).hex()}]
-    assert heads(built)["node:n1"]["seqs"] == [XID, DRAIN, 23]
-    assert verify_dispute(built, SIGNER.verifier).withheld == 1
-    attack = copy.deepcopy(built)
-    del attack["bundle"]["withheld"]
-    heads(attack)["node:n1"]["seqs"] = [XID, DRAIN]
-    keeper_rebuilds(attack, store)
-    assert refused(attack) == (
-        "bundle: fleet key 'node:n1': the checkpoint commits to 3 entries, the packet "
-        "holds 2: fleet entries were left out"
-    )
-
-
-# -- old checkpoints -----------------------------------------------------------------------
-
-
 def old_style_note(note: str) -> str:
     """The same checkpoint as signed before checkpoints committed to fleet heads."""
     body = Checkpoint.parse(note.partition("\n\n")[0] + "\n")

@@ -194,7 +194,7 @@ def test_an_error_naming_a_file_shows_its_name_escaped(tmp_path: Path) -> None:
     path.write_bytes(b"not a format\n")
     code, out, err = run("ingest", "--db", f"sqlite:///{tmp_path / 'l.db'}", str(path))
     assert (code, out) == (2, "")
-    assert err.startswith(f"Error: {tmp_path}/x\\x1b[2J\\u202e.jsonl: no format recognises")
+    assert err.startswith(f"Error: --format: {tmp_path}/x\\x1b[2J\\u202e.jsonl: no format recognises")
     assert raw_unsafe(err) == [] and len(err.splitlines()) == 1
 
 
