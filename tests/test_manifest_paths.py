@@ -62,9 +62,9 @@ def test_dot_dot_is_refused_unless_its_folder_is_allowed(
     made = manifest(folder, "ok.jsonl", "../elsewhere/secret.jsonl")
     err = refused(db_url, "--manifest", str(made))
     assert err == (
-        f"Error: {made}: files[1].path: {folder}/../elsewhere/secret.jsonl resolves to "
+        f"Error: --allow-path: {made}: files[1].path: {folder}/../elsewhere/secret.jsonl resolves to "
         f"{outside}/secret.jsonl, outside the manifest's folder {folder}: refused "
-        "(name its folder with --allow-path DIR to read it)\n"
+        "(allow its folder to read it)\n"
     )
     code, _, _ = run_cli(
         "ingest", "--db", db_url, "--allow-path", str(outside), "--manifest", str(made)
