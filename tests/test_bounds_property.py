@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from cli import main
 from ledger import Appender, Store
-from schemas import Accepted, Origin, validate_event
+from schemas import Accepted, Origin, Unstorable, validate_event
 from schemas.types import MAX_DURATION_S, MAX_GPUS, MAX_SAFE_INT
 from tests.conftest import event
 from tests.event_strategies import LAST_DEADLINE, LATEST, NOW, events
@@ -42,8 +42,16 @@ def key(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def accepted(raw: list[dict[str, Any]]) -> list[Accepted]:
-    """Through the real validators; the strategies draw only what they accept."""
-    return [Accepted.of(validate_event(e, now=NOW), Origin("drawn.jsonl", i + 1)) for i, e in enumerate(raw)]
+    """Through the real validators; the strategies draw only what they accept, but for a
+    value no backend's column can store (a NUL in an id): ingest quarantines that record,
+    so it is not among what ingest accepted."""
+    found = []
+    for i, e in enumerate(raw):
+        try:
+            found.append(Accepted.of(validate_event(e, now=NOW), Origin("drawn.jsonl", i + 1)))
+        except Unstorable:
+            continue
+    return found
 
 
 def run(db: str, *args: str) -> Result:
