@@ -916,8 +916,25 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
     stdout.print(serving_table(done.reports["outcomes"]))
     _say(f"  reports and reconciliation: {out / 'reports'}, {out / 'reconcile.json'} (.csv, .parquet), finance page {out / 'reconcile.html'}")
     _say(f"outputs: store {store.safe_url} · sources and truth {out / 'sim'} · verifier key {key}.pub")
+    _demo_serve_hint(store, out, next(iter(done.result.tenants()), None))
     if not result.ok or report.quarantined:
         sys.exit(1)
+
+
+def _demo_serve_hint(store: ledger.Store, out: Path, tenant: str | None) -> None:
+    """How to open the web application on the demo's store, with fresh tokens (kept in
+    OUT/tokens.txt, mode 0600: a demo's, never for a real store)."""
+    from ledger.tokens import Role, create
+
+    made = [("operator", create(store, Role("operator"), label="demo")[1])]
+    if tenant is not None:
+        made.append((f"tenant:{tenant}", create(store, Role("tenant", tenant), label="demo")[1]))
+    tokens = out / "tokens.txt"
+    tokens.touch(mode=0o600)
+    tokens.write_text("".join(f"{role} {text}\n" for role, text in made))
+    _say(f"12 the web app: gpuledger serve --db {store.safe_url}  then open http://127.0.0.1:8080/login")
+    for role, text in made:
+        _say(f"  {role} token: {text}")
 
 
 def _missed_count(misses: Sequence[dict[str, Any]], shown: int = 5) -> str:
@@ -985,6 +1002,95 @@ def _demo_key(out: Path) -> Path:
         old.unlink(missing_ok=True)  # a fresh key every run
     write_keypair(key, "gpuledger-demo")
     return key
+
+
+@main.command("serve")
+@db_option
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (put TLS in a reverse proxy in front: docs/serve.md).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port to listen on.")
+def serve_command(db_url: str | None, host: str, port: int) -> None:
+    """The web application and API: pages for finance, customers and operators, /api/v1, and /metrics.
+
+    Every request needs a token (`gpuledger token create`), sent as `Authorization: Bearer TOKEN`
+    or signed in on /login."""
+    import uvicorn
+
+    import ledger
+    from reconcile.serve import create_app
+
+    store = ledger.Store(db_url)
+    _require_store(store)
+    store.init()  # stores made before tokens existed gain their table
+    click.echo(f"serving {store.safe_url} on http://{host}:{port}/ (Ctrl-C stops)", err=True)
+    uvicorn.run(create_app(store), host=host, port=port, log_level="warning", server_header=False,
+                proxy_headers=False)
+
+
+@main.group("token", cls=Group)
+def token_group() -> None:
+    """API tokens for `gpuledger serve`: create, list, revoke (stored hashed)."""
+
+
+@token_group.command("create")
+@db_option
+@click.option("--role", required=True, metavar="operator|tenant:NAME|collector:SOURCE",
+              help="What the token may do: everything, one tenant's documents, or post events under a source.")
+@click.option("--owner", default=None, metavar="provider|tenant:NAME",
+              help="A collector's rights over what it posts (default: provider).")
+@click.option("--label", default="", help="A note for `token list` (who holds it).")
+def token_create(db_url: str | None, role: str, owner: str | None, label: str) -> None:
+    """Create a token; the token itself is printed once, on the last line."""
+    from ledger.tokens import Role, create
+    from schemas.owners import Owner
+
+    store = _writable_store(db_url)
+    _require_store(store)
+    store.init()
+    info, text = create(store, Role.parse(role), Owner.parse(owner), label)
+    _echo(f"created token {info.token_id} for {info.role} (owner {info.owner}); it is shown once:", err=True)
+    click.echo(text)
+
+
+@token_group.command("list")
+@db_option
+def token_list(db_url: str | None) -> None:
+    """Every token: id, role, owner, label, when created and revoked (never the token)."""
+    from ledger.tokens import listed
+
+    store = ledger_store_for_read(db_url)
+    table = _data_table("id", "role", "owner", "label", "created", "revoked", title="tokens")
+    for t in listed(store):
+        table.add_row(t.token_id, str(t.role), str(t.owner), t.label, t.created_at, t.revoked_at or "–")
+    stdout.print(table)
+
+
+@token_group.command("revoke")
+@db_option
+@click.argument("token_id")
+def token_revoke(db_url: str | None, token_id: str) -> None:
+    """Revoke the token TOKEN_ID (as `token list` shows it); safe to repeat."""
+    from ledger.tokens import revoke
+
+    store = ledger_store_for_read(db_url)
+    info = revoke(store, token_id)
+    _echo(f"revoked token {info.token_id} ({info.role}) at {info.revoked_at}")
+
+
+def ledger_store_for_read(db_url: str | None) -> ledger.Store:
+    """The store, which must hold a ledger, with the tokens' table made if it is older."""
+    import ledger
+
+    store = ledger.Store(db_url)
+    _require_store(store)
+    store.init()
+    return store
+
+
+def _data_table(*columns: str, title: str) -> Any:
+    from schemas.display import DataTable
+
+    return DataTable(*columns, title=title)
 
 
 def _require_store(store: ledger.Store, tenant: str | None = None, invoice: str | None = None) -> None:

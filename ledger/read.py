@@ -25,6 +25,8 @@ from sqlalchemy import Select, func, select
 from ledger.store import Store
 from ledger.tables import checkpoints as checkpoints_table
 from ledger.tables import entries as entries_table
+from ledger.tables import quarantine as quarantine_table
+from ledger.tree import TreeReader
 
 #: seqs asked for in one statement: under SQLite's and PostgreSQL's bound-parameter limits
 SEQ_CHUNK = 10_000
@@ -133,3 +135,60 @@ def checkpoints(store: Store) -> list[StoredCheckpoint]:
         rows = conn.execute(query.order_by(c.checkpoint_seq)).all()
     return [StoredCheckpoint(int(r[0]), int(r[1]), str(r[2]), str(r[3]), str(r[4]), str(r[5]))
             for r in rows]
+
+
+#: (tenant, source, id): an event's key in the ledger (ledger/append.py, rule 1).
+EventKey = tuple[str | None, str, str]
+
+
+def stored_keys(store: Store, keys: Iterable[EventKey]) -> dict[EventKey, tuple[int, str]]:
+    """The `seq` and stored event text of each key found, by key (missing keys absent)."""
+    t = entries_table.c
+    found: dict[EventKey, tuple[int, str]] = {}
+    with store.reading() as conn:
+        for tenant, source, event_id in set(keys):
+            owned = t.tenant.is_(None) if tenant is None else t.tenant == tenant
+            row = conn.execute(select(t.seq, t.event).where(
+                t.source == source, t.id == event_id, owned)).first()
+            if row is not None:
+                found[(tenant, source, event_id)] = (int(row[0]), str(row[1]))
+    return found
+
+
+def counts_by_type(store: Store) -> dict[tuple[str | None, str], int]:
+    """How many entries each (tenant, event type) holds; a fleet entry's tenant is None."""
+    t = entries_table.c
+    with store.reading() as conn:
+        rows = conn.execute(select(t.tenant, t.type, func.count()).group_by(t.tenant, t.type))
+        return {(r[0], str(r[1])): int(r[2]) for r in rows}
+
+
+def quarantined_count(store: Store) -> int:
+    """How many records the quarantine holds."""
+    with store.reading() as conn:
+        return int(conn.execute(select(func.count()).select_from(quarantine_table)).scalar_one())
+
+
+class EntryProof(NamedTuple):
+    """An entry's leaf hash and its RFC 6962 inclusion proof in the tree of `size`
+    leaves, whose root is `root` (a signed checkpoint of that size commits to it)."""
+
+    leaf_hash: bytes
+    size: int
+    root: bytes
+    proof: list[bytes]
+
+
+def entry_proof(store: Store, seq: int, size: int | None = None) -> EntryProof | None:
+    """The proof that entry `seq` is in the tree of `size` leaves (default: the latest
+    checkpoint's size when it covers the entry, else the head); None for no such entry."""
+    with store.reading() as conn:
+        leaf = conn.execute(select(entries_table.c.leaf_hash).where(entries_table.c.seq == seq)).scalar()
+        if leaf is None:
+            return None
+        if size is None:
+            signed = conn.execute(select(func.max(checkpoints_table.c.tree_size))).scalar()
+            head_size = conn.execute(select(func.max(entries_table.c.seq))).scalar_one()
+            size = int(signed) if signed is not None and int(signed) >= seq else int(head_size)
+        reader = TreeReader(conn)
+        return EntryProof(bytes(leaf), size, reader.root(size), reader.inclusion_proof(seq - 1, size))

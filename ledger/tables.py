@@ -150,6 +150,20 @@ sealed_pages = Table(
     Column("page", LargeBinary, nullable=False),  # Parquet: seq, type, tenant, event
 )
 
+#: API tokens of `gpuledger serve` (ledger/tokens.py): not evidence, so outside the chain
+#: and mutable (a revocation sets `revoked_at`). Only the SHA-256 of a token is kept.
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("token_id", Text, primary_key=True),  # the public handle shown by `token list`
+    Column("digest", LargeBinary, nullable=False),  # SHA-256 of the whole token text
+    Column("role", Text, nullable=False),  # operator, tenant:NAME or collector:SOURCE
+    Column("owner", Text, nullable=False),  # a collector's rights: provider or tenant:NAME
+    Column("label", Text, nullable=False),
+    Column("created_at", Text, nullable=False),
+    Column("revoked_at", Text),
+)
+
 #: The tables no row of which may change once written.
 APPEND_ONLY = ("entries", "batches", "quarantine", "tree_nodes", "checkpoints", "checkpoint_tenants", "cosignatures",
                "sealed_pages", "checkpoint_fleet")

@@ -1,0 +1,134 @@
+"""The JSON API under /api/v1: the documents the commands write, scoped to the caller.
+
+- `GET /api/v1/whoami`: the caller's role;
+- `GET /api/v1/tenants`: the tenants the caller may read;
+- `GET /api/v1/reconciliation?tenant=&invoice=`: `reconcile --format json`;
+- `GET /api/v1/reports/{name}?tenant=&since=&until=&by=`: `report NAME --format json`;
+- `GET /api/v1/entries/{seq}`: one entry as stored, with its inclusion proof.
+
+A tenant token reads its own tenant whatever it names (access.tenant_scope), and the
+documents are computed from that tenant's entries and the fleet's only, so no other
+tenant's identifier can be in them.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import orjson
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+import reconcile
+from ledger import read
+from ledger.tokens import TokenInfo
+from reconcile import reports
+from reconcile.engine.figures import parse_time
+from reconcile.serve.access import caller, tenant_scope
+
+READERS = ("operator", "tenant")
+REPORT_NAMES = (*reports.REPORTS, "serving")
+
+
+class JSON(Response):
+    """orjson's bytes: the same numbers and text the commands write, fast."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def _reader(request: Request) -> TokenInfo:
+    return caller(request, *READERS)
+
+
+async def whoami(request: Request) -> Response:
+    info = await run_in_threadpool(caller, request, "operator", "tenant", "collector")
+    return JSON({"role": str(info.role), "token_id": info.token_id})
+
+
+async def tenants(request: Request) -> Response:
+    info = await run_in_threadpool(_reader, request)
+    if info.role.tenant is not None:
+        return JSON({"tenants": [info.role.tenant]})
+    return JSON({"tenants": await run_in_threadpool(read.tenants, request.app.state.store)})
+
+
+def reconciliation_doc(request: Request, info: TokenInfo) -> dict[str, Any]:
+    tenant = tenant_scope(info.role, request.query_params.get("tenant"))
+    invoice = request.query_params.get("invoice") or None
+    result = reconcile.reconcile_store(request.app.state.store, tenant, invoice)
+    return result.as_json()
+
+
+async def reconciliation(request: Request) -> Response:
+    info = await run_in_threadpool(_reader, request)
+    return JSON(await run_in_threadpool(reconciliation_doc, request, info))
+
+
+def report_doc(request: Request, info: TokenInfo, name: str) -> dict[str, Any]:
+    if name not in REPORT_NAMES:
+        raise HTTPException(404, f"no report named {name!r}; reports: {', '.join(REPORT_NAMES)}")
+    q = request.query_params
+    tenant = tenant_scope(info.role, q.get("tenant"))
+    since, until = _time(q.get("since"), "since"), _time(q.get("until"), "until")
+    by = q.get("by") or "both"
+    return reports.report(request.app.state.store, name, tenant, since, until, by)
+
+
+async def report(request: Request) -> Response:
+    info = await run_in_threadpool(_reader, request)
+    name = request.path_params["name"]
+    return JSON(await run_in_threadpool(report_doc, request, info, name))
+
+
+def entry_doc(request: Request, info: TokenInfo, seq: int) -> dict[str, Any]:
+    store = request.app.state.store
+    found = read.entries(store, seqs=[seq])
+    # another tenant's entry is answered as a missing one: its existence is not told
+    if not found or (info.role.tenant is not None and found[0].tenant not in (None, info.role.tenant)):
+        raise HTTPException(404, f"no entry {seq}")
+    entry = found[0]
+    proof = read.entry_proof(store, seq)
+    assert proof is not None
+    return {"seq": entry.seq, "source": entry.source, "id": entry.id, "type": entry.type,
+            "tenant": entry.tenant, "event": orjson.loads(entry.event),
+            "leaf_hash": base64.b64encode(proof.leaf_hash).decode(),
+            "inclusion": {"tree_size": proof.size, "root": base64.b64encode(proof.root).decode(),
+                          "proof": [base64.b64encode(h).decode() for h in proof.proof]}}
+
+
+async def entry(request: Request) -> Response:
+    info = await run_in_threadpool(_reader, request)
+    seq = _seq(request.path_params["seq"])
+    return JSON(await run_in_threadpool(entry_doc, request, info, seq))
+
+
+def _seq(text: str) -> int:
+    if not text.isdigit() or len(text) > 18 or int(text) < 1:
+        raise HTTPException(404, f"no entry {text[:40]!r}")
+    return int(text)
+
+
+def _time(text: str | None, name: str) -> int | None:
+    if not text:
+        return None
+    try:
+        return parse_time(text)
+    except ValueError:
+        raise HTTPException(400, f"{name}: not an RFC 3339 time: {text[:60]!r}") from None
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/api/v1/whoami", whoami),
+        Route("/api/v1/tenants", tenants),
+        Route("/api/v1/reconciliation", reconciliation),
+        Route("/api/v1/reports/{name}", report),
+        Route("/api/v1/entries/{seq}", entry),
+    ]
