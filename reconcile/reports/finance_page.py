@@ -31,7 +31,7 @@ from reconcile.engine.money import major_units
 from reconcile.engine.result import BEARERS, Cell, Reconciliation
 from reconcile.engine.rules import SECOND
 from reconcile.reports.explain import BEARER_MEANING, explain, terms
-from reconcile.reports.output import HOUR_US, exact_number, hours, money, number
+from reconcile.reports.numbers import HOUR_US, exact_number, hours, money, number
 from reconcile.reports.pages import environment
 
 TEMPLATES = Path(__file__).with_name("templates")

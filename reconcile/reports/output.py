@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from pathlib import Path
 from typing import IO, Any
 
@@ -15,38 +14,13 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from rich.table import Column, Table
 
-from reconcile.engine.money import exact_text, major_units, places_of
 from reconcile.engine.result import InvoiceTotal, Reconciliation
+from reconcile.reports.finance_page import render_page
+from reconcile.reports.numbers import exact_number, hours, money
 from schemas.display import FIGURE_RE2, FORMULA_STARTS, DataTable
 from schemas.errors import BadInput
 
 FORMATS = ("table", "json", "csv", "parquet", "html")
-
-
-#: GPU-µs in a GPU-hour.
-HOUR_US = 3_600 * 1_000_000
-
-
-def number(value: Decimal, places: int) -> str:
-    """The one number format of finance's views: thousands separated, `places` decimals,
-    rounded half-even (GPU-hours; amounts are already whole minor units)."""
-    with localcontext() as ctx:
-        ctx.prec = 100  # an exact amount may have 38 digits and more places (the default keeps 28)
-        return format(value.quantize(Decimal(1).scaleb(-places), ROUND_HALF_EVEN), f",.{places}f")
-
-
-def exact_number(value: Decimal, minor: int) -> str:
-    """An exact amount in the same format: the minor unit's places, more only where it has
-    digits other than trailing zeros ("2,468.456400" is shown 2,468.4564)."""
-    return number(value, max(minor, places_of(exact_text(value, 0))))
-
-
-def hours(gpu_us: int) -> str:
-    return number(Decimal(gpu_us) / HOUR_US, 2)
-
-
-def money(cents: int, minor: int) -> str:
-    return number(major_units(cents, minor), minor)
 
 
 def tables(result: Reconciliation) -> list[Table]:
@@ -172,6 +146,4 @@ def _write_parts(result: Reconciliation, open_writer: Callable[[pa.Schema], Any]
 
 
 def _page(result: Reconciliation, db: str | None) -> str:
-    from reconcile.reports.finance_page import render_page  # it draws on this module's number format
-
     return render_page(result, db)
