@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
+from fractions import Fraction
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -215,6 +216,17 @@ class Reconciliation:
             for index, share in zip(indices, shares):
                 out[index] = share
         return out
+
+    def allocation_money(self) -> dict[tuple[str, str, str | None], Fraction]:
+        """(tenant, allocation, currency) → the exact minor units of the lines naming that
+        allocation, after corrections, credits included (lines naming no allocation are left
+        out): the cells' exact shares (RULES.md §Money), so a line billed to the tenth of a cent
+        is not first rounded cell by cell."""
+        per_alloc: dict[tuple[str, str, str | None], Fraction] = defaultdict(Fraction)
+        for cell, exact in zip(self.cells, self.exact_amounts):
+            if cell.allocation_id is not None:
+                per_alloc[(cell.tenant, cell.allocation_id, cell.currency)] += Fraction(exact) * 10 ** cell.minor
+        return per_alloc
 
     def lines(self) -> dict[tuple[str, str, str], tuple[Cell, _Tally]]:
         out: dict[tuple[str, str, str], tuple[Cell, _Tally]] = {}

@@ -1,14 +1,15 @@
 """The operator's and finance's reports over the ledger: promises, capacity, outcomes, placement.
 
-Each report is computed in DuckDB over `ev` (reconcile/engine/snapshot.py), loaded once from
-the store; outcomes also take the reconciliation's money (reconcile/engine/__init__.py). Each
+Each report is computed in DuckDB from the relations of one `Pipeline`
+(reconcile/engine/pipeline.py), loaded once from the store: it asks the pipeline for what
+it reads (`pipe.need("promise_outcomes")`, `pipe.recon`) and creates no table. Each
 returns plain dicts and lists (JSON as is), and renders as rich tables or CSV rows.
 Definitions are in the module docstrings of reconcile/reports/promises.py, capacity.py,
 outcomes.py (with serving.py, its serving view), placement.py and envelope.py, in
 docs/reports.md and docs/placement.md.
 
-    with loaded(store) as data:            # one snapshot, one DuckDB
-        promises.report(data.con)          # or report_promises(store) for one report
+    with loaded(store) as pipe:            # one snapshot, one DuckDB, one pipeline
+        promises.report(pipe)              # or report(store, "promises") for one report
     write_reports(store, out_dir)          # every report, JSON and CSV, for `gpuledger demo`
 """
 
@@ -23,14 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import duckdb
 from rich.table import Table
 from rich.text import Text
 
 from ledger import Store
-from reconcile.engine import run
-from reconcile.engine.result import Reconciliation
-from reconcile.engine.snapshot import load_store, open_engine
+from reconcile.engine.pipeline import Pipeline
 from reconcile.reports import capacity, envelope, envelope_page, fleet_changes, outcomes, placement, promises, serving
 from schemas.display import DataTable, spreadsheet_safe, terminal_safe
 from schemas.errors import BadInput
@@ -39,47 +37,33 @@ REPORTS = ("promises", "capacity", "outcomes", "placement", "envelope")
 FORMATS = ("table", "json", "csv", "tsv")
 
 
-@dataclass
-class Loaded:
-    """A DuckDB with the store's entries as `ev`; the reconciliation made on first use."""
-
-    con: duckdb.DuckDBPyConnection
-    _recon: Reconciliation | None = field(default=None, repr=False)
-
-    @property
-    def recon(self) -> Reconciliation:
-        if self._recon is None:
-            self._recon = run(self.con)
-        return self._recon
+#: What the reports read: a pipeline over one snapshot of the store.
+Loaded = Pipeline
 
 
 @contextmanager
-def loaded(store: Store, tenant: str | None = None, threads: int | None = None) -> Iterator[Loaded]:
-    """One consistent snapshot of the store (with `tenant`: its entries and the fleet's)."""
-    con = open_engine(threads)
-    try:
-        with store.reading() as conn:
-            load_store(con, conn, tenant)
-        yield Loaded(con)
-    finally:
-        con.close()
+def loaded(store: Store, tenant: str | None = None, threads: int | None = None) -> Iterator[Pipeline]:
+    """One consistent snapshot of the store (with `tenant`: its entries and the fleet's), in
+    memory, as a pipeline: its relations built as the reports ask for them."""
+    with Pipeline.of_store(store, tenant, threads, sized=False) as pipe:
+        yield pipe
 
 
-def build_report(data: Loaded, name: str, tenant: str | None = None, since: int | None = None,
+def build_report(data: Pipeline, name: str, tenant: str | None = None, since: int | None = None,
                  until: int | None = None, by: str = "both") -> dict[str, Any]:
     """One report by name, as plain dicts and lists (`by`: envelope's grouping)."""
     if name == "promises":
-        return promises.report(data.con, tenant)
+        return promises.report(data, tenant)
     if name == "capacity":
-        return capacity.report(data.con, tenant, since, until)
+        return capacity.report(data, tenant, since, until)
     if name == "outcomes":
-        return outcomes.report(data.con, data.recon, tenant) | {"serving": serving.view(data.con, data.recon, tenant)}
+        return outcomes.report(data, tenant) | {"serving": serving.view(data, tenant)}
     if name == "serving":  # the serving view of outcomes alone (`report outcomes --view serving`)
-        return {"serving": serving.view(data.con, data.recon, tenant)}
+        return {"serving": serving.view(data, tenant)}
     if name == "placement":
-        return placement.report(data.con, data.recon, tenant)
+        return placement.report(data, tenant)
     if name == "envelope":
-        return envelope.report(data.con, data.recon, tenant, by)
+        return envelope.report(data, tenant, by)
     raise ValueError(f"unknown report {name!r}")
 
 
