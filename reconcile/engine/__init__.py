@@ -2,7 +2,8 @@
 snapshot of the ledger's entries. It reads the ledger and never writes to it.
 
     entries ──(Arrow pages)──> ev ──> facts and labelled spans ──> lines, pieces, sweep
-            ──> cells (line, label, GPU-µs) ──> money (exact, rounded per invoice) ──> Reconciliation
+            ──> cells (line, label, GPU-µs) ──> money (exact, rounded per invoice)
+            ──> Reconciliation
 
 Each of those steps, and what the reports and packets build beside them, is a stage of
 `reconcile.engine.pipeline` (its docstring gives the order rules); the calls below make a
@@ -35,21 +36,30 @@ def run(con: duckdb.DuckDBPyConnection, invoice: str | None = None) -> Reconcili
     return Pipeline(con).reconciliation(invoice)
 
 
-def reconcile_store(store: Store, tenant: str | None = None, invoice: str | None = None,
-                    threads: int | None = None, upto_seq: int | None = None) -> Reconciliation:
+def reconcile_store(
+    store: Store,
+    tenant: str | None = None,
+    invoice: str | None = None,
+    threads: int | None = None,
+    upto_seq: int | None = None,
+) -> Reconciliation:
     """Reconcile the ledger in `store` (one consistent snapshot), optionally one tenant's
     entries (with the fleet's), one invoice's lines, and only entries up to `upto_seq`."""
     with Pipeline.of_store(store, tenant, threads, upto_seq) as pipe:
         return pipe.reconciliation(invoice)
 
 
-def reconcile_entries(entries: Iterable[dict[str, Any]], invoice: str | None = None) -> Reconciliation:
+def reconcile_entries(
+    entries: Iterable[dict[str, Any]], invoice: str | None = None
+) -> Reconciliation:
     """Reconcile entries given as dicts with seq, type, tenant and event (a packet's)."""
     with Pipeline.of_entries(entries) as pipe:
         return pipe.reconciliation(invoice)
 
 
-def reconcile_parquet(path: Path, invoice: str | None = None, threads: int | None = None) -> Reconciliation:
+def reconcile_parquet(
+    path: Path, invoice: str | None = None, threads: int | None = None
+) -> Reconciliation:
     """Reconcile an exported entries file (`gpuledger export --format parquet`)."""
     with Pipeline.of_parquet(path, threads) as pipe:
         return pipe.reconciliation(invoice)
@@ -60,5 +70,18 @@ def reconcile_tables(pages: Iterable[pa.Table], invoice: str | None = None) -> R
         return pipe.reconciliation(invoice)
 
 
-__all__ = ["CELLS", "UNBILLED", "Cell", "MoneyOverflow", "Pipeline", "Reconciliation", "engine", "parquet_rows",
-           "reconcile_entries", "reconcile_parquet", "reconcile_store", "reconcile_tables", "run"]
+__all__ = [
+    "CELLS",
+    "UNBILLED",
+    "Cell",
+    "MoneyOverflow",
+    "Pipeline",
+    "Reconciliation",
+    "engine",
+    "parquet_rows",
+    "reconcile_entries",
+    "reconcile_parquet",
+    "reconcile_store",
+    "reconcile_tables",
+    "run",
+]

@@ -54,7 +54,13 @@ from reconcile.engine.intervals import build_spans
 from reconcile.engine.money import allocate
 from reconcile.engine.result import Reconciliation
 from reconcile.engine.rules import INF, LABELS, SPAN_LABELS, bit_sql, code, codes_sql, winner_sql
-from reconcile.engine.snapshot import entry_pages, load_pages, load_parquet, load_store, open_engine
+from reconcile.engine.snapshot import (
+    entry_pages,
+    load_pages,
+    load_parquet,
+    load_store,
+    open_engine,
+)
 
 SQL_DIR = Path(__file__).with_name("sql")
 
@@ -62,12 +68,15 @@ SQL_DIR = Path(__file__).with_name("sql")
 
 UNBILLED = """
 WITH held AS (
-    SELECT a.tenant, sum(CAST(a.g_a AS HUGEINT) * greatest(least(a.released, h.h) - a.granted, 0)) AS us
+    SELECT a.tenant,
+           sum(CAST(a.g_a AS HUGEINT) * greatest(least(a.released, h.h) - a.granted, 0)) AS us
     FROM allocs a JOIN horizons h ON h.tenant = a.tenant GROUP BY a.tenant),
 billed AS (
     SELECT gl.tenant, sum(CAST(gl.gpus AS HUGEINT) * greatest(least(p.e, h.h) - p.s, 0)) AS us
-    FROM pieces p JOIN gpu_lines gl ON gl.seq = p.owner JOIN horizons h ON h.tenant = gl.tenant GROUP BY gl.tenant)
-SELECT held.tenant, CAST(held.us - coalesce(billed.us, 0) AS VARCHAR) FROM held LEFT JOIN billed USING (tenant)
+    FROM pieces p JOIN gpu_lines gl ON gl.seq = p.owner JOIN horizons h ON h.tenant = gl.tenant
+    GROUP BY gl.tenant)
+SELECT held.tenant, CAST(held.us - coalesce(billed.us, 0) AS VARCHAR)
+FROM held LEFT JOIN billed USING (tenant)
 """
 
 CELLS = """
@@ -109,10 +118,12 @@ def sql_file(name: str) -> str:
 def run_sql(name: str, **fragments: str) -> Build:
     """A stage built by `sql/<name>.sql`: its `{fragment}`s filled in (SQL written once in
     rules.py or figures.py), each statement given the parameters it names."""
+
     def build(pipe: Pipeline, params: Mapping[str, Any]) -> None:
         text = sql_file(name).format(**fragments) if fragments else sql_file(name)
         for statement in text.split(";\n\n"):
             pipe.con.execute(statement, {k: v for k, v in params.items() if f"${k}" in statement})
+
     return build
 
 
@@ -123,6 +134,7 @@ def _loaded(pipe: Pipeline, params: Mapping[str, Any]) -> None:
 def _engine(step: Callable[[duckdb.DuckDBPyConnection], None]) -> Build:
     def build(pipe: Pipeline, params: Mapping[str, Any]) -> None:
         step(pipe.con)
+
     return build
 
 
@@ -130,70 +142,167 @@ def _allocation_money(pipe: Pipeline, params: Mapping[str, Any]) -> None:
     """`allocation_money`: the exact money of the lines naming each allocation (the cells'
     exact shares, in minor units, as a fraction num/den), from the reconciliation."""
     per_alloc = pipe.reconciliation().allocation_money()
-    page = pa.table({
-        "tenant": pa.array([k[0] for k in per_alloc], pa.string()),
-        "allocation_id": pa.array([k[1] for k in per_alloc], pa.string()),
-        "currency": pa.array([k[2] for k in per_alloc], pa.string()),
-        "num": pa.array([str(v.numerator) for v in per_alloc.values()], pa.string()),
-        "den": pa.array([str(v.denominator) for v in per_alloc.values()], pa.string()),
-    })
+    page = pa.table(
+        {
+            "tenant": pa.array([k[0] for k in per_alloc], pa.string()),
+            "allocation_id": pa.array([k[1] for k in per_alloc], pa.string()),
+            "currency": pa.array([k[2] for k in per_alloc], pa.string()),
+            "num": pa.array([str(v.numerator) for v in per_alloc.values()], pa.string()),
+            "den": pa.array([str(v.denominator) for v in per_alloc.values()], pa.string()),
+        }
+    )
     pipe.con.register("allocation_money_page", page)
-    pipe.con.execute("CREATE OR REPLACE TEMP TABLE allocation_money AS "
-                     "SELECT tenant, allocation_id, currency, num, den FROM allocation_money_page")
+    pipe.con.execute(
+        "CREATE OR REPLACE TEMP TABLE allocation_money AS "
+        "SELECT tenant, allocation_id, currency, num, den FROM allocation_money_page"
+    )
     pipe.con.unregister("allocation_money_page")
 
 
 def _provider(source: str) -> str:
     """SQL: a CloudEvents source cut to its URI scheme and authority (the emitting system and
     cluster); a source that is not such a URI stays whole."""
-    return (f"CASE WHEN regexp_matches({source}, '^[A-Za-z][A-Za-z0-9+.-]*://') "
-            f"THEN regexp_extract({source}, '^([A-Za-z][A-Za-z0-9+.-]*://[^/?#]*)', 1) ELSE {source} END")
+    return (
+        f"CASE WHEN regexp_matches({source}, '^[A-Za-z][A-Za-z0-9+.-]*://') "
+        f"THEN regexp_extract({source}, '^([A-Za-z][A-Za-z0-9+.-]*://[^/?#]*)', 1) "
+        f"ELSE {source} END"
+    )
 
 
 #: An event about the packet's job: its id, one of its Pods, one of its allocations.
-ABOUT_JOB = ("(job_id = $job OR job_id IN (SELECT pod FROM packet_pods) "
-             "OR allocation_id IN (SELECT aid FROM packet_allocations))")
+ABOUT_JOB = (
+    "(job_id = $job OR job_id IN (SELECT pod FROM packet_pods) "
+    "OR allocation_id IN (SELECT aid FROM packet_allocations))"
+)
 
 #: Labels a customer disputes: provider-borne (the provider should not have charged) and disputed.
 CLAIM_LABELS = tuple(label for label in LABELS if label.bearer in ("provider", "disputed"))
 SWEEP_CLAIMS = tuple(label for label in CLAIM_LABELS if label in SPAN_LABELS)
 
-#: Every stage, in the order rule 2 allows them to be built.
+#: Every stage, in the order rule 2 allows them to be built; each is
+#: Stage(name, needs, makes, build, params=(), doc=…).
 STAGES: tuple[Stage, ...] = (
-    Stage("events", (), ("ev", "ev_rest", "ev_other", "progress", "jobs", "lines_ev", "horizons"), _loaded,
-          doc="the entries, one typed row per event (snapshot.py); loaded when the pipeline is made"),
-    Stage("spans", ("events",),
-          ("terms", "allocs", "attempts", "acceptance", "faults", "touches", "job_notes", "mark_notes",
-           "first_progress", "odd_gaps", "productive_runs", "spans", "failures", "merged"),
-          _engine(build_spans), doc="facts and labelled spans on each allocation's timeline (intervals.py)"),
-    Stage("cells", ("spans",), ("replaced", "lines", "gpu_lines", "clipped", "pieces", "owned", "cells"),
-          _engine(classify), doc="billing lines against the spans: (line, label, GPU-µs) (classify.py)"),
-    Stage("money", ("cells",), ("line_amounts", "invoice_cents", "line_cents", "line_total", "money"),
-          _engine(allocate), doc="each cell's money, rounded per invoice (money.py)"),
-    Stage("promise_outcomes", ("events",), ("promise_outcomes",),
-          run_sql("promise_outcomes", placement=placement_sql(
-              "coalesce(p.cls, g.cls)", "CASE WHEN coalesce(p.cls, g.cls) = g.cls THEN g.profile END")),
-          doc="each promise with its outcome (reports/promises.py)"),
-    Stage("job_facts", ("events",),
-          ("tenant_horizons", "job_attempts", "allocation_holdings", "job_outcomes", "step_gaps",
-           "job_allocation_time"),
-          run_sql("job_facts", inf=str(INF)), doc="jobs, attempts and step gaps (reports/outcomes.py)"),
-    Stage("allocation_money", ("money",), ("allocation_money",), _allocation_money,
-          doc="the exact money billed on each allocation (reports/outcomes.py)"),
-    Stage("envelope_groups", ("job_facts", "promise_outcomes"), ("job_groups", "allocation_groups"),
-          run_sql("envelope_groups", grant_provider=_provider("g.source"), said_provider=_provider("s.source"),
-                  grant_placement=placement_sql("g.cls", "g.profile")),
-          doc="each job's and allocation's provider and class (reports/envelope.py)"),
-    Stage("fleet_changes", ("job_facts",), ("fleet_changes", "fleet_change_windows"), run_sql("fleet_changes"),
-          params=("since", "until"), doc="fleet changes in a window, and their windows (reports/fleet_changes.py)"),
-    Stage("packet_scope", ("events",), ("packet_pods", "packet_allocations", "packet_window"),
-          run_sql("packet_scope", about_job=ABOUT_JOB), params=("tenant", "job", "pid"),
-          doc="one promise's job, for its diagnostic packet (packets/diagnostic.py)"),
-    Stage("claims", ("money",), ("claim_lines", "claim_raw_stretches", "claim_stretches", "claim_bounds"),
-          run_sql("claims", label_bit=bit_sql("m.label"), inf=str(INF), winner=winner_sql("mask"),
-                  sweep_claims=codes_sql(SWEEP_CLAIMS), double_billed=str(code("double_billed")),
-                  unallocated=str(code("unallocated"))),
-          params=("invoice",), doc="one invoice's claims, stretch by stretch (packets/claims.py)"),
+    Stage(
+        "events",
+        (),
+        ("ev", "ev_rest", "ev_other", "progress", "jobs", "lines_ev", "horizons"),
+        _loaded,
+        doc="the entries, one typed row per event (snapshot.py); loaded when the pipeline is made",
+    ),
+    Stage(
+        "spans",
+        ("events",),
+        (
+            "terms",
+            "allocs",
+            "attempts",
+            "acceptance",
+            "faults",
+            "touches",
+            "job_notes",
+            "mark_notes",
+            "first_progress",
+            "odd_gaps",
+            "productive_runs",
+            "spans",
+            "failures",
+            "merged",
+        ),
+        _engine(build_spans),
+        doc="facts and labelled spans on each allocation's timeline (intervals.py)",
+    ),
+    Stage(
+        "cells",
+        ("spans",),
+        ("replaced", "lines", "gpu_lines", "clipped", "pieces", "owned", "cells"),
+        _engine(classify),
+        doc="billing lines against the spans: (line, label, GPU-µs) (classify.py)",
+    ),
+    Stage(
+        "money",
+        ("cells",),
+        ("line_amounts", "invoice_cents", "line_cents", "line_total", "money"),
+        _engine(allocate),
+        doc="each cell's money, rounded per invoice (money.py)",
+    ),
+    Stage(
+        "promise_outcomes",
+        ("events",),
+        ("promise_outcomes",),
+        run_sql(
+            "promise_outcomes",
+            placement=placement_sql(
+                "coalesce(p.cls, g.cls)",
+                "CASE WHEN coalesce(p.cls, g.cls) = g.cls THEN g.profile END",
+            ),
+        ),
+        doc="each promise with its outcome (reports/promises.py)",
+    ),
+    Stage(
+        "job_facts",
+        ("events",),
+        (
+            "tenant_horizons",
+            "job_attempts",
+            "allocation_holdings",
+            "job_outcomes",
+            "step_gaps",
+            "job_allocation_time",
+        ),
+        run_sql("job_facts", inf=str(INF)),
+        doc="jobs, attempts and step gaps (reports/outcomes.py)",
+    ),
+    Stage(
+        "allocation_money",
+        ("money",),
+        ("allocation_money",),
+        _allocation_money,
+        doc="the exact money billed on each allocation (reports/outcomes.py)",
+    ),
+    Stage(
+        "envelope_groups",
+        ("job_facts", "promise_outcomes"),
+        ("job_groups", "allocation_groups"),
+        run_sql(
+            "envelope_groups",
+            grant_provider=_provider("g.source"),
+            said_provider=_provider("s.source"),
+            grant_placement=placement_sql("g.cls", "g.profile"),
+        ),
+        doc="each job's and allocation's provider and class (reports/envelope.py)",
+    ),
+    Stage(
+        "fleet_changes",
+        ("job_facts",),
+        ("fleet_changes", "fleet_change_windows"),
+        run_sql("fleet_changes"),
+        params=("since", "until"),
+        doc="fleet changes in a window, and their windows (reports/fleet_changes.py)",
+    ),
+    Stage(
+        "packet_scope",
+        ("events",),
+        ("packet_pods", "packet_allocations", "packet_window"),
+        run_sql("packet_scope", about_job=ABOUT_JOB),
+        params=("tenant", "job", "pid"),
+        doc="one promise's job, for its diagnostic packet (packets/diagnostic.py)",
+    ),
+    Stage(
+        "claims",
+        ("money",),
+        ("claim_lines", "claim_raw_stretches", "claim_stretches", "claim_bounds"),
+        run_sql(
+            "claims",
+            label_bit=bit_sql("m.label"),
+            inf=str(INF),
+            winner=winner_sql("mask"),
+            sweep_claims=codes_sql(SWEEP_CLAIMS),
+            double_billed=str(code("double_billed")),
+            unallocated=str(code("unallocated")),
+        ),
+        params=("invoice",),
+        doc="one invoice's claims, stretch by stretch (packets/claims.py)",
+    ),
 )
 
 #: Readable names for the relations a newcomer (and the next features) ask for first:
@@ -213,7 +322,9 @@ RELATIONS: dict[str, tuple[str, str]] = {
 }
 
 
-def _check_stages(stages: tuple[Stage, ...]) -> dict[str, Stage]:
+def _check_stages(
+    stages: tuple[Stage, ...], relations: Mapping[str, tuple[str, str]] = RELATIONS
+) -> dict[str, Stage]:
     """Rules 2 and 4, checked once: needs point back; each relation has one maker; no stage
     needs a parameterised one; the readable names name a relation their stage makes."""
     seen: dict[str, Stage] = {}
@@ -221,16 +332,22 @@ def _check_stages(stages: tuple[Stage, ...]) -> dict[str, Stage]:
     for stage in stages:
         for need in stage.needs:
             if need not in seen:
-                raise AssertionError(f"stage {stage.name!r} needs {need!r}, which is not listed before it")
+                raise AssertionError(
+                    f"stage {stage.name!r} needs {need!r}, which is not listed before it"
+                )
             if seen[need].params:
-                raise AssertionError(f"stage {stage.name!r} needs the parameterised stage {need!r}")
+                raise AssertionError(
+                    f"stage {stage.name!r} needs the parameterised stage {need!r}"
+                )
         if stage.name in seen or made & set(stage.makes):
             raise AssertionError(f"stage {stage.name!r} makes what another stage makes")
         seen[stage.name] = stage
         made |= set(stage.makes)
-    for name, (stage_name, relation) in RELATIONS.items():
-        if relation not in seen[stage_name].makes:
-            raise AssertionError(f"relation {name!r}: stage {stage_name!r} does not make {relation!r}")
+    for name, (stage_name, relation) in relations.items():
+        if stage_name not in seen or relation not in seen[stage_name].makes:
+            raise AssertionError(
+                f"relation {name!r}: stage {stage_name!r} does not make {relation!r}"
+            )
     return seen
 
 
@@ -238,6 +355,7 @@ STAGE_BY_NAME = _check_stages(STAGES)
 
 
 # -- the pipeline --------------------------------------------------------------------------
+
 
 @dataclass
 class Pipeline:
@@ -295,8 +413,14 @@ class Pipeline:
 
     @classmethod
     @contextmanager
-    def of_store(cls, store: Store, tenant: str | None = None, threads: int | None = None,
-                 upto_seq: int | None = None, sized: bool = True) -> Iterator[Pipeline]:
+    def of_store(
+        cls,
+        store: Store,
+        tenant: str | None = None,
+        threads: int | None = None,
+        upto_seq: int | None = None,
+        sized: bool = True,
+    ) -> Iterator[Pipeline]:
         """One consistent snapshot of the store (with `tenant`: its entries and the fleet's;
         up to `upto_seq`). `sized`: in a scratch file when the ledger is large (`engine`);
         else always in memory."""
@@ -304,7 +428,10 @@ class Pipeline:
             with store.reading() as conn:  # the snapshot is read, then let go
                 size = 0
                 if sized:
-                    size = conn.exec_driver_sql("SELECT coalesce(max(seq), 0) FROM entries").scalar() or 0
+                    size = (
+                        conn.exec_driver_sql("SELECT coalesce(max(seq), 0) FROM entries").scalar()
+                        or 0
+                    )
                 con = stack.enter_context(engine(int(size), threads))
                 load_store(con, conn, tenant, upto_seq)
             yield cls(con)
@@ -350,7 +477,9 @@ def engine(entries: int, threads: int | None = None) -> Iterator[duckdb.DuckDBPy
             con.close()
         return
     with tempfile.TemporaryDirectory(prefix="gpuledger-reconcile-") as scratch:
-        con = open_engine(threads, MEMORY_LIMIT, Path(scratch) / "spill", Path(scratch) / "engine.duckdb")
+        con = open_engine(
+            threads, MEMORY_LIMIT, Path(scratch) / "spill", Path(scratch) / "engine.duckdb"
+        )
         try:
             yield con
         finally:

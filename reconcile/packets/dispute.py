@@ -48,16 +48,14 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-from sqlalchemy import func, select
 
-from ledger import LedgerError, Store
+from ledger import LedgerError, Store, read
 from ledger.checkpoint import sign_checkpoint
 from ledger.evidence import BUNDLE_VERSION, build_bundle, verify_bundle
 from ledger.fleet_heads import KEYED_TYPES
 from ledger.fleet_store import covering_fleet_seqs
 from ledger.note import Signer, Verifier
 from ledger.proofs import Checkpoint, ProofError
-from ledger.tables import entries as entries_table
 from ledger.witness import latest_cosigned_checkpoint
 from reconcile.engine import MoneyOverflow, Reconciliation
 from reconcile.engine.rules import touching_health
@@ -143,31 +141,23 @@ def _findings(entries: list[dict[str, Any]], tenant: str, invoice: str,
 
 def _material(store: Store, tenant: str, fleet_seqs: list[int], size: int) -> list[dict[str, Any]]:
     """What the engine reads of the entries a bundle at `size` would carry, in seq order."""
-    columns = [entries_table.c[f] for f in ("seq", "type", "tenant", "event")]
-    query = select(*columns).where(entries_table.c.seq <= size)
-    rows = []
-    with store.reading() as conn:
-        rows += [dict(r._mapping) for r in conn.execute(query.where(entries_table.c.tenant == tenant))]
-        for start in range(0, len(fleet_seqs), 500):
-            rows += [dict(r._mapping) for r in conn.execute(
-                query.where(entries_table.c.seq.in_(fleet_seqs[start:start + 500])))]
+    found = read.entries(store, tenant=tenant, last_seq=size)
+    if fleet_seqs:
+        found += read.entries(store, last_seq=size, seqs=fleet_seqs)
+    rows = [{"seq": e.seq, "type": e.type, "tenant": e.tenant, "event": e.event} for e in found]
     return sorted(rows, key=lambda r: int(r["seq"]))
 
 
 def _head_size(store: Store) -> int:
-    with store.reading() as conn:
-        return int(conn.execute(select(func.coalesce(func.max(entries_table.c.seq), 0))).scalar_one())
+    return read.head(store)
 
 
 def _check_material(store: Store, isolation: Isolation, size: int) -> None:
     """The tenant's own entries up to `size` hold no other tenant's identifier (the fleet
     entries are chosen clean): checked before a checkpoint is signed for the packet."""
-    query = (select(*[entries_table.c[f] for f in ("seq", "source", "id", "event")])
-             .where(entries_table.c.tenant == isolation.tenant, entries_table.c.seq <= size)
-             .order_by(entries_table.c.tenant_seq))
-    with store.reading() as conn:
-        for row in conn.execute(query):
-            _raise_leak(isolation, isolation.leak_in_entry(dict(row._mapping)))
+    for e in read.each_entry(store, tenant=isolation.tenant, last_seq=size):  # seq order: tenant_seq's
+        _raise_leak(isolation, isolation.leak_in_entry({"seq": e.seq, "source": e.source, "id": e.id,
+                                                        "event": e.event}))
 
 
 def _raise_leak(isolation: Isolation, leak: Leak | None) -> None:
@@ -194,24 +184,20 @@ def covering_seqs(store: Store, tenant: str, size: int) -> list[int]:
 
 
 def _require_invoice(store: Store, tenant: str, invoice: str) -> None:
-    query = select(entries_table.c.event).where(entries_table.c.tenant == tenant,
-                                                entries_table.c.type == "billing.line")
-    with store.reading() as conn:
-        for (event,) in conn.execute(query):
-            if json.loads(event).get("data", {}).get("invoice_id") == invoice:
-                return
+    for entry in read.each_entry(store, tenant=tenant, type="billing.line"):
+        if json.loads(entry.event).get("data", {}).get("invoice_id") == invoice:
+            return
     raise LedgerError(f"tenant {tenant!r} has no billing line on invoice {invoice!r}", option="invoice")
 
 
 def explaining_fleet_seqs(store: Store, tenant: str, size: int) -> list[int]:
     """Seqs (≤ size) of the fleet's health entries that touch one of `tenant`'s allocations."""
-    def rows(*where: Any) -> list[tuple[int, dict[str, Any]]]:
-        query = select(entries_table.c.seq, entries_table.c.event).where(entries_table.c.seq <= size, *where)
-        with store.reading() as conn:
-            return [(int(seq), json.loads(event).get("data", {})) for seq, event in conn.execute(query)]
+    def rows(tenant: str | None, types: str | tuple[str, ...]) -> list[tuple[int, dict[str, Any]]]:
+        return [(e.seq, json.loads(e.event).get("data", {}))
+                for e in read.each_entry(store, tenant=tenant, type=types, last_seq=size)]
 
-    grants = [data for _, data in rows(entries_table.c.tenant == tenant, entries_table.c.type == "allocation.granted")]
-    health = rows(entries_table.c.tenant.is_(None), entries_table.c.type.in_(FLEET_TYPES))
+    grants = [data for _, data in rows(tenant, "allocation.granted")]
+    health = rows(None, FLEET_TYPES)
     return touching_health(grants, health)
 
 
