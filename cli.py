@@ -25,6 +25,7 @@ from fixtures.sim.config import DEFAULT_START, Rates, SimConfig
 
 if TYPE_CHECKING:
     import ledger
+    import reconcile.reports as reconcile_reports
     from fixtures.sim import Manifest
     from schemas import Record
     from schemas.errors import GpuledgerError
@@ -652,33 +653,74 @@ def _decimal_option(name: str, text: str | None) -> Decimal | None:
     return value
 
 
-@main.group("report", cls=Group)
+class ReportGroup(Group):
+    """`report`: one command per report of `reconcile.reports.REPORT_LIST`, with its
+    formats, options and help, made the first time the group's commands are asked for (so
+    `import cli`, and `gpuledger --help`, load no library)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._made = False
+        self._commands: dict[str, click.Command] = {}
+        super().__init__(*args, **kwargs)
+
+    @property
+    def commands(self) -> dict[str, click.Command]:
+        if not self._made:
+            self._made = True
+            import reconcile.reports as reports
+
+            for spec in reports.REPORT_LIST:
+                self._commands.setdefault(spec.name, _report_command(spec))
+        return self._commands
+
+    @commands.setter
+    def commands(self, value: Mapping[str, click.Command]) -> None:
+        self._commands = dict(value)
+
+
+@main.group("report", cls=ReportGroup)
 def report_group() -> None:
     """Operator and finance reports: promises, capacity, outcomes, placement, envelope (definitions: README)."""
 
 
-def report_options(fn: F) -> F:
-    for option in reversed([
-        db_option,
-        click.option("--tenant", default=None, help="Only this tenant (capacity: its jobs; devices are the fleet's)."),
-        click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True),
-        click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="Output file (default: standard output)."),
-    ]):
-        fn = option(fn)
-    return fn
+def _report_command(spec: reconcile_reports.Report) -> click.Command:
+    """The command of one report: --db, --tenant, --format (the report's formats), --out,
+    and the report's own options (before --format where the report says so)."""
+    def callback(db_url: str | None, tenant: str | None, fmt: str, out: Path | None, **given: Any) -> None:
+        options = {o.name: _time_option(o.flag, given[o.name]) if o.time else given[o.name] for o in spec.options}
+        _emit_report(spec.name, db_url, tenant, fmt, out, options)
+
+    own = [_report_option(o) for o in spec.options]
+    shared = [click.option("--format", "fmt", type=click.Choice(spec.formats), default="table", show_default=True),
+              click.option("--out", type=OutputPath(dir_okay=False, path_type=Path), default=None,
+                           help="Output file (default: standard output).")]
+    options = [db_option, click.option("--tenant", default=None, help=spec.tenant_help),
+               *(own + shared if spec.options_first else shared + own)]
+    for option in reversed(options):
+        callback = option(callback)
+    return click.command(spec.name, help=spec.help)(callback)
+
+
+def _report_option(option: reconcile_reports.ReportOption) -> Callable[[F], F]:
+    settings: dict[str, Any] = {"default": option.default, "help": option.help}
+    if option.choices:
+        settings |= {"type": click.Choice(option.choices), "show_default": True}
+    if option.metavar:
+        settings["metavar"] = option.metavar
+    return click.option(option.flag, **settings)
 
 
 def _emit_report(name: str, db_url: str | None, tenant: str | None, fmt: str, out: Path | None,
-                 since: int | None = None, until: int | None = None, by: str = "both") -> None:
+                 options: dict[str, Any]) -> None:
     import ledger
     import reconcile.reports as reports
 
+    since, until = options.get("since"), options.get("until")
     if since is not None and until is not None and since >= until:
         raise InputError("--since: not before --until: the time range is empty")
     store = ledger.Store(db_url)
     _require_store(store, tenant)
-    rendered = reports.render(name, reports.report(store, name, tenant, since, until, by), fmt)
+    rendered = reports.render(name, reports.report(store, name, tenant, **options), fmt)
     if isinstance(rendered, str):
         if out is None:
             click.echo(_for_terminal(rendered) if sys.stdout.isatty() else rendered, nl=False)
@@ -721,61 +763,6 @@ def _time_option(name: str, text: str | None) -> int | None:
         return parse_time(text)
     except ValueError:
         raise InputError(f"{name}: not an RFC 3339 time: {text!r}") from None
-
-
-@report_group.command("promises")
-@report_options
-def report_promises(db_url: str | None, tenant: str | None, fmt: str, out: Path | None) -> None:
-    """Promised against actual start and completion; p50/p95 start delay by tenant and
-    placement class; every miss with the command that writes its packet."""
-    _emit_report("promises", db_url, tenant, fmt, out)
-
-
-@report_group.command("capacity")
-@report_options
-@click.option("--since", default=None, metavar="RFC3339", help="Window start (inclusive; default: open).")
-@click.option("--until", default=None, metavar="RFC3339", help="Window end (exclusive; default: open).")
-def report_capacity(db_url: str | None, tenant: str | None, fmt: str, out: Path | None,
-                    since: str | None, until: str | None) -> None:
-    """Devices discovered, jobs admitted, jobs placed, workloads started, and the gaps,
-    by placement class (whole, mig:<profile>, timeslice)."""
-    _emit_report("capacity", db_url, tenant, fmt, out, _time_option("--since", since), _time_option("--until", until))
-
-
-@report_group.command("outcomes")
-@report_options
-@click.option("--view", type=click.Choice(("all", "serving")), default="all", show_default=True,
-              help="serving: only the serving view (CSV: its rows instead of the jobs').")
-def report_outcomes(db_url: str | None, tenant: str | None, fmt: str, out: Path | None, view: str) -> None:
-    """Time to first usable allocation, step time p50/p95, checkpoint overhead,
-    completed-run time, cost per completed run and per accepted result; for serving jobs,
-    per concurrency level: request rate, TTFT and latency, output tokens/s, cancellations
-    and cost per accepted response."""
-    _emit_report("serving" if view == "serving" else "outcomes", db_url, tenant, fmt, out)
-
-
-@report_group.command("placement")
-@report_options
-def report_placement(db_url: str | None, tenant: str | None, fmt: str, out: Path | None) -> None:
-    """Per allocation: the placement class sold against the topology observed (match, or
-    mismatch and why) and the money billed on mismatches; per class, whether probe bus
-    bandwidth ranks the jobs' step time (Spearman's rho)."""
-    _emit_report("placement", db_url, tenant, fmt, out)
-
-
-@report_group.command("envelope")
-@db_option
-@click.option("--tenant", default=None, help="Only this tenant's jobs and money.")
-@click.option("--by", type=click.Choice(("both", "source", "placement_class")), default="both", show_default=True,
-              help="Group by source (the provider), by placement class, or by both.")
-@click.option("--format", "fmt", type=click.Choice((*REPORT_FORMATS, "html")), default="table", show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Output file (default: standard output).")
-def report_envelope(db_url: str | None, tenant: str | None, by: str, fmt: str, out: Path | None) -> None:
-    """Per source (provider) and placement class: p95 start and completion against the
-    promises, restart rate, checkpoint overhead, cost per completed run and per accepted
-    result (definitions: docs/envelope.md)."""
-    _emit_report("envelope", db_url, tenant, fmt, out, by=by)
 
 
 @main.command("packet")
@@ -1025,8 +1012,11 @@ class OutputPath(click.Path):
 
 
 def _check_outputs(group: click.Group) -> None:
-    """Every command's `--out` becomes an OutputPath: one check for all (and any added later)."""
+    """Every command's `--out` becomes an OutputPath: one check for all (and any added later;
+    a report's command, made when first asked for, is made with one)."""
     for command in group.commands.values():
+        if isinstance(command, ReportGroup):
+            continue
         if isinstance(command, click.Group):
             _check_outputs(command)
         for param in command.params:
