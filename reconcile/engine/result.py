@@ -33,6 +33,7 @@ from reconcile.engine.money import (
     places_of,
 )
 from reconcile.engine.rules import ACCEPTANCE, BEARERS, CATEGORY_ORDER, INF, LABEL_BY_CODE, SECOND
+from schemas.documents.reconciliation import ReconciliationDocument
 
 __all__ = ["ACCEPTANCE", "BEARERS", "CATEGORY_ORDER", "Cell", "InvoiceTotal", "Reconciliation", "gpu_seconds"]
 
@@ -274,6 +275,11 @@ class Reconciliation:
             for first, tally in self.lines().values()
         ]
         return {"tenants": tenants, "lines": lines}
+
+    def document(self) -> ReconciliationDocument:
+        """`as_json()` as its document (schemas/documents/reconciliation.py): what
+        `reconcile --format json` writes, through `to_json()`."""
+        return ReconciliationDocument.parse(self.as_json())
 
     def frame(self) -> pa.Table:
         """One row per line, category, bearer and acceptance: for CSV and Parquet. Computed

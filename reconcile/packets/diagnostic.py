@@ -32,7 +32,6 @@ script, no network).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -60,6 +59,7 @@ from reconcile.packets.packet_sql import (
 from reconcile.packets.timeline import timeline
 from reconcile.reports import Loaded, loaded, outcomes, promises
 from reconcile.reports.pages import environment
+from schemas.documents.diagnostic import DiagnosticPacket
 from schemas.errors import BadInput
 
 HISTOGRAM_BINS = 120
@@ -133,7 +133,7 @@ def write_packet(store: Store, promise_id: str, out_dir: Path, tenant: str | Non
     packet = build_packet(store, promise_id, tenant)
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, html_path = out_dir / "packet.json", out_dir / "packet.html"
-    json_path.write_text(json.dumps(packet, indent=2) + "\n")
+    json_path.write_text(DiagnosticPacket.parse(packet).to_json())
     html_path.write_text(render_html(packet))
     return [json_path, html_path]
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from pathlib import Path
@@ -101,7 +100,7 @@ def write(result: Reconciliation, fmt: str, out: IO[str] | Path, db: str | None 
     Parquet are for spreadsheets: a text cell that starts like a formula is prefixed `'`
     (`for_spreadsheets`); JSON is exact."""
     if fmt in ("json", "html"):
-        text = json.dumps(result.as_json(), indent=2) + "\n" if fmt == "json" else _page(result, db)
+        text = result.document().to_json() if fmt == "json" else _page(result, db)
         if isinstance(out, Path):
             out.write_text(text)
         else:
