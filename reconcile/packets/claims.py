@@ -34,7 +34,6 @@ import duckdb
 
 from reconcile.engine import Reconciliation, engine, run
 from reconcile.engine.figures import iso
-from reconcile.engine.money import format_minor
 from reconcile.engine.result import gpu_seconds
 from reconcile.engine.rules import (
     FAULT_LOOKBACK_US,
@@ -49,6 +48,7 @@ from reconcile.engine.rules import (
 )
 from reconcile.engine.snapshot import entry_pages, load_pages
 from schemas.errors import CheckFailed
+from schemas.money import Money
 
 #: Labels a customer disputes: provider-borne (the provider should not have charged) and disputed.
 CLAIM_LABELS = tuple(label for label in LABELS if label.bearer in ("provider", "disputed"))
@@ -234,7 +234,7 @@ def _claim(row: tuple[Any, ...], stretches: list[tuple[int, int, int]], cites: s
     kind = LABEL_BY_CODE[int(label)]
     return {"line_id": line_id, "allocation_id": allocation_id, "category": kind.category, "bearer": kind.bearer,
             "gpu_seconds": gpu_seconds(int(gpu_us)),
-            "amount": format_minor(int(cents), int(minor)), "currency": currency,
+            "amount": str(Money.of(int(cents), int(minor))), "currency": currency,
             "stretches": [[iso(s), iso(e), g] for s, e, g in stretches], "cites": sorted(cites)}
 
 

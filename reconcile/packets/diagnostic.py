@@ -40,7 +40,7 @@ import duckdb
 import orjson
 
 from ledger import Store, read
-from reconcile.engine.figures import iso, money, parse_time, seconds
+from reconcile.engine.figures import iso, parse_time, seconds
 from reconcile.packets import story
 from reconcile.packets.packet_sql import (
     ALLOCATIONS,
@@ -61,6 +61,7 @@ from reconcile.reports import Loaded, loaded, outcomes, promises
 from reconcile.reports.pages import environment
 from schemas.documents.diagnostic import DiagnosticPacket
 from schemas.errors import BadInput
+from schemas.money import Money
 
 HISTOGRAM_BINS = 120
 #: The timeline's legend: (CSS classes of the swatch, what it means), in lane order.
@@ -225,7 +226,8 @@ def _billing(data: Loaded, params: dict[str, Any]) -> dict[str, Any]:
         found = tallies.get((params["tenant"], line["invoice_id"], line["line_id"]))
         line["categories"] = found[1].categories() if found and not line["replaced"] else {}
     cost = outcomes.job_costs(data.con, data.recon).get((params["tenant"], params["job"]), {})
-    return {"lines": lines, "job_cost": {c: money(v, c) for c, v in sorted(cost.items())}}
+    job_cost = {c: str(Money.of(v, currency=c)) for c, v in sorted(cost.items())}
+    return {"lines": lines, "job_cost": job_cost}
 
 
 # -- evidence -----------------------------------------------------------------------------

@@ -65,6 +65,7 @@ from reconcile.packets.claims import ClaimMismatch, reconcile_claims
 from reconcile.packets.difference import first_difference
 from reconcile.packets.isolation import Isolation, IsolationError, Leak, check_packet, tenant_identifiers
 from schemas.documents.base import InvalidDocument, show
+from schemas.documents.bundle import Entry
 from schemas.documents.dispute import PACKET_KIND, PACKET_VERSION, DisputePacket
 
 __all__ = ["IsolationError", "PacketError", "PacketUnreadable", "VerifiedPacket", "build_dispute", "check_pinned",
@@ -96,7 +97,7 @@ class VerifiedPacket:
     # the verifier's own recomputation from the packet's entries (what the letter is written from)
     findings: dict[str, Any] = field(default_factory=dict)
     claims: list[dict[str, Any]] = field(default_factory=list)
-    cited: dict[int, dict[str, Any]] = field(default_factory=dict)  # the claims' entries, by seq
+    cited: dict[int, Entry] = field(default_factory=dict)  # the claims' entries, by seq
 
 
 # -- building -------------------------------------------------------------------------
@@ -301,7 +302,7 @@ def verify_dispute(packet: Any, verifier: Verifier, previous: str | None = None)
     except ProofError as exc:
         raise PacketError(f"bundle: {exc}") from None
     items: list[dict[str, Any]] = bundle["entries"]
-    _check_events(items)
+    _check_events(parsed.bundle.entries)
     _check_scope(parsed, tenant, invoice)
     findings = parsed.findings.to_dict()
     recomputed, claims = _recompute(items, invoice)
@@ -317,7 +318,7 @@ def verify_dispute(packet: Any, verifier: Verifier, previous: str | None = None)
     cites = {seq for claim in claims for seq in claim["cites"]}
     return VerifiedPacket(tenant, invoice, len(findings["lines"]), len(items) - fleet, fleet, checkpoint,
                           len(parsed.bundle.withheld), previous_size, recomputed, claims,
-                          {e["seq"]: e for e in items if e["seq"] in cites})
+                          {e.seq: e for e in parsed.bundle.entries if e.seq in cites})
 
 
 def check_pinned(checked: VerifiedPacket, tenant: str | None, invoice: str | None) -> None:
@@ -342,21 +343,21 @@ def _parse(packet: Any) -> DisputePacket:
     return parsed
 
 
-def _check_events(items: list[dict[str, Any]]) -> None:
+def _check_events(entries: list[Entry]) -> None:
     """Fleet entries are health events; each event's type and tenant are its entry's."""
-    for entry in items:
-        where = f"seq {entry['seq']}"
-        if entry["tenant"] is None and entry["type"] not in KEYED_TYPES:
-            raise PacketError(f"{where}: a fleet entry of type {entry['type']!r}; a packet's fleet entries are "
-                              f"{', '.join(KEYED_TYPES)}")
+    for entry in entries:
+        where = f"seq {entry.seq}"
+        if entry.tenant is None and entry.type not in KEYED_TYPES:
+            raise PacketError(f"{where}: a fleet entry of type {entry.type!r}; "
+                              f"a packet's fleet entries are {', '.join(KEYED_TYPES)}")
         try:
-            event = json.loads(entry["event"])
+            event = json.loads(entry.event)
         except json.JSONDecodeError as exc:
             raise PacketError(f"{where}: event: not JSON: {exc.msg}") from None
         data = event.get("data") if isinstance(event, dict) else None
-        if not isinstance(data, dict) or event.get("type") != entry["type"]:
-            raise PacketError(f"{where}: event: not an event of type {entry['type']!r}")
-        if data.get("tenant") != entry["tenant"]:
+        if not isinstance(data, dict) or event.get("type") != entry.type:
+            raise PacketError(f"{where}: event: not an event of type {entry.type!r}")
+        if data.get("tenant") != entry.tenant:
             raise PacketError(f"{where}: event: data.tenant {data.get('tenant')!r} is not the entry's tenant")
 
 

@@ -50,10 +50,11 @@ import duckdb
 from rich.table import Table
 from rich.text import Text
 
-from reconcile.engine.figures import money, percentiles_sql, placement_sql, seconds
+from reconcile.engine.figures import percentiles_sql, placement_sql, seconds
 from reconcile.engine.result import Reconciliation
 from reconcile.reports import outcomes, promises
 from schemas.display import DataTable, data_text
+from schemas.money import Money
 
 #: `--by` choices, each with the columns of the group key.
 GROUPINGS: dict[str, tuple[str, ...]] = {
@@ -144,7 +145,8 @@ def report(con: duckdb.DuckDBPyConnection, recon: Reconciliation, tenant: str | 
         groups.setdefault(key, _empty(keys, key))["promises"] = figures
     unassigned = _add_money(con, recon, keys, tenant, groups)
     return {"by": list(keys), "tenant": tenant, "groups": [groups[k] for k in sorted(groups)],
-            "unassigned": {c: money(Fraction(v), c) for c, v in sorted(unassigned.items())}}
+            "unassigned": {c: str(Money.of(Fraction(v), currency=c))
+                           for c, v in sorted(unassigned.items())}}
 
 
 def _key_sql(keys: tuple[str, ...]) -> str:

@@ -14,10 +14,11 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from rich.table import Column, Table
 
-from reconcile.engine.money import exact_text, major_units, places_of
+from reconcile.engine.money import exact_text, places_of
 from reconcile.engine.result import InvoiceTotal, Reconciliation
 from schemas.display import FIGURE_RE2, FORMULA_STARTS, DataTable
 from schemas.errors import BadInput
+from schemas.money import Money
 
 FORMATS = ("table", "json", "csv", "parquet", "html")
 
@@ -42,10 +43,6 @@ def exact_number(value: Decimal, minor: int) -> str:
 
 def hours(gpu_us: int) -> str:
     return number(Decimal(gpu_us) / HOUR_US, 2)
-
-
-def money(cents: int, minor: int) -> str:
-    return number(major_units(cents, minor), minor)
 
 
 def tables(result: Reconciliation) -> list[Table]:
@@ -83,11 +80,16 @@ def _invoice_rows(invoice: InvoiceTotal) -> list[Row]:
     billed_us = invoice.tally.billed_us
     rows: list[Row] = [
         ((name, currency, "total billed", "", hours(billed_us), exact_number(invoice.billed_exact, minor)), "bold"),
-        ((name, currency, "classified", "", hours(billed_us), money(invoice.tally.total_cents, minor)), "")]
+        ((name, currency, "classified", "", hours(billed_us),
+          Money.of(invoice.tally.total_cents, minor).grouped()), "")]
     for bearer, (us, cents) in invoice.bearer_totals().items():
-        rows.append(((name, currency, "bearer total", bearer, hours(us), money(cents, minor)), STYLE.get(bearer, "")))
+        shown = Money.of(cents, minor).grouped()
+        row = (name, currency, "bearer total", bearer, hours(us), shown)
+        rows.append((row, STYLE.get(bearer, "")))
     for category, bearer, us, cents in invoice.category_totals():
-        rows.append(((name, currency, f"  {category}", bearer, hours(us), money(cents, minor)), STYLE.get(bearer, "")))
+        shown = Money.of(cents, minor).grouped()
+        row = (name, currency, f"  {category}", bearer, hours(us), shown)
+        rows.append((row, STYLE.get(bearer, "")))
     return rows + [((), "")]
 
 
