@@ -25,10 +25,25 @@ def schema_texts() -> dict[str, str]:
         schema["$id"] = f"{BASE_ID}/{event_type}.json"
         texts[f"{event_type}.json"] = _text(schema)
     for name, document in DOCUMENTS.items():
-        schema = document.model_json_schema(by_alias=True)
+        schema = _without_defaults(document.model_json_schema(by_alias=True))
         schema["$id"] = f"{BASE_ID}/documents/{name}.json"
         texts[f"documents/{name}.json"] = _text(schema)
     return texts
+
+
+def _without_defaults(schema: dict[str, object]) -> dict[str, object]:
+    """A document's member with a default is one it may leave out: the default is no value
+    it stands for, so the schema names none (it says only that the member is optional)."""
+    def walk(node: object) -> object:
+        if isinstance(node, dict):
+            return {k: walk(v) for k, v in node.items() if k != "default"}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    out = walk(schema)
+    assert isinstance(out, dict)
+    return out
 
 
 def _text(schema: dict[str, object]) -> str:
