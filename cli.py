@@ -571,9 +571,8 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
     """Write a customer's dispute packet for one invoice: findings, the tenant's entries, proofs, signed checkpoint."""
     import ledger
     from ledger.note import read_signer
-    from reconcile.packets.dispute import build_dispute, check_writable, write_packet
+    from reconcile.packets.dispute import PacketError, build_dispute, check_writable, write_packet
     from reconcile.packets.letter import write_letter_beside
-    from reconcile.packets.untrusted import PacketError
 
     store = ledger.Store(db_url)
     signer = read_signer(key_path)

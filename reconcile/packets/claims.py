@@ -32,11 +32,11 @@ from typing import Any
 
 from reconcile.engine import Reconciliation
 from reconcile.engine.figures import iso
-from reconcile.engine.money import format_minor
 from reconcile.engine.pipeline import CLAIM_LABELS, Pipeline
 from reconcile.engine.result import gpu_seconds
 from reconcile.engine.rules import FAULT_LOOKBACK_US, LABEL_BY_CODE, code, codes_sql
 from schemas.errors import CheckFailed
+from schemas.money import Money
 
 
 class ClaimMismatch(CheckFailed, AssertionError):
@@ -155,7 +155,7 @@ def _claim(row: tuple[Any, ...], stretches: list[tuple[int, int, int]], cites: s
     kind = LABEL_BY_CODE[int(label)]
     return {"line_id": line_id, "allocation_id": allocation_id, "category": kind.category, "bearer": kind.bearer,
             "gpu_seconds": gpu_seconds(int(gpu_us)),
-            "amount": format_minor(int(cents), int(minor)), "currency": currency,
+            "amount": str(Money.of(int(cents), int(minor))), "currency": currency,
             "stretches": [[iso(s), iso(e), g] for s, e, g in stretches], "cites": sorted(cites)}
 
 

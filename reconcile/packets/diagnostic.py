@@ -32,7 +32,6 @@ script, no network).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ import duckdb
 import orjson
 
 from ledger import Store, read
-from reconcile.engine.figures import iso, money, parse_time, seconds
+from reconcile.engine.figures import iso, parse_time, seconds
 from reconcile.engine.pipeline import Pipeline
 from reconcile.packets import story
 from reconcile.packets.packet_sql import (
@@ -60,7 +59,9 @@ from reconcile.packets.packet_sql import (
 from reconcile.packets.timeline import timeline
 from reconcile.reports import loaded, outcomes, promises
 from reconcile.reports.pages import environment
+from schemas.documents.diagnostic import DiagnosticPacket
 from schemas.errors import BadInput
+from schemas.money import Money
 
 HISTOGRAM_BINS = 120
 #: The timeline's legend: (CSS classes of the swatch, what it means), in lane order.
@@ -133,7 +134,7 @@ def write_packet(store: Store, promise_id: str, out_dir: Path, tenant: str | Non
     packet = build_packet(store, promise_id, tenant)
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, html_path = out_dir / "packet.json", out_dir / "packet.html"
-    json_path.write_text(json.dumps(packet, indent=2) + "\n")
+    json_path.write_text(DiagnosticPacket.parse(packet).to_json())
     html_path.write_text(render_html(packet))
     return [json_path, html_path]
 
@@ -222,7 +223,8 @@ def _billing(data: Pipeline, params: dict[str, Any]) -> dict[str, Any]:
         found = tallies.get((params["tenant"], line["invoice_id"], line["line_id"]))
         line["categories"] = found[1].categories() if found and not line["replaced"] else {}
     cost = outcomes.job_costs(data).get((params["tenant"], params["job"]), {})
-    return {"lines": lines, "job_cost": {c: money(v, c) for c, v in sorted(cost.items())}}
+    job_cost = {c: str(Money.of(v, currency=c)) for c, v in sorted(cost.items())}
+    return {"lines": lines, "job_cost": job_cost}
 
 
 # -- evidence -----------------------------------------------------------------------------

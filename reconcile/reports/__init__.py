@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from ledger import Store
 from reconcile.engine.pipeline import Pipeline
 from reconcile.reports import capacity, envelope, envelope_page, fleet_changes, outcomes, placement, promises, serving
 from schemas.display import DataTable, spreadsheet_safe, terminal_safe
+from schemas.documents.reports import REPORT_DOCUMENTS
 from schemas.errors import BadInput
 
 FORMATS = ("table", "json", "csv", "tsv")
@@ -255,7 +255,7 @@ def write_reports(store: Store, out_dir: Path) -> Written:
     for name, doc in docs.items():
         kind = "envelope" if name == "envelope_by_class" else name
         paths.append(out_dir / f"{name}.json")
-        paths[-1].write_text(json.dumps(doc, indent=2) + "\n")
+        paths[-1].write_text(report_json(kind, doc))
         paths.append(out_dir / f"{name}.csv")
         paths[-1].write_text(to_csv(kind, doc))
     paths.append(out_dir / "serving.csv")  # outcomes' serving view: rows of another shape than its jobs'
@@ -267,11 +267,16 @@ def write_reports(store: Store, out_dir: Path) -> Written:
     return Written(paths, docs["promises"]["misses"], docs)
 
 
+def report_json(name: str, doc: dict[str, Any]) -> str:
+    """The report's JSON text, through its document (schemas/documents/reports.py)."""
+    return REPORT_DOCUMENTS[name].parse(doc).to_json()
+
+
 def render(name: str, doc: dict[str, Any], fmt: str) -> str | list[Table | Text]:
     """JSON, CSV or TSV text, rich tables (and plain lines, printed unwrapped) for the
     terminal, or the report's page."""
     if fmt == "json":
-        return json.dumps(doc, indent=2) + "\n"
+        return report_json(name, doc)
     if fmt in ("csv", "tsv"):
         return to_csv(name, doc, "," if fmt == "csv" else "\t")
     if fmt == "table":

@@ -50,11 +50,12 @@ import duckdb
 from rich.table import Table
 from rich.text import Text
 
-from reconcile.engine.figures import money, percentiles_sql, seconds
+from reconcile.engine.figures import percentiles_sql, seconds
 from reconcile.engine.pipeline import Pipeline
 from reconcile.engine.result import Reconciliation
 from reconcile.reports import outcomes, promises
 from schemas.display import DataTable, data_text
+from schemas.money import Money
 
 #: `--by` choices, each with the columns of the group key.
 GROUPINGS: dict[str, tuple[str, ...]] = {
@@ -98,7 +99,8 @@ def report(pipe: Pipeline, tenant: str | None = None, by: str = "both") -> dict[
         groups.setdefault(key, _empty(keys, key))["promises"] = figures
     unassigned = _add_money(pipe, recon, keys, tenant, groups)
     return {"by": list(keys), "tenant": tenant, "groups": [groups[k] for k in sorted(groups)],
-            "unassigned": {c: money(Fraction(v), c) for c, v in sorted(unassigned.items())}}
+            "unassigned": {c: str(Money.of(Fraction(v), currency=c))
+                           for c, v in sorted(unassigned.items())}}
 
 
 def _key_sql(keys: tuple[str, ...]) -> str:

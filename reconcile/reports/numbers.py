@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 
-from reconcile.engine.money import exact_text, major_units, places_of
+from reconcile.engine.money import exact_text, places_of
 
 #: GPU-µs in a GPU-hour.
 HOUR_US = 3_600 * 1_000_000
@@ -28,7 +28,3 @@ def exact_number(value: Decimal, minor: int) -> str:
 
 def hours(gpu_us: int) -> str:
     return number(Decimal(gpu_us) / HOUR_US, 2)
-
-
-def money(cents: int, minor: int) -> str:
-    return number(major_units(cents, minor), minor)

@@ -35,9 +35,10 @@ from typing import Any
 
 import duckdb
 
-from reconcile.engine.figures import iso, money, percentiles_sql, seconds
+from reconcile.engine.figures import iso, percentiles_sql, seconds
 from reconcile.engine.pipeline import Pipeline
 from reconcile.engine.result import Reconciliation, gpu_seconds
+from schemas.money import Money
 
 TENANT_FIGURES = f"""
 WITH job_figures AS (
@@ -101,7 +102,7 @@ def _jobs(con: duckdb.DuckDBPyConnection, tenant: str | None,
             "attempts": r["attempts"], "time_to_first_usable_allocation_s": seconds(r["ttfua"]),
             "completed_run_time_s": seconds(r["run_time"]),
             "result": "accepted" if r["accepted"] else "rejected" if r["rejected"] else "pending",
-            "cost": {c: money(v, c) for c, v in sorted(cost.items())},
+            "cost": {c: str(Money.of(v, currency=c)) for c, v in sorted(cost.items())},
             "_cost": cost,
         })
     return out
@@ -162,10 +163,14 @@ def cost_figures(completed: list[dict[str, Any]], billed: dict[str, int], accept
     out = {}
     for currency in sorted(set(runs) | set(billed)):
         total = Fraction(billed.get(currency, 0))
+        per_run = None
+        if completed:
+            per_run = str(Money.of(runs[currency] / len(completed), currency=currency))
         out[currency] = {
-            "completed_runs_cost": money(runs[currency], currency),
-            "cost_per_completed_run": money(runs[currency] / len(completed), currency) if completed else None,
-            "billed": money(total, currency),
-            "cost_per_accepted_result": money(total / accepted, currency) if accepted else None,
+            "completed_runs_cost": str(Money.of(runs[currency], currency=currency)),
+            "cost_per_completed_run": per_run,
+            "billed": str(Money.of(total, currency=currency)),
+            "cost_per_accepted_result": (str(Money.of(total / accepted, currency=currency))
+                                         if accepted else None),
         }
     return out

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -16,9 +15,10 @@ from rich.table import Column, Table
 
 from reconcile.engine.result import InvoiceTotal, Reconciliation
 from reconcile.reports.finance_page import render_page
-from reconcile.reports.numbers import exact_number, hours, money
+from reconcile.reports.numbers import exact_number, hours
 from schemas.display import FIGURE_RE2, FORMULA_STARTS, DataTable
 from schemas.errors import BadInput
+from schemas.money import Money
 
 FORMATS = ("table", "json", "csv", "parquet", "html")
 
@@ -58,11 +58,16 @@ def _invoice_rows(invoice: InvoiceTotal) -> list[Row]:
     billed_us = invoice.tally.billed_us
     rows: list[Row] = [
         ((name, currency, "total billed", "", hours(billed_us), exact_number(invoice.billed_exact, minor)), "bold"),
-        ((name, currency, "classified", "", hours(billed_us), money(invoice.tally.total_cents, minor)), "")]
+        ((name, currency, "classified", "", hours(billed_us),
+          Money.of(invoice.tally.total_cents, minor).grouped()), "")]
     for bearer, (us, cents) in invoice.bearer_totals().items():
-        rows.append(((name, currency, "bearer total", bearer, hours(us), money(cents, minor)), STYLE.get(bearer, "")))
+        shown = Money.of(cents, minor).grouped()
+        row = (name, currency, "bearer total", bearer, hours(us), shown)
+        rows.append((row, STYLE.get(bearer, "")))
     for category, bearer, us, cents in invoice.category_totals():
-        rows.append(((name, currency, f"  {category}", bearer, hours(us), money(cents, minor)), STYLE.get(bearer, "")))
+        shown = Money.of(cents, minor).grouped()
+        row = (name, currency, f"  {category}", bearer, hours(us), shown)
+        rows.append((row, STYLE.get(bearer, "")))
     return rows + [((), "")]
 
 
@@ -75,7 +80,7 @@ def write(result: Reconciliation, fmt: str, out: IO[str] | Path, db: str | None 
     Parquet are for spreadsheets: a text cell that starts like a formula is prefixed `'`
     (`for_spreadsheets`); JSON is exact."""
     if fmt in ("json", "html"):
-        text = json.dumps(result.as_json(), indent=2) + "\n" if fmt == "json" else _page(result, db)
+        text = result.document().to_json() if fmt == "json" else _page(result, db)
         if isinstance(out, Path):
             out.write_text(text)
         else:

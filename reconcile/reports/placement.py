@@ -42,9 +42,10 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from reconcile.engine.figures import money, nearest_rank_of, placement_sql
+from reconcile.engine.figures import nearest_rank_of, placement_sql
 from reconcile.engine.intervals import SECOND
 from reconcile.engine.pipeline import Pipeline
+from schemas.money import Money
 
 #: the busbw reading: nccl-tests' all-reduce, the collective of data-parallel training
 PROBE_TEST = "all_reduce_perf"
@@ -191,7 +192,7 @@ def _allocation(row: dict[str, Any], evidence: dict[tuple[str, str], Evidence],
         "nodes_observed": sorted(found.captures),
         "links_observed": _links_seen(found.captures, row),
         "status": status, "reason": _one_line(reasons), "reasons": reasons,
-        "billed": {c: money(v, c) for c, v in sorted(money_of.items())},
+        "billed": {c: str(Money.of(v, currency=c)) for c, v in sorted(money_of.items())},
         "_money": money_of,
         "busbw_gbps": None if found.busbw is None else str(found.busbw), "busbw_size_bytes": found.busbw_size,
         "step_time_p50_s": None, "step_times": 0,
@@ -281,7 +282,8 @@ def _summary(allocations: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     mismatched[currency] += value
         out.append({"tenant": tenant, "placement_class": cls, "allocations": len(rows),
                     **{s: sum(a["status"] == s for a in rows) for s in ("match", "mismatch", "undetermined", "unobserved")},
-                    "billed_on_mismatch": {c: money(v, c) for c, v in sorted(mismatched.items())}})
+                    "billed_on_mismatch": {c: str(Money.of(v, currency=c))
+                                           for c, v in sorted(mismatched.items())}})
     for a in allocations:
         del a["_money"]
     return out

@@ -30,9 +30,10 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 from typing import Any
 
-from reconcile.engine.figures import money, seconds
+from reconcile.engine.figures import seconds
 from reconcile.engine.intervals import SECOND
 from reconcile.engine.pipeline import Pipeline
+from schemas.money import Money
 
 STATISTICS = ("p50", "p95", "p99")
 DISTRIBUTIONS = ("ttft_ms", "latency_ms")
@@ -110,8 +111,9 @@ def _level(tenant: str, concurrency: int | str | None, windows: list[dict[str, A
         "output_tokens_per_s": (rate(Fraction(sum(w["data"]["output_tokens"] for w in counted) * SECOND, token_us))
                                 if token_us else None),
         **{name: worst(data, name) for name in DISTRIBUTIONS},
-        "cost": {c: {"cost": money(v, c),
-                     "cost_per_accepted_response": money(v / accepted, c) if accepted else None}
+        "cost": {c: {"cost": str(Money.of(v, currency=c)),
+                     "cost_per_accepted_response": (str(Money.of(v / accepted, currency=c))
+                                                    if accepted else None)}
                  for c, v in sorted(cost.items())},
     }
 
