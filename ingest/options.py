@@ -18,10 +18,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Self
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from ingest.base import IngestError, LocalZone
+from ingest.base import IngestError
 
 #: What a caller may pass an ingestor beside its options: hooks, never user input.
 RUNTIME = frozenset({"recorded", "skipped"})
@@ -52,7 +53,11 @@ def _qos_tenant(value: str | None) -> str | None:
 
 def _zone(value: str | None) -> str | None:
     if value:
-        LocalZone(value)
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise IngestError(f"unknown time zone {value!r} (an IANA name such as Europe/Berlin "
+                              "or UTC)", option="timezone") from None
     return value
 
 
