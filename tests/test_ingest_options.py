@@ -51,7 +51,7 @@ def test_the_hidden_aliases_are_exactly_the_declared_options() -> None:
 def test_an_options_object_is_frozen_and_refuses_what_its_format_does_not_take(tmp_path: Path) -> None:
     options = INGESTORS[1].options.of({"cluster": "eu-west"})  # sacct
     with pytest.raises(ValidationError):
-        options.cluster = "other"  # type: ignore[misc]
+        options.cluster = "other"  # type: ignore[attr-defined]
     with pytest.raises(IngestError, match=r"^sacct takes no option 'node' \(its options: fields, ") as info:
         INGESTORS[1].options.of({"node": "n1"})
     assert info.value.option == "node"
