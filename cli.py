@@ -149,9 +149,9 @@ def init(db_url: str | None) -> None:
 #: The flags that gave format options before --set, kept as hidden aliases of
 #: `--set NAME=VALUE` (written out so that --help imports no library; tests/test_cli.py
 #: keeps them equal to the options the formats' objects declare).
-FORMAT_OPTION_ALIASES = ("fields", "delimiter", "cluster", "tenant_field", "tenant", "allocation", "job",
-                         "timezone", "gpu_field", "allocation_field", "node", "fabric_domain", "scrape_time",
-                         "flavor_class", "qos_tenant", "window_start")
+FORMAT_OPTION_ALIASES = ("fields", "delimiter", "cluster", "tenant_field", "tenant", "allocation",
+                         "job", "timezone", "gpu_field", "allocation_field", "node", "fabric_domain",
+                         "scrape_time", "flavor_class", "qos_tenant", "window_start")
 
 
 def _format_option_aliases(fn: F) -> F:
@@ -200,7 +200,8 @@ def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, manifes
     given = _format_options(settings, aliases)
     if owner is not None:
         given["owner"] = owner
-    jobs = _ingest_jobs(manifest, files, fmt, given, allowed, set_keys=_keys(settings))
+    by_alias = frozenset(name for name, value in aliases.items() if value is not None)
+    jobs = _ingest_jobs(manifest, files, fmt, given, allowed, by_alias)
     store = _writable_store(db_url)
     store.init()
     appender = ledger.Appender(store)
@@ -230,15 +231,11 @@ def _zone_note(path: Path, fmt: str | None, options: Mapping[str, str | None]) -
     return f" · times in {LocalZone(options.get('timezone')).name}"
 
 
-def _keys(settings: Sequence[str]) -> set[str]:
-    return {s.partition("=")[0].strip().replace("-", "_") for s in settings}
-
-
 def _format_options(settings: Sequence[str], aliases: Mapping[str, str | None]) -> dict[str, str]:
     """The format options given, by name: every `--set KEY=VALUE` and every alias flag,
     translated into one mapping here, before anything else sees them."""
     given: dict[str, str] = {}
-    pairs = [(s.partition("=")[0].strip(), s.partition("=")[1], s.partition("=")[2]) for s in settings]
+    pairs = [(key.strip(), sep, value) for key, sep, value in (s.partition("=") for s in settings)]
     for key, sep, value in pairs:
         if not sep or not key:
             raise InputError(f"--set: expected KEY=VALUE, found {key + sep + value!r}")
@@ -246,8 +243,9 @@ def _format_options(settings: Sequence[str], aliases: Mapping[str, str | None]) 
     for key, _, value in pairs:
         name = key.replace("-", "_")
         if name not in FORMAT_OPTION_ALIASES:
+            known = ", ".join(sorted(FORMAT_OPTION_ALIASES))
             raise InputError(f"--set: no format takes an option {key!r} "
-                             f"(known: {', '.join(sorted(FORMAT_OPTION_ALIASES))}; see --list-formats)")
+                             f"(known: {known}; see --list-formats)")
         if given.get(name, value) != value or given_by_alias.get(name, value) != value:
             raise InputError(f"--set: {key} is given twice, with different values")
         given[name] = value
@@ -266,18 +264,19 @@ def _list_formats(ctx: click.Context) -> None:
 
 
 def _ingest_jobs(manifest: Path | None, files: Sequence[Path], fmt: str | None,
-                 options: dict[str, str], allowed: Sequence[Path] = (), set_keys: set[str] | None = None,
+                 options: dict[str, str], allowed: Sequence[Path] = (),
+                 by_alias: frozenset[str] = frozenset(),
                  ) -> list[tuple[Path, str | None, dict[str, str]]]:
     """(file, format, options) to ingest, in order: FILES with the command's options, or
-    the manifest's, each file's ingestor configured first. An error about an option given
-    with --set names it as `--set NAME`."""
+    the manifest's, each file's ingestor configured first. An error about a format option
+    names it `--set NAME`, or by its old flag when that is how it was given."""
     from ingest.base import IngestError
     from ingest.manifest import ingest_plan
 
     try:
         plan = ingest_plan(manifest, files, fmt, options, allowed)
     except IngestError as exc:
-        if exc.option is not None and exc.option in (set_keys or set()):
+        if exc.option in FORMAT_OPTION_ALIASES and exc.option not in by_alias:
             raise InputError(f"--set {exc.option}: {exc}") from None
         raise
     return [(e.path, e.format, e.options) for e in plan]

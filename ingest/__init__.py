@@ -102,7 +102,8 @@ def configure(path: Path, name: str | None = None, **options: Any) -> Configured
     unless a tenant or tenant field is given."""
     ingestor, claimed = choose(path, name)
     hooks = {k: v for k, v in options.items() if k in RUNTIME}
-    given = {k: v for k, v in options.items() if k not in RUNTIME and k != "owner" and v is not None}
+    given = {k: v for k, v in options.items()
+             if k not in RUNTIME and k != "owner" and v is not None}
     try:
         owner = Owner.parse(options.get("owner"))
     except OwnerError as exc:
@@ -143,4 +144,5 @@ def _has_content(path: Path) -> bool:
     return False
 
 
-__all__ = ["INGESTORS", "Configured", "IngestError", "IngestOptions", "Ingestor", "choose", "configure", "expect_records", "extract", "format_names", "ingestor_for"]
+__all__ = ["INGESTORS", "Configured", "IngestError", "IngestOptions", "Ingestor", "choose",
+           "configure", "expect_records", "extract", "format_names", "ingestor_for"]

@@ -86,8 +86,8 @@ def ingest_plan(manifest: Path | None, files: Sequence[Path], fmt: str | None, o
         entries = [ManifestEntry(regular_file(path), fmt) for path in files]
     else:
         if files or fmt:
-            raise IngestError("the manifest names the files and their formats; give no files or format with it",
-                              option="manifest")
+            raise IngestError("the manifest names the files and their formats; "
+                              "give no files or format with it", option="manifest")
         regular_file(manifest, "--manifest")
         _owner(options.get("owner"), "--owner")
         entries = read_manifest(manifest, format_names(), allowed)
@@ -97,9 +97,11 @@ def ingest_plan(manifest: Path | None, files: Sequence[Path], fmt: str | None, o
     unused = sorted(set(defaults) - taken)
     if unused:
         kinds = {p.configured.ingestor.name: p.configured.ingestor.options for p in planned}
-        takes = "; ".join(f"{name} takes {', '.join(o.names()) or 'none'}" for name, o in kinds.items())
+        takes = "; ".join(f"{name} takes {', '.join(o.names()) or 'none'}"
+                          for name, o in kinds.items())
         whose = f"{planned[0].path}: " if len(planned) == 1 else ""
-        raise IngestError(f"{whose}no file here takes the option {unused[0]!r} ({takes})", option=unused[0])
+        raise IngestError(f"{whose}no file here takes the option {unused[0]!r} ({takes})",
+                          option=unused[0])
     return planned
 
 
@@ -110,8 +112,9 @@ def _configured(entry: ManifestEntry, defaults: dict[str, str], owner: str | Non
     if entry.where is not None:
         unknown = sorted(set(entry.options) - {*ingestor.options.model_fields, "owner"})
         if unknown:
-            raise IngestError(f"{entry.where}.options.{unknown[0]}: {ingestor.name} takes no such option "
-                              f"(its options: {', '.join(ingestor.options.names()) or 'none'})")
+            its = ", ".join(ingestor.options.names()) or "none"
+            raise IngestError(f"{entry.where}.options.{unknown[0]}: {ingestor.name} takes no "
+                              f"such option (its options: {its})")
     declared = ingestor.options.model_fields
     given: dict[str, str] = {k: v for k, v in defaults.items() if k in declared}
     given.update(entry.options)
@@ -201,7 +204,8 @@ def _entry(manifest: Path, index: int, item: Any, formats: list[str],
     names = sorted({name for i in INGESTORS for name in i.options.model_fields})
     for name, value in options.items():
         if name not in names:
-            raise IngestError(f"{where}.options.{name}: unknown option (known: {', '.join(names)})")
+            raise IngestError(f"{where}.options.{name}: unknown option "
+                              f"(known: {', '.join(names)})")
         if not isinstance(value, str):
             raise IngestError(f"{where}.options.{name}: expected a string, found {value!r}")
     owner = item.get("owner")

@@ -30,10 +30,12 @@ RUNTIME = frozenset({"recorded", "skipped"})
 
 def _named(option: str) -> AfterValidator:
     """A name that must not be blank when given."""
+
     def check(value: str | None) -> str | None:
         if value is not None and not value.strip():
             raise IngestError("empty name", option=option)
         return value
+
     return AfterValidator(check)
 
 
@@ -56,8 +58,10 @@ def _zone(value: str | None) -> str | None:
         try:
             ZoneInfo(value)
         except (ZoneInfoNotFoundError, ValueError):
-            raise IngestError(f"unknown time zone {value!r} (an IANA name such as Europe/Berlin "
-                              "or UTC)", option="timezone") from None
+            raise IngestError(
+                f"unknown time zone {value!r} (an IANA name such as Europe/Berlin or UTC)",
+                option="timezone",
+            ) from None
     return value
 
 
@@ -71,6 +75,7 @@ def _rfc3339(option: str) -> AfterValidator:
             except ValueError:
                 raise IngestError(f"not an RFC 3339 time: {value!r}", option=option) from None
         return value
+
     return AfterValidator(check)
 
 
@@ -100,18 +105,23 @@ class IngestOptions(BaseModel):
         where = f"{path}: " if path is not None else ""
         unknown = sorted(set(given) - set(cls.model_fields))
         if unknown:
-            raise IngestError(f"{where}{cls.format} takes no option {unknown[0]!r} "
-                              f"(its options: {', '.join(cls.names()) or 'none'})", option=unknown[0])
+            raise IngestError(
+                f"{where}{cls.format} takes no option {unknown[0]!r} "
+                f"(its options: {', '.join(cls.names()) or 'none'})",
+                option=unknown[0],
+            )
         for name, value in given.items():
             if not isinstance(value, str):
                 raise IngestError(f"{where}expected a string, found {value!r}", option=name)
         missing = [name for name in cls.required() if not given.get(name, "").strip()]
         if len(missing) == 1:
-            raise IngestError(f"{where}required: {cls.format} output names no {missing[0]}",
-                              option=missing[0])
+            raise IngestError(
+                f"{where}required: {cls.format} output names no {missing[0]}", option=missing[0]
+            )
         if missing:
-            raise IngestError(f"{where}required: {', '.join(missing)} "
-                              f"({cls.format} output names none of them)")
+            raise IngestError(
+                f"{where}required: {', '.join(missing)} ({cls.format} output names none of them)"
+            )
         return cls.model_validate(given)
 
     def given(self) -> dict[str, str]:
@@ -134,8 +144,10 @@ class TenantOptions(IngestOptions):
         if tenant is not None and not tenant.strip():
             raise IngestError("empty tenant name", option="tenant")
         if tenant is not None and getattr(self, "tenant_field", None):
-            raise IngestError("give a fixed tenant or the tenant field to read it from, not both",
-                              option="tenant_field")
+            raise IngestError(
+                "give a fixed tenant or the tenant field to read it from, not both",
+                option="tenant_field",
+            )
         return self
 
 
@@ -165,5 +177,21 @@ def required(description: str) -> Any:
     return Field(description=description)
 
 
-__all__ = ["CAPTURE", "PROBE_ALLOCATION", "PROBE_JOB", "PROBE_TENANT", "RUNTIME", "TENANT", "ZONE",
-           "FlavorClass", "IngestOptions", "Job", "QosTenant", "ScrapeTime", "TenantOptions", "Zone", "option", "required"]
+__all__ = [
+    "CAPTURE",
+    "PROBE_ALLOCATION",
+    "PROBE_JOB",
+    "PROBE_TENANT",
+    "RUNTIME",
+    "TENANT",
+    "ZONE",
+    "FlavorClass",
+    "IngestOptions",
+    "Job",
+    "QosTenant",
+    "ScrapeTime",
+    "TenantOptions",
+    "Zone",
+    "option",
+    "required",
+]

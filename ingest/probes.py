@@ -85,7 +85,8 @@ class ProbeOptions:
         return owner
 
 
-def probe_options(path: Path, options: dict[str, Any], declared: type[IngestOptions]) -> ProbeOptions:
+def probe_options(path: Path, options: dict[str, Any],
+                  declared: type[IngestOptions]) -> ProbeOptions:
     """The options, checked by the format's options object (`declared`): `tenant` and
     `allocation` are required (usage errors, every missing one named at once)."""
     given = declared.of({k: v for k, v in options.items() if k not in RUNTIME}, path).given()

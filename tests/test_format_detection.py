@@ -40,7 +40,8 @@ def test_the_wrong_format_is_exit_2_naming_the_likely_one(tmp_path: Path, sample
     assert (code, out) == (2, f"Error: --format: {chosen}: {SAMPLES / sample}: this is not {chosen} input, "
                               f"it looks like {likely} (use {likely})\n")
     assert "appended" not in out
-    assert not (tmp_path / "l.db").exists()  # refused before the store is opened: nothing read or quarantined
+    # refused before the store is opened: nothing read, nothing quarantined
+    assert not (tmp_path / "l.db").exists()
 
 
 def test_a_file_no_format_claims_is_exit_2_when_detecting(tmp_path: Path) -> None:
