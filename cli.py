@@ -147,41 +147,33 @@ def init(db_url: str | None) -> None:
     click.echo(f"initialised {store.safe_url}")
 
 
+#: The flags that gave format options before --set, kept as hidden aliases of
+#: `--set NAME=VALUE` (written out so that --help imports no library; tests/test_cli.py
+#: keeps them equal to the options the formats' objects declare).
+FORMAT_OPTION_ALIASES = ("fields", "delimiter", "cluster", "tenant_field", "tenant", "allocation",
+                         "job", "timezone", "gpu_field", "allocation_field", "node", "fabric_domain",
+                         "scrape_time", "flavor_class", "qos_tenant", "window_start")
+
+
+def _format_option_aliases(fn: F) -> F:
+    """`--cluster X` and the like: hidden, each the same as `--set cluster=X`."""
+    for name in reversed(FORMAT_OPTION_ALIASES):
+        fn = click.option(f"--{name.replace('_', '-')}", name, default=None, hidden=True)(fn)
+    return fn
+
+
 @main.command("ingest")
 @db_option
 @click.option("--format", "fmt", type=click.Choice(INGEST_FORMATS), default=None,
               help="Source format (default: detected, else cloudevents).")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=DEFAULT_BATCH_SIZE, show_default=True,
               help="Records a transaction; a batch is appended whole or not at all.")
-@click.option("--fields", default=None, help="sacct: the --format field list the file was made with (then no header is expected).")
-@click.option("--delimiter", default=None, help="sacct: the field delimiter (default '|').")
-@click.option("--cluster", default=None, help="sacct, kueue, k8s-events: the cluster name, part of every event's source.")
-@click.option("--tenant-field", default=None,
-              help="Source field to take the tenant from (sacct: Account, else User; focus: SubAccountId, else BillingAccountId; "
-                   "kueue, k8s-events: a metadata label, else the namespace).")
-@click.option("--tenant", default=None, metavar="NAME",
-              help="The tenant of every record of the file, for sources with no tenant column (sacct without Account and User, dcgmi stats of one tenant's job).")
-@click.option("--allocation", default=None, metavar="ID",
-              help="nvidia-smi-topo, nvbandwidth, nccl-tests: the allocation the output was captured on (required there); "
-                   "serving-bench: the allocation the serving job ran on.")
-@click.option("--job", default=None, metavar="ID",
-              help="nvidia-smi-topo, nvbandwidth, nccl-tests: the job (pilot) that ran the probe; serving-bench: the serving job (required there).")
-@click.option("--timezone", default=None, metavar="IANA",
-              help="sacct, dcgm-stats: the zone their zoneless local times are read in (default: this machine's zone).")
-@click.option("--gpu-field", default=None, help="focus: the column holding the GPU count (default: PricingQuantity when PricingUnit is GPU-hours).")
-@click.option("--allocation-field", default=None, help="focus: the column holding the allocation id (default: ResourceId).")
-@click.option("--node", default=None,
-              help="dcgm-stats, nvidia-smi-topo: the host the output came from (default: the file's stem); dcgm-metrics: the node of samples with no Hostname label.")
-@click.option("--fabric-domain", default=None, help="dcgm-stats, dcgm-metrics: the fabric domain the node belongs to.")
-@click.option("--scrape-time", default=None, metavar="RFC3339", help="dcgm-metrics: the time of samples that carry no timestamp; nvidia-smi-topo, nvbandwidth, nccl-tests, "
-                   "kueue-clusterqueue, sacctmgr-qos: when the output was captured (default: the file's modification time).")
-@click.option("--flavor-class", default=None, metavar="NAME=CLASS,...",
-              help="kueue-clusterqueue: each ResourceFlavor's placement class (whole, timeslice, mig:<profile>); "
-                   "sacctmgr-qos: each QOS's or GPU type's (default: whole, or what the flavor's nodeLabels name).")
-@click.option("--qos-tenant", default=None, metavar="QOS=TENANT,...",
-              help="sacctmgr-qos: the tenant each QOS's GPU limit binds (--tenant: every other QOS).")
-@click.option("--window-start", default=None, metavar="RFC3339",
-              help="serving-bench: the start of the file's first window, for runs that print no time of their own.")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="A format option (cluster=eu-west, tenant=acme, ...): the options each format "
+                   "takes, and which it requires, are listed by --list-formats. Repeatable.")
+@click.option("--list-formats", is_flag=True, is_eager=True, expose_value=False,
+              callback=lambda ctx, _param, value: _list_formats(ctx) if value else None,
+              help="List the formats and each one's options, and exit.")
 @click.option("--manifest", type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path), default=None,
               help="Ingest every file this manifest lists, with its format and options, in order "
                    "(options given here are defaults under each file's own).")
@@ -193,16 +185,24 @@ def init(db_url: str | None) -> None:
               help="A folder outside the manifest's own that its paths may lead to. Repeatable.")
 @click.argument("files", nargs=-1, required=False,
                 type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path))
+@_format_option_aliases
 def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, manifest: Path | None, files: Sequence[Path],
-                   allowed: tuple[Path, ...], **options: str | None) -> None:
+                   allowed: tuple[Path, ...], settings: tuple[str, ...], owner: str | None,
+                   **aliases: str | None) -> None:
     """Append the events of FILES (or of every file --manifest lists); prints read / appended / duplicate / quarantined.
+
+    Format options are given with --set KEY=VALUE (a manifest entry gives its own); they
+    are defaults for every file whose format takes them.
 
     Exits 1 when any record was quarantined (the good records are still appended).
     """
     import ledger
 
-    given = {k: v for k, v in options.items() if v is not None}
-    jobs = _ingest_jobs(manifest, files, fmt, given, allowed)
+    given = _format_options(settings, aliases)
+    if owner is not None:
+        given["owner"] = owner
+    by_alias = frozenset(name for name, value in aliases.items() if value is not None)
+    jobs = _ingest_jobs(manifest, files, fmt, given, allowed, by_alias)
     store = _writable_store(db_url)
     store.init()
     appender = ledger.Appender(store)
@@ -232,14 +232,54 @@ def _zone_note(path: Path, fmt: str | None, options: Mapping[str, str | None]) -
     return f" · times in {LocalZone(options.get('timezone')).name}"
 
 
+def _format_options(settings: Sequence[str], aliases: Mapping[str, str | None]) -> dict[str, str]:
+    """The format options given, by name: every `--set KEY=VALUE` and every alias flag,
+    translated into one mapping here, before anything else sees them."""
+    given: dict[str, str] = {}
+    pairs = [(key.strip(), sep, value) for key, sep, value in (s.partition("=") for s in settings)]
+    for key, sep, value in pairs:
+        if not sep or not key:
+            raise InputError(f"--set: expected KEY=VALUE, found {key + sep + value!r}")
+    given_by_alias = {k: v for k, v in aliases.items() if v is not None}
+    for key, _, value in pairs:
+        name = key.replace("-", "_")
+        if name not in FORMAT_OPTION_ALIASES:
+            known = ", ".join(sorted(FORMAT_OPTION_ALIASES))
+            raise InputError(f"--set: no format takes an option {key!r} "
+                             f"(known: {known}; see --list-formats)")
+        if given.get(name, value) != value or given_by_alias.get(name, value) != value:
+            raise InputError(f"--set: {key} is given twice, with different values")
+        given[name] = value
+    return {**given_by_alias, **given}
+
+
+def _list_formats(ctx: click.Context) -> None:
+    """Each format, what it reads, and its options (from its options object)."""
+    from ingest import INGESTORS
+
+    for ingestor in INGESTORS:
+        click.echo(f"{ingestor.name}: {ingestor.description}")
+        for name, required, description in ingestor.options.listing():
+            click.echo(f"  {name}{' (required)' if required else ''}: {description}")
+    ctx.exit(0)
+
+
 def _ingest_jobs(manifest: Path | None, files: Sequence[Path], fmt: str | None,
                  options: dict[str, str], allowed: Sequence[Path] = (),
+                 by_alias: frozenset[str] = frozenset(),
                  ) -> list[tuple[Path, str | None, dict[str, str]]]:
-    """(file, format, options) to ingest, in order: FILES with the command's options, or the manifest's."""
-    from ingest import choose, format_names
+    """(file, format, options) to ingest, in order: FILES with the command's options, or
+    the manifest's, each file's ingestor configured first. An error about a format option
+    names it `--set NAME`, or by its old flag when that is how it was given."""
+    from ingest.base import IngestError
     from ingest.manifest import ingest_plan
 
-    plan = ingest_plan(manifest, files, fmt, options, format_names(), choose, allowed)
+    try:
+        plan = ingest_plan(manifest, files, fmt, options, allowed)
+    except IngestError as exc:
+        if exc.option in FORMAT_OPTION_ALIASES and exc.option not in by_alias:
+            raise InputError(f"--set {exc.option}: {exc}") from None
+        raise
     return [(e.path, e.format, e.options) for e in plan]
 
 
