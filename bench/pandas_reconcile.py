@@ -183,6 +183,8 @@ FIELDS: dict[str, str] = {
     "nodes": TEXTS, "attempt": INTEGER, "placement_credit_share": TEXT, "placement_class": TEXT,
     "topology": "raw",
 }
+#: Fields the rules read from one event type only.
+ONLY_IN = {"nodes": "allocation.granted", "topology": "placement.observed"}
 #: Column names of the frame where they differ from the field's.
 COLUMN = {"period_start": "ps", "period_end": "pe"}
 COLUMNS = ("seq", "type", "t", *(COLUMN.get(name, name) for name in FIELDS))
@@ -234,6 +236,8 @@ def entry_row(seq: int, event: str | bytes | dict[str, Any]) -> list[Any]:
     row: list[Any] = [seq, document["type"], rfc3339_us(document["time"])] + [None] * len(FIELDS)
     for name, value in (document.get("data") or {}).items():
         place = _PLACE.get(name)
+        if name in ONLY_IN and ONLY_IN[name] != document["type"]:
+            continue  # the same name means something else there (a probe's `nodes` is a count)
         if place is not None and value is not None:
             row[3 + place[0]] = _taken(place[1], value)
     return row
