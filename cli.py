@@ -25,6 +25,7 @@ from fixtures.sim.config import DEFAULT_START, Rates, SimConfig
 
 if TYPE_CHECKING:
     import ledger
+    import reconcile.reports as reconcile_reports
     from fixtures.sim import Manifest
     from schemas import Record
     from schemas.errors import GpuledgerError
@@ -146,41 +147,33 @@ def init(db_url: str | None) -> None:
     click.echo(f"initialised {store.safe_url}")
 
 
+#: The flags that gave format options before --set, kept as hidden aliases of
+#: `--set NAME=VALUE` (written out so that --help imports no library; tests/test_cli.py
+#: keeps them equal to the options the formats' objects declare).
+FORMAT_OPTION_ALIASES = ("fields", "delimiter", "cluster", "tenant_field", "tenant", "allocation",
+                         "job", "timezone", "gpu_field", "allocation_field", "node", "fabric_domain",
+                         "scrape_time", "flavor_class", "qos_tenant", "window_start")
+
+
+def _format_option_aliases(fn: F) -> F:
+    """`--cluster X` and the like: hidden, each the same as `--set cluster=X`."""
+    for name in reversed(FORMAT_OPTION_ALIASES):
+        fn = click.option(f"--{name.replace('_', '-')}", name, default=None, hidden=True)(fn)
+    return fn
+
+
 @main.command("ingest")
 @db_option
 @click.option("--format", "fmt", type=click.Choice(INGEST_FORMATS), default=None,
               help="Source format (default: detected, else cloudevents).")
 @click.option("--batch-size", type=click.IntRange(1, 100_000), default=DEFAULT_BATCH_SIZE, show_default=True,
               help="Records a transaction; a batch is appended whole or not at all.")
-@click.option("--fields", default=None, help="sacct: the --format field list the file was made with (then no header is expected).")
-@click.option("--delimiter", default=None, help="sacct: the field delimiter (default '|').")
-@click.option("--cluster", default=None, help="sacct, kueue, k8s-events: the cluster name, part of every event's source.")
-@click.option("--tenant-field", default=None,
-              help="Source field to take the tenant from (sacct: Account, else User; focus: SubAccountId, else BillingAccountId; "
-                   "kueue, k8s-events: a metadata label, else the namespace).")
-@click.option("--tenant", default=None, metavar="NAME",
-              help="The tenant of every record of the file, for sources with no tenant column (sacct without Account and User, dcgmi stats of one tenant's job).")
-@click.option("--allocation", default=None, metavar="ID",
-              help="nvidia-smi-topo, nvbandwidth, nccl-tests: the allocation the output was captured on (required there); "
-                   "serving-bench: the allocation the serving job ran on.")
-@click.option("--job", default=None, metavar="ID",
-              help="nvidia-smi-topo, nvbandwidth, nccl-tests: the job (pilot) that ran the probe; serving-bench: the serving job (required there).")
-@click.option("--timezone", default=None, metavar="IANA",
-              help="sacct, dcgm-stats: the zone their zoneless local times are read in (default: this machine's zone).")
-@click.option("--gpu-field", default=None, help="focus: the column holding the GPU count (default: PricingQuantity when PricingUnit is GPU-hours).")
-@click.option("--allocation-field", default=None, help="focus: the column holding the allocation id (default: ResourceId).")
-@click.option("--node", default=None,
-              help="dcgm-stats, nvidia-smi-topo: the host the output came from (default: the file's stem); dcgm-metrics: the node of samples with no Hostname label.")
-@click.option("--fabric-domain", default=None, help="dcgm-stats, dcgm-metrics: the fabric domain the node belongs to.")
-@click.option("--scrape-time", default=None, metavar="RFC3339", help="dcgm-metrics: the time of samples that carry no timestamp; nvidia-smi-topo, nvbandwidth, nccl-tests, "
-                   "kueue-clusterqueue, sacctmgr-qos: when the output was captured (default: the file's modification time).")
-@click.option("--flavor-class", default=None, metavar="NAME=CLASS,...",
-              help="kueue-clusterqueue: each ResourceFlavor's placement class (whole, timeslice, mig:<profile>); "
-                   "sacctmgr-qos: each QOS's or GPU type's (default: whole, or what the flavor's nodeLabels name).")
-@click.option("--qos-tenant", default=None, metavar="QOS=TENANT,...",
-              help="sacctmgr-qos: the tenant each QOS's GPU limit binds (--tenant: every other QOS).")
-@click.option("--window-start", default=None, metavar="RFC3339",
-              help="serving-bench: the start of the file's first window, for runs that print no time of their own.")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="A format option (cluster=eu-west, tenant=acme, ...): the options each format "
+                   "takes, and which it requires, are listed by --list-formats. Repeatable.")
+@click.option("--list-formats", is_flag=True, is_eager=True, expose_value=False,
+              callback=lambda ctx, _param, value: _list_formats(ctx) if value else None,
+              help="List the formats and each one's options, and exit.")
 @click.option("--manifest", type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path), default=None,
               help="Ingest every file this manifest lists, with its format and options, in order "
                    "(options given here are defaults under each file's own).")
@@ -192,16 +185,24 @@ def init(db_url: str | None) -> None:
               help="A folder outside the manifest's own that its paths may lead to. Repeatable.")
 @click.argument("files", nargs=-1, required=False,
                 type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path))
+@_format_option_aliases
 def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, manifest: Path | None, files: Sequence[Path],
-                   allowed: tuple[Path, ...], **options: str | None) -> None:
+                   allowed: tuple[Path, ...], settings: tuple[str, ...], owner: str | None,
+                   **aliases: str | None) -> None:
     """Append the events of FILES (or of every file --manifest lists); prints read / appended / duplicate / quarantined.
+
+    Format options are given with --set KEY=VALUE (a manifest entry gives its own); they
+    are defaults for every file whose format takes them.
 
     Exits 1 when any record was quarantined (the good records are still appended).
     """
     import ledger
 
-    given = {k: v for k, v in options.items() if v is not None}
-    jobs = _ingest_jobs(manifest, files, fmt, given, allowed)
+    given = _format_options(settings, aliases)
+    if owner is not None:
+        given["owner"] = owner
+    by_alias = frozenset(name for name, value in aliases.items() if value is not None)
+    jobs = _ingest_jobs(manifest, files, fmt, given, allowed, by_alias)
     store = _writable_store(db_url)
     store.init()
     appender = ledger.Appender(store)
@@ -231,14 +232,54 @@ def _zone_note(path: Path, fmt: str | None, options: Mapping[str, str | None]) -
     return f" · times in {LocalZone(options.get('timezone')).name}"
 
 
+def _format_options(settings: Sequence[str], aliases: Mapping[str, str | None]) -> dict[str, str]:
+    """The format options given, by name: every `--set KEY=VALUE` and every alias flag,
+    translated into one mapping here, before anything else sees them."""
+    given: dict[str, str] = {}
+    pairs = [(key.strip(), sep, value) for key, sep, value in (s.partition("=") for s in settings)]
+    for key, sep, value in pairs:
+        if not sep or not key:
+            raise InputError(f"--set: expected KEY=VALUE, found {key + sep + value!r}")
+    given_by_alias = {k: v for k, v in aliases.items() if v is not None}
+    for key, _, value in pairs:
+        name = key.replace("-", "_")
+        if name not in FORMAT_OPTION_ALIASES:
+            known = ", ".join(sorted(FORMAT_OPTION_ALIASES))
+            raise InputError(f"--set: no format takes an option {key!r} "
+                             f"(known: {known}; see --list-formats)")
+        if given.get(name, value) != value or given_by_alias.get(name, value) != value:
+            raise InputError(f"--set: {key} is given twice, with different values")
+        given[name] = value
+    return {**given_by_alias, **given}
+
+
+def _list_formats(ctx: click.Context) -> None:
+    """Each format, what it reads, and its options (from its options object)."""
+    from ingest import INGESTORS
+
+    for ingestor in INGESTORS:
+        click.echo(f"{ingestor.name}: {ingestor.description}")
+        for name, required, description in ingestor.options.listing():
+            click.echo(f"  {name}{' (required)' if required else ''}: {description}")
+    ctx.exit(0)
+
+
 def _ingest_jobs(manifest: Path | None, files: Sequence[Path], fmt: str | None,
                  options: dict[str, str], allowed: Sequence[Path] = (),
+                 by_alias: frozenset[str] = frozenset(),
                  ) -> list[tuple[Path, str | None, dict[str, str]]]:
-    """(file, format, options) to ingest, in order: FILES with the command's options, or the manifest's."""
-    from ingest import choose, format_names
+    """(file, format, options) to ingest, in order: FILES with the command's options, or
+    the manifest's, each file's ingestor configured first. An error about a format option
+    names it `--set NAME`, or by its old flag when that is how it was given."""
+    from ingest.base import IngestError
     from ingest.manifest import ingest_plan
 
-    plan = ingest_plan(manifest, files, fmt, options, format_names(), choose, allowed)
+    try:
+        plan = ingest_plan(manifest, files, fmt, options, allowed)
+    except IngestError as exc:
+        if exc.option in FORMAT_OPTION_ALIASES and exc.option not in by_alias:
+            raise InputError(f"--set {exc.option}: {exc}") from None
+        raise
     return [(e.path, e.format, e.options) for e in plan]
 
 
@@ -570,9 +611,8 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
     """Write a customer's dispute packet for one invoice: findings, the tenant's entries, proofs, signed checkpoint."""
     import ledger
     from ledger.note import read_signer
-    from reconcile.packets.dispute import build_dispute, check_writable, write_packet
+    from reconcile.packets.dispute import PacketError, build_dispute, check_writable, write_packet
     from reconcile.packets.letter import write_letter_beside
-    from reconcile.packets.untrusted import PacketError
 
     store = ledger.Store(db_url)
     signer = read_signer(key_path)
@@ -652,33 +692,74 @@ def _decimal_option(name: str, text: str | None) -> Decimal | None:
     return value
 
 
-@main.group("report", cls=Group)
+class ReportGroup(Group):
+    """`report`: one command per report of `reconcile.reports.REPORT_LIST`, with its
+    formats, options and help, made the first time the group's commands are asked for (so
+    `import cli`, and `gpuledger --help`, load no library)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._made = False
+        self._commands: dict[str, click.Command] = {}
+        super().__init__(*args, **kwargs)
+
+    @property
+    def commands(self) -> dict[str, click.Command]:
+        if not self._made:
+            self._made = True
+            import reconcile.reports as reports
+
+            for spec in reports.REPORT_LIST:
+                self._commands.setdefault(spec.name, _report_command(spec))
+        return self._commands
+
+    @commands.setter
+    def commands(self, value: Mapping[str, click.Command]) -> None:
+        self._commands = dict(value)
+
+
+@main.group("report", cls=ReportGroup)
 def report_group() -> None:
     """Operator and finance reports: promises, capacity, outcomes, placement, envelope (definitions: README)."""
 
 
-def report_options(fn: F) -> F:
-    for option in reversed([
-        db_option,
-        click.option("--tenant", default=None, help="Only this tenant (capacity: its jobs; devices are the fleet's)."),
-        click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), default="table", show_default=True),
-        click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="Output file (default: standard output)."),
-    ]):
-        fn = option(fn)
-    return fn
+def _report_command(spec: reconcile_reports.Report) -> click.Command:
+    """The command of one report: --db, --tenant, --format (the report's formats), --out,
+    and the report's own options (before --format where the report says so)."""
+    def callback(db_url: str | None, tenant: str | None, fmt: str, out: Path | None, **given: Any) -> None:
+        options = {o.name: _time_option(o.flag, given[o.name]) if o.time else given[o.name] for o in spec.options}
+        _emit_report(spec.name, db_url, tenant, fmt, out, options)
+
+    own = [_report_option(o) for o in spec.options]
+    shared = [click.option("--format", "fmt", type=click.Choice(spec.formats), default="table", show_default=True),
+              click.option("--out", type=OutputPath(dir_okay=False, path_type=Path), default=None,
+                           help="Output file (default: standard output).")]
+    options = [db_option, click.option("--tenant", default=None, help=spec.tenant_help),
+               *(own + shared if spec.options_first else shared + own)]
+    for option in reversed(options):
+        callback = option(callback)
+    return click.command(spec.name, help=spec.help)(callback)
+
+
+def _report_option(option: reconcile_reports.ReportOption) -> Callable[[F], F]:
+    settings: dict[str, Any] = {"default": option.default, "help": option.help}
+    if option.choices:
+        settings |= {"type": click.Choice(option.choices), "show_default": True}
+    if option.metavar:
+        settings["metavar"] = option.metavar
+    return click.option(option.flag, **settings)
 
 
 def _emit_report(name: str, db_url: str | None, tenant: str | None, fmt: str, out: Path | None,
-                 since: int | None = None, until: int | None = None, by: str = "both") -> None:
+                 options: dict[str, Any]) -> None:
     import ledger
     import reconcile.reports as reports
 
+    since, until = options.get("since"), options.get("until")
     if since is not None and until is not None and since >= until:
         raise InputError("--since: not before --until: the time range is empty")
     store = ledger.Store(db_url)
     _require_store(store, tenant)
-    rendered = reports.render(name, reports.report(store, name, tenant, since, until, by), fmt)
+    rendered = reports.render(name, reports.report(store, name, tenant, **options), fmt)
     if isinstance(rendered, str):
         if out is None:
             click.echo(_for_terminal(rendered) if sys.stdout.isatty() else rendered, nl=False)
@@ -721,61 +802,6 @@ def _time_option(name: str, text: str | None) -> int | None:
         return parse_time(text)
     except ValueError:
         raise InputError(f"{name}: not an RFC 3339 time: {text!r}") from None
-
-
-@report_group.command("promises")
-@report_options
-def report_promises(db_url: str | None, tenant: str | None, fmt: str, out: Path | None) -> None:
-    """Promised against actual start and completion; p50/p95 start delay by tenant and
-    placement class; every miss with the command that writes its packet."""
-    _emit_report("promises", db_url, tenant, fmt, out)
-
-
-@report_group.command("capacity")
-@report_options
-@click.option("--since", default=None, metavar="RFC3339", help="Window start (inclusive; default: open).")
-@click.option("--until", default=None, metavar="RFC3339", help="Window end (exclusive; default: open).")
-def report_capacity(db_url: str | None, tenant: str | None, fmt: str, out: Path | None,
-                    since: str | None, until: str | None) -> None:
-    """Devices discovered, jobs admitted, jobs placed, workloads started, and the gaps,
-    by placement class (whole, mig:<profile>, timeslice)."""
-    _emit_report("capacity", db_url, tenant, fmt, out, _time_option("--since", since), _time_option("--until", until))
-
-
-@report_group.command("outcomes")
-@report_options
-@click.option("--view", type=click.Choice(("all", "serving")), default="all", show_default=True,
-              help="serving: only the serving view (CSV: its rows instead of the jobs').")
-def report_outcomes(db_url: str | None, tenant: str | None, fmt: str, out: Path | None, view: str) -> None:
-    """Time to first usable allocation, step time p50/p95, checkpoint overhead,
-    completed-run time, cost per completed run and per accepted result; for serving jobs,
-    per concurrency level: request rate, TTFT and latency, output tokens/s, cancellations
-    and cost per accepted response."""
-    _emit_report("serving" if view == "serving" else "outcomes", db_url, tenant, fmt, out)
-
-
-@report_group.command("placement")
-@report_options
-def report_placement(db_url: str | None, tenant: str | None, fmt: str, out: Path | None) -> None:
-    """Per allocation: the placement class sold against the topology observed (match, or
-    mismatch and why) and the money billed on mismatches; per class, whether probe bus
-    bandwidth ranks the jobs' step time (Spearman's rho)."""
-    _emit_report("placement", db_url, tenant, fmt, out)
-
-
-@report_group.command("envelope")
-@db_option
-@click.option("--tenant", default=None, help="Only this tenant's jobs and money.")
-@click.option("--by", type=click.Choice(("both", "source", "placement_class")), default="both", show_default=True,
-              help="Group by source (the provider), by placement class, or by both.")
-@click.option("--format", "fmt", type=click.Choice((*REPORT_FORMATS, "html")), default="table", show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Output file (default: standard output).")
-def report_envelope(db_url: str | None, tenant: str | None, by: str, fmt: str, out: Path | None) -> None:
-    """Per source (provider) and placement class: p95 start and completion against the
-    promises, restart rate, checkpoint overhead, cost per completed run and per accepted
-    result (definitions: docs/envelope.md)."""
-    _emit_report("envelope", db_url, tenant, fmt, out, by=by)
 
 
 @main.command("packet")
@@ -1131,8 +1157,11 @@ class OutputPath(click.Path):
 
 
 def _check_outputs(group: click.Group) -> None:
-    """Every command's `--out` becomes an OutputPath: one check for all (and any added later)."""
+    """Every command's `--out` becomes an OutputPath: one check for all (and any added later;
+    a report's command, made when first asked for, is made with one)."""
     for command in group.commands.values():
+        if isinstance(command, ReportGroup):
+            continue
         if isinstance(command, click.Group):
             _check_outputs(command)
         for param in command.params:

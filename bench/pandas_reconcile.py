@@ -27,6 +27,13 @@ second falls in the restart intervals of two failures with different bearers, `p
 wins; when it is productive for two jobs in different acceptance states, the order is
 accepted, rejected, pending. Money (`line_cents`) follows RULES.md §Money; its rounding
 ties between the productive rows of one line go accepted, rejected, pending.
+
+RULES.md 11-13 (one job on many nodes; the engine's reading is pending, issue 33): a grant's
+nodes, gang attempts and the touch rule across a gang, notice owed, all inside
+`reconcile_frame`; they change nothing where no grant lists `nodes`, no job starts on two
+allocations with one attempt number and no preempted failure comes inside the notice.
+Each line's placement state and claim are a separate output (`placement_lines`,
+`placement_tenants`), so no figure above depends on them.
 """
 
 from __future__ import annotations
@@ -85,6 +92,7 @@ class Terms(NamedTuple):
     warmup_s: int
     stall_s: int
     notice_s: int
+    credit_share: Fraction = Fraction(1)  # RULES.md 13: placement_credit_share
 
 
 DEFAULT_TERMS = Terms(600, 300, 0)
@@ -97,6 +105,8 @@ class Grant(NamedTuple):
     node: str | None
     devices: frozenset[str] | None
     fabric_domain: str | None
+    nodes: frozenset[str] = frozenset()  # RULES.md 11: its `nodes` and its `node`
+    placement_class: str = "whole"
 
 
 class Mark(NamedTuple):
@@ -122,6 +132,7 @@ class Attempt:
     end: Key  # (INF, INF) while it runs on
     end_type: str | None
     cause: str | None
+    number: int = 1  # RULES.md 11: the start's `attempt`
 
 
 @dataclass
@@ -130,9 +141,15 @@ class Fleet:
 
     grants: dict[tuple[str, str], Grant] = field(default_factory=dict)
     releases: dict[tuple[str, str], list[Key]] = field(default_factory=dict)
-    starts: dict[tuple[str, str], list[tuple[Key, str]]] = field(default_factory=dict)
+    starts: dict[tuple[str, str], list[tuple[Key, str, int]]] = field(default_factory=dict)
     ends: dict[tuple[str, str], list[tuple[Key, str, str | None]]] = field(default_factory=dict)
-    job_starts: dict[tuple[str, str], list[Key]] = field(default_factory=dict)
+    #: (tenant, job): its starts (key, allocation, attempt number) in (time, seq) order
+    job_starts: dict[tuple[str, str], list[tuple[Key, str, int]]] = field(default_factory=dict)
+    #: (tenant, job, attempt number): the allocations of its gang (RULES.md 11)
+    gangs: dict[tuple[str, str, int], set[str]] = field(default_factory=dict)
+    #: (tenant, allocation): its latest capture per node, as (link texts between its
+    #: GPUs, GPU names) (RULES.md 13)
+    captures: dict[tuple[str, str], dict[str, tuple[int, int, Any]]] = field(default_factory=dict)
     progress: dict[tuple[str, str], list[Mark]] = field(default_factory=dict)
     saves_started: dict[tuple[str, str], list[tuple[Key, str]]] = field(default_factory=dict)
     saves_done: dict[tuple[str, str], list[tuple[Key, str]]] = field(default_factory=dict)
@@ -162,7 +179,12 @@ FIELDS: dict[str, str] = {
     "line_id": TEXT, "invoice_id": TEXT, "period_start": TIME, "period_end": TIME, "amount": TEXT,
     "currency": TEXT, "category": TEXT, "corrects": TEXT, "warmup_allowance_s": INTEGER,
     "stall_threshold_s": INTEGER, "reclaim_notice_s": INTEGER,
+    # RULES.md 11-13
+    "nodes": TEXTS, "attempt": INTEGER, "placement_credit_share": TEXT, "placement_class": TEXT,
+    "topology": "raw",
 }
+#: Fields the rules read from one event type only.
+ONLY_IN = {"nodes": "allocation.granted", "topology": "placement.observed"}
 #: Column names of the frame where they differ from the field's.
 COLUMN = {"period_start": "ps", "period_end": "pe"}
 COLUMNS = ("seq", "type", "t", *(COLUMN.get(name, name) for name in FIELDS))
@@ -199,6 +221,8 @@ def _taken(kind: str, value: Any) -> Any:
         return int(value)
     if kind == TIME:
         return rfc3339_us(value)
+    if kind == "raw":
+        return value
     return tuple(_taken(TEXT, item) for item in value)
 
 
@@ -212,6 +236,8 @@ def entry_row(seq: int, event: str | bytes | dict[str, Any]) -> list[Any]:
     row: list[Any] = [seq, document["type"], rfc3339_us(document["time"])] + [None] * len(FIELDS)
     for name, value in (document.get("data") or {}).items():
         place = _PLACE.get(name)
+        if name in ONLY_IN and ONLY_IN[name] != document["type"]:
+            continue  # the same name means something else there (a probe's `nodes` is a count)
         if place is not None and value is not None:
             row[3 + place[0]] = _taken(place[1], value)
     return row
@@ -290,6 +316,7 @@ def read_fleet(ev: pd.DataFrame) -> Fleet:
     _read_jobs(ev, fleet)
     _read_checkpoints(ev, fleet)
     _read_policy(ev, fleet)
+    _read_captures(ev, fleet)
     fleet.faults = _read_faults(ev)
     for kind, target in (("work.accepted", fleet.accepted), ("work.rejected", fleet.rejected)):
         target.update((tenant, job) for tenant, job in _rows(_of_type(ev, kind), "tenant", "job_id"))
@@ -298,9 +325,11 @@ def read_fleet(ev: pd.DataFrame) -> Fleet:
 
 def _read_allocations(ev: pd.DataFrame, fleet: Fleet) -> None:
     grants = _of_type(ev, "allocation.granted")
-    for (tenant, aid), rows in _grouped(grants, ["tenant", "allocation_id"], "t", "seq", "gpus", "node", "devices", "fabric_domain").items():
-        t, seq, gpus, node, devices, fabric = rows[0]  # the earliest grant by (time, seq)
-        fleet.grants[(tenant, aid)] = Grant(t, seq, int(gpus), node, _texts(devices), fabric)
+    for (tenant, aid), rows in _grouped(grants, ["tenant", "allocation_id"], "t", "seq", "gpus", "node", "devices",
+                                        "fabric_domain", "nodes", "placement_class").items():
+        t, seq, gpus, node, devices, fabric, nodes, cls = rows[0]  # the earliest grant by (time, seq)
+        every = frozenset([*(nodes or ()), *([node] if node is not None else [])])
+        fleet.grants[(tenant, aid)] = Grant(t, seq, int(gpus), node, _texts(devices), fabric, every, cls or "whole")
     releases = _of_type(ev, "allocation.released")
     for key, rows in _grouped(releases, ["tenant", "allocation_id"], "t", "seq").items():
         fleet.releases[key] = [(t, s) for t, s in rows]
@@ -308,10 +337,11 @@ def _read_allocations(ev: pd.DataFrame, fleet: Fleet) -> None:
 
 def _read_jobs(ev: pd.DataFrame, fleet: Fleet) -> None:
     starts = _of_type(ev, "job.started")
-    for key, rows in _grouped(starts, ["tenant", "allocation_id"], "t", "seq", "job_id").items():
-        fleet.starts[key] = [((t, s), job) for t, s, job in rows]
-        for t, s, job in rows:
-            fleet.job_starts.setdefault((key[0], job), []).append((t, s))
+    for key, rows in _grouped(starts, ["tenant", "allocation_id"], "t", "seq", "job_id", "attempt").items():
+        fleet.starts[key] = [((t, s), job, _number(n)) for t, s, job, n in rows]
+        for t, s, job, n in rows:
+            fleet.job_starts.setdefault((key[0], job), []).append(((t, s), key[1], _number(n)))
+            fleet.gangs.setdefault((key[0], job, _number(n)), set()).add(key[1])
     for keys in fleet.job_starts.values():
         keys.sort()
     ends = _of_type(ev, *JOB_ENDS)
@@ -320,6 +350,18 @@ def _read_jobs(ev: pd.DataFrame, fleet: Fleet) -> None:
     progress = _of_type(ev, "job.progress")
     for key, rows in _grouped(progress, ["tenant", "job_id"], "t", "seq", "step", "units").items():
         fleet.progress[key] = [Mark(t, s, _int(step), _int(units)) for t, s, step, units in rows]
+
+
+def _number(attempt: Any) -> int:
+    """A start's attempt number (RULES.md 11: default 1)."""
+    return 1 if attempt is None else int(attempt)
+
+
+def _read_captures(ev: pd.DataFrame, fleet: Fleet) -> None:
+    """RULES.md 13: the latest `placement.observed` of each (tenant, allocation, node)."""
+    for t, seq, tenant, aid, node, topology in _rows(_of_type(ev, "placement.observed"),
+                                                     "t", "seq", "tenant", "allocation_id", "node", "topology"):
+        fleet.captures.setdefault((tenant, aid), {})[node] = (t, seq, topology)  # (time, seq) order: latest wins
 
 
 def _read_checkpoints(ev: pd.DataFrame, fleet: Fleet) -> None:
@@ -331,9 +373,10 @@ def _read_checkpoints(ev: pd.DataFrame, fleet: Fleet) -> None:
 
 def _read_policy(ev: pd.DataFrame, fleet: Fleet) -> None:
     terms = _of_type(ev, "policy.terms")
-    for tenant, rows in _grouped(terms, ["tenant"], "t", "warmup_allowance_s", "stall_threshold_s", "reclaim_notice_s").items():
+    for tenant, rows in _grouped(terms, ["tenant"], "t", "warmup_allowance_s", "stall_threshold_s", "reclaim_notice_s",
+                                 "placement_credit_share").items():
         name = tenant[0] if isinstance(tenant, tuple) else tenant
-        fleet.terms[name] = [(t, _terms(_int(w), _int(s), _int(n))) for t, w, s, n in rows]
+        fleet.terms[name] = [(t, _terms(_int(w), _int(s), _int(n), share)) for t, w, s, n, share in rows]
     decisions = _of_type(ev, "policy.decision")
     decisions = decisions[decisions["decision"].isin(RECLAIM_DECISIONS)]
     for tenant, rows in _grouped(decisions, ["tenant"], "t", "allocation_id", "job_id").items():
@@ -341,10 +384,11 @@ def _read_policy(ev: pd.DataFrame, fleet: Fleet) -> None:
         fleet.reclaims[name] = [(t, aid, job) for t, aid, job in rows]
 
 
-def _terms(warmup: int | None, stall: int | None, notice: int | None) -> Terms:
+def _terms(warmup: int | None, stall: int | None, notice: int | None, share: str | None = None) -> Terms:
     return Terms(DEFAULT_TERMS.warmup_s if warmup is None else warmup,
                  DEFAULT_TERMS.stall_s if stall is None else stall,
-                 DEFAULT_TERMS.notice_s if notice is None else notice)
+                 DEFAULT_TERMS.notice_s if notice is None else notice,
+                 DEFAULT_TERMS.credit_share if share is None else Fraction(share))
 
 
 def _read_faults(ev: pd.DataFrame) -> list[Fault]:
@@ -371,8 +415,8 @@ def touches(fault: Fault, grant: Grant) -> bool:
     if fault.fabric_domain is not None and fault.fabric_domain == grant.fabric_domain:
         return True
     on_device = fault.device is not None and grant.devices is not None and _holds(grant.devices, fault.device)
-    if fault.node is not None:
-        return fault.node == grant.node and (fault.device is None or grant.devices is None or on_device)
+    if fault.node is not None:  # RULES.md 11: one of a's nodes (its `nodes` and its `node`)
+        return fault.node in grant.nodes and (fault.device is None or grant.devices is None or on_device)
     return on_device
 
 
@@ -417,20 +461,42 @@ def allocation_of(fleet: Fleet, tenant: str, aid: str | None) -> Allocation:
 
 def _attempts(fleet: Fleet, tenant: str, aid: str) -> list[Attempt]:
     out = []
-    for start, job in fleet.starts.get((tenant, aid), []):
-        # RULES.md: to the job's first end event after the start, or its next start,
-        # whichever comes first; an attempt cut short by a start has no end event.
-        starts = fleet.job_starts[(tenant, job)]
-        later = starts[bisect_right(starts, start):]
+    for start, job, number in fleet.starts.get((tenant, aid), []):
+        # RULES.md 11: to the job's first end event after the start, or its next start on
+        # this allocation or with a higher attempt number, whichever comes first (a gang
+        # sibling's start never ends it); an attempt cut short by a start has no end event.
+        later = [k for k, where, n in fleet.job_starts[(tenant, job)] if k > start and (where == aid or n > number)]
         cut: Key = later[0] if later else (INF, INF)
         ends = fleet.ends.get((tenant, job), [])
         index = bisect_right([k for k, _, _ in ends], start)
         if index < len(ends) and ends[index][0] < cut:
             end, kind, cause = ends[index]
-            out.append(Attempt(job, start, end, kind, cause))
+            out.append(Attempt(job, start, end, kind, cause, number))
         else:
-            out.append(Attempt(job, start, cut, None, None))
+            out.append(Attempt(job, start, cut, None, None, number))
     return out
+
+
+def gang_grants(fleet: Fleet, tenant: str, attempt: Attempt) -> list[Grant]:
+    """The grants of the allocations of the attempt's gang (RULES.md 11), its own included."""
+    gang = fleet.gangs.get((tenant, attempt.job, attempt.number), set())
+    return [fleet.grants[(tenant, aid)] for aid in sorted(gang) if (tenant, aid) in fleet.grants]
+
+
+def touches_attempt(fault: Fault, fleet: Fleet, tenant: str, attempt: Attempt) -> bool:
+    """RULES.md 11: a fault touches an attempt when it touches any allocation of its gang."""
+    return any(touches(fault, grant) for grant in gang_grants(fleet, tenant, attempt))
+
+
+def notice_owed(fleet: Fleet, tenant: str, attempt: Attempt) -> bool:
+    """RULES.md 12: the attempt ended in a `preempted` failure at t_f with t_r ≤ t_f <
+    t_r + reclaim_notice_s for a reclaim decision of its job or of its gang's allocations."""
+    if attempt.end_type != "job.failed" or attempt.cause != "preempted":
+        return False
+    t_f = attempt.end[0]
+    gang = fleet.gangs.get((tenant, attempt.job, attempt.number), set())
+    return any(t_r <= t_f < t_r + fleet.terms_at(tenant, t_r).notice_s * SECOND
+               for t_r, aid, job in fleet.reclaims.get(tenant, []) if job == attempt.job or aid in gang)
 
 
 def _reclaimed(fleet: Fleet, alloc: Allocation, aid: str) -> None:
@@ -438,6 +504,8 @@ def _reclaimed(fleet: Fleet, alloc: Allocation, aid: str) -> None:
     bounds = [t + fleet.terms_at(alloc.tenant, t).notice_s * SECOND
               for t, decision_aid, job in fleet.reclaims.get(alloc.tenant, [])
               if decision_aid == aid or (job is not None and job in jobs)]
+    # RULES.md 12: a failure that was owed notice is reclaimed from its own instant
+    bounds += [a.end[0] for a in alloc.attempts if notice_owed(fleet, alloc.tenant, a)]
     if bounds:
         alloc.add(min(bounds), INF, "reclaimed")
 
@@ -459,7 +527,7 @@ def _restarts(fleet: Fleet, alloc: Allocation) -> None:
         if attempt.end_type != "job.failed":
             continue
         t_f = attempt.end[0]
-        bearer = _restart_bearer(fleet, alloc, attempt.cause, t_f)
+        bearer = _restart_bearer(fleet, alloc, attempt)
         saves = [k[0] for k, _ in fleet.saves_done.get((alloc.tenant, attempt.job), []) if k[0] < t_f]
         alloc.add(max([attempt.start[0], *saves]), t_f, f"restart_lost:{bearer}")
         following = [a for a in alloc.attempts if a.job == attempt.job and a.start > attempt.end]
@@ -467,11 +535,12 @@ def _restarts(fleet: Fleet, alloc: Allocation) -> None:
             alloc.add(t_f, _recovered_at(fleet, alloc.tenant, following[0]), f"restart_recovery:{bearer}")
 
 
-def _restart_bearer(fleet: Fleet, alloc: Allocation, cause: str | None, t_f: int) -> str:
-    assert alloc.grant is not None
-    if cause in PROVIDER_CAUSES:
+def _restart_bearer(fleet: Fleet, alloc: Allocation, attempt: Attempt) -> str:
+    t_f = attempt.end[0]
+    if attempt.cause in PROVIDER_CAUSES or notice_owed(fleet, alloc.tenant, attempt):
         return "provider"
-    near = any(f.critical and t_f - FAULT_LOOKBACK_US <= f.t <= t_f and touches(f, alloc.grant) for f in fleet.faults)
+    near = any(f.critical and t_f - FAULT_LOOKBACK_US <= f.t <= t_f and touches_attempt(f, fleet, alloc.tenant, attempt)
+               for f in fleet.faults)
     return "provider" if near else "customer"
 
 
@@ -514,13 +583,13 @@ def _marks_and_gaps(fleet: Fleet, alloc: Allocation, attempt: Attempt) -> None:
         if there.t - here.t <= threshold:
             if _rose(last_progress, there):
                 alloc.add(here.t, there.t, productive)
-        elif _fault_open(fleet, alloc, here.t, there.t):
+        elif _fault_open(fleet, alloc, attempt, here.t, there.t):
             alloc.add(here.t, there.t, "stalled_fault")
 
 
-def _fault_open(fleet: Fleet, alloc: Allocation, start: int, end: int) -> bool:
-    assert alloc.grant is not None
-    return any(f.critical and max(f.t, start) < min(f.close, end) and touches(f, alloc.grant) for f in fleet.faults)
+def _fault_open(fleet: Fleet, alloc: Allocation, attempt: Attempt, start: int, end: int) -> bool:
+    return any(f.critical and max(f.t, start) < min(f.close, end) and touches_attempt(f, fleet, alloc.tenant, attempt)
+               for f in fleet.faults)
 
 
 def _acceptance(fleet: Fleet, tenant: str, job: str) -> str:
@@ -757,3 +826,92 @@ def _split_line(line: _Line) -> dict[str, int]:
     for key in sorted(shares, key=lambda k: (-(shares[k] - floors[k]), MONEY_ORDER.index(k)))[:left]:
         floors[key] += 1
     return {key: cents for key, cents in floors.items() if cents}
+
+
+# ---------------------------------------------------------------- placement (RULES.md 13)
+
+AS_SOLD, NOT_AS_SOLD, UNOBSERVED = "as_sold", "not_as_sold", "unobserved"
+PLACEMENT_STATES = (AS_SOLD, NOT_AS_SOLD, UNOBSERVED)
+#: The category keys whose bearer is the customer (RULES.md §Bearers), money_only included.
+CUSTOMER_KEYS = frozenset({"checkpoint", "restart_lost:customer", "restart_recovery:customer",
+                           "productive:accepted", "productive:rejected", "productive:pending",
+                           "startup", IDLE_RESERVED, MONEY_ONLY})
+_NVLINK = re.compile(r"NV\d+")
+
+
+class LinePlacement(NamedTuple):
+    state: str
+    currency: str
+    gpu_us: int  # g_b × |W| as billed
+    amount: Fraction  # the line's amount, exact, in major units
+    claim: Fraction  # not_as_sold: share × customer-borne amount; else 0
+
+
+def _capture_gpus(topology: dict[str, Any], devices: frozenset[str] | None) -> set[str]:
+    """The capture's GPUs of the allocation: those its devices name, when all are in it;
+    else every GPU of the capture."""
+    names = {gpu["name"] for gpu in topology.get("gpus", [])}
+    wanted = {d if d.startswith("GPU") else f"GPU{d}" for d in (x.split("/", 1)[0] for x in devices or ())}
+    return wanted if wanted and wanted <= names else names
+
+
+def placement_state(fleet: Fleet, tenant: str, aid: str | None) -> str:
+    """RULES.md 13: as_sold, not_as_sold or unobserved, for one allocation."""
+    grant = None if aid is None else fleet.grants.get((tenant, aid))
+    captures = {} if aid is None else fleet.captures.get((tenant, aid), {})
+    if grant is None or not captures:
+        return UNOBSERVED
+    if grant.placement_class != "whole" or grant.gpus == 1:
+        return AS_SOLD
+    seen, slow = 0, False
+    for _t, _seq, topology in captures.values():
+        mine = _capture_gpus(topology, grant.devices)
+        seen += len(mine)
+        slow = slow or any({link["a"], link["b"]} <= mine and not _NVLINK.fullmatch(link["link"])
+                           for link in topology.get("links", []))
+    if seen > grant.gpus:
+        return UNOBSERVED
+    return NOT_AS_SOLD if seen < grant.gpus or slow else AS_SOLD
+
+
+def placement_lines(ev: pd.DataFrame, gpu: dict[LineKey, dict[str, int]] | None = None) -> dict[LineKey, LinePlacement]:
+    """Each line's placement state, amount and claim (RULES.md 13), after corrections.
+    `gpu`: reconcile_frame's cells of the same entries (computed here when not given)."""
+    fleet = read_fleet(ev)
+    cells_of = reconcile_frame(ev) if gpu is None else gpu
+    out: dict[LineKey, LinePlacement] = {}
+    for tenant, line, aid, category, gpus, ps, pe, amount, currency in _rows(
+            effective_lines(ev), "tenant", "line_id", "allocation_id", "category", "gpus", "ps", "pe", "amount",
+            "currency"):
+        state = placement_state(fleet, tenant, aid)
+        exact = Fraction(amount)
+        g_b = _int(gpus)
+        billed_us = g_b * (pe - ps) if _bills_gpus(category, g_b) and g_b is not None else 0
+        claim = Fraction(0)
+        if state == NOT_AS_SOLD:
+            share = fleet.terms_at(tenant, ps).credit_share
+            claim = share * _customer_borne(exact, category, g_b, cells_of.get((tenant, line), {}))
+        out[(tenant, line)] = LinePlacement(state, currency or "", billed_us, exact, claim)
+    return out
+
+
+def _customer_borne(amount: Fraction, category: str | None, gpus: int | None, cells: dict[str, int]) -> Fraction:
+    """The exact share of a line's amount on the customer (RULES.md §Money)."""
+    if not _bills_gpus(category, gpus):
+        return amount  # money_only: the customer's
+    billed = sum(cells.values())
+    if not billed:
+        return Fraction(0)  # a GPU line of no GPU time is all unallocated
+    return amount * sum(us for key, us in cells.items() if key in CUSTOMER_KEYS) / billed
+
+
+def placement_tenants(lines: dict[LineKey, LinePlacement]) -> dict[str, dict[str, Any]]:
+    """Per tenant: {state: {"gpu_us": …, "amount": {currency: exact}}, "claim": {currency: exact}}."""
+    out: dict[str, dict[str, Any]] = {}
+    for (tenant, _line), p in sorted(lines.items()):
+        node = out.setdefault(tenant, {**{s: {"gpu_us": 0, "amount": {}} for s in PLACEMENT_STATES}, "claim": {}})
+        node[p.state]["gpu_us"] += p.gpu_us
+        node[p.state]["amount"][p.currency] = node[p.state]["amount"].get(p.currency, Fraction(0)) + p.amount
+        if p.state == NOT_AS_SOLD:
+            node["claim"][p.currency] = node["claim"].get(p.currency, Fraction(0)) + p.claim
+    return out

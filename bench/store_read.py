@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 import ledger
 import reconcile.engine
+import reconcile.engine.pipeline
 from bench.ingest import Stores, ingest_file
 from bench.reconcile import Shape, write_fleet
 from bench.results_file import record
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="both sides in the engine's scratch-file mode (what ledgers past LARGE_LEDGER entries use)")
     args = parser.parse_args(argv)
     if args.scratch:
-        reconcile.engine.LARGE_LEDGER = 0
+        reconcile.engine.pipeline.LARGE_LEDGER = 0
     result = measure(Shape(args.gpus, args.days), args.backend, args.runs)
     result["engine"] = "scratch file" if args.scratch else "in memory"
     record(f"store_read_{args.backend}" + ("_scratch" if args.scratch else ""), result)

@@ -14,10 +14,11 @@ one whose `identify` claims the file's first 64 KiB. Detection never guesses:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ingest.base import UTF8_BOM, IngestError, Ingestor, open_source, split_owner
+from ingest.base import UTF8_BOM, IngestError, Ingestor, open_source
 from ingest.cloudevents import CloudEventsIngestor
 from ingest.dcgm_metrics import DcgmMetricsIngestor
 from ingest.dcgm_stats import DcgmStatsIngestor
@@ -27,12 +28,13 @@ from ingest.kueue import KueueIngestor
 from ingest.kueue_clusterqueue import KueueClusterQueueIngestor
 from ingest.nccl_tests import NcclTestsIngestor
 from ingest.nvbandwidth import NvbandwidthIngestor
+from ingest.options import RUNTIME, IngestOptions
 from ingest.sacct import SacctIngestor
 from ingest.sacctmgr_qos import SacctmgrQosIngestor
 from ingest.serving_bench import ServingBenchIngestor
 from ingest.topo import TopoIngestor
 from schemas import Record
-from schemas.owners import owned
+from schemas.owners import Owner, OwnerError, owned
 
 HEAD_BYTES = 64 << 10  # what identify sees: enough for a log that runs before the part we read
 INGESTORS: list[Ingestor] = [CloudEventsIngestor(), SacctIngestor(), FocusIngestor(), DcgmStatsIngestor(),
@@ -78,13 +80,49 @@ def _named(name: str) -> Ingestor:
     raise IngestError(f"unknown format {name!r} (known: {', '.join(format_names())})", option="format")
 
 
+@dataclass(frozen=True)
+class Configured:
+    """An ingestor with its file's options checked: what reads one file."""
+
+    ingestor: Ingestor
+    claimed: bool  # whether its identify claims the file
+    options: IngestOptions
+    owner: Owner
+    hooks: dict[str, Any]  # RUNTIME: what the caller hands the ingestor beside its options
+
+    def kwargs(self) -> dict[str, Any]:
+        """What the ingestor's `extract` is called with."""
+        return {**self.options.given(), **self.hooks}
+
+
+def configure(path: Path, name: str | None = None, **options: Any) -> Configured:
+    """The ingestor for the file (named, or detected) and its options, checked by the
+    format's options object (ingest/options.py). Option `owner` (provider, tenant:NAME) is
+    whose source the file is: a tenant's name is the tenant of a format that takes one,
+    unless a tenant or tenant field is given."""
+    ingestor, claimed = choose(path, name)
+    hooks = {k: v for k, v in options.items() if k in RUNTIME}
+    given = {k: v for k, v in options.items()
+             if k not in RUNTIME and k != "owner" and v is not None}
+    try:
+        owner = Owner.parse(options.get("owner"))
+    except OwnerError as exc:
+        raise IngestError(f"{exc}", option="owner") from None
+    takes = ingestor.options.model_fields
+    if owner.tenant is not None and "tenant" in takes and given.get("tenant") is None \
+            and not given.get("tenant_field"):
+        given["tenant"] = owner.tenant
+    return Configured(ingestor, claimed, ingestor.options.of(given, path), owner, hooks)
+
+
 def extract(path: Path, name: str | None = None, **options: Any) -> Iterator[Record]:
     """The records of one source file, in file order, as the source's owner (option
     `owner`, default the provider) may write them."""
-    owner, options = split_owner(options)
-    ingestor, claimed = choose(path, name)
-    records = ingestor.extract(path, **options)
-    return owned(records if claimed else expect_records(records, path, ingestor.name), owner)
+    configured = configure(path, name, **options)
+    ingestor = configured.ingestor
+    records = ingestor.extract(path, **configured.kwargs())
+    checked = records if configured.claimed else expect_records(records, path, ingestor.name)
+    return owned(checked, configured.owner)
 
 
 def expect_records(records: Iterator[Record], path: Path, name: str) -> Iterator[Record]:
@@ -106,4 +144,5 @@ def _has_content(path: Path) -> bool:
     return False
 
 
-__all__ = ["INGESTORS", "IngestError", "Ingestor", "choose", "expect_records", "extract", "format_names", "ingestor_for"]
+__all__ = ["INGESTORS", "Configured", "IngestError", "IngestOptions", "Ingestor", "choose",
+           "configure", "expect_records", "extract", "format_names", "ingestor_for"]

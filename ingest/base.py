@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timezone, tzinfo
 from hashlib import sha256
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, NamedTuple, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import ValidationError
@@ -32,9 +32,11 @@ from schemas import (
     validate_event_json,
 )
 from schemas.errors import BadInput
-from schemas.owners import Owner, OwnerError
 from schemas.records import RECORD_HEAD
 from schemas.types import MAX_EVENT_BYTES
+
+if TYPE_CHECKING:
+    from ingest.options import IngestOptions
 
 UTF8_BOM = b"\xef\xbb\xbf"
 
@@ -46,6 +48,10 @@ class IngestError(BadInput):
 class Ingestor(Protocol):
     name: str
     description: str
+    @property
+    def options(self) -> type[IngestOptions]:
+        """The format's options, one configuration object (ingest/options.py)."""
+        ...
 
     def identify(self, path: Path, head: bytes) -> bool:
         """True when the file, whose first bytes are `head`, is in this format."""
@@ -106,30 +112,6 @@ def fixed_tenant(options: dict[str, Any]) -> str | None:
         raise IngestError("give a fixed tenant or the tenant field to read it from, not both",
                           option="tenant_field")
     return str(tenant)
-
-
-def require_options(path: Path, tool: str, given: dict[str, Any]) -> None:
-    """Refuse a file whose tool names none of some required options, naming every one
-    missing at once (`required: tenant, allocation`), not one per try."""
-    missing = [name for name, value in given.items() if value is None or not str(value).strip()]
-    if len(missing) == 1:
-        raise IngestError(f"{path}: required: {tool} output names no {missing[0]}", option=missing[0])
-    if missing:
-        raise IngestError(f"{path}: required: {', '.join(missing)} ({tool} output names none of them)")
-
-
-def split_owner(options: dict[str, Any]) -> tuple[Owner, dict[str, Any]]:
-    """`--owner provider|tenant:NAME` (schemas/owners.py) apart from the ingestor's own
-    options. A tenant's ingest reads files of that tenant: its name is the `--tenant` of
-    a source that names none, unless a tenant or tenant field is given."""
-    rest = {k: v for k, v in options.items() if k != "owner"}
-    try:
-        owner = Owner.parse(options.get("owner"))
-    except OwnerError as exc:
-        raise IngestError(f"{exc}", option="owner") from None
-    if owner.tenant is not None and rest.get("tenant") is None and not rest.get("tenant_field"):
-        rest["tenant"] = owner.tenant
-    return owner, rest
 
 
 #: The longest line a line reader hands on whole. An event over MAX_EVENT_BYTES (1 MiB) in

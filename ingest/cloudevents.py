@@ -34,11 +34,21 @@ from ingest.base import (
     open_source,
 )
 from ingest.jsonarray import Element, MalformedArray, iter_array, iter_values
+from ingest.options import IngestOptions, option
 from schemas import FLEET_TYPES, Origin, Record, Rejected
+
+
+class CloudEventsOptions(IngestOptions):
+    """What cloudevents is told beside its file."""
+
+    format = "cloudevents"
+
+    tenant: str | None = option("The tenant of events of a tenant's type whose data names none.")
 
 
 class CloudEventsIngestor:
     name = "cloudevents"
+    options = CloudEventsOptions
     description = "CloudEvents 1.0 JSON: JSON Lines, one JSON array (batch mode), or pretty-printed objects"
 
     def identify(self, path: Path, head: bytes) -> bool:

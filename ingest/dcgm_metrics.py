@@ -51,6 +51,7 @@ from typing import Any
 import orjson
 
 from ingest.base import UTF8_BOM, IngestError, event_from_json, event_from_object, open_source, pasted_around
+from ingest.options import IngestOptions, ScrapeTime, option
 from schemas import Accepted, Origin, Record, Rejected, format_utc
 from schemas.errors import BadInput
 
@@ -87,8 +88,19 @@ class Sample:
     timestamp_ms: int | None
 
 
+class DcgmMetricsOptions(IngestOptions):
+    """What dcgm-metrics is told beside its file."""
+
+    format = "dcgm-metrics"
+
+    scrape_time: ScrapeTime = option("The time of samples that carry no timestamp, RFC 3339.")
+    node: str | None = option("The node of samples with no Hostname label.")
+    fabric_domain: str | None = option("The fabric domain the node belongs to.")
+
+
 class DcgmMetricsIngestor:
     name = "dcgm-metrics"
+    options = DcgmMetricsOptions
     description = "NVIDIA dcgm-exporter metrics: Prometheus text exposition, one scrape or several"
     reads_ledger = True  # its option `recorded` is a function: parsed in the ingesting process (ingest/worker.py)
 

@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ingest.base import UTF8_BOM, LocalZone, event_from_object, fixed_tenant, open_source
+from ingest.options import ZONE, TenantOptions, Zone, option
 from schemas import Origin, Record, Rejected, format_utc
 from schemas.errors import BadInput
 
@@ -154,8 +155,20 @@ class _Options:
         return f"dcgm://{self.node}"
 
 
+class DcgmStatsOptions(TenantOptions):
+    """What dcgm-stats is told beside its file."""
+
+    format = "dcgm-stats"
+
+    node: str | None = option("The host the output came from (default: the file's stem).")
+    fabric_domain: str | None = option("The fabric domain the node belongs to.")
+    timezone: Zone = option(ZONE)
+    tenant: str | None = option("The tenant of every record (dcgmi stats of one tenant's job).")
+
+
 class DcgmStatsIngestor:
     name = "dcgm-stats"
+    options = DcgmStatsOptions
     description = "NVIDIA DCGM job statistics: the text of `dcgmi stats --job ID -v`"
     local_times = True  # dcgmi prints local time with no zone
 

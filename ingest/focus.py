@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.base import UTF8_BOM, IngestError, event_from_object, fixed_tenant, open_source
+from ingest.options import TENANT, TenantOptions, option
 from schemas import Origin, Record, Rejected
 from schemas.types import format_money
 
@@ -57,8 +58,23 @@ IDENTITY = ("ProviderName", "BillingAccountId", "SubAccountId", "BillingPeriodSt
 TENANT_COLUMNS = ("SubAccountId", "BillingAccountId")
 
 
+class FocusOptions(TenantOptions):
+    """What focus is told beside its file."""
+
+    format = "focus"
+
+    tenant_field: str | None = option("The column to take the tenant from (default: "
+                                      "SubAccountId, else BillingAccountId).")
+    tenant: str | None = option(TENANT)
+    gpu_field: str | None = option("The column holding the GPU count (default: "
+                                   "PricingQuantity when PricingUnit is GPU-hours).")
+    allocation_field: str | None = option("The column holding the allocation id "
+                                          "(default: ResourceId).")
+
+
 class FocusIngestor:
     name = "focus"
+    options = FocusOptions
     description = "FinOps FOCUS 1.0-1.2 billing export, CSV or Parquet"
 
     def identify(self, path: Path, head: bytes) -> bool:

@@ -54,6 +54,7 @@ from ingest.base import event_from_object
 from ingest.k8sdocs import K8sObject, kinds_in, read_objects
 from ingest.k8sfields import ObjectError, field, mapping, tenant, text, utc_time
 from ingest.kueue import eviction_decision
+from ingest.options import IngestOptions, option
 from schemas import Record, Rejected
 
 #: Fixed times first: an Event's identity must not move when the API server updates it.
@@ -72,8 +73,20 @@ _ASSIGNED = re.compile(r"Successfully assigned (?P<namespace>[^/\s]+)/(?P<pod>\S
 _WORD = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
+class K8sEventsOptions(IngestOptions):
+    """What k8s-events is told beside its file."""
+
+    format = "k8s-events"
+
+    cluster: str | None = option("The cluster name, part of every event's source.")
+    tenant_field: str | None = option("The metadata label to take the tenant from "
+                                      "(default: the namespace).")
+    tenant: str | None = option("The tenant of an object with no label and no namespace.")
+
+
 class K8sEventsIngestor:
     name = "k8s-events"
+    options = K8sEventsOptions
     description = "Kubernetes Events (core/v1, events.k8s.io/v1), JSON or YAML"
 
     def identify(self, path: Path, head: bytes) -> bool:

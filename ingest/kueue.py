@@ -99,6 +99,7 @@ from typing import Any
 from ingest.base import event_from_object
 from ingest.k8sdocs import K8sObject, kinds_in, read_objects
 from ingest.k8sfields import FieldPath, ObjectError, field, integer, mapping, sequence, tenant, text, utc_time
+from ingest.options import IngestOptions, option
 from schemas import Record, Rejected
 
 API_GROUP = "kueue.x-k8s.io/"
@@ -114,8 +115,20 @@ _QUANTITY = re.compile(r"\+?\d+")
 _ASSIGNMENTS: FieldPath = ("status", "admission", "podSetAssignments")
 
 
+class KueueOptions(IngestOptions):
+    """What kueue is told beside its file."""
+
+    format = "kueue"
+
+    cluster: str | None = option("The cluster name, part of every event's source.")
+    tenant_field: str | None = option("The metadata label to take the tenant from "
+                                      "(default: the namespace).")
+    tenant: str | None = option("The tenant of an object with no label and no namespace.")
+
+
 class KueueIngestor:
     name = "kueue"
+    options = KueueOptions
     description = "Kueue Workload objects (v1beta1, v1beta2), JSON or YAML"
 
     def identify(self, path: Path, head: bytes) -> bool:

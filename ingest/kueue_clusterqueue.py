@@ -47,6 +47,7 @@ from typing import Any
 from ingest.base import fixed_tenant
 from ingest.k8sdocs import K8sObject, kinds_in, read_objects
 from ingest.k8sfields import FieldPath, ObjectError, field, integer, mapping, sequence, tenant, text, utc_time
+from ingest.options import CAPTURE, TENANT, FlavorClass, ScrapeTime, TenantOptions, option
 from ingest.quotas import Recorded, class_map, gpu_count, quota_record, recorded_of, snapshot_time
 from schemas import Record, Rejected
 
@@ -58,8 +59,24 @@ _MIG_CONFIG = re.compile(r"^all-(\d+g\.\d+gb[0-9A-Za-z.+-]*)$")
 _FIRST = "1970-01-01T00:00:00Z"  # a holder given by the tenant option waits for no LocalQueue
 
 
+class KueueClusterQueueOptions(TenantOptions):
+    """What kueue-clusterqueue is told beside its file."""
+
+    format = "kueue-clusterqueue"
+
+    cluster: str | None = option("The cluster name, part of every event's source.")
+    tenant_field: str | None = option("The metadata label to take the tenant from "
+                                      "(default: the namespace).")
+    tenant: str | None = option(TENANT)
+    flavor_class: FlavorClass = option("Each ResourceFlavor's placement class, "
+                                       "NAME=CLASS,... (whole, timeslice, mig:<profile>; "
+                                       "default: whole, or what its nodeLabels name).")
+    scrape_time: ScrapeTime = option(CAPTURE)
+
+
 class KueueClusterQueueIngestor:
     name = "kueue-clusterqueue"
+    options = KueueClusterQueueOptions
     description = "Kueue ClusterQueues (with their LocalQueues, ResourceFlavors): GPU quotas per flavor"
     reads_ledger = True  # its option `recorded` is a function: parsed in the ingesting process
 

@@ -18,33 +18,34 @@ for a collection that runs every few minutes. It is JSON; only `files` is read:
 - `owner`: whose source the file is, `provider` (the default) or `tenant:NAME`
   (schemas/owners.py: a tenant's source writes only that tenant's own events);
 - `format`: an ingest format; left out or null, the file's format is detected;
-- `options`: the `ingest` options by their Python names (`cluster`, `node`,
-  `scrape_time`, `tenant_field`, ...; OPTION_NAMES), each a string.
-Files are ingested in the order listed; every entry is checked, and every file found and
-its format identified, before the first is read, so a mistake appends nothing. Anything else in the manifest (the simulator's
-seed, truth and counts) is left alone. A mistake is an IngestError naming the manifest,
-the entry and the field.
+- `options`: the format's options (`cluster`, `node`, `scrape_time`, `tenant_field`, ...),
+  each a string: the fields of its options object (ingest/options.py; `gpuledger ingest
+  --list-formats` lists them). An option the format does not take is refused.
+Each entry becomes a configured ingestor (`ingest.configure`: the format's ingestor and
+its options object, checked) the way the command's own files do. Files are ingested in
+the order listed; every entry is checked, and every file found, its format identified and
+its options checked, before the first is read, so a mistake appends nothing. Anything else
+in the manifest (the simulator's seed, truth and counts) is left alone. A mistake is an
+IngestError naming the manifest, the line, the entry and the field
+(`collect.json:7: files[2].options.nod: ...`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from ingest import INGESTORS, Configured, choose, configure, format_names
 from ingest.base import IngestError, open_source
 from schemas.owners import Owner, OwnerError
 
-#: The options an entry may give: those of `gpuledger ingest`, by their Python names.
-OPTION_NAMES = frozenset({"fields", "delimiter", "cluster", "tenant_field", "gpu_field", "allocation_field", "node",
-                          "fabric_domain", "scrape_time", "tenant", "timezone", "job", "allocation",
-                          "window_start"})
-OPTION_NAMES |= {"flavor_class", "qos_tenant"}  # the quota formats' (docs/quotas.md)
 #: Where no ingest reads from, whatever the folders allowed: the kernel's and devices'
 #: pseudo files (/proc/self/environ holds the process's secrets) report as regular files.
 SPECIAL_ROOTS = (Path("/proc"), Path("/sys"), Path("/dev"))
@@ -56,30 +57,77 @@ class ManifestEntry:
     path: Path
     format: str | None
     options: dict[str, str] = field(default_factory=dict)
+    where: str | None = None  # `manifest:line: files[i]`, for an entry of a manifest
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """One file of an ingest, its ingestor configured."""
+
+    path: Path
+    format: str | None
+    options: dict[str, str]  # the configured options, and the owner when given
+    configured: Configured
 
 
 def ingest_plan(manifest: Path | None, files: Sequence[Path], fmt: str | None, options: dict[str, str],
-                formats: list[str], identify: Callable[[Path, str | None], object],
-                allowed: Sequence[Path] = ()) -> list[ManifestEntry]:
+                allowed: Sequence[Path] = ()) -> list[PlannedFile]:
     """What one `gpuledger ingest` reads, in order: FILES with the command's format and
-    options, or every file of the manifest with its own (the command's options as defaults
-    under them). With a manifest, `identify` (the format registry's) is asked about every
-    file first, so a wrong format stops the run before anything is read. Every file must
-    be a regular one (`regular_file`); a manifest's must lie in its folder or `allowed`."""
+    options, or every file of the manifest with its own. The command's options (`owner`
+    apart) are defaults for every file whose format takes them, under a manifest entry's
+    own; one that no file's format takes is refused. Every file's ingestor is configured
+    (`ingest.configure`: format identified, options checked) first, so a mistake stops the
+    run before anything is read. Every file must be a regular one (`regular_file`); a
+    manifest's must lie in its folder or `allowed`."""
     if manifest is None:
         if not files:
             raise IngestError("give the files to ingest, or a manifest", option="manifest")
         _owner(options.get("owner"), "--owner")
-        return [ManifestEntry(regular_file(path), fmt, options) for path in files]
-    if files or fmt:
-        raise IngestError("the manifest names the files and their formats; give no files or format with it",
-                          option="manifest")
-    regular_file(manifest, "--manifest")
-    _owner(options.get("owner"), "--owner")
-    entries = read_manifest(manifest, formats, allowed)
-    for entry in entries:
-        identify(entry.path, entry.format)
-    return [ManifestEntry(e.path, e.format, {**options, **e.options}) for e in entries]
+        entries = [ManifestEntry(regular_file(path), fmt) for path in files]
+    else:
+        if files or fmt:
+            raise IngestError("the manifest names the files and their formats; "
+                              "give no files or format with it", option="manifest")
+        regular_file(manifest, "--manifest")
+        _owner(options.get("owner"), "--owner")
+        entries = read_manifest(manifest, format_names(), allowed)
+    defaults = {k: v for k, v in options.items() if k != "owner"}
+    planned = [_configured(entry, defaults, options.get("owner")) for entry in entries]
+    taken = {name for plan in planned for name in plan.configured.ingestor.options.model_fields}
+    unused = sorted(set(defaults) - taken)
+    if unused:
+        kinds = {p.configured.ingestor.name: p.configured.ingestor.options for p in planned}
+        takes = "; ".join(f"{name} takes {', '.join(o.names()) or 'none'}"
+                          for name, o in kinds.items())
+        whose = f"{planned[0].path}: " if len(planned) == 1 else ""
+        raise IngestError(f"{whose}no file here takes the option {unused[0]!r} ({takes})",
+                          option=unused[0])
+    return planned
+
+
+def _configured(entry: ManifestEntry, defaults: dict[str, str], owner: str | None) -> PlannedFile:
+    """The entry's ingestor, configured: the command's defaults its format takes, under
+    the entry's own options."""
+    ingestor = choose(entry.path, entry.format)[0]  # a wrong format is named first
+    if entry.where is not None:
+        unknown = sorted(set(entry.options) - {*ingestor.options.model_fields, "owner"})
+        if unknown:
+            its = ", ".join(ingestor.options.names()) or "none"
+            raise IngestError(f"{entry.where}.options.{unknown[0]}: {ingestor.name} takes no "
+                              f"such option (its options: {its})")
+    declared = ingestor.options.model_fields
+    given: dict[str, str] = {k: v for k, v in defaults.items() if k in declared}
+    given.update(entry.options)
+    if owner is not None and "owner" not in given:
+        given["owner"] = owner
+    try:
+        configured = configure(entry.path, entry.format, **given)
+    except IngestError as exc:
+        if entry.where is None or exc.option in defaults.keys() - entry.options.keys():
+            raise  # about the command's own files, or its own option
+        field = f".options.{exc.option}" if exc.option in entry.options else ""
+        raise IngestError(f"{entry.where}{field}: {exc}") from None
+    return PlannedFile(entry.path, entry.format, given, configured)
 
 
 def read_manifest(manifest: Path, formats: list[str],
@@ -96,12 +144,50 @@ def read_manifest(manifest: Path, formats: list[str],
     if not isinstance(files, list):
         raise IngestError(f"{manifest}: files: expected a list of {{path, format, options}}")
     folders = [Path(os.path.realpath(d)) for d in (manifest.parent, *allowed)]
-    return [_entry(manifest, index, item, formats, folders) for index, item in enumerate(files)]
+    lines = _element_lines(raw.decode("utf-8", "replace"))
+    return [_entry(manifest, index, item, formats, folders, lines.get(index, 1))
+            for index, item in enumerate(files)]
+
+
+def _element_lines(text: str) -> dict[int, int]:
+    """The line on which each element of the top-level `files` list begins, in JSON
+    already known to be valid (orjson tells no positions)."""
+    lines: dict[int, int] = {}
+    found = re.search(r'"files"\s*:\s*\[', text)
+    if found is None:
+        return lines
+    position, depth, index, in_string = found.end(), 0, 0, False
+    expecting = True  # the next non-blank character begins an element
+    while position < len(text):
+        char = text[position]
+        if in_string:
+            if char == "\\":
+                position += 1
+            elif char == '"':
+                in_string = False
+        elif char in " \t\r\n":
+            pass
+        elif depth == 0 and char == "]":
+            break
+        elif depth == 0 and char == ",":
+            index, expecting = index + 1, True
+        else:
+            if expecting and depth == 0:
+                lines[index] = text.count("\n", 0, position) + 1
+                expecting = False
+            if char == '"':
+                in_string = True
+            elif char in "[{":
+                depth += 1
+            elif char in "]}":
+                depth -= 1
+        position += 1
+    return lines
 
 
 def _entry(manifest: Path, index: int, item: Any, formats: list[str],
-           folders: list[Path]) -> ManifestEntry:
-    where = f"{manifest}: files[{index}]"
+           folders: list[Path], line: int) -> ManifestEntry:
+    where = f"{manifest}:{line}: files[{index}]"
     if not isinstance(item, dict):
         raise IngestError(f"{where}: expected an object with path, format, options")
     unknown = sorted(set(item) - set(_ENTRY_FIELDS))
@@ -115,16 +201,18 @@ def _entry(manifest: Path, index: int, item: Any, formats: list[str],
         raise IngestError(f"{where}.format: unknown format {fmt!r} (known: {', '.join(formats)})")
     if not isinstance(options, dict):
         raise IngestError(f"{where}.options: expected an object")
+    names = sorted({name for i in INGESTORS for name in i.options.model_fields})
     for name, value in options.items():
-        if name not in OPTION_NAMES:
-            raise IngestError(f"{where}.options.{name}: unknown option (known: {', '.join(sorted(OPTION_NAMES))})")
+        if name not in names:
+            raise IngestError(f"{where}.options.{name}: unknown option "
+                              f"(known: {', '.join(names)})")
         if not isinstance(value, str):
             raise IngestError(f"{where}.options.{name}: expected a string, found {value!r}")
     owner = item.get("owner")
     if owner is not None:
         options = {**options, "owner": _owner(owner, f"{where}.owner")}
     found = _inside(manifest.parent / path, f"{where}.path", folders)
-    return ManifestEntry(found, fmt, dict(options))
+    return ManifestEntry(found, fmt, dict(options), where)
 
 
 def _owner(text: object, where: str) -> str | None:
@@ -175,4 +263,4 @@ def _kind(real: Path, mode: int) -> str:
     return f"a pseudo file under /{real.parts[1]}" if len(real.parts) > 1 else "a special file"
 
 
-__all__ = ["OPTION_NAMES", "ManifestEntry", "ingest_plan", "read_manifest", "regular_file"]
+__all__ = ["ManifestEntry", "PlannedFile", "ingest_plan", "read_manifest", "regular_file"]

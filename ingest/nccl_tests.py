@@ -31,6 +31,17 @@ from pathlib import Path
 from typing import Any
 
 from ingest.base import UTF8_BOM
+from ingest.options import (
+    CAPTURE,
+    PROBE_ALLOCATION,
+    PROBE_JOB,
+    PROBE_TENANT,
+    Job,
+    ScrapeTime,
+    TenantOptions,
+    option,
+    required,
+)
 from ingest.probes import LAUNCHER_TAG, BadLine, ProbeOptions, figure_text, probe_options, probe_record, read_output
 from schemas import Origin, Record, Rejected
 
@@ -70,8 +81,20 @@ class _Run:
     average: tuple[int, str] | None = None
 
 
+class NcclTestsOptions(TenantOptions):
+    """What nccl-tests is told beside its file."""
+
+    format = "nccl-tests"
+
+    tenant: str = required(PROBE_TENANT)
+    allocation: str = required(PROBE_ALLOCATION)
+    job: Job = option(PROBE_JOB)
+    scrape_time: ScrapeTime = option(CAPTURE)
+
+
 class NcclTestsIngestor:
     name = "nccl-tests"
+    options = NcclTestsOptions
     description = "nccl-tests runs (all_reduce_perf, …): bus bandwidth by message size and its average"
     reads_ledger = True  # its option `recorded` is a function: parsed in the ingesting process
 
@@ -79,7 +102,7 @@ class NcclTestsIngestor:
         return _IDENTIFY.search(head) is not None
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
-        how = probe_options(path, options, self.name)
+        how = probe_options(path, options, self.options)
         body = read_output(path, self.name, MAX_BYTES).removeprefix(UTF8_BOM)
         for run in _runs(body):
             yield _record(str(path), run, how)

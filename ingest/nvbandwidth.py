@@ -32,6 +32,17 @@ from pathlib import Path
 from typing import Any
 
 from ingest.base import UTF8_BOM
+from ingest.options import (
+    CAPTURE,
+    PROBE_ALLOCATION,
+    PROBE_JOB,
+    PROBE_TENANT,
+    Job,
+    ScrapeTime,
+    TenantOptions,
+    option,
+    required,
+)
 from ingest.probes import LAUNCHER_TAG, BadLine, ProbeOptions, figure_text, probe_options, probe_record, read_output
 from schemas import Origin, Record, Rejected
 
@@ -63,8 +74,20 @@ class _Testcase:
     total: tuple[int, str, str] | None = None  # (line, name, value)
 
 
+class NvbandwidthOptions(TenantOptions):
+    """What nvbandwidth is told beside its file."""
+
+    format = "nvbandwidth"
+
+    tenant: str = required(PROBE_TENANT)
+    allocation: str = required(PROBE_ALLOCATION)
+    job: Job = option(PROBE_JOB)
+    scrape_time: ScrapeTime = option(CAPTURE)
+
+
 class NvbandwidthIngestor:
     name = "nvbandwidth"
+    options = NvbandwidthOptions
     description = "nvbandwidth's testcases: bandwidth and latency matrices and their SUM (text or -j JSON)"
     reads_ledger = True  # its option `recorded` is a function: parsed in the ingesting process
 
@@ -75,7 +98,7 @@ class NvbandwidthIngestor:
         return _IDENTIFY.search(head) is not None
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
-        how = probe_options(path, options, self.name)
+        how = probe_options(path, options, self.options)
         body = read_output(path, self.name, MAX_BYTES).removeprefix(UTF8_BOM)
         if body.lstrip().startswith(b"{"):
             yield from _json_records(str(path), body, how)

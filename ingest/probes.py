@@ -25,7 +25,8 @@ from typing import Any
 
 import orjson
 
-from ingest.base import IngestError, event_from_json, event_from_object, fixed_tenant, open_source, require_options
+from ingest.base import IngestError, event_from_json, event_from_object, open_source
+from ingest.options import RUNTIME, IngestOptions
 from schemas import Origin, Record, format_utc
 from schemas.errors import BadInput
 
@@ -84,16 +85,15 @@ class ProbeOptions:
         return owner
 
 
-def probe_options(path: Path, options: dict[str, Any], tool: str) -> ProbeOptions:
-    """The options, checked: `tenant` and `allocation` are required (usage errors, every
-    missing one named at once)."""
-    tenant = fixed_tenant(options)
-    require_options(path, tool, {"tenant": tenant, "allocation": options.get("allocation")})
-    assert tenant is not None
-    allocation = str(options["allocation"])
-    job = _named(options.get("job"))
+def probe_options(path: Path, options: dict[str, Any],
+                  declared: type[IngestOptions]) -> ProbeOptions:
+    """The options, checked by the format's options object (`declared`): `tenant` and
+    `allocation` are required (usage errors, every missing one named at once)."""
+    given = declared.of({k: v for k, v in options.items() if k not in RUNTIME}, path).given()
+    job = _named(given.get("job"))
     recorded = options.get("recorded")
-    return ProbeOptions(tool, tenant, allocation, job, _capture_time(path, options.get("scrape_time")),
+    return ProbeOptions(declared.format, given["tenant"], given["allocation"], job,
+                        _capture_time(path, given.get("scrape_time")),
                         recorded if callable(recorded) else None)
 
 

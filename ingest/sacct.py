@@ -49,6 +49,7 @@ from typing import Any, BinaryIO
 
 from ingest.base import UTF8_BOM, IngestError, LocalZone, event_from_object, fixed_tenant, open_source
 from ingest.hostlist import expand
+from ingest.options import ZONE, TenantOptions, Zone, option
 from schemas import Origin, Record, Rejected, format_utc
 
 #: Every field `sacct --helpformat` lists (Slurm 17.11 to 24.05), in sacct's own spelling.
@@ -178,8 +179,25 @@ def _present(value: str) -> str | None:
     return None if value in ABSENT else value
 
 
+class SacctOptions(TenantOptions):
+    """What sacct is told beside its file."""
+
+    format = "sacct"
+
+    fields: str | None = option("The --format field list the file was made with "
+                                "(then no header is expected).")
+    delimiter: str | None = option("The field delimiter (default '|').")
+    cluster: str | None = option("The cluster name, part of every event's source.")
+    tenant_field: str | None = option("The field to take the tenant from (default: Account, "
+                                      "else User).")
+    tenant: str | None = option("The tenant of every record, for a file with no Account "
+                                "and User.")
+    timezone: Zone = option(ZONE)
+
+
 class SacctIngestor:
     name = "sacct"
+    options = SacctOptions
     description = "Slurm sacct --parsable2 / --parsable output"
     local_times = True  # sacct prints local time with no zone
 

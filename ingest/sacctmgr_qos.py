@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.base import UTF8_BOM, IngestError, fixed_tenant, open_source
+from ingest.options import CAPTURE, FlavorClass, QosTenant, ScrapeTime, TenantOptions, option
 from ingest.quotas import Recorded, class_map, gpu_count, name_map, quota_record, recorded_of, snapshot_time
 from schemas import Origin, Record, Rejected
 
@@ -36,8 +37,23 @@ _MIG_TYPE = re.compile(r"\d+g\.\d+gb[0-9A-Za-z.+-]*")
 MAX_LINE = 1 << 20  # a QOS row is short; a longer line is not sacctmgr output
 
 
+class SacctmgrQosOptions(TenantOptions):
+    """What sacctmgr-qos is told beside its file."""
+
+    format = "sacctmgr-qos"
+
+    cluster: str | None = option("The cluster name, part of every event's source.")
+    tenant: str | None = option("The tenant of every QOS that qos_tenant does not name.")
+    qos_tenant: QosTenant = option("The tenant each QOS's GPU limit binds, QOS=TENANT,...")
+    flavor_class: FlavorClass = option("Each QOS's or GPU type's placement class, "
+                                       "NAME=CLASS,... (whole, timeslice, mig:<profile>; "
+                                       "default: whole).")
+    scrape_time: ScrapeTime = option(CAPTURE)
+
+
 class SacctmgrQosIngestor:
     name = "sacctmgr-qos"
+    options = SacctmgrQosOptions
     description = "Slurm sacctmgr show qos -P: GrpTRES GPU limits as quotas"
     reads_ledger = True  # its option `recorded` is a function: parsed in the ingesting process
 

@@ -43,7 +43,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from ingest.base import UTF8_BOM, IngestError, LocalZone, event_from_object, fixed_tenant, open_source, require_options
+from pydantic import field_validator
+
+from ingest.base import UTF8_BOM, IngestError, LocalZone, event_from_object, open_source
+from ingest.options import RUNTIME, ZONE, TenantOptions, Zone, option, required
 from ingest.serving_figures import (
     JSON_KEYS,
     JSON_STATISTIC,
@@ -104,8 +107,28 @@ class _Options:
         return f"serving-bench://{self.tenant}/{self.job}"
 
 
+class ServingBenchOptions(TenantOptions):
+    """What serving-bench is told beside its file."""
+
+    format = "serving-bench"
+
+    tenant: str = required("The tenant of the serving job (required).")
+    job: str = required("The serving job (required).")
+    allocation: str | None = option("The allocation the serving job ran on.")
+    window_start: str | None = option("The start of the file's first window, RFC 3339 "
+                                      "with a zone, for runs that print no time of their own.")
+    timezone: Zone = option(ZONE)
+
+    @field_validator("window_start")
+    @classmethod
+    def _a_time_with_a_zone(cls, value: str | None) -> str | None:
+        _window_start(value)
+        return value
+
+
 class ServingBenchIngestor:
     name = "serving-bench"
+    options = ServingBenchOptions
     description = "Serving benchmark results: vLLM/SGLang bench serve text and JSON, trtllm-bench, genai-perf"
     local_times = True  # vLLM's JSON `date` is local time with no zone
 
@@ -129,12 +152,9 @@ class ServingBenchIngestor:
 
 
 def _options(path: Path, options: dict[str, Any]) -> _Options:
-    tenant = fixed_tenant(options)
-    job = options.get("job")
-    require_options(path, "serving-bench", {"tenant": tenant, "job": job})
-    assert tenant is not None
-    return _Options(tenant, str(job), options.get("allocation") or None,
-                    _window_start(options.get("window_start")), LocalZone(options.get("timezone")))
+    given = ServingBenchOptions.of({k: v for k, v in options.items() if k not in RUNTIME}, path)
+    return _Options(given.tenant, given.job, given.allocation or None,
+                    _window_start(given.window_start), LocalZone(given.timezone))
 
 
 def _window_start(text: str | None) -> datetime | None:

@@ -30,6 +30,17 @@ from pathlib import Path
 from typing import Any
 
 from ingest.base import UTF8_BOM
+from ingest.options import (
+    CAPTURE,
+    PROBE_ALLOCATION,
+    PROBE_JOB,
+    PROBE_TENANT,
+    Job,
+    ScrapeTime,
+    TenantOptions,
+    option,
+    required,
+)
 from ingest.probes import BadLine, probe_options, probe_record, read_output
 from schemas import Origin, Record, Rejected
 
@@ -54,8 +65,21 @@ class _Line:
     text: str  # decoded, ANSI codes removed, line end removed
 
 
+class TopoOptions(TenantOptions):
+    """What nvidia-smi-topo is told beside its file."""
+
+    format = "nvidia-smi-topo"
+
+    tenant: str = required(PROBE_TENANT)
+    allocation: str = required(PROBE_ALLOCATION)
+    job: Job = option(PROBE_JOB)
+    node: str | None = option("The host the output came from (default: the file's stem).")
+    scrape_time: ScrapeTime = option(CAPTURE)
+
+
 class TopoIngestor:
     name = "nvidia-smi-topo"
+    options = TopoOptions
     description = "GPU and NIC topology: the matrix of `nvidia-smi topo -m`"
     reads_ledger = True  # its option `recorded` is a function: parsed in the ingesting process
 
@@ -63,7 +87,7 @@ class TopoIngestor:
         return _IDENTIFY.search(_ANSI.sub("", head.decode("utf-8", "replace")).encode()) is not None
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
-        how = probe_options(path, options, self.name)
+        how = probe_options(path, options, self.options)
         node = str(options.get("node") or path.stem)
         lines = _lines(path)
         start = next((i for i, line in enumerate(lines) if _is_header(lines, i)), None)

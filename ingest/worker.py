@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from ingest import choose, expect_records, extract
-from ingest.base import IngestError, split_owner
+from ingest import configure, expect_records, extract
+from ingest.base import IngestError
 from schemas import Accepted, Origin, Record, Rejected
 from schemas.owners import owned
 
@@ -43,8 +43,9 @@ def extract_parallel(path: Path, name: str | None = None, **options: Any) -> Ite
     """The records of one source file, in file order, parsed by a child process when the
     file is large enough (MIN_BYTES) to repay starting one. The owner's rights (option
     `owner`) are applied here, so the child never needs them."""
-    owner, options = split_owner(options)
-    ingestor, claimed = choose(path, name)  # identification (and its errors) stay here
+    # identification and the options' checks (and their errors) stay here
+    configured = configure(path, name, **options)
+    ingestor, options = configured.ingestor, configured.kwargs()
     # A function (dcgm-metrics' `recorded`, a look-up in this process's ledger) cannot cross
     # the pipe: an ingestor that reads one parses here, the others do not need it.
     functions = {key for key, value in options.items() if callable(value)}
@@ -53,7 +54,8 @@ def extract_parallel(path: Path, name: str | None = None, **options: Any) -> Ite
         records = ingestor.extract(path, **options)
     else:
         records = _from_child(path, ingestor.name, {k: v for k, v in options.items() if k not in functions})
-    return owned(records if claimed else expect_records(records, path, ingestor.name), owner)
+    checked = records if configured.claimed else expect_records(records, path, ingestor.name)
+    return owned(checked, configured.owner)
 
 
 def _from_child(path: Path, name: str, options: dict[str, Any]) -> Iterator[Record]:

@@ -41,11 +41,12 @@ from ledger.store import Store
 from ledger.tables import checkpoints, entries
 from ledger.tree import TreeReader
 from ledger.verify_ranges import leaves_in_processes
+from schemas.documents.bundle import BUNDLE_VERSION as BUNDLE_VERSION  # the bundle's format
+from schemas.documents.bundle import ENTRY_FIELDS
 
-BUNDLE_VERSION = 1
 #: Below this many entries a range is not worth a process of its own (verify_bundle).
 SMALLEST_LEAF_RANGE = 100_000
-_ENTRY_FIELDS = ("seq", "recorded_at", "source", "id", "type", "tenant", "tenant_seq", "event", "salt")
+_ENTRY_FIELDS = ENTRY_FIELDS  # a bundle entry's columns: schemas/documents/bundle.py's Entry
 
 
 def build_bundle(store: Store, tenant: str, fleet_seqs: Iterable[int] = (), checkpoint_seq: int | None = None,

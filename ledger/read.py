@@ -6,7 +6,9 @@ queries them. Every other folder reads through the functions here, so a change o
 column or backend is made in one place:
 
 - `entries(store, tenant=…, type=…, first_seq=…, last_seq=…, seqs=…)`: stored entries, in
-  `seq` order, filtered by any of these;
+  `seq` order, filtered by any of these (`type` may be a tuple of types);
+- `each_entry(store, …)`: the same filters, one entry at a time from one reading
+  connection, so a tenant's month is never held at once;
 - `tenants(store)`, `has_tenant(store, name)`: the tenants that own entries;
 - `recorded_event(store, source, id, tenant)`: one event by its key;
 - `head(store)`: the tree size, the last `seq` appended (0 for an empty ledger);
@@ -17,7 +19,7 @@ Reads take the store's reading connection; none of them writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 from sqlalchemy import Select, func, select
@@ -57,7 +59,7 @@ class StoredCheckpoint(NamedTuple):
 _ANY = object()  # "no filter", where None is a value to filter by (a fleet entry's tenant)
 
 
-def entries(store: Store, *, tenant: str | None | object = _ANY, type: str | None = None,
+def entries(store: Store, *, tenant: str | None | object = _ANY, type: str | tuple[str, ...] | None = None,
             first_seq: int | None = None, last_seq: int | None = None,
             seqs: Iterable[int] | None = None) -> list[StoredEntry]:
     """The entries that match every filter given, in `seq` order. `tenant=None` asks for
@@ -74,7 +76,15 @@ def entries(store: Store, *, tenant: str | None | object = _ANY, type: str | Non
         return found
 
 
-def _entries_query(tenant: str | None | object, type_: str | None, first_seq: int | None,
+def each_entry(store: Store, *, tenant: str | None | object = _ANY, type: str | tuple[str, ...] | None = None,
+               first_seq: int | None = None, last_seq: int | None = None) -> Iterator[StoredEntry]:
+    """`entries`, one at a time, read from one connection (one snapshot) as they come."""
+    with store.reading() as conn:
+        for row in conn.execute(_entries_query(tenant, type, first_seq, last_seq)):
+            yield StoredEntry._make(row)
+
+
+def _entries_query(tenant: str | None | object, type_: str | tuple[str, ...] | None, first_seq: int | None,
                    last_seq: int | None) -> Select[tuple[int, str, str, str, str | None, str]]:
     t = entries_table.c
     query = select(t.seq, t.source, t.id, t.type, t.tenant, t.event).order_by(t.seq)
@@ -82,7 +92,9 @@ def _entries_query(tenant: str | None | object, type_: str | None, first_seq: in
         query = query.where(t.tenant.is_(None))
     elif tenant is not _ANY:
         query = query.where(t.tenant == tenant)
-    if type_ is not None:
+    if isinstance(type_, tuple):
+        query = query.where(t.type.in_(type_))
+    elif type_ is not None:
         query = query.where(t.type == type_)
     if first_seq is not None:
         query = query.where(t.seq >= first_seq)

@@ -2,7 +2,9 @@
 
 The package is laid out as the flow it implements; imports only go down this list:
 
-    reconcile.engine    entries -> ev -> labelled spans -> cells -> money -> Reconciliation
+    reconcile.engine    entries -> ev -> labelled spans -> cells -> money -> Reconciliation,
+                        each a stage of one Pipeline (pipeline.py: the one list of every
+                        relation the engine, reports and packets read, with its order rules)
                         (snapshot, intervals, classify, money, result; rules holds the label
                         table, the touches rule and fault windows, written once, and rules_text
                         is the one reader of RULES.md; figures and scope are the small

@@ -156,9 +156,15 @@ class CheckpointRestored(TenantData):
     step: Count
 
 
+#: The terms a tenant has until its first policy.terms says otherwise (RULES.md): the
+#: warm-up allowed after a start, and the silence that makes a job stalled, in seconds.
+DEFAULT_WARMUP_S = 600
+DEFAULT_STALL_S = 300
+
+
 class PolicyTerms(TenantData):
-    warmup_allowance_s: Seconds = 600
-    stall_threshold_s: Seconds = 300
+    warmup_allowance_s: Seconds = DEFAULT_WARMUP_S
+    stall_threshold_s: Seconds = DEFAULT_STALL_S
     reclaim_notice_s: Seconds = 0
 
 

@@ -89,14 +89,15 @@ def test_a_bad_entry_is_exit_2_naming_it(tmp_path: Path, entry: dict[str, Any], 
     manifest = tmp_path / "m.json"
     manifest.write_text(json.dumps({"files": [entry]}))
     assert run("ingest", "--db", f"sqlite:///{tmp_path / 'l.db'}", "--manifest", str(manifest)) == (
-        2, f"Error: {manifest}: {message}\n")
+        2, f"Error: {manifest}:1: {message}\n")  # the entry's line
 
 
 def test_a_listed_file_that_is_missing_is_exit_2_before_anything_is_read(tmp_path: Path) -> None:
     manifest = collection(tmp_path, [*COLLECTION, {"path": "gone.json", "format": "cloudevents"}])
     db = f"sqlite:///{tmp_path / 'l.db'}"
     assert run("ingest", "--db", db, "--manifest", str(manifest)) == (
-        2, f"Error: {manifest}: files[4].path: {tmp_path / 'gone.json'}: no such file\n")
+        2, f"Error: {manifest}:27: files[4].path: {tmp_path / 'gone.json'}: no such file\n")
+    # line 27: json.dumps(indent=2) writes `{`, `"files": [` and entries of 7, 6, 7, 4 lines first
     assert not (tmp_path / "l.db").exists()  # the files before it were not ingested: the store was not even opened
 
 

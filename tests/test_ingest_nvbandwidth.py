@@ -119,7 +119,8 @@ def test_tenant_and_allocation_are_required(tmp_path: Path) -> None:
         list(extract(path, "nvbandwidth", tenant="acme"))
     assert info.value.option == "allocation"
     result = CliRunner().invoke(main, ["ingest", "--db", f"sqlite:///{tmp_path / 'l.db'}", "--allocation", "a", str(path)])
-    assert (result.exit_code, result.output) == (2, f"Error: --tenant: {path}: required: nvbandwidth output names no tenant\n")
+    assert (result.exit_code, result.output) == (
+        2, f"Error: --set tenant: {path}: required: nvbandwidth output names no tenant\n")
     # both missing: both named in one error, so one try tells what to add
     result = CliRunner().invoke(main, ["ingest", "--db", f"sqlite:///{tmp_path / 'l.db'}", str(path)])
     assert (result.exit_code, result.output) == (

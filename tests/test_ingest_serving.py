@@ -297,7 +297,8 @@ def test_the_cli_appends_once_and_names_the_zone(tmp_path: Path) -> None:
     assert first.stdout == f"{path}: read 1 · appended 1 · duplicate 0 · quarantined 0 · times in UTC\n"
     assert again.stdout == f"{path}: read 1 · appended 0 · duplicate 1 · quarantined 0 · times in UTC\n"
     missing = CliRunner().invoke(main, ["ingest", "--db", db, "--tenant", "acme", str(path)])
-    assert (missing.exit_code, missing.output) == (2, f"Error: --job: {path}: required: serving-bench output names no job\n")
+    assert (missing.exit_code, missing.output) == (
+        2, f"Error: --set job: {path}: required: serving-bench output names no job\n")
     undated = CliRunner().invoke(main, ["ingest", "--db", db, "--tenant", "acme", "--job", "other", str(path)])
     assert undated.exit_code == 1
     assert undated.stderr.startswith(f"{path}:1: window_start: vllm bench serve names no time for this run")

@@ -126,7 +126,7 @@ def test_the_cli_requires_the_options_appends_once_and_takes_a_copy_as_the_same_
     os.utime(copy, (1767229200, 1767229200))  # an hour later: another modification time, the same run
     missing = CliRunner().invoke(main, ["ingest", "--db", db, "--tenant", "acme", str(first)])
     assert (missing.exit_code, missing.output) == (
-        2, f"Error: --allocation: {first}: required: nvidia-smi-topo output names no allocation\n")
+        2, f"Error: --set allocation: {first}: required: nvidia-smi-topo output names no allocation\n")
     base = ["ingest", "--db", db, "--tenant", "acme", "--allocation", "alloc-9", "--node", "gpu-07"]
     outputs = [CliRunner().invoke(main, base + [str(p)]) for p in (first, first, copy)]
     assert [(r.exit_code, r.stdout.partition(": ")[2]) for r in outputs] == [

@@ -62,7 +62,7 @@ def test_dot_dot_is_refused_unless_its_folder_is_allowed(
     made = manifest(folder, "ok.jsonl", "../elsewhere/secret.jsonl")
     err = refused(db_url, "--manifest", str(made))
     assert err == (
-        f"Error: --allow-path: {made}: files[1].path: {folder}/../elsewhere/secret.jsonl resolves to "
+        f"Error: --allow-path: {made}:1: files[1].path: {folder}/../elsewhere/secret.jsonl resolves to "
         f"{outside}/secret.jsonl, outside the manifest's folder {folder}: refused "
         "(allow its folder to read it)\n"
     )

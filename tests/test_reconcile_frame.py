@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 
 from ledger import Store
 from reconcile import reconcile_store
-from reconcile.engine.money import exact_text, format_minor, minor_unit
+from reconcile.engine.money import exact_text, minor_unit
 from reconcile.engine.result import CELL_COLUMNS, Reconciliation, _iso
 from reconcile.engine.rules import INF, LABEL_BY_CODE, SECOND, code
+from schemas.money import Money
 from tests.reconcile_helpers import ingest
 from tests.test_reconcile_properties import Fleet, fleets
 
@@ -34,7 +35,7 @@ def reference_frame(result: Reconciliation) -> pa.Table:
          "billed_amount": c.billed_amount,
          "category": c.category, "bearer": c.bearer, "acceptance": c.acceptance,
          "gpu_seconds": c.gpu_us / SECOND if c.gpu_us % SECOND else c.gpu_us // SECOND,
-         "amount": format_minor(c.cents, c.minor), "amount_exact": exact_text(exact, c.exact_places),
+         "amount": str(Money.of(c.cents, c.minor)), "amount_exact": exact_text(exact, c.exact_places),
          "currency": c.currency}
         for c, exact in zip(result.cells, result.exact_amounts)
     ]

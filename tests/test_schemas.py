@@ -151,7 +151,8 @@ def test_unknown_type_is_named() -> None:
 
 def test_exported_json_schemas_match_the_models() -> None:
     expected = schema_texts()
-    on_disk = {p.name: p.read_text(encoding="utf-8") for p in SCHEMA_DIR.glob("*.json")}
+    on_disk = {p.relative_to(SCHEMA_DIR).as_posix(): p.read_text(encoding="utf-8")
+               for p in SCHEMA_DIR.rglob("*.json")}
     assert sorted(on_disk) == sorted(expected), "run `make schemas`"
     for name, text in expected.items():
         assert on_disk[name] == text, f"{name} drifted from the models: run `make schemas`"

@@ -219,7 +219,7 @@ def test_a_manifest_entry_names_its_owner(tmp_path: Path, db_url: str) -> None:
     code, _, err = run_cli("ingest", "--db", db_url, "--manifest", str(bad))
     assert (code, err) == (
         2,
-        f"Error: {bad}: files[0].owner: expected 'provider' or 'tenant:NAME', found 'customer'\n",
+        f"Error: {bad}:1: files[0].owner: expected 'provider' or 'tenant:NAME', found 'customer'\n",
     )
 
 

@@ -11,10 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
-from fractions import Fraction
 from typing import TypeVar
 
-from reconcile.engine.money import format_minor, minor_unit
 from reconcile.engine.rules import INF, SECOND
 from schemas import format_utc
 
@@ -72,12 +70,6 @@ def seconds(us: int | None) -> int | float | None:
         return None
     whole, rest = divmod(int(us), SECOND)
     return whole if rest == 0 else int(us) / SECOND
-
-
-def money(value: Fraction, currency: str | None) -> str:
-    """An exact amount in minor units (a Fraction of cents) as decimal text, rounded
-    half-even to the currency's minor unit."""
-    return format_minor(round(value), minor_unit(currency))  # Fraction rounds half-even, exactly
 
 
 def safe_name(text: str) -> str:

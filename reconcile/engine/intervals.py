@@ -23,17 +23,20 @@ from reconcile.engine.rules import (
     fault_windows_sql,
     touching_sql,
 )
+from schemas.events import DEFAULT_STALL_S, DEFAULT_WARMUP_S
 
 __all__ = ["DEFAULT_TERMS", "INF", "SECOND", "build_spans"]  # INF and SECOND: rules.py's, kept importable here
 
-DEFAULT_TERMS = {"warmup_us": 600 * SECOND, "stall_us": 300 * SECOND, "notice_us": 0}
+#: The terms before a tenant's first policy.terms: schemas/events.py's defaults, in µs.
+DEFAULT_TERMS = {"warmup_us": DEFAULT_WARMUP_S * SECOND, "stall_us": DEFAULT_STALL_S * SECOND,
+                 "notice_us": 0}
 
 
 FACTS = f"""
 CREATE TABLE terms AS
 SELECT tenant, t, seq,
-       coalesce(warmup_allowance_s, 600) * {SECOND} AS warmup_us,
-       coalesce(stall_threshold_s, 300) * {SECOND} AS stall_us,
+       coalesce(warmup_allowance_s, {DEFAULT_WARMUP_S}) * {SECOND} AS warmup_us,
+       coalesce(stall_threshold_s, {DEFAULT_STALL_S}) * {SECOND} AS stall_us,
        coalesce(reclaim_notice_s, 0) * {SECOND} AS notice_us
 FROM ev_rest WHERE type = 'policy.terms'
 QUALIFY row_number() OVER (PARTITION BY tenant, t ORDER BY seq DESC) = 1;

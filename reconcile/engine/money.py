@@ -19,13 +19,12 @@ from decimal import ROUND_HALF_EVEN, Context, Decimal, Inexact, InvalidOperation
 import duckdb
 
 from schemas.errors import BadInput
+from schemas.money import MINOR_UNITS, Money, minor_unit
 
-#: ISO 4217 minor units that are not 2.
-MINOR_UNITS = {
-    "BHD": 3, "BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "IQD": 3, "ISK": 0, "JOD": 3, "JPY": 0,
-    "KMF": 0, "KRW": 0, "KWD": 3, "LYD": 3, "OMR": 3, "PYG": 0, "RWF": 0, "TND": 3, "UGX": 0,
-    "UYI": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0, "CLF": 4, "UYW": 4,
-}
+__all__ = ["EXACT_PLACES", "MINOR_UNITS", "Money", "MoneyOverflow", "allocate", "decimal_text_sql",
+           "exact_shares", "exact_shares_sql", "exact_sum", "exact_text", "longest_line_sql",
+           "major_units", "minor_unit", "places_of", "round_minor"]
+
 _HUGEINT_BITS = 126  # headroom below DuckDB's signed 128-bit HUGEINT
 _BIGINT_BITS = 62  # and below its signed 64-bit BIGINT
 
@@ -38,10 +37,6 @@ _EXACT = Context(prec=100, rounding=ROUND_HALF_EVEN, traps=[Inexact, InvalidOper
 
 class MoneyOverflow(BadInput, ValueError):
     """Amounts too large or too finely divided for exact integer arithmetic."""
-
-
-def minor_unit(currency: str | None) -> int:
-    return MINOR_UNITS.get(currency or "", 2)
 
 
 def _amount_int(scale: int | str, column: str = "amount") -> str:
@@ -220,7 +215,7 @@ EXACT_LINE_US = 2**_HUGEINT_BITS // 10**EXACT_PLACES
 
 def decimal_text_sql(units: str, places: str, least: str, negative_zero: str = "false") -> str:
     """SQL: integer `units` of 10^-places as decimal text with at least `least` places and
-    more only where it has them: `exact_text` (and `format_minor` when least = places)."""
+    more only where it has them: `exact_text` (and `str(Money)` when least = places)."""
     digits = (f"lpad(CAST(abs({units}) AS VARCHAR), "
               f"CAST(greatest(length(CAST(abs({units}) AS VARCHAR)), {places} + 1) AS INTEGER), '0')")
     whole = f"left({digits}, length({digits}) - {places})"
@@ -247,11 +242,6 @@ def major_units(cents: int, minor: int) -> Decimal:
     """Integer minor units as an exact Decimal of major units (a scaleb would round to the
     default context's 28 digits)."""
     return Decimal(f"{int(cents)}E-{minor}")
-
-
-def format_minor(cents: int, minor: int) -> str:
-    """Integer minor units as a decimal string with exactly `minor` places."""
-    return format(major_units(cents, minor), f".{minor}f")
 
 
 def places_of(text: str) -> int:

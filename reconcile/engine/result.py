@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
+from fractions import Fraction
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -27,12 +28,13 @@ from reconcile.engine.money import (
     exact_shares_sql,
     exact_sum,
     exact_text,
-    format_minor,
     longest_line_sql,
     major_units,
     places_of,
 )
 from reconcile.engine.rules import ACCEPTANCE, BEARERS, CATEGORY_ORDER, INF, LABEL_BY_CODE, SECOND
+from schemas.documents.reconciliation import ReconciliationDocument
+from schemas.money import Money
 
 __all__ = ["ACCEPTANCE", "BEARERS", "CATEGORY_ORDER", "Cell", "InvoiceTotal", "Reconciliation", "gpu_seconds"]
 
@@ -122,8 +124,9 @@ class _Tally:
     def total_cents(self) -> int:
         return sum(self.cents.values())
 
-    def money(self, cents: int) -> str:
-        return format_minor(cents, self.minor)
+    def text(self, cents: int) -> str:
+        """`cents` of this tally's currency as a document carries them (`Money`)."""
+        return str(Money.of(cents, self.minor))
 
     def categories(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -133,12 +136,13 @@ class _Tally:
                 continue
             entry: dict[str, Any] = {
                 "gpu_seconds": gpu_seconds(sum(self.gpu_us[k] for k in keys)),
-                "amount": self.money(sum(self.cents[k] for k in keys)),
+                "amount": self.text(sum(self.cents[k] for k in keys)),
                 **self._exact(keys),
                 "bearer": keys[0][1] if len(keys) == 1 else "mixed",
             }
             if len(keys) > 1:
-                entry["by_bearer"] = {k[1]: {"gpu_seconds": gpu_seconds(self.gpu_us[k]), "amount": self.money(self.cents[k]),
+                entry["by_bearer"] = {k[1]: {"gpu_seconds": gpu_seconds(self.gpu_us[k]),
+                                             "amount": self.text(self.cents[k]),
                                              **self._exact([k])}
                                       for k in sorted(keys, key=lambda k: BEARERS.index(k[1]))}
             out[category] = entry
@@ -151,7 +155,7 @@ class _Tally:
         return {"amount_exact": exact_text(exact_sum(v for k in keys for v in self.exact[k]), self.exact_places)}
 
     def by_bearer(self) -> dict[str, str]:
-        return {b: self.money(sum(c for k, c in self.cents.items() if k[1] == b)) for b in BEARERS}
+        return {b: self.text(sum(c for k, c in self.cents.items() if k[1] == b)) for b in BEARERS}
 
     def productive_by_acceptance(self) -> dict[str, int | float]:
         return {state: gpu_seconds(us) for state, us in self.acceptance.items()}
@@ -216,6 +220,17 @@ class Reconciliation:
                 out[index] = share
         return out
 
+    def allocation_money(self) -> dict[tuple[str, str, str | None], Fraction]:
+        """(tenant, allocation, currency) → the exact minor units of the lines naming that
+        allocation, after corrections, credits included (lines naming no allocation are left
+        out): the cells' exact shares (RULES.md §Money), so a line billed to the tenth of a cent
+        is not first rounded cell by cell."""
+        per_alloc: dict[tuple[str, str, str | None], Fraction] = defaultdict(Fraction)
+        for cell, exact in zip(self.cells, self.exact_amounts):
+            if cell.allocation_id is not None:
+                per_alloc[(cell.tenant, cell.allocation_id, cell.currency)] += Fraction(exact) * 10 ** cell.minor
+        return per_alloc
+
     def lines(self) -> dict[tuple[str, str, str], tuple[Cell, _Tally]]:
         out: dict[tuple[str, str, str], tuple[Cell, _Tally]] = {}
         for cell, exact in zip(self.cells, self.exact_amounts):
@@ -267,13 +282,18 @@ class Reconciliation:
         lines = [
             {"invoice_id": first.invoice_id, "line_id": first.line_id, "tenant": first.tenant,
              "allocation_id": first.allocation_id, "gpu_seconds": gpu_seconds(tally.billed_us),
-             "amount": tally.money(tally.total_cents), "currency": first.currency,
+             "amount": tally.text(tally.total_cents), "currency": first.currency,
              "billed_amount": first.billed_amount, "period_start": _iso(first.ps), "period_end": _iso(first.pe),
              "description": first.description,
              "categories": tally.categories(), "productive_by_acceptance": tally.productive_by_acceptance()}
             for first, tally in self.lines().values()
         ]
         return {"tenants": tenants, "lines": lines}
+
+    def document(self) -> ReconciliationDocument:
+        """`as_json()` as its document (schemas/documents/reconciliation.py): what
+        `reconcile --format json` writes, through `to_json()`."""
+        return ReconciliationDocument.parse(self.as_json())
 
     def frame(self) -> pa.Table:
         """One row per line, category, bearer and acceptance: for CSV and Parquet. Computed

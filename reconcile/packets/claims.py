@@ -2,9 +2,9 @@
 does not owe (bearer `provider` or `disputed`), when it happened, on which allocation,
 and the ledger entries that decided it (docs/dispute-letter.md).
 
-Run on the engine's connection right after `reconcile.run`, from the same tables: the
-stretches are the sweep of reconcile/engine/classify.py kept with their times (the cells only
-keep sums), so a claim's stretches add up to its cell's GPU-seconds exactly
+Read from the pipeline's `claims` stage (reconcile/engine/sql/claims.sql) and the engine's
+relations it stands on: the stretches are the sweep of reconcile/engine/classify.py kept with
+their times (the cells only keep sums), so a claim's stretches add up to its cell's GPU-seconds exactly
 (`ClaimMismatch` otherwise: an explanation that does not match its figure is a bug).
 
 A claim cites, besides its billing line and the allocation's grant and release, the
@@ -30,89 +30,17 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-import duckdb
-
-from reconcile.engine import Reconciliation, engine, run
+from reconcile.engine import Reconciliation
 from reconcile.engine.figures import iso
-from reconcile.engine.money import format_minor
+from reconcile.engine.pipeline import CLAIM_LABELS, Pipeline
 from reconcile.engine.result import gpu_seconds
-from reconcile.engine.rules import (
-    FAULT_LOOKBACK_US,
-    INF,
-    LABEL_BY_CODE,
-    LABELS,
-    SPAN_LABELS,
-    bit_sql,
-    code,
-    codes_sql,
-    winner_sql,
-)
-from reconcile.engine.snapshot import entry_pages, load_pages
+from reconcile.engine.rules import FAULT_LOOKBACK_US, LABEL_BY_CODE, code, codes_sql
 from schemas.errors import CheckFailed
-
-#: Labels a customer disputes: provider-borne (the provider should not have charged) and disputed.
-CLAIM_LABELS = tuple(label for label in LABELS if label.bearer in ("provider", "disputed"))
-SWEEP_CLAIMS = tuple(label for label in CLAIM_LABELS if label in SPAN_LABELS)
+from schemas.money import Money
 
 
 class ClaimMismatch(CheckFailed, AssertionError):
     """A claim's stretches do not add up to its cell: the explanation disagrees with the figure."""
-
-
-def _stretch_sql() -> str:
-    # The sweep of classify.py over the invoice's allocations only, each stretch kept with
-    # its [s, e); then claim_stretch sums overlapping stretches of a line and label.
-    return f"""
-CREATE OR REPLACE TEMP TABLE claim_raw AS
-WITH alloc_keys AS (SELECT DISTINCT alloc_key FROM claim_lines),
-pts AS (
-    SELECT m.alloc_key, m.s AS t, {bit_sql("m.label")} AS d, CAST(0 AS BIGINT) AS o FROM merged m SEMI JOIN alloc_keys USING (alloc_key)
-    UNION ALL SELECT m.alloc_key, m.e, -{bit_sql("m.label")}, 0 FROM merged m SEMI JOIN alloc_keys USING (alloc_key) WHERE m.e < {INF}
-    UNION ALL SELECT p.alloc_key, p.s, 0, p.owner FROM pieces p SEMI JOIN alloc_keys USING (alloc_key)
-    UNION ALL SELECT p.alloc_key, p.e, 0, -p.owner FROM pieces p SEMI JOIN alloc_keys USING (alloc_key)),
-running AS (
-    SELECT t, lead(t) OVER w AS t_next, sum(d) OVER w AS mask, sum(o) OVER w AS owner
-    FROM pts WINDOW w AS (PARTITION BY alloc_key ORDER BY t)),
-swept AS (
-    SELECT CAST(owner AS BIGINT) AS owner, {winner_sql('mask')} AS label, t AS s, t_next AS e
-    FROM running WHERE t_next > t AND owner <> 0)
-SELECT w.owner, w.label, w.s, w.e, c.gpus, NULL::BIGINT AS other
-FROM swept w JOIN claim_lines c ON c.seq = w.owner
-WHERE w.label IN ({codes_sql(SWEEP_CLAIMS)})
-UNION ALL
--- double_billed: the parts of the clipped window that earlier lines' pieces own
-SELECT c.seq, {code('double_billed')}, greatest(p.s, c.clamped_start), least(p.e, c.clamped_end), c.gpus, p.owner
-FROM claim_lines c JOIN pieces p ON p.alloc_key = c.alloc_key AND p.owner <> c.seq AND p.s < c.clamped_end AND p.e > c.clamped_start
-UNION ALL
--- unallocated: GPUs billed beyond the grant over the whole window …
-SELECT seq, {code('unallocated')}, ps, pe, g_b - gpus, NULL FROM claim_lines WHERE g_b > gpus
-UNION ALL
--- … and the granted GPUs outside the holding: the whole window when the two never meet
-SELECT seq, {code('unallocated')}, ps, pe, gpus, NULL FROM claim_lines WHERE gpus > 0 AND (clamped_start IS NULL OR clamped_end <= clamped_start)
-UNION ALL SELECT seq, {code('unallocated')}, ps, least(pe, clamped_start), gpus, NULL FROM claim_lines WHERE gpus > 0 AND clamped_end > clamped_start AND clamped_start > ps
-UNION ALL SELECT seq, {code('unallocated')}, greatest(ps, clamped_end), pe, gpus, NULL FROM claim_lines WHERE gpus > 0 AND clamped_end > clamped_start AND clamped_end < pe;
-
-CREATE OR REPLACE TEMP TABLE claim_stretch AS
--- The raw stretches of one (line, label) may overlap: GPUs billed beyond the grant over the
--- whole window, and the granted GPUs outside the holding. So they are swept, not unioned:
--- at each instant the stretch holds the sum of the GPUs of the raw stretches over it, and
--- neighbours with the same GPUs are merged. Sum of (e - s) × gpus is then the cell's.
-WITH pts AS (
-    SELECT owner, label, s AS t, CAST(gpus AS BIGINT) AS d FROM claim_raw WHERE e > s
-    UNION ALL SELECT owner, label, e, -CAST(gpus AS BIGINT) FROM claim_raw WHERE e > s),
-steps AS (SELECT owner, label, t, sum(d) AS d FROM pts GROUP BY owner, label, t),
-levels AS (
-    SELECT owner, label, t AS s, lead(t) OVER w AS e, CAST(sum(d) OVER w AS BIGINT) AS gpus FROM steps
-    WINDOW w AS (PARTITION BY owner, label ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)),
-flagged AS (
-    SELECT *, coalesce(s > lag(e) OVER w OR gpus <> lag(gpus) OVER w, true) AS fresh
-    FROM levels WHERE e IS NOT NULL AND gpus > 0 WINDOW w AS (PARTITION BY owner, label ORDER BY s)),
-islands AS (SELECT *, sum(CASE WHEN fresh THEN 1 ELSE 0 END) OVER (PARTITION BY owner, label ORDER BY s) AS island
-            FROM flagged)
-SELECT i.owner, i.label, min(i.s) AS s, max(i.e) AS e, i.gpus, c.tenant, c.aid
-FROM islands i JOIN claim_lines c ON c.seq = i.owner
-GROUP BY i.owner, i.label, i.gpus, i.island, c.tenant, c.aid;
-"""
 
 
 def _cites_sql() -> str:
@@ -121,40 +49,37 @@ def _cites_sql() -> str:
         "double_billed", "reclaimed", "stalled_fault", "idle_unexplained"))
     lost, recovery = code("restart_lost.provider"), code("restart_recovery.provider")
     terms = """SELECT k.owner, k.label, (SELECT max_by(tm.seq, tm.t) FROM terms tm
-                   WHERE tm.tenant = k.tenant AND tm.t <= k.first_s) FROM claim k WHERE k.label IN ({labels})"""
+                   WHERE tm.tenant = k.tenant AND tm.t <= k.first_s) FROM claim_bounds k WHERE k.label IN ({labels})"""
     return f"""
-CREATE OR REPLACE TEMP TABLE claim AS
-SELECT owner, label, tenant, aid, min(s) AS first_s, max(e) AS last_e FROM claim_stretch GROUP BY ALL;
-
 SELECT * FROM (
-SELECT owner, label, owner AS seq FROM claim
+SELECT owner, label, owner AS seq FROM claim_bounds
 UNION ALL  -- the allocation's grant and release (the earliest of each, as RULES.md §Inputs 3 reads them)
 SELECT k.owner, k.label, (SELECT min_by(gr.seq, (gr.t, gr.seq)) FROM ev_rest gr WHERE gr.type = 'allocation.granted'
-                          AND gr.tenant = k.tenant AND gr.allocation_id = k.aid) FROM claim k
+                          AND gr.tenant = k.tenant AND gr.allocation_id = k.aid) FROM claim_bounds k
 UNION ALL
 SELECT k.owner, k.label, (SELECT min_by(r.seq, (r.t, r.seq)) FROM ev_rest r JOIN allocs a ON a.tenant = r.tenant AND a.aid = r.allocation_id
                           WHERE r.type = 'allocation.released' AND r.tenant = k.tenant AND r.allocation_id = k.aid
-                            AND r.t >= a.granted) FROM claim k
+                            AND r.t >= a.granted) FROM claim_bounds k
 UNION ALL  -- double_billed: the lines that own the seconds
-SELECT DISTINCT r.owner, r.label, r.other FROM claim_raw r WHERE r.label = {double_billed}
+SELECT DISTINCT r.owner, r.label, r.other FROM claim_raw_stretches r WHERE r.label = {double_billed}
 UNION ALL  -- reclaimed: the decisions on the allocation, or on a job with an attempt on it, up to the bound
-SELECT k.owner, k.label, d.seq FROM claim k JOIN ev_rest d
+SELECT k.owner, k.label, d.seq FROM claim_bounds k JOIN ev_rest d
   ON d.type = 'policy.decision' AND d.decision IN ('preempted', 'reclaimed', 'evicted') AND d.tenant = k.tenant
  AND d.t <= k.first_s
  AND (d.allocation_id = k.aid OR d.job_id IN (SELECT job FROM attempts a WHERE a.tenant = k.tenant AND a.aid = k.aid))
 WHERE k.label = {reclaimed}
 UNION ALL {terms.format(labels=f'{reclaimed}, {stalled}, {unexplained}')}
 UNION ALL  -- restart_lost: the failures whose loss [lost_from, t_f) meets the claim
-SELECT k.owner, k.label, unnest([f.eseq, f.att]) FROM claim k JOIN failures f
+SELECT k.owner, k.label, unnest([f.eseq, f.att]) FROM claim_bounds k JOIN failures f
   ON f.tenant = k.tenant AND f.aid = k.aid AND f.provider AND f.lost_from <= k.last_e AND f.failed_at >= k.first_s
 WHERE k.label = {lost}
 UNION ALL
-SELECT k.owner, k.label, sv.seq FROM claim k JOIN failures f
+SELECT k.owner, k.label, sv.seq FROM claim_bounds k JOIN failures f
   ON f.tenant = k.tenant AND f.aid = k.aid AND f.provider AND f.lost_from <= k.last_e AND f.failed_at >= k.first_s
 JOIN ev_rest sv ON sv.type = 'checkpoint.saved' AND sv.tenant = f.tenant AND sv.job_id = f.job AND sv.t = f.lost_from
 WHERE k.label = {lost}
 UNION ALL
-SELECT k.owner, k.label, near.seq FROM claim k JOIN failures f
+SELECT k.owner, k.label, near.seq FROM claim_bounds k JOIN failures f
   ON f.tenant = k.tenant AND f.aid = k.aid AND f.provider AND f.lost_from <= k.last_e AND f.failed_at >= k.first_s
 JOIN touches near ON near.tenant = f.tenant AND near.aid = f.aid
  AND near.open_t BETWEEN f.failed_at - {FAULT_LOOKBACK_US} AND f.failed_at
@@ -164,12 +89,12 @@ UNION ALL  -- restart_recovery: the failures it recovers from (in the claim, or 
 SELECT owner, label, unnest([eseq, (SELECT min_by(n.sseq, (n.s, n.sseq)) FROM attempts n
                                     WHERE n.tenant = r.tenant AND n.aid = r.aid AND n.job = r.job
                                       AND (n.s > r.failed_at OR (n.s = r.failed_at AND n.sseq > r.eseq)))])
-FROM (SELECT k.owner, k.label, f.tenant, f.aid, f.job, f.failed_at, f.eseq FROM claim k JOIN failures f
+FROM (SELECT k.owner, k.label, f.tenant, f.aid, f.job, f.failed_at, f.eseq FROM claim_bounds k JOIN failures f
         ON f.tenant = k.tenant AND f.aid = k.aid AND f.provider AND f.failed_at <= k.last_e
       WHERE k.label = {recovery}
       QUALIFY f.failed_at >= k.first_s OR f.failed_at = max(f.failed_at) FILTER (WHERE f.failed_at <= k.first_s) OVER (PARTITION BY k.owner, k.label)) r
 UNION ALL  -- recovery ends at the next attempt's first progress; gaps and idle time at marks, starts and ends
-SELECT st.owner, st.label, e.seq FROM claim_stretch st JOIN ev e
+SELECT st.owner, st.label, e.seq FROM claim_stretches st JOIN ev e
   ON e.tenant = st.tenant AND e.type IN ('job.started', 'job.progress', 'job.completed', 'job.failed', 'job.cancelled',
                                          'checkpoint.started', 'checkpoint.saved')
  AND e.t IN (st.s, st.e)
@@ -183,7 +108,7 @@ SELECT gap_ends.owner, gap_ends.label, e.seq FROM (
     SELECT st.owner, st.label, g.tenant, g.job, g.s, g.e,
            row_number() OVER (PARTITION BY st.owner, st.label, st.s ORDER BY g.s, g.e) AS from_first,
            row_number() OVER (PARTITION BY st.owner, st.label, st.s ORDER BY g.s DESC, g.e DESC) AS from_last
-    FROM claim_stretch st JOIN odd_gaps g
+    FROM claim_stretches st JOIN odd_gaps g
       ON g.tenant = st.tenant AND g.aid = st.aid AND (g.long OR st.label = {unexplained}) AND g.s < st.e AND g.e > st.s
     WHERE st.label IN ({stalled}, {unexplained})) gap_ends
 JOIN ev e ON e.type IN ('job.progress', 'job.completed') AND e.tenant = gap_ends.tenant AND e.job_id = gap_ends.job
@@ -191,31 +116,27 @@ JOIN ev e ON e.type IN ('job.progress', 'job.completed') AND e.tenant = gap_ends
 WHERE gap_ends.from_first = 1 OR gap_ends.from_last = 1
 UNION ALL
 SELECT DISTINCT st.owner, st.label, unnest([near.seq, f.close_seq])
-FROM claim_stretch st JOIN odd_gaps g ON g.tenant = st.tenant AND g.aid = st.aid AND g.long AND g.s < st.e AND g.e > st.s
+FROM claim_stretches st JOIN odd_gaps g ON g.tenant = st.tenant AND g.aid = st.aid AND g.long AND g.s < st.e AND g.e > st.s
 JOIN touches near ON near.tenant = g.tenant AND near.aid = g.aid AND near.open_t < g.e AND near.close_t > g.s
 JOIN faults f ON f.seq = near.seq
 WHERE st.label = {stalled}
 UNION ALL  -- idle_unexplained: the attempts running in it
-SELECT st.owner, st.label, unnest([a.sseq, a.eseq]) FROM claim_stretch st JOIN attempts a
+SELECT st.owner, st.label, unnest([a.sseq, a.eseq]) FROM claim_stretches st JOIN attempts a
   ON a.tenant = st.tenant AND a.aid = st.aid AND a.s < st.e AND a.e > st.s
 WHERE st.label = {unexplained}
 ) WHERE seq IS NOT NULL
 """
 
 
-def claims(con: duckdb.DuckDBPyConnection, invoice: str) -> list[dict[str, Any]]:
+def claims(pipe: Pipeline, invoice: str) -> list[dict[str, Any]]:
     """The invoice's claims, in ledger order of their lines then RULES.md's category
     order, each as the packet holds it (docs/dispute-letter.md)."""
-    con.execute("""CREATE OR REPLACE TEMP TABLE claim_lines AS
-                   SELECT gl.seq, gl.tenant, gl.aid, gl.alloc_key, gl.gpus, gl.g_b, gl.clamped_start, gl.clamped_end,
-                          l.ps, l.pe
-                   FROM gpu_lines gl JOIN lines_ev l ON l.seq = gl.seq WHERE l.invoice_id = ?""", [invoice])
-    con.execute(_stretch_sql())
+    con = pipe.need("claims", invoice=invoice)
     cites: dict[tuple[int, int], set[int]] = defaultdict(set)
     for owner, label, seq in con.execute(_cites_sql()).fetchall():
         cites[(int(owner), int(label))].add(int(seq))
     stretches: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
-    for owner, label, s, e, gpus in con.execute("SELECT owner, label, s, e, gpus FROM claim_stretch ORDER BY s, e, gpus").fetchall():
+    for owner, label, s, e, gpus in con.execute("SELECT owner, label, s, e, gpus FROM claim_stretches ORDER BY s, e, gpus").fetchall():
         stretches[(int(owner), int(label))].append((int(s), int(e), int(gpus)))
     cells = con.execute(f"""
         SELECT m.seq, m.label, l.line_id, l.allocation_id, l.currency, m.minor, CAST(m.gpu_us AS BIGINT), CAST(m.cents AS BIGINT)
@@ -234,12 +155,11 @@ def _claim(row: tuple[Any, ...], stretches: list[tuple[int, int, int]], cites: s
     kind = LABEL_BY_CODE[int(label)]
     return {"line_id": line_id, "allocation_id": allocation_id, "category": kind.category, "bearer": kind.bearer,
             "gpu_seconds": gpu_seconds(int(gpu_us)),
-            "amount": format_minor(int(cents), int(minor)), "currency": currency,
+            "amount": str(Money.of(int(cents), int(minor))), "currency": currency,
             "stretches": [[iso(s), iso(e), g] for s, e, g in stretches], "cites": sorted(cites)}
 
 
 def reconcile_claims(entries: Iterable[dict[str, Any]], invoice: str) -> tuple[Reconciliation, list[dict[str, Any]]]:
     """The invoice's reconciliation and its claims, from one run of the engine on `entries`."""
-    with engine(0) as con:
-        load_pages(con, entry_pages(entries))
-        return run(con, invoice), claims(con, invoice)
+    with Pipeline.of_entries(entries) as pipe:
+        return pipe.reconciliation(invoice), claims(pipe, invoice)

@@ -32,7 +32,6 @@ script, no network).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,8 @@ import duckdb
 import orjson
 
 from ledger import Store, read
-from reconcile.engine.figures import iso, money, parse_time, seconds
+from reconcile.engine.figures import iso, parse_time, seconds
+from reconcile.engine.pipeline import Pipeline
 from reconcile.packets import story
 from reconcile.packets.packet_sql import (
     ALLOCATIONS,
@@ -54,13 +54,14 @@ from reconcile.packets.packet_sql import (
     HISTOGRAM,
     PROGRESS,
     RESTORES,
-    SCOPE,
     SUBMITTED,
 )
 from reconcile.packets.timeline import timeline
-from reconcile.reports import Loaded, loaded, outcomes, promises
+from reconcile.reports import loaded, outcomes, promises
 from reconcile.reports.pages import environment
+from schemas.documents.diagnostic import DiagnosticPacket
 from schemas.errors import BadInput
+from schemas.money import Money
 
 HISTOGRAM_BINS = 120
 #: The timeline's legend: (CSS classes of the swatch, what it means), in lane order.
@@ -133,7 +134,7 @@ def write_packet(store: Store, promise_id: str, out_dir: Path, tenant: str | Non
     packet = build_packet(store, promise_id, tenant)
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, html_path = out_dir / "packet.json", out_dir / "packet.html"
-    json_path.write_text(json.dumps(packet, indent=2) + "\n")
+    json_path.write_text(DiagnosticPacket.parse(packet).to_json())
     html_path.write_text(render_html(packet))
     return [json_path, html_path]
 
@@ -157,21 +158,18 @@ def _times(row: dict[str, Any], *names: str) -> dict[str, Any]:
     return {k: (iso(v) if k in names else v) for k, v in row.items()}
 
 
-def assemble(data: Loaded, tenant: str, promise_id: str) -> dict[str, Any]:
-    con = data.con
-    promises.build(con)
-    promise = promises.promise_rows(con, tenant, promise_id)[0]
+def assemble(data: Pipeline, tenant: str, promise_id: str) -> dict[str, Any]:
+    promise = promises.promise_rows(data, tenant, promise_id)[0]
     params: dict[str, Any] = {"tenant": tenant, "job": promise["job_id"], "pid": promise_id}
-    for statement in SCOPE:
-        con.execute(statement, {k: v for k, v in params.items() if f"${k}" in statement})
-    w0, w1 = con.execute("SELECT w0, w1 FROM pk_window").fetchone() or (0, 1)
+    con = data.need("packet_scope", **params)  # the job's Pods, allocations and window
+    w0, w1 = con.execute("SELECT w0, w1 FROM packet_window").fetchone() or (0, 1)
     params |= {"w0": w0, "w1": w1, "bins": HISTOGRAM_BINS}
-    outcomes.build(con)
+    data.need("job_facts")  # ATTEMPTS reads its job_attempts
     decisions = [_times(r, "t") | {"order": i} for i, r in enumerate(_rows(con, DECISIONS, params), 1)]
     return {
         "promise": promise,
         "job": {"tenant": tenant, "job_id": promise["job_id"],
-                "pods": [p for (p,) in con.execute("SELECT pod FROM pk_pods ORDER BY pod").fetchall()]},
+                "pods": [p for (p,) in con.execute("SELECT pod FROM packet_pods ORDER BY pod").fetchall()]},
         "window": {"from": iso(w0), "to": iso(w1), "seconds": seconds(w1 - w0)},
         "decisions": decisions,
         "reservations": [_times(r, "granted", "released") for r in _rows(con, ALLOCATIONS, params)],
@@ -218,14 +216,15 @@ def _checkpoints(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> dict
             "last_saved": max(saved, key=lambda c: (c["saved"], c["saved_seq"])) if saved else None}
 
 
-def _billing(data: Loaded, params: dict[str, Any]) -> dict[str, Any]:
+def _billing(data: Pipeline, params: dict[str, Any]) -> dict[str, Any]:
     lines = [_times(r, "period_start", "period_end") for r in _rows(data.con, BILLING, params)]
     tallies = data.recon.lines()
     for line in lines:
         found = tallies.get((params["tenant"], line["invoice_id"], line["line_id"]))
         line["categories"] = found[1].categories() if found and not line["replaced"] else {}
-    cost = outcomes.job_costs(data.con, data.recon).get((params["tenant"], params["job"]), {})
-    return {"lines": lines, "job_cost": {c: money(v, c) for c, v in sorted(cost.items())}}
+    cost = outcomes.job_costs(data).get((params["tenant"], params["job"]), {})
+    job_cost = {c: str(Money.of(v, currency=c)) for c, v in sorted(cost.items())}
+    return {"lines": lines, "job_cost": job_cost}
 
 
 # -- evidence -----------------------------------------------------------------------------

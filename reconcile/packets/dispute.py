@@ -48,30 +48,34 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-from sqlalchemy import func, select
 
-from ledger import LedgerError, Store
+from ledger import LedgerError, Store, read
 from ledger.checkpoint import sign_checkpoint
-from ledger.evidence import BUNDLE_VERSION, build_bundle, verify_bundle
+from ledger.evidence import build_bundle, verify_bundle
 from ledger.fleet_heads import KEYED_TYPES
 from ledger.fleet_store import covering_fleet_seqs
 from ledger.note import Signer, Verifier
 from ledger.proofs import Checkpoint, ProofError
-from ledger.tables import entries as entries_table
 from ledger.witness import latest_cosigned_checkpoint
 from reconcile.engine import MoneyOverflow, Reconciliation
 from reconcile.engine.rules import touching_health
 from reconcile.packets.claims import ClaimMismatch, reconcile_claims
+from reconcile.packets.difference import first_difference
 from reconcile.packets.isolation import Isolation, IsolationError, Leak, check_packet, tenant_identifiers
-from reconcile.packets.untrusted import PacketError, first_difference, hex_string, member, no_other_members, show, typed
+from schemas.documents.base import InvalidDocument, show
+from schemas.documents.bundle import Entry
+from schemas.documents.dispute import PACKET_KIND, PACKET_VERSION, DisputePacket
 
 __all__ = ["IsolationError", "PacketError", "PacketUnreadable", "VerifiedPacket", "build_dispute", "check_pinned",
            "check_writable", "choose_fleet", "explaining_fleet_seqs", "read_packet", "read_previous",
            "touches", "verify_dispute", "write_packet"]
 
-PACKET_VERSION = 1
-PACKET_KIND = "gpuledger-dispute"
 FLEET_TYPES = ("health.fault", "health.cleared")
+
+
+class PacketError(InvalidDocument):
+    """A packet that does not verify; the message (one line) says which check failed: the
+    dispute-packet model's (schemas/documents/dispute.py) for its shape, named by place."""
 
 
 class PacketUnreadable(LedgerError):
@@ -91,7 +95,7 @@ class VerifiedPacket:
     # the verifier's own recomputation from the packet's entries (what the letter is written from)
     findings: dict[str, Any] = field(default_factory=dict)
     claims: list[dict[str, Any]] = field(default_factory=list)
-    cited: dict[int, dict[str, Any]] = field(default_factory=dict)  # the claims' entries, by seq
+    cited: dict[int, Entry] = field(default_factory=dict)  # the claims' entries, by seq
 
 
 # -- building -------------------------------------------------------------------------
@@ -143,31 +147,23 @@ def _findings(entries: list[dict[str, Any]], tenant: str, invoice: str,
 
 def _material(store: Store, tenant: str, fleet_seqs: list[int], size: int) -> list[dict[str, Any]]:
     """What the engine reads of the entries a bundle at `size` would carry, in seq order."""
-    columns = [entries_table.c[f] for f in ("seq", "type", "tenant", "event")]
-    query = select(*columns).where(entries_table.c.seq <= size)
-    rows = []
-    with store.reading() as conn:
-        rows += [dict(r._mapping) for r in conn.execute(query.where(entries_table.c.tenant == tenant))]
-        for start in range(0, len(fleet_seqs), 500):
-            rows += [dict(r._mapping) for r in conn.execute(
-                query.where(entries_table.c.seq.in_(fleet_seqs[start:start + 500])))]
+    found = read.entries(store, tenant=tenant, last_seq=size)
+    if fleet_seqs:
+        found += read.entries(store, last_seq=size, seqs=fleet_seqs)
+    rows = [{"seq": e.seq, "type": e.type, "tenant": e.tenant, "event": e.event} for e in found]
     return sorted(rows, key=lambda r: int(r["seq"]))
 
 
 def _head_size(store: Store) -> int:
-    with store.reading() as conn:
-        return int(conn.execute(select(func.coalesce(func.max(entries_table.c.seq), 0))).scalar_one())
+    return read.head(store)
 
 
 def _check_material(store: Store, isolation: Isolation, size: int) -> None:
     """The tenant's own entries up to `size` hold no other tenant's identifier (the fleet
     entries are chosen clean): checked before a checkpoint is signed for the packet."""
-    query = (select(*[entries_table.c[f] for f in ("seq", "source", "id", "event")])
-             .where(entries_table.c.tenant == isolation.tenant, entries_table.c.seq <= size)
-             .order_by(entries_table.c.tenant_seq))
-    with store.reading() as conn:
-        for row in conn.execute(query):
-            _raise_leak(isolation, isolation.leak_in_entry(dict(row._mapping)))
+    for e in read.each_entry(store, tenant=isolation.tenant, last_seq=size):  # seq order: tenant_seq's
+        _raise_leak(isolation, isolation.leak_in_entry({"seq": e.seq, "source": e.source, "id": e.id,
+                                                        "event": e.event}))
 
 
 def _raise_leak(isolation: Isolation, leak: Leak | None) -> None:
@@ -194,24 +190,20 @@ def covering_seqs(store: Store, tenant: str, size: int) -> list[int]:
 
 
 def _require_invoice(store: Store, tenant: str, invoice: str) -> None:
-    query = select(entries_table.c.event).where(entries_table.c.tenant == tenant,
-                                                entries_table.c.type == "billing.line")
-    with store.reading() as conn:
-        for (event,) in conn.execute(query):
-            if json.loads(event).get("data", {}).get("invoice_id") == invoice:
-                return
+    for entry in read.each_entry(store, tenant=tenant, type="billing.line"):
+        if json.loads(entry.event).get("data", {}).get("invoice_id") == invoice:
+            return
     raise LedgerError(f"tenant {tenant!r} has no billing line on invoice {invoice!r}", option="invoice")
 
 
 def explaining_fleet_seqs(store: Store, tenant: str, size: int) -> list[int]:
     """Seqs (≤ size) of the fleet's health entries that touch one of `tenant`'s allocations."""
-    def rows(*where: Any) -> list[tuple[int, dict[str, Any]]]:
-        query = select(entries_table.c.seq, entries_table.c.event).where(entries_table.c.seq <= size, *where)
-        with store.reading() as conn:
-            return [(int(seq), json.loads(event).get("data", {})) for seq, event in conn.execute(query)]
+    def rows(tenant: str | None, types: str | tuple[str, ...]) -> list[tuple[int, dict[str, Any]]]:
+        return [(e.seq, json.loads(e.event).get("data", {}))
+                for e in read.each_entry(store, tenant=tenant, type=types, last_seq=size)]
 
-    grants = [data for _, data in rows(entries_table.c.tenant == tenant, entries_table.c.type == "allocation.granted")]
-    health = rows(entries_table.c.tenant.is_(None), entries_table.c.type.in_(FLEET_TYPES))
+    grants = [data for _, data in rows(tenant, "allocation.granted")]
+    health = rows(None, FLEET_TYPES)
     return touching_health(grants, health)
 
 
@@ -242,7 +234,7 @@ def write_packet(packet: dict[str, Any], path: Path) -> None:
     try:
         # compact: the packet is for machines (the letter beside it is for people); indenting
         # the demo's 16,000 entries added 1.9 MB to 9.8
-        path.write_text(json.dumps(packet, ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
+        path.write_text(DisputePacket.model_validate(packet).to_json(), encoding="utf-8")
     except OSError as exc:
         raise LedgerError(f"cannot write {path}: {exc.strerror}", option="out") from None
 
@@ -288,26 +280,31 @@ def verify_dispute(packet: Any, verifier: Verifier, previous: str | None = None)
     """Check a packet with the public key alone; raise PacketError naming what fails.
     With `previous` (a signed checkpoint note the customer holds, from an older packet or
     saved by itself), the packet's checkpoint must be that tree or extend it."""
-    tenant, invoice, findings, bundle = _packet_parts(packet)
+    parsed = _parse(packet)
+    tenant, invoice = parsed.tenant, parsed.invoice_id
+    bundle = parsed.bundle.to_dict()
     try:
         checkpoint = verify_bundle(bundle, verifier, previous)
     except ProofError as exc:
         raise PacketError(f"bundle: {exc}") from None
     items: list[dict[str, Any]] = bundle["entries"]
-    _check_events(items)
-    _check_scope(findings, tenant, invoice)
+    _check_events(parsed.bundle.entries)
+    _check_scope(parsed, tenant, invoice)
+    findings = parsed.findings.to_dict()
     recomputed, claims = _recompute(items, invoice)
     difference = (first_difference(findings["lines"], recomputed["lines"], "findings.lines")
                   or first_difference(findings, recomputed, "findings")
-                  or ("claims" in packet and first_difference(packet["claims"], claims, "claims")) or None)
+                  or ("claims" in parsed.model_fields_set
+                      and first_difference([c.to_dict() for c in parsed.claims], claims, "claims"))
+                  or None)
     if difference is not None:
         raise PacketError(f"{difference} (recomputed from the packet's own entries)")
     fleet = sum(1 for e in items if e["tenant"] is None)
     previous_size = None if previous is None else Checkpoint.parse(verifier.verify(previous)).size
     cites = {seq for claim in claims for seq in claim["cites"]}
     return VerifiedPacket(tenant, invoice, len(findings["lines"]), len(items) - fleet, fleet, checkpoint,
-                          len(bundle.get("withheld", [])), previous_size, recomputed, claims,
-                          {e["seq"]: e for e in items if e["seq"] in cites})
+                          len(parsed.bundle.withheld), previous_size, recomputed, claims,
+                          {e.seq: e for e in parsed.bundle.entries if e.seq in cites})
 
 
 def check_pinned(checked: VerifiedPacket, tenant: str | None, invoice: str | None) -> None:
@@ -319,106 +316,46 @@ def check_pinned(checked: VerifiedPacket, tenant: str | None, invoice: str | Non
             raise PacketError(f"packet.{name}: expected {ascii(expected)}, found {ascii(found)}")
 
 
-def _packet_parts(packet: Any) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
-    obj = typed(packet, dict, "packet")
-    no_other_members(obj, ("version", "kind", "tenant", "invoice_id", "findings", "claims", "bundle"), "packet")
-    if "claims" in obj:
-        member(obj, "claims", list, "packet")
-    if member(obj, "version", int, "packet") != PACKET_VERSION:
-        raise PacketError(f"packet.version: {obj['version']!r} is not {PACKET_VERSION}, the version this verifier reads")
-    if member(obj, "kind", str, "packet") != PACKET_KIND:
-        raise PacketError(f"packet.kind: {obj['kind']!r} is not {PACKET_KIND!r}")
-    tenant, invoice = member(obj, "tenant", str, "packet"), member(obj, "invoice_id", str, "packet")
-    findings = member(obj, "findings", dict, "packet")
-    member(findings, "lines", list, "packet.findings")
-    bundle = member(obj, "bundle", dict, "packet")
-    _check_bundle_shape(bundle)
-    if bundle["tenant"] != tenant:
-        raise PacketError(f"packet.tenant: {tenant!r}, but the bundle is for {bundle['tenant']!r}")
-    return tenant, invoice, findings, bundle
+def _parse(packet: Any) -> DisputePacket:
+    """The packet's shape, by the dispute-packet model: PacketError names the first member
+    that is wrong by its place (`packet.bundle.entries[3].seq: expected an integer, got a
+    string`); then the bundle must be the packet's tenant's."""
+    try:
+        parsed = DisputePacket.parse(packet)
+    except InvalidDocument as exc:
+        raise PacketError(str(exc)) from None
+    if parsed.bundle.tenant != parsed.tenant:
+        raise PacketError(f"packet.tenant: {parsed.tenant!r}, but the bundle is for {parsed.bundle.tenant!r}")
+    return parsed
 
 
-def _check_bundle_shape(bundle: dict[str, Any]) -> None:
-    where = "packet.bundle"
-    no_other_members(bundle, ("version", "tenant", "checkpoint", "entries", "inclusion", "tenant_head", "withheld",
-                              "consistency", "fleet"), where)
-    for key, kind in (("version", int), ("tenant", str), ("checkpoint", str), ("entries", list), ("inclusion", list)):
-        member(bundle, key, kind, where)
-    if bundle["version"] != BUNDLE_VERSION:
-        raise PacketError(f"{where}.version: {bundle['version']} is not {BUNDLE_VERSION}, the version this verifier reads")
-    for i, item in enumerate(bundle["inclusion"]):
-        hex_string(item, f"{where}.inclusion[{i}]")
-    head = member(bundle, "tenant_head", dict, where)
-    no_other_members(head, ("tenant_seq", "leaf", "index", "proof"), f"{where}.tenant_head")
-    for key in ("tenant_seq", "index"):
-        member(head, key, int, f"{where}.tenant_head")
-    hex_string(member(head, "leaf", str, f"{where}.tenant_head"), f"{where}.tenant_head.leaf")
-    for i, item in enumerate(member(head, "proof", list, f"{where}.tenant_head")):
-        hex_string(item, f"{where}.tenant_head.proof[{i}]")
-    for i, entry in enumerate(bundle["entries"]):
-        _check_entry_shape(typed(entry, dict, f"{where}.entries[{i}]"), f"{where}.entries[{i}]")
-    if "consistency" in bundle:
-        proof = typed(bundle["consistency"], dict, f"{where}.consistency")
-        no_other_members(proof, ("from_size", "proof"), f"{where}.consistency")
-        member(proof, "from_size", int, f"{where}.consistency")
-        for i, item in enumerate(member(proof, "proof", list, f"{where}.consistency")):
-            _hash(typed(item, str, f"{where}.consistency.proof[{i}]"), f"{where}.consistency.proof[{i}]")
-    for i, item in enumerate(typed(bundle.get("withheld", []), list, f"{where}.withheld")):
-        typed(item, dict, f"{where}.withheld[{i}]")
-        no_other_members(item, ("seq", "leaf"), f"{where}.withheld[{i}]")
-        member(item, "seq", int, f"{where}.withheld[{i}]")
-        _hash(member(item, "leaf", str, f"{where}.withheld[{i}]"), f"{where}.withheld[{i}].leaf")
-
-
-def _hash(value: str, where: str) -> None:
-    hex_string(value, where)
-    if len(value) != 64:
-        raise PacketError(f"{where}: expected a SHA-256 hash (64 hex digits), got {len(value)} characters")
-
-
-_ENTRY_SHAPE: tuple[tuple[str, type | tuple[type, ...]], ...] = (
-    ("seq", int), ("recorded_at", str), ("source", str), ("id", str), ("type", str),
-    ("tenant", (str, type(None))), ("tenant_seq", (int, type(None))), ("event", str), ("salt", str),
-)
-
-
-def _check_entry_shape(entry: dict[str, Any], where: str) -> None:
-    no_other_members(entry, tuple(name for name, _ in _ENTRY_SHAPE), where)
-    for key, kind in _ENTRY_SHAPE:
-        member(entry, key, kind, where)
-    if len(entry["salt"]) != 32:
-        raise PacketError(f"{where}.salt: expected 16 bytes in hex, got {len(entry['salt'])} characters")
-    hex_string(entry["salt"], f"{where}.salt")
-
-
-def _check_events(items: list[dict[str, Any]]) -> None:
+def _check_events(entries: list[Entry]) -> None:
     """Fleet entries are health events; each event's type and tenant are its entry's."""
-    for entry in items:
-        where = f"seq {entry['seq']}"
-        if entry["tenant"] is None and entry["type"] not in KEYED_TYPES:
-            raise PacketError(f"{where}: a fleet entry of type {entry['type']!r}; a packet's fleet entries are "
-                              f"{', '.join(KEYED_TYPES)}")
+    for entry in entries:
+        where = f"seq {entry.seq}"
+        if entry.tenant is None and entry.type not in KEYED_TYPES:
+            raise PacketError(f"{where}: a fleet entry of type {entry.type!r}; "
+                              f"a packet's fleet entries are {', '.join(KEYED_TYPES)}")
         try:
-            event = json.loads(entry["event"])
+            event = json.loads(entry.event)
         except json.JSONDecodeError as exc:
             raise PacketError(f"{where}: event: not JSON: {exc.msg}") from None
         data = event.get("data") if isinstance(event, dict) else None
-        if not isinstance(data, dict) or event.get("type") != entry["type"]:
-            raise PacketError(f"{where}: event: not an event of type {entry['type']!r}")
-        if data.get("tenant") != entry["tenant"]:
+        if not isinstance(data, dict) or event.get("type") != entry.type:
+            raise PacketError(f"{where}: event: not an event of type {entry.type!r}")
+        if data.get("tenant") != entry.tenant:
             raise PacketError(f"{where}: event: data.tenant {data.get('tenant')!r} is not the entry's tenant")
 
 
-def _check_scope(findings: dict[str, Any], tenant: str, invoice: str) -> None:
-    if not findings["lines"]:
+def _check_scope(packet: DisputePacket, tenant: str, invoice: str) -> None:
+    if not packet.findings.lines:
         raise PacketError(f"findings: no line of invoice {invoice!r}: there is nothing to dispute")
-    for i, line in enumerate(findings["lines"]):
+    for i, line in enumerate(packet.findings.lines):
         where = f"findings.lines[{i}]"
-        typed(line, dict, where)
-        if line.get("invoice_id") != invoice:
-            raise PacketError(f"{where}.invoice_id: {show(line.get('invoice_id'))}, the packet is about {invoice!r}")
-        if line.get("tenant") != tenant:
-            raise PacketError(f"{where}.tenant: {show(line.get('tenant'))}, the packet is for {tenant!r}")
+        if line.invoice_id != invoice:
+            raise PacketError(f"{where}.invoice_id: {show(line.invoice_id)}, the packet is about {invoice!r}")
+        if line.tenant != tenant:
+            raise PacketError(f"{where}.tenant: {show(line.tenant)}, the packet is for {tenant!r}")
 
 
 def _recompute(items: Iterable[dict[str, Any]], invoice: str) -> tuple[Any, list[dict[str, Any]]]:

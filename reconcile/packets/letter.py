@@ -18,12 +18,13 @@ from typing import Any
 from ledger import LedgerError
 from ledger.note import Verifier
 from reconcile.engine.figures import iso, parse_time
-from reconcile.engine.money import format_minor, minor_unit
 from reconcile.engine.rules import CATEGORY_ORDER
 from reconcile.engine.rules_text import RulesPageError, category_rules
 from reconcile.packets.dispute import VerifiedPacket, verify_dispute
 from reconcile.reports.pages import environment
 from schemas.display import terminal_safe
+from schemas.documents.bundle import Entry
+from schemas.money import Money, minor_unit
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -113,8 +114,8 @@ class Totals:
         return sorted(self.accepted.items(), key=lambda item: CATEGORY_ORDER.index(item[0]))
 
     def text(self, value: Decimal) -> str:
-        minor = minor_unit(self.currency)
-        return f"{format_minor(int(value.scaleb(minor)), minor)} {self.currency}".strip()
+        money = Money.of(int(value.scaleb(minor_unit(self.currency))), currency=self.currency)
+        return f"{money} {self.currency}".strip()
 
 
 @dataclass
@@ -203,7 +204,7 @@ def _customer_borne(categories: dict[str, Any]) -> list[tuple[str, Decimal]]:
     return out
 
 
-def _finding(number: int, claim: dict[str, Any], entries: dict[int, dict[str, Any]],
+def _finding(number: int, claim: dict[str, Any], entries: dict[int, Entry],
              periods: dict[str, tuple[str, str]]) -> Finding:
     stretches = [(s, e, g) for s, e, g in claim["stretches"]]
     place, rule = rule_for(claim["category"], claim["bearer"])
@@ -217,11 +218,12 @@ def _finding(number: int, claim: dict[str, Any], entries: dict[int, dict[str, An
                    [_cited(entries[seq]) for seq in claim["cites"]])
 
 
-def _cited(entry: dict[str, Any]) -> Cited:
-    event = json.loads(entry["event"])
+def _cited(entry: Entry) -> Cited:
+    event = json.loads(entry.event)
     data = event.get("data", {})
-    shown = [(name, _show(data[name])) for name in FIELDS.get(entry["type"], ()) if data.get(name) is not None]
-    return Cited(entry["seq"], entry["type"], str(event.get("time", "")), shown)
+    shown = [(name, _show(data[name])) for name in FIELDS.get(entry.type, ())
+             if data.get(name) is not None]
+    return Cited(entry.seq, entry.type, str(event.get("time", "")), shown)
 
 
 def _show(value: Any) -> str:

@@ -1,66 +1,34 @@
 """The diagnostic packet's queries over `ev` (reconcile/packets/diagnostic.py says what each
 section holds). Parameters: $tenant, $job, $pid, and the window $w0, $w1 (µs).
 
-`SCOPE` makes the packet's tables: `pk_pods` (the job's Pods, from its `job.started`),
-`pk_allocs` (each allocation the job started on or was decided onto, with its first grant
-and the first release at or after it) and `pk_window` (w0, w1).
+They read the pipeline's `packet_scope` stage (reconcile/engine/sql/packet_scope.sql):
+`packet_pods` (the job's Pods, from its `job.started`), `packet_allocations` (each
+allocation the job started on or was decided onto, with its first grant and the first
+release at or after it) and `packet_window` (w0, w1); ATTEMPTS reads `job_attempts`
+(the `job_facts` stage).
 """
 
 from __future__ import annotations
 
 from reconcile.engine.figures import percentiles_sql
+from reconcile.engine.pipeline import ABOUT_JOB
 from reconcile.engine.rules import INF, fault_windows_sql, touching_sql
-
-_ABOUT_JOB = ("(job_id = $job OR job_id IN (SELECT pod FROM pk_pods) "
-              "OR allocation_id IN (SELECT aid FROM pk_allocs))")
-
-SCOPE = tuple(statement for statement in f"""
-CREATE OR REPLACE TEMP TABLE pk_pods AS
-SELECT DISTINCT pod FROM ev WHERE type = 'job.started' AND tenant = $tenant AND job_id = $job AND pod IS NOT NULL;
-
-CREATE OR REPLACE TEMP TABLE pk_allocs AS
-WITH aids AS (
-    SELECT DISTINCT allocation_id AS aid FROM ev
-    WHERE tenant = $tenant AND allocation_id IS NOT NULL
-      AND ((type = 'job.started' AND job_id = $job)
-           OR (type = 'policy.decision' AND (job_id = $job OR job_id IN (SELECT pod FROM pk_pods))))),
-first_grant AS (
-    SELECT allocation_id AS aid, t AS granted, seq AS grant_seq, gpus, node, devices, fabric_domain,
-           placement_class, profile
-    FROM ev WHERE type = 'allocation.granted' AND tenant = $tenant AND allocation_id IN (SELECT aid FROM aids)
-    QUALIFY row_number() OVER (PARTITION BY allocation_id ORDER BY t, seq) = 1),
-releases AS (
-    SELECT allocation_id AS aid, t, seq, reason FROM ev
-    WHERE type = 'allocation.released' AND tenant = $tenant AND allocation_id IN (SELECT aid FROM aids))
-SELECT a.aid, gr.granted, gr.grant_seq, gr.gpus, gr.node, gr.devices, gr.fabric_domain, gr.placement_class, gr.profile,
-       rel.t AS released, rel.seq AS release_seq, rel.reason AS release_reason
-FROM aids a LEFT JOIN first_grant gr ON gr.aid = a.aid LEFT JOIN releases rel ON rel.aid = a.aid AND rel.t >= gr.granted
-QUALIFY row_number() OVER (PARTITION BY a.aid ORDER BY rel.t NULLS LAST, rel.seq) = 1;
-
-CREATE OR REPLACE TEMP TABLE pk_window AS
-WITH about AS (
-    SELECT t, ps, pe, start_by, complete_by FROM ev
-    WHERE tenant = $tenant AND ({_ABOUT_JOB} OR (type = 'policy.promise' AND promise_id = $pid))),
-span AS (SELECT least(min(t), min(ps), min(start_by)) AS w0,
-                greatest(max(t), max(pe), max(start_by), max(complete_by)) AS w1 FROM about)
-SELECT w0, CASE WHEN w1 > w0 THEN w1 ELSE w0 + 1000000 END AS w1 FROM span
-""".split(";\n\n"))
 
 DECISIONS = f"""
 SELECT seq, t, decision, job_id, allocation_id, reason, queue, notice_s FROM ev
-WHERE type = 'policy.decision' AND tenant = $tenant AND {_ABOUT_JOB}
+WHERE type = 'policy.decision' AND tenant = $tenant AND {ABOUT_JOB}
 ORDER BY t, seq
 """
 
 ALLOCATIONS = """
 SELECT aid AS allocation_id, granted, grant_seq, released, release_seq, release_reason, gpus, node, devices,
        fabric_domain, placement_class, profile
-FROM pk_allocs ORDER BY granted NULLS LAST, aid
+FROM packet_allocations ORDER BY granted NULLS LAST, aid
 """
 
 DEVICES = """
 SELECT node, device, model, fabric_domain, seq FROM ev
-WHERE type = 'device.discovered' AND node IN (SELECT node FROM pk_allocs)
+WHERE type = 'device.discovered' AND node IN (SELECT node FROM packet_allocations)
 QUALIFY row_number() OVER (PARTITION BY node, device ORDER BY t, seq) = 1
 ORDER BY node, device
 """
@@ -73,7 +41,7 @@ WITH opened AS (
     SELECT seq, open_t AS opened, node, device, fabric_domain, code, severity,
            CASE WHEN close_t < {INF} THEN close_t END AS cleared, close_seq AS cleared_seq
     FROM ({fault_windows_sql("ev", critical_only=False)})),
-touching AS ({touching_sql("pk_allocs", "opened", "f.seq, a.aid")})
+touching AS ({touching_sql("packet_allocations", "opened", "f.seq, a.aid")})
 SELECT o.*, list(DISTINCT t.aid ORDER BY t.aid) AS touches
 FROM opened o JOIN touching t ON t.seq = o.seq
 WHERE o.opened < $w1 AND coalesce(o.cleared, {INF}) > $w0
@@ -84,7 +52,7 @@ ATTEMPTS = """
 SELECT seq, attempt, allocation_id, pod, s AS started, CASE WHEN kind IS NOT NULL THEN e END AS ended, end_seq,
        CASE kind WHEN 'job.completed' THEN 'completed' WHEN 'job.failed' THEN 'failed'
                  WHEN 'job.cancelled' THEN 'cancelled' ELSE 'running' END AS outcome, cause
-FROM rp_attempts WHERE tenant = $tenant AND job_id = $job ORDER BY s, seq
+FROM job_attempts WHERE tenant = $tenant AND job_id = $job ORDER BY s, seq
 """
 
 PROGRESS = f"""
@@ -132,7 +100,7 @@ SELECT l.seq, l.invoice_id, l.line_id, l.allocation_id, l.ps AS period_start, l.
        EXISTS (SELECT 1 FROM ev c WHERE c.type = 'billing.line' AND c.tenant = l.tenant
                AND c.corrects = l.line_id AND c.seq <> l.seq) AS replaced
 FROM ev l
-WHERE l.type = 'billing.line' AND l.tenant = $tenant AND l.allocation_id IN (SELECT aid FROM pk_allocs)
+WHERE l.type = 'billing.line' AND l.tenant = $tenant AND l.allocation_id IN (SELECT aid FROM packet_allocations)
 ORDER BY l.ps, l.seq
 """
 

@@ -1,14 +1,22 @@
-"""The operator's and finance's reports over the ledger: promises, capacity, outcomes, placement.
+"""The operator's and finance's reports over the ledger: promises, capacity, outcomes,
+placement, envelope.
 
-Each report is computed in DuckDB over `ev` (reconcile/engine/snapshot.py), loaded once from
-the store; outcomes also take the reconciliation's money (reconcile/engine/__init__.py). Each
+A report is one class of REPORT_LIST (below): its name and help, its own options, how it is
+built from a pipeline (`build`), its CSV rows (`rows`), its terminal tables (`tables`) and
+its page if it has one (`page`). `gpuledger report`'s commands, their formats, options and
+help are made from that list (cli.py's ReportGroup), so adding a report is adding one class
+to the list (docs/architecture.md shows how).
+
+Each report is computed in DuckDB from the relations of one `Pipeline`
+(reconcile/engine/pipeline.py), loaded once from the store: it asks the pipeline for what
+it reads (`pipe.need("promise_outcomes")`, `pipe.recon`) and creates no table. Each
 returns plain dicts and lists (JSON as is), and renders as rich tables or CSV rows.
 Definitions are in the module docstrings of reconcile/reports/promises.py, capacity.py,
 outcomes.py (with serving.py, its serving view), placement.py and envelope.py, in
 docs/reports.md and docs/placement.md.
 
-    with loaded(store) as data:            # one snapshot, one DuckDB
-        promises.report(data.con)          # or report_promises(store) for one report
+    with loaded(store) as pipe:            # one snapshot, one DuckDB, one pipeline
+        promises.report(pipe)              # or report(store, "promises") for one report
     write_reports(store, out_dir)          # every report, JSON and CSV, for `gpuledger demo`
 """
 
@@ -16,78 +24,212 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-import duckdb
 from rich.table import Table
 from rich.text import Text
 
 from ledger import Store
-from reconcile.engine import run
-from reconcile.engine.result import Reconciliation
-from reconcile.engine.snapshot import load_store, open_engine
+from reconcile.engine.pipeline import Pipeline
 from reconcile.reports import capacity, envelope, envelope_page, fleet_changes, outcomes, placement, promises, serving
 from schemas.display import DataTable, spreadsheet_safe, terminal_safe
+from schemas.documents.reports import REPORT_DOCUMENTS
 from schemas.errors import BadInput
 
-REPORTS = ("promises", "capacity", "outcomes", "placement", "envelope")
 FORMATS = ("table", "json", "csv", "tsv")
 
 
-@dataclass
-class Loaded:
-    """A DuckDB with the store's entries as `ev`; the reconciliation made on first use."""
-
-    con: duckdb.DuckDBPyConnection
-    _recon: Reconciliation | None = field(default=None, repr=False)
-
-    @property
-    def recon(self) -> Reconciliation:
-        if self._recon is None:
-            self._recon = run(self.con)
-        return self._recon
+#: What the reports read: a pipeline over one snapshot of the store.
+Loaded = Pipeline
 
 
 @contextmanager
-def loaded(store: Store, tenant: str | None = None, threads: int | None = None) -> Iterator[Loaded]:
-    """One consistent snapshot of the store (with `tenant`: its entries and the fleet's)."""
-    con = open_engine(threads)
-    try:
-        with store.reading() as conn:
-            load_store(con, conn, tenant)
-        yield Loaded(con)
-    finally:
-        con.close()
+def loaded(store: Store, tenant: str | None = None, threads: int | None = None) -> Iterator[Pipeline]:
+    """One consistent snapshot of the store (with `tenant`: its entries and the fleet's), in
+    memory, as a pipeline: its relations built as the reports ask for them."""
+    with Pipeline.of_store(store, tenant, threads, sized=False) as pipe:
+        yield pipe
 
 
-def build_report(data: Loaded, name: str, tenant: str | None = None, since: int | None = None,
-                 until: int | None = None, by: str = "both") -> dict[str, Any]:
-    """One report by name, as plain dicts and lists (`by`: envelope's grouping)."""
-    if name == "promises":
-        return promises.report(data.con, tenant)
-    if name == "capacity":
-        return capacity.report(data.con, tenant, since, until)
-    if name == "outcomes":
-        return outcomes.report(data.con, data.recon, tenant) | {"serving": serving.view(data.con, data.recon, tenant)}
-    if name == "serving":  # the serving view of outcomes alone (`report outcomes --view serving`)
-        return {"serving": serving.view(data.con, data.recon, tenant)}
-    if name == "placement":
-        return placement.report(data.con, data.recon, tenant)
-    if name == "envelope":
-        return envelope.report(data.con, data.recon, tenant, by)
-    raise ValueError(f"unknown report {name!r}")
+@dataclass(frozen=True)
+class ReportOption:
+    """An option of one report beyond the ones every report takes (tenant, format, out):
+    the keyword `build` receives, and what the command line makes of it."""
+
+    name: str  # build()'s keyword
+    flag: str  # the command line's flag
+    help: str
+    choices: tuple[str, ...] = ()  # the values it may take (none: free text)
+    default: str | None = None
+    metavar: str | None = None
+    time: bool = False  # an RFC 3339 time, given to build() as µs since the epoch
 
 
-def report(store: Store, name: str, tenant: str | None = None, since: int | None = None,
-           until: int | None = None, by: str = "both") -> dict[str, Any]:
-    """One report of the store (`name`: promises, capacity, outcomes, serving, placement or envelope)."""
+class Report:
+    """One report: its name and what the command line says of it, how it is built from a
+    pipeline (`build`), its rows for CSV and TSV (`rows`), its tables for the terminal
+    (`tables`) and its page, if it has one (`page`). Registered in REPORT_LIST, from
+    which `gpuledger report`'s commands, formats and help are made."""
+
+    name: ClassVar[str]
+    help: ClassVar[str]  # the command's help
+    tenant_help: ClassVar[str] = "Only this tenant (capacity: its jobs; devices are the fleet's)."
+    formats: ClassVar[tuple[str, ...]] = FORMATS
+    options: ClassVar[tuple[ReportOption, ...]] = ()
+    options_first: ClassVar[bool] = False  # its options come before --format on the command line
+
+    def build(self, pipe: Pipeline, tenant: str | None, **options: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def rows(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def tables(self, doc: dict[str, Any]) -> list[Table | Text]:
+        raise NotImplementedError
+
+    def page(self, doc: dict[str, Any]) -> str | None:
+        return None
+
+
+class PromisesReport(Report):
+    name = "promises"
+    help = """Promised against actual start and completion; p50/p95 start delay by tenant and
+    placement class; every miss with the command that writes its packet."""
+
+    def build(self, pipe: Pipeline, tenant: str | None, **options: Any) -> dict[str, Any]:
+        return promises.report(pipe, tenant)
+
+    def rows(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
+        """One row per promise."""
+        return [{k: v for k, v in p.items() if k != "seq"} | {"packet_command": p.get("packet_command", "")}
+                for p in doc["promises"]]
+
+    def tables(self, doc: dict[str, Any]) -> list[Table | Text]:
+        return _promise_tables(doc)
+
+
+class CapacityReport(Report):
+    name = "capacity"
+    help = """Devices discovered, jobs admitted, jobs placed, workloads started, and the gaps,
+    by placement class (whole, mig:<profile>, timeslice)."""
+    options = (ReportOption("since", "--since", "Window start (inclusive; default: open).", metavar="RFC3339",
+                            time=True),
+               ReportOption("until", "--until", "Window end (exclusive; default: open).", metavar="RFC3339",
+                            time=True))
+
+    def build(self, pipe: Pipeline, tenant: str | None, **options: Any) -> dict[str, Any]:
+        return capacity.report(pipe, tenant, options.get("since"), options.get("until"))
+
+    def rows(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
+        """One row per placement class and the total."""
+        return capacity.csv_rows(doc)
+
+    def tables(self, doc: dict[str, Any]) -> list[Table | Text]:
+        return [_capacity_table(doc), *capacity.extra_tables(doc)]
+
+
+class OutcomesReport(Report):
+    name = "outcomes"
+    help = """Time to first usable allocation, step time p50/p95, checkpoint overhead,
+    completed-run time, cost per completed run and per accepted result; for serving jobs,
+    per concurrency level: request rate, TTFT and latency, output tokens/s, cancellations
+    and cost per accepted response."""
+    options = (ReportOption("view", "--view", "serving: only the serving view (CSV: its rows instead of the jobs').",
+                            choices=("all", "serving"), default="all"),)
+
+    def build(self, pipe: Pipeline, tenant: str | None, **options: Any) -> dict[str, Any]:
+        if options.get("view") == "serving":  # the serving view alone
+            return {"serving": serving.view(pipe, tenant)}
+        return outcomes.report(pipe, tenant) | {"serving": serving.view(pipe, tenant)}
+
+    def rows(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
+        """One row per job and currency of its cost (the serving view alone: its rows)."""
+        return _job_rows(doc) if "jobs" in doc else _serving_rows(doc)
+
+    def tables(self, doc: dict[str, Any]) -> list[Table | Text]:
+        if "jobs" not in doc:
+            return [_serving_table(doc)]
+        return [_outcome_table(doc), _serving_table(doc)] if doc.get("serving") else [_outcome_table(doc)]
+
+
+class PlacementReport(Report):
+    name = "placement"
+    help = """Per allocation: the placement class sold against the topology observed (match, or
+    mismatch and why) and the money billed on mismatches; per class, whether probe bus
+    bandwidth ranks the jobs' step time (Spearman's rho)."""
+
+    def build(self, pipe: Pipeline, tenant: str | None, **options: Any) -> dict[str, Any]:
+        return placement.report(pipe, tenant)
+
+    def rows(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
+        """One row per allocation and currency of its billed money."""
+        return [_flat(_placement_row(row)) | {"currency": currency, "billed": amount}
+                for row in doc["allocations"] for currency, amount in _currencies(row["billed"], "")]
+
+    def tables(self, doc: dict[str, Any]) -> list[Table | Text]:
+        return _placement_tables(doc)
+
+
+class EnvelopeReport(Report):
+    name = "envelope"
+    help = """Per source (provider) and placement class: p95 start and completion against the
+    promises, restart rate, checkpoint overhead, cost per completed run and per accepted
+    result (definitions: docs/envelope.md)."""
+    tenant_help = "Only this tenant's jobs and money."
+    formats = (*FORMATS, "html")
+    options = (ReportOption("by", "--by", "Group by source (the provider), by placement class, or by both.",
+                            choices=tuple(envelope.GROUPINGS), default="both"),)
+    options_first = True
+
+    def build(self, pipe: Pipeline, tenant: str | None, **options: Any) -> dict[str, Any]:
+        return envelope.report(pipe, tenant, options.get("by") or "both")
+
+    def rows(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
+        """One row per group and currency."""
+        return envelope.csv_rows(doc)
+
+    def tables(self, doc: dict[str, Any]) -> list[Table | Text]:
+        return envelope.tables(doc)
+
+    def page(self, doc: dict[str, Any]) -> str | None:
+        return envelope_page.html(doc)
+
+
+#: Every report, in the order `gpuledger report` and `demo` give them. A new report is one
+#: more class here: the command line makes its command, formats and help from it.
+REPORT_LIST: tuple[Report, ...] = (PromisesReport(), CapacityReport(), OutcomesReport(), PlacementReport(),
+                                   EnvelopeReport())
+REPORTS = tuple(r.name for r in REPORT_LIST)
+
+
+def report_of(name: str) -> Report | None:
+    """The report of REPORT_LIST named `name`, or None."""
+    return next((r for r in REPORT_LIST if r.name == name), None)
+
+
+#: Other names a document is asked for by: (report, options).
+_VIEWS: dict[str, tuple[str, dict[str, Any]]] = {"serving": ("outcomes", {"view": "serving"})}
+
+
+def build_report(data: Pipeline, name: str, tenant: str | None = None, **options: Any) -> dict[str, Any]:
+    """One report by name, as plain dicts and lists; `options` are its own (ReportOption:
+    capacity's since and until, outcomes' view, envelope's by), others are not its."""
+    name, fixed = _VIEWS.get(name, (name, {}))
+    spec = report_of(name)
+    if spec is None:
+        raise ValueError(f"unknown report {name!r}")
+    given = options | fixed
+    return spec.build(data, tenant, **{o.name: given.get(o.name, o.default) for o in spec.options})
+
+
+def report(store: Store, name: str, tenant: str | None = None, **options: Any) -> dict[str, Any]:
+    """One report of the store (`name`: one of REPORTS, or serving, outcomes' serving view)."""
     with loaded(store, tenant) as data:
-        return build_report(data, name, tenant, since, until, by)
+        return build_report(data, name, tenant, **options)
 
 
 @dataclass
@@ -113,7 +255,7 @@ def write_reports(store: Store, out_dir: Path) -> Written:
     for name, doc in docs.items():
         kind = "envelope" if name == "envelope_by_class" else name
         paths.append(out_dir / f"{name}.json")
-        paths[-1].write_text(json.dumps(doc, indent=2) + "\n")
+        paths[-1].write_text(report_json(kind, doc))
         paths.append(out_dir / f"{name}.csv")
         paths[-1].write_text(to_csv(kind, doc))
     paths.append(out_dir / "serving.csv")  # outcomes' serving view: rows of another shape than its jobs'
@@ -125,42 +267,46 @@ def write_reports(store: Store, out_dir: Path) -> Written:
     return Written(paths, docs["promises"]["misses"], docs)
 
 
+def report_json(name: str, doc: dict[str, Any]) -> str:
+    """The report's JSON text, through its document (schemas/documents/reports.py)."""
+    return REPORT_DOCUMENTS[name].parse(doc).to_json()
+
+
 def render(name: str, doc: dict[str, Any], fmt: str) -> str | list[Table | Text]:
-    """JSON, CSV or TSV text, or rich tables (and plain lines, printed unwrapped) for the terminal."""
+    """JSON, CSV or TSV text, rich tables (and plain lines, printed unwrapped) for the
+    terminal, or the report's page."""
     if fmt == "json":
-        return json.dumps(doc, indent=2) + "\n"
+        return report_json(name, doc)
     if fmt in ("csv", "tsv"):
         return to_csv(name, doc, "," if fmt == "csv" else "\t")
     if fmt == "table":
         return tables(name, doc)
-    if fmt == "html" and name == "envelope":
-        return envelope_page.html(doc)
+    spec = report_of(name) if fmt == "html" else None
+    page = spec.page(doc) if spec is not None else None
+    if page is not None:
+        return page
     raise BadInput(f"unknown format {fmt!r}", option="format")
 
 
 # -- CSV: the rows finance would load ---------------------------------------------------
 
 def csv_rows(name: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """promises: one row per promise; capacity: one per placement class and the total;
-    capacity_changes: one per fleet change and window; envelope: one per group and
-    currency; outcomes: one per job and currency of its cost; serving: one per tenant,
-    concurrency level and currency; placement: one per allocation and currency of its
-    billed money."""
+    """A report's rows (`Report.rows`), or rows of another shape from its document:
+    serving, one per tenant, concurrency level and currency (from outcomes');
+    capacity_changes, one per fleet change and window (from capacity's)."""
     if name == "serving":
-        return [_flat({k: v for k, v in row.items() if k != "cost"}) | {"currency": currency} | figures
-                for row in doc["serving"] for currency, figures in _currencies(row["cost"], SERVING_COST)]
-    if name == "placement":
-        return [_flat(_placement_row(row)) | {"currency": currency, "billed": amount}
-                for row in doc["allocations"] for currency, amount in _currencies(row["billed"], "")]
-    if name == "promises":
-        return [{k: v for k, v in p.items() if k != "seq"} | {"packet_command": p.get("packet_command", "")}
-                for p in doc["promises"]]
-    if name == "capacity":
-        return capacity.csv_rows(doc)
+        return _serving_rows(doc)
     if name == "capacity_changes":
         return fleet_changes.csv_rows(doc["changes"])
-    if name == "envelope":
-        return envelope.csv_rows(doc)
+    return _report(name).rows(doc)
+
+
+def _serving_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    return [_flat({k: v for k, v in row.items() if k != "cost"}) | {"currency": currency} | figures
+            for row in doc["serving"] for currency, figures in _currencies(row["cost"], SERVING_COST)]
+
+
+def _job_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for job in doc["jobs"]:
         base = {k: v for k, v in job.items() if k != "cost"}
@@ -218,17 +364,16 @@ def _cell(value: Any) -> Any:
 # -- terminal tables ----------------------------------------------------------------------
 
 def tables(name: str, doc: dict[str, Any]) -> list[Table | Text]:
-    if name == "promises":
-        return _promise_tables(doc)
-    if name == "capacity":
-        return [_capacity_table(doc), *capacity.extra_tables(doc)]
-    if name == "envelope":
-        return envelope.tables(doc)
-    if name == "placement":
-        return _placement_tables(doc)
     if name == "serving":
         return [_serving_table(doc)]
-    return [_outcome_table(doc), _serving_table(doc)] if doc.get("serving") else [_outcome_table(doc)]
+    return _report(name).tables(doc)
+
+
+def _report(name: str) -> Report:
+    spec = report_of(name)
+    if spec is None:
+        raise ValueError(f"unknown report {name!r}")
+    return spec
 
 
 def _text(value: Any) -> str:

@@ -39,6 +39,7 @@ import duckdb
 from rich.table import Table
 
 from reconcile.engine.figures import iso, placement_sql
+from reconcile.engine.pipeline import Pipeline
 from reconcile.engine.rules import INF, device_held_sql, holds_sql
 from reconcile.reports import fleet_changes
 from schemas.display import DataTable
@@ -70,8 +71,8 @@ device_class AS (
      AND (d.cls IS NULL OR d.cls = g.cls)
     QUALIFY row_number() OVER (PARTITION BY d.node, d.device ORDER BY g.t NULLS LAST, g.seq) = 1)"""
 
+#: (placement, step, n): each count of COUNTS per class, in the window $since, $until.
 CAPACITY = f"""
-CREATE OR REPLACE TEMP TABLE rp_capacity AS
 WITH {DEVICE_CTES},
 first_start AS (
     SELECT tenant, job_id, allocation_id FROM ev WHERE type = 'job.started'
@@ -155,14 +156,14 @@ SELECT placement, 'devices_receipted', count(*) FROM receipted GROUP BY placemen
 RECEIPT_COUNTS = ("receipts", "devices_receipted", "devices_without_receipt")
 
 
-def report(con: duckdb.DuckDBPyConnection, tenant: str | None = None, since: int | None = None,
+def report(pipe: Pipeline, tenant: str | None = None, since: int | None = None,
            until: int | None = None) -> dict[str, Any]:
     """The four capacities of [since, until) (µs; open when None), by placement class; the
     start receipts per class; the windows of each fleet change (fleet_changes.py)."""
     bounds = {"tenant": tenant, "since": since if since is not None else -INF, "until": until if until is not None else INF}
-    con.execute(CAPACITY, bounds)
+    con = pipe.need("events")
     counts: dict[str, dict[str, int]] = {}
-    for placement, step, n in con.execute("SELECT placement, step, n FROM rp_capacity").fetchall():
+    for placement, step, n in con.execute(CAPACITY, bounds).fetchall():
         counts.setdefault(placement, dict.fromkeys(COUNTS, 0))[step] = int(n)
     total = {step: sum(c[step] for c in counts.values()) for step in COUNTS}
     return {
@@ -171,7 +172,7 @@ def report(con: duckdb.DuckDBPyConnection, tenant: str | None = None, since: int
         "classes": [_with_rates({"placement_class": p, **counts[p]}) for p in sorted(counts)],
         "total": _with_rates({"placement_class": "all", **total}),
         "receipts": _receipts(con, bounds, counts),
-        "changes": fleet_changes.report(con, tenant, since, until),
+        "changes": fleet_changes.report(pipe, tenant, since, until),
     }
 
 

@@ -50,10 +50,12 @@ import duckdb
 from rich.table import Table
 from rich.text import Text
 
-from reconcile.engine.figures import money, percentiles_sql, placement_sql, seconds
+from reconcile.engine.figures import percentiles_sql, seconds
+from reconcile.engine.pipeline import Pipeline
 from reconcile.engine.result import Reconciliation
 from reconcile.reports import outcomes, promises
 from schemas.display import DataTable, data_text
+from schemas.money import Money
 
 #: `--by` choices, each with the columns of the group key.
 GROUPINGS: dict[str, tuple[str, ...]] = {
@@ -61,70 +63,24 @@ GROUPINGS: dict[str, tuple[str, ...]] = {
 }
 _COLUMN = {"source": "source", "placement_class": "placement"}
 
-def _provider(source: str) -> str:
-    """SQL: a CloudEvents source cut to its URI scheme and authority (the emitting system and
-    cluster); a source that is not such a URI stays whole."""
-    return (f"CASE WHEN regexp_matches({source}, '^[A-Za-z][A-Za-z0-9+.-]*://') "
-            f"THEN regexp_extract({source}, '^([A-Za-z][A-Za-z0-9+.-]*://[^/?#]*)', 1) ELSE {source} END")
-
-
-GROUPS = f"""
-CREATE OR REPLACE TEMP TABLE rp_env_jobs AS
-WITH keys AS (SELECT tenant, job_id FROM rp_jobs UNION SELECT tenant, job_id FROM rp_promises),
-said AS (
-    SELECT tenant, job_id, source FROM ev_rest
-    WHERE job_id IS NOT NULL AND tenant IS NOT NULL AND source IS NOT NULL
-    QUALIFY row_number() OVER (PARTITION BY tenant, job_id ORDER BY type <> 'job.started', t, seq) = 1),
-first_promise AS (
-    SELECT tenant, job_id, placement FROM rp_promises
-    QUALIFY row_number() OVER (PARTITION BY tenant, job_id ORDER BY made, seq) = 1),
-grant_ AS (
-    SELECT tenant, allocation_id, source, placement_class AS cls, profile FROM ev_rest WHERE type = 'allocation.granted'
-    QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1)
-SELECT k.tenant, k.job_id, coalesce({_provider('g.source')}, {_provider('s.source')}, 'unknown') AS source,
-       coalesce(fp.placement, CASE WHEN g.allocation_id IS NOT NULL THEN {placement_sql('g.cls', 'g.profile')} END,
-                'unknown') AS placement
-FROM keys k
-LEFT JOIN said s USING (tenant, job_id)
-LEFT JOIN first_promise fp USING (tenant, job_id)
-LEFT JOIN rp_jobs j USING (tenant, job_id)
-LEFT JOIN grant_ g ON g.tenant = j.tenant AND g.allocation_id = j.first_allocation;
-
-CREATE OR REPLACE TEMP TABLE rp_env_allocs AS
-WITH grant_ AS (
-    SELECT tenant, allocation_id, source, placement_class AS cls, profile FROM ev_rest WHERE type = 'allocation.granted'
-    QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1),
-first_job AS (
-    SELECT tenant, allocation_id, job_id FROM ev_rest WHERE type = 'job.started'
-    QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1),
-keys AS (SELECT tenant, allocation_id FROM grant_ UNION SELECT tenant, allocation_id FROM first_job)
-SELECT k.tenant, k.allocation_id, coalesce(j.source, {_provider('g.source')}, 'unknown') AS source,
-       coalesce(j.placement, CASE WHEN g.allocation_id IS NOT NULL THEN {placement_sql('g.cls', 'g.profile')} END,
-                'unknown') AS placement
-FROM keys k
-LEFT JOIN grant_ g USING (tenant, allocation_id)
-LEFT JOIN first_job f USING (tenant, allocation_id)
-LEFT JOIN rp_env_jobs j ON j.tenant = f.tenant AND j.job_id = f.job_id
-"""
-
 JOB_FIGURES = """
 SELECT {keys}, count(*) AS jobs, count(j.first_start) AS started, count(j.completed) AS completed,
        coalesce(sum(greatest(j.attempts - 1, 0)), 0) AS restarts, count(*) FILTER (WHERE j.attempts > 1) AS jobs_restarted,
        coalesce(sum(j.accepted), 0) AS accepted_results,
        {wait}, {run}
-FROM rp_env_jobs e LEFT JOIN rp_jobs j USING (tenant, job_id)
+FROM job_groups e LEFT JOIN job_outcomes j USING (tenant, job_id)
 WHERE ($tenant IS NULL OR e.tenant = $tenant)
 GROUP BY ALL
 """
 
 PROMISE_FIGURES = """
 SELECT {keys}, {counts}, {figures}
-FROM rp_promises p JOIN rp_env_jobs e USING (tenant, job_id)
+FROM promise_outcomes p JOIN job_groups e USING (tenant, job_id)
 WHERE ($tenant IS NULL OR e.tenant = $tenant)
 GROUP BY ALL
 """
 
-#: Each promise figure: its name and the SQL of its value in µs (rp_promises columns).
+#: Each promise figure: its name and the SQL of its value in µs (promise_outcomes columns).
 PROMISE_DURATIONS = (
     ("start_delay_s", "p.start_delay"), ("completion_delay_s", "p.completion_delay"),
     ("promised_start_s", "p.start_by - p.made"), ("observed_start_s", "p.started - p.made"),
@@ -132,19 +88,19 @@ PROMISE_DURATIONS = (
 )
 
 
-def report(con: duckdb.DuckDBPyConnection, recon: Reconciliation, tenant: str | None = None,
-           by: str = "both") -> dict[str, Any]:
-    """The envelope, one row per group of `by` (GROUPINGS), ordered by the group key."""
+def report(pipe: Pipeline, tenant: str | None = None, by: str = "both") -> dict[str, Any]:
+    """The envelope, one row per group of `by` (GROUPINGS), ordered by the group key (the
+    pipeline's `envelope_groups`: reconcile/engine/sql/envelope_groups.sql)."""
     keys = GROUPINGS[by]
-    promises.build(con)
-    outcomes.build(con)
-    con.execute(GROUPS)
+    con = pipe.need("envelope_groups")
+    recon = pipe.recon
     groups = _job_figures(con, keys, tenant)
     for key, figures in _promise_figures(con, keys, tenant).items():
         groups.setdefault(key, _empty(keys, key))["promises"] = figures
-    unassigned = _add_money(con, recon, keys, tenant, groups)
+    unassigned = _add_money(pipe, recon, keys, tenant, groups)
     return {"by": list(keys), "tenant": tenant, "groups": [groups[k] for k in sorted(groups)],
-            "unassigned": {c: money(Fraction(v), c) for c, v in sorted(unassigned.items())}}
+            "unassigned": {c: str(Money.of(Fraction(v), currency=c))
+                           for c, v in sorted(unassigned.items())}}
 
 
 def _key_sql(keys: tuple[str, ...]) -> str:
@@ -202,21 +158,21 @@ def _promise_figures(con: duckdb.DuckDBPyConnection, keys: tuple[str, ...],
 
 def _group_of_allocation(con: duckdb.DuckDBPyConnection, keys: tuple[str, ...]) -> dict[tuple[str, str], tuple[str, ...]]:
     columns = ", ".join(_COLUMN[k] for k in keys)
-    rows = con.execute(f"SELECT tenant, allocation_id, {columns} FROM rp_env_allocs").fetchall()
+    rows = con.execute(f"SELECT tenant, allocation_id, {columns} FROM allocation_groups").fetchall()
     return {(r[0], r[1]): tuple(r[2:]) for r in rows}
 
 
 def _group_of_job(con: duckdb.DuckDBPyConnection, keys: tuple[str, ...]) -> dict[tuple[str, str], tuple[str, ...]]:
     columns = ", ".join(_COLUMN[k] for k in keys)
-    rows = con.execute(f"SELECT tenant, job_id, {columns} FROM rp_env_jobs").fetchall()
+    rows = con.execute(f"SELECT tenant, job_id, {columns} FROM job_groups").fetchall()
     return {(r[0], r[1]): tuple(r[2:]) for r in rows}
 
 
-def _add_money(con: duckdb.DuckDBPyConnection, recon: Reconciliation, keys: tuple[str, ...], tenant: str | None,
+def _add_money(pipe: Pipeline, recon: Reconciliation, keys: tuple[str, ...], tenant: str | None,
                groups: dict[tuple[str, ...], dict[str, Any]]) -> dict[str, int]:
     """Checkpoint overhead and costs of each group (from the reconciliation's cells and
     outcomes.job_costs); returns the money of lines in no group, per currency."""
-    of_allocation = _group_of_allocation(con, keys)
+    of_allocation = _group_of_allocation(pipe.need("envelope_groups"), keys)
     checkpoint_us: dict[tuple[str, ...], int] = defaultdict(int)
     billed_us: dict[tuple[str, ...], int] = defaultdict(int)
     billed: dict[tuple[str, ...], dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -232,7 +188,7 @@ def _add_money(con: duckdb.DuckDBPyConnection, recon: Reconciliation, keys: tupl
         billed_us[key] += cell.gpu_us
         if cell.category == "checkpoint":
             checkpoint_us[key] += cell.gpu_us
-    completed = _completed_costs(con, recon, keys, tenant)
+    completed = _completed_costs(pipe, keys, tenant)
     for key in set(billed) | set(completed):
         groups.setdefault(key, _empty(keys, key))
     for key, group in groups.items():
@@ -241,12 +197,12 @@ def _add_money(con: duckdb.DuckDBPyConnection, recon: Reconciliation, keys: tupl
     return unassigned
 
 
-def _completed_costs(con: duckdb.DuckDBPyConnection, recon: Reconciliation, keys: tuple[str, ...],
-                     tenant: str | None) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+def _completed_costs(pipe: Pipeline, keys: tuple[str, ...], tenant: str | None) -> dict[tuple[str, ...], list[dict[str, Any]]]:
     """Each group's completed jobs, each with its exact cost (`_cost`, outcomes.job_costs)."""
+    con = pipe.need("envelope_groups")
     of_job = _group_of_job(con, keys)
-    costs = outcomes.job_costs(con, recon)
-    rows = con.execute("SELECT tenant, job_id FROM rp_jobs WHERE completed IS NOT NULL "
+    costs = outcomes.job_costs(pipe)
+    rows = con.execute("SELECT tenant, job_id FROM job_outcomes WHERE completed IS NOT NULL "
                        "AND ($tenant IS NULL OR tenant = $tenant)", {"tenant": tenant}).fetchall()
     out: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
     for job_tenant, job_id in rows:

@@ -27,12 +27,12 @@ from fractions import Fraction
 from pathlib import Path
 
 from reconcile.engine.figures import EPOCH, safe_name
-from reconcile.engine.money import major_units
 from reconcile.engine.result import BEARERS, Cell, Reconciliation
 from reconcile.engine.rules import SECOND
 from reconcile.reports.explain import BEARER_MEANING, explain, terms
-from reconcile.reports.output import HOUR_US, exact_number, hours, money, number
+from reconcile.reports.numbers import HOUR_US, exact_number, hours, number
 from reconcile.reports.pages import environment
+from schemas.money import Money
 
 TEMPLATES = Path(__file__).with_name("templates")
 DAY_US = 86_400 * SECOND
@@ -133,8 +133,10 @@ def _hours_chart(title: str, rows: dict[str, Stack], anchors: dict[str, str] | N
 def _money_chart(title: str, rows: dict[str, Stack], minor: int, currency: str,
                  anchors: dict[str, str] | None = None) -> Chart:
     biggest = _biggest(list(rows.values()))
-    bars = [_bar(label, stack, biggest, f"{_money(sum(stack.values(), Fraction(0)), minor)} {currency}",
-                 f"money/{currency}/{label}", currency, {c: _money(v, minor) for c, v in stack.items()},
+    bars = [_bar(label, stack, biggest,
+                 f"{Money.of(sum(stack.values(), Fraction(0)), minor).grouped()} {currency}",
+                 f"money/{currency}/{label}", currency,
+                 {c: Money.of(v, minor).grouped() for c, v in stack.items()},
                  (anchors or {}).get(label))
             for label, stack in rows.items()]
     return Chart(title, bars)
@@ -142,11 +144,6 @@ def _money_chart(title: str, rows: dict[str, Stack], minor: int, currency: str,
 
 def _hours(us: Fraction) -> str:
     return number(_decimal(us / HOUR_US), 2)
-
-
-def _money(minor_units: Fraction, minor: int) -> str:
-    """Minor units (a day's share may be a fraction of one) shown rounded half-even."""
-    return number(major_units(round(minor_units), minor), minor)  # a Fraction rounds half-even, exactly
 
 
 def _decimal(value: Fraction) -> Decimal:
@@ -241,7 +238,8 @@ def largest_findings(result: Reconciliation, db: str | None = None, count: int =
     """The line categories with the most provider-borne or disputed money."""
     cells = sorted((c for c in result.cells if c.bearer in OWED_BY and c.cents > 0),
                    key=lambda c: (-c.cents, c.tenant, c.invoice_id, c.line_id, c.label))[:count]
-    return [Finding(c.tenant, c.invoice_id, c.line_id, c.category, c.bearer, hours(c.gpu_us), money(c.cents, c.minor),
+    return [Finding(c.tenant, c.invoice_id, c.line_id, c.category, c.bearer, hours(c.gpu_us),
+                    Money.of(c.cents, c.minor).grouped(),
                     _currency(c), dispute_command(c.tenant, c.invoice_id, db)) for c in cells]
 
 
@@ -264,7 +262,7 @@ def tenant_rows(result: Reconciliation) -> list[TenantRow]:
             cents[bearer] += c
         rows[key] = (us + invoice.tally.billed_us, cents, minor)
     return [TenantRow(tenant, currency, hours(us), hours(result.unbilled_us.get(tenant, 0)),
-                      {b: money(c, minor) for b, c in cents.items()})
+                      {b: Money.of(c, minor).grouped() for b, c in cents.items()})
             for (tenant, currency), (us, cents, minor) in sorted(rows.items())]
 
 
@@ -278,7 +276,7 @@ def rule_html(text: str) -> str:
 def render_page(result: Reconciliation, db: str | None = None) -> str:
     env = environment(TEMPLATES, trim_blocks=True, lstrip_blocks=True)
     env.filters["rule"] = rule_html
-    env.globals.update(hours=hours, money=money, exact_number=exact_number, safe_name=safe_name)
+    env.globals.update(hours=hours, Money=Money, exact_number=exact_number, safe_name=safe_name)
     return env.get_template("finance.html.j2").render(
         invoices=result.invoices(), tenants=tenant_rows(result), charts=charts(result),
         findings=largest_findings(result, db), colours=COLOURS, categories=[t for t in terms() if t in COLOURS],

@@ -32,32 +32,11 @@ import duckdb
 from rich.table import Table
 
 from reconcile.engine.figures import iso, percentiles_sql, seconds
+from reconcile.engine.pipeline import Pipeline
 from reconcile.engine.rules import INF
-from reconcile.reports import outcomes
 from schemas.display import DataTable
 
 PHASES = ("before", "during", "after")
-
-CHANGES = """
-CREATE OR REPLACE TEMP TABLE rp_changes AS
-WITH latest AS (SELECT greatest((SELECT max(t) FROM ev_rest), (SELECT max(h) FROM horizons)) AS h),
-first_ AS (
-    SELECT change_id, change_kind AS kind, nodes, started_at, seq FROM ev_rest WHERE type = 'fleet.change'
-    QUALIFY row_number() OVER (PARTITION BY change_id ORDER BY t, seq) = 1),
-closed AS (SELECT change_id, max(ended_at) AS ended_at FROM ev_rest WHERE type = 'fleet.change' GROUP BY change_id)
-SELECT f.change_id, f.kind, f.nodes, f.started_at, c.ended_at,
-       coalesce(c.ended_at, greatest(l.h, f.started_at)) AS window_end
-FROM first_ f JOIN closed c USING (change_id), latest l
-WHERE f.started_at < $until AND coalesce(c.ended_at, greatest(l.h, f.started_at)) >= $since
-"""
-
-PHASE_WINDOWS = """
-CREATE OR REPLACE TEMP TABLE rp_change_phases AS
-SELECT change_id, 'before' AS phase, started_at - (window_end - started_at) AS lo, started_at AS hi FROM rp_changes
-UNION ALL SELECT change_id, 'during', started_at, window_end FROM rp_changes
-UNION ALL SELECT change_id, 'after', window_end, window_end + (window_end - started_at) FROM rp_changes
-WHERE ended_at IS NOT NULL
-"""
 
 WINDOWS = f"""
 WITH starts AS (
@@ -65,62 +44,61 @@ WITH starts AS (
     UNION ALL
     SELECT launched_at, 'receipt' FROM ev_rest WHERE type = 'start.receipt' AND ($tenant IS NULL OR tenant = $tenant)),
 waits AS (
-    SELECT tenant, job_id, submitted AS asked, first_start AS began FROM rp_jobs
+    SELECT tenant, job_id, submitted AS asked, first_start AS began FROM job_outcomes
     WHERE submitted IS NOT NULL AND ($tenant IS NULL OR tenant = $tenant)
     UNION ALL
     SELECT tenant, job_id, submitted_at, launched_at FROM ev_rest
     WHERE type = 'start.receipt' AND submitted_at IS NOT NULL AND ($tenant IS NULL OR tenant = $tenant)),
 interrupts AS (
-    SELECT tenant, job_id, e AS at FROM rp_attempts WHERE kind = 'job.failed'
+    SELECT tenant, job_id, e AS at FROM job_attempts WHERE kind = 'job.failed'
     UNION ALL
-    SELECT a.tenant, a.job_id, d.t FROM ev_rest d JOIN rp_attempts a ON a.tenant = d.tenant
+    SELECT a.tenant, a.job_id, d.t FROM ev_rest d JOIN job_attempts a ON a.tenant = d.tenant
        AND (a.job_id = d.job_id OR a.pod = d.job_id OR (d.job_id IS NULL AND a.allocation_id = d.allocation_id))
        AND d.t >= a.s AND d.t < a.e
     WHERE d.type = 'policy.decision' AND d.decision IN ('preempted', 'evicted', 'reclaimed')),
 s AS (SELECT p.change_id, p.phase, count(*) FILTER (WHERE s.what = 'job') AS job_starts,
              count(*) FILTER (WHERE s.what = 'receipt') AS receipt_starts
-      FROM rp_change_phases p JOIN starts s ON s.at >= p.lo AND s.at < p.hi GROUP BY ALL),
+      FROM fleet_change_windows p JOIN starts s ON s.at >= p.lo AND s.at < p.hi GROUP BY ALL),
 w AS (SELECT p.change_id, p.phase, count(*) AS submitted, count(*) FILTER (WHERE w.began IS NULL) AS not_started,
              count(*) FILTER (WHERE w.began >= p.hi) AS started_after_window,
              {percentiles_sql('w.began - w.asked', 'delay')}
-      FROM rp_change_phases p JOIN waits w ON w.asked >= p.lo AND w.asked < p.hi GROUP BY ALL),
+      FROM fleet_change_windows p JOIN waits w ON w.asked >= p.lo AND w.asked < p.hi GROUP BY ALL),
 i AS (SELECT p.change_id, p.phase, count(DISTINCT (i.tenant, i.job_id)) AS interrupted
-      FROM rp_change_phases p JOIN interrupts i ON i.at >= p.lo AND i.at < p.hi
+      FROM fleet_change_windows p JOIN interrupts i ON i.at >= p.lo AND i.at < p.hi
       WHERE ($tenant IS NULL OR i.tenant = $tenant) GROUP BY ALL)
 SELECT p.change_id, p.phase, p.lo, p.hi, coalesce(s.job_starts, 0) AS job_starts,
        coalesce(s.receipt_starts, 0) AS receipt_starts, coalesce(w.submitted, 0) AS submitted,
        coalesce(w.not_started, 0) AS not_started, coalesce(w.started_after_window, 0) AS started_after_window,
        w.delay_n, w.delay_p50, w.delay_p95, coalesce(i.interrupted, 0) AS interrupted
-FROM rp_change_phases p
+FROM fleet_change_windows p
 LEFT JOIN s USING (change_id, phase) LEFT JOIN w USING (change_id, phase) LEFT JOIN i USING (change_id, phase)
 """
 
 HELD = """
 WITH waits AS (
-    SELECT tenant, job_id, submitted AS asked, first_start AS began FROM rp_jobs
+    SELECT tenant, job_id, submitted AS asked, first_start AS began FROM job_outcomes
     WHERE submitted IS NOT NULL AND ($tenant IS NULL OR tenant = $tenant)
     UNION ALL
     SELECT tenant, job_id, submitted_at, launched_at FROM ev_rest
     WHERE type = 'start.receipt' AND submitted_at IS NOT NULL AND ($tenant IS NULL OR tenant = $tenant))
 SELECT c.change_id, w.tenant, w.job_id, w.asked, w.began
-FROM rp_changes c JOIN waits w ON w.asked >= c.started_at AND w.asked < c.window_end AND w.began >= c.window_end
+FROM fleet_changes c JOIN waits w ON w.asked >= c.started_at AND w.asked < c.window_end AND w.began >= c.window_end
 ORDER BY c.change_id, w.asked, w.tenant, w.job_id
 """
 
 
-def report(con: duckdb.DuckDBPyConnection, tenant: str | None = None, since: int | None = None,
+def report(pipe: Pipeline, tenant: str | None = None, since: int | None = None,
            until: int | None = None) -> list[dict[str, Any]]:
-    """Each fleet change overlapping [since, until) with its three windows; [] when the ledger has none."""
-    count = con.execute("SELECT count(*) FROM ev_rest WHERE type = 'fleet.change'").fetchone()
+    """Each fleet change overlapping [since, until) with its three windows; [] when the ledger
+    has none (the pipeline's `fleet_changes`: reconcile/engine/sql/fleet_changes.sql)."""
+    count = pipe.need("events").execute("SELECT count(*) FROM ev_rest WHERE type = 'fleet.change'").fetchone()
     if not count or not count[0]:
         return []  # outcomes' facts cost a pass over the ledger: not made for nothing
     bounds = {"since": since if since is not None else -INF, "until": until if until is not None else INF}
-    con.execute(CHANGES, bounds)
-    con.execute(PHASE_WINDOWS)
-    outcomes.build(con)
+    con = pipe.need("fleet_changes", **bounds)
     windows = _windows(con, tenant)
     held = _held(con, tenant)
-    rows = con.execute("SELECT change_id, kind, nodes, started_at, ended_at, window_end FROM rp_changes "
+    rows = con.execute("SELECT change_id, kind, nodes, started_at, ended_at, window_end FROM fleet_changes "
                        "ORDER BY started_at, change_id").fetchall()
     return [{
         "change_id": change_id, "kind": kind, "nodes": nodes, "started_at": iso(started), "ended_at": iso(ended),

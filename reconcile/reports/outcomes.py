@@ -34,94 +34,18 @@ from fractions import Fraction
 from typing import Any
 
 import duckdb
-import pyarrow as pa
 
-from reconcile.engine.figures import iso, money, percentiles_sql, seconds
+from reconcile.engine.figures import iso, percentiles_sql, seconds
+from reconcile.engine.pipeline import Pipeline
 from reconcile.engine.result import Reconciliation, gpu_seconds
-from reconcile.engine.rules import INF
-
-FACTS = f"""
-CREATE OR REPLACE TEMP TABLE rp_horizon AS
-SELECT * FROM horizons;
-
-CREATE OR REPLACE TEMP TABLE rp_attempts AS
-WITH starts AS (
-    SELECT tenant, job_id, allocation_id, attempt, pod, t AS s, seq,
-           lead(t) OVER (PARTITION BY tenant, job_id ORDER BY t, seq) AS next_s
-    FROM ev WHERE type = 'job.started'),
-ends AS (SELECT tenant, job_id, t, seq, type AS kind, cause FROM ev
-         WHERE type IN ('job.completed', 'job.failed', 'job.cancelled')),
-ended AS (
-    SELECT st.*, en.t AS end_t, en.seq AS end_seq, en.kind, en.cause
-    FROM starts st
-    LEFT JOIN ends en ON en.tenant = st.tenant AND en.job_id = st.job_id
-     AND (en.t > st.s OR (en.t = st.s AND en.seq > st.seq))
-    QUALIFY row_number() OVER (PARTITION BY st.seq ORDER BY en.t NULLS LAST, en.seq) = 1)
-SELECT d.* EXCLUDE (end_t, end_seq, kind, cause, next_s),
-       CASE WHEN d.end_t <= coalesce(d.next_s, {INF}) THEN d.end_t ELSE coalesce(d.next_s, h.h, d.s) END AS e,
-       CASE WHEN d.end_t <= coalesce(d.next_s, {INF}) THEN d.end_seq END AS end_seq,
-       CASE WHEN d.end_t <= coalesce(d.next_s, {INF}) THEN d.kind END AS kind,
-       CASE WHEN d.end_t <= coalesce(d.next_s, {INF}) THEN d.cause END AS cause
-FROM ended d LEFT JOIN rp_horizon h ON h.tenant = d.tenant;
-
-CREATE OR REPLACE TEMP TABLE rp_grants AS
-WITH first_grant AS (
-    SELECT tenant, allocation_id, t AS granted FROM ev WHERE type = 'allocation.granted'
-    QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1)
-SELECT gr.tenant, gr.allocation_id, gr.granted, coalesce(min(rel.t), {INF}) AS released
-FROM first_grant gr LEFT JOIN ev rel ON rel.type = 'allocation.released' AND rel.tenant = gr.tenant
-  AND rel.allocation_id = gr.allocation_id AND rel.t >= gr.granted
-GROUP BY ALL;
-
-CREATE OR REPLACE TEMP TABLE rp_jobs AS
-WITH keys AS (SELECT DISTINCT tenant, job_id FROM ev WHERE job_id IS NOT NULL AND tenant IS NOT NULL
-              AND type IN ('job.submitted', 'job.started', 'job.progress', 'job.completed', 'job.failed', 'job.cancelled')),
-first_att AS (SELECT * FROM rp_attempts QUALIFY row_number() OVER (PARTITION BY tenant, job_id ORDER BY s, seq) = 1),
-per_type AS (
-    SELECT tenant, job_id,
-           min(t) FILTER (WHERE type = 'job.submitted') AS submitted,
-           min(t) FILTER (WHERE type = 'job.progress') AS first_progress,
-           min(t) FILTER (WHERE type = 'job.completed') AS completed,
-           count(DISTINCT result_id) FILTER (WHERE type = 'work.accepted') AS accepted,
-           count(DISTINCT result_id) FILTER (WHERE type = 'work.rejected') AS rejected
-    FROM ev WHERE job_id IS NOT NULL GROUP BY tenant, job_id),
-attempts AS (SELECT tenant, job_id, count(*) AS n FROM rp_attempts GROUP BY ALL)
-SELECT k.tenant, k.job_id, p.submitted, p.first_progress, p.completed, p.accepted, p.rejected,
-       fa.s AS first_start, fa.allocation_id AS first_allocation, g.granted, coalesce(a.n, 0) AS attempts,
-       p.first_progress - coalesce(p.submitted, g.granted) AS ttfua,
-       CASE WHEN p.completed IS NOT NULL THEN p.completed - fa.s END AS run_time
-FROM keys k JOIN per_type p USING (tenant, job_id)
-LEFT JOIN first_att fa USING (tenant, job_id)
-LEFT JOIN attempts a USING (tenant, job_id)
-LEFT JOIN rp_grants g ON g.tenant = fa.tenant AND g.allocation_id = fa.allocation_id;
-
-CREATE OR REPLACE TEMP TABLE rp_steps AS
-WITH starts AS (SELECT tenant, job_id, t, seq, allocation_id FROM ev WHERE type = 'job.started'),
-marks AS (
-    SELECT p.tenant, p.job_id, p.t, p.seq, p.step, s.seq AS att, s.allocation_id
-    FROM (SELECT tenant, job_id, t, seq, step FROM ev WHERE type = 'job.progress') p
-    ASOF LEFT JOIN starts s ON s.tenant = p.tenant AND s.job_id = p.job_id AND p.t >= s.t)
-SELECT tenant, job_id, allocation_id, t - lag(t) OVER (PARTITION BY tenant, job_id, att ORDER BY t, seq) AS gap,
-       step - lag(step) OVER (PARTITION BY tenant, job_id, att ORDER BY t, seq) AS dstep
-FROM marks;
-
--- each job's attempt time on each allocation, clipped to the allocation's holding
-CREATE OR REPLACE TEMP TABLE rp_job_time AS
-SELECT a.tenant, a.job_id, a.allocation_id,
-       sum(greatest(least(a.e, coalesce(g.released, {INF}), coalesce(h.h, a.e)) - greatest(a.s, coalesce(g.granted, a.s)), 0))
-           AS us
-FROM rp_attempts a
-LEFT JOIN rp_grants g ON g.tenant = a.tenant AND g.allocation_id = a.allocation_id
-LEFT JOIN rp_horizon h ON h.tenant = a.tenant
-GROUP BY ALL;
-"""
+from schemas.money import Money
 
 TENANT_FIGURES = f"""
 WITH job_figures AS (
     SELECT tenant, count(*) AS jobs, count(completed) AS completed_runs, sum(accepted) AS accepted_results,
            {percentiles_sql('ttfua', 'ttfua')}, {percentiles_sql('run_time', 'run')}
-    FROM rp_jobs WHERE ($tenant IS NULL OR tenant = $tenant) GROUP BY tenant),
-step_figures AS (SELECT tenant, {percentiles_sql('gap', 'step')} FROM rp_steps GROUP BY tenant)
+    FROM job_outcomes WHERE ($tenant IS NULL OR tenant = $tenant) GROUP BY tenant),
+step_figures AS (SELECT tenant, {percentiles_sql('gap', 'step')} FROM step_gaps GROUP BY tenant)
 SELECT * FROM job_figures LEFT JOIN step_figures USING (tenant) ORDER BY tenant
 """
 
@@ -132,36 +56,24 @@ JOB_COLUMNS = ("tenant", "job_id", "submitted", "first_start", "first_allocation
 APPORTIONED = """
 SELECT jt.tenant, jt.job_id, m.currency, m.num, m.den, jt.us,
        sum(jt.us) OVER (PARTITION BY jt.tenant, jt.allocation_id, m.currency) AS total_us
-FROM rp_job_time jt JOIN rp_alloc_money m ON m.tenant = jt.tenant AND m.allocation_id = jt.allocation_id
+FROM job_allocation_time jt JOIN allocation_money m ON m.tenant = jt.tenant AND m.allocation_id = jt.allocation_id
 """
 
 
-def build(con: duckdb.DuckDBPyConnection) -> None:
-    con.execute(FACTS)
-
-
-def report(con: duckdb.DuckDBPyConnection, recon: Reconciliation, tenant: str | None = None) -> dict[str, Any]:
-    """The outcomes report: per-tenant figures and one row per job."""
-    build(con)
-    costs = job_costs(con, recon)
+def report(pipe: Pipeline, tenant: str | None = None) -> dict[str, Any]:
+    """The outcomes report: per-tenant figures and one row per job (the pipeline's
+    `job_facts`: reconcile/engine/sql/job_facts.sql)."""
+    con = pipe.need("job_facts")
+    costs = job_costs(pipe)
     jobs = _jobs(con, tenant, costs)
-    tenants = _tenants(con, recon, tenant, jobs)
+    tenants = _tenants(con, pipe.recon, tenant, jobs)
     return {"tenants": tenants, "jobs": jobs}
 
 
-def job_costs(con: duckdb.DuckDBPyConnection, recon: Reconciliation) -> dict[tuple[str, str], dict[str, Fraction]]:
+def job_costs(pipe: Pipeline) -> dict[tuple[str, str], dict[str, Fraction]]:
     """(tenant, job) → currency → exact cost in minor units (see the module docstring)."""
-    per_alloc = allocation_money(recon)
-    con.register("rp_alloc_money_page", pa.table({
-        "tenant": pa.array([k[0] for k in per_alloc], pa.string()),
-        "allocation_id": pa.array([k[1] for k in per_alloc], pa.string()),
-        "currency": pa.array([k[2] for k in per_alloc], pa.string()),
-        "num": pa.array([str(v.numerator) for v in per_alloc.values()], pa.string()),
-        "den": pa.array([str(v.denominator) for v in per_alloc.values()], pa.string()),
-    }))
-    con.execute("CREATE OR REPLACE TEMP TABLE rp_alloc_money AS "
-                "SELECT tenant, allocation_id, currency, num, den FROM rp_alloc_money_page")
-    con.unregister("rp_alloc_money_page")
+    pipe.need("job_facts")
+    con = pipe.need("allocation_money")
     out: dict[tuple[str, str], dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
     for tenant, job, currency, num, den, us, total in con.execute(APPORTIONED).fetchall():
         if total:
@@ -170,20 +82,14 @@ def job_costs(con: duckdb.DuckDBPyConnection, recon: Reconciliation) -> dict[tup
 
 
 def allocation_money(recon: Reconciliation) -> dict[tuple[str, str, str | None], Fraction]:
-    """(tenant, allocation, currency) → the exact minor units of the lines naming that
-    allocation, after corrections, credits included (lines naming no allocation are left
-    out): the cells' exact shares (RULES.md §Money), so a line billed to the tenth of a cent
-    is not first rounded cell by cell."""
-    per_alloc: dict[tuple[str, str, str | None], Fraction] = defaultdict(Fraction)
-    for cell, exact in zip(recon.cells, recon.exact_amounts):
-        if cell.allocation_id is not None:
-            per_alloc[(cell.tenant, cell.allocation_id, cell.currency)] += Fraction(exact) * 10 ** cell.minor
-    return per_alloc
+    """(tenant, allocation, currency) → the exact minor units billed on the allocation
+    (`Reconciliation.allocation_money`)."""
+    return recon.allocation_money()
 
 
 def _jobs(con: duckdb.DuckDBPyConnection, tenant: str | None,
           costs: dict[tuple[str, str], dict[str, Fraction]]) -> list[dict[str, Any]]:
-    rows = con.execute(f"SELECT {', '.join(JOB_COLUMNS)} FROM rp_jobs WHERE ($tenant IS NULL OR tenant = $tenant) "
+    rows = con.execute(f"SELECT {', '.join(JOB_COLUMNS)} FROM job_outcomes WHERE ($tenant IS NULL OR tenant = $tenant) "
                        "ORDER BY tenant, coalesce(submitted, first_start), job_id", {"tenant": tenant}).fetchall()
     out = []
     for row in rows:
@@ -196,7 +102,7 @@ def _jobs(con: duckdb.DuckDBPyConnection, tenant: str | None,
             "attempts": r["attempts"], "time_to_first_usable_allocation_s": seconds(r["ttfua"]),
             "completed_run_time_s": seconds(r["run_time"]),
             "result": "accepted" if r["accepted"] else "rejected" if r["rejected"] else "pending",
-            "cost": {c: money(v, c) for c, v in sorted(cost.items())},
+            "cost": {c: str(Money.of(v, currency=c)) for c, v in sorted(cost.items())},
             "_cost": cost,
         })
     return out
@@ -257,10 +163,14 @@ def cost_figures(completed: list[dict[str, Any]], billed: dict[str, int], accept
     out = {}
     for currency in sorted(set(runs) | set(billed)):
         total = Fraction(billed.get(currency, 0))
+        per_run = None
+        if completed:
+            per_run = str(Money.of(runs[currency] / len(completed), currency=currency))
         out[currency] = {
-            "completed_runs_cost": money(runs[currency], currency),
-            "cost_per_completed_run": money(runs[currency] / len(completed), currency) if completed else None,
-            "billed": money(total, currency),
-            "cost_per_accepted_result": money(total / accepted, currency) if accepted else None,
+            "completed_runs_cost": str(Money.of(runs[currency], currency=currency)),
+            "cost_per_completed_run": per_run,
+            "billed": str(Money.of(total, currency=currency)),
+            "cost_per_accepted_result": (str(Money.of(total / accepted, currency=currency))
+                                         if accepted else None),
         }
     return out

@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 from pathlib import Path
 from typing import IO, Any
 
@@ -15,38 +13,14 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from rich.table import Column, Table
 
-from reconcile.engine.money import exact_text, major_units, places_of
 from reconcile.engine.result import InvoiceTotal, Reconciliation
+from reconcile.reports.finance_page import render_page
+from reconcile.reports.numbers import exact_number, hours
 from schemas.display import FIGURE_RE2, FORMULA_STARTS, DataTable
 from schemas.errors import BadInput
+from schemas.money import Money
 
 FORMATS = ("table", "json", "csv", "parquet", "html")
-
-
-#: GPU-µs in a GPU-hour.
-HOUR_US = 3_600 * 1_000_000
-
-
-def number(value: Decimal, places: int) -> str:
-    """The one number format of finance's views: thousands separated, `places` decimals,
-    rounded half-even (GPU-hours; amounts are already whole minor units)."""
-    with localcontext() as ctx:
-        ctx.prec = 100  # an exact amount may have 38 digits and more places (the default keeps 28)
-        return format(value.quantize(Decimal(1).scaleb(-places), ROUND_HALF_EVEN), f",.{places}f")
-
-
-def exact_number(value: Decimal, minor: int) -> str:
-    """An exact amount in the same format: the minor unit's places, more only where it has
-    digits other than trailing zeros ("2,468.456400" is shown 2,468.4564)."""
-    return number(value, max(minor, places_of(exact_text(value, 0))))
-
-
-def hours(gpu_us: int) -> str:
-    return number(Decimal(gpu_us) / HOUR_US, 2)
-
-
-def money(cents: int, minor: int) -> str:
-    return number(major_units(cents, minor), minor)
 
 
 def tables(result: Reconciliation) -> list[Table]:
@@ -84,11 +58,16 @@ def _invoice_rows(invoice: InvoiceTotal) -> list[Row]:
     billed_us = invoice.tally.billed_us
     rows: list[Row] = [
         ((name, currency, "total billed", "", hours(billed_us), exact_number(invoice.billed_exact, minor)), "bold"),
-        ((name, currency, "classified", "", hours(billed_us), money(invoice.tally.total_cents, minor)), "")]
+        ((name, currency, "classified", "", hours(billed_us),
+          Money.of(invoice.tally.total_cents, minor).grouped()), "")]
     for bearer, (us, cents) in invoice.bearer_totals().items():
-        rows.append(((name, currency, "bearer total", bearer, hours(us), money(cents, minor)), STYLE.get(bearer, "")))
+        shown = Money.of(cents, minor).grouped()
+        row = (name, currency, "bearer total", bearer, hours(us), shown)
+        rows.append((row, STYLE.get(bearer, "")))
     for category, bearer, us, cents in invoice.category_totals():
-        rows.append(((name, currency, f"  {category}", bearer, hours(us), money(cents, minor)), STYLE.get(bearer, "")))
+        shown = Money.of(cents, minor).grouped()
+        row = (name, currency, f"  {category}", bearer, hours(us), shown)
+        rows.append((row, STYLE.get(bearer, "")))
     return rows + [((), "")]
 
 
@@ -101,7 +80,7 @@ def write(result: Reconciliation, fmt: str, out: IO[str] | Path, db: str | None 
     Parquet are for spreadsheets: a text cell that starts like a formula is prefixed `'`
     (`for_spreadsheets`); JSON is exact."""
     if fmt in ("json", "html"):
-        text = json.dumps(result.as_json(), indent=2) + "\n" if fmt == "json" else _page(result, db)
+        text = result.document().to_json() if fmt == "json" else _page(result, db)
         if isinstance(out, Path):
             out.write_text(text)
         else:
@@ -172,6 +151,4 @@ def _write_parts(result: Reconciliation, open_writer: Callable[[pa.Schema], Any]
 
 
 def _page(result: Reconciliation, db: str | None) -> str:
-    from reconcile.reports.finance_page import render_page  # it draws on this module's number format
-
     return render_page(result, db)

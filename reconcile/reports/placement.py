@@ -42,10 +42,10 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from reconcile.engine.figures import money, nearest_rank_of, placement_sql
+from reconcile.engine.figures import nearest_rank_of, placement_sql
 from reconcile.engine.intervals import SECOND
-from reconcile.engine.result import Reconciliation
-from reconcile.reports import outcomes
+from reconcile.engine.pipeline import Pipeline
+from schemas.money import Money
 
 #: the busbw reading: nccl-tests' all-reduce, the collective of data-parallel training
 PROBE_TEST = "all_reduce_perf"
@@ -106,13 +106,13 @@ class Evidence:
     busbw_size: int | None = None
 
 
-def report(con: duckdb.DuckDBPyConnection, recon: Reconciliation, tenant: str | None = None) -> dict[str, Any]:
+def report(pipe: Pipeline, tenant: str | None = None) -> dict[str, Any]:
     """The placement report: one row per allocation, a summary per tenant and class, and
     the rank correlation per class."""
-    outcomes.build(con)
+    con = pipe.need("job_facts")
     evidence = _evidence(con, tenant)
     billed: dict[tuple[str, str], dict[str, Fraction]] = defaultdict(dict)
-    for (owner, allocation_id, currency), value in outcomes.allocation_money(recon).items():
+    for (owner, allocation_id, currency), value in pipe.recon.allocation_money().items():
         billed[(owner, allocation_id)][currency or ""] = value
     cursor = con.execute(ALLOCATIONS, {"tenant": tenant})
     allocations = [_allocation(dict(zip(ALLOCATION_COLUMNS, row)), evidence, billed) for row in cursor.fetchall()]
@@ -135,7 +135,7 @@ def _evidence(con: duckdb.DuckDBPyConnection, tenant: str | None) -> dict[tuple[
 #: each step time (a gap between consecutive marks of one attempt ÷ the steps between them)
 #: on the allocations that have a bus bandwidth reading
 STEP_TIMES = """
-SELECT s.tenant, s.allocation_id, s.gap, s.dstep FROM rp_steps s
+SELECT s.tenant, s.allocation_id, s.gap, s.dstep FROM step_gaps s
 JOIN pl_probed p ON p.tenant = s.tenant AND p.allocation_id = s.allocation_id
 WHERE s.gap IS NOT NULL AND s.dstep > 0
 """
@@ -192,7 +192,7 @@ def _allocation(row: dict[str, Any], evidence: dict[tuple[str, str], Evidence],
         "nodes_observed": sorted(found.captures),
         "links_observed": _links_seen(found.captures, row),
         "status": status, "reason": _one_line(reasons), "reasons": reasons,
-        "billed": {c: money(v, c) for c, v in sorted(money_of.items())},
+        "billed": {c: str(Money.of(v, currency=c)) for c, v in sorted(money_of.items())},
         "_money": money_of,
         "busbw_gbps": None if found.busbw is None else str(found.busbw), "busbw_size_bytes": found.busbw_size,
         "step_time_p50_s": None, "step_times": 0,
@@ -282,7 +282,8 @@ def _summary(allocations: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     mismatched[currency] += value
         out.append({"tenant": tenant, "placement_class": cls, "allocations": len(rows),
                     **{s: sum(a["status"] == s for a in rows) for s in ("match", "mismatch", "undetermined", "unobserved")},
-                    "billed_on_mismatch": {c: money(v, c) for c, v in sorted(mismatched.items())}})
+                    "billed_on_mismatch": {c: str(Money.of(v, currency=c))
+                                           for c, v in sorted(mismatched.items())}})
     for a in allocations:
         del a["_money"]
     return out

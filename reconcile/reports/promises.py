@@ -24,51 +24,15 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-import duckdb
-
-from reconcile.engine.figures import iso, percentiles_sql, placement_sql, safe_name, seconds
-
-PROMISES = f"""
-CREATE OR REPLACE TEMP TABLE rp_promises AS
-WITH promise AS (
-    SELECT seq, tenant, promise_id, job_id, t AS made, start_by, complete_by, placement_class AS cls, gpus
-    FROM ev WHERE type = 'policy.promise'
-    QUALIFY row_number() OVER (PARTITION BY tenant, promise_id ORDER BY t, seq) = 1),
-first_start AS (
-    SELECT tenant, job_id, t AS started, allocation_id FROM ev WHERE type = 'job.started'
-    QUALIFY row_number() OVER (PARTITION BY tenant, job_id ORDER BY t, seq) = 1),
-completion AS (SELECT tenant, job_id, min(t) AS completed FROM ev WHERE type = 'job.completed' GROUP BY ALL),
-grant_ AS (
-    SELECT tenant, allocation_id, placement_class AS cls, profile FROM ev WHERE type = 'allocation.granted'
-    QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1),
-joined AS (
-    SELECT p.*, s.started, s.allocation_id, c.completed, h.h,
-           {placement_sql('coalesce(p.cls, g.cls)', 'CASE WHEN coalesce(p.cls, g.cls) = g.cls THEN g.profile END')}
-               AS placement,
-           count(*) OVER (PARTITION BY p.promise_id) AS same_id
-    FROM promise p
-    LEFT JOIN first_start s ON s.tenant = p.tenant AND s.job_id = p.job_id
-    LEFT JOIN completion c ON c.tenant = p.tenant AND c.job_id = p.job_id
-    LEFT JOIN grant_ g ON g.tenant = p.tenant AND g.allocation_id = s.allocation_id
-    LEFT JOIN horizons h ON h.tenant = p.tenant)
-SELECT *,
-       CASE WHEN started IS NOT NULL AND started <= start_by THEN 'met'
-            WHEN started IS NOT NULL THEN 'late'
-            WHEN start_by < h THEN 'not_started' ELSE 'pending' END AS start_status,
-       CASE WHEN complete_by IS NULL THEN 'none'
-            WHEN completed IS NOT NULL AND completed <= complete_by THEN 'met'
-            WHEN completed IS NOT NULL THEN 'late'
-            WHEN complete_by < h THEN 'not_completed' ELSE 'pending' END AS completion_status,
-       started - start_by AS start_delay, completed - complete_by AS completion_delay
-FROM joined
-"""
+from reconcile.engine.figures import iso, percentiles_sql, safe_name, seconds
+from reconcile.engine.pipeline import Pipeline
 
 COLUMNS = ("seq", "tenant", "promise_id", "job_id", "made", "start_by", "complete_by", "gpus", "started",
            "allocation_id", "completed", "placement", "same_id", "start_status", "completion_status",
            "start_delay", "completion_delay")
 MISSED = "(start_status IN ('late', 'not_started') OR completion_status IN ('late', 'not_completed'))"
 
-#: Columns promises, met, missed and pending of a group of `rp_promises` rows.
+#: Columns promises, met, missed and pending of a group of `promise_outcomes` rows.
 STATUS_COUNTS = f"""count(*) AS promises,
        count(*) FILTER (WHERE NOT {MISSED} AND start_status <> 'pending' AND completion_status <> 'pending') AS met,
        count(*) FILTER (WHERE {MISSED}) AS missed,
@@ -77,21 +41,17 @@ STATUS_COUNTS = f"""count(*) AS promises,
 SUMMARY = f"""
 SELECT tenant, placement, {STATUS_COUNTS},
        {percentiles_sql('start_delay', 'delay')}
-FROM rp_promises WHERE ($tenant IS NULL OR tenant = $tenant)
+FROM promise_outcomes WHERE ($tenant IS NULL OR tenant = $tenant)
 GROUP BY tenant, placement ORDER BY tenant, placement
 """
 
 
-def build(con: duckdb.DuckDBPyConnection) -> None:
-    """Make `rp_promises` (one row per promise, with its outcome) from `ev`."""
-    con.execute(PROMISES)
-
-
-def promise_rows(con: duckdb.DuckDBPyConnection, tenant: str | None = None,
+def promise_rows(pipe: Pipeline, tenant: str | None = None,
                  promise_id: str | None = None) -> list[dict[str, Any]]:
-    """Every promise (of `tenant`, or with `promise_id`) in time order, as plain dicts."""
-    rows = con.execute(
-        f"SELECT {', '.join(COLUMNS)} FROM rp_promises WHERE ($tenant IS NULL OR tenant = $tenant) "
+    """Every promise (of `tenant`, or with `promise_id`) in time order, as plain dicts
+    (the pipeline's `promise_outcomes`: reconcile/engine/sql/promise_outcomes.sql)."""
+    rows = pipe.need("promise_outcomes").execute(
+        f"SELECT {', '.join(COLUMNS)} FROM promise_outcomes WHERE ($tenant IS NULL OR tenant = $tenant) "
         "AND ($pid IS NULL OR promise_id = $pid) ORDER BY start_by, tenant, promise_id",
         {"tenant": tenant, "pid": promise_id}).fetchall()
     return [_promise(dict(zip(COLUMNS, row))) for row in rows]
@@ -123,9 +83,9 @@ def packet_command(promise_id: str, tenant: str | None = None) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
-def summary_rows(con: duckdb.DuckDBPyConnection, tenant: str | None = None) -> list[dict[str, Any]]:
+def summary_rows(pipe: Pipeline, tenant: str | None = None) -> list[dict[str, Any]]:
     """Per tenant and placement class: counts, and p50/p95 start delay in seconds."""
-    cursor = con.execute(SUMMARY, {"tenant": tenant})
+    cursor = pipe.need("promise_outcomes").execute(SUMMARY, {"tenant": tenant})
     names = [d[0] for d in cursor.description]
     out = []
     for row in cursor.fetchall():
@@ -138,12 +98,11 @@ def summary_rows(con: duckdb.DuckDBPyConnection, tenant: str | None = None) -> l
     return out
 
 
-def report(con: duckdb.DuckDBPyConnection, tenant: str | None = None) -> dict[str, Any]:
+def report(pipe: Pipeline, tenant: str | None = None) -> dict[str, Any]:
     """The promises report: summary by tenant and class, every promise, every miss."""
-    build(con)
-    promises = promise_rows(con, tenant)
+    promises = promise_rows(pipe, tenant)
     return {
-        "summary": summary_rows(con, tenant),
+        "summary": summary_rows(pipe, tenant),
         "misses": [p for p in promises if p["missed"]],
         "promises": promises,
     }

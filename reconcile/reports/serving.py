@@ -30,12 +30,10 @@ from decimal import ROUND_HALF_EVEN, Decimal
 from fractions import Fraction
 from typing import Any
 
-import duckdb
-
-from reconcile.engine.figures import money, seconds
+from reconcile.engine.figures import seconds
 from reconcile.engine.intervals import SECOND
-from reconcile.engine.result import Reconciliation
-from reconcile.reports.outcomes import allocation_money
+from reconcile.engine.pipeline import Pipeline
+from schemas.money import Money
 
 STATISTICS = ("p50", "p95", "p99")
 DISTRIBUTIONS = ("ttft_ms", "latency_ms")
@@ -56,10 +54,10 @@ ORDER BY w.tenant, w.ws, w.seq
 """
 
 
-def view(con: duckdb.DuckDBPyConnection, recon: Reconciliation, tenant: str | None = None) -> list[dict[str, Any]]:
+def view(pipe: Pipeline, tenant: str | None = None) -> list[dict[str, Any]]:
     """One row per tenant and concurrency level, then the tenant's `all` row."""
-    windows = [_window(*row) for row in con.execute(WINDOWS, {"tenant": tenant}).fetchall()]
-    _share_money(windows, allocation_money(recon))
+    windows = [_window(*row) for row in pipe.need("events").execute(WINDOWS, {"tenant": tenant}).fetchall()]
+    _share_money(windows, pipe.recon.allocation_money())
     levels: dict[str, dict[int | None, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for w in windows:
         levels[w["tenant"]][w["concurrency"]].append(w)
@@ -113,8 +111,9 @@ def _level(tenant: str, concurrency: int | str | None, windows: list[dict[str, A
         "output_tokens_per_s": (rate(Fraction(sum(w["data"]["output_tokens"] for w in counted) * SECOND, token_us))
                                 if token_us else None),
         **{name: worst(data, name) for name in DISTRIBUTIONS},
-        "cost": {c: {"cost": money(v, c),
-                     "cost_per_accepted_response": money(v / accepted, c) if accepted else None}
+        "cost": {c: {"cost": str(Money.of(v, currency=c)),
+                     "cost_per_accepted_response": (str(Money.of(v / accepted, currency=c))
+                                                    if accepted else None)}
                  for c, v in sorted(cost.items())},
     }
 

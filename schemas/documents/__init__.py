@@ -1,0 +1,33 @@
+"""The documents gpuledger writes and reads at its boundaries, one module per family:
+each a frozen pydantic model with `from_json` and `to_json` (schemas/documents/base.py),
+exported as JSON Schema beside the events' (schemas/export.py)."""
+
+from schemas.documents.base import Document, InvalidDocument
+from schemas.documents.bundle import Bundle, Entry
+from schemas.documents.diagnostic import DiagnosticPacket
+from schemas.documents.dispute import Claim, DisputePacket
+from schemas.documents.reconciliation import ReconciliationDocument
+from schemas.documents.reports import (
+    CapacityReport,
+    EnvelopeReport,
+    OutcomesReport,
+    PlacementReport,
+    PromisesReport,
+)
+
+#: Every document, by the name of its JSON Schema (schemas/json/documents/<name>.json).
+DOCUMENTS: dict[str, type[Document]] = {
+    "reconciliation": ReconciliationDocument,
+    "dispute-packet": DisputePacket,
+    "evidence-bundle": Bundle,
+    "diagnostic-packet": DiagnosticPacket,
+    "report.promises": PromisesReport,
+    "report.capacity": CapacityReport,
+    "report.outcomes": OutcomesReport,
+    "report.placement": PlacementReport,
+    "report.envelope": EnvelopeReport,
+}
+
+__all__ = ["DOCUMENTS", "Bundle", "CapacityReport", "Claim", "DiagnosticPacket", "DisputePacket",
+           "Document", "Entry", "EnvelopeReport", "InvalidDocument", "OutcomesReport",
+           "PlacementReport", "PromisesReport", "ReconciliationDocument"]

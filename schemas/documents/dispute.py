@@ -1,0 +1,73 @@
+"""The dispute packet (reconcile/packets/dispute.py, docs/packets.md): a customer's
+evidence for one invoice, checked offline with the ledger's public key alone.
+
+    version     1
+    kind        "gpuledger-dispute"
+    tenant      the tenant it is for
+    invoice_id  the invoice it is about
+    findings    the reconciliation of that invoice's lines (schemas/documents/reconciliation.py)
+    claims      each provider-borne or disputed cell of the findings with its time stretches
+                and the seqs of the entries that decided it; optional (packets written
+                before claims still verify)
+    bundle      the evidence bundle (schemas/documents/bundle.py)
+
+It is written compact (it is for machines; the letter beside it is for people)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar
+
+from pydantic import Field, field_validator
+
+from schemas.documents.base import Document, Number, OptStr, Str, kind
+from schemas.documents.bundle import Bundle, LedgerInt
+from schemas.documents.reconciliation import ReconciliationDocument
+
+PACKET_VERSION = 1
+PACKET_KIND = "gpuledger-dispute"
+
+#: A stretch of a claim: from, to (RFC 3339 text), and how many GPUs.
+Stretch = Annotated[list[Annotated[str | int, kind(str, int)]], kind(list),
+                    Field(min_length=3, max_length=3)]
+
+
+class Claim(Document):
+    """One provider-borne or disputed cell of the findings, told as time stretches, with
+    the seqs of the entries that decided it."""
+
+    line_id: Str
+    allocation_id: OptStr
+    category: Str
+    bearer: Str
+    gpu_seconds: Number
+    amount: Str
+    currency: OptStr
+    stretches: Annotated[list[Stretch], kind(list)]
+    cites: Annotated[list[LedgerInt], kind(list)]
+
+
+class DisputePacket(Document):
+    ROOT = "packet"
+    JSON_STYLE: ClassVar[dict[str, Any]] = {"ensure_ascii": False, "separators": (",", ":")}
+
+    version: LedgerInt
+    kind: Str
+    tenant: Str
+    invoice_id: Str
+    findings: ReconciliationDocument
+    claims: Annotated[list[Claim], kind(list)] = Field(default_factory=list)
+    bundle: Bundle
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: int) -> int:
+        if value != PACKET_VERSION:
+            raise ValueError(f"{value!r} is not {PACKET_VERSION}, the version this verifier reads")
+        return value
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, value: str) -> str:
+        if value != PACKET_KIND:
+            raise ValueError(f"{value!r} is not {PACKET_KIND!r}")
+        return value
