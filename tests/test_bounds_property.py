@@ -141,7 +141,7 @@ def test_every_command_processes_whatever_ingest_accepted(key: Path, drawn: tupl
         run(db, "verify")
         # what the ledger holds, not what was drawn: two drawn events may share a key, and
         # the second is then a duplicate or a conflict, never stored
-        promises = {(e.tenant, json.loads(e.event)["data"]["promise_id"])
+        promises = {(str(e.tenant), json.loads(e.event)["data"]["promise_id"])
                     for e in read.entries(Store(db), type="policy.promise")}
         for tenant, promise in sorted(promises):
             run(db, "packet", "--promise", promise, "--tenant", tenant, "--out", str(Path(folder) / "packet"))

@@ -215,6 +215,11 @@ def report_of(name: str) -> Report | None:
 _VIEWS: dict[str, tuple[str, dict[str, Any]]] = {"serving": ("outcomes", {"view": "serving"})}
 
 
+def report_or_view(name: str) -> Report | None:
+    """The report a name asks for, a view's (serving: outcomes') included, or None."""
+    return report_of(_VIEWS.get(name, (name, {}))[0])
+
+
 def build_report(data: Pipeline, name: str, tenant: str | None = None, **options: Any) -> dict[str, Any]:
     """One report by name, as plain dicts and lists; `options` are its own (ReportOption:
     capacity's since and until, outcomes' view, envelope's by), others are not its."""

@@ -24,10 +24,10 @@ from starlette.routing import Route
 import reconcile
 from ledger import read
 from ledger.tokens import TokenInfo, authenticate
-from reconcile.engine.money import format_minor
 from reconcile.reports.pages import environment
 from reconcile.serve.access import COOKIE, caller, tenant_scope
 from reconcile.serve.api import entry_doc
+from schemas.money import Money
 
 PAGE_SIZE = 50
 _HERE = Path(str(resources.files("reconcile.serve")))
@@ -82,9 +82,9 @@ def home(request: Request) -> Response:
     cards = [{"label": "invoices", "value": len(invoices), "kind": ""}]
     for currency, t in sorted(totals.items()):
         cards.append({"label": f"credit due ({currency})", "kind": "provider",
-                      "value": format_minor(t["provider"], t["minor"])})
+                      "value": str(Money.of(t["provider"], t["minor"]))})
         cards.append({"label": f"in dispute ({currency})", "kind": "disputed",
-                      "value": format_minor(t["disputed"], t["minor"])})
+                      "value": str(Money.of(t["disputed"], t["minor"]))})
     return _page("home.html.j2", who=who, cards=cards)
 
 
@@ -130,8 +130,8 @@ def _invoice_rows(request: Request, who: TokenInfo, tenant: str | None) -> list[
         bearers = {b: cents for b, (_, cents) in total.bearer_totals().items()}
         rows.append({"tenant": total.tenant, "invoice_id": total.invoice_id,
                      "currency": total.currency or "", "minor": total.minor, "cents": bearers,
-                     "billed": format_minor(sum(bearers.values()), total.minor),
-                     **{b: format_minor(c, total.minor) for b, c in bearers.items()}})
+                     "billed": str(Money.of(sum(bearers.values()), total.minor)),
+                     **{b: str(Money.of(c, total.minor)) for b, c in bearers.items()}})
     return rows
 
 
