@@ -958,7 +958,8 @@ def _demo_serve_hint(store: ledger.Store, out: Path, tenant: str | None) -> None
     tokens = out / "tokens.txt"
     tokens.touch(mode=0o600)
     tokens.write_text("".join(f"{role} {text}\n" for role, text in made))
-    _say(f"12 the web app: gpuledger serve --db {store.safe_url}  then open http://127.0.0.1:8080/login")
+    _say(f"12 the web app: gpuledger serve --db {store.safe_url} --key {out / 'demo-key'}  "
+         "then open http://127.0.0.1:8080/login")
     for role, text in made:
         _say(f"  {role} token: {text}")
 
@@ -1035,7 +1036,9 @@ def _demo_key(out: Path) -> Path:
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (put TLS in a reverse proxy in front: docs/serve.md).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port to listen on.")
-def serve_command(db_url: str | None, host: str, port: int) -> None:
+@click.option("--key", "key_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="The provider's signing key (keygen): customers then download signed dispute packets and letters.")
+def serve_command(db_url: str | None, host: str, port: int, key_path: Path | None) -> None:
     """The web application and API: pages for finance, customers and operators, /api/v1, and /metrics.
 
     Every request needs a token (`gpuledger token create`), sent as `Authorization: Bearer TOKEN`
@@ -1049,7 +1052,7 @@ def serve_command(db_url: str | None, host: str, port: int) -> None:
     _require_store(store)
     store.init()  # stores made before tokens existed gain their table
     click.echo(f"serving {store.safe_url} on http://{host}:{port}/ (Ctrl-C stops)", err=True)
-    uvicorn.run(create_app(store), host=host, port=port, log_level="warning", server_header=False,
+    uvicorn.run(create_app(store, key_path), host=host, port=port, log_level="warning", server_header=False,
                 proxy_headers=False)
 
 

@@ -36,7 +36,7 @@ def two_tenant_events() -> list[dict[str, Any]]:
         if e["data"].get("tenant") != "acme":
             continue  # fleet events once
         copy = json.loads(json.dumps(e).replace("acme", "bravo"))
-        copy["id"] = f"bravo-{e['id']}"
+        copy["id"] = f"bravo-{copy['id']}"
         for name in ID_FIELDS:
             if isinstance(copy["data"].get(name), str):
                 copy["data"][name] = f"bravo-{copy['data'][name]}"
@@ -49,6 +49,7 @@ class Served:
     base: str
     store: Store
     tokens: dict[str, str]  # role name -> token text
+    key: Path | None = None  # the provider's signing key the server signs packets with
 
     def call(self, path: str, token: str | None = None, method: str = "GET",
              body: bytes | None = None, content_type: str | None = None,
@@ -75,6 +76,14 @@ def make_store(url: str, tmp: Path) -> Store:
     return Store(url)
 
 
+def make_key(tmp: Path) -> Path:
+    from ledger.note import write_keypair
+
+    key = tmp / "provider-key"
+    write_keypair(key, "provider.example")
+    return key
+
+
 def make_tokens(store: Store) -> dict[str, str]:
     tokens = {
         "operator": create(store, Role.parse("operator"))[1],
@@ -90,12 +99,12 @@ def make_tokens(store: Store) -> dict[str, str]:
 
 
 @contextmanager
-def serving(store: Store) -> Iterator[str]:
+def serving(store: Store, key: Path | None = None) -> Iterator[str]:
     """The app on a free loopback port, for as long as the block runs."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(store), log_level="warning", lifespan="off")
+    config = uvicorn.Config(create_app(store, key), log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

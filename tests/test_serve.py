@@ -12,7 +12,7 @@ import pytest
 from ledger import read
 from ledger.tokens import Role, TokenError, authenticate, create, listed
 from tests.conftest import run_cli
-from tests.serve_helpers import Served, make_store, make_tokens, serving, two_tenant_events
+from tests.serve_helpers import Served, make_key, make_store, make_tokens, serving, two_tenant_events
 
 BATCH = "application/cloudevents-batch+json"
 STRUCTURED = "application/cloudevents+json"
@@ -23,8 +23,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     tmp = tmp_path_factory.mktemp("serve")
     store = make_store(f"sqlite:///{tmp / 'ledger.db'}", tmp)
     tokens = make_tokens(store)
-    with serving(store) as base:
-        yield Served(base, store, tokens)
+    key = make_key(tmp)
+    with serving(store, key) as base:
+        yield Served(base, store, tokens, key)
     store.close()
 
 
@@ -34,7 +35,8 @@ READ_ROUTES = [
     "/api/v1/reports/promises", "/api/v1/reports/capacity", "/api/v1/reports/outcomes",
     "/api/v1/reports/serving", "/api/v1/reports/placement", "/api/v1/reports/envelope",
     "/", "/invoices", "/invoices/acme/INV-2026-01", "/invoices/bravo/bravo-INV-2026-01",
-    "/metrics",
+    "/metrics", "/api/v1/disputes/INV-2026-01?tenant=acme", "/invoices/acme/INV-2026-01/letter",
+    "/api/v1/disputes/bravo-INV-2026-01?tenant=bravo",
 ]
 
 
@@ -47,6 +49,9 @@ def _expected(route: str, who: str) -> set[int]:
         return {403}
     if route == "/metrics":
         return {200} if who == "operator" else {403}
+    if route.startswith("/api/v1/disputes/"):
+        owner = route.split("tenant=")[1]
+        return {200} if who in ("operator", owner) else {403}
     if route.startswith("/invoices/"):
         owner = route.split("/")[2]
         return {200, 404} if who in ("operator", owner) else {403}
@@ -68,6 +73,22 @@ def test_authorization_matrix(served: Served, route: str, who: str) -> None:
         assert json.loads(body).keys() == {"error"}
     assert headers["x-content-type-options"] == "nosniff"
     assert "frame-ancestors 'none'" in headers["content-security-policy"]
+
+
+def test_a_customer_downloads_its_signed_packet_and_verifies_it_offline(served: Served, tmp_path: Path) -> None:
+    assert served.key is not None
+    status, headers, body = served.call("/api/v1/disputes/INV-2026-01", served.tokens["acme"])
+    assert status == 200 and headers["content-disposition"].startswith("attachment;")
+    packet = tmp_path / "dispute.json"
+    packet.write_bytes(body)
+    code, out, err = run_cli("verify-packet", str(packet), "--pubkey", f"{served.key}.pub",
+                             "--tenant", "acme", "--invoice", "INV-2026-01")
+    assert code == 0, (out, err)
+    assert b"bravo" not in body
+    status, headers, body = served.call("/invoices/acme/INV-2026-01/letter", served.tokens["acme"])
+    assert status == 200 and b"<script" not in body
+    assert "script-src" not in headers["content-security-policy"]
+    assert "default-src 'none'" in headers["content-security-policy"]
 
 
 def test_a_tenant_naming_another_tenant_is_refused(served: Served) -> None:

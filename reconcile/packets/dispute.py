@@ -230,11 +230,15 @@ def check_writable(path: Path) -> None:
             raise LedgerError(f"cannot write {target}: permission denied", option="out")
 
 
+def packet_json(packet: dict[str, Any]) -> str:
+    """The packet's text, through its document: compact, since the packet is for machines
+    (the letter is for people); indenting the demo's 16,000 entries added 1.9 MB to 9.8."""
+    return DisputePacket.model_validate(packet).to_json()
+
+
 def write_packet(packet: dict[str, Any], path: Path) -> None:
     try:
-        # compact: the packet is for machines (the letter beside it is for people); indenting
-        # the demo's 16,000 entries added 1.9 MB to 9.8
-        path.write_text(DisputePacket.model_validate(packet).to_json(), encoding="utf-8")
+        path.write_text(packet_json(packet), encoding="utf-8")
     except OSError as exc:
         raise LedgerError(f"cannot write {path}: {exc.strerror}", option="out") from None
 

@@ -120,6 +120,34 @@ async def entry(request: Request) -> Response:
     return JSON(await run_in_threadpool(entry_doc, request, info, seq))
 
 
+def dispute_packet(request: Request, info: TokenInfo, tenant_asked: str | None,
+                   invoice: str) -> dict[str, Any]:
+    """The signed dispute packet of one invoice of one tenant (`dispute`'s), signed with
+    the server's key (`serve --key`)."""
+    from reconcile.packets.dispute import build_dispute
+
+    signer = request.app.state.signer
+    if signer is None:
+        raise HTTPException(404, "this server signs no packets (start it with --key)")
+    tenant = tenant_scope(info.role, tenant_asked)
+    if tenant is None:
+        raise HTTPException(400, "tenant: an operator names the tenant of the packet")
+    packet: dict[str, Any] = build_dispute(request.app.state.store, tenant, invoice, signer)
+    return packet
+
+
+async def dispute(request: Request) -> Response:
+    from reconcile.packets.dispute import packet_json
+
+    info = await run_in_threadpool(_reader, request)
+    invoice = request.path_params["invoice"]
+    packet = await run_in_threadpool(dispute_packet, request, info,
+                                     request.query_params.get("tenant"), invoice)
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in invoice)[:80]
+    return Response(packet_json(packet), media_type="application/json", headers={
+        "Content-Disposition": f'attachment; filename="dispute-{name}.json"'})
+
+
 def _seq(text: str) -> int:
     if not text.isdigit() or len(text) > 18 or int(text) < 1:
         raise HTTPException(404, f"no entry {text[:40]!r}")
@@ -142,4 +170,5 @@ def routes() -> list[Route]:
         Route("/api/v1/reconciliation", reconciliation),
         Route("/api/v1/reports/{name}", report),
         Route("/api/v1/entries/{seq}", entry),
+        Route("/api/v1/disputes/{invoice}", dispute),
     ]

@@ -10,6 +10,7 @@ the event loop.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
@@ -23,10 +24,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ingest.http import MalformedBatch, UnsupportedMediaType, mode_of, records_of_body
 from ledger import Store, read
+from ledger.note import read_signer
 from reconcile.serve import api, metrics, openapi, pages
 from reconcile.serve.access import caller
 from reconcile.serve.collect import MAX_BODY_BYTES, Writer, caller_rights
-from schemas.errors import BadInput
+from schemas.errors import BadInput, CheckFailed
 
 log = logging.getLogger("gpuledger.serve")
 
@@ -108,6 +110,11 @@ async def _bad_input(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": message}, status)
 
 
+async def _check_failed(request: Request, exc: Exception) -> Response:
+    """What was checked is wrong (e.g. a packet refused: it would name another tenant)."""
+    return JSONResponse({"error": str(exc)}, 409)
+
+
 async def _server_error(request: Request, exc: Exception) -> Response:
     """Never a traceback to the client: the log has it, the client a one-line answer."""
     log.exception("error serving %s %s", request.method, request.url.path)
@@ -119,7 +126,9 @@ def _wants_html(request: Request) -> bool:
         "text/html" in request.headers.get("accept", "")
 
 
-def create_app(store: Store) -> Starlette:
+def create_app(store: Store, key: Path | None = None) -> Starlette:
+    """The app over `store`; with `key` (the provider's signing key, `keygen`), customers
+    download signed dispute packets and read their letters."""
     routes: list[Any] = [
         Route("/healthz", healthz),
         Route("/metrics", metrics.endpoint),
@@ -131,10 +140,12 @@ def create_app(store: Store) -> Starlette:
     app = Starlette(
         routes=routes,
         middleware=[Middleware(SecurityHeaders)],
-        exception_handlers={HTTPException: _http_error, BadInput: _bad_input,
+        exception_handlers={HTTPException: _http_error, BadInput: _bad_input, CheckFailed: _check_failed,
                             Exception: _server_error},
     )
     app.state.store = store
+    app.state.signer = read_signer(key) if key is not None else None
+    app.state.verifier = app.state.signer.verifier if key is not None else None
     app.state.writer = Writer(store)
     app.state.metrics_cache = metrics.Cache()
     return app

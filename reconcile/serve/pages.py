@@ -26,10 +26,13 @@ from ledger import read
 from ledger.tokens import TokenInfo, authenticate
 from reconcile.reports.pages import environment
 from reconcile.serve.access import COOKIE, caller, tenant_scope
-from reconcile.serve.api import entry_doc
+from reconcile.serve.api import dispute_packet, entry_doc
 from schemas.money import Money
 
 PAGE_SIZE = 50
+#: The letter is one self-contained page with its style inline: styles, never script.
+LETTER_CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+              "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 _HERE = Path(str(resources.files("reconcile.serve")))
 _ENV = environment(_HERE / "templates")
 _CSS = (_HERE / "static" / "app.css").read_bytes()
@@ -109,7 +112,22 @@ def invoice(request: Request) -> Response:
     seqs = _billing_seqs(request, tenant, invoice_id)
     for line in lines:
         line["seq"] = seqs.get(line["line_id"])
-    return _page("invoice.html.j2", who=who, tenant=tenant, invoice_id=invoice_id, lines=lines)
+    signs = request.app.state.signer is not None
+    return _page("invoice.html.j2", who=who, tenant=tenant, invoice_id=invoice_id, lines=lines,
+                 signs=signs, key_name=request.app.state.verifier.name if signs else "")
+
+
+def letter(request: Request) -> Response:
+    """The dispute letter of an invoice, from its signed packet's verification (as
+    `dispute` writes it beside the packet); its own inline styles, no script."""
+    from reconcile.packets.dispute import verify_dispute
+    from reconcile.packets.letter import build_letter, render_html
+
+    who = caller(request, "operator", "tenant")
+    packet = dispute_packet(request, who, request.path_params["tenant"], request.path_params["invoice"])
+    verifier = request.app.state.verifier
+    html = render_html(build_letter(verify_dispute(packet, verifier), verifier.name))
+    return HTMLResponse(html, headers={"Content-Security-Policy": LETTER_CSP})
 
 
 def entry(request: Request) -> Response:
@@ -178,5 +196,6 @@ def routes() -> list[Route]:
         Route("/", _sync(home)),
         Route("/invoices", _sync(invoices)),
         Route("/invoices/{tenant}/{invoice}", _sync(invoice)),
+        Route("/invoices/{tenant}/{invoice}/letter", _sync(letter)),
         Route("/entries/{seq}", _sync(entry)),
     ]
