@@ -36,7 +36,8 @@ READ_ROUTES = [
     "/api/v1/reports/serving", "/api/v1/reports/placement", "/api/v1/reports/envelope",
     "/", "/invoices", "/invoices/acme/INV-2026-01", "/invoices/bravo/bravo-INV-2026-01",
     "/metrics", "/api/v1/disputes/INV-2026-01?tenant=acme", "/invoices/acme/INV-2026-01/letter",
-    "/api/v1/disputes/bravo-INV-2026-01?tenant=bravo",
+    "/api/v1/disputes/bravo-INV-2026-01?tenant=bravo", "/promises", "/envelope",
+    "/promises/acme/promise-j-100",
 ]
 
 
@@ -47,7 +48,7 @@ def _expected(route: str, who: str) -> set[int]:
         return {200}
     if who == "collector":
         return {403}
-    if route == "/metrics":
+    if route == "/metrics" or route.startswith("/promises/"):
         return {200} if who == "operator" else {403}
     if route.startswith("/api/v1/disputes/"):
         owner = route.split("tenant=")[1]

@@ -24,13 +24,15 @@ from starlette.routing import Route
 import reconcile
 from ledger import read
 from ledger.tokens import TokenInfo, authenticate
+from reconcile import reports
 from reconcile.reports.pages import environment
 from reconcile.serve.access import COOKIE, caller, tenant_scope
 from reconcile.serve.api import dispute_packet, entry_doc
 from schemas.money import Money
 
 PAGE_SIZE = 50
-#: The letter is one self-contained page with its style inline: styles, never script.
+#: The letter, the envelope and a promise's story are self-contained pages with their style
+#: inline (they are also written as files): styles, never script.
 LETTER_CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
               "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 _HERE = Path(str(resources.files("reconcile.serve")))
@@ -130,6 +132,58 @@ def letter(request: Request) -> Response:
     return HTMLResponse(html, headers={"Content-Security-Policy": LETTER_CSP})
 
 
+def promises(request: Request) -> Response:
+    """Promises by tenant and class, and the misses, each (for an operator) with its story."""
+    who = caller(request, "operator", "tenant")
+    tenant = tenant_scope(who.role, request.query_params.get("tenant"))
+    doc = reports.report(request.app.state.store, "promises", tenant)
+    chosen = request.query_params.get("class") or None
+    classes = sorted({s["placement_class"] for s in doc["summary"]})
+    summary = [s for s in doc["summary"] if chosen in (None, s["placement_class"])]
+    misses = [m | {"what": _what_missed(m)} for m in doc["misses"]
+              if chosen in (None, m["placement_class"])]
+    shown, page = _paginate(request, misses)
+    return _page("promises.html.j2", who=who, tenant=tenant, summary=summary, rows=shown,
+                 page=page, classes=classes, chosen_class=chosen)
+
+
+def story(request: Request) -> Response:
+    """A missed promise's diagnostic packet page (`packet`'s): operators only, since it
+    shows the fleet around the job."""
+    from reconcile.packets.diagnostic import build_packet, render_html
+
+    caller(request, "operator")
+    packet = build_packet(request.app.state.store, request.path_params["promise"],
+                          request.path_params["tenant"])
+    return HTMLResponse(render_html(packet), headers={"Content-Security-Policy": LETTER_CSP})
+
+
+def envelope(request: Request) -> Response:
+    """The buyer's view: each provider and class against its promises (`report envelope`'s page)."""
+    from reconcile.reports.envelope_page import html
+
+    who = caller(request, "operator", "tenant")
+    tenant = tenant_scope(who.role, request.query_params.get("tenant"))
+    by = request.query_params.get("by") or "both"
+    if by not in ("both", "source", "placement_class"):
+        raise HTTPException(400, "by: one of both, source, placement_class")
+    doc = reports.report(request.app.state.store, "envelope", tenant, by=by)
+    return HTMLResponse(html(doc), headers={"Content-Security-Policy": LETTER_CSP})
+
+
+def _what_missed(m: dict[str, Any]) -> str:
+    parts = []
+    if m["start_status"] == "late":
+        parts.append(f"start {m['start_delay_s']} s late")
+    elif m["start_status"] == "not_started":
+        parts.append("never started")
+    if m["completion_status"] == "late":
+        parts.append(f"completion {m['completion_delay_s']} s late")
+    elif m["completion_status"] == "not_completed":
+        parts.append("never completed")
+    return ", ".join(parts)
+
+
 def entry(request: Request) -> Response:
     who = caller(request, "operator", "tenant")
     text = request.path_params["seq"]
@@ -198,4 +252,7 @@ def routes() -> list[Route]:
         Route("/invoices/{tenant}/{invoice}", _sync(invoice)),
         Route("/invoices/{tenant}/{invoice}/letter", _sync(letter)),
         Route("/entries/{seq}", _sync(entry)),
+        Route("/promises", _sync(promises)),
+        Route("/promises/{tenant}/{promise}", _sync(story)),
+        Route("/envelope", _sync(envelope)),
     ]
