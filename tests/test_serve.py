@@ -294,3 +294,21 @@ def test_the_app_serves_while_a_collector_posts_on_postgresql(pg_url: str, tmp_p
         assert failures == []
         assert len(read.entries(store, tenant="acme", type="job.progress")) >= 200
     store.close()
+
+
+def test_an_append_is_seen_by_the_next_read(served: Served) -> None:
+    """Documents are cached per ledger size: one appended event and the answer changes."""
+    def promise_ids() -> set[str]:
+        _, _, body = served.call("/api/v1/reports/promises?tenant=acme", served.tokens["operator"])
+        return {p["promise_id"] for p in json.loads(body)["promises"]}
+
+    before = promise_ids()
+    assert promise_ids() == before  # the cached answer
+    promise = {"specversion": "1.0", "id": "late-promise", "source": "scheduler://neocloud/eu-west",
+               "type": "policy.promise", "time": "2026-01-05T09:00:00Z",
+               "data": {"tenant": "acme", "promise_id": "promise-late", "job_id": "j-late",
+                        "start_by": "2026-01-05T10:00:00Z"}}
+    status, _, body = served.call("/api/v1/events", served.tokens["operator"], "POST",
+                                  json.dumps(promise).encode(), STRUCTURED)
+    assert json.loads(body)["appended"] == 1
+    assert promise_ids() == before | {"promise-late"}

@@ -62,8 +62,9 @@ async def tenants(request: Request) -> Response:
 def reconciliation_doc(request: Request, info: TokenInfo) -> dict[str, Any]:
     tenant = tenant_scope(info.role, request.query_params.get("tenant"))
     invoice = request.query_params.get("invoice") or None
-    result = reconcile.reconcile_store(request.app.state.store, tenant, invoice)
-    return result.as_json()
+    return dict(request.app.state.documents.get(
+        ("reconciliation", tenant, invoice),
+        lambda: reconcile.reconcile_store(request.app.state.store, tenant, invoice).as_json()))
 
 
 async def reconciliation(request: Request) -> Response:
@@ -87,8 +88,11 @@ def report_doc(request: Request, info: TokenInfo, name: str) -> str:
         if option.choices and value not in option.choices:
             raise HTTPException(400, f"{option.name}: one of {', '.join(option.choices)}")
         options[option.name] = _time(value, option.name) if option.time else value
-    doc = reports.report(request.app.state.store, name, tenant, **options)
-    return reports.report_json(name, doc)
+    def compute() -> str:
+        return reports.report_json(name, reports.report(request.app.state.store, name, tenant, **options))
+
+    return str(request.app.state.documents.get(("report", name, tenant, tuple(sorted(options.items()))),
+                                               compute))
 
 
 async def report(request: Request) -> Response:

@@ -27,6 +27,7 @@ from ledger import Store, read
 from ledger.note import read_signer
 from reconcile.serve import api, metrics, openapi, pages
 from reconcile.serve.access import caller
+from reconcile.serve.cache import DocumentCache
 from reconcile.serve.collect import MAX_BODY_BYTES, Writer, caller_rights
 from schemas.errors import BadInput, CheckFailed
 
@@ -148,4 +149,5 @@ def create_app(store: Store, key: Path | None = None) -> Starlette:
     app.state.verifier = app.state.signer.verifier if key is not None else None
     app.state.writer = Writer(store)
     app.state.metrics_cache = metrics.Cache()
+    app.state.documents = DocumentCache(store)
     return app

@@ -136,7 +136,8 @@ def promises(request: Request) -> Response:
     """Promises by tenant and class, and the misses, each (for an operator) with its story."""
     who = caller(request, "operator", "tenant")
     tenant = tenant_scope(who.role, request.query_params.get("tenant"))
-    doc = reports.report(request.app.state.store, "promises", tenant)
+    doc = request.app.state.documents.get(
+        ("promises", tenant), lambda: reports.report(request.app.state.store, "promises", tenant))
     chosen = request.query_params.get("class") or None
     classes = sorted({s["placement_class"] for s in doc["summary"]})
     summary = [s for s in doc["summary"] if chosen in (None, s["placement_class"])]
@@ -196,7 +197,8 @@ def entry(request: Request) -> Response:
 
 def _invoice_rows(request: Request, who: TokenInfo, tenant: str | None) -> list[dict[str, Any]]:
     tenant = tenant if tenant is not None else who.role.tenant
-    result = reconcile.reconcile_store(request.app.state.store, tenant)
+    result = request.app.state.documents.get(
+        ("reconciled", tenant), lambda: reconcile.reconcile_store(request.app.state.store, tenant))
     rows = []
     for total in result.invoices():
         bearers = {b: cents for b, (_, cents) in total.bearer_totals().items()}
