@@ -312,3 +312,14 @@ def test_an_append_is_seen_by_the_next_read(served: Served) -> None:
                                   json.dumps(promise).encode(), STRUCTURED)
     assert json.loads(body)["appended"] == 1
     assert promise_ids() == before | {"promise-late"}
+
+
+def test_the_grafana_dashboard_reads_metrics_the_server_exposes(served: Served) -> None:
+    import re
+
+    dashboard = json.loads((Path(__file__).parent.parent / "docs/grafana/gpuledger.json").read_text())
+    _, _, body = served.call("/metrics", served.tokens["operator"])
+    exposed = {line.split()[2] for line in body.decode().splitlines() if line.startswith("# TYPE")}
+    used = {name for p in dashboard["panels"] for t in p["targets"]
+            for name in re.findall(r"gpuledger_[a-z_]+", t["expr"])}
+    assert used and used <= exposed, used - exposed
