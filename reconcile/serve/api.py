@@ -132,7 +132,7 @@ def dispute_packet(request: Request, info: TokenInfo, tenant_asked: str | None,
 
     signer = request.app.state.signer
     if signer is None:
-        raise HTTPException(404, "this server signs no packets (start it with --key)")
+        raise HTTPException(404, "this server signs no packets: it was started without a signing key")
     tenant = tenant_scope(info.role, tenant_asked)
     if tenant is None:
         raise HTTPException(400, "tenant: an operator names the tenant of the packet")
