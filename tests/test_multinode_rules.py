@@ -90,7 +90,6 @@ def test_oracle_a_fault_on_the_third_node_of_four_stalls_the_job_on_the_provider
     assert oracle(sc.four_node_slurm_job()) == FOUR_NODES
 
 
-@PENDING
 def test_engine_a_fault_on_the_third_node_of_four_stalls_the_job_on_the_provider(tmp_path: Path) -> None:
     assert engine(tmp_path, sc.four_node_slurm_job(), "L1") == FOUR_NODES["L1"]
 
@@ -121,9 +120,7 @@ def test_oracle_a_fault_on_one_pod_s_node_puts_the_whole_gang_s_restart_on_the_p
     assert oracle(sc.two_pod_gang()) == GANG
 
 
-# P1's fault is on its own node and no sibling's start comes after its own, so the engine
-# meets P1 already; P0 needs rule 11.
-@pytest.mark.parametrize("line_id", [pytest.param("L-P0", marks=PENDING), "L-P1"])
+@pytest.mark.parametrize("line_id", ["L-P0", "L-P1"])
 def test_engine_a_fault_on_one_pod_s_node_puts_the_whole_gang_s_restart_on_the_provider(
         tmp_path: Path, line_id: str) -> None:
     assert engine(tmp_path, sc.two_pod_gang(), line_id) == GANG_LINE
@@ -149,7 +146,6 @@ def test_oracle_a_gang_restarted_on_other_allocations() -> None:
     assert oracle(sc.gang_restarted_elsewhere()) == RESTARTED
 
 
-@PENDING
 def test_engine_a_gang_restarted_on_other_allocations(tmp_path: Path) -> None:
     events = sc.gang_restarted_elsewhere()
     assert {k: engine(tmp_path, events, k) for k in RESTARTED} == RESTARTED
@@ -189,7 +185,6 @@ def test_oracle_a_reclaim_after_the_promised_notice_is_as_before() -> None:
     assert oracle(sc.reclaim_outside_notice()) == OUTSIDE
 
 
-@PENDING
 def test_engine_a_reclaim_inside_the_promised_notice_is_the_provider_s(tmp_path: Path) -> None:
     assert engine(tmp_path, sc.reclaim_inside_notice(), "LR1") == INSIDE["LR1"]
 

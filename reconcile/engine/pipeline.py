@@ -53,7 +53,16 @@ from reconcile.engine.figures import placement_sql
 from reconcile.engine.intervals import build_spans
 from reconcile.engine.money import allocate
 from reconcile.engine.result import Reconciliation
-from reconcile.engine.rules import INF, LABELS, SPAN_LABELS, bit_sql, code, codes_sql, winner_sql
+from reconcile.engine.rules import (
+    INF,
+    LABELS,
+    SPAN_LABELS,
+    bit_sql,
+    code,
+    codes_sql,
+    nodes_sql,
+    winner_sql,
+)
 from reconcile.engine.snapshot import (
     entry_pages,
     load_pages,
@@ -199,6 +208,10 @@ STAGES: tuple[Stage, ...] = (
             "acceptance",
             "faults",
             "touches",
+            "gangs",
+            "attempt_touches",
+            "running_on",
+            "owed",
             "job_notes",
             "mark_notes",
             "first_progress",
@@ -283,7 +296,7 @@ STAGES: tuple[Stage, ...] = (
         "packet_scope",
         ("events",),
         ("packet_pods", "packet_allocations", "packet_window"),
-        run_sql("packet_scope", about_job=ABOUT_JOB),
+        run_sql("packet_scope", about_job=ABOUT_JOB, nodes=nodes_sql("nodes", "node")),
         params=("tenant", "job", "pid"),
         doc="one promise's job, for its diagnostic packet (packets/diagnostic.py)",
     ),
