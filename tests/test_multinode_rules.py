@@ -7,8 +7,7 @@ test. The scenarios' events are in tests/multinode_scenarios.py, so both readers
 very same entries. Times are on 2026-01-05; a GPU-second costs 0.001 USD in every line
 here (3.60 USD per GPU-hour), so amounts are GPU-seconds / 1000.
 
-The engine's tests are `xfail(strict=True)`: the engine does not read rules 11-13 yet.
-When it does they pass, strict xfail fails them, and the marks must come off.
+The engine's tests are the same scenarios and figures, read through `reconcile --format json`.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from tests import multinode_scenarios as sc
 from tests.reconcile_helpers import line, reconcile
 
 S = 1_000_000  # µs in a second
-PENDING = pytest.mark.xfail(strict=True, reason="engine: issue 33 rules pending")
 Figures = dict[str, tuple[int, str]]  # category key: (GPU-seconds, amount)
 
 
@@ -258,13 +256,12 @@ def test_oracle_placement_edges() -> None:
 
 
 def engine_placement(doc: dict[str, Any], tenant: str) -> dict[str, Any]:
-    """DESIGN §4: per tenant, `placement` gives GPU-seconds and amount per state and, for
-    not_as_sold, a claim. (The engine's exact shape is its to choose: adjust here.)"""
+    """DESIGN §6: per tenant, `placement` gives GPU-seconds and amount per state and, for
+    not_as_sold, a claim."""
     node: dict[str, Any] = doc["tenants"][tenant]["placement"]
     return node
 
 
-@PENDING
 def test_engine_placement_state_and_claim_per_tenant(tmp_path: Path) -> None:
     doc = reconcile(tmp_path, sc.placements())
     for tenant, claim in PLACEMENT_CLAIMS.items():
@@ -280,3 +277,11 @@ def test_engine_the_placement_captures_change_no_category(tmp_path: Path) -> Non
     for tenant in sc.PLACEMENT_SHARES:
         for line_id in ("L-AS", "L-NOT", "L-UN"):
             assert engine(tmp_path, events, line_id, tenant=tenant) == IDLE_LINE
+
+
+def test_engine_placement_edges(tmp_path: Path) -> None:
+    got = engine_placement(reconcile(tmp_path, sc.placement_edges()), "acme")
+    assert Fraction(got["not_as_sold"]["claim"]) == Fraction("43.20")
+    assert {s: (got[s]["gpu_seconds"], Fraction(got[s]["amount"])) for s in PLACEMENT_STATES} == {
+        "as_sold": (36000, Fraction("36.00")), "not_as_sold": (43200, Fraction("43.20")),
+        "unobserved": (7200, Fraction("7.20"))}
