@@ -506,3 +506,31 @@ def test_an_amount_too_large_to_report_in_cents_is_refused_in_one_line(tmp_path:
     assert code == 2 and out == ""
     assert err.strip() == ("Error: an amount of 1234567890123456789.01 is too large to report in minor units "
                            "(at most 461,168,601,842,738 in any currency)")
+
+
+def _figures(html: str) -> dict[str, str]:
+    return dict(re.findall(r'data-figure="([^"]+)">([^<]*)<', html))
+
+
+def test_page_shows_the_claim_on_placements_not_as_sold(tmp_path: Path) -> None:
+    """tests/multinode_scenarios.py's placements, worked by hand in
+    tests/test_multinode_rules.py: per tenant 6 GPU-hours per state; not_as_sold 21.60
+    billed less the 1.00 credit; the claim is placement_credit_share x 13.40."""
+    from tests import multinode_scenarios as sc
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    store = Store(url)
+    store.init()
+    ingest(store, sc.placements())
+    store.close()
+    figures = _figures(_page(url, tmp_path).read_text())
+    for tenant, claim in (("zero", "0.00"), ("half", "6.70"), ("one", "13.40")):
+        assert figures[f"placement/{tenant}/USD/claim"] == claim
+        assert figures[f"placement/{tenant}/USD/not_as_sold/amount"] == "20.60"
+        assert figures[f"placement/{tenant}/USD/as_sold/hours"] == "6.00"
+        assert figures[f"placement/{tenant}/USD/unobserved/amount"] == "21.60"
+
+
+def test_page_has_no_placement_table_without_a_line_not_as_sold(findings: str,
+                                                                tmp_path: Path) -> None:
+    assert 'id="placement"' not in _page(findings, tmp_path).read_text()

@@ -7,8 +7,7 @@ test. The scenarios' events are in tests/multinode_scenarios.py, so both readers
 very same entries. Times are on 2026-01-05; a GPU-second costs 0.001 USD in every line
 here (3.60 USD per GPU-hour), so amounts are GPU-seconds / 1000.
 
-The engine's tests are `xfail(strict=True)`: the engine does not read rules 11-13 yet.
-When it does they pass, strict xfail fails them, and the marks must come off.
+The engine's tests are the same scenarios and figures, read through `reconcile --format json`.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from tests import multinode_scenarios as sc
 from tests.reconcile_helpers import line, reconcile
 
 S = 1_000_000  # µs in a second
-PENDING = pytest.mark.xfail(strict=True, reason="engine: issue 33 rules pending")
 Figures = dict[str, tuple[int, str]]  # category key: (GPU-seconds, amount)
 
 
@@ -90,7 +88,6 @@ def test_oracle_a_fault_on_the_third_node_of_four_stalls_the_job_on_the_provider
     assert oracle(sc.four_node_slurm_job()) == FOUR_NODES
 
 
-@PENDING
 def test_engine_a_fault_on_the_third_node_of_four_stalls_the_job_on_the_provider(tmp_path: Path) -> None:
     assert engine(tmp_path, sc.four_node_slurm_job(), "L1") == FOUR_NODES["L1"]
 
@@ -121,9 +118,7 @@ def test_oracle_a_fault_on_one_pod_s_node_puts_the_whole_gang_s_restart_on_the_p
     assert oracle(sc.two_pod_gang()) == GANG
 
 
-# P1's fault is on its own node and no sibling's start comes after its own, so the engine
-# meets P1 already; P0 needs rule 11.
-@pytest.mark.parametrize("line_id", [pytest.param("L-P0", marks=PENDING), "L-P1"])
+@pytest.mark.parametrize("line_id", ["L-P0", "L-P1"])
 def test_engine_a_fault_on_one_pod_s_node_puts_the_whole_gang_s_restart_on_the_provider(
         tmp_path: Path, line_id: str) -> None:
     assert engine(tmp_path, sc.two_pod_gang(), line_id) == GANG_LINE
@@ -149,7 +144,6 @@ def test_oracle_a_gang_restarted_on_other_allocations() -> None:
     assert oracle(sc.gang_restarted_elsewhere()) == RESTARTED
 
 
-@PENDING
 def test_engine_a_gang_restarted_on_other_allocations(tmp_path: Path) -> None:
     events = sc.gang_restarted_elsewhere()
     assert {k: engine(tmp_path, events, k) for k in RESTARTED} == RESTARTED
@@ -189,7 +183,6 @@ def test_oracle_a_reclaim_after_the_promised_notice_is_as_before() -> None:
     assert oracle(sc.reclaim_outside_notice()) == OUTSIDE
 
 
-@PENDING
 def test_engine_a_reclaim_inside_the_promised_notice_is_the_provider_s(tmp_path: Path) -> None:
     assert engine(tmp_path, sc.reclaim_inside_notice(), "LR1") == INSIDE["LR1"]
 
@@ -263,13 +256,12 @@ def test_oracle_placement_edges() -> None:
 
 
 def engine_placement(doc: dict[str, Any], tenant: str) -> dict[str, Any]:
-    """DESIGN §4: per tenant, `placement` gives GPU-seconds and amount per state and, for
-    not_as_sold, a claim. (The engine's exact shape is its to choose: adjust here.)"""
+    """DESIGN §6: per tenant, `placement` gives GPU-seconds and amount per state and, for
+    not_as_sold, a claim."""
     node: dict[str, Any] = doc["tenants"][tenant]["placement"]
     return node
 
 
-@PENDING
 def test_engine_placement_state_and_claim_per_tenant(tmp_path: Path) -> None:
     doc = reconcile(tmp_path, sc.placements())
     for tenant, claim in PLACEMENT_CLAIMS.items():
@@ -285,3 +277,11 @@ def test_engine_the_placement_captures_change_no_category(tmp_path: Path) -> Non
     for tenant in sc.PLACEMENT_SHARES:
         for line_id in ("L-AS", "L-NOT", "L-UN"):
             assert engine(tmp_path, events, line_id, tenant=tenant) == IDLE_LINE
+
+
+def test_engine_placement_edges(tmp_path: Path) -> None:
+    got = engine_placement(reconcile(tmp_path, sc.placement_edges()), "acme")
+    assert Fraction(got["not_as_sold"]["claim"]) == Fraction("43.20")
+    assert {s: (got[s]["gpu_seconds"], Fraction(got[s]["amount"])) for s in PLACEMENT_STATES} == {
+        "as_sold": (36000, Fraction("36.00")), "not_as_sold": (43200, Fraction("43.20")),
+        "unobserved": (7200, Fraction("7.20"))}

@@ -1,8 +1,8 @@
 """The simulator with `multinode` on (fixtures/sim/multinode.py; reconcile/RULES.md 11-13):
-its ground truth against the oracle (bench/pandas_reconcile.py), both independent of the
-engine, which does not read rules 11-13 yet. Every written file is ingested into a fresh
-ledger; the oracle reads the stored entries and must give every line the truth's
-GPU-seconds per category, and each pool line the truth's placement state and claim.
+its ground truth against the oracle (bench/pandas_reconcile.py) and the engine. Every
+written file is ingested into a fresh ledger; the oracle and the engine read the stored
+entries and must give every line the truth's GPU-seconds per category, and each pool
+line (each tenant, for the engine) the truth's placement state and claim.
 With the knob off, the simulator writes what it wrote before.
 """
 
@@ -20,16 +20,24 @@ import pytest
 
 import ingest
 import ledger
-from bench.pandas_reconcile import entries_of_store, frame_of_entries, placement_lines, reconcile_frame
+from bench.pandas_reconcile import (
+    entries_of_store,
+    frame_of_entries,
+    placement_lines,
+    placement_tenants,
+    reconcile_frame,
+)
 from fixtures.sim import Rates, SimConfig, simulate
+from reconcile import reconcile_store
 
 S = 1_000_000
+Fleet = tuple[Path, Any, dict[str, Any]]  # its folder, the oracle's frame, the engine's JSON
 #: Fabric faults on most days, and reclaims, so that every reading meets its case.
 RATES = replace(Rates(), fabric_fault=0.5, reclaim=0.3)
 
 
 @pytest.fixture(scope="module", params=[7, 20261205])
-def fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+def fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Fleet:
     out = tmp_path_factory.mktemp(f"mn-{request.param}")
     simulate(SimConfig(seed=request.param, gpus=32, days=3, tenants=4, rates=RATES, multinode=True), out)
     store = ledger.Store(f"sqlite:///{out / 'ledger.db'}")
@@ -40,8 +48,9 @@ def fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
                                       5000)
         assert (report.quarantined, report.problems) == (0, []), item
     frame = frame_of_entries(entries_of_store(store))
+    engine = reconcile_store(store).as_json()
     store.close()
-    return out, frame
+    return out, frame, engine
 
 
 def _truth(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
@@ -63,8 +72,8 @@ def _oracle_as_truth(cells: dict[str, int]) -> tuple[dict[str, int], dict[str, i
     return dict(categories), acceptance
 
 
-def test_every_line_every_category_as_the_oracle_reads_the_ledger(fleet: tuple[Path, Any]) -> None:
-    out, frame = fleet
+def test_every_line_every_category_as_the_oracle_reads_the_ledger(fleet: Fleet) -> None:
+    out, frame, _ = fleet
     truth = _truth(out)
     oracle = reconcile_frame(frame)
     assert set(oracle) == set(truth)
@@ -76,10 +85,10 @@ def test_every_line_every_category_as_the_oracle_reads_the_ledger(fleet: tuple[P
     assert not wrong, list(wrong.items())[:3]
 
 
-def test_the_pool_exercises_every_reading(fleet: tuple[Path, Any]) -> None:
+def test_the_pool_exercises_every_reading(fleet: Fleet) -> None:
     """Rules 11-13 meet their cases: faults off the first node stalling and failing jobs
     on the provider, notice owed, gangs restarted elsewhere, every placement state."""
-    out, _ = fleet
+    out, _, _ = fleet
     kinds = Counter(json.loads(text)["kind"] for text in (out / "anomalies.jsonl").read_text().splitlines())
     for kind in ("node_stall", "fabric_stall", "gang_fault", "reclaim_inside_notice"):
         assert kinds[f"multinode_{kind}"], kind
@@ -97,8 +106,8 @@ def test_the_pool_exercises_every_reading(fleet: tuple[Path, Any]) -> None:
     assert max(starts.values()) == 2  # gangs of two pods
 
 
-def test_each_pool_line_s_placement_state_and_claim(fleet: tuple[Path, Any]) -> None:
-    out, frame = fleet
+def test_each_pool_line_s_placement_state_and_claim(fleet: Fleet) -> None:
+    out, frame, _ = fleet
     truth = json.loads((out / "truth_placement.json").read_text())
     oracle = placement_lines(frame)
     for line in truth["lines"]:
@@ -107,6 +116,42 @@ def test_each_pool_line_s_placement_state_and_claim(fleet: tuple[Path, Any]) -> 
             line["state"], Fraction(line["claim"]), line["gpu_seconds"], Fraction(line["amount"])), line
     shares = {t: v["claim"] for t, v in truth["tenants"].items()}
     assert any(Fraction(c) > 0 for c in shares.values()), shares
+
+
+def test_the_engine_gives_every_line_the_truth_s_categories(fleet: Fleet) -> None:
+    out, _, engine = fleet
+    truth = _truth(out)
+    got: dict[tuple[str, str], dict[str, int]] = {}
+    for line in engine["lines"]:
+        cells: Counter[str] = Counter()
+        for name, v in line["categories"].items():
+            for bearer, part in (v.get("by_bearer") or {v["bearer"]: v}).items():
+                key = f"{name}:{bearer}" if name in ("restart_lost", "restart_recovery") else name
+                if name != "money_only" and part["gpu_seconds"]:
+                    cells[key] += part["gpu_seconds"]
+        got[(line["tenant"], line["line_id"])] = dict(cells)
+    wrong = {k: (truth[k]["categories"], got.get(k)) for k in truth
+             if {c: s for c, s in truth[k]["categories"].items() if s} != got.get(k, {})}
+    assert not wrong, list(wrong.items())[:3]
+
+
+def test_the_engine_gives_each_tenant_the_oracle_s_placement(fleet: Fleet) -> None:
+    """Every tenant's lines by placement state, and the claim, as the oracle reads the
+    whole ledger (whose pool lines agree with the truth above), rounded as reported."""
+    _, frame, engine = fleet
+    oracle = placement_tenants(placement_lines(frame))
+    assert set(oracle) <= set(engine["tenants"])
+    claimed = 0
+    for tenant, figures in oracle.items():
+        got = engine["tenants"][tenant]["placement"]
+        for state in ("as_sold", "not_as_sold", "unobserved"):
+            amount = round(sum(figures[state]["amount"].values(), Fraction(0)), 2)
+            assert (got[state]["gpu_seconds"], Fraction(got[state]["amount"])) == (
+                figures[state]["gpu_us"] // S, amount), (tenant, state)
+        claim = round(sum(figures["claim"].values(), Fraction(0)), 2)
+        assert Fraction(got["not_as_sold"]["claim"]) == claim, tenant
+        claimed += claim > 0
+    assert claimed
 
 
 def test_without_the_knob_nothing_of_it_is_written(tmp_path: Path) -> None:

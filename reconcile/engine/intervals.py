@@ -21,6 +21,7 @@ from reconcile.engine.rules import (
     by_bearer_sql,
     code,
     fault_windows_sql,
+    nodes_sql,
     touching_sql,
 )
 from schemas.events import DEFAULT_STALL_S, DEFAULT_WARMUP_S
@@ -44,7 +45,7 @@ QUALIFY row_number() OVER (PARTITION BY tenant, t ORDER BY seq DESC) = 1;
 CREATE TABLE allocs AS
 WITH grants AS (
     SELECT tenant, allocation_id AS aid, t AS granted, gpus AS g_a, node, devices, fabric_domain,
-           placement_class, profile
+           placement_class, profile, {nodes_sql("nodes", "node")} AS nodes
     FROM ev_rest WHERE type = 'allocation.granted'
     QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1),
 held AS (
@@ -55,12 +56,27 @@ held AS (
 -- an integer key: the sweep sorts and joins on it, cheaper than on (tenant, aid)
 SELECT *, row_number() OVER (ORDER BY tenant, aid) AS alloc_key FROM held;
 
+-- RULES.md 11: an attempt is cut by its job's next start on its allocation or with a
+-- higher number; a sibling's start (another allocation, a number not above) never cuts it.
+-- Most next starts cut; only the rest look further.
 CREATE TABLE attempts AS
-WITH starts AS (
-    SELECT tenant, job_id AS job, allocation_id AS aid, t AS s, seq AS sseq,
-           lead(t) OVER w AS next_s, lead(seq) OVER w AS next_sseq
-    FROM ev_rest WHERE type = 'job.started'
-    WINDOW w AS (PARTITION BY tenant, job_id ORDER BY t, seq)),
+WITH numbered AS (
+    SELECT tenant, job_id AS job, allocation_id AS aid, t AS s, seq AS sseq, coalesce(attempt, 1) AS n
+    FROM ev_rest WHERE type = 'job.started'),
+nexts AS (
+    SELECT *, lead(s) OVER w AS next_s, lead(sseq) OVER w AS next_sseq,
+           lead(aid) OVER w IS NOT DISTINCT FROM aid OR lead(n) OVER w > n OR lead(s) OVER w IS NULL AS cut_next
+    FROM numbered WINDOW w AS (PARTITION BY tenant, job ORDER BY s, sseq)),
+far_cuts AS (
+    SELECT a.sseq, min(b.s) AS cut_s, arg_min(b.sseq, (b.s, b.sseq)) AS cut_sseq
+    FROM nexts a JOIN numbered b ON b.tenant = a.tenant AND b.job = a.job
+     AND (b.s > a.s OR (b.s = a.s AND b.sseq > a.sseq)) AND (b.aid IS NOT DISTINCT FROM a.aid OR b.n > a.n)
+    WHERE NOT a.cut_next GROUP BY a.sseq),
+starts AS (
+    SELECT nx.tenant, nx.job, nx.aid, nx.s, nx.sseq, nx.n,
+           CASE WHEN nx.cut_next THEN nx.next_s ELSE fc.cut_s END AS next_s,
+           CASE WHEN nx.cut_next THEN nx.next_sseq ELSE fc.cut_sseq END AS next_sseq
+    FROM nexts nx LEFT JOIN far_cuts fc ON fc.sseq = nx.sseq),
 ends AS (
     SELECT tenant, job_id AS job, t, seq, type AS kind, cause FROM ev_rest
     WHERE type IN ('job.completed', 'job.failed', 'job.cancelled')),
@@ -71,12 +87,12 @@ first_end AS (
     QUALIFY row_number() OVER (PARTITION BY st.sseq ORDER BY en.t NULLS LAST, en.seq) = 1),
 ended AS (
     -- an attempt ends at its job's next end event, or where the job starts again, whichever is first
-    SELECT tenant, job, aid, s, sseq,
+    SELECT tenant, job, aid, s, sseq, n,
            (end_t IS NOT NULL AND (next_s IS NULL OR end_t < next_s OR (end_t = next_s AND end_seq < next_sseq))) AS by_event,
            end_t, end_seq, end_kind, end_cause, next_s
     FROM first_end)
 -- numbered only once each start has its one end: a window over the join would see ties
-SELECT tenant, job, aid, s, sseq,
+SELECT tenant, job, aid, s, sseq, n,
        CASE WHEN by_event THEN end_t ELSE coalesce(next_s, {INF}) END AS e,
        CASE WHEN by_event THEN end_seq END AS eseq,
        CASE WHEN by_event THEN end_kind END AS kind,
@@ -92,6 +108,41 @@ FROM ev_rest WHERE type IN ('work.accepted', 'work.rejected') GROUP BY ALL;
 CREATE TABLE faults AS {fault_windows_sql("ev_rest", critical_only=True)};
 
 CREATE TABLE touches AS {touching_sql("allocs", "faults", "a.tenant, a.aid, f.seq, f.open_t, f.close_t")};
+
+-- RULES.md 11: the gang of attempt n of a job: the allocations it starts on with number n;
+-- a fault touches an attempt when it touches an allocation of its gang.
+CREATE TABLE gangs AS SELECT DISTINCT tenant, job, n, aid FROM attempts WHERE aid IS NOT NULL;
+
+CREATE TABLE attempt_touches AS
+SELECT a.sseq AS att, near.open_t, near.close_t
+FROM attempts a JOIN gangs g ON g.tenant = a.tenant AND g.job = a.job AND g.n = a.n
+JOIN touches near ON near.tenant = g.tenant AND near.aid = g.aid;
+
+-- Attempts of a job still running when a later one starts (a gang's siblings, a job moved
+-- without a number): each (latest, att) pair says att runs on past latest's start, so the
+-- marks given to latest (the last start before them) are att's too while it runs.
+CREATE TABLE running_on AS
+WITH flagged AS (
+    SELECT *, lead(s) OVER w AS next_s, lead(sseq) OVER w AS next_sseq
+    FROM attempts WINDOW w AS (PARTITION BY tenant, job ORDER BY s, sseq))
+SELECT l.sseq AS latest, o.sseq AS att, o.e, o.eseq
+FROM flagged o JOIN attempts l ON l.tenant = o.tenant AND l.job = o.job
+ AND (l.s > o.s OR (l.s = o.s AND l.sseq > o.sseq))
+ AND (o.e > l.s OR (o.e = l.s AND o.eseq > l.sseq))
+WHERE o.e > o.next_s OR (o.e = o.next_s AND o.eseq > o.next_sseq);
+
+-- RULES.md 12: a preempted failure inside [t_r, t_r + reclaim_notice_s) of a reclaim of
+-- its job or of an allocation of its gang was owed the notice promised.
+CREATE TABLE owed AS
+WITH reclaims AS (
+    SELECT d.tenant, d.t, d.job_id, d.allocation_id, coalesce(tm.notice_us, 0) AS notice_us
+    FROM ev_rest d ASOF LEFT JOIN terms tm ON tm.tenant = d.tenant AND d.t >= tm.t
+    WHERE d.type = 'policy.decision' AND d.decision IN ('preempted', 'reclaimed', 'evicted'))
+SELECT DISTINCT a.sseq AS att, a.tenant, a.job, a.n, a.e AS failed_at
+FROM attempts a JOIN reclaims d ON d.tenant = a.tenant AND d.t <= a.e AND a.e < d.t + d.notice_us
+WHERE a.kind = 'job.failed' AND a.cause = 'preempted'
+  AND (d.job_id = a.job OR EXISTS (SELECT 1 FROM gangs g WHERE g.tenant = a.tenant AND g.job = a.job
+                                     AND g.n = a.n AND g.aid = d.allocation_id));
 """
 
 GAPS = f"""
@@ -130,10 +181,17 @@ CREATE TABLE mark_notes AS
 WITH keyed AS (
     SELECT j.jid, a.sseq AS att, a.e, a.eseq, CAST(a.s AS HUGEINT) * {2**40} + a.sseq AS start_key
     FROM attempts a JOIN jobs j USING (tenant, job))
-SELECT att.att, n.prev_t AS s, n.t AS e, n.rose, n.is_gap, n.is_first, n.is_last
+SELECT att.att, n.prev_t AS s, n.t AS e, n.rose, n.is_gap, n.is_first, n.is_last, n.kind, n.seq
 FROM job_notes n ASOF JOIN keyed att ON att.jid = n.jid AND CAST(n.t AS HUGEINT) * {2**40} + n.seq >= att.start_key
 WHERE (n.kind = 2 AND n.seq = att.eseq)
    OR (n.kind = 1 AND (att.eseq IS NULL OR n.t < att.e OR (n.t = att.e AND n.seq < att.eseq)));
+
+-- RULES.md 11: a mark is also every earlier attempt's that still runs at it (`running_on`)
+INSERT INTO mark_notes
+SELECT ov.att, m.s, m.e, m.rose, m.is_gap, m.is_first, m.is_last, m.kind, m.seq
+FROM mark_notes m JOIN running_on ov ON ov.latest = m.att
+WHERE (m.kind = 2 AND m.seq = ov.eseq)
+   OR (m.kind = 1 AND (m.e < ov.e OR (m.e = ov.e AND m.seq < ov.eseq)));
 
 CREATE TABLE first_progress AS SELECT att, min(e) AS t FROM mark_notes WHERE is_first GROUP BY att;
 
@@ -172,9 +230,13 @@ WITH targets AS (
     SELECT d.tenant, j.aid, d.t FROM ev_rest d JOIN (SELECT DISTINCT tenant, job, aid FROM attempts) j
       ON j.tenant = d.tenant AND j.job = d.job_id
     WHERE d.type = 'policy.decision' AND d.decision IN ('preempted', 'reclaimed', 'evicted'))
-SELECT tg.tenant, tg.aid, min(tg.t + coalesce(tm.notice_us, 0)), {INF}, {code('reclaimed')}
-FROM targets tg ASOF LEFT JOIN terms tm ON tm.tenant = tg.tenant AND tg.t >= tm.t
-GROUP BY tg.tenant, tg.aid;
+SELECT tenant, aid, min(b), {INF}, {code('reclaimed')}
+FROM (SELECT tg.tenant, tg.aid, tg.t + coalesce(tm.notice_us, 0) AS b
+      FROM targets tg ASOF LEFT JOIN terms tm ON tm.tenant = tg.tenant AND tg.t >= tm.t
+      UNION ALL  -- RULES.md 12: notice owed, on every allocation of the gang from t_f
+      SELECT g.tenant, g.aid, o.failed_at FROM owed o
+      JOIN gangs g ON g.tenant = o.tenant AND g.job = o.job AND g.n = o.n)
+GROUP BY tenant, aid;
 
 -- 3 checkpoint: [started, first saved at or after it), within the job's attempts
 INSERT INTO spans
@@ -192,8 +254,8 @@ FROM ckpt c JOIN attempts a ON a.tenant = c.tenant AND a.job = c.job AND c.s < a
 CREATE TABLE failures AS
 WITH saves AS (SELECT tenant, job_id AS job, t FROM ev_rest WHERE type = 'checkpoint.saved')
 SELECT a.sseq AS att, a.tenant, a.aid, a.job, a.e AS failed_at, a.eseq, greatest(a.s, coalesce(sv.t, a.s)) AS lost_from,
-       (a.cause IN ('hardware', 'fabric') OR EXISTS (
-            SELECT 1 FROM touches near WHERE near.tenant = a.tenant AND near.aid = a.aid
+       (a.cause IN ('hardware', 'fabric') OR a.sseq IN (SELECT att FROM owed) OR EXISTS (
+            SELECT 1 FROM attempt_touches near WHERE near.att = a.sseq
               AND near.open_t BETWEEN a.e - {FAULT_LOOKBACK_US} AND a.e)) AS provider
 FROM attempts a ASOF LEFT JOIN saves sv ON sv.tenant = a.tenant AND sv.job = a.job AND a.e > sv.t
 WHERE a.kind = 'job.failed';
@@ -218,7 +280,7 @@ FROM productive_runs r LEFT JOIN acceptance ac ON ac.tenant = r.tenant AND ac.jo
 INSERT INTO spans
 SELECT g.tenant, g.aid, g.s, g.e, {code('stalled_fault')} FROM odd_gaps g
 WHERE g.long AND EXISTS (
-    SELECT 1 FROM touches near WHERE near.tenant = g.tenant AND near.aid = g.aid AND near.open_t < g.e AND near.close_t > g.s);
+    SELECT 1 FROM attempt_touches near WHERE near.att = g.att AND near.open_t < g.e AND near.close_t > g.s);
 
 -- 8 startup: from grant (first attempt) or start, to the first progress, within the allowance
 INSERT INTO spans

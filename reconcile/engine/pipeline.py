@@ -52,8 +52,18 @@ from reconcile.engine.classify import classify
 from reconcile.engine.figures import placement_sql
 from reconcile.engine.intervals import build_spans
 from reconcile.engine.money import allocate
+from reconcile.engine.placement import build_placement
 from reconcile.engine.result import Reconciliation
-from reconcile.engine.rules import INF, LABELS, SPAN_LABELS, bit_sql, code, codes_sql, winner_sql
+from reconcile.engine.rules import (
+    INF,
+    LABELS,
+    SPAN_LABELS,
+    bit_sql,
+    code,
+    codes_sql,
+    nodes_sql,
+    winner_sql,
+)
 from reconcile.engine.snapshot import (
     entry_pages,
     load_pages,
@@ -86,6 +96,12 @@ SELECT l.invoice_id, l.line_id, l.tenant, l.allocation_id, l.currency, m.minor, 
 FROM money m JOIN lines_ev l ON l.seq = m.seq  -- money holds no replaced line
 WHERE ($invoice IS NULL OR l.invoice_id = $invoice)
 ORDER BY l.seq, m.label
+"""
+
+
+PLACED = """
+SELECT tenant, invoice_id, line_id, state, share FROM line_placement
+WHERE ($invoice IS NULL OR invoice_id = $invoice)
 """
 
 
@@ -199,6 +215,10 @@ STAGES: tuple[Stage, ...] = (
             "acceptance",
             "faults",
             "touches",
+            "gangs",
+            "attempt_touches",
+            "running_on",
+            "owed",
             "job_notes",
             "mark_notes",
             "first_progress",
@@ -224,6 +244,13 @@ STAGES: tuple[Stage, ...] = (
         ("line_amounts", "invoice_cents", "line_cents", "line_total", "money"),
         _engine(allocate),
         doc="each cell's money, rounded per invoice (money.py)",
+    ),
+    Stage(
+        "placement",
+        ("cells",),
+        ("allocation_placement", "line_placement"),
+        _engine(build_placement),
+        doc="each line's placement state and credit share, RULES.md 13 (placement.py)",
     ),
     Stage(
         "promise_outcomes",
@@ -283,7 +310,7 @@ STAGES: tuple[Stage, ...] = (
         "packet_scope",
         ("events",),
         ("packet_pods", "packet_allocations", "packet_window"),
-        run_sql("packet_scope", about_job=ABOUT_JOB),
+        run_sql("packet_scope", about_job=ABOUT_JOB, nodes=nodes_sql("nodes", "node")),
         params=("tenant", "job", "pid"),
         doc="one promise's job, for its diagnostic packet (packets/diagnostic.py)",
     ),
@@ -401,7 +428,8 @@ class Pipeline:
             if invoice is not None:
                 tenants = set(table.column("tenant").to_pylist())
                 unbilled = {t: us for t, us in unbilled.items() if t in tenants}
-            self._recons[invoice] = Reconciliation(table, unbilled)
+            placed = self.need("placement").sql(PLACED, params={"invoice": invoice})
+            self._recons[invoice] = Reconciliation(table, unbilled, placed.to_arrow_table())
         return self._recons[invoice]
 
     @property

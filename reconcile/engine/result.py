@@ -32,6 +32,8 @@ from reconcile.engine.money import (
     major_units,
     places_of,
 )
+from reconcile.engine.placement import NOT_AS_SOLD, UNOBSERVED, share_of
+from reconcile.engine.placement import PLACEMENT_STATES as STATES
 from reconcile.engine.rules import ACCEPTANCE, BEARERS, CATEGORY_ORDER, INF, LABEL_BY_CODE, SECOND
 from schemas.documents.reconciliation import ReconciliationDocument
 from schemas.money import Money
@@ -161,6 +163,35 @@ class _Tally:
         return {state: gpu_seconds(us) for state, us in self.acceptance.items()}
 
 
+#: each line's first cell and its tally, by (tenant, invoice, line)
+LineTallies = dict[tuple[str, str, str], tuple[Cell, _Tally]]
+
+
+@dataclass
+class PlacementSums:
+    """One tenant's (and currency's) lines by placement state (RULES.md 13), exact."""
+
+    minor: int = 2
+    gpu_us: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATES, 0))
+    amount: dict[str, Fraction] = field(default_factory=lambda: dict.fromkeys(STATES, Fraction(0)))
+    claim: Fraction = Fraction(0)
+
+    def __add__(self, other: PlacementSums) -> PlacementSums:
+        return PlacementSums(self.minor, {s: self.gpu_us[s] + other.gpu_us[s] for s in STATES},
+                             {s: self.amount[s] + other.amount[s] for s in STATES},
+                             self.claim + other.claim)
+
+    def money(self, value: Fraction) -> Money:
+        """An exact amount as reported: rounded half-even to the minor unit."""
+        return Money.of(round(value * 10**self.minor), self.minor)
+
+    def as_json(self) -> dict[str, Any]:
+        return {s: {"gpu_seconds": gpu_seconds(self.gpu_us[s]),
+                    "amount": str(self.money(self.amount[s])),
+                    **({"claim": str(self.money(self.claim))} if s == NOT_AS_SOLD else {})}
+                for s in STATES}
+
+
 @dataclass
 class InvoiceTotal:
     """One invoice in one currency: what its lines bill (exactly, and rounded as reported)
@@ -192,6 +223,8 @@ FRAME_ROWS = 500_000
 class Reconciliation:
     table: pa.Table  # one row per cell, the columns of `Cell`
     unbilled_us: dict[str, int]
+    #: each line's placement state and credit share (RULES.md 13; `line_placement`'s rows)
+    placement: pa.Table | None = None
 
     @property
     def cell_count(self) -> int:
@@ -268,7 +301,42 @@ class Reconciliation:
                 cents[(cell.currency or "", cell.minor)] += cell.cents
         return {currency: major_units(total, minor) for (currency, minor), total in cents.items()}
 
+    def placement_sums(
+        self, lines: LineTallies | None = None
+    ) -> dict[tuple[str, str], PlacementSums]:
+        """Per (tenant, currency), RULES.md 13: per placement state the lines' billed GPU-µs
+        and exact amount, and the exact claim on the not_as_sold ones
+        (placement_credit_share x each line's customer-borne amount)."""
+        placed: dict[tuple[str, str, str], tuple[str, str | None]] = {}
+        if self.placement is not None:
+            columns = [self.placement.column(c).to_pylist()
+                       for c in ("tenant", "invoice_id", "line_id", "state", "share")]
+            placed = {(t, i, line): (state, share) for t, i, line, state, share in zip(*columns)}
+        out: dict[tuple[str, str], PlacementSums] = {}
+        for key, (first, tally) in (self.lines() if lines is None else lines).items():
+            state, share = placed.get(key, (UNOBSERVED, None))
+            sums = out.setdefault((first.tenant, first.currency or ""), PlacementSums(first.minor))
+            sums.gpu_us[state] += tally.billed_us
+            sums.amount[state] += Fraction(first.billed_amount)
+            if state == NOT_AS_SOLD:
+                borne = sum((Fraction(v) for (_c, bearer), values in (tally.exact or {}).items()
+                             if bearer == "customer" for v in values), Fraction(0))
+                sums.claim += share_of(share) * borne
+        return dict(sorted(out.items()))
+
+    def placement_states(self, lines: LineTallies | None = None) -> dict[str, dict[str, Any]]:
+        """Per tenant, `placement` as `reconcile --format json` gives it (DESIGN §6): the
+        placement_sums of its currencies added up (as its by_bearer adds them), each
+        rounded half-even to the minor unit as reported."""
+        per_tenant: dict[str, PlacementSums] = {}
+        for (tenant, _currency), sums in self.placement_sums(lines).items():
+            per_tenant[tenant] = per_tenant[tenant] + sums if tenant in per_tenant else sums
+        return {tenant: per_tenant.get(tenant, PlacementSums()).as_json()
+                for tenant in self.tenants()}
+
     def as_json(self) -> dict[str, Any]:
+        by_line = self.lines()
+        placement = self.placement_states(by_line)
         tenants = {
             tenant: {
                 "billed_gpu_seconds": gpu_seconds(tally.billed_us),
@@ -276,6 +344,7 @@ class Reconciliation:
                 "categories": tally.categories(),
                 "by_bearer": tally.by_bearer(),
                 "productive_by_acceptance": tally.productive_by_acceptance(),
+                "placement": placement[tenant],
             }
             for tenant, tally in self.tenants().items()
         }
@@ -286,7 +355,7 @@ class Reconciliation:
              "billed_amount": first.billed_amount, "period_start": _iso(first.ps), "period_end": _iso(first.pe),
              "description": first.description,
              "categories": tally.categories(), "productive_by_acceptance": tally.productive_by_acceptance()}
-            for first, tally in self.lines().values()
+            for first, tally in by_line.values()
         ]
         return {"tenants": tenants, "lines": lines}
 

@@ -157,12 +157,20 @@ def holds_sql(device: str, devices: str) -> str:
 
 def touches_sql(fault: str, alloc: str) -> str:
     """SQL: the fault (or clearing) row `fault` touches the allocation row `alloc`
-    (columns node, device, fabric_domain; node, devices, fabric_domain)."""
+    (columns node, device, fabric_domain; nodes, devices, fabric_domain). The
+    allocation's `nodes` are its grant's `nodes` and its `node` (RULES.md 11):
+    `nodes_sql` makes them."""
     held = device_held_sql(f"{fault}.device", f"{alloc}.devices")
     return (f"coalesce(({fault}.fabric_domain IS NOT NULL AND {fault}.fabric_domain = {alloc}.fabric_domain)"
-            f" OR ({fault}.node = {alloc}.node AND ({fault}.device IS NULL"
+            f" OR (list_contains({alloc}.nodes, {fault}.node) AND ({fault}.device IS NULL"
             f" OR {holds_sql(f'{fault}.device', f'{alloc}.devices')}))"
             f" OR ({fault}.node IS NULL AND {fault}.device IS NOT NULL AND {held}), false)")
+
+
+def nodes_sql(nodes: str, node: str) -> str:
+    """SQL: an allocation's nodes (RULES.md 11), its grant's `nodes` list and its `node`."""
+    return (f"list_distinct(list_concat(coalesce({nodes}, []), "
+            f"CASE WHEN {node} IS NULL THEN [] ELSE [{node}] END))")
 
 
 def touching_sql(allocs: str, faults: str, columns: str) -> str:
@@ -173,7 +181,8 @@ def touching_sql(allocs: str, faults: str, columns: str) -> str:
     return f"""
 SELECT {columns} FROM {allocs} a JOIN {faults} f ON f.fabric_domain = a.fabric_domain WHERE {touches}
 UNION
-SELECT {columns} FROM {allocs} a JOIN {faults} f ON f.node = a.node WHERE {touches}
+SELECT {columns} FROM (SELECT *, unnest(nodes) AS one_node FROM {allocs}) a
+JOIN {faults} f ON f.node = a.one_node WHERE {touches}
 UNION
 SELECT {columns} FROM {allocs} a, {faults} f WHERE f.node IS NULL AND {touches}"""
 
@@ -203,10 +212,10 @@ def touching_health(grants: Sequence[Mapping[str, Any]], health: Sequence[tuple[
         return []
     con = duckdb.connect()
     try:
-        con.execute("CREATE TABLE allocs (node VARCHAR, devices VARCHAR[], fabric_domain VARCHAR)")
+        con.execute("CREATE TABLE allocs (nodes VARCHAR[], devices VARCHAR[], fabric_domain VARCHAR)")
         con.execute("CREATE TABLE faults (seq BIGINT, node VARCHAR, device VARCHAR, fabric_domain VARCHAR)")
         con.executemany("INSERT INTO allocs VALUES (?, ?, ?)",
-                        [(_text(g.get("node")), _texts(g.get("devices")), _text(g.get("fabric_domain"))) for g in grants])
+                        [(_nodes(g), _texts(g.get("devices")), _text(g.get("fabric_domain"))) for g in grants])
         con.executemany("INSERT INTO faults VALUES (?, ?, ?, ?)",
                         [(seq, _text(d.get("node")), _text(d.get("device")), _text(d.get("fabric_domain")))
                          for seq, d in health])
@@ -214,6 +223,13 @@ def touching_health(grants: Sequence[Mapping[str, Any]], health: Sequence[tuple[
         return [int(seq) for (seq,) in rows.fetchall()]
     finally:
         con.close()
+
+
+def _nodes(grant: Mapping[str, Any]) -> list[str]:
+    """RULES.md 11: a grant's nodes, its `nodes` and its `node`."""
+    every = [str(n) for n in grant.get("nodes") or ()]
+    node = grant.get("node")
+    return every + ([str(node)] if node is not None and str(node) not in every else [])
 
 
 def _text(value: Any) -> str | None:

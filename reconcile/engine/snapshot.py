@@ -46,6 +46,7 @@ _DATA_FIELDS: dict[str, str] = {
     "complete_by": "VARCHAR", "result_id": "VARCHAR", "reason": "VARCHAR", "queue": "VARCHAR",
     "notice_s": "BIGINT", "model": "VARCHAR", "by": "VARCHAR",
     "pod": "VARCHAR",  # kept on a Kubernetes job.started: ties a Pod's scheduler decisions to its job
+    "placement_credit_share": "VARCHAR",  # policy.terms (RULES.md 13), a decimal kept as text
 }
 #: start.receipt and fleet.change (report capacity); `kind` is stored as `change_kind`,
 #: since reports alias `type AS kind`.

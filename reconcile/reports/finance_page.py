@@ -27,6 +27,8 @@ from fractions import Fraction
 from pathlib import Path
 
 from reconcile.engine.figures import EPOCH, safe_name
+from reconcile.engine.placement import NOT_AS_SOLD
+from reconcile.engine.placement import PLACEMENT_STATES as STATES
 from reconcile.engine.result import BEARERS, Cell, Reconciliation
 from reconcile.engine.rules import SECOND
 from reconcile.reports.explain import BEARER_MEANING, explain, terms
@@ -266,6 +268,28 @@ def tenant_rows(result: Reconciliation) -> list[TenantRow]:
             for (tenant, currency), (us, cents, minor) in sorted(rows.items())]
 
 
+@dataclass
+class PlacementRow:
+    """One tenant's lines by placement state (RULES.md 13), in one currency."""
+
+    tenant: str
+    currency: str
+    states: dict[str, tuple[str, str]]  # state: (GPU-hours, amount)
+    claim: str
+
+
+def placement_rows(result: Reconciliation) -> list[PlacementRow]:
+    """Per tenant and currency with a line not placed as sold: GPU-hours and money per
+    placement state, and the claim (placement_credit_share x the customer-borne amount)."""
+    rows = []
+    for (tenant, currency), sums in result.placement_sums().items():
+        if not (sums.gpu_us[NOT_AS_SOLD] or sums.amount[NOT_AS_SOLD]):
+            continue
+        states = {s: (hours(sums.gpu_us[s]), sums.money(sums.amount[s]).grouped()) for s in STATES}
+        rows.append(PlacementRow(tenant, currency, states, sums.money(sums.claim).grouped()))
+    return rows
+
+
 def rule_html(text: str) -> str:
     """RULES.md text, escaped, with its `code` spans and **bold** as HTML (the template
     marks the result safe: everything from the text itself is escaped here)."""
@@ -279,6 +303,7 @@ def render_page(result: Reconciliation, db: str | None = None) -> str:
     env.globals.update(hours=hours, Money=Money, exact_number=exact_number, safe_name=safe_name)
     return env.get_template("finance.html.j2").render(
         invoices=result.invoices(), tenants=tenant_rows(result), charts=charts(result),
+        placement=placement_rows(result), placement_states=STATES,
         findings=largest_findings(result, db), colours=COLOURS, categories=[t for t in terms() if t in COLOURS],
         meanings={t: explain(t) for t in terms()}, bearer_meaning=BEARER_MEANING,
         bearers=BEARERS, geometry={"label_w": LABEL_W, "plot_w": PLOT_W, "bar_h": BAR_H, "gap": GAP})

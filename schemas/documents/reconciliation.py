@@ -29,12 +29,35 @@ class CategoryFigures(Document):
         default_factory=dict, description="only when the category is mixed")
 
 
+class PlacementFigures(Document):
+    """One placement state's lines (RULES.md 13): billed GPU-seconds and amount."""
+
+    gpu_seconds: Number
+    amount: Str
+
+
+class NotAsSoldFigures(PlacementFigures):
+    """Lines whose allocation was not placed as sold, and the claim on them."""
+
+    claim: Str = Field(description="placement_credit_share x the customer-borne amount")
+
+
+class PlacementStates(Document):
+    """A tenant's lines by placement state (RULES.md 13); it changes no category."""
+
+    as_sold: PlacementFigures
+    not_as_sold: NotAsSoldFigures
+    unobserved: PlacementFigures
+
+
 class TenantFigures(Document):
     billed_gpu_seconds: Number
     unbilled_gpu_seconds: Number
     categories: dict[str, CategoryFigures]
     by_bearer: dict[str, Str]
     productive_by_acceptance: dict[str, Number]
+    placement: PlacementStates | None = Field(
+        default=None, description="the lines by placement state (RULES.md 13)")
 
 
 class LineFigures(Document):

@@ -13,13 +13,14 @@ WITH aids AS (
            OR (type = 'policy.decision' AND (job_id = $job OR job_id IN (SELECT pod FROM packet_pods))))),
 first_grant AS (
     SELECT allocation_id AS aid, t AS granted, seq AS grant_seq, gpus, node, devices, fabric_domain,
-           placement_class, profile
+           placement_class, profile, {nodes} AS nodes
     FROM ev WHERE type = 'allocation.granted' AND tenant = $tenant AND allocation_id IN (SELECT aid FROM aids)
     QUALIFY row_number() OVER (PARTITION BY allocation_id ORDER BY t, seq) = 1),
 releases AS (
     SELECT allocation_id AS aid, t, seq, reason FROM ev
     WHERE type = 'allocation.released' AND tenant = $tenant AND allocation_id IN (SELECT aid FROM aids))
 SELECT a.aid, gr.granted, gr.grant_seq, gr.gpus, gr.node, gr.devices, gr.fabric_domain, gr.placement_class, gr.profile,
+       gr.nodes,
        rel.t AS released, rel.seq AS release_seq, rel.reason AS release_reason
 FROM aids a LEFT JOIN first_grant gr ON gr.aid = a.aid LEFT JOIN releases rel ON rel.aid = a.aid AND rel.t >= gr.granted
 QUALIFY row_number() OVER (PARTITION BY a.aid ORDER BY rel.t NULLS LAST, rel.seq) = 1;
