@@ -61,6 +61,7 @@ from reconcile.engine.snapshot import (
     load_store,
     open_engine,
 )
+from reconcile.engine.timeline import build_timeline
 
 SQL_DIR = Path(__file__).with_name("sql")
 
@@ -303,6 +304,13 @@ STAGES: tuple[Stage, ...] = (
         params=("invoice",),
         doc="one invoice's claims, stretch by stretch (packets/claims.py)",
     ),
+    Stage(
+        "device_timeline",
+        ("events",),
+        ("timeline_devices", "device_timeline"),
+        _engine(build_timeline),
+        doc="every device's state in time: held, faulted, under a change, free (timeline.py)",
+    ),
 )
 
 #: Readable names for the relations a newcomer (and the next features) ask for first:
@@ -319,6 +327,7 @@ RELATIONS: dict[str, tuple[str, str]] = {
     "job_attempts": ("job_facts", "job_attempts"),
     "promises": ("promise_outcomes", "promise_outcomes"),
     "allocation_money": ("allocation_money", "allocation_money"),
+    "device_timeline": ("device_timeline", "device_timeline"),
 }
 
 
