@@ -55,7 +55,8 @@ SELECT node, device, fabric_domain, cls, profile, t FROM device ORDER BY node, d
 GRANTS = f"""
 WITH grant_ AS (
     SELECT tenant, allocation_id, t, seq, node, nodes, devices, gpus, fabric_domain,
-           {placement_sql('placement_class', 'profile')} AS placement, placement_class AS cls, profile
+           {placement_sql("placement_class", "profile")} AS placement,
+           placement_class AS cls, profile
     FROM ev WHERE type = 'allocation.granted'
     QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1),
 released AS (
@@ -70,7 +71,7 @@ FROM grant_ g LEFT JOIN released r USING (tenant, allocation_id) ORDER BY g.t, g
 
 FAULTS = f"""
 SELECT seq, node, device, fabric_domain, code, open_t, close_t
-FROM ({fault_windows_sql('ev', critical_only=True)}) ORDER BY open_t, seq
+FROM ({fault_windows_sql("ev", critical_only=True)}) ORDER BY open_t, seq
 """
 
 CHANGES = f"""
@@ -79,8 +80,20 @@ SELECT change_id, list_distinct(flatten(list(coalesce(nodes, [])))) AS nodes,
 FROM ev WHERE type = 'fleet.change' AND change_id IS NOT NULL GROUP BY change_id ORDER BY change_id
 """
 
-COLUMNS = ("node", "device", "placement_class", "fabric_domain", "state_from", "state_until", "state",
-           "held_by_tenant", "held_by_allocation", "fault_code", "fault_seq", "change_id")
+COLUMNS = (
+    "node",
+    "device",
+    "placement_class",
+    "fabric_domain",
+    "state_from",
+    "state_until",
+    "state",
+    "held_by_tenant",
+    "held_by_allocation",
+    "fault_code",
+    "fault_seq",
+    "change_id",
+)
 
 
 @dataclass
@@ -90,7 +103,9 @@ class Device:
     fabric_domain: str | None
     placement_class: str
     discovered_at: int
-    holds: list[tuple[int, int, str, str]] = field(default_factory=list)  # from, until, tenant, alloc
+    holds: list[tuple[int, int, str, str]] = field(
+        default_factory=list
+    )  # from, until, tenant, alloc
     faults: list[tuple[int, int, str, int]] = field(default_factory=list)  # from, until, code, seq
     changes: list[tuple[int, int, str]] = field(default_factory=list)  # from, until, change_id
 
@@ -118,8 +133,19 @@ def devices_of(con: duckdb.DuckDBPyConnection) -> list[Device]:
     by_node: dict[str, list[Device]] = defaultdict(list)
     for d in devices:
         by_node[d.node].append(d)
-    for tenant, aid, t, released, node, nodes, listed, gpus, placement, cls, profile in con.execute(
-            GRANTS).fetchall():
+    for (
+        tenant,
+        aid,
+        t,
+        released,
+        node,
+        nodes,
+        listed,
+        gpus,
+        placement,
+        cls,
+        profile,
+    ) in con.execute(GRANTS).fetchall():
         names = list(dict.fromkeys([n for n in [node, *(nodes or [])] if n is not None]))
         mine = [d for n in names for d in by_node.get(n, [])]
         if listed:
@@ -130,7 +156,9 @@ def devices_of(con: duckdb.DuckDBPyConnection) -> list[Device]:
             taken = free[: int(gpus or 0)]
         for d in taken:
             if own_class[(d.node, d.device)] is None and not d.holds and cls is not None:
-                d.placement_class = _placement(cls, profile)  # a device's class from its first grant
+                d.placement_class = _placement(
+                    cls, profile
+                )  # a device's class from its first grant
             d.holds.append((t, released, tenant, aid))
     by_domain: dict[str, list[Device]] = defaultdict(list)
     for d in devices:
@@ -141,8 +169,11 @@ def devices_of(con: duckdb.DuckDBPyConnection) -> list[Device]:
         if domain is not None:
             touched += by_domain.get(domain, [])
         if node is not None:
-            touched += [d for d in by_node.get(node, []) if device is None or _held(device, [d.device])
-                        or d.device == device]
+            touched += [
+                d
+                for d in by_node.get(node, [])
+                if device is None or _held(device, [d.device]) or d.device == device
+            ]
         elif device is not None:
             touched += [d for d in devices if d.device == device or _held(d.device, [device])]
         for d in {id(d): d for d in touched}.values():
@@ -167,50 +198,85 @@ def _first(spans: list[Any], t: int) -> Any:
 def intervals(d: Device) -> list[dict[str, Any]]:
     """The device's states, cut where its holder, fault or change changes, merged when equal."""
     cuts = {d.discovered_at}
-    for span in (*d.holds, *d.faults, *d.changes):
-        cuts.update(x for x in span[:2] if d.discovered_at <= x < INF)
+    spans = [(h[0], h[1]) for h in d.holds] + [(f[0], f[1]) for f in d.faults]
+    spans += [(c[0], c[1]) for c in d.changes]
+    cuts.update(x for span in spans for x in span if d.discovered_at <= x < INF)
     points = sorted(cuts)
     out: list[dict[str, Any]] = []
     for i, lo in enumerate(points):
         hi = points[i + 1] if i + 1 < len(points) else INF
         hold, fault, change = _first(d.holds, lo), _first(d.faults, lo), _first(d.changes, lo)
-        state = ("under_change" if change else "faulted" if fault else "allocated" if hold else "free")
-        row = {"node": d.node, "device": d.device, "placement_class": d.placement_class,
-               "fabric_domain": d.fabric_domain, "state_from": lo, "state_until": hi, "state": state,
-               "held_by_tenant": hold[2] if hold else None, "held_by_allocation": hold[3] if hold else None,
-               "fault_code": fault[2] if fault else None, "fault_seq": fault[3] if fault else None,
-               "change_id": change[2] if change else None}
-        if out and all(out[-1][k] == row[k] for k in COLUMNS if k not in ("state_from", "state_until")):
+        state = (
+            "under_change" if change else "faulted" if fault else "allocated" if hold else "free"
+        )
+        row = {
+            "node": d.node,
+            "device": d.device,
+            "placement_class": d.placement_class,
+            "fabric_domain": d.fabric_domain,
+            "state_from": lo,
+            "state_until": hi,
+            "state": state,
+            "held_by_tenant": hold[2] if hold else None,
+            "held_by_allocation": hold[3] if hold else None,
+            "fault_code": fault[2] if fault else None,
+            "fault_seq": fault[3] if fault else None,
+            "change_id": change[2] if change else None,
+        }
+        if out and all(
+            out[-1][k] == row[k] for k in COLUMNS if k not in ("state_from", "state_until")
+        ):
             out[-1]["state_until"] = hi
         else:
             out.append(row)
     return out
 
 
-_TYPES = {"state_from": pa.int64(), "state_until": pa.int64(), "fault_seq": pa.int64(),
-          "discovered_at": pa.int64()}
+_TYPES = {
+    "state_from": pa.int64(),
+    "state_until": pa.int64(),
+    "fault_seq": pa.int64(),
+    "discovered_at": pa.int64(),
+}
 
 
 def _table(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> pa.Table:
-    return pa.table({c: pa.array([r[c] for r in rows], _TYPES.get(c, pa.string())) for c in columns})
+    return pa.table(
+        {c: pa.array([r[c] for r in rows], _TYPES.get(c, pa.string())) for c in columns}
+    )
 
 
 def build_timeline(con: duckdb.DuckDBPyConnection) -> None:
     """Makes `timeline_devices` and `device_timeline` (the module docstring)."""
     devices = devices_of(con)
     rows = [row for d in devices for row in intervals(d)]
-    listing = [{"node": d.node, "device": d.device, "placement_class": d.placement_class,
-                "fabric_domain": d.fabric_domain, "discovered_at": d.discovered_at} for d in devices]
-    for name, page in (("timeline_devices", _table(listing, ("node", "device", "placement_class",
-                                                              "fabric_domain", "discovered_at"))),
-                       ("device_timeline", _table(rows, COLUMNS))):
+    listing = [
+        {
+            "node": d.node,
+            "device": d.device,
+            "placement_class": d.placement_class,
+            "fabric_domain": d.fabric_domain,
+            "discovered_at": d.discovered_at,
+        }
+        for d in devices
+    ]
+    for name, page in (
+        (
+            "timeline_devices",
+            _table(
+                listing, ("node", "device", "placement_class", "fabric_domain", "discovered_at")
+            ),
+        ),
+        ("device_timeline", _table(rows, COLUMNS)),
+    ):
         con.register(f"{name}_page", page)
         con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM {name}_page")
         con.unregister(f"{name}_page")
 
 
-def state_at(timeline: dict[tuple[str, str], list[dict[str, Any]]], key: tuple[str, str],
-             t: int) -> dict[str, Any] | None:
+def state_at(
+    timeline: dict[tuple[str, str], list[dict[str, Any]]], key: tuple[str, str], t: int
+) -> dict[str, Any] | None:
     """The interval of device `key` holding time t (None before its discovery)."""
     rows = timeline.get(key, [])
     i = bisect_right([r["state_from"] for r in rows], t) - 1
