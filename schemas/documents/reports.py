@@ -62,6 +62,20 @@ class Promise(Document):
     missed: Bool
     seq: Int
     packet_command: Str = Field(default="", description="a missed promise's only")
+    cause: OptStr = Field(default=None, description="a missed start's only: DESIGN §4's cause")
+    cause_seconds: Annotated[dict[str, Number], kind(dict)] = Field(
+        default_factory=dict, description="a missed start's only: seconds of its wait per cause")
+    cause_bearer: OptStr = Field(
+        default=None, description="a missed start's only: its cause's bearer")
+
+
+class CauseGroup(Document):
+    """The misses of one cause: how many it is its cause, its seconds over all misses."""
+
+    cause: Str
+    cause_bearer: Str
+    misses: Int
+    seconds: Number
 
 
 class PromisesReport(Document):
@@ -70,6 +84,7 @@ class PromisesReport(Document):
     summary: Annotated[list[PromiseSummary], kind(list)]
     misses: Annotated[list[Promise], kind(list)]
     promises: Annotated[list[Promise], kind(list)]
+    causes: Annotated[list[CauseGroup], kind(list)] = Field(default_factory=list)
 
 
 # -- capacity ---------------------------------------------------------------------------
