@@ -4,7 +4,8 @@ Stage `device_timeline` makes two relations:
 
 - `timeline_devices`: one row per discovered device (node, device) with its
   `placement_class` (`whole`, `mig:<profile>`, `timeslice`, `unknown`: the device's own
-  class, else that of the first grant holding it) and `fabric_domain`, and `discovered_at`.
+  class and profile, each completed from the first grant holding it when that grant's
+  class is the device's own or it has none) and `fabric_domain`, and `discovered_at`.
 - `device_timeline`: each device's states as half-open intervals
   [`state_from`, `state_until`) (µs; `state_until` is rules.INF while it lasts), from its
   discovery on, cut wherever one of these changes:
@@ -126,10 +127,10 @@ def _held(device: str, listed: list[str]) -> bool:
 def devices_of(con: duckdb.DuckDBPyConnection) -> list[Device]:
     """Every discovered device with its holds, faults and changes (the rules above)."""
     devices: list[Device] = []
-    own_class: dict[tuple[str, str], str | None] = {}
+    own_class: dict[tuple[str, str], tuple[str | None, str | None]] = {}
     for node, device, domain, cls, profile, t in con.execute(DEVICES).fetchall():
         devices.append(Device(node, device, domain, _placement(cls, profile), t))
-        own_class[(node, device)] = cls
+        own_class[(node, device)] = (cls, profile)
     by_node: dict[str, list[Device]] = defaultdict(list)
     for d in devices:
         by_node[d.node].append(d)
@@ -155,10 +156,9 @@ def devices_of(con: duckdb.DuckDBPyConnection) -> list[Device]:
             free.sort(key=lambda d: 0 if d.placement_class == placement else 1)  # stable
             taken = free[: int(gpus or 0)]
         for d in taken:
-            if own_class[(d.node, d.device)] is None and not d.holds and cls is not None:
-                d.placement_class = _placement(
-                    cls, profile
-                )  # a device's class from its first grant
+            own, own_profile = own_class[(d.node, d.device)]
+            if not d.holds and (own is None or own == cls):  # completed from the first grant
+                d.placement_class = _placement(own or cls, own_profile or profile)
             d.holds.append((t, released, tenant, aid))
     by_domain: dict[str, list[Device]] = defaultdict(list)
     for d in devices:

@@ -53,18 +53,19 @@ GROUP BY tenant, placement ORDER BY tenant, placement
 
 
 def promise_rows(pipe: Pipeline, tenant: str | None = None,
-                 promise_id: str | None = None) -> list[dict[str, Any]]:
+                 promise_id: str | None = None, causes: bool = True) -> list[dict[str, Any]]:
     """Every promise (of `tenant`, or with `promise_id`) in time order, as plain dicts
-    (the pipeline's `promise_outcomes`: reconcile/engine/sql/promise_outcomes.sql)."""
+    (the pipeline's `promise_outcomes`: reconcile/engine/sql/promise_outcomes.sql); with
+    `causes`, a missed start's cause from the pipeline's `miss_causes`."""
     rows = pipe.need("promise_outcomes").execute(
         f"SELECT {', '.join(COLUMNS)} FROM promise_outcomes WHERE ($tenant IS NULL OR tenant = $tenant) "
         "AND ($pid IS NULL OR promise_id = $pid) ORDER BY start_by, tenant, promise_id",
         {"tenant": tenant, "pid": promise_id}).fetchall()
     out = [_promise(dict(zip(COLUMNS, row))) for row in rows]
-    if any(p["start_status"] in ("late", "not_started") for p in out):
-        causes = miss_causes(pipe)
+    if causes and any(p["start_status"] in ("late", "not_started") for p in out):
+        by_promise = miss_causes(pipe)
         for p in out:
-            found = causes.get((p["tenant"], p["promise_id"]))
+            found = by_promise.get((p["tenant"], p["promise_id"]))
             if found is not None:
                 p.update(found)
     return out
@@ -80,6 +81,24 @@ def miss_causes(pipe: Pipeline) -> dict[tuple[str, str], dict[str, Any]]:
                             "cause_seconds": {k: seconds(v) for k, v in json.loads(spent).items()},
                             "cause_bearer": bearer}
             for tenant, pid, cause, spent, bearer in rows}
+
+
+def miss_detail(pipe: Pipeline, tenant: str, promise_id: str) -> dict[str, Any] | None:
+    """The `miss_causes` row of one missed start: its cause fields (as in the report) and
+    the figures at the start of its cause's longest stretch (`class_devices`, `free`,
+    `held`, `held_by_others`, `faulted`, `under_change`, `tenant_held`, `quota`), with
+    `wait_s`, the seconds of its wait."""
+    cursor = pipe.need("miss_causes").execute(
+        "SELECT * FROM miss_causes WHERE tenant = $tenant AND promise_id = $pid",
+        {"tenant": tenant, "pid": promise_id})
+    names = [d[0] for d in cursor.description]
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    found = dict(zip(names, row))
+    spent = {k: seconds(v) for k, v in json.loads(found.pop("cause_seconds")).items()}
+    return found | {"cause_seconds": spent,
+                    "wait_s": seconds(found["wait_until"] - found["wait_from"])}
 
 
 def cause_rows(misses: list[dict[str, Any]]) -> list[dict[str, Any]]:
