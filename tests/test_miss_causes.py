@@ -292,3 +292,65 @@ def test_device_timeline_states() -> None:
         ("3", "10:00", "faulted", None),
         ("3", "10:20", "free", None),
     ]
+
+
+def test_capacity_in_time_adds_up() -> None:
+    # period [10:00, 11:00): 8 GPUs of d1 discovered at 08:00: 8 × 3600 = 28800 GPU-s.
+    # beta's B (4 of n2, none listed) [09:00, 10:25): allocated 4 × 1500 = 6000.
+    # drain of n1 [10:00, 10:20): under change 4 × 1200 = 4800 (the fault's first 10 min too).
+    # critical node fault on n1 [10:10, 10:40): faulted [10:20, 10:40): 4 × 1200 = 4800.
+    # free: n1 [10:40, 11:00) 4 × 1200 + n2 [10:25, 11:00) 4 × 2100 = 4800 + 8400 = 13200.
+    from reconcile.engine.figures import parse_time
+    from reconcile.reports import capacity
+
+    fleet = Fleet()
+    fleet.grant("B", "beta", 4, "n2", "09:00", "10:25")
+    fleet.add(
+        "fleet.change",
+        "10:00",
+        None,
+        change_id="c1",
+        kind="drain",
+        nodes=["n1"],
+        started_at=at("10:00"),
+        ended_at=at("10:20"),
+    )
+    fleet.add("health.fault", "10:10", None, node="n1", code="xid-79", severity="critical")
+    fleet.add("health.cleared", "10:40", None, node="n1", code="xid-79")
+    with fleet.pipeline() as pipe:
+        doc = capacity.report(pipe, None, parse_time(at("10:00")), parse_time(at("11:00")))
+    assert doc["in_time"] == {
+        "since": at("10:00"),
+        "until": at("11:00"),
+        "groups": [
+            {
+                "placement_class": "whole",
+                "fabric_domain": "d1",
+                "discovered_gpu_s": 28800,
+                "allocated_gpu_s": 6000,
+                "free_gpu_s": 13200,
+                "faulted_gpu_s": 4800,
+                "under_change_gpu_s": 4800,
+            }
+        ],
+    }
+    (g,) = doc["in_time"]["groups"]
+    states = ("allocated_gpu_s", "free_gpu_s", "faulted_gpu_s", "under_change_gpu_s")
+    assert sum(g[k] for k in states) == g["discovered_gpu_s"]
+
+
+def test_capacity_in_time_adds_up_on_the_report_scenario(tmp_path: Any) -> None:
+    # tests/reports_scenario.py: five devices, faults on n1, n2/0 (and n2/1, not discovered)
+    from reconcile.reports import report
+    from tests.reports_scenario import sqlite_store
+
+    store = sqlite_store(tmp_path)
+    try:
+        groups = report(store, "capacity")["in_time"]["groups"]
+    finally:
+        store.close()
+    states = ("allocated_gpu_s", "free_gpu_s", "faulted_gpu_s", "under_change_gpu_s")
+    assert groups and all(sum(g[k] for k in states) == g["discovered_gpu_s"] for g in groups)
+    # n1's two whole GPUs were faulted by the node fault [10:30, 10:59): 2 × 1740 s
+    (whole,) = [g for g in groups if g["placement_class"] == "whole"]
+    assert whole["faulted_gpu_s"] == 3480

@@ -15,6 +15,7 @@ its start: the cost grows with the events, never with the seconds waited.
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -130,31 +131,36 @@ def fits(cls: str, gpus: int, free: list[Slot], node_size: dict[str, int]) -> bo
 
 
 class Fleet:
-    """The device timeline, read once, asked about one instant at a time."""
+    """The device timeline, read once, asked about one instant at a time (each device's
+    intervals found by bisection; only the devices of the classes asked about)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
-        self.devices: dict[tuple[str, str], list[tuple[int, int, tuple[Any, ...]]]] = defaultdict(
-            list
-        )
         rows = con.execute(
             "SELECT node, device, placement_class, fabric_domain, state_from, state_until, "
             "held_by_tenant, held_by_allocation, fault_code IS NOT NULL, change_id IS NOT NULL "
             "FROM device_timeline ORDER BY node, device, state_from"
         ).fetchall()
-        self.cuts: list[int] = sorted({r[4] for r in rows} | {r[5] for r in rows if r[5] < INF})
+        #: class -> device -> (interval starts, slots), in time order
+        self.by_class: dict[str, dict[tuple[str, str], tuple[list[int], list[tuple[int, Slot]]]]]
+        self.by_class = defaultdict(dict)
+        self.cuts: dict[str, set[int]] = defaultdict(set)
         for node, device, cls, domain, lo, hi, tenant, aid, faulted, changing in rows:
-            self.devices[(node, device)].append(
-                (lo, hi, (node, domain, cls, tenant, aid, faulted, changing))
-            )
+            starts, spans = self.by_class[cls].setdefault((node, device), ([], []))
+            held = (tenant, aid) if aid is not None else None
+            starts.append(lo)
+            spans.append((hi, Slot(node, domain, cls, held, faulted, changing)))
+            self.cuts[cls].update(x for x in (lo, hi) if x < INF)
 
-    def slots(self, t: int) -> list[Slot]:
+    def classes(self, keep: Callable[[str], bool]) -> list[str]:
+        return [cls for cls in self.by_class if keep(cls)]
+
+    def slots(self, t: int, classes: list[str]) -> list[Slot]:
         out = []
-        for spans in self.devices.values():
-            for lo, hi, (node, domain, cls, tenant, aid, faulted, changing) in spans:
-                if lo <= t < hi:
-                    held = (tenant, aid) if aid is not None else None
-                    out.append(Slot(node, domain, cls, held, faulted, changing))
-                    break
+        for cls in classes:
+            for starts, spans in self.by_class[cls].values():
+                i = bisect_right(starts, t) - 1
+                if i >= 0 and t < spans[i][0]:
+                    out.append(spans[i][1])
         return out
 
 
@@ -169,7 +175,7 @@ def _judge(
 ) -> tuple[str, dict[str, Any]]:
     """The cause of the second at t, and the figures it was judged on."""
     cls, gpus, tenant = miss["placement"], int(miss["gpus"]), miss["tenant"]
-    slots = [s for s in fleet.slots(t) if family(cls)(s.cls)]
+    slots = fleet.slots(t, fleet.classes(family(cls)))
     node_size: dict[str, int] = defaultdict(int)
     for s in slots:
         if s.cls == cls or not cls.startswith("mig"):
@@ -287,7 +293,8 @@ def miss_causes(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
             *(x for g in mine for x in (g[2], g[3])),
             *(t for p in (pools or {}).values() for t, _ in p),
         }
-        cuts.update(fleet.cuts)
+        for c in fleet.classes(family(miss["placement"])):
+            cuts.update(fleet.cuts[c])
         points = sorted(x for x in cuts if submitted <= x < end)
         seconds: dict[str, int] = defaultdict(int)
         if submitted > start:

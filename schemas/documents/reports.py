@@ -159,6 +159,25 @@ class FleetChange(Document):
     held_past_end: Annotated[list[HeldJob], kind(list)]
 
 
+class CapacityGroup(Document):
+    """One class and fabric domain over the period: GPU-seconds discovered, and in each
+    state (they add up to discovered)."""
+
+    placement_class: Str
+    fabric_domain: OptStr
+    discovered_gpu_s: Number
+    allocated_gpu_s: Number
+    free_gpu_s: Number
+    faulted_gpu_s: Number
+    under_change_gpu_s: Number
+
+
+class CapacityInTime(Document):
+    since: Str
+    until: Str
+    groups: Annotated[list[CapacityGroup], kind(list)]
+
+
 class CapacityReport(Document):
     ROOT = "capacity"
 
@@ -168,6 +187,7 @@ class CapacityReport(Document):
     total: ClassCapacity
     receipts: Annotated[list[ClassReceipts], kind(list)]
     changes: Annotated[list[FleetChange], kind(list)]
+    in_time: Annotated[CapacityInTime | None, kind(dict, type(None))] = None
 
 
 # -- outcomes ---------------------------------------------------------------------------
