@@ -9,6 +9,7 @@ user of each kind takes away, and summarise the findings for the terminal.
     everyone  reports/promises|capacity|outcomes|placement|envelope.{json,csv}
               reports/serving.csv                  outcomes' serving view, per concurrency
               reports/capacity_changes.csv         the fleet changes' windows
+              reports/promise_causes.csv           the missed starts grouped by cause
               reports/envelope.html                providers side by side, with pictures
               reports/envelope_by_class.{json,csv} the same per placement class alone
 """

@@ -68,9 +68,15 @@ def test_path_of_a_late_start(packet: dict[str, Any]) -> None:
 
 
 def test_why_a_late_start_was_missed(packet: dict[str, Any]) -> None:
-    # start_by 10:10 falls inside [09:58 submitted, 10:20 admitted]: the queue wait, also the longest
+    # start_by 10:10 falls inside [09:58 submitted, 10:20 admitted]: the queue wait, the longest.
+    # Cause (RULES.md): the wait [09:58, 10:25) is 27 min; J2 needs 1 mig:1g.10gb (A2's class);
+    # n2/0 is mig, its profile 1g.10gb from A2, the job's own grant (free for it); no fault on
+    # it before 10:34, not deactivated, no failed start, no quota: it fit all 27 min: scheduler.
     assert packet["why"] == ("Started 15 min late (10:25 UTC, promised by 10:10 UTC): start_by passed during the "
-                             "queue wait (submitted 09:58 UTC → admitted 10:20 UTC, 22 min).")
+                             "queue wait (submitted 09:58 UTC → admitted 10:20 UTC, 22 min). "
+                             "Cause: scheduler, borne by the provider: for 27 min of the 27 min "
+                             "waited, it fit (1 of 1 mig:1g.10gb instance free) and was within "
+                             "quota; the scheduler started it later.")
     # the path from 09:58 to 10:30 and start_by 10:10: 32 min, padded by 4 min (a tenth, in whole minutes)
     zoom = dict(packet["zoom"])
     hist = zoom.pop("progress_histogram")
@@ -85,9 +91,14 @@ def test_why_a_late_start_was_missed(packet: dict[str, Any]) -> None:
     # J3 started 10:06 and completed 11:10 against 10:50, with no failure: the run itself was long
     ("P3", "Completed 20 min late (11:10 UTC, promised by 10:50 UTC): no failure or preemption recorded; "
            "the run took 1 h 4 min from its start."),
-    # J5: submitted 10:50, no decision names it, never started; start_by 11:00 < horizon 11:20
+    # J5: submitted 10:50, no decision names it, never started; start_by 11:00 < horizon 11:20.
+    # Cause: wait [10:50, 11:20) 30 min, 1 whole GPU; n1/0 and n1/1 (whole) are faulted by the
+    # n1 node fault until 10:59 (none free; healthy, one fits): fault 9 min; from 10:59 both
+    # free: scheduler 21 min, the most.
     ("P5", "Never started (promised by 11:00 UTC): submitted at 10:50 UTC, then no start in the ledger; "
-           "it was waiting to start when start_by passed."),
+           "it was waiting to start when start_by passed. Cause: scheduler, borne by the "
+           "provider: for 21 min of the 30 min waited, it fit (2 of 2 whole GPUs free) and "
+           "was within quota; the scheduler did not start it."),
     ("P6", "Not missed yet: the ledger does not reach the promised time."),
 ])
 def test_why_sentences(store: Store, promise: str, why: str) -> None:
@@ -112,8 +123,12 @@ def test_a_job_without_admission_waits_in_the_queue_until_it_starts(tmp_path: Pa
         ("first_progress", "recorded", "wait for first progress", 300)]
     assert packet["path"][1]["note"] == "no scheduling decision names the job (Slurm writes none)"
     assert "not needed: no scheduling decision names the job (Slurm writes none)" in render_html(packet)
+    # no device is discovered: fewer free than the 1 needed for the whole wait [09:30, 10:40)
     assert packet["why"] == ("Started 40 min late (10:40 UTC, promised by 10:00 UTC): start_by passed during the "
-                             "queue wait (submitted 09:30 UTC → started 10:40 UTC, 1 h 10 min).")
+                             "queue wait (submitted 09:30 UTC → started 10:40 UTC, 1 h 10 min). "
+                             "Cause: capacity, borne by the provider: for 1 h 10 min of the "
+                             "1 h 10 min waited, no whole GPU was free: the ledger discovered "
+                             "none.")
     # focus 09:30-10:45 (75 min) padded by 8 min, cut at the window's end (10:45, the last event)
     assert {k: v for k, v in packet["zoom"].items() if k != "progress_histogram"} == {
         "about": "start", "from": at("09:22"), "to": at("10:45"), "seconds": 4980}
@@ -126,8 +141,12 @@ def test_a_job_submitted_after_start_by(tmp_path: Path) -> None:
     e.add("job.started", "10:10", job_id="J", allocation_id="A")
     store = make_store_of(f"sqlite:///{tmp_path / 'after.db'}", e.items)
     try:
+        # wait [10:00, 10:10): 5 min before the submission, then 5 min with no device
+        # (capacity); the tie goes to late_submission, first in the order
         assert build_packet(store, "P")["why"] == (
-            "Started 10 min late (10:10 UTC, promised by 10:00 UTC): the job was submitted after start_by.")
+            "Started 10 min late (10:10 UTC, promised by 10:00 UTC): the job was submitted "
+            "after start_by. Cause: late_submission, borne by the customer: for 5 min of the "
+            "10 min waited, the job was not yet submitted.")
     finally:
         store.close()
 
@@ -147,10 +166,13 @@ def test_the_longest_wait_is_named_when_start_by_passed_in_another(tmp_path: Pat
     e.add("policy.decision", "09:40", decision="admitted", job_id="J", allocation_id="A")
     e.add("policy.decision", "09:50", decision="placed", job_id="J")
     e.add("job.started", "09:52", job_id="J", allocation_id="A")
-    # start_by 09:45 falls in [09:40 admitted, 09:50 placed]; the queue wait (40 min) was longer
+    # start_by 09:45 falls in [09:40 admitted, 09:50 placed]; the queue wait (40 min) was longer.
+    # Cause: wait [09:00, 09:52) with no device discovered: capacity for all 52 min
     assert _packet_of(tmp_path, e)["why"] == (
         "Started 7 min late (09:52 UTC, promised by 09:45 UTC): start_by passed during the placement "
-        "(admitted 09:40 UTC → placed 09:50 UTC, 10 min); the longest wait was the queue wait (40 min).")
+        "(admitted 09:40 UTC → placed 09:50 UTC, 10 min); the longest wait was the queue wait "
+        "(40 min). Cause: capacity, borne by the provider: for 52 min of the 52 min waited, no "
+        "whole GPU was free: the ledger discovered none.")
 
 
 def test_a_late_completion_names_its_failures(tmp_path: Path) -> None:

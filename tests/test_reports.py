@@ -255,7 +255,8 @@ def test_write_reports(store: Store, tmp_path: Path, docs: dict[str, dict[str, A
     written = write_reports(store, tmp_path / "reports")
     assert sorted(p.name for p in written.paths) == sorted(
         [f"{n}.{ext}" for n in ("promises", "capacity", "outcomes", "placement", "envelope", "envelope_by_class")
-         for ext in ("json", "csv")] + ["serving.csv", "capacity_changes.csv", "envelope.html"])
+         for ext in ("json", "csv")]
+        + ["serving.csv", "capacity_changes.csv", "promise_causes.csv", "envelope.html"])
     assert [m["promise_id"] for m in written.missed_promises] == ["P2", "P3", "P5"]
     for name, doc in docs.items():
         assert json.loads((tmp_path / "reports" / f"{name}.json").read_text()) == doc
@@ -315,7 +316,8 @@ def test_an_empty_ledger_reports_nothing(tmp_path: Path) -> None:
     empty = Store(f"sqlite:///{tmp_path / 'empty.db'}")
     empty.init()
     try:
-        assert report(empty, "promises") == {"summary": [], "misses": [], "promises": []}
+        assert report(empty, "promises") == {
+            "summary": [], "misses": [], "promises": [], "causes": []}
         assert report(empty, "outcomes") == {"tenants": [], "jobs": [], "serving": []}
         assert report(empty, "placement") == {"allocations": [], "summary": [], "prediction": []}
         capacity = report(empty, "capacity")

@@ -48,6 +48,7 @@ import duckdb
 import pyarrow as pa
 
 from ledger import Store
+from reconcile.engine.causes import build_miss_causes
 from reconcile.engine.classify import classify
 from reconcile.engine.figures import placement_sql
 from reconcile.engine.intervals import build_spans
@@ -71,6 +72,7 @@ from reconcile.engine.snapshot import (
     load_store,
     open_engine,
 )
+from reconcile.engine.timeline import build_timeline
 
 SQL_DIR = Path(__file__).with_name("sql")
 
@@ -330,6 +332,20 @@ STAGES: tuple[Stage, ...] = (
         params=("invoice",),
         doc="one invoice's claims, stretch by stretch (packets/claims.py)",
     ),
+    Stage(
+        "device_timeline",
+        ("events",),
+        ("timeline_devices", "device_timeline"),
+        _engine(build_timeline),
+        doc="every device's state in time: held, faulted, under a change, free (timeline.py)",
+    ),
+    Stage(
+        "miss_causes",
+        ("promise_outcomes", "device_timeline"),
+        ("miss_causes",),
+        _engine(build_miss_causes),
+        doc="the cause of every missed start promise, with its figures (causes.py)",
+    ),
 )
 
 #: Readable names for the relations a newcomer (and the next features) ask for first:
@@ -346,6 +362,8 @@ RELATIONS: dict[str, tuple[str, str]] = {
     "job_attempts": ("job_facts", "job_attempts"),
     "promises": ("promise_outcomes", "promise_outcomes"),
     "allocation_money": ("allocation_money", "allocation_money"),
+    "device_timeline": ("device_timeline", "device_timeline"),
+    "miss_causes": ("miss_causes", "miss_causes"),
 }
 
 

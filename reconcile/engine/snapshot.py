@@ -54,6 +54,8 @@ _DATA_FIELDS |= {
     "launched_at": "VARCHAR", "submitted_at": "VARCHAR", "driver": "VARCHAR", "decision_seq": "BIGINT",
     "change_id": "VARCHAR", "kind": "VARCHAR", "nodes": "VARCHAR[]", "started_at": "VARCHAR", "ended_at": "VARCHAR",
 }
+#: a receipt's outcome and a quota's pool (the device timeline and the causes of misses)
+_DATA_FIELDS |= {"outcome": "VARCHAR", "pool": "VARCHAR"}
 _TIME_FIELDS = ("period_start", "period_end", "start_by", "complete_by", "launched_at", "submitted_at", "started_at",
                 "ended_at")
 _RENAMED = {"period_start": "ps", "period_end": "pe", "kind": "change_kind"}

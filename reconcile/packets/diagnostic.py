@@ -115,10 +115,25 @@ def build_packet(store: Store, promise_id: str, tenant: str | None = None) -> di
         steps = story.path(packet, None if submitted is None else (iso(submitted[0]) or "", int(submitted[1])))
         zoom = story.zoom(packet, steps)
         zoom["progress_histogram"] = _zoom_histogram(data.con, job, zoom)
+    cause = _cause(store, packet["promise"])
     packet["evidence"] = evidence(store, _cited(packet) | {s["seq"] for s in steps if s["seq"] is not None})
     _details(packet)
-    told = {"promise": packet["promise"], "why": story.why(packet, steps), "path": steps, "zoom": zoom}
+    told = {"promise": packet["promise"], "why": story.why(packet, steps, cause), "path": steps,
+            "zoom": zoom}
     return told | packet  # the story first: what an operator reads before the sections
+
+
+def _cause(store: Store, promise: dict[str, Any]) -> dict[str, Any] | None:
+    """A missed start's cause, judged on the whole fleet (every tenant's grants hold
+    devices), not on the tenant's snapshot the packet is built from; its cause fields are
+    set on `promise`, its figures returned for the why-sentence."""
+    if promise["start_status"] not in ("late", "not_started"):
+        return None
+    with loaded(store) as fleet:
+        found = promises.miss_detail(fleet, promise["tenant"], promise["promise_id"])
+    if found is not None:
+        promise.update({k: found[k] for k in ("cause", "cause_seconds", "cause_bearer")})
+    return found
 
 
 def _zoom_histogram(con: duckdb.DuckDBPyConnection, job: dict[str, Any], zoom: dict[str, Any]) -> dict[str, Any]:
@@ -159,7 +174,7 @@ def _times(row: dict[str, Any], *names: str) -> dict[str, Any]:
 
 
 def assemble(data: Pipeline, tenant: str, promise_id: str) -> dict[str, Any]:
-    promise = promises.promise_rows(data, tenant, promise_id)[0]
+    promise = promises.promise_rows(data, tenant, promise_id, causes=False)[0]
     params: dict[str, Any] = {"tenant": tenant, "job": promise["job_id"], "pid": promise_id}
     con = data.need("packet_scope", **params)  # the job's Pods, allocations and window
     w0, w1 = con.execute("SELECT w0, w1 FROM packet_window").fetchone() or (0, 1)

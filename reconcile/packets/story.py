@@ -113,13 +113,17 @@ def _first_progress(packet: dict[str, Any], started: str | None) -> tuple[str | 
 
 # -- the sentence ------------------------------------------------------------------------
 
-def why(packet: dict[str, Any], steps: list[dict[str, Any]]) -> str:
-    """One sentence (or two: start, then completion) saying why the promise was missed."""
+def why(packet: dict[str, Any], steps: list[dict[str, Any]],
+        cause: dict[str, Any] | None = None) -> str:
+    """One sentence (or two: start, then completion) saying why the promise was missed; a
+    missed start's `cause` (promises.miss_detail) follows its sentence, with its figures."""
     p = packet["promise"]
     clock = _clock(packet)
     parts = []
     if p["start_status"] in ("late", "not_started"):
         parts.append(_why_start(p, steps, clock))
+        if cause is not None:
+            parts.append(cause_sentence(cause, p["started"] is not None))
     if p["completion_status"] in ("late", "not_completed"):
         parts.append(_why_completion(packet, clock))
     if parts:
@@ -150,6 +154,40 @@ def _why_start(p: dict[str, Any], steps: list[dict[str, Any]], clock: Callable[[
     if longest is not crossed:
         text += f"; the longest wait was the {longest['wait']} ({longest['wait_text']})"
     return text + "."
+
+
+def cause_sentence(c: dict[str, Any], started: bool = True) -> str:
+    """The cause of a missed start with its figures (reconcile/RULES.md "Causes of a missed
+    start"): "Cause: capacity, borne by the provider: for 21 min of the 26 min waited …"."""
+    name, cls, gpus = c["cause"], c["placement_class"], c["gpus"]
+    unit = "instance" if cls.startswith("mig") else "GPU"
+    devices = f"{cls} {unit}{'s' if c['class_devices'] != 1 else ''}"
+    held = f"{c['held']} held, {c['held_by_others']} by other tenants"
+    if c["faulted"]:
+        held += f"; {c['faulted']} faulted"
+    if c["under_change"]:
+        held += f"; {c['under_change']} under a fleet change"
+    free = f"{c['free']} of {c['class_devices']} {devices} free"
+    detail = {
+        "late_submission": "the job was not yet submitted",
+        "held_by_tenant": "the tenant held the job (deactivated)",
+        "start_failure": "the job was admitted, but its start failed or never came",
+        "fleet_change": f"it would have fit but for the devices under a fleet change: {free} "
+                        f"({held})",
+        "fault": f"it would have fit but for the devices with an open critical fault: {free} "
+                 f"({held})",
+        "quota": (f"{c['tenant']} held {c['tenant_held']} of its quota of {c['quota']} {cls} "
+                  f"{unit}s, and the job needs {gpus} more"),
+        "capacity": (f"fewer than {gpus} {cls} {unit}{'s' if gpus != 1 else ''} were free in the "
+                     f"fleet: {free} ({held})" if c["class_devices"] else
+                     f"no {cls} {unit} was free: the ledger discovered none"),
+        "fragmentation": f"{free} ({held}), but not {gpus} in the shape the job needs",
+        "scheduler": f"it fit ({free}) and was within quota; the scheduler "
+                     + ("started it later" if started else "did not start it"),
+    }[name]
+    spent = c["cause_seconds"].get(name, 0)
+    return (f"Cause: {name}, borne by the {c['cause_bearer']}: for {duration(spent)} of the "
+            f"{duration(c['wait_s'])} waited, {detail}.")
 
 
 def _at(steps: list[dict[str, Any]], step: str) -> str:

@@ -105,7 +105,10 @@ class PromisesReport(Report):
 
     def rows(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
         """One row per promise."""
-        return [{k: v for k, v in p.items() if k != "seq"} | {"packet_command": p.get("packet_command", "")}
+        hidden = ("seq", "cause", "cause_seconds", "cause_bearer")
+        return [{k: v for k, v in p.items() if k not in hidden}
+                | {"packet_command": p.get("packet_command", "")}
+                | {"cause": p.get("cause") or "", "cause_bearer": p.get("cause_bearer") or ""}
                 for p in doc["promises"]]
 
     def tables(self, doc: dict[str, Any]) -> list[Table | Text]:
@@ -267,6 +270,8 @@ def write_reports(store: Store, out_dir: Path) -> Written:
     paths[-1].write_text(to_csv("serving", docs["outcomes"]))
     paths.append(out_dir / "capacity_changes.csv")
     paths[-1].write_text(to_csv("capacity_changes", docs["capacity"]))
+    paths.append(out_dir / "promise_causes.csv")  # the misses grouped by cause
+    paths[-1].write_text(to_csv("promise_causes", docs["promises"]))
     paths.append(out_dir / "envelope.html")
     paths[-1].write_text(envelope_page.html(docs["envelope"]))
     return Written(paths, docs["promises"]["misses"], docs)
@@ -298,11 +303,14 @@ def render(name: str, doc: dict[str, Any], fmt: str) -> str | list[Table | Text]
 def csv_rows(name: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
     """A report's rows (`Report.rows`), or rows of another shape from its document:
     serving, one per tenant, concurrency level and currency (from outcomes');
-    capacity_changes, one per fleet change and window (from capacity's)."""
+    capacity_changes, one per fleet change and window (from capacity's); promise_causes,
+    one per cause of a missed start (from promises')."""
     if name == "serving":
         return _serving_rows(doc)
     if name == "capacity_changes":
         return fleet_changes.csv_rows(doc["changes"])
+    if name == "promise_causes":
+        return [dict(row) for row in doc.get("causes", [])]
     return _report(name).rows(doc)
 
 
@@ -393,12 +401,17 @@ def _promise_tables(doc: dict[str, Any]) -> list[Table | Text]:
             "promises", "met", "missed", "pending", "start_delay_p50_s", "start_delay_p95_s")),
             style="red" if row["missed"] else "")
     misses = DataTable("tenant", "promise", "job", "start_by", "started", "complete_by", "completed", "missed",
-                   title=f"missed promises: {len(doc['misses'])}")
+                       "cause", title=f"missed promises: {len(doc['misses'])}")
     for m in doc["misses"]:
         misses.add_row(m["tenant"], m["promise_id"], m["job_id"], _text(m["start_by"]), _text(m["started"]),
-                       _text(m["complete_by"]), _text(m["completed"]), _what_missed(m))
+                       _text(m["complete_by"]), _text(m["completed"]), _what_missed(m),
+                       _text(m.get("cause")))
     commands = Text("\n".join(["packets:", *(f"  {terminal_safe(m['packet_command'])}" for m in doc["misses"])]))
-    return [summary, misses, commands] if doc["misses"] else [summary, misses]
+    causes = DataTable("cause", "bearer", "misses", "seconds",
+                       title="missed starts by cause")
+    for row in doc.get("causes", []):
+        causes.add_row(row["cause"], row["cause_bearer"], str(row["misses"]), str(row["seconds"]))
+    return [summary, misses, causes, commands] if doc["misses"] else [summary, misses]
 
 
 def _what_missed(m: dict[str, Any]) -> str:

@@ -29,6 +29,8 @@ Definitions (docs/reports.md repeats them):
   allocation granted on it (its node, and its device when the grant lists devices); a
   job's from the allocation its decision names, else the allocation of its first
   `job.started`, else its promise's class.
+- **capacity in time** (`in_time`): GPU-seconds per class and fabric domain in the window,
+  discovered, allocated, free, faulted and under a change (capacity_time.py).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from rich.table import Table
 from reconcile.engine.figures import iso, placement_sql
 from reconcile.engine.pipeline import Pipeline
 from reconcile.engine.rules import INF, device_held_sql, holds_sql
-from reconcile.reports import fleet_changes
+from reconcile.reports import capacity_time, fleet_changes
 from schemas.display import DataTable
 
 STEPS = ("devices_discovered", "jobs_admitted", "jobs_placed", "workloads_started")
@@ -173,6 +175,7 @@ def report(pipe: Pipeline, tenant: str | None = None, since: int | None = None,
         "total": _with_rates({"placement_class": "all", **total}),
         "receipts": _receipts(con, bounds, counts),
         "changes": fleet_changes.report(pipe, tenant, since, until),
+        "in_time": capacity_time.in_time(pipe, since, until),
     }
 
 
@@ -223,6 +226,8 @@ def extra_tables(doc: dict[str, Any]) -> list[Table]:
         out.append(receipts)
     if doc.get("changes"):
         out.append(fleet_changes.table(doc["changes"]))
+    if doc.get("in_time"):
+        out.append(capacity_time.table(doc["in_time"]))
     return out
 
 

@@ -17,13 +17,19 @@ Definitions (docs/reports.md repeats them):
   and p95 (nearest rank, reconcile/engine/figures.py) over the promises whose job started.
 - **Placement class**: the promise's own field, else that of the allocation of the job's
   first attempt; `mig:<profile>` with the allocation's profile when it has one.
+- **Cause** (a missed start only): `cause`, `cause_seconds` (seconds of each cause in the
+  wait) and `cause_bearer`, by DESIGN §4's rule (reconcile/RULES.md "Causes of a missed
+  start"; the pipeline's `miss_causes`, reconcile/engine/causes.py). `causes` groups the
+  misses by cause: per cause, the misses it is the cause of and its seconds over all misses.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 from typing import Any
 
+from reconcile.engine.causes import BEARER, ORDER
 from reconcile.engine.figures import iso, percentiles_sql, safe_name, seconds
 from reconcile.engine.pipeline import Pipeline
 
@@ -47,14 +53,65 @@ GROUP BY tenant, placement ORDER BY tenant, placement
 
 
 def promise_rows(pipe: Pipeline, tenant: str | None = None,
-                 promise_id: str | None = None) -> list[dict[str, Any]]:
+                 promise_id: str | None = None, causes: bool = True) -> list[dict[str, Any]]:
     """Every promise (of `tenant`, or with `promise_id`) in time order, as plain dicts
-    (the pipeline's `promise_outcomes`: reconcile/engine/sql/promise_outcomes.sql)."""
+    (the pipeline's `promise_outcomes`: reconcile/engine/sql/promise_outcomes.sql); with
+    `causes`, a missed start's cause from the pipeline's `miss_causes`."""
     rows = pipe.need("promise_outcomes").execute(
         f"SELECT {', '.join(COLUMNS)} FROM promise_outcomes WHERE ($tenant IS NULL OR tenant = $tenant) "
         "AND ($pid IS NULL OR promise_id = $pid) ORDER BY start_by, tenant, promise_id",
         {"tenant": tenant, "pid": promise_id}).fetchall()
-    return [_promise(dict(zip(COLUMNS, row))) for row in rows]
+    out = [_promise(dict(zip(COLUMNS, row))) for row in rows]
+    if causes and any(p["start_status"] in ("late", "not_started") for p in out):
+        by_promise = miss_causes(pipe)
+        for p in out:
+            found = by_promise.get((p["tenant"], p["promise_id"]))
+            if found is not None:
+                p.update(found)
+    return out
+
+
+def miss_causes(pipe: Pipeline) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (tenant, promise_id) of a missed start: cause, cause_seconds (per cause, in
+    seconds) and cause_bearer (the pipeline's `miss_causes`)."""
+    rows = pipe.need("miss_causes").execute(
+        "SELECT tenant, promise_id, cause, cause_seconds, cause_bearer FROM miss_causes"
+    ).fetchall()
+    return {(tenant, pid): {"cause": cause,
+                            "cause_seconds": {k: seconds(v) for k, v in json.loads(spent).items()},
+                            "cause_bearer": bearer}
+            for tenant, pid, cause, spent, bearer in rows}
+
+
+def miss_detail(pipe: Pipeline, tenant: str, promise_id: str) -> dict[str, Any] | None:
+    """The `miss_causes` row of one missed start: its cause fields (as in the report) and
+    the figures at the start of its cause's longest stretch (`class_devices`, `free`,
+    `held`, `held_by_others`, `faulted`, `under_change`, `tenant_held`, `quota`), with
+    `wait_s`, the seconds of its wait."""
+    cursor = pipe.need("miss_causes").execute(
+        "SELECT * FROM miss_causes WHERE tenant = $tenant AND promise_id = $pid",
+        {"tenant": tenant, "pid": promise_id})
+    names = [d[0] for d in cursor.description]
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    found = dict(zip(names, row))
+    spent = {k: seconds(v) for k, v in json.loads(found.pop("cause_seconds")).items()}
+    return found | {"cause_seconds": spent,
+                    "wait_s": seconds(found["wait_until"] - found["wait_from"])}
+
+
+def cause_rows(misses: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The misses grouped by cause (DESIGN §4's order): how many misses each is the cause
+    of, and its seconds summed over every miss's wait."""
+    out = []
+    for cause in ORDER:
+        mine = [m for m in misses if m.get("cause") == cause]
+        spent = sum(m.get("cause_seconds", {}).get(cause, 0) for m in misses)
+        if mine or spent:
+            out.append({"cause": cause, "cause_bearer": BEARER[cause], "misses": len(mine),
+                        "seconds": spent})
+    return out
 
 
 def _promise(row: dict[str, Any]) -> dict[str, Any]:
@@ -101,8 +158,10 @@ def summary_rows(pipe: Pipeline, tenant: str | None = None) -> list[dict[str, An
 def report(pipe: Pipeline, tenant: str | None = None) -> dict[str, Any]:
     """The promises report: summary by tenant and class, every promise, every miss."""
     promises = promise_rows(pipe, tenant)
+    misses = [p for p in promises if p["missed"]]
     return {
         "summary": summary_rows(pipe, tenant),
-        "misses": [p for p in promises if p["missed"]],
+        "misses": misses,
         "promises": promises,
+        "causes": cause_rows(misses),
     }

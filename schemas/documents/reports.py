@@ -62,6 +62,20 @@ class Promise(Document):
     missed: Bool
     seq: Int
     packet_command: Str = Field(default="", description="a missed promise's only")
+    cause: OptStr = Field(default=None, description="a missed start's only: DESIGN §4's cause")
+    cause_seconds: Annotated[dict[str, Number], kind(dict)] = Field(
+        default_factory=dict, description="a missed start's only: seconds of its wait per cause")
+    cause_bearer: OptStr = Field(
+        default=None, description="a missed start's only: its cause's bearer")
+
+
+class CauseGroup(Document):
+    """The misses of one cause: how many it is its cause, its seconds over all misses."""
+
+    cause: Str
+    cause_bearer: Str
+    misses: Int
+    seconds: Number
 
 
 class PromisesReport(Document):
@@ -70,6 +84,7 @@ class PromisesReport(Document):
     summary: Annotated[list[PromiseSummary], kind(list)]
     misses: Annotated[list[Promise], kind(list)]
     promises: Annotated[list[Promise], kind(list)]
+    causes: Annotated[list[CauseGroup], kind(list)] = Field(default_factory=list)
 
 
 # -- capacity ---------------------------------------------------------------------------
@@ -144,6 +159,25 @@ class FleetChange(Document):
     held_past_end: Annotated[list[HeldJob], kind(list)]
 
 
+class CapacityGroup(Document):
+    """One class and fabric domain over the period: GPU-seconds discovered, and in each
+    state (they add up to discovered)."""
+
+    placement_class: Str
+    fabric_domain: OptStr
+    discovered_gpu_s: Number
+    allocated_gpu_s: Number
+    free_gpu_s: Number
+    faulted_gpu_s: Number
+    under_change_gpu_s: Number
+
+
+class CapacityInTime(Document):
+    since: Str
+    until: Str
+    groups: Annotated[list[CapacityGroup], kind(list)]
+
+
 class CapacityReport(Document):
     ROOT = "capacity"
 
@@ -153,6 +187,7 @@ class CapacityReport(Document):
     total: ClassCapacity
     receipts: Annotated[list[ClassReceipts], kind(list)]
     changes: Annotated[list[FleetChange], kind(list)]
+    in_time: Annotated[CapacityInTime | None, kind(dict, type(None))] = None
 
 
 # -- outcomes ---------------------------------------------------------------------------
