@@ -112,7 +112,8 @@ class Fleet:
 def miss(fleet: Fleet) -> dict[str, Any]:
     with fleet.pipeline() as pipe:
         (only,) = promises.report(pipe)["misses"]
-    return only
+    found: dict[str, Any] = only
+    return found
 
 
 def test_late_submission_ties_go_to_the_earlier_cause() -> None:
