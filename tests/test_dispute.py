@@ -152,6 +152,22 @@ def test_the_packet_verifies_with_the_public_key_alone(disputed: Disputed) -> No
                        "provider's own records put on the provider (1 finding below).")
 
 
+def test_a_packet_written_before_placement_states_still_verifies(disputed: Disputed) -> None:
+    """Packets written before lines had a placement state (RULES.md 13) carry findings
+    without `placement`: they verify as they were written. A placement stated wrongly fails."""
+    tenants = disputed.packet["findings"]["tenants"]
+    assert all("placement" in t for t in tenants.values())
+    older = json.loads(json.dumps(disputed.packet))
+    for tenant in older["findings"]["tenants"].values():
+        del tenant["placement"]
+    assert verify(disputed, older, "older.json")[0] == 0
+    wrong = json.loads(json.dumps(disputed.packet))
+    for tenant in wrong["findings"]["tenants"].values():
+        tenant["placement"]["unobserved"]["amount"] = "0.01"
+    code, _, err = verify(disputed, wrong, "wrong-placement.json")
+    assert code == 1 and "placement" in err
+
+
 def test_the_findings_are_the_hand_worked_ones(disputed: Disputed) -> None:
     # 4 GPUs: startup 10:00-10:02 (120 s), productive 10:02-10:05 and 10:15-10:17 (300 s),
     # stalled_fault 10:05-10:15 (600 s, xid-79 open on device 2), idle_reserved 10:17-10:20

@@ -297,7 +297,7 @@ def verify_dispute(packet: Any, verifier: Verifier, previous: str | None = None)
     findings = parsed.findings.to_dict()
     recomputed, claims = _recompute(items, invoice)
     difference = (first_difference(findings["lines"], recomputed["lines"], "findings.lines")
-                  or first_difference(findings, recomputed, "findings")
+                  or first_difference(findings, _as_written(recomputed, findings), "findings")
                   or ("claims" in parsed.model_fields_set
                       and first_difference([c.to_dict() for c in parsed.claims], claims, "claims"))
                   or None)
@@ -309,6 +309,16 @@ def verify_dispute(packet: Any, verifier: Verifier, previous: str | None = None)
     return VerifiedPacket(tenant, invoice, len(findings["lines"]), len(items) - fleet, fleet, checkpoint,
                           len(parsed.bundle.withheld), previous_size, recomputed, claims,
                           {e.seq: e for e in parsed.bundle.entries if e.seq in cites})
+
+
+def _as_written(recomputed: dict[str, Any], findings: dict[str, Any]) -> dict[str, Any]:
+    """The recomputed findings as a packet written before lines had a placement state
+    (RULES.md 13) states them: without `placement` where its tenant has none. The letter
+    and the verification's result keep the recomputed placement either way."""
+    tenants = {name: {k: v for k, v in tenant.items()
+                      if k != "placement" or "placement" in findings["tenants"].get(name, {})}
+               for name, tenant in recomputed["tenants"].items()}
+    return recomputed | {"tenants": tenants}
 
 
 def check_pinned(checked: VerifiedPacket, tenant: str | None, invoice: str | None) -> None:
