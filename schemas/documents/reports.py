@@ -12,7 +12,17 @@ from typing import Annotated
 
 from pydantic import Field
 
-from schemas.documents.base import Bool, Document, Int, Number, OptInt, OptNumber, OptStr, Str, kind
+from schemas.documents.base import (
+    Bool,
+    Document,
+    Int,
+    Number,
+    OptInt,
+    OptNumber,
+    OptStr,
+    Str,
+    kind,
+)
 
 #: Per currency: a money figure's name → decimal text (null when it cannot be computed).
 CostByCurrency = dict[str, dict[str, OptStr]]
@@ -28,6 +38,7 @@ class Distribution(Document):
 
 
 # -- promises ---------------------------------------------------------------------------
+
 
 class PromiseSummary(Document):
     tenant: Str
@@ -73,6 +84,7 @@ class PromisesReport(Document):
 
 
 # -- capacity ---------------------------------------------------------------------------
+
 
 class Window(Document):
     since: OptStr
@@ -157,6 +169,7 @@ class CapacityReport(Document):
 
 # -- outcomes ---------------------------------------------------------------------------
 
+
 class CheckpointOverhead(Document):
     checkpoint_gpu_seconds: Number
     billed_gpu_seconds: Number
@@ -231,6 +244,7 @@ class OutcomesReport(Document):
 
 # -- placement --------------------------------------------------------------------------
 
+
 class AllocationPlacement(Document):
     """One allocation: the class sold, what was observed of it, and the verdict."""
 
@@ -286,6 +300,7 @@ class PlacementReport(Document):
 
 # -- envelope ---------------------------------------------------------------------------
 
+
 class PromiseFigures(Document):
     promises: Int
     met: Int
@@ -330,6 +345,10 @@ class EnvelopeReport(Document):
 
 #: Each report's document, by the report's name.
 REPORT_DOCUMENTS: dict[str, type[Document]] = {
-    "promises": PromisesReport, "capacity": CapacityReport, "outcomes": OutcomesReport,
-    "serving": OutcomesReport, "placement": PlacementReport, "envelope": EnvelopeReport,
+    "promises": PromisesReport,
+    "capacity": CapacityReport,
+    "outcomes": OutcomesReport,
+    "serving": OutcomesReport,
+    "placement": PlacementReport,
+    "envelope": EnvelopeReport,
 }
