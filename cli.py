@@ -32,8 +32,21 @@ if TYPE_CHECKING:
 
 # What --help shows, written out so that --help imports no library; tests/test_cli.py
 # keeps each equal to the library's own (ingest.format_names(), ledger.append, ...).
-INGEST_FORMATS = ("cloudevents", "sacct", "focus", "dcgm-stats", "dcgm-metrics", "kueue", "k8s-events", "serving-bench",
-                  "nvidia-smi-topo", "nvbandwidth", "nccl-tests", "kueue-clusterqueue", "sacctmgr-qos")
+INGEST_FORMATS = (
+    "cloudevents",
+    "sacct",
+    "focus",
+    "dcgm-stats",
+    "dcgm-metrics",
+    "kueue",
+    "k8s-events",
+    "serving-bench",
+    "nvidia-smi-topo",
+    "nvbandwidth",
+    "nccl-tests",
+    "kueue-clusterqueue",
+    "sacctmgr-qos",
+)
 DEFAULT_BATCH_SIZE = 5000
 DEFAULT_ORIGIN = "gpuledger.local/ledger"
 RECONCILE_FORMATS = ("table", "json", "csv", "parquet", "html")
@@ -114,7 +127,9 @@ def _map_library_error(exc: Exception) -> None:
     if isinstance(exc, BadInput):
         raise InputError(_with_flag(exc)) from None
     if isinstance(exc, CheckFailed):
-        lines = _with_flag(exc).split("\n") if getattr(exc, "multiline", False) else [_with_flag(exc)]
+        lines = (
+            _with_flag(exc).split("\n") if getattr(exc, "multiline", False) else [_with_flag(exc)]
+        )
         for number, line in enumerate(lines):
             _echo(f"{exc.verdict}: {line}" if number == 0 else line, err=True)
         sys.exit(1)
@@ -127,7 +142,10 @@ def _with_flag(exc: GpuledgerError) -> str:
 
 def db_option(fn: F) -> F:
     return click.option(
-        "--db", "db_url", default=None, metavar="URL",
+        "--db",
+        "db_url",
+        default=None,
+        metavar="URL",
         help="Database URL (default: $GPULEDGER_DB, else sqlite:///gpuledger.db).",
     )(fn)
 
@@ -150,9 +168,24 @@ def init(db_url: str | None) -> None:
 #: The flags that gave format options before --set, kept as hidden aliases of
 #: `--set NAME=VALUE` (written out so that --help imports no library; tests/test_cli.py
 #: keeps them equal to the options the formats' objects declare).
-FORMAT_OPTION_ALIASES = ("fields", "delimiter", "cluster", "tenant_field", "tenant", "allocation",
-                         "job", "timezone", "gpu_field", "allocation_field", "node", "fabric_domain",
-                         "scrape_time", "flavor_class", "qos_tenant", "window_start")
+FORMAT_OPTION_ALIASES = (
+    "fields",
+    "delimiter",
+    "cluster",
+    "tenant_field",
+    "tenant",
+    "allocation",
+    "job",
+    "timezone",
+    "gpu_field",
+    "allocation_field",
+    "node",
+    "fabric_domain",
+    "scrape_time",
+    "flavor_class",
+    "qos_tenant",
+    "window_start",
+)
 
 
 def _format_option_aliases(fn: F) -> F:
@@ -164,32 +197,77 @@ def _format_option_aliases(fn: F) -> F:
 
 @main.command("ingest")
 @db_option
-@click.option("--format", "fmt", type=click.Choice(INGEST_FORMATS), default=None,
-              help="Source format (default: detected, else cloudevents).")
-@click.option("--batch-size", type=click.IntRange(1, 100_000), default=DEFAULT_BATCH_SIZE, show_default=True,
-              help="Records a transaction; a batch is appended whole or not at all.")
-@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
-              help="A format option (cluster=eu-west, tenant=acme, ...): the options each format "
-                   "takes, and which it requires, are listed by --list-formats. Repeatable.")
-@click.option("--list-formats", is_flag=True, is_eager=True, expose_value=False,
-              callback=lambda ctx, _param, value: _list_formats(ctx) if value else None,
-              help="List the formats and each one's options, and exit.")
-@click.option("--manifest", type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path), default=None,
-              help="Ingest every file this manifest lists, with its format and options, in order "
-                   "(options given here are defaults under each file's own).")
-@click.option("--owner", default=None, metavar="provider|tenant:NAME",
-              help="Whose source the files are (default: provider). A tenant's source writes "
-                   "only that tenant's own events (docs/evidence.md); the rest is quarantined.")
-@click.option("--allow-path", "allowed", multiple=True,
-              type=click.Path(file_okay=False, path_type=Path),
-              help="A folder outside the manifest's own that its paths may lead to. Repeatable.")
-@click.argument("files", nargs=-1, required=False,
-                type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(INGEST_FORMATS),
+    default=None,
+    help="Source format (default: detected, else cloudevents).",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 100_000),
+    default=DEFAULT_BATCH_SIZE,
+    show_default=True,
+    help="Records a transaction; a batch is appended whole or not at all.",
+)
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A format option (cluster=eu-west, tenant=acme, ...): the options each format "
+    "takes, and which it requires, are listed by --list-formats. Repeatable.",
+)
+@click.option(
+    "--list-formats",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=lambda ctx, _param, value: _list_formats(ctx) if value else None,
+    help="List the formats and each one's options, and exit.",
+)
+@click.option(
+    "--manifest",
+    type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path),
+    default=None,
+    help="Ingest every file this manifest lists, with its format and options, in order "
+    "(options given here are defaults under each file's own).",
+)
+@click.option(
+    "--owner",
+    default=None,
+    metavar="provider|tenant:NAME",
+    help="Whose source the files are (default: provider). A tenant's source writes "
+    "only that tenant's own events (docs/evidence.md); the rest is quarantined.",
+)
+@click.option(
+    "--allow-path",
+    "allowed",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A folder outside the manifest's own that its paths may lead to. Repeatable.",
+)
+@click.argument(
+    "files",
+    nargs=-1,
+    required=False,
+    type=click.Path(exists=True, dir_okay=False, readable=True, path_type=Path),
+)
 @_format_option_aliases
-def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, manifest: Path | None, files: Sequence[Path],
-                   allowed: tuple[Path, ...], settings: tuple[str, ...], owner: str | None,
-                   **aliases: str | None) -> None:
-    """Append the events of FILES (or of every file --manifest lists); prints read / appended / duplicate / quarantined.
+def ingest_command(
+    db_url: str | None,
+    fmt: str | None,
+    batch_size: int,
+    manifest: Path | None,
+    files: Sequence[Path],
+    allowed: tuple[Path, ...],
+    settings: tuple[str, ...],
+    owner: str | None,
+    **aliases: str | None,
+) -> None:
+    """Append the events of FILES (or of every file --manifest lists); prints read / appended /
+    duplicate / quarantined.
 
     Format options are given with --set KEY=VALUE (a manifest entry gives its own); they
     are defaults for every file whose format takes them.
@@ -212,7 +290,11 @@ def ingest_command(db_url: str | None, fmt: str | None, batch_size: int, manifes
         for problem in report.problems:
             _echo(problem, err=True)
         if report.quarantined > len(report.problems):
-            click.echo(f"… and {report.quarantined - len(report.problems)} more: see `gpuledger quarantine`", err=True)
+            click.echo(
+                f"… and {report.quarantined - len(report.problems)} more: see `gpuledger "
+                "quarantine`",
+                err=True,
+            )
         _echo(f"{path}: {_counts(report)}{_zone_note(path, file_format, file_options)}")
         for name in ("read", "appended", "duplicates", "quarantined"):
             setattr(total, name, getattr(total, name) + getattr(report, name))
@@ -245,8 +327,9 @@ def _format_options(settings: Sequence[str], aliases: Mapping[str, str | None]) 
         name = key.replace("-", "_")
         if name not in FORMAT_OPTION_ALIASES:
             known = ", ".join(sorted(FORMAT_OPTION_ALIASES))
-            raise InputError(f"--set: no format takes an option {key!r} "
-                             f"(known: {known}; see --list-formats)")
+            raise InputError(
+                f"--set: no format takes an option {key!r} (known: {known}; see --list-formats)"
+            )
         if given.get(name, value) != value or given_by_alias.get(name, value) != value:
             raise InputError(f"--set: {key} is given twice, with different values")
         given[name] = value
@@ -264,10 +347,14 @@ def _list_formats(ctx: click.Context) -> None:
     ctx.exit(0)
 
 
-def _ingest_jobs(manifest: Path | None, files: Sequence[Path], fmt: str | None,
-                 options: dict[str, str], allowed: Sequence[Path] = (),
-                 by_alias: frozenset[str] = frozenset(),
-                 ) -> list[tuple[Path, str | None, dict[str, str]]]:
+def _ingest_jobs(
+    manifest: Path | None,
+    files: Sequence[Path],
+    fmt: str | None,
+    options: dict[str, str],
+    allowed: Sequence[Path] = (),
+    by_alias: frozenset[str] = frozenset(),
+) -> list[tuple[Path, str | None, dict[str, str]]]:
     """(file, format, options) to ingest, in order: FILES with the command's options, or
     the manifest's, each file's ingestor configured first. An error about a format option
     names it `--set NAME`, or by its old flag when that is how it was given."""
@@ -284,20 +371,32 @@ def _ingest_jobs(manifest: Path | None, files: Sequence[Path], fmt: str | None,
 
 
 def _counts(report: ledger.AppendReport) -> str:
-    return (f"read {report.read} · appended {report.appended} · "
-            f"duplicate {report.duplicates} · quarantined {report.quarantined}")
+    return (
+        f"read {report.read} · appended {report.appended} · "
+        f"duplicate {report.duplicates} · quarantined {report.quarantined}"
+    )
 
 
-def _ingest_one(appender: ledger.Appender, path: Path, fmt: str | None, batch_size: int,
-                options: Mapping[str, str | None] | None = None) -> ledger.AppendReport:
+def _ingest_one(
+    appender: ledger.Appender,
+    path: Path,
+    fmt: str | None,
+    batch_size: int,
+    options: Mapping[str, str | None] | None = None,
+) -> ledger.AppendReport:
     import ledger
     from ingest.worker import extract_parallel
 
     given = {k: v for k, v in (options or {}).items() if v is not None}
     records = extract_parallel(path, fmt, recorded=_recorded_event(appender.store), **given)
     progress = Progress(
-        TextColumn("{task.description}", style="bold", markup=False), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-        console=stderr, disable=not stderr.is_terminal, transient=True,
+        TextColumn("{task.description}", style="bold", markup=False),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=stderr,
+        disable=not stderr.is_terminal,
+        transient=True,
     )
     with progress:
         task = progress.add_task(terminal_safe(path.name), total=path.stat().st_size)
@@ -323,10 +422,26 @@ def _recorded_event(store: ledger.Store) -> Callable[..., bytes | None]:
 
 @main.command()
 @db_option
-@click.option("--pubkey", "pubkeys", type=click.Path(exists=True, dir_okay=False, path_type=Path), multiple=True,
-              help="Verifier key (keygen's PATH.pub): also check checkpoint signatures, and that one is signed by it. Repeatable.")
-@click.option("--checkpoint", "saved", type=click.Path(exists=True, dir_okay=False, path_type=Path), multiple=True,
-              help="A signed checkpoint saved earlier (needs --pubkey): prove the store still extends it. Repeatable.")
+@click.option(
+    "--pubkey",
+    "pubkeys",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    multiple=True,
+    help=(
+        "Verifier key (keygen's PATH.pub): also check checkpoint signatures, and that one is "
+        "signed by it. Repeatable."
+    ),
+)
+@click.option(
+    "--checkpoint",
+    "saved",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    multiple=True,
+    help=(
+        "A signed checkpoint saved earlier (needs --pubkey): prove the store still extends it. "
+        "Repeatable."
+    ),
+)
 def verify(db_url: str | None, pubkeys: tuple[Path, ...], saved: tuple[Path, ...]) -> None:
     """Recompute every leaf, the chain, the tenant chains, the tree and the checkpoints.
 
@@ -340,14 +455,20 @@ def verify(db_url: str | None, pubkeys: tuple[Path, ...], saved: tuple[Path, ...
     store = ledger.Store(db_url)
     verifiers = [read_verifier(p) for p in pubkeys]
     if saved and not verifiers:
-        raise InputError("--checkpoint: give the log's --pubkey too, so that the saved checkpoint's signature is checked")
+        raise InputError(
+            "--checkpoint: give the log's --pubkey too, so that the saved checkpoint's signature "
+            "is checked"
+        )
     checkpoints = [SavedCheckpoint(str(p), _read_text(p, "--checkpoint")) for p in saved]
     _require_store(store)
     result = ledger.verify_ledger(store, verifiers, checkpoints)
     if result.problem is not None:
         _echo(f"FAILED at {result.problem}", err=True)
         sys.exit(1)
-    click.echo(f"ok: {result.entries} entries, {result.tenants} tenants; checked {', '.join(result.checked)}")
+    click.echo(
+        f"ok: {result.entries} entries, {result.tenants} tenants; checked "
+        f"{', '.join(result.checked)}"
+    )
 
 
 def _read_text(path: Path, option: str) -> str:
@@ -358,11 +479,25 @@ def _read_text(path: Path, option: str) -> str:
 
 
 @main.command()
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Private key file to create (mode 0600); the public key goes to PATH.pub.")
-@click.option("--name", default="gpuledger", show_default=True, help="Key name, as it appears in signed notes.")
-@click.option("--show", "show", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Print the C2SP verifier key of this private key file, and write nothing.")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Private key file to create (mode 0600); the public key goes to PATH.pub.",
+)
+@click.option(
+    "--name",
+    default="gpuledger",
+    show_default=True,
+    help="Key name, as it appears in signed notes.",
+)
+@click.option(
+    "--show",
+    "show",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Print the C2SP verifier key of this private key file, and write nothing.",
+)
 def keygen(out: Path | None, name: str, show: Path | None) -> None:
     """Create an Ed25519 signing key for checkpoints (never stored in the ledger)."""
     from ledger.note import read_any_signer, write_keypair
@@ -371,25 +506,66 @@ def keygen(out: Path | None, name: str, show: Path | None) -> None:
         click.echo(read_any_signer(show).verifier.text())
         return
     if out is None:
-        raise InputError("--out: give the private key file to create (or --show PATH to print a key's verifier)")
+        raise InputError(
+            "--out: give the private key file to create (or --show PATH to print a key's verifier)"
+        )
     signer = write_keypair(out, name)
     click.echo(f"wrote {out} (private, mode 0600) and {out}.pub: {signer.verifier.text()}")
 
 
 @main.command()
 @db_option
-@click.option("--key", "key_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="Private key file written by keygen: sign the head.")
+@click.option(
+    "--key",
+    "key_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Private key file written by keygen: sign the head.",
+)
 @click.option("--origin", default=DEFAULT_ORIGIN, show_default=True, help="The log's origin line.")
-@click.option("--witness-request-from", "old_size", type=click.IntRange(0), default=None, metavar="OLD_SIZE",
-              help="Also write, to --out, a witness request (tlog-witness add-checkpoint body) from this size.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help="File for the witness request.")
-@click.option("--cosignatures", "answer", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="A witness's answer (cosignature lines): keep those of each --witness with the checkpoint they sign.")
-@click.option("--witness", "witness_keys", type=click.Path(exists=True, dir_okay=False, path_type=Path), multiple=True,
-              help="A witness's verifier key (witness init writes it); repeatable.")
-def checkpoint(db_url: str | None, key_path: Path | None, origin: str, old_size: int | None, out: Path | None,
-               answer: Path | None, witness_keys: tuple[Path, ...]) -> None:
+@click.option(
+    "--witness-request-from",
+    "old_size",
+    type=click.IntRange(0),
+    default=None,
+    metavar="OLD_SIZE",
+    help=(
+        "Also write, to --out, a witness request (tlog-witness add-checkpoint body) from this "
+        "size."
+    ),
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="File for the witness request.",
+)
+@click.option(
+    "--cosignatures",
+    "answer",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help=(
+        "A witness's answer (cosignature lines): keep those of each --witness with the checkpoint "
+        "they sign."
+    ),
+)
+@click.option(
+    "--witness",
+    "witness_keys",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    multiple=True,
+    help="A witness's verifier key (witness init writes it); repeatable.",
+)
+def checkpoint(
+    db_url: str | None,
+    key_path: Path | None,
+    origin: str,
+    old_size: int | None,
+    out: Path | None,
+    answer: Path | None,
+    witness_keys: tuple[Path, ...],
+) -> None:
     """Sign the ledger's head as a C2SP checkpoint, store it, and print it; or gather
     witnesses' cosignatures into the stored checkpoints."""
     import ledger
@@ -400,22 +576,31 @@ def checkpoint(db_url: str | None, key_path: Path | None, origin: str, old_size:
     store = ledger.Store(db_url)
     if answer is not None:
         if not witness_keys:
-            raise InputError("--cosignatures: name the witnesses whose cosignatures to keep with --witness VKEY")
+            raise InputError(
+                "--cosignatures: name the witnesses whose cosignatures to keep with --witness VKEY"
+            )
         witnesses = [read_verifier(p, COSIGNATURE_V1) for p in witness_keys]
         _require_store(store)
-        for number, name in add_cosignatures(store, _read_text(answer, "--cosignatures"), witnesses):
+        for number, name in add_cosignatures(
+            store, _read_text(answer, "--cosignatures"), witnesses
+        ):
             _echo(f"checkpoint #{number}: cosigned by {name}")
         return
     if key_path is None:
-        raise InputError("--key: give the private key file to sign with (or --cosignatures FILE --witness VKEY)")
+        raise InputError(
+            "--key: give the private key file to sign with (or --cosignatures FILE --witness VKEY)"
+        )
     if (old_size is None) != (out is None):
         raise InputError("--witness-request-from and --out go together")
     signer = read_signer(key_path)
     _require_store(store)
     # Nothing is printed or left in --out unless the checkpoint is committed: the request
     # is written, staged, inside the checkpoint's transaction, and renamed after it.
-    request = None if old_size is None or out is None else (
-        lambda conn, signed: write_witness_request(conn, signed, old_size, out))
+    request = (
+        None
+        if old_size is None or out is None
+        else (lambda conn, signed: write_witness_request(conn, signed, old_size, out))
+    )
     try:
         signed = sign_checkpoint(store, signer, origin, before_commit=request)
     except BaseException:
@@ -426,7 +611,9 @@ def checkpoint(db_url: str | None, key_path: Path | None, origin: str, old_size:
         staged(out).replace(out)
     click.echo(signed.note, nl=False)
     if out is not None:
-        click.echo(f"wrote {out}: a witness request from size {old_size} to {signed.body.size}", err=True)
+        click.echo(
+            f"wrote {out}: a witness request from size {old_size} to {signed.body.size}", err=True
+        )
 
 
 @main.group("witness", cls=Group)
@@ -436,16 +623,28 @@ def witness_group() -> None:
 
 
 def state_option(fn: F) -> F:
-    return click.option("--state", type=click.Path(file_okay=False, path_type=Path), required=True,
-                        help="The witness's state folder: its key, and the last checkpoint cosigned per log.")(fn)
+    return click.option(
+        "--state",
+        type=click.Path(file_okay=False, path_type=Path),
+        required=True,
+        help="The witness's state folder: its key, and the last checkpoint cosigned per log.",
+    )(fn)
 
 
 @witness_group.command("init")
 @state_option
-@click.option("--name", default=None, help="The witness's key name (first init only), e.g. witness.example/w1.")
+@click.option(
+    "--name",
+    default=None,
+    help="The witness's key name (first init only), e.g. witness.example/w1.",
+)
 @click.option("--origin", default=None, help="A log to follow: its origin line.")
-@click.option("--log-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="That log's verifier key (keygen's PATH.pub).")
+@click.option(
+    "--log-key",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="That log's verifier key (keygen's PATH.pub).",
+)
 def witness_init(state: Path, name: str | None, origin: str | None, log_key: Path | None) -> None:
     """Create the witness (key in STATE, mode 0600) and follow a log; safe to repeat."""
     from ledger.note import read_verifier
@@ -465,8 +664,12 @@ def witness_init(state: Path, name: str | None, origin: str | None, log_key: Pat
 @witness_group.command("cosign")
 @state_option
 @click.argument("request", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="File for the cosignature line (default: standard output).")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="File for the cosignature line (default: standard output).",
+)
 def witness_cosign(state: Path, request: Path, out: Path | None) -> None:
     """Cosign the checkpoint of REQUEST (`checkpoint --witness-request-from`) if it extends
     the last one cosigned for its log; exit 1, naming both checkpoints, on a fork."""
@@ -497,10 +700,18 @@ def witness_show(state: Path) -> None:
 @db_option
 @click.option("--type", "type_", default=None, help="Only entries of this event type.")
 @click.option("--tenant", default=None, help="Only this tenant's entries.")
-@click.option("--format", "fmt", type=click.Choice(["jsonl", "parquet"]), default="jsonl", show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Output file (default: standard output, JSON Lines only).")
-def export(db_url: str | None, type_: str | None, tenant: str | None, fmt: str, out: Path | None) -> None:
+@click.option(
+    "--format", "fmt", type=click.Choice(["jsonl", "parquet"]), default="jsonl", show_default=True
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Output file (default: standard output, JSON Lines only).",
+)
+def export(
+    db_url: str | None, type_: str | None, tenant: str | None, fmt: str, out: Path | None
+) -> None:
     """Write entries, with their salts and hashes, as JSON Lines or Parquet."""
     import ledger
 
@@ -521,7 +732,9 @@ def export(db_url: str | None, type_: str | None, tenant: str | None, fmt: str, 
 
 @main.command("quarantine")
 @db_option
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
 def quarantine_command(db_url: str | None, fmt: str) -> None:
     """List the records kept in quarantine, with file, line, field and reason."""
     import ledger
@@ -537,10 +750,19 @@ def quarantine_command(db_url: str | None, fmt: str) -> None:
         return
     from schemas.display import DataTable
 
-    table = DataTable("#", "kind", "where", "field", "reason", "record", title=f"quarantine: {len(rows)} records")
+    table = DataTable(
+        "#", "kind", "where", "field", "reason", "record", title=f"quarantine: {len(rows)} records"
+    )
     for row in rows:
         record = row["record"] if len(row["record"]) <= 60 else row["record"][:59] + "…"
-        table.add_row(str(row["qid"]), row["kind"], f"{row['file']}:{row['line']}", row["field"], row["reason"], record)
+        table.add_row(
+            str(row["qid"]),
+            row["kind"],
+            f"{row['file']}:{row['line']}",
+            row["field"],
+            row["reason"],
+            record,
+        )
     stdout.print(table)
 
 
@@ -548,16 +770,42 @@ def quarantine_command(db_url: str | None, fmt: str) -> None:
 @db_option
 @click.option("--tenant", default=None, help="Only this tenant.")
 @click.option("--invoice", default=None, help="Only this invoice's lines.")
-@click.option("--format", "fmt", type=click.Choice(RECONCILE_FORMATS), default="table", show_default=True,
-              help="table (terminal), json (tenants and lines, as docs/finance-views.md shows), csv or parquet (one row per line and category), "
-                   "html (finance's page, with pictures).")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Output file (default: standard output; Parquet needs a file).")
-@click.option("--fail-on-disputed", "fail_on", type=click.STRING, default=None, metavar="AMOUNT",
-              help="Exit 1 when provider-borne plus disputed money exceeds AMOUNT (in any currency).")
-def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | None, fmt: str, out: Path | None,
-                      fail_on: str | None) -> None:
-    """Say what every billed GPU-second was: productive, overhead, restart, reclaimed, idle, unallocated."""
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(RECONCILE_FORMATS),
+    default="table",
+    show_default=True,
+    help=(
+        "table (terminal), json (tenants and lines, as docs/finance-views.md shows), csv or "
+        "parquet (one row per line and category), html (finance's page, with pictures)."
+    ),
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Output file (default: standard output; Parquet needs a file).",
+)
+@click.option(
+    "--fail-on-disputed",
+    "fail_on",
+    type=click.STRING,
+    default=None,
+    metavar="AMOUNT",
+    help="Exit 1 when provider-borne plus disputed money exceeds AMOUNT (in any currency).",
+)
+def reconcile_command(
+    db_url: str | None,
+    tenant: str | None,
+    invoice: str | None,
+    fmt: str,
+    out: Path | None,
+    fail_on: str | None,
+) -> None:
+    """Say what every billed GPU-second was: productive, overhead, restart, reclaimed, idle,
+    unallocated.
+    """
     import ledger
     import reconcile
     import reconcile.reports.output as reconcile_render
@@ -575,9 +823,15 @@ def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | Non
         if fmt == "parquet" and out is None:
             raise InputError("--out: Parquet needs an output file")
         stream = cast(IO[str], _TerminalText()) if sys.stdout.isatty() else sys.stdout
-        reconcile_render.write(result, fmt, out if out is not None else stream, store.safe_url if db_url else None)
+        reconcile_render.write(
+            result, fmt, out if out is not None else stream, store.safe_url if db_url else None
+        )
         if out is not None:
-            click.echo(f"wrote {'the finance page' if fmt == 'html' else f'{result.cell_count} rows'} to {out}", err=True)
+            click.echo(
+                f"wrote {'the finance page' if fmt == 'html' else f'{result.cell_count} rows'} to "
+                f"{out}",
+                err=True,
+            )
     if limit is not None and any(amount > limit for amount in result.disputed_amounts().values()):
         click.echo(f"provider-borne and disputed money exceeds {limit}", err=True)
         sys.exit(1)
@@ -586,7 +840,8 @@ def reconcile_command(db_url: str | None, tenant: str | None, invoice: str | Non
 @main.command("explain")
 @click.argument("category", required=False)
 def explain_command(category: str | None) -> None:
-    """What each category and bearer of a reconciliation means, and the rule (RULES.md) that decides it.
+    """What each category and bearer of a reconciliation means, and the rule (RULES.md) that
+    decides it.
 
     CATEGORY is a category (`productive`, `idle_unexplained`, ...), `unbilled`, or a bearer
     (`provider`, `customer`, `disputed`); without it, all of them."""
@@ -599,16 +854,49 @@ def explain_command(category: str | None) -> None:
 @db_option
 @click.option("--tenant", required=True, help="The tenant the packet is for.")
 @click.option("--invoice", required=True, help="The invoice disputed.")
-@click.option("--key", "key_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
-              help="Private key file written by keygen: a fresh checkpoint of the head is signed with it.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The packet file to write (JSON).")
-@click.option("--since-size", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Add a consistency proof from tree size N (the customer's previous checkpoint) to the packet's.")
-@click.option("--stored-checkpoint", is_flag=True,
-              help="Use the stored checkpoint of the head, with its witnesses' cosignatures, instead of signing a new one.")
-def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Path, out: Path, since_size: int | None,
-                    stored_checkpoint: bool) -> None:
-    """Write a customer's dispute packet for one invoice: findings, the tenant's entries, proofs, signed checkpoint."""
+@click.option(
+    "--key",
+    "key_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help="Private key file written by keygen: a fresh checkpoint of the head is signed with it.",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The packet file to write (JSON).",
+)
+@click.option(
+    "--since-size",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help=(
+        "Add a consistency proof from tree size N (the customer's previous checkpoint) to the "
+        "packet's."
+    ),
+)
+@click.option(
+    "--stored-checkpoint",
+    is_flag=True,
+    help=(
+        "Use the stored checkpoint of the head, with its witnesses' cosignatures, instead of "
+        "signing a new one."
+    ),
+)
+def dispute_command(
+    db_url: str | None,
+    tenant: str,
+    invoice: str,
+    key_path: Path,
+    out: Path,
+    since_size: int | None,
+    stored_checkpoint: bool,
+) -> None:
+    """Write a customer's dispute packet for one invoice: findings, the tenant's entries,
+    proofs, signed checkpoint.
+    """
     import ledger
     from ledger.note import read_signer
     from reconcile.packets.dispute import PacketError, build_dispute, check_writable, write_packet
@@ -619,39 +907,88 @@ def dispute_command(db_url: str | None, tenant: str, invoice: str, key_path: Pat
     _require_store(store)
     check_writable(out)  # before build_dispute signs: a dispute that cannot finish signs nothing
     packet = build_dispute(store, tenant, invoice, signer, since_size, stored_checkpoint)
-    try:  # the letter is made from the packet's verification: a packet that fails it is not written
+    # the letter is made from the packet's verification: a packet that fails it is not written
+    try:
         letter = write_letter_beside(packet, signer.verifier, out)
     except PacketError as exc:
-        _echo(f"FAILED: the packet built from this store does not verify: {exc}; no packet was written "
-                   "(`gpuledger verify` checks the store)", err=True)
+        _echo(
+            f"FAILED: the packet built from this store does not verify: {exc}; no packet was "
+            "written (`gpuledger verify` checks the store)",
+            err=True,
+        )
         sys.exit(1)
     write_packet(packet, out)
     fleet = sum(1 for e in packet["bundle"]["entries"] if e["tenant"] is None)
     withheld = len(packet["bundle"].get("withheld", []))
-    _echo(f"wrote {out}: invoice {invoice} of {tenant}, {len(packet['findings']['lines'])} lines; "
-               f"{len(packet['bundle']['entries']) - fleet} entries of {tenant} and {fleet} fleet entries; "
-               f"checkpoint of tree size {packet['bundle']['checkpoint'].splitlines()[1]}"
-               + (f"; {withheld} fleet entries withheld (they name another tenant)" if withheld else ""))
-    click.echo(f"wrote {letter}: the dispute letter, from verify-packet's recomputation of the packet")
+    _echo(
+        f"wrote {out}: invoice {invoice} of {tenant}, {len(packet['findings']['lines'])} lines; "
+        f"{len(packet['bundle']['entries']) - fleet} entries of {tenant} and {fleet} fleet "
+        f"entries; checkpoint of tree size {packet['bundle']['checkpoint'].splitlines()[1]}"
+        + (f"; {withheld} fleet entries withheld (they name another tenant)" if withheld else "")
+    )
+    click.echo(
+        f"wrote {letter}: the dispute letter, from verify-packet's recomputation of the packet"
+    )
 
 
 @main.command("verify-packet")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--pubkey", type=click.Path(exists=True, dir_okay=False, path_type=Path), required=True,
-              help="The ledger's verifier key (keygen's PATH.pub).")
-@click.option("--previous", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="An older packet or a checkpoint note: the packet's checkpoint must be that tree or extend it.")
-@click.option("--witness", "witness_keys", type=click.Path(exists=True, dir_okay=False, path_type=Path), multiple=True,
-              help="A witness's verifier key: require its valid cosignature on the packet's checkpoint. Repeatable.")
-@click.option("--letter", "letter_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the dispute letter (HTML) from this verification's recomputation.")
-@click.option("--tenant", "expect_tenant", default=None,
-              help="Refuse the packet unless it is for this tenant (compared exactly).")
-@click.option("--invoice", "expect_invoice", default=None,
-              help="Refuse the packet unless it is about this invoice (compared exactly).")
-def verify_packet_command(file: Path, pubkey: Path, previous: Path | None, witness_keys: tuple[Path, ...],
-                          letter_path: Path | None, expect_tenant: str | None, expect_invoice: str | None) -> None:
-    """Check a dispute packet with the public key alone and recompute its findings; exit 1 names what failed."""
+@click.option(
+    "--pubkey",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help="The ledger's verifier key (keygen's PATH.pub).",
+)
+@click.option(
+    "--previous",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help=(
+        "An older packet or a checkpoint note: the packet's checkpoint must be that tree or "
+        "extend it."
+    ),
+)
+@click.option(
+    "--witness",
+    "witness_keys",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    multiple=True,
+    help=(
+        "A witness's verifier key: require its valid cosignature on the packet's checkpoint. "
+        "Repeatable."
+    ),
+)
+@click.option(
+    "--letter",
+    "letter_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the dispute letter (HTML) from this verification's recomputation.",
+)
+@click.option(
+    "--tenant",
+    "expect_tenant",
+    default=None,
+    help="Refuse the packet unless it is for this tenant (compared exactly).",
+)
+@click.option(
+    "--invoice",
+    "expect_invoice",
+    default=None,
+    help="Refuse the packet unless it is about this invoice (compared exactly).",
+)
+def verify_packet_command(
+    file: Path,
+    pubkey: Path,
+    previous: Path | None,
+    witness_keys: tuple[Path, ...],
+    letter_path: Path | None,
+    expect_tenant: str | None,
+    expect_invoice: str | None,
+) -> None:
+    """Check a dispute packet with the public key alone and recompute its findings; exit 1 names
+    what failed.
+    """
     from ledger.note import COSIGNATURE_V1, read_verifier
     from ledger.witness import require_cosignatures
     from reconcile.packets.dispute import check_pinned, read_packet, read_previous, verify_dispute
@@ -664,13 +1001,23 @@ def verify_packet_command(file: Path, pubkey: Path, previous: Path | None, witne
     checked = verify_dispute(packet, verifier, earlier)
     check_pinned(checked, expect_tenant, expect_invoice)
     require_cosignatures(packet["bundle"]["checkpoint"], witnesses)
-    _echo(f"ok: invoice {checked.invoice_id} of {checked.tenant}, {checked.lines} lines; "
-               f"{checked.tenant_entries} entries of {checked.tenant} complete up to tree size {checked.checkpoint.size} "
-               f"and {checked.fleet_entries} fleet entries, signed by {verifier.name}; findings recomputed and equal"
-               + (f"; {checked.withheld} fleet entries withheld (leaf hash only: they name another tenant)"
-                  if checked.withheld else "")
-               + ("" if checked.previous_size is None else
-                  f"; extends the previous checkpoint of tree size {checked.previous_size}"))
+    _echo(
+        f"ok: invoice {checked.invoice_id} of {checked.tenant}, {checked.lines} lines; "
+        f"{checked.tenant_entries} entries of {checked.tenant} complete up to tree size "
+        f"{checked.checkpoint.size} and {checked.fleet_entries} fleet entries, signed by "
+        f"{verifier.name}; findings recomputed and equal"
+        + (
+            f"; {checked.withheld} fleet entries withheld (leaf hash only: they name another "
+            "tenant)"
+            if checked.withheld
+            else ""
+        )
+        + (
+            ""
+            if checked.previous_size is None
+            else f"; extends the previous checkpoint of tree size {checked.previous_size}"
+        )
+    )
     if witnesses:
         _echo(f"cosigned by {', '.join(w.name for w in witnesses)}")
     letter = build_letter(checked, verifier.name)
@@ -719,22 +1066,41 @@ class ReportGroup(Group):
 
 @main.group("report", cls=ReportGroup)
 def report_group() -> None:
-    """Operator and finance reports: promises, capacity, outcomes, placement, envelope (definitions: README)."""
+    """Operator and finance reports: promises, capacity, outcomes, placement, envelope
+    (definitions: README).
+    """
 
 
 def _report_command(spec: reconcile_reports.Report) -> click.Command:
     """The command of one report: --db, --tenant, --format (the report's formats), --out,
     and the report's own options (before --format where the report says so)."""
-    def callback(db_url: str | None, tenant: str | None, fmt: str, out: Path | None, **given: Any) -> None:
-        options = {o.name: _time_option(o.flag, given[o.name]) if o.time else given[o.name] for o in spec.options}
+
+    def callback(
+        db_url: str | None, tenant: str | None, fmt: str, out: Path | None, **given: Any
+    ) -> None:
+        options = {
+            o.name: _time_option(o.flag, given[o.name]) if o.time else given[o.name]
+            for o in spec.options
+        }
         _emit_report(spec.name, db_url, tenant, fmt, out, options)
 
     own = [_report_option(o) for o in spec.options]
-    shared = [click.option("--format", "fmt", type=click.Choice(spec.formats), default="table", show_default=True),
-              click.option("--out", type=OutputPath(dir_okay=False, path_type=Path), default=None,
-                           help="Output file (default: standard output).")]
-    options = [db_option, click.option("--tenant", default=None, help=spec.tenant_help),
-               *(own + shared if spec.options_first else shared + own)]
+    shared = [
+        click.option(
+            "--format", "fmt", type=click.Choice(spec.formats), default="table", show_default=True
+        ),
+        click.option(
+            "--out",
+            type=OutputPath(dir_okay=False, path_type=Path),
+            default=None,
+            help="Output file (default: standard output).",
+        ),
+    ]
+    options = [
+        db_option,
+        click.option("--tenant", default=None, help=spec.tenant_help),
+        *(own + shared if spec.options_first else shared + own),
+    ]
     for option in reversed(options):
         callback = option(callback)
     return click.command(spec.name, help=spec.help)(callback)
@@ -749,8 +1115,14 @@ def _report_option(option: reconcile_reports.ReportOption) -> Callable[[F], F]:
     return click.option(option.flag, **settings)
 
 
-def _emit_report(name: str, db_url: str | None, tenant: str | None, fmt: str, out: Path | None,
-                 options: dict[str, Any]) -> None:
+def _emit_report(
+    name: str,
+    db_url: str | None,
+    tenant: str | None,
+    fmt: str,
+    out: Path | None,
+    options: dict[str, Any],
+) -> None:
     import ledger
     import reconcile.reports as reports
 
@@ -790,7 +1162,9 @@ class _TerminalText:
 
 def _print_all(console: Console, parts: Sequence[Table | Text]) -> None:
     for part in parts:
-        console.print(part, soft_wrap=not isinstance(part, Table))  # commands stay whole on one line
+        console.print(
+            part, soft_wrap=not isinstance(part, Table)
+        )  # commands stay whole on one line
 
 
 def _time_option(name: str, text: str | None) -> int | None:
@@ -807,9 +1181,15 @@ def _time_option(name: str, text: str | None) -> int | None:
 @main.command("packet")
 @db_option
 @click.option("--promise", "promise_id", required=True, help="The promise's promise_id.")
-@click.option("--tenant", default=None, help="The promising tenant (needed only when two use the same id).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder for packet.json and packet.html (created).")
+@click.option(
+    "--tenant", default=None, help="The promising tenant (needed only when two use the same id)."
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Folder for packet.json and packet.html (created).",
+)
 def packet_command(db_url: str | None, promise_id: str, tenant: str | None, out: Path) -> None:
     """The operator's diagnostic packet for a promise: decisions, reservations and
     preemptions, device and fabric health, application trace, checkpoints, billing."""
@@ -825,42 +1205,113 @@ def packet_command(db_url: str | None, promise_id: str, tenant: str | None, out:
 def rate_options(fn: F) -> F:
     """One `--<anomaly>-rate` option per field of fixtures.sim.Rates."""
     for name in reversed(Rates.names()):
-        fn = click.option(f"--{name.replace('_', '-')}-rate", name, type=FiniteFloatRange(0, 1), default=None,
-                          help=Rates.help(name))(fn)
+        fn = click.option(
+            f"--{name.replace('_', '-')}-rate",
+            name,
+            type=FiniteFloatRange(0, 1),
+            default=None,
+            help=Rates.help(name),
+        )(fn)
     return fn
 
 
 def sim_options(fn: F) -> F:
-    for option in reversed([
-        click.option("--gpus", type=click.IntRange(1), default=64, show_default=True, help="GPUs in the fleet (8 a node)."),
-        click.option("--days", type=click.IntRange(1, 366), default=3, show_default=True, help="Days simulated."),
-        click.option("--tenants", type=click.IntRange(1, 99), default=4, show_default=True,
-                     help="Tenants: even ones on Kubernetes (Kueue), odd ones on Slurm."),
-        click.option("--seed", type=int, default=7, show_default=True, help="The same seed writes the same bytes."),
-        click.option("--scale", type=FiniteFloatRange(0.01, 100), default=1.0, show_default=True,
-                     help="Event density: progress and billing periods are divided by it."),
-        click.option("--start", default=DEFAULT_START, show_default=True, help="Start of the period (RFC 3339, whole second)."),
-    ]):
+    for option in reversed(
+        [
+            click.option(
+                "--gpus",
+                type=click.IntRange(1),
+                default=64,
+                show_default=True,
+                help="GPUs in the fleet (8 a node).",
+            ),
+            click.option(
+                "--days",
+                type=click.IntRange(1, 366),
+                default=3,
+                show_default=True,
+                help="Days simulated.",
+            ),
+            click.option(
+                "--tenants",
+                type=click.IntRange(1, 99),
+                default=4,
+                show_default=True,
+                help="Tenants: even ones on Kubernetes (Kueue), odd ones on Slurm.",
+            ),
+            click.option(
+                "--seed",
+                type=int,
+                default=7,
+                show_default=True,
+                help="The same seed writes the same bytes.",
+            ),
+            click.option(
+                "--scale",
+                type=FiniteFloatRange(0.01, 100),
+                default=1.0,
+                show_default=True,
+                help="Event density: progress and billing periods are divided by it.",
+            ),
+            click.option(
+                "--start",
+                default=DEFAULT_START,
+                show_default=True,
+                help="Start of the period (RFC 3339, whole second).",
+            ),
+        ]
+    ):
         fn = option(fn)
     return rate_options(fn)
 
 
-def _sim_config(gpus: int, days: int, tenants: int, seed: int, scale: float, start: str,
-                rates: dict[str, float | None]) -> SimConfig:
+def _sim_config(
+    gpus: int,
+    days: int,
+    tenants: int,
+    seed: int,
+    scale: float,
+    start: str,
+    rates: dict[str, float | None],
+) -> SimConfig:
     try:
         chosen = Rates(**{k: v for k, v in rates.items() if v is not None})
-        return SimConfig(seed=seed, gpus=gpus, days=days, tenants=tenants, scale=scale, start=start, rates=chosen)
+        return SimConfig(
+            seed=seed,
+            gpus=gpus,
+            days=days,
+            tenants=tenants,
+            scale=scale,
+            start=start,
+            rates=chosen,
+        )
     except ValueError as exc:
         raise InputError(str(exc)) from None
 
 
 @main.command("simulate")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder for the source files, the ground truth and manifest.json (files in it are overwritten).")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help=(
+        "Folder for the source files, the ground truth and manifest.json (files in it are "
+        "overwritten)."
+    ),
+)
 @click.option("--dry-run", is_flag=True, help="Count what would be written, and write nothing.")
 @sim_options
-def simulate_command(out: Path, dry_run: bool, gpus: int, days: int, tenants: int, seed: int, scale: float,
-                     start: str, **rates: float | None) -> None:
+def simulate_command(
+    out: Path,
+    dry_run: bool,
+    gpus: int,
+    days: int,
+    tenants: int,
+    seed: int,
+    scale: float,
+    start: str,
+    **rates: float | None,
+) -> None:
     """Simulate a fleet in the real source formats, with its ground truth (see manifest.json)."""
     from fixtures.sim import count_events, simulate
 
@@ -874,17 +1325,32 @@ def simulate_command(out: Path, dry_run: bool, gpus: int, days: int, tenants: in
         options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in entry["options"].items())
         click.echo(f"{out / entry['path']}  ({entry['format']}{' ' + options if options else ''})")
     click.echo(f"truth: {', '.join(str(out / name) for name in manifest.truth.values())}")
-    click.echo(f"manifest: {out / 'manifest.json'} · " + " · ".join(
-        f"{k} {v}" for k, v in manifest.counts.items() if k in ("allocations", "progress_events", "billing_lines")))
+    click.echo(
+        f"manifest: {out / 'manifest.json'} · "
+        + " · ".join(
+            f"{k} {v}"
+            for k, v in manifest.counts.items()
+            if k in ("allocations", "progress_events", "billing_lines")
+        )
+    )
 
 
 @main.command()
 @db_option
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("demo-out"),
-              show_default=True, help="Folder for the demo's fleet, store, key and outputs.")
-@click.option("--seed", type=int, default=7, show_default=True, help="Seed of the simulated fleet.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("demo-out"),
+    show_default=True,
+    help="Folder for the demo's fleet, store, key and outputs.",
+)
+@click.option(
+    "--seed", type=int, default=7, show_default=True, help="Seed of the simulated fleet."
+)
 def demo(db_url: str | None, out: Path, seed: int) -> None:
-    """Simulate a small fleet, ingest it, sign, verify, reconcile, and write every report and packet."""
+    """Simulate a small fleet, ingest it, sign, verify, reconcile, and write every report and
+    packet.
+    """
     import ledger
     from ledger.checkpoint import sign_checkpoint
     from ledger.note import read_signer, read_verifier
@@ -903,34 +1369,49 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
     config = SimConfig(seed=seed)
     out.mkdir(parents=True, exist_ok=True)
     manifest = _demo_simulate(config, out / "sim")
-    _say(f"gpuledger demo: {config.gpus} GPUs, {config.tenants} tenants, {config.days} days "
-                 f"(seed {seed}); the ground truth is in {out / 'sim' / manifest.truth['lines']}")
-    _say(f"1 simulate: {manifest.counts['allocations']} allocations, {manifest.counts['progress_events']} "
-                 f"progress events, {manifest.counts['billing_lines']} billing lines in {len(manifest.files)} files")
+    _say(
+        f"gpuledger demo: {config.gpus} GPUs, {config.tenants} tenants, {config.days} days "
+        f"(seed {seed}); the ground truth is in {out / 'sim' / manifest.truth['lines']}"
+    )
+    _say(
+        f"1 simulate: {manifest.counts['allocations']} allocations, "
+        f"{manifest.counts['progress_events']} "
+        f"progress events, {manifest.counts['billing_lines']} billing lines in "
+        f"{len(manifest.files)} files"
+    )
     store = _demo_store(out, db_url)
     report = _demo_ingest(store, out / "sim", manifest)
     _say(f"2 ingest: {_counts(report)}")
     key = _demo_key(out)
     signed = sign_checkpoint(store, read_signer(key))
     (out / "checkpoint.txt").write_text(signed.note)
-    _say(f"3 checkpoint: tree size {signed.body.size}, signed with a fresh key: {out / 'checkpoint.txt'}")
+    _say(
+        f"3 checkpoint: tree size {signed.body.size}, signed with a fresh key: "
+        f"{out / 'checkpoint.txt'}"
+    )
     result = ledger.verify_ledger(store, [read_verifier(Path(f"{key}.pub"))])
-    _say(f"4 verify: {'ok' if result.ok else 'FAILED ' + str(result.problem)}: "
-                 f"{result.entries} entries, {result.tenants} tenants; checked {', '.join(result.checked)}")
+    _say(
+        f"4 verify: {'ok' if result.ok else 'FAILED ' + str(result.problem)}: "
+        f"{result.entries} entries, {result.tenants} tenants; checked {', '.join(result.checked)}"
+    )
     done = run_demo_outputs(store, out, read_signer(key), read_verifier(Path(f"{key}.pub")))
     _say(f"5 reconcile: {done.result.cell_count} line categories; {totals_line(done.result)}")
     stdout.print(category_table(done.result))
     stdout.print(biggest_findings(done.result))
     _say(f"6 promises: {_missed_count(done.missed_promises)}")
     for miss in done.missed_promises[:5]:  # as many as _missed_count says
-        command = str(miss.get("packet_command", "")).replace("gpuledger packet", f"gpuledger packet --db {store.safe_url}", 1)
+        command = str(miss.get("packet_command", "")).replace(
+            "gpuledger packet", f"gpuledger packet --db {store.safe_url}", 1
+        )
         _say(f"  {miss['tenant']} {miss['promise_id']}: {_miss_text(miss)}  → {command}")
     _say(f"7 {done.dispute}")
     if done.packet:
         _say(f"  {done.packet}")
     reports = out / "reports"
-    _say(f"8 envelope: {len(done.reports['envelope']['groups'])} groups of source and class in "
-         f"{reports / 'envelope.csv'}, side by side in {reports / 'envelope.html'}")
+    _say(
+        f"8 envelope: {len(done.reports['envelope']['groups'])} groups of source and class in "
+        f"{reports / 'envelope.csv'}, side by side in {reports / 'envelope.html'}"
+    )
     stdout.print(envelope_table(done.reports["envelope_by_class"]))
     _say(f"9 capacity: {receipts_line(done.reports['capacity'])}")
     for line in change_lines(done.reports["capacity"]):
@@ -940,8 +1421,14 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
     _say(f"  {rho}")
     _say(f"11 serving: {reports / 'serving.csv'}")
     stdout.print(serving_table(done.reports["outcomes"]))
-    _say(f"  reports and reconciliation: {out / 'reports'}, {out / 'reconcile.json'} (.csv, .parquet), finance page {out / 'reconcile.html'}")
-    _say(f"outputs: store {store.safe_url} · sources and truth {out / 'sim'} · verifier key {key}.pub")
+    _say(
+        f"  reports and reconciliation: {out / 'reports'}, {out / 'reconcile.json'} (.csv, "
+        f".parquet), finance page {out / 'reconcile.html'}"
+    )
+    _say(
+        f"outputs: store {store.safe_url} · sources and truth {out / 'sim'} · verifier key "
+        f"{key}.pub"
+    )
     _demo_serve_hint(store, out, next(iter(done.result.tenants()), None))
     if not result.ok or report.quarantined:
         sys.exit(1)
@@ -958,8 +1445,10 @@ def _demo_serve_hint(store: ledger.Store, out: Path, tenant: str | None) -> None
     tokens = out / "tokens.txt"
     tokens.touch(mode=0o600)
     tokens.write_text("".join(f"{role} {text}\n" for role, text in made))
-    _say(f"12 the web app: gpuledger serve --db {store.safe_url} --key {out / 'demo-key'}  "
-         "then open http://127.0.0.1:8080/login")
+    _say(
+        f"12 the web app: gpuledger serve --db {store.safe_url} --key {out / 'demo-key'}  "
+        "then open http://127.0.0.1:8080/login"
+    )
     for role, text in made:
         _say(f"  {role} token: {text}")
 
@@ -975,10 +1464,14 @@ def _missed_count(misses: Sequence[dict[str, Any]], shown: int = 5) -> str:
 def _miss_text(miss: dict[str, Any]) -> str:
     parts = []
     if miss.get("start_status") in ("late", "not_started"):
-        parts.append(f"start by {miss['start_by']}, started {miss.get('started') or 'never'}"
-                     + (f" ({miss['start_delay_s']} s late)" if miss.get("start_delay_s") else ""))
+        parts.append(
+            f"start by {miss['start_by']}, started {miss.get('started') or 'never'}"
+            + (f" ({miss['start_delay_s']} s late)" if miss.get("start_delay_s") else "")
+        )
     if miss.get("completion_status") in ("late", "not_completed"):
-        parts.append(f"complete by {miss['complete_by']}, completed {miss.get('completed') or 'never'}")
+        parts.append(
+            f"complete by {miss['complete_by']}, completed {miss.get('completed') or 'never'}"
+        )
     return "; ".join(parts) or "missed"
 
 
@@ -1011,8 +1504,13 @@ def _demo_ingest(store: ledger.Store, folder: Path, manifest: Manifest) -> ledge
     appender = ledger.Appender(store)
     total = ledger.AppendReport()
     for entry in manifest.files:
-        report = _ingest_one(appender, folder / entry["path"], entry["format"], ledger.append.DEFAULT_BATCH_SIZE,
-                             entry["options"])
+        report = _ingest_one(
+            appender,
+            folder / entry["path"],
+            entry["format"],
+            ledger.append.DEFAULT_BATCH_SIZE,
+            entry["options"],
+        )
         for name in ("read", "appended", "duplicates", "quarantined"):
             setattr(total, name, getattr(total, name) + getattr(report, name))
         total.problems.extend(report.problems)
@@ -1033,13 +1531,30 @@ def _demo_key(out: Path) -> Path:
 
 @main.command("serve")
 @db_option
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on (put TLS in a reverse proxy in front: docs/serve.md).")
-@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Port to listen on.")
-@click.option("--key", "key_path", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
-              help="The provider's signing key (keygen): customers then download signed dispute packets and letters.")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (put TLS in a reverse proxy in front: docs/serve.md).",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8080,
+    show_default=True,
+    help="Port to listen on.",
+)
+@click.option(
+    "--key",
+    "key_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="The provider's signing key (keygen): customers then download signed dispute "
+    "packets and letters.",
+)
 def serve_command(db_url: str | None, host: str, port: int, key_path: Path | None) -> None:
-    """The web application and API: pages for finance, customers and operators, /api/v1, and /metrics.
+    """The web application and API: pages for finance, customers and operators, /api/v1, and
+    /metrics.
 
     Every request needs a token (`gpuledger token create`), sent as `Authorization: Bearer TOKEN`
     or signed in on /login."""
@@ -1052,8 +1567,14 @@ def serve_command(db_url: str | None, host: str, port: int, key_path: Path | Non
     _require_store(store)
     store.init()  # stores made before tokens existed gain their table
     click.echo(f"serving {store.safe_url} on http://{host}:{port}/ (Ctrl-C stops)", err=True)
-    uvicorn.run(create_app(store, key_path), host=host, port=port, log_level="warning", server_header=False,
-                proxy_headers=False)
+    uvicorn.run(
+        create_app(store, key_path),
+        host=host,
+        port=port,
+        log_level="warning",
+        server_header=False,
+        proxy_headers=False,
+    )
 
 
 @main.group("token", cls=Group)
@@ -1063,10 +1584,20 @@ def token_group() -> None:
 
 @token_group.command("create")
 @db_option
-@click.option("--role", required=True, metavar="operator|tenant:NAME|collector:SOURCE",
-              help="What the token may do: everything, one tenant's documents, or post events under a source.")
-@click.option("--owner", default=None, metavar="provider|tenant:NAME",
-              help="A collector's rights over what it posts (default: provider).")
+@click.option(
+    "--role",
+    required=True,
+    metavar="operator|tenant:NAME|collector:SOURCE",
+    help=(
+        "What the token may do: everything, one tenant's documents, or post events under a source."
+    ),
+)
+@click.option(
+    "--owner",
+    default=None,
+    metavar="provider|tenant:NAME",
+    help="A collector's rights over what it posts (default: provider).",
+)
 @click.option("--label", default="", help="A note for `token list` (who holds it).")
 def token_create(db_url: str | None, role: str, owner: str | None, label: str) -> None:
     """Create a token; the token itself is printed once, on the last line."""
@@ -1077,7 +1608,10 @@ def token_create(db_url: str | None, role: str, owner: str | None, label: str) -
     _require_store(store)
     store.init()
     info, text = create(store, Role.parse(role), Owner.parse(owner), label)
-    _echo(f"created token {info.token_id} for {info.role} (owner {info.owner}); it is shown once:", err=True)
+    _echo(
+        f"created token {info.token_id} for {info.role} (owner {info.owner}); it is shown once:",
+        err=True,
+    )
     click.echo(text)
 
 
@@ -1090,7 +1624,9 @@ def token_list(db_url: str | None) -> None:
     store = ledger_store_for_read(db_url)
     table = _data_table("id", "role", "owner", "label", "created", "revoked", title="tokens")
     for t in listed(store):
-        table.add_row(t.token_id, str(t.role), str(t.owner), t.label, t.created_at, t.revoked_at or "–")
+        table.add_row(
+            t.token_id, str(t.role), str(t.owner), t.label, t.created_at, t.revoked_at or "–"
+        )
     stdout.print(table)
 
 
@@ -1122,7 +1658,9 @@ def _data_table(*columns: str, title: str) -> Any:
     return DataTable(*columns, title=title)
 
 
-def _require_store(store: ledger.Store, tenant: str | None = None, invoice: str | None = None) -> None:
+def _require_store(
+    store: ledger.Store, tenant: str | None = None, invoice: str | None = None
+) -> None:
     """The one way a command that reads opens the store: it must hold a ledger (a missing
     SQLite file is never created), and the tenant and invoice asked for must be in it."""
     from reconcile.engine.scope import check_scope
@@ -1138,8 +1676,10 @@ def _writable_store(db_url: str | None) -> ledger.Store:
 
     store = ledger.Store(db_url)
     if store.in_memory:
-        raise InputError(f"--db: {store.safe_url} is in memory: what is written is lost when the command ends "
-                         "(give a file, sqlite:///PATH)")
+        raise InputError(
+            f"--db: {store.safe_url} is in memory: what is written is lost when the command ends "
+            "(give a file, sqlite:///PATH)"
+        )
     return store
 
 
@@ -1168,9 +1708,15 @@ def _check_outputs(group: click.Group) -> None:
         if isinstance(command, click.Group):
             _check_outputs(command)
         for param in command.params:
-            if param.name in ("out", "letter_path") and isinstance(param.type, click.Path) and not isinstance(param.type, OutputPath):
+            if (
+                param.name in ("out", "letter_path")
+                and isinstance(param.type, click.Path)
+                and not isinstance(param.type, OutputPath)
+            ):
                 old = param.type
-                param.type = OutputPath(file_okay=old.file_okay, dir_okay=old.dir_okay, path_type=Path)
+                param.type = OutputPath(
+                    file_okay=old.file_okay, dir_okay=old.dir_okay, path_type=Path
+                )
 
 
 _check_outputs(main)

@@ -47,15 +47,24 @@ def _child(kind: str, path: Path) -> dict[str, Any]:
     peak = peak_rss_mib()
     sink = pa.BufferOutputStream()
     pacsv.write_csv(frame, sink)
-    return {"seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2), "rows": frame.num_rows,
-            "rss_before_mib": round(before, 1), "peak_rss_mib": round(peak, 1),
-            "peak_above_before_mib": round(peak - before, 1),
-            "csv_sha256": hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()}
+    return {
+        "seconds": round(seconds, 2),
+        "cpu_seconds": round(cpu, 2),
+        "rows": frame.num_rows,
+        "rss_before_mib": round(before, 1),
+        "peak_rss_mib": round(peak, 1),
+        "peak_above_before_mib": round(peak - before, 1),
+        "csv_sha256": hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest(),
+    }
 
 
 def run_child(kind: str, path: Path) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "bench.frame", "--child", kind, str(path)], capture_output=True,
-                          text=True, cwd=Path(__file__).resolve().parent.parent)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.frame", "--child", kind, str(path)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{kind} frame on {path} failed:\n{done.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -63,7 +72,10 @@ def run_child(kind: str, path: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.frame", description="The reconcile frame: column-wise against per-cell.")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.frame",
+        description="The reconcile frame: column-wise against per-cell.",
+    )
     parser.add_argument("--gpus", type=int, default=100)
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--child", choices=["new", "old"], help=argparse.SUPPRESS)
@@ -79,9 +91,18 @@ def main(argv: list[str] | None = None) -> None:
         old, new = run_child("old", path), run_child("new", path)
     if old["csv_sha256"] != new["csv_sha256"]:
         raise SystemExit(f"the frames differ: {old['csv_sha256']} against {new['csv_sha256']}")
-    result = {"gpus": shape.gpus, "days": shape.days, "events": events, "rows": new["rows"], "old": old, "new": new,
-              "cpu_ratio": round(old["cpu_seconds"] / max(new["cpu_seconds"], 0.01), 1),
-              "peak_above_before_ratio": round(old["peak_above_before_mib"] / max(new["peak_above_before_mib"], 0.1), 1)}
+    result = {
+        "gpus": shape.gpus,
+        "days": shape.days,
+        "events": events,
+        "rows": new["rows"],
+        "old": old,
+        "new": new,
+        "cpu_ratio": round(old["cpu_seconds"] / max(new["cpu_seconds"], 0.01), 1),
+        "peak_above_before_ratio": round(
+            old["peak_above_before_mib"] / max(new["peak_above_before_mib"], 0.1), 1
+        ),
+    }
     print(json.dumps(result, indent=2))
     record(f"reconcile_frame_{shape.gpus}x{shape.days}", result)
 

@@ -69,10 +69,14 @@ def ingest_file(url: str, path: Path, fmt: str, parse_process: bool = False) -> 
     else:
         records = ingest.extract(path, fmt)
     report = ledger.append_stream(ledger.Appender(store), records)
-    timing = Timing(time.perf_counter() - wall, time.process_time() - cpu, report.appended + report.duplicates)
+    timing = Timing(
+        time.perf_counter() - wall, time.process_time() - cpu, report.appended + report.duplicates
+    )
     store.close()
     if report.quarantined:
-        raise RuntimeError(f"{path}: {report.quarantined} records quarantined: {report.problems[:3]}")
+        raise RuntimeError(
+            f"{path}: {report.quarantined} records quarantined: {report.problems[:3]}"
+        )
     return timing
 
 
@@ -85,7 +89,11 @@ def ledger_rows(url: str) -> Iterator[list[tuple[Any, ...]]]:
     try:
         while True:
             cursor = raw.cursor()
-            cursor.execute(f"SELECT {', '.join(ENTRY_COLUMNS)} FROM entries WHERE seq > {mark} ORDER BY seq LIMIT {DEFAULT_BATCH_SIZE}", (last,))
+            cursor.execute(
+                f"SELECT {', '.join(ENTRY_COLUMNS)} FROM entries WHERE seq > {mark} ORDER BY seq "
+                f"LIMIT {DEFAULT_BATCH_SIZE}",
+                (last,),
+            )
             rows = [tuple(r) for r in cursor.fetchall()]
             cursor.close()
             raw.rollback()
@@ -112,10 +120,16 @@ def baseline(source_url: str, target_url: str) -> Timing:
         w0, c0 = time.perf_counter(), time.process_time()
         if target.dialect == "sqlite":
             db.execute("BEGIN IMMEDIATE")
-            db.executemany(f"INSERT INTO entries ({columns}) VALUES ({', '.join('?' * len(ENTRY_COLUMNS))})", rows)
+            db.executemany(
+                f"INSERT INTO entries ({columns}) VALUES ({', '.join('?' * len(ENTRY_COLUMNS))})",
+                rows,
+            )
             db.execute("COMMIT")
         else:
-            with db.cursor() as cursor, cursor.copy(f"COPY entries ({columns}) FROM STDIN") as copy:
+            with (
+                db.cursor() as cursor,
+                cursor.copy(f"COPY entries ({columns}) FROM STDIN") as copy,
+            ):
                 for row in rows:
                     copy.write_row(row)
             db.commit()
@@ -167,24 +181,37 @@ def measure(case: Case, count: int, runs: int) -> dict[str, Any]:
             for _ in range(runs):
                 url = stores.fresh()
                 timings["in_process"].append(ingest_file(url, source, case.fmt))
-                timings["parse_process"].append(ingest_file(stores.fresh(), source, case.fmt, parse_process=True))
+                timings["parse_process"].append(
+                    ingest_file(stores.fresh(), source, case.fmt, parse_process=True)
+                )
                 timings["baseline"].append(baseline(url, stores.fresh()))
             again = ingest_file(url, source, case.fmt)  # every record a duplicate now
         finally:
             stores.drop()
-    single, parallel, base = (_best(timings[k]) for k in ("in_process", "parse_process", "baseline"))
+    single, parallel, base = (
+        _best(timings[k]) for k in ("in_process", "parse_process", "baseline")
+    )
     return {
-        "backend": case.backend, "format": case.fmt, "events": events, "input_mib": round(size / 2**20, 1),
-        "runs": runs, "batch_size": DEFAULT_BATCH_SIZE,
+        "backend": case.backend,
+        "format": case.fmt,
+        "events": events,
+        "input_mib": round(size / 2**20, 1),
+        "runs": runs,
+        "batch_size": DEFAULT_BATCH_SIZE,
         "ledger_events_per_s": round(max(single.per_s, parallel.per_s)),
         "ratio": round(max(single.per_s, parallel.per_s) / base.per_s, 3),
-        "in_process_events_per_s": round(single.per_s), "in_process_cpu_us_per_event": round(single.cpu_s / events * 1e6, 2),
+        "in_process_events_per_s": round(single.per_s),
+        "in_process_cpu_us_per_event": round(single.cpu_s / events * 1e6, 2),
         "parse_process_events_per_s": round(parallel.per_s),
         "parse_process_main_cpu_us_per_event": round(parallel.cpu_s / events * 1e6, 2),
-        "baseline_events_per_s": round(base.per_s), "baseline_cpu_us_per_event": round(base.cpu_s / events * 1e6, 2),
+        "baseline_events_per_s": round(base.per_s),
+        "baseline_cpu_us_per_event": round(base.cpu_s / events * 1e6, 2),
         "reingest_duplicates_per_s": round(again.per_s),
-        "baseline": "raw sqlite3 executemany of the same rows" if case.backend == "sqlite" else "raw psycopg COPY of the same rows",
-        "goal": GOAL, "loadavg_1m": round(os.getloadavg()[0], 2),
+        "baseline": "raw sqlite3 executemany of the same rows"
+        if case.backend == "sqlite"
+        else "raw psycopg COPY of the same rows",
+        "goal": GOAL,
+        "loadavg_1m": round(os.getloadavg()[0], 2),
     }
 
 
@@ -194,16 +221,37 @@ CASES = [
     Case("focus_sqlite", "focus", write_focus),
     Case("sacct_sqlite", "sacct", lambda path, count: write_sacct(path, count // 5)),
 ]
-FULL = {"native_sqlite": 1_000_000, "native_postgresql": 1_000_000, "focus_sqlite": 200_000, "sacct_sqlite": 250_000}
-QUICK = {"native_sqlite": 60_000, "native_postgresql": 20_000, "focus_sqlite": 20_000, "sacct_sqlite": 20_000}
+FULL = {
+    "native_sqlite": 1_000_000,
+    "native_postgresql": 1_000_000,
+    "focus_sqlite": 200_000,
+    "sacct_sqlite": 250_000,
+}
+QUICK = {
+    "native_sqlite": 60_000,
+    "native_postgresql": 20_000,
+    "focus_sqlite": 20_000,
+    "sacct_sqlite": 20_000,
+}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small inputs, one run each (under a minute)")
-    parser.add_argument("--runs", type=int, default=None, help="runs per side (default 3, quick 1)")
-    parser.add_argument("--events", type=int, default=None, help="this many events in each case (recorded as ingest_<case>_<N>)")
-    parser.add_argument("cases", nargs="*", help=f"cases to run (default all): {', '.join(c.name for c in CASES)}")
+    parser.add_argument(
+        "--quick", action="store_true", help="small inputs, one run each (under a minute)"
+    )
+    parser.add_argument(
+        "--runs", type=int, default=None, help="runs per side (default 3, quick 1)"
+    )
+    parser.add_argument(
+        "--events",
+        type=int,
+        default=None,
+        help="this many events in each case (recorded as ingest_<case>_<N>)",
+    )
+    parser.add_argument(
+        "cases", nargs="*", help=f"cases to run (default all): {', '.join(c.name for c in CASES)}"
+    )
     args = parser.parse_args(argv)
     sizes, runs = (QUICK, 1) if args.quick else (FULL, 3)
     runs = args.runs or runs
@@ -211,7 +259,12 @@ def main(argv: list[str] | None = None) -> None:
         if args.cases and case.name not in args.cases:
             continue
         result = measure(case, args.events or sizes[case.name], runs)
-        record(f"ingest_{case.name}" + ("_quick" if args.quick else "") + (f"_{args.events}" if args.events else ""), result)
+        record(
+            f"ingest_{case.name}"
+            + ("_quick" if args.quick else "")
+            + (f"_{args.events}" if args.events else ""),
+            result,
+        )
         print(f"ingest {case.name}: {result}", flush=True)
 
 

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.results_file import record
-from tests.big_jsonl import write_big  # the streaming test's generator: one definition of the input
+from tests.big_jsonl import (
+    write_big,
+)  # the streaming test's generator: one definition of the input
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,16 +31,35 @@ def measure(size_mib: int) -> dict[str, Any]:
         events = write_big(source, size_mib)
         url = f"sqlite:///{Path(folder) / 'ledger.db'}"
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, str(ROOT / "tests" / "rss_probe.py"), "ingest", "--db", url, str(source)],
-                              cwd=ROOT, capture_output=True, text=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "tests" / "rss_probe.py"),
+                "ingest",
+                "--db",
+                url,
+                str(source),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         elapsed = time.perf_counter() - started
     if done.returncode != 0 or f"appended {events} ·" not in done.stdout:
         raise RuntimeError(f"the ingest failed: {done.stderr.strip()[-500:]}")
     peak = float(done.stdout.rsplit("peak_rss_mib=", 1)[1])
     child = float(done.stdout.split("child_peak_rss_mib=", 1)[1].split()[0])
-    return {"input_mib": size_mib, "events": events, "peak_rss_mib": peak, "child_peak_rss_mib": child,
-            "total_peak_rss_mib": round(peak + child, 1), "limit_mib": LIMIT_MIB, "under_limit": peak + child < LIMIT_MIB,
-            "ingest_s": round(elapsed, 1), "events_per_s": round(events / elapsed)}
+    return {
+        "input_mib": size_mib,
+        "events": events,
+        "peak_rss_mib": peak,
+        "child_peak_rss_mib": child,
+        "total_peak_rss_mib": round(peak + child, 1),
+        "limit_mib": LIMIT_MIB,
+        "under_limit": peak + child < LIMIT_MIB,
+        "ingest_s": round(elapsed, 1),
+        "events_per_s": round(events / elapsed),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,9 +9,11 @@ checkpoint; the findings come from the engine. No store is built: the proof is c
 the tree in memory, as the store's TreeReader would give it.
 
 Measured in one process: reading the packet file and `verify_dispute` (what `gpuledger
-verify-packet` runs), split into the bundle check (best of three) and the multi-leaf proof alone; beside
+verify-packet` runs), split into the bundle check (best of three) and the multi-leaf proof alone;
+beside
 the baseline (best of three), hashing the same entries once and folding their leaves into
-one Merkle root (the least any verifier of those entries must do), and the ratio. A naive multi-leaf
+one Merkle root (the least any verifier of those entries must do), and the ratio. A naive
+multi-leaf
 proof (a scan of every proven leaf at every node) is timed beside the one in ledger/proofs.py
 on a small packet, where it still finishes: the gain of working level by level.
 """
@@ -53,31 +55,80 @@ def _time(at_s: float) -> str:
 
 
 def _event(type_: str, id_: str, at_s: float, tenant: str, **data: Any) -> str:
-    body = {"data": {"tenant": tenant, **data}, "id": id_, "source": f"app://{tenant}", "specversion": "1.0",
-            "time": _time(at_s), "type": type_}
-    return json.dumps(body, separators=(",", ":"), sort_keys=True)  # ASCII, no floats: RFC 8785 bytes
+    body = {
+        "data": {"tenant": tenant, **data},
+        "id": id_,
+        "source": f"app://{tenant}",
+        "specversion": "1.0",
+        "time": _time(at_s),
+        "type": type_,
+    }
+    return json.dumps(
+        body, separators=(",", ":"), sort_keys=True
+    )  # ASCII, no floats: RFC 8785 bytes
 
 
 def tenant_events(count: int) -> list[tuple[str, str]]:
-    """(type, canonical event) of one job's month: `count` progress marks between its start and end."""
+    """(type, canonical event) of one job's month: `count` progress marks between its start and
+    end.
+    """
     step_s = MONTH_S / (count + 2)
     alloc = {"allocation_id": "A-month", "gpus": 8, "node": "n-1"}
-    events = [("allocation.granted", _event("allocation.granted", "g", 0, "acme", **alloc)),
-              ("job.started", _event("job.started", "s", 1, "acme", job_id="J-month", allocation_id="A-month"))]
-    events += [("job.progress", _event("job.progress", f"p{i}", step_s * (i + 1), "acme", job_id="J-month", step=i + 1))
-               for i in range(count)]
-    events += [("job.completed", _event("job.completed", "c", MONTH_S - 2, "acme", job_id="J-month")),
-               ("allocation.released", _event("allocation.released", "r", MONTH_S - 1, "acme", allocation_id="A-month")),
-               ("billing.line", _event("billing.line", "l", MONTH_S, "acme", invoice_id="INV-month", line_id="L-1",
-                                       allocation_id="A-month", period_start=_time(0), period_end=_time(MONTH_S),
-                                       gpus=8, amount="17280.00", currency="USD"))]
+    events = [
+        ("allocation.granted", _event("allocation.granted", "g", 0, "acme", **alloc)),
+        (
+            "job.started",
+            _event("job.started", "s", 1, "acme", job_id="J-month", allocation_id="A-month"),
+        ),
+    ]
+    events += [
+        (
+            "job.progress",
+            _event(
+                "job.progress", f"p{i}", step_s * (i + 1), "acme", job_id="J-month", step=i + 1
+            ),
+        )
+        for i in range(count)
+    ]
+    events += [
+        ("job.completed", _event("job.completed", "c", MONTH_S - 2, "acme", job_id="J-month")),
+        (
+            "allocation.released",
+            _event("allocation.released", "r", MONTH_S - 1, "acme", allocation_id="A-month"),
+        ),
+        (
+            "billing.line",
+            _event(
+                "billing.line",
+                "l",
+                MONTH_S,
+                "acme",
+                invoice_id="INV-month",
+                line_id="L-1",
+                allocation_id="A-month",
+                period_start=_time(0),
+                period_end=_time(MONTH_S),
+                gpus=8,
+                amount="17280.00",
+                currency="USD",
+            ),
+        ),
+    ]
     return events
 
 
 def _entry(seq: int, tenant: str, tenant_seq: int, type_: str, event: str) -> dict[str, Any]:
-    return {"seq": seq, "recorded_at": "2026-02-01T00:00:00.000000Z", "source": f"app://{tenant}", "id": f"e{seq}",
-            "type": type_, "tenant": tenant, "tenant_seq": tenant_seq, "event": event,
-            "salt": sha256(seq.to_bytes(8, "big")).digest()[:16].hex()}
+    return {
+        "seq": seq,
+        "recorded_at": "2026-02-01T00:00:00.000000Z",
+        "source": f"app://{tenant}",
+        "id": f"e{seq}",
+        "type": type_,
+        "tenant": tenant,
+        "tenant_seq": tenant_seq,
+        "event": event,
+        "salt": sha256(seq.to_bytes(8, "big")).digest()[:16].hex(),
+    }
 
 
 def build_packet(tenant_entries: int, signer: Signer) -> tuple[dict[str, Any], int]:
@@ -101,19 +152,46 @@ def build_packet(tenant_entries: int, signer: Signer) -> tuple[dict[str, Any], i
     assert root is not None
     indices = [e["seq"] - 1 for e in entries]
     proof = [merkle_root(leaves[a:b]) for a, b in multiproof_ranges(indices, 0, size)]
-    heads = [("acme", len(entries), leaves[entries[-1]["seq"] - 1]), ("other", other_seq, leaves[_last_other(size) - 1])]
+    heads = [
+        ("acme", len(entries), leaves[entries[-1]["seq"] - 1]),
+        ("other", other_seq, leaves[_last_other(size) - 1]),
+    ]
     head_leaves = [tenant_head_leaf(*h) for h in heads]
     # no fleet entry: an empty fleet-head tree proves acme's allocations have none
-    body = Checkpoint("bench/ledger", size, root, bytes(32), 2, merkle_root(head_leaves),
-                      "2026-02-01T00:00:00Z", fleet_count=0, fleet_root=merkle_root([]))
-    bundle = {"version": 1, "tenant": "acme", "checkpoint": signer.sign(body.text()), "entries": entries,
-              "inclusion": [h.hex() for h in proof],
-              "tenant_head": {"tenant_seq": len(entries), "leaf": heads[0][2].hex(), "index": 0,
-                              "proof": [h.hex() for h in inclusion_path(0, head_leaves)]},
-              "fleet": {"heads": []}}
+    body = Checkpoint(
+        "bench/ledger",
+        size,
+        root,
+        bytes(32),
+        2,
+        merkle_root(head_leaves),
+        "2026-02-01T00:00:00Z",
+        fleet_count=0,
+        fleet_root=merkle_root([]),
+    )
+    bundle = {
+        "version": 1,
+        "tenant": "acme",
+        "checkpoint": signer.sign(body.text()),
+        "entries": entries,
+        "inclusion": [h.hex() for h in proof],
+        "tenant_head": {
+            "tenant_seq": len(entries),
+            "leaf": heads[0][2].hex(),
+            "index": 0,
+            "proof": [h.hex() for h in inclusion_path(0, head_leaves)],
+        },
+        "fleet": {"heads": []},
+    }
     findings = json.loads(json.dumps(reconcile_entries(entries, invoice="INV-month").as_json()))
-    return {"version": 1, "kind": "gpuledger-dispute", "tenant": "acme", "invoice_id": "INV-month",
-            "findings": findings, "bundle": bundle}, size
+    return {
+        "version": 1,
+        "kind": "gpuledger-dispute",
+        "tenant": "acme",
+        "invoice_id": "INV-month",
+        "findings": findings,
+        "bundle": bundle,
+    }, size
 
 
 def _last_other(size: int) -> int:
@@ -121,7 +199,9 @@ def _last_other(size: int) -> int:
 
 
 def quadratic_root(size: int, leaves: dict[int, bytes], proof: list[bytes]) -> bytes:
-    """The multi-leaf root the naive way, the baseline of `before_and_after`: every node scans every proven index."""
+    """The multi-leaf root the naive way, the baseline of `before_and_after`: every node scans
+    every proven index.
+    """
     indices, supply = sorted(leaves), iter(proof)
 
     def walk(start: int, end: int) -> bytes:
@@ -167,24 +247,35 @@ def measure(tenant_entries: int) -> dict[str, Any]:
     baseline_s = min(_seconds(baseline)[0] for _ in range(3))
     entries = bundle["entries"]
     serial_leaves_s, serial = _seconds(lambda: [entry_leaf(e) for e in entries])
-    parallel_leaves_s, parallel = _seconds(lambda: leaves_in_processes(entry_leaf, entries, cores(), SMALLEST_LEAF_RANGE))
+    parallel_leaves_s, parallel = _seconds(
+        lambda: leaves_in_processes(entry_leaf, entries, cores(), SMALLEST_LEAF_RANGE)
+    )
     assert parallel in (None, serial), "the leaves hashed in processes differ"
     bundle_cores_s, _ = _seconds(lambda: verify_bundle(bundle, signer.verifier, processes=cores()))
     return {
-        "tenant_entries": checked.tenant_entries, "ledger_entries": size, "multiproof_hashes": len(proof),
-        "build_s": round(build_s, 1), "read_packet_s": round(read_s, 2),
-        "verify_packet_s": round(read_s + verify_s, 2), "verify_bundle_s": round(bundle_s, 2),
+        "tenant_entries": checked.tenant_entries,
+        "ledger_entries": size,
+        "multiproof_hashes": len(proof),
+        "build_s": round(build_s, 1),
+        "read_packet_s": round(read_s, 2),
+        "verify_packet_s": round(read_s + verify_s, 2),
+        "verify_bundle_s": round(bundle_s, 2),
         "multiproof_root_s": round(multiproof_s, 2),
         "baseline": "leaf hashes of the same entries recomputed and folded into one Merkle root",
         "baseline_s": round(baseline_s, 2),
         "ratio_verify_bundle_over_baseline": round(bundle_s / baseline_s, 2),
         # the goal's sense, as bench.verify's: the baseline's speed over the recomputation's
-        "ratio": round(baseline_s / bundle_s, 3), "ratio_goal": ">= 0.5",
+        "ratio": round(baseline_s / bundle_s, 3),
+        "ratio_goal": ">= 0.5",
         "ratio_multiproof_over_baseline": round(multiproof_s / baseline_s, 2),
-        "verify_bundle_on_every_core_s": round(bundle_cores_s, 2), "processes": cores() if parallel else 1,
-        "leaf_hashing_one_process_s": round(serial_leaves_s, 2), "leaf_hashing_in_processes_s": round(parallel_leaves_s, 2),
+        "verify_bundle_on_every_core_s": round(bundle_cores_s, 2),
+        "processes": cores() if parallel else 1,
+        "leaf_hashing_one_process_s": round(serial_leaves_s, 2),
+        "leaf_hashing_in_processes_s": round(parallel_leaves_s, 2),
         "leaf_hashing_ratio": round(serial_leaves_s / parallel_leaves_s, 2),
-        "leaf_hashing_ratio_note": "baseline (one process) s ÷ leaf hashing on every core s: the goal is >= 0.5",
+        "leaf_hashing_ratio_note": (
+            "baseline (one process) s ÷ leaf hashing on every core s: the goal is >= 0.5"
+        ),
         **before_and_after(4096),
         "goal": "verify-packet O(n log n): a tenant's month (>= 1M entries) in seconds, not hours",
     }
@@ -200,9 +291,11 @@ def before_and_after(tenant_leaves: int) -> dict[str, Any]:
     old_s, old_root = _seconds(lambda: quadratic_root(size, proven, proof))
     new_s, new_root = _seconds(lambda: root_from_multiproof(size, proven, proof))
     assert old_root == new_root
-    return {f"before_multiproof_{len(indices)}_leaves_s": round(old_s, 3),
-            f"after_multiproof_{len(indices)}_leaves_s": round(new_s, 4),
-            f"ratio_before_over_after_{len(indices)}_leaves": round(old_s / new_s, 1)}
+    return {
+        f"before_multiproof_{len(indices)}_leaves_s": round(old_s, 3),
+        f"after_multiproof_{len(indices)}_leaves_s": round(new_s, 4),
+        f"ratio_before_over_after_{len(indices)}_leaves": round(old_s / new_s, 1),
+    }
 
 
 def main(args: list[str]) -> None:

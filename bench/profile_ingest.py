@@ -54,11 +54,18 @@ def main(argv: list[str]) -> None:
         append_once.init()
         ledger.append_stream(ledger.Appender(append_once), records)
         driver = min(baseline(written, next(urls)).cpu_s for _ in range(3)) / events * 1e6
-        print(f"{events} events, CPU µs an event: parse {parse:.2f} · append {appended:.2f} "
-              f"(of which the driver's insert and commit ≈ {driver:.2f}) · total ≈ {parse + appended:.2f}")
+        print(
+            f"{events} events, CPU µs an event: parse {parse:.2f} · append {appended:.2f} "
+            f"(of which the driver's insert and commit ≈ {driver:.2f}) · total ≈ "
+            f"{parse + appended:.2f}"
+        )
         if "--cprofile" in argv:
             profile = cProfile.Profile()
-            profile.runcall(lambda: ledger.append_stream(ledger.Appender(_fresh(next(urls))), ingest.extract(source)))
+            profile.runcall(
+                lambda: ledger.append_stream(
+                    ledger.Appender(_fresh(next(urls))), ingest.extract(source)
+                )
+            )
             pstats.Stats(profile).sort_stats("tottime").print_stats(20)
 
 

@@ -54,7 +54,10 @@ class TimedConnection:
         result = call(query, *args, **kwargs)
         wall, cpu = time.perf_counter() - wall, cpu_seconds() - cpu
         if wall >= self._min_seconds:
-            print(f"    {wall:7.2f} s  cpu {cpu:7.2f} s  {' '.join(str(query).split())[:90]}", flush=True)
+            print(
+                f"    {wall:7.2f} s  cpu {cpu:7.2f} s  {' '.join(str(query).split())[:90]}",
+                flush=True,
+            )
         return result
 
 
@@ -68,21 +71,37 @@ def profile(path: Path, min_seconds: float) -> None:
             ("build_spans", lambda: build_spans(con)),
             ("classify", lambda: classify(con)),
             ("allocate", lambda: allocate(con)),
-            ("cells", lambda: con.sql(engine_package.CELLS, params={"invoice": None}).to_arrow_table()),
+            (
+                "cells",
+                lambda: con.sql(engine_package.CELLS, params={"invoice": None}).to_arrow_table(),
+            ),
         ]
         for name, step in steps:
             wall, cpu = time.perf_counter(), cpu_seconds()
             step()
-            print(f"  {name}: {time.perf_counter() - wall:.2f} s, cpu {cpu_seconds() - cpu:.2f} s", flush=True)
-    print(f"total {time.perf_counter() - started:.2f} s, cpu {cpu_seconds() - started_cpu:.2f} s, {entries:,} events")
+            print(
+                f"  {name}: {time.perf_counter() - wall:.2f} s, cpu {cpu_seconds() - cpu:.2f} s",
+                flush=True,
+            )
+    print(
+        f"total {time.perf_counter() - started:.2f} s, cpu {cpu_seconds() - started_cpu:.2f} s, "
+        f"{entries:,} events"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gpus", type=int, default=1000)
     parser.add_argument("--days", type=int, default=30)
-    parser.add_argument("--min-seconds", type=float, default=0.3, help="print statements at least this slow")
-    parser.add_argument("--dir", type=Path, default=None, help="keep the fleet here and reuse it (default: a temporary folder)")
+    parser.add_argument(
+        "--min-seconds", type=float, default=0.3, help="print statements at least this slow"
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="keep the fleet here and reuse it (default: a temporary folder)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gpuledger-profile-") as scratch:
         folder = args.dir or Path(scratch)

@@ -47,7 +47,22 @@ def build(path: Path, size: int) -> Store:
             chain = chain_hash(chain, leaf)
             frontier.push(leaf)
             tenant = f"t{seq % 50}"
-            rows.append((seq, "t", "bench", str(seq), "job.progress", tenant, seq // 50 + 1, "{}", bytes(16), leaf, chain, None))
+            rows.append(
+                (
+                    seq,
+                    "t",
+                    "bench",
+                    str(seq),
+                    "job.progress",
+                    tenant,
+                    seq // 50 + 1,
+                    "{}",
+                    bytes(16),
+                    leaf,
+                    chain,
+                    None,
+                )
+            )
         db.executemany("INSERT INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
         db.executemany("INSERT INTO tree_nodes VALUES (?,?,?)", frontier.completed)
         frontier.completed.clear()
@@ -87,22 +102,38 @@ def measure(size: int) -> dict[str, Any]:
                 proof = reader.inclusion_proof(index, size)
                 timings.append((time.perf_counter() - t0) * 1000)
                 statements.append(counter.count - before)
-                verify_inclusion(index, size, sha256((index + 1).to_bytes(8, "big")).digest(), proof, checkpoint.body.root)
+                verify_inclusion(
+                    index,
+                    size,
+                    sha256((index + 1).to_bytes(8, "big")).digest(),
+                    proof,
+                    checkpoint.body.root,
+                )
             t0 = time.perf_counter()
             consistency = reader.consistency_proof(size // 3, size)
             consistency_ms = (time.perf_counter() - t0) * 1000
-            verify_consistency(size // 3, size, reader.root(size // 3), checkpoint.body.root, consistency)
+            verify_consistency(
+                size // 3, size, reader.root(size // 3), checkpoint.body.root, consistency
+            )
             t0 = time.perf_counter()
-            leaves = [bytes(h) for h in conn.exec_driver_sql("SELECT leaf_hash FROM entries ORDER BY seq").scalars()]
+            leaves = [
+                bytes(h)
+                for h in conn.exec_driver_sql(
+                    "SELECT leaf_hash FROM entries ORDER BY seq"
+                ).scalars()
+            ]
             baseline_root = _rebuild(leaves)
             baseline_ms = (time.perf_counter() - t0) * 1000
         assert baseline_root == checkpoint.body.root
         store.close()
     median = statistics.median(timings)
     return {
-        "entries": size, "build_s": round(built_s, 1),
-        "checkpoint_ms": round(checkpoint_ms, 2), "checkpoint_sql_statements": checkpoint_statements,
-        "inclusion_proof_ms_median": round(median, 3), "inclusion_proof_ms_p95": round(sorted(timings)[189], 3),
+        "entries": size,
+        "build_s": round(built_s, 1),
+        "checkpoint_ms": round(checkpoint_ms, 2),
+        "checkpoint_sql_statements": checkpoint_statements,
+        "inclusion_proof_ms_median": round(median, 3),
+        "inclusion_proof_ms_p95": round(sorted(timings)[189], 3),
         "inclusion_proof_sql_statements_max": max(statements),
         "consistency_proof_ms": round(consistency_ms, 3),
         "baseline_rebuild_root_ms": round(baseline_ms, 1),

@@ -70,9 +70,11 @@ class Shape:
 # ---------------------------------------------------------------- the fleet, in SQL
 
 _MACROS = """
-CREATE OR REPLACE MACRO iso(s) AS strftime(make_timestamp(CAST(s AS BIGINT) * 1000000), '%Y-%m-%dT%H:%M:%SZ');
+CREATE OR REPLACE MACRO iso(s) AS strftime(make_timestamp(CAST(s AS BIGINT) * 1000000), \
+'%Y-%m-%dT%H:%M:%SZ');
 CREATE OR REPLACE MACRO cloud_event(typ, id, s, data) AS
-    '{"data":' || data || ',"id":"' || id || '","source":"bench://fleet","specversion":"1.0","time":"'
+    '{"data":' || data || ',"id":"' || id || \
+'","source":"bench://fleet","specversion":"1.0","time":"'
     || iso(s) || '","type":"' || typ || '"}';
 CREATE OR REPLACE MACRO jt(tenant) AS '"tenant":"' || tenant || '"';
 """
@@ -80,90 +82,191 @@ CREATE OR REPLACE MACRO jt(tenant) AS '"tenant":"' || tenant || '"';
 #: Each kind of event as (seq offset within the allocation, type, time, data, condition).
 #: Columns of `a`: k, slot, tenant, g (grant, epoch s), v (variant: k % 100), f (stretch).
 _KINDS: list[tuple[str, str, str, str, str]] = [
-    ("0", "allocation.granted", "g",
-     """'{"allocation_id":"a-' || k || '","devices":[0,1,2,3,4,5,6,7],"fabric_domain":"fd-' || slot // 32
-        || '","gpus":8,"node":"node-' || slot || '",' || jt(tenant) || '}'""", "true"),
-    ("1", "job.started", "g + 60*f",
-     """'{"allocation_id":"a-' || k || '","attempt":1,"job_id":"job-' || k || '",' || jt(tenant) || '}'""", "true"),
-    ("771", "allocation.released", f"g + {ALLOCATION_S}*f",
-     """'{"allocation_id":"a-' || k || '",' || jt(tenant) || '}'""", "true"),
-    ("770", "job.completed", f"g + 60*f*{PROGRESS + 1} + 30*f",
-     """'{"job_id":"job-' || k || '",' || jt(tenant) || '}'""", "v <> 7"),
-    ("880", "work.accepted", f"g + 60*f*{PROGRESS + 2}",
-     """'{"job_id":"job-' || k || '","result_id":"r-' || k || '",' || jt(tenant) || '}'""", "v % 2 = 0"),
-    ("880", "work.rejected", f"g + 60*f*{PROGRESS + 2}",
-     """'{"job_id":"job-' || k || '","result_id":"r-' || k || '",' || jt(tenant) || '}'""", "v = 9"),
+    (
+        "0",
+        "allocation.granted",
+        "g",
+        """'{"allocation_id":"a-' || k || '","devices":[0,1,2,3,4,5,6,7],"fabric_domain":"fd-' || \
+slot // 32
+        || '","gpus":8,"node":"node-' || slot || '",' || jt(tenant) || '}'""",
+        "true",
+    ),
+    (
+        "1",
+        "job.started",
+        "g + 60*f",
+        """'{"allocation_id":"a-' || k || '","attempt":1,"job_id":"job-' || k || '",' || \
+jt(tenant) || '}'""",
+        "true",
+    ),
+    (
+        "771",
+        "allocation.released",
+        f"g + {ALLOCATION_S}*f",
+        """'{"allocation_id":"a-' || k || '",' || jt(tenant) || '}'""",
+        "true",
+    ),
+    (
+        "770",
+        "job.completed",
+        f"g + 60*f*{PROGRESS + 1} + 30*f",
+        """'{"job_id":"job-' || k || '",' || jt(tenant) || '}'""",
+        "v <> 7",
+    ),
+    (
+        "880",
+        "work.accepted",
+        f"g + 60*f*{PROGRESS + 2}",
+        """'{"job_id":"job-' || k || '","result_id":"r-' || k || '",' || jt(tenant) || '}'""",
+        "v % 2 = 0",
+    ),
+    (
+        "880",
+        "work.rejected",
+        f"g + 60*f*{PROGRESS + 2}",
+        """'{"job_id":"job-' || k || '","result_id":"r-' || k || '",' || jt(tenant) || '}'""",
+        "v = 9",
+    ),
     # v = 3: a 20-minute stall on a critical fault of one of the allocation's devices
-    ("881", "health.fault", "g + 60*f*301 + 10*f",
-     """'{"code":"xid-79","device":"3","node":"node-' || slot || '","severity":"critical"}'""", "v = 3"),
-    ("882", "health.cleared", "g + 60*f*301 + 3610*f",
-     """'{"code":"xid-79","device":"3","node":"node-' || slot || '"}'""", "v = 3"),
+    (
+        "881",
+        "health.fault",
+        "g + 60*f*301 + 10*f",
+        """'{"code":"xid-79","device":"3","node":"node-' || slot || '","severity":"critical"}'""",
+        "v = 3",
+    ),
+    (
+        "882",
+        "health.cleared",
+        "g + 60*f*301 + 3610*f",
+        """'{"code":"xid-79","device":"3","node":"node-' || slot || '"}'""",
+        "v = 3",
+    ),
     # v = 5, 15: the job fails mid-run (application, hardware) and restarts 2.5 min later
-    ("883", "job.failed", "g + 60*f*361 + 30*f",
-     """'{"cause":"' || CASE WHEN v = 5 THEN 'application' ELSE 'hardware' END || '","job_id":"job-' || k
-        || '",' || jt(tenant) || '}'""", "v IN (5, 15)"),
-    ("884", "job.started", "g + 60*f*361 + 180*f",
-     """'{"allocation_id":"a-' || k || '","attempt":2,"job_id":"job-' || k || '",' || jt(tenant) || '}'""",
-     "v IN (5, 15)"),
+    (
+        "883",
+        "job.failed",
+        "g + 60*f*361 + 30*f",
+        """'{"cause":"' || CASE WHEN v = 5 THEN 'application' ELSE 'hardware' END || \
+'","job_id":"job-' || k
+        || '",' || jt(tenant) || '}'""",
+        "v IN (5, 15)",
+    ),
+    (
+        "884",
+        "job.started",
+        "g + 60*f*361 + 180*f",
+        """'{"allocation_id":"a-' || k || '","attempt":2,"job_id":"job-' || k || '",' || \
+jt(tenant) || '}'""",
+        "v IN (5, 15)",
+    ),
     # v = 7: reclaimed at 10 h, the job cancelled 30 s later
-    ("885", "policy.decision", "g + 36000*f",
-     """'{"decision":"preempted","job_id":"job-' || k || '",' || jt(tenant) || '}'""", "v = 7"),
-    ("886", "job.cancelled", "g + 36000*f + 30*f",
-     """'{"job_id":"job-' || k || '",' || jt(tenant) || '}'""", "v = 7"),
+    (
+        "885",
+        "policy.decision",
+        "g + 36000*f",
+        """'{"decision":"preempted","job_id":"job-' || k || '",' || jt(tenant) || '}'""",
+        "v = 7",
+    ),
+    (
+        "886",
+        "job.cancelled",
+        "g + 36000*f + 30*f",
+        """'{"job_id":"job-' || k || '",' || jt(tenant) || '}'""",
+        "v = 7",
+    ),
     # v = 13: line 5 corrected, and a credit; v = 17: a line billing 20 min again;
     # v = 19: a line running 10 min past the release
-    ("890", "billing.line", "g + 600*f*7",
-     """line(k, tenant, '-5c', g + 600*f*5, g + 600*f*6, 8, amount, ',"corrects":"L' || k || '-5"')""",
-     "v = 13"),
-    ("891", "billing.line", "g + 600*f*7",
-     "line(k, tenant, '-credit', g + 600*f*5, g + 600*f*6, 0, '-5.00', ',\"category\":\"credit\"')", "v = 13"),
-    ("892", "billing.line", "g + 600*f*13",
-     "line(k, tenant, '-dup', g + 600*f*10, g + 600*f*12, 8, amount, '')", "v = 17"),
-    ("893", "billing.line", f"g + {ALLOCATION_S}*f + 600*f",
-     f"line(k, tenant, '-late', g + {ALLOCATION_S}*f - 600*f, g + {ALLOCATION_S}*f + 600*f, 8, amount, '')",
-     "v = 19"),
+    (
+        "890",
+        "billing.line",
+        "g + 600*f*7",
+        """line(k, tenant, '-5c', g + 600*f*5, g + 600*f*6, 8, amount, ',"corrects":"L' || k || \
+'-5"')""",
+        "v = 13",
+    ),
+    (
+        "891",
+        "billing.line",
+        "g + 600*f*7",
+        "line(k, tenant, '-credit', g + 600*f*5, g + 600*f*6, 0, '-5.00', "
+        "',\"category\":\"credit\"')",
+        "v = 13",
+    ),
+    (
+        "892",
+        "billing.line",
+        "g + 600*f*13",
+        "line(k, tenant, '-dup', g + 600*f*10, g + 600*f*12, 8, amount, '')",
+        "v = 17",
+    ),
+    (
+        "893",
+        "billing.line",
+        f"g + {ALLOCATION_S}*f + 600*f",
+        f"line(k, tenant, '-late', g + {ALLOCATION_S}*f - 600*f, g + {ALLOCATION_S}*f + 600*f, 8, "
+        "amount, '')",
+        "v = 19",
+    ),
 ]
 
 _LINE_MACRO = """
 CREATE OR REPLACE MACRO line(k, tenant, suffix, ps, pe, gpus, amount, extra) AS
-    '{"allocation_id":"a-' || k || '","amount":"' || amount || '"' || extra || ',"currency":"USD","gpus":' || gpus
-    || ',"invoice_id":"INV-' || tenant || '","line_id":"L' || k || suffix || '","period_end":"' || iso(pe)
+    '{"allocation_id":"a-' || k || '","amount":"' || amount || '"' || extra || \
+',"currency":"USD","gpus":' || gpus
+    || ',"invoice_id":"INV-' || tenant || '","line_id":"L' || k || suffix || '","period_end":"' \
+|| iso(pe)
     || '","period_start":"' || iso(ps) || '",' || jt(tenant) || '}';
 """
 
 
 def _progress_sql() -> str:
     step = "CASE WHEN v = 11 AND m BETWEEN 100 AND 110 THEN 100 ELSE m END"
-    skip = ("(v = 3 AND m BETWEEN 301 AND 320) OR (v = 4 AND m BETWEEN 400 AND 419)"
-            " OR (v IN (5, 15) AND m BETWEEN 361 AND 363) OR (v = 7 AND m > 599)")
-    data = (f"""'{{"job_id":"job-' || k || '","step":' || ({step}) || ',' || jt(tenant) """
-            f"""|| ',"units":' || ({step}) * 4096 || '}}'""")
-    return (f"SELECT 1 + m AS local, 'job.progress' AS type, tenant, g + 60*f + 60*f*m AS s, {data} AS data, k "
-            f"FROM a, range(1, {PROGRESS + 1}) r(m) WHERE NOT ({skip})")
+    skip = (
+        "(v = 3 AND m BETWEEN 301 AND 320) OR (v = 4 AND m BETWEEN 400 AND 419)"
+        " OR (v IN (5, 15) AND m BETWEEN 361 AND 363) OR (v = 7 AND m > 599)"
+    )
+    data = (
+        f"""'{{"job_id":"job-' || k || '","step":' || ({step}) || ',' || jt(tenant) """
+        f"""|| ',"units":' || ({step}) * 4096 || '}}'"""
+    )
+    return (
+        f"SELECT 1 + m AS local, 'job.progress' AS type, tenant, g + 60*f + 60*f*m AS s, {data} "
+        f"AS data, k FROM a, range(1, {PROGRESS + 1}) r(m) WHERE NOT ({skip})"
+    )
 
 
 def _checkpoint_sql() -> str:
     parts = []
     for offset, kind, delay in ((0, "checkpoint.started", 20), (1, "checkpoint.saved", 50)):
-        data = ("""'{"checkpoint_id":"c-' || k || '-' || c || '","job_id":"job-' || k || '","step":' """
-                """|| (30*c - 1) || ',' || jt(tenant) || '}'""")
-        parts.append(f"SELECT 720 + 2*(c - 1) + {offset} AS local, '{kind}' AS type, tenant, "
-                     f"g + 1800*f*c + {delay}*f AS s, {data} AS data, k FROM a, range(1, {CHECKPOINTS + 1}) r(c) "
-                     f"WHERE NOT (v = 7 AND 1800*c > 36000)")
+        data = (
+            """'{"checkpoint_id":"c-' || k || '-' || c || '","job_id":"job-' || k || \
+'","step":' """
+            """|| (30*c - 1) || ',' || jt(tenant) || '}'"""
+        )
+        parts.append(
+            f"SELECT 720 + 2*(c - 1) + {offset} AS local, '{kind}' AS type, tenant, g + 1800*f*c "
+            f"+ {delay}*f AS s, {data} AS data, k FROM a, range(1, {CHECKPOINTS + 1}) r(c) WHERE "
+            "NOT (v = 7 AND 1800*c > 36000)"
+        )
     return " UNION ALL ".join(parts)
 
 
 def _lines_sql() -> str:
-    return (f"SELECT 800 + l AS local, 'billing.line' AS type, tenant, g + 600*f*(l + 1) + 60 AS s, "
-            f"line(k, tenant, '-' || l, g + 600*f*l, g + 600*f*(l + 1), 8, amount, '') AS data, k "
-            f"FROM a, range({LINES}) r(l)")
+    return (
+        f"SELECT 800 + l AS local, 'billing.line' AS type, tenant, g + 600*f*(l + 1) + 60 AS s, "
+        f"line(k, tenant, '-' || l, g + 600*f*l, g + 600*f*(l + 1), 8, amount, '') AS data, k "
+        f"FROM a, range({LINES}) r(l)"
+    )
 
 
 def _kinds_sql() -> str:
     return " UNION ALL ".join(
-        f"SELECT {local} AS local, '{kind}' AS type, {'NULL' if kind.startswith('health') else 'tenant'} AS tenant, "
+        f"SELECT {local} AS local, '{kind}' AS type, "
+        f"{'NULL' if kind.startswith('health') else 'tenant'} AS tenant, "
         f"{at} AS s, {data} AS data, k FROM a WHERE {where}"
-        for local, kind, at, data, where in _KINDS)
+        for local, kind, at, data, where in _KINDS
+    )
 
 
 def write_fleet(path: Path, shape: Shape, threads: int | None = None) -> int:
@@ -177,18 +280,31 @@ def write_fleet(path: Path, shape: Shape, threads: int | None = None) -> int:
         con.execute(_MACROS + _LINE_MACRO)
         amount = f"{float(PRICE_PER_LINE) * shape.stretch:.2f}"
         con.execute(f"""CREATE TEMP TABLE a AS
-            SELECT k, k // {shape.per_slot} AS slot, 'tenant-' || (k // {shape.per_slot}) % {TENANTS} AS tenant,
-                   {T0} + (k % {shape.per_slot}) * {ALLOCATION_S * shape.stretch} + (k // {shape.per_slot}) % 60 AS g,
+            SELECT k, k // {shape.per_slot} AS slot, 'tenant-' || (k // {shape.per_slot}) % \
+{TENANTS} AS tenant,
+                   {T0} + (k % {shape.per_slot}) * {ALLOCATION_S * shape.stretch} + (k // \
+{shape.per_slot}) % 60 AS g,
                    k % 100 AS v, {shape.stretch} AS f, '{amount}' AS amount
             FROM range({shape.allocations}) r(k)""")
-        terms = (f"SELECT i + 1 AS seq, 'policy.terms' AS type, 'tenant-' || i AS tenant, "
-                 f"""cloud_event('policy.terms', 'terms-' || i, {T0 - 86400}, '{{"reclaim_notice_s":0,"stall_threshold_s":300,' """
-                 f"""|| jt('tenant-' || i) || ',"warmup_allowance_s":600}}') AS event FROM range({TENANTS}) r(i)""")
-        body = " UNION ALL ".join(f"({part})" for part in (_progress_sql(), _checkpoint_sql(), _lines_sql(), _kinds_sql()))
-        events = (f"SELECT {TENANTS + 1} + k * {STRIDE} + local AS seq, type, tenant, "
-                  f"cloud_event(type, type || '-' || k || '-' || local, s, data) AS event FROM ({body})")
-        con.execute(f"COPY ({terms} UNION ALL {events}) TO '{_quoted(path)}' "
-                    f"(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 1000000)")
+        terms = (
+            f"SELECT i + 1 AS seq, 'policy.terms' AS type, 'tenant-' || i AS tenant, "
+            f"""cloud_event('policy.terms', 'terms-' || i, {T0 - 86400}, \
+'{{"reclaim_notice_s":0,"stall_threshold_s":300,' """
+            f"""|| jt('tenant-' || i) || ',"warmup_allowance_s":600}}') AS event FROM \
+range({TENANTS}) r(i)"""
+        )
+        body = " UNION ALL ".join(
+            f"({part})"
+            for part in (_progress_sql(), _checkpoint_sql(), _lines_sql(), _kinds_sql())
+        )
+        events = (
+            f"SELECT {TENANTS + 1} + k * {STRIDE} + local AS seq, type, tenant, "
+            f"cloud_event(type, type || '-' || k || '-' || local, s, data) AS event FROM ({body})"
+        )
+        con.execute(
+            f"COPY ({terms} UNION ALL {events}) TO '{_quoted(path)}' "
+            f"(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 1000000)"
+        )
         row = con.execute(f"SELECT count(*) FROM read_parquet('{_quoted(path)}')").fetchone()
         return int(row[0]) if row else 0
     finally:
@@ -205,9 +321,25 @@ def check_fleet(path: Path, project: bool, sample: int = 2000) -> dict[str, int]
     con = duckdb.connect(":memory:")
     try:
         source = f"read_parquet('{_quoted(path)}')"
-        counts = {str(k): int(n) for k, n in con.execute(f"SELECT type, count(*) FROM {source} GROUP BY type ORDER BY type").fetchall()}
-        texts = [t for kind in counts for (t,) in con.execute(f"SELECT event FROM {source} WHERE type = ? LIMIT 3", [kind]).fetchall()]
-        texts += [t for (t,) in con.execute(f"SELECT event FROM {source} USING SAMPLE {sample} ROWS").fetchall()]
+        counts = {
+            str(k): int(n)
+            for k, n in con.execute(
+                f"SELECT type, count(*) FROM {source} GROUP BY type ORDER BY type"
+            ).fetchall()
+        }
+        texts = [
+            t
+            for kind in counts
+            for (t,) in con.execute(
+                f"SELECT event FROM {source} WHERE type = ? LIMIT 3", [kind]
+            ).fetchall()
+        ]
+        texts += [
+            t
+            for (t,) in con.execute(
+                f"SELECT event FROM {source} USING SAMPLE {sample} ROWS"
+            ).fetchall()
+        ]
         for text in texts:
             validate_event_json(text)
         duplicates = con.execute(f"SELECT count(*) - count(DISTINCT seq) FROM {source}").fetchone()
@@ -220,10 +352,14 @@ def check_fleet(path: Path, project: bool, sample: int = 2000) -> dict[str, int]
     engine = open_engine()
     try:
         load_parquet(engine, path)
-        missing = engine.execute("SELECT count(*) FROM ev WHERE t IS NULL OR (type <> 'health.fault' "
-                                 "AND type <> 'health.cleared' AND tenant IS NULL)").fetchone()
+        missing = engine.execute(
+            "SELECT count(*) FROM ev WHERE t IS NULL OR (type <> 'health.fault' "
+            "AND type <> 'health.cleared' AND tenant IS NULL)"
+        ).fetchone()
         if missing and missing[0]:
-            raise ValueError(f"{path}: {missing[0]} events without time or tenant after projection")
+            raise ValueError(
+                f"{path}: {missing[0]} events without time or tenant after projection"
+            )
         return counts
     finally:
         engine.close()
@@ -266,10 +402,18 @@ def _store_child(path: Path, threads: int | None) -> dict[str, Any]:
 def _summary(result: Any, seconds: float, cpu: float) -> dict[str, Any]:
     table = getattr(result, "table", None)  # the cells as Arrow: no Python object per cell
     if table is not None:
-        return {"seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2), "cells": table.num_rows,
-                "billed_gpu_us": int(pc.sum(table.column("gpu_us")).as_py() or 0)}
-    return {"seconds": round(seconds, 2), "cpu_seconds": round(cpu, 2), "cells": len(result.cells),
-            "billed_gpu_us": sum(c.gpu_us for c in result.cells)}
+        return {
+            "seconds": round(seconds, 2),
+            "cpu_seconds": round(cpu, 2),
+            "cells": table.num_rows,
+            "billed_gpu_us": int(pc.sum(table.column("gpu_us")).as_py() or 0),
+        }
+    return {
+        "seconds": round(seconds, 2),
+        "cpu_seconds": round(cpu, 2),
+        "cells": len(result.cells),
+        "billed_gpu_us": sum(c.gpu_us for c in result.cells),
+    }
 
 
 def _cpu_seconds() -> float:
@@ -289,15 +433,25 @@ def _pandas_child(path: Path, threads: int | None) -> dict[str, Any]:
     loaded = time.perf_counter()
     lines = reconcile_frame(ev)
     done = time.perf_counter()
-    return {"seconds": round(done - t0, 2), "load_seconds": round(loaded - t0, 2),
-            "reconcile_frame_seconds": round(done - loaded, 2), "lines": len(lines),
-            "billed_gpu_us": sum(sum(cells.values()) for cells in lines.values())}
+    return {
+        "seconds": round(done - t0, 2),
+        "load_seconds": round(loaded - t0, 2),
+        "reconcile_frame_seconds": round(done - loaded, 2),
+        "lines": len(lines),
+        "billed_gpu_us": sum(sum(cells.values()) for cells in lines.values()),
+    }
 
 
 def _agreement_child(path: Path, threads: int | None) -> dict[str, Any]:
     """Both implementations on one file: the number of lines on which they differ, in
     GPU-µs or in cents of any category. The oracle reads the raw entries itself."""
-    from bench.pandas_reconcile import category_key, entries_of_parquet, frame_of_entries, line_cents, reconcile_frame
+    from bench.pandas_reconcile import (
+        category_key,
+        entries_of_parquet,
+        frame_of_entries,
+        line_cents,
+        reconcile_frame,
+    )
     from reconcile import reconcile_parquet
 
     frame = frame_of_entries(entries_of_parquet(path))
@@ -312,21 +466,37 @@ def _agreement_child(path: Path, threads: int | None) -> dict[str, Any]:
             if value:
                 line[key] = line.get(key, 0) + value
     differing = sorted(k for k in set(expected) | set(got) if expected.get(k) != got.get(k))
-    differing_cents = sorted(k for k in set(expected_cents) | set(got_cents)
-                             if expected_cents.get(k, {}) != got_cents.get(k, {}))
-    return {"lines": len(expected), "differing_lines": len(differing), "differing_lines_cents": len(differing_cents),
-            "first_differences": [[list(k), expected.get(k), got.get(k)] for k in differing[:3]],
-            "first_differences_cents": [[list(k), expected_cents.get(k), got_cents.get(k)] for k in differing_cents[:3]]}
+    differing_cents = sorted(
+        k
+        for k in set(expected_cents) | set(got_cents)
+        if expected_cents.get(k, {}) != got_cents.get(k, {})
+    )
+    return {
+        "lines": len(expected),
+        "differing_lines": len(differing),
+        "differing_lines_cents": len(differing_cents),
+        "first_differences": [[list(k), expected.get(k), got.get(k)] for k in differing[:3]],
+        "first_differences_cents": [
+            [list(k), expected_cents.get(k), got_cents.get(k)] for k in differing_cents[:3]
+        ],
+    }
 
 
-CHILDREN = {"engine": _engine_child, "store": _store_child, "pandas": _pandas_child, "agreement": _agreement_child}
+CHILDREN = {
+    "engine": _engine_child,
+    "store": _store_child,
+    "pandas": _pandas_child,
+    "agreement": _agreement_child,
+}
 
 
 def run_child(kind: str, path: Path, threads: int | None = None) -> dict[str, Any]:
     command = [sys.executable, "-m", "bench.reconcile", "--child", kind, str(path)]
     if threads:
         command += ["--threads", str(threads)]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    done = subprocess.run(
+        command, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{kind} run on {path} failed:\n{done.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -347,8 +517,13 @@ def _fleet(folder: Path, shape: Shape, name: str) -> tuple[Path, dict[str, Any]]
     t0 = time.perf_counter()
     events = write_fleet(path, shape)
     written = time.perf_counter() - t0
-    info = {**asdict(shape), "allocations": shape.allocations, "events": events,
-            "write_seconds": round(written, 1), "parquet_mib": round(path.stat().st_size / 2**20, 1)}
+    info = {
+        **asdict(shape),
+        "allocations": shape.allocations,
+        "events": events,
+        "write_seconds": round(written, 1),
+        "parquet_mib": round(path.stat().st_size / 2**20, 1),
+    }
     print(f"fleet {name}: {info}", flush=True)
     return path, info
 
@@ -373,17 +548,28 @@ def measure_reconcile(folder: Path, shape: Shape, fraction: float, check: bool) 
     pandas_small = run_child("pandas", small_path)
     print(f"pandas, small: {pandas_small}", flush=True)
     result: dict[str, Any] = {
-        "fleet": full, "engine": dict(engine_full, events_per_s=_rate(full["events"], engine_full["seconds"])),
+        "fleet": full,
+        "engine": dict(engine_full, events_per_s=_rate(full["events"], engine_full["seconds"])),
         "baseline_fleet": small,
-        "engine_on_baseline_fleet": dict(engine_small, events_per_s=_rate(small["events"], engine_small["seconds"])),
-        "pandas_on_baseline_fleet": dict(pandas_small, events_per_s=_rate(small["events"], pandas_small["seconds"])),
+        "engine_on_baseline_fleet": dict(
+            engine_small, events_per_s=_rate(small["events"], engine_small["seconds"])
+        ),
+        "pandas_on_baseline_fleet": dict(
+            pandas_small, events_per_s=_rate(small["events"], pandas_small["seconds"])
+        ),
         "pandas_fraction": small_shape.gpus / shape.gpus,
-        "ratio_pandas_over_engine_same_size": round(pandas_small["seconds"] / engine_small["seconds"], 1),
+        "ratio_pandas_over_engine_same_size": round(
+            pandas_small["seconds"] / engine_small["seconds"], 1
+        ),
         "ratio_engine_over_pandas_events_per_s": round(
-            _rate(full["events"], engine_full["seconds"]) / max(1, _rate(small["events"], pandas_small["seconds"])), 1),
+            _rate(full["events"], engine_full["seconds"])
+            / max(1, _rate(small["events"], pandas_small["seconds"])),
+            1,
+        ),
         "billed_gpu_us_agree": engine_small["billed_gpu_us"] == pandas_small["billed_gpu_us"],
         "loadavg_before": [round(x, 2) for x in load_before],
-        "loadavg_after": [round(x, 2) for x in os.getloadavg()], "cores": os.cpu_count(),
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "cores": os.cpu_count(),
         "code": _code_during(code_before),
     }
     if check:
@@ -397,25 +583,40 @@ def measure_scaling(folder: Path, shape: Shape, repeats: int = 2) -> dict[str, A
     the same events (every duration stretched); the best of `repeats` runs of each."""
     runs: dict[str, list[dict[str, Any]]] = {"events": [], "billed_time": []}
     code_before = code_state()
-    for axis, shapes in (("events", [Shape(shape.gpus * m, shape.days) for m in (1, 2, 4)]),
-                         ("billed_time", [Shape(shape.gpus, shape.days * m, stretch=m) for m in (1, 2, 4)])):
+    for axis, shapes in (
+        ("events", [Shape(shape.gpus * m, shape.days) for m in (1, 2, 4)]),
+        ("billed_time", [Shape(shape.gpus, shape.days * m, stretch=m) for m in (1, 2, 4)]),
+    ):
         for factor, each in zip((1, 2, 4), shapes):
             path, info = _fleet(folder, each, f"{axis}-{factor}")
             tries = [run_child("engine", path) for _ in range(repeats)]
             engine = min(tries, key=lambda run: float(run["seconds"]))
             path.unlink()
-            entry = {"factor": factor, "events": info["events"], "allocations": info["allocations"],
-                     "billed_gpu_seconds": engine["billed_gpu_us"] // 1_000_000, "seconds": engine["seconds"],
-                     "seconds_each_try": [run["seconds"] for run in tries],
-                     "peak_rss_mib": engine["peak_rss_mib"], "loadavg_1min": round(os.getloadavg()[0], 2)}
+            entry = {
+                "factor": factor,
+                "events": info["events"],
+                "allocations": info["allocations"],
+                "billed_gpu_seconds": engine["billed_gpu_us"] // 1_000_000,
+                "seconds": engine["seconds"],
+                "seconds_each_try": [run["seconds"] for run in tries],
+                "peak_rss_mib": engine["peak_rss_mib"],
+                "loadavg_1min": round(os.getloadavg()[0], 2),
+            }
             print(f"scaling {axis} ×{factor}: {entry}", flush=True)
             runs[axis].append(entry)
     base_events, base_time = runs["events"][0]["seconds"], runs["billed_time"][0]["seconds"]
-    return {"base": asdict(shape), **runs,
-            "time_ratio_events": [round(r["seconds"] / base_events, 2) for r in runs["events"]],
-            "time_ratio_billed_time": [round(r["seconds"] / base_time, 2) for r in runs["billed_time"]],
-            "expect": "events: about 1, 2, 4; billed time: about 1, 1, 1", "cores": os.cpu_count(), "repeats": repeats,
-            "code": _code_during(code_before)}
+    return {
+        "base": asdict(shape),
+        **runs,
+        "time_ratio_events": [round(r["seconds"] / base_events, 2) for r in runs["events"]],
+        "time_ratio_billed_time": [
+            round(r["seconds"] / base_time, 2) for r in runs["billed_time"]
+        ],
+        "expect": "events: about 1, 2, 4; billed time: about 1, 1, 1",
+        "cores": os.cpu_count(),
+        "repeats": repeats,
+        "code": _code_during(code_before),
+    }
 
 
 def _code_during(before: str) -> str:
@@ -427,23 +628,73 @@ def code_state() -> str:
     """The last commit of the code measured (reconcile/ and the two bench modules), and
     whether any of it had changes not yet committed (others work in the same tree)."""
     root = Path(__file__).resolve().parent.parent
-    head = subprocess.run(["git", "log", "-1", "--format=%h", "--", "reconcile", "bench/pandas_reconcile.py", "bench/reconcile.py"],
-                          cwd=root, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "reconcile", "bench/pandas_reconcile.py", "bench/reconcile.py"],
-                           cwd=root, capture_output=True, text=True).stdout.split()
+    head = subprocess.run(
+        [
+            "git",
+            "log",
+            "-1",
+            "--format=%h",
+            "--",
+            "reconcile",
+            "bench/pandas_reconcile.py",
+            "bench/reconcile.py",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    dirty = subprocess.run(
+        [
+            "git",
+            "status",
+            "--porcelain",
+            "--",
+            "reconcile",
+            "bench/pandas_reconcile.py",
+            "bench/reconcile.py",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     changed = sorted(p for p in dirty if "/" in p or p.endswith(".py"))
     return head + (f" with uncommitted changes to {', '.join(changed)}" if changed else "")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.reconcile", description="Reconciliation cost: DuckDB engine against the pandas baseline, and scaling.")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.reconcile",
+        description="Reconciliation cost: DuckDB engine against the pandas baseline, and scaling.",
+    )
     parser.add_argument("--gpus", type=int, default=10_000)
     parser.add_argument("--days", type=int, default=30)
-    parser.add_argument("--pandas-fraction", type=float, default=0.1, help="share of the GPUs the pandas baseline gets")
-    parser.add_argument("--scaling", action="store_true", help="run the scaling series instead (base: --gpus, --days)")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, both benchmarks, under a minute; records nothing")
-    parser.add_argument("--check", action="store_true", help="also compare engine and pandas line by line on the baseline fleet")
-    parser.add_argument("--dir", type=Path, default=None, help="where the Parquet files go (default: a temporary folder)")
+    parser.add_argument(
+        "--pandas-fraction",
+        type=float,
+        default=0.1,
+        help="share of the GPUs the pandas baseline gets",
+    )
+    parser.add_argument(
+        "--scaling",
+        action="store_true",
+        help="run the scaling series instead (base: --gpus, --days)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny sizes, both benchmarks, under a minute; records nothing",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="also compare engine and pandas line by line on the baseline fleet",
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help="where the Parquet files go (default: a temporary folder)",
+    )
     parser.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("path", nargs="?", type=Path, help=argparse.SUPPRESS)
@@ -460,9 +711,20 @@ def main(argv: list[str] | None = None) -> None:
         if args.scaling:
             record("scaling", measure_scaling(folder, Shape(args.gpus, args.days)))
         else:
-            record("reconcile", measure_reconcile(folder, Shape(args.gpus, args.days), args.pandas_fraction, args.check))
-        print(json.dumps(json.loads(Path(__file__).with_name("results.json").read_text())
-                         ["scaling" if args.scaling else "reconcile"], indent=1))
+            record(
+                "reconcile",
+                measure_reconcile(
+                    folder, Shape(args.gpus, args.days), args.pandas_fraction, args.check
+                ),
+            )
+        print(
+            json.dumps(
+                json.loads(Path(__file__).with_name("results.json").read_text())[
+                    "scaling" if args.scaling else "reconcile"
+                ],
+                indent=1,
+            )
+        )
 
 
 def _quoted(path: Path) -> str:

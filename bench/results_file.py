@@ -18,8 +18,13 @@ RESULTS = Path(__file__).parent / "results.json"
 
 
 def record(name: str, result: dict[str, Any]) -> None:
-    result = dict(result, measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                  machine=f"{platform.machine()} {platform.python_implementation()} {platform.python_version()}")
+    result = dict(
+        result,
+        measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        machine=(
+            f"{platform.machine()} {platform.python_implementation()} {platform.python_version()}"
+        ),
+    )
     with open(RESULTS.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}

@@ -1,7 +1,8 @@
 """Every benchmark in turn (`python -m bench.run [--quick]`), results into bench/results.json.
 
 Full: ingest (1M native events into SQLite; PostgreSQL, FOCUS and sacct at 200k-250k),
-verify (1M entries), proofs at 1M and 10M entries, verify-packet on a tenant's month (1M entries), memory at 2 GiB of JSON Lines,
+verify (1M entries), proofs at 1M and 10M entries, verify-packet on a tenant's month (1M entries),
+memory at 2 GiB of JSON Lines,
 reconcile (10,000 GPUs for 30 days beside pandas on a tenth) and its scaling series,
 the end-to-end path (bench/e2e.py: 64 GPUs for 7 days on each backend) and its growth
 at 16, 32, 64 days, reconcile from a SQLite store at 500, 1,000, 2,000 GPUs x 30 days
@@ -37,10 +38,16 @@ def main() -> None:
         reconcile_bench.main(["--scaling", "--gpus", "1250", "--days", "10"])
     # the user's path end to end (ingest .. verify-packet) on bench.reconcile's fleet
     for backend in ("sqlite", "postgresql"):
-        e2e.main(["--backend", backend] + (["--quick"] if args.quick else ["--gpus", "64", "--days", "7"]))
+        e2e.main(
+            ["--backend", backend]
+            + (["--quick"] if args.quick else ["--gpus", "64", "--days", "7"])
+        )
     # its growth at 1x, 2x, 4x the events (quick: SQLite only, 16 GPUs for 1, 2, 4 days)
     for backend in ("sqlite",) if args.quick else ("sqlite", "postgresql"):
-        e2e.main(["--scale", "--backend", backend] + (["--gpus", "16", "--days", "1"] if args.quick else ["--gpus", "64", "--days", "16"]))
+        e2e.main(
+            ["--scale", "--backend", backend]
+            + (["--gpus", "16", "--days", "1"] if args.quick else ["--gpus", "64", "--days", "16"])
+        )
     if not args.quick:  # reconcile from a SQLite store toward 10,000 GPUs x 30 days
         field_scale.main(["--gpus", "500", "1000", "2000", "--days", "30", "--cli"])
 

@@ -32,23 +32,43 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))] if ordered else 0.0
 
 
-def _client(base: str, tokens: dict[str, str], stop: float, n: int,
-            latencies: dict[str, list[float]], errors: dict[str, int], lock: threading.Lock) -> None:
+def _client(
+    base: str,
+    tokens: dict[str, str],
+    stop: float,
+    n: int,
+    latencies: dict[str, list[float]],
+    errors: dict[str, int],
+    lock: threading.Lock,
+) -> None:
     routes = ["reconciliation", "promises", "invoices", "post"]
     k = n
     while time.monotonic() < stop:
         route = routes[k % len(routes)]
         k += 1
         if route == "post":
-            batch = [{"specversion": "1.0", "id": f"load-{n}-{k}-{i}", "source": "app://acme/load",
-                      "type": "job.progress", "time": "2026-01-05T11:00:00Z",
-                      "data": {"tenant": "acme", "job_id": "load", "step": k * 10 + i}} for i in range(10)]
-            request = urllib.request.Request(f"{base}/api/v1/events", json.dumps(batch).encode(), method="POST")
+            batch = [
+                {
+                    "specversion": "1.0",
+                    "id": f"load-{n}-{k}-{i}",
+                    "source": "app://acme/load",
+                    "type": "job.progress",
+                    "time": "2026-01-05T11:00:00Z",
+                    "data": {"tenant": "acme", "job_id": "load", "step": k * 10 + i},
+                }
+                for i in range(10)
+            ]
+            request = urllib.request.Request(
+                f"{base}/api/v1/events", json.dumps(batch).encode(), method="POST"
+            )
             request.add_header("Content-Type", "application/cloudevents-batch+json")
             request.add_header("Authorization", f"Bearer {tokens['collector']}")
         else:
-            path = {"reconciliation": "/api/v1/reconciliation", "promises": "/api/v1/reports/promises",
-                    "invoices": "/invoices"}[route]
+            path = {
+                "reconciliation": "/api/v1/reconciliation",
+                "promises": "/api/v1/reports/promises",
+                "invoices": "/invoices",
+            }[route]
             request = urllib.request.Request(base + path)
             request.add_header("Authorization", f"Bearer {tokens['tenant']}")
         started = time.perf_counter()
@@ -90,10 +110,14 @@ def main() -> None:
         del manifest
         store = Store(url)
         tenant = reconcile.reconcile_store(store).invoices()[0].tenant
-        tokens = {"tenant": create(store, Role("tenant", tenant))[1],
-                  "collector": create(store, Role("collector", "app://acme"), Owner("acme"))[1]}
+        tokens = {
+            "tenant": create(store, Role("tenant", tenant))[1],
+            "collector": create(store, Role("collector", "app://acme"), Owner("acme"))[1],
+        }
         baseline: list[float] = []
-        for _ in range(5):  # the same documents in-process: what the API's answers cost without HTTP
+        for _ in range(
+            5
+        ):  # the same documents in-process: what the API's answers cost without HTTP
             started = time.perf_counter()
             reconcile.reconcile_store(store, tenant).as_json()
             reports.report(store, "promises", tenant)
@@ -103,8 +127,12 @@ def main() -> None:
         lock = threading.Lock()
         with serving(store) as base:
             stop = time.monotonic() + args.seconds
-            clients = [threading.Thread(target=_client, args=(base, tokens, stop, n, latencies, errors, lock))
-                       for n in range(args.clients)]
+            clients = [
+                threading.Thread(
+                    target=_client, args=(base, tokens, stop, n, latencies, errors, lock)
+                )
+                for n in range(args.clients)
+            ]
             for c in clients:
                 c.start()
             for c in clients:
@@ -113,19 +141,28 @@ def main() -> None:
     every = [x for values in latencies.values() for x in values]
     reads = latencies["reconciliation"] + latencies["promises"]
     result = {
-        "clients": args.clients, "seconds": args.seconds, "fleet_days": args.days,
-        "requests": len(every), "errors": sum(errors.values()),
+        "clients": args.clients,
+        "seconds": args.seconds,
+        "fleet_days": args.days,
+        "requests": len(every),
+        "errors": sum(errors.values()),
         "requests_per_s": round(len(every) / args.seconds, 1),
-        "routes": {route: {"requests": len(values), "errors": errors[route],
-                           "p50_ms": round(1000 * _percentile(values, 0.5), 1),
-                           "p95_ms": round(1000 * _percentile(values, 0.95), 1),
-                           "p99_ms": round(1000 * _percentile(values, 0.99), 1)}
-                   for route, values in sorted(latencies.items())},
+        "routes": {
+            route: {
+                "requests": len(values),
+                "errors": errors[route],
+                "p50_ms": round(1000 * _percentile(values, 0.5), 1),
+                "p95_ms": round(1000 * _percentile(values, 0.95), 1),
+                "p99_ms": round(1000 * _percentile(values, 0.99), 1),
+            }
+            for route, values in sorted(latencies.items())
+        },
         "in_process_document_p50_ms": round(1000 * statistics.median(baseline), 1),
         "api_read_p50_ms": round(1000 * _percentile(reads, 0.5), 1),
     }
     result["ratio_api_to_in_process_p50"] = round(
-        result["api_read_p50_ms"] / max(result["in_process_document_p50_ms"], 0.001), 2)
+        result["api_read_p50_ms"] / max(result["in_process_document_p50_ms"], 0.001), 2
+    )
     record("serve_load", result)
     print(json.dumps(result, indent=2))
 

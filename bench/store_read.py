@@ -81,7 +81,9 @@ def floor(store: ledger.Store, exported: Path) -> dict[str, tuple[float, float]]
 
         def rows() -> None:
             # as store_pages reads: on PostgreSQL a server-side cursor (rows streamed)
-            cursor = driver.cursor("bench_rows") if store.dialect == "postgresql" else driver.cursor()
+            cursor = (
+                driver.cursor("bench_rows") if store.dialect == "postgresql" else driver.cursor()
+            )
             cursor.execute("SELECT seq, type, tenant, event FROM entries ORDER BY seq")
             while cursor.fetchmany(100_000):
                 pass
@@ -113,7 +115,11 @@ def measure(shape: Shape, backend: str, runs: int) -> dict[str, Any]:
             store = ledger.Store(url)
             exported = folder / "entries.parquet"
             export_entries(store, exported, "parquet")
-            timings: dict[str, list[tuple[float, float, str]]] = {"rows": [], "store": [], "parquet": []}
+            timings: dict[str, list[tuple[float, float, str]]] = {
+                "rows": [],
+                "store": [],
+                "parquet": [],
+            }
             floors: list[dict[str, tuple[float, float]]] = []
             for _ in range(runs):  # no sealed pages yet: every entry read through the driver
                 timings["rows"].append(_timed(lambda: reconcile_store(store)))
@@ -128,24 +134,47 @@ def measure(shape: Shape, backend: str, runs: int) -> dict[str, Any]:
             stores.drop()
     digests = {d for side in timings.values() for _, _, d in side}
     if len(digests) != 1:
-        raise SystemExit(f"bench.store_read: the store and the Parquet file reconcile differently: {sorted(digests)}")
+        raise SystemExit(
+            "bench.store_read: the store and the Parquet file reconcile differently: "
+            f"{sorted(digests)}"
+        )
     store_s, store_cpu = min(t[0] for t in timings["store"]), min(t[1] for t in timings["store"])
     rows_s, rows_cpu = min(t[0] for t in timings["rows"]), min(t[1] for t in timings["rows"])
-    parquet_s, parquet_cpu = min(t[0] for t in timings["parquet"]), min(t[1] for t in timings["parquet"])
+    parquet_s, parquet_cpu = (
+        min(t[0] for t in timings["parquet"]),
+        min(t[1] for t in timings["parquet"]),
+    )
     return {
-        "backend": backend, "gpus": shape.gpus, "days": shape.days, "events": events,
-        "ingested": ingested.events, "runs": runs,
-        "store_s": round(store_s, 2), "store_cpu_s": round(store_cpu, 2),
-        "parquet_s": round(parquet_s, 2), "parquet_cpu_s": round(parquet_cpu, 2),
-        "ratio": round(store_s / parquet_s, 2), "cpu_ratio": round(store_cpu / parquet_cpu, 2),
-        "rows_s": round(rows_s, 2), "rows_cpu_s": round(rows_cpu, 2),
-        "rows_ratio": round(rows_s / parquet_s, 2), "rows_cpu_ratio": round(rows_cpu / parquet_cpu, 2),
-        "seal_s": round(sealing[0], 2), "seal_cpu_s": round(sealing[1], 2),
+        "backend": backend,
+        "gpus": shape.gpus,
+        "days": shape.days,
+        "events": events,
+        "ingested": ingested.events,
+        "runs": runs,
+        "store_s": round(store_s, 2),
+        "store_cpu_s": round(store_cpu, 2),
+        "parquet_s": round(parquet_s, 2),
+        "parquet_cpu_s": round(parquet_cpu, 2),
+        "ratio": round(store_s / parquet_s, 2),
+        "cpu_ratio": round(store_cpu / parquet_cpu, 2),
+        "rows_s": round(rows_s, 2),
+        "rows_cpu_s": round(rows_cpu, 2),
+        "rows_ratio": round(rows_s / parquet_s, 2),
+        "rows_cpu_ratio": round(rows_cpu / parquet_cpu, 2),
+        "seal_s": round(sealing[0], 2),
+        "seal_cpu_s": round(sealing[1], 2),
         "all_runs_s": {side: [round(t[0], 2) for t in ts] for side, ts in timings.items()},
-        "result_sha256": digests.pop(), "goal": GOAL, "loadavg_1m": round(os.getloadavg()[0], 2),
+        "result_sha256": digests.pop(),
+        "goal": GOAL,
+        "loadavg_1m": round(os.getloadavg()[0], 2),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-        "floor_best_of_runs": {part: {"wall_s": round(min(f[part][0] for f in floors), 2),
-                                      "cpu_s": round(min(f[part][1] for f in floors), 2)} for part in floors[0]},
+        "floor_best_of_runs": {
+            part: {
+                "wall_s": round(min(f[part][0] for f in floors), 2),
+                "cpu_s": round(min(f[part][1] for f in floors), 2),
+            }
+            for part in floors[0]
+        },
     }
 
 
@@ -155,8 +184,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--backend", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--scratch", action="store_true",
-                        help="both sides in the engine's scratch-file mode (what ledgers past LARGE_LEDGER entries use)")
+    parser.add_argument(
+        "--scratch",
+        action="store_true",
+        help=(
+            "both sides in the engine's scratch-file mode (what ledgers past LARGE_LEDGER entries "
+            "use)"
+        ),
+    )
     args = parser.parse_args(argv)
     if args.scratch:
         reconcile.engine.pipeline.LARGE_LEDGER = 0

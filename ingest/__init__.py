@@ -37,10 +37,21 @@ from schemas import Record
 from schemas.owners import Owner, OwnerError, owned
 
 HEAD_BYTES = 64 << 10  # what identify sees: enough for a log that runs before the part we read
-INGESTORS: list[Ingestor] = [CloudEventsIngestor(), SacctIngestor(), FocusIngestor(), DcgmStatsIngestor(),
-                             DcgmMetricsIngestor(), KueueIngestor(), K8sEventsIngestor(),
-                             ServingBenchIngestor(), TopoIngestor(), NvbandwidthIngestor(), NcclTestsIngestor(),
-                             KueueClusterQueueIngestor(), SacctmgrQosIngestor()]
+INGESTORS: list[Ingestor] = [
+    CloudEventsIngestor(),
+    SacctIngestor(),
+    FocusIngestor(),
+    DcgmStatsIngestor(),
+    DcgmMetricsIngestor(),
+    KueueIngestor(),
+    K8sEventsIngestor(),
+    ServingBenchIngestor(),
+    TopoIngestor(),
+    NvbandwidthIngestor(),
+    NcclTestsIngestor(),
+    KueueClusterQueueIngestor(),
+    SacctmgrQosIngestor(),
+]
 DEFAULT_FORMAT = "cloudevents"
 
 
@@ -61,15 +72,22 @@ def choose(path: Path, name: str | None = None) -> tuple[Ingestor, bool]:
         chosen = _named(name)
         others = [i.name for i in claims if i is not chosen]
         if chosen not in claims and others:
-            raise IngestError(f"{name}: {path}: this is not {name} input, it looks like "
-                              f"{' or '.join(others)} (use {others[0]})", option="format")
+            raise IngestError(
+                f"{name}: {path}: this is not {name} input, it looks like "
+                f"{' or '.join(others)} (use {others[0]})",
+                option="format",
+            )
         return chosen, chosen in claims
     if len(claims) > 1:
         names = ", ".join(i.name for i in claims)
-        raise IngestError(f"{path}: claimed by several formats ({names}); choose one", option="format")
+        raise IngestError(
+            f"{path}: claimed by several formats ({names}); choose one", option="format"
+        )
     if not claims and head.strip():
-        raise IngestError(f"{path}: no format recognises this file; choose one "
-                          f"({', '.join(format_names())})", option="format")
+        raise IngestError(
+            f"{path}: no format recognises this file; choose one ({', '.join(format_names())})",
+            option="format",
+        )
     return (claims[0], True) if claims else (_named(DEFAULT_FORMAT), True)
 
 
@@ -77,7 +95,9 @@ def _named(name: str) -> Ingestor:
     for ingestor in INGESTORS:
         if ingestor.name == name:
             return ingestor
-    raise IngestError(f"unknown format {name!r} (known: {', '.join(format_names())})", option="format")
+    raise IngestError(
+        f"unknown format {name!r} (known: {', '.join(format_names())})", option="format"
+    )
 
 
 @dataclass(frozen=True)
@@ -102,15 +122,20 @@ def configure(path: Path, name: str | None = None, **options: Any) -> Configured
     unless a tenant or tenant field is given."""
     ingestor, claimed = choose(path, name)
     hooks = {k: v for k, v in options.items() if k in RUNTIME}
-    given = {k: v for k, v in options.items()
-             if k not in RUNTIME and k != "owner" and v is not None}
+    given = {
+        k: v for k, v in options.items() if k not in RUNTIME and k != "owner" and v is not None
+    }
     try:
         owner = Owner.parse(options.get("owner"))
     except OwnerError as exc:
         raise IngestError(f"{exc}", option="owner") from None
     takes = ingestor.options.model_fields
-    if owner.tenant is not None and "tenant" in takes and given.get("tenant") is None \
-            and not given.get("tenant_field"):
+    if (
+        owner.tenant is not None
+        and "tenant" in takes
+        and given.get("tenant") is None
+        and not given.get("tenant_field")
+    ):
         given["tenant"] = owner.tenant
     return Configured(ingestor, claimed, ingestor.options.of(given, path), owner, hooks)
 
@@ -132,8 +157,11 @@ def expect_records(records: Iterator[Record], path: Path, name: str) -> Iterator
         found = True
         yield record
     if not found and _has_content(path):
-        raise IngestError(f"{name}: {path}: no {name} record in this non-empty file; "
-                          f"is it another format? ({', '.join(format_names())})", option="format")
+        raise IngestError(
+            f"{name}: {path}: no {name} record in this non-empty file; "
+            f"is it another format? ({', '.join(format_names())})",
+            option="format",
+        )
 
 
 def _has_content(path: Path) -> bool:
@@ -144,5 +172,16 @@ def _has_content(path: Path) -> bool:
     return False
 
 
-__all__ = ["INGESTORS", "Configured", "IngestError", "IngestOptions", "Ingestor", "choose",
-           "configure", "expect_records", "extract", "format_names", "ingestor_for"]
+__all__ = [
+    "INGESTORS",
+    "Configured",
+    "IngestError",
+    "IngestOptions",
+    "Ingestor",
+    "choose",
+    "configure",
+    "expect_records",
+    "extract",
+    "format_names",
+    "ingestor_for",
+]

@@ -48,6 +48,7 @@ class IngestError(BadInput):
 class Ingestor(Protocol):
     name: str
     description: str
+
     @property
     def options(self) -> type[IngestOptions]:
         """The format's options, one configuration object (ingest/options.py)."""
@@ -83,7 +84,10 @@ def _zone(name: str, where: str = "--timezone") -> tuple[tzinfo, str]:
         return ZoneInfo(name), name
     except (ZoneInfoNotFoundError, ValueError):
         hint = "" if where == "--timezone" else "; name the zone with --timezone"
-        raise IngestError(f"{where}: unknown time zone {name!r} (an IANA name such as Europe/Berlin or UTC){hint}") from None
+        raise IngestError(
+            f"{where}: unknown time zone {name!r} (an IANA name such as Europe/Berlin or "
+            f"UTC){hint}"
+        ) from None
 
 
 def _machine_zone() -> tuple[tzinfo, str]:
@@ -109,8 +113,10 @@ def fixed_tenant(options: dict[str, Any]) -> str | None:
     if not str(tenant).strip():
         raise IngestError("empty tenant name", option="tenant")
     if options.get("tenant_field"):
-        raise IngestError("give a fixed tenant or the tenant field to read it from, not both",
-                          option="tenant_field")
+        raise IngestError(
+            "give a fixed tenant or the tenant field to read it from, not both",
+            option="tenant_field",
+        )
     return str(tenant)
 
 
@@ -135,9 +141,11 @@ class LongLine(NamedTuple):
         return cls(raw[:RECORD_HEAD], sha256(raw).digest(), len(raw), len(raw))
 
     def rejected(self, origin: Origin) -> Rejected:
-        reason = (f"the record is {self.length:,} bytes, over the {MAX_LINE_BYTES:,} a line or "
-                  f"JSON value may hold: not read as an event (its first {RECORD_HEAD:,} bytes "
-                  "and SHA-256 are kept)")
+        reason = (
+            f"the record is {self.length:,} bytes, over the {MAX_LINE_BYTES:,} a line or "
+            f"JSON value may hold: not read as an event (its first {RECORD_HEAD:,} bytes "
+            "and SHA-256 are kept)"
+        )
         return Rejected(origin, "(record)", reason, self.head, self.digest, self.length)
 
 
@@ -154,7 +162,7 @@ def bounded_lines(stream: BinaryIO, limit: int = MAX_LINE_BYTES) -> Iterator[byt
             size += len(line)
             piece = line.removesuffix(b"\n")
             digest.update(piece)
-            head += piece[:RECORD_HEAD - len(head)]
+            head += piece[: RECORD_HEAD - len(head)]
         yield LongLine(head, digest.digest(), size - line.endswith(b"\n"), size)
 
 
@@ -183,7 +191,9 @@ def event_from_json(raw: bytes, origin: Origin) -> Record:
     return _accept(lambda: validate_event_json(raw), origin, raw)
 
 
-def event_from_object(obj: dict[str, Any], origin: Origin, raw: bytes, naive_is_utc: bool = True) -> Record:
+def event_from_object(
+    obj: dict[str, Any], origin: Origin, raw: bytes, naive_is_utc: bool = True
+) -> Record:
     """One CloudEvent built by a parser of another format, accepted or rejected. A naive
     time from the parser means UTC unless `naive_is_utc` is False (a CloudEvent's own
     JSON text must carry a zone)."""
@@ -202,7 +212,9 @@ def _accept(validate: Callable[[], CloudEvent], origin: Origin, raw: bytes) -> R
 #: What people paste around a tool's output: the shell prompt and command that made it
 #: (`$ curl localhost:9400/metrics`, `user@host:~$ …`, `[root@host ~]# …`) and the lines
 #: that stand for output cut out (`...`, `…`).
-_PASTED = re.compile(r"(?:[$%>]|[\w.-]+@[\w.-]+(?::\S*)?\s?[$#]|\[[^\]]*\][$#])(?:\s.*)?|(?:\.\.\.|…)+")
+_PASTED = re.compile(
+    r"(?:[$%>]|[\w.-]+@[\w.-]+(?::\S*)?\s?[$#]|\[[^\]]*\][$#])(?:\s.*)?|(?:\.\.\.|…)+"
+)
 
 
 def pasted_around(text: str) -> bool:

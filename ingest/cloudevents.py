@@ -49,7 +49,9 @@ class CloudEventsOptions(IngestOptions):
 class CloudEventsIngestor:
     name = "cloudevents"
     options = CloudEventsOptions
-    description = "CloudEvents 1.0 JSON: JSON Lines, one JSON array (batch mode), or pretty-printed objects"
+    description = (
+        "CloudEvents 1.0 JSON: JSON Lines, one JSON array (batch mode), or pretty-printed objects"
+    )
 
     def identify(self, path: Path, head: bytes) -> bool:
         text = head.removeprefix(UTF8_BOM).lstrip()
@@ -66,7 +68,9 @@ class CloudEventsIngestor:
             first_line, more_lines = text.split(b"\n", 1)[0].strip(), b"\n" in text
             if first_line[:1] == b"[":
                 yield from _elements(str(path), iter_array(stream, b"", start), make)
-            elif first_line[-1:] == b"}" or not more_lines:  # a whole object, or one line (cut short or past the head)
+            elif (
+                first_line[-1:] == b"}" or not more_lines
+            ):  # a whole object, or one line (cut short or past the head)
                 yield from _line_records(str(path), stream, start, make)
             else:
                 yield from _elements(str(path), iter_values(stream, b"", start), make)
@@ -89,7 +93,9 @@ def _line_records(name: str, stream: BinaryIO, offset: int, make: _Maker) -> Ite
 
 
 def _event(raw: bytes, origin: Origin, tenant: str | None = None) -> Record:
-    if tenant is None and b'"data_base64"' not in raw:  # the common case costs one substring search
+    if (
+        tenant is None and b'"data_base64"' not in raw
+    ):  # the common case costs one substring search
         return event_from_json(raw, origin)
     try:
         envelope = orjson.loads(raw)
@@ -99,19 +105,29 @@ def _event(raw: bytes, origin: Origin, tenant: str | None = None) -> Record:
         return event_from_json(raw, origin)
     if "data_base64" in envelope:
         if "data" in envelope:
-            return Rejected(origin, "data_base64", "an event carries data or data_base64, not both", raw)
+            return Rejected(
+                origin, "data_base64", "an event carries data or data_base64, not both", raw
+            )
         try:
-            envelope["data"] = orjson.loads(base64.b64decode(envelope.pop("data_base64"), validate=True))
+            envelope["data"] = orjson.loads(
+                base64.b64decode(envelope.pop("data_base64"), validate=True)
+            )
         except (ValueError, TypeError) as exc:
             return Rejected(origin, "data_base64", f"not base64 of JSON: {exc}", raw)
     if tenant is not None:
         _fill_tenant(envelope, tenant)
-    return event_from_object(envelope, origin, raw, naive_is_utc=False)  # a CloudEvent's time must carry its zone
+    return event_from_object(
+        envelope, origin, raw, naive_is_utc=False
+    )  # a CloudEvent's time must carry its zone
 
 
 def _fill_tenant(envelope: dict[str, Any], tenant: str) -> None:
     data = envelope.get("data")
-    if isinstance(data, dict) and data.get("tenant") is None and envelope.get("type") not in FLEET_TYPES:
+    if (
+        isinstance(data, dict)
+        and data.get("tenant") is None
+        and envelope.get("type") not in FLEET_TYPES
+    ):
         data["tenant"] = tenant
 
 

@@ -30,7 +30,8 @@ each file stands alone: its first sighting of each fault is reported once.
 
 Every fault needs a time: its sample's own timestamp, else the `scrape_time` option
 (RFC 3339); an XID sample > 0 with neither is an input error naming its line (0 and
-blank values say nothing, so dcgm-exporter's usual scrapes without timestamps read). Other metrics are not
+blank values say nothing, so dcgm-exporter's usual scrapes without timestamps read). Other metrics
+are not
 events: their lines are checked for form and otherwise passed over. A scrape pasted with
 the shell prompt that made it (`$ curl localhost:9400/metrics`) and `...` where lines were
 cut is read as the probe formats read pastes: those lines are passed over
@@ -50,7 +51,14 @@ from typing import Any
 
 import orjson
 
-from ingest.base import UTF8_BOM, IngestError, event_from_json, event_from_object, open_source, pasted_around
+from ingest.base import (
+    UTF8_BOM,
+    IngestError,
+    event_from_json,
+    event_from_object,
+    open_source,
+    pasted_around,
+)
 from ingest.options import IngestOptions, ScrapeTime, option
 from schemas import Accepted, Origin, Record, Rejected, format_utc
 from schemas.errors import BadInput
@@ -67,8 +75,18 @@ _NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|Inf|inf|NaN|
 _INTEGER = re.compile(r"-?\d{1,18}")
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 #: Labels that name a tenant's workload (dcgm-exporter's Kubernetes and HPC job mapping).
-TENANT_LABELS = frozenset({"pod", "pod_uid", "namespace", "container", "exported_pod", "exported_namespace",
-                           "exported_container", "hpc_job"})
+TENANT_LABELS = frozenset(
+    {
+        "pod",
+        "pod_uid",
+        "namespace",
+        "container",
+        "exported_pod",
+        "exported_namespace",
+        "exported_container",
+        "hpc_job",
+    }
+)
 Recorded = Callable[[str, str], bytes | None]
 Series = tuple[str, str, str, str]
 
@@ -102,19 +120,29 @@ class DcgmMetricsIngestor:
     name = "dcgm-metrics"
     options = DcgmMetricsOptions
     description = "NVIDIA dcgm-exporter metrics: Prometheus text exposition, one scrape or several"
-    reads_ledger = True  # its option `recorded` is a function: parsed in the ingesting process (ingest/worker.py)
+    # its option `recorded` is a function: parsed in the ingesting process (ingest/worker.py)
+    reads_ledger = True
 
     def identify(self, path: Path, head: bytes) -> bool:
-        return re.search(rb"(?m)^(?:# (?:HELP|TYPE) )?DCGM_FI_[A-Z0-9_]+[{ ]", head.removeprefix(UTF8_BOM)) is not None
+        return (
+            re.search(
+                rb"(?m)^(?:# (?:HELP|TYPE) )?DCGM_FI_[A-Z0-9_]+[{ ]", head.removeprefix(UTF8_BOM)
+            )
+            is not None
+        )
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
-        state = _FileState(_scrape_ms(options.get("scrape_time")), options.get("recorded"), options)
+        state = _FileState(
+            _scrape_ms(options.get("scrape_time")), options.get("recorded"), options
+        )
         offset = 0
         with open_source(path) as stream:
             for number, raw in enumerate(stream, start=1):
                 origin = Origin(str(path), number, offset)
                 offset += len(raw)
-                record = _line_record(origin, raw.removeprefix(UTF8_BOM) if number == 1 else raw, state)
+                record = _line_record(
+                    origin, raw.removeprefix(UTF8_BOM) if number == 1 else raw, state
+                )
                 if record is not None:
                     yield record
 
@@ -125,7 +153,9 @@ class _FileState:
     recorded: Recorded | None
     options: dict[str, Any]
     last: dict[Series, int] = field(default_factory=dict)  # each series' last value in this file
-    emitted: dict[tuple[str, str], bytes] = field(default_factory=dict)  # faults this file gave, by key
+    emitted: dict[tuple[str, str], bytes] = field(
+        default_factory=dict
+    )  # faults this file gave, by key
 
     def known(self, source: str, event_id: str) -> bytes | None:
         """The fault under this key, as this file or the ledger already has it."""
@@ -167,7 +197,9 @@ def parse_sample(text: str) -> Sample:
     name = _NAME.match(text)
     if name is None:
         raise _Bad("(line)", f"not a Prometheus sample: {text[:40]!r}")
-    labels, end = _labels(text, name.end()) if text[name.end():].startswith("{") else ({}, name.end())
+    labels, end = (
+        _labels(text, name.end()) if text[name.end() :].startswith("{") else ({}, name.end())
+    )
     rest = text[end:]
     parts = rest.split()
     if not parts or len(parts) > 2 or (rest and not rest[0].isspace()):
@@ -193,7 +225,11 @@ def _labels(text: str, start: int) -> tuple[dict[str, str], int]:
             return labels, closing.end()
         found = _LABEL.match(text, position)
         if found is None:
-            raise _Bad("labels", f"malformed label set at column {position + 1}: {text[position:position + 30]!r}")
+            raise _Bad(
+                "labels",
+                f"malformed label set at column {position + 1}: "
+                f"{text[position : position + 30]!r}",
+            )
         labels[found.group(1)] = re.sub(r'\\[\\"n]', lambda m: _ESCAPES[m.group()], found.group(2))
         position = found.end()
 
@@ -218,9 +254,14 @@ def _xid_record(sample: Sample, origin: Origin, raw: bytes, state: _FileState) -
         return None
     timestamp_ms = sample.timestamp_ms if sample.timestamp_ms is not None else state.scrape_ms
     if timestamp_ms is None:
-        raise IngestError(f"{origin}: timestamp: the sample has no timestamp; give the scrape time "
-                          "(RFC 3339)", option="scrape_time")
-    source, key = f"dcgm-exporter://{node}", ":".join(part or "-" for part in (*series, "xid", str(xid)))
+        raise IngestError(
+            f"{origin}: timestamp: the sample has no timestamp; give the scrape time (RFC 3339)",
+            option="scrape_time",
+        )
+    source, key = (
+        f"dcgm-exporter://{node}",
+        ":".join(part or "-" for part in (*series, "xid", str(xid))),
+    )
     known = state.known(source, key)
     if known is not None and previous is None:
         return event_from_json(known, origin)  # the gauge still shows a fault already recorded
@@ -254,8 +295,14 @@ def _device(labels: dict[str, str]) -> int | str:
     return f"{whole}/{instance}" if instance else whole
 
 
-def _fault(sample: Sample, xid: int, previous: int | None, node: str, timestamp_ms: int,
-           options: dict[str, Any]) -> dict[str, Any]:
+def _fault(
+    sample: Sample,
+    xid: int,
+    previous: int | None,
+    node: str,
+    timestamp_ms: int,
+    options: dict[str, Any],
+) -> dict[str, Any]:
     labels = sample.labels
     try:
         moment = _EPOCH + timedelta(milliseconds=timestamp_ms)
@@ -263,13 +310,23 @@ def _fault(sample: Sample, xid: int, previous: int | None, node: str, timestamp_
         raise _Bad("timestamp", f"out of range: {timestamp_ms}") from None
     change = f"from {previous}" if previous is not None else "first value in this file"
     data = {
-        "node": node, "device": _device(labels), "fabric_domain": options.get("fabric_domain"),
-        "code": f"xid-{xid}", "severity": "critical" if xid in CRITICAL_XIDS else "warning",
-        "detail": f"{XID_METRIC} = {xid} ({change})", "xid": xid, "previous_xid": previous,
-        "model": labels.get("modelName"), "labels": {k: v for k, v in labels.items() if k not in TENANT_LABELS},
+        "node": node,
+        "device": _device(labels),
+        "fabric_domain": options.get("fabric_domain"),
+        "code": f"xid-{xid}",
+        "severity": "critical" if xid in CRITICAL_XIDS else "warning",
+        "detail": f"{XID_METRIC} = {xid} ({change})",
+        "xid": xid,
+        "previous_xid": previous,
+        "model": labels.get("modelName"),
+        "labels": {k: v for k, v in labels.items() if k not in TENANT_LABELS},
     }
-    return {"specversion": "1.0", "type": "health.fault", "time": format_utc(moment),
-            "data": {k: v for k, v in data.items() if v is not None}}
+    return {
+        "specversion": "1.0",
+        "type": "health.fault",
+        "time": format_utc(moment),
+        "data": {k: v for k, v in data.items() if v is not None},
+    }
 
 
 __all__ = ["CRITICAL_XIDS", "DcgmMetricsIngestor", "Sample", "parse_sample"]

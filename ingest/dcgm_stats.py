@@ -70,17 +70,35 @@ from ingest.options import ZONE, TenantOptions, Zone, option
 from schemas import Origin, Record, Rejected, format_utc
 from schemas.errors import BadInput
 
-ABSENT = frozenset({"", "n/a", "not specified", "not found", "not supported", "not permissioned",
-                    "has not started", "still running", "unknown"})
+ABSENT = frozenset(
+    {
+        "",
+        "n/a",
+        "not specified",
+        "not found",
+        "not supported",
+        "not permissioned",
+        "has not started",
+        "still running",
+        "unknown",
+    }
+)
 XID_LABEL = "XID (Hr:Min:Sec since start)"
-_FAULT_COUNTS = {"Double Bit ECC Errors": ("ecc-dbe", "critical"), "PCIe Replay Warnings": ("pcie-replay", "warning")}
-_JOB_HEADER = re.compile(r"Successfully retrieved statistics for (?:job\b:?)?\s*(?P<job>.*?)\.?\s*$", re.IGNORECASE)
+_FAULT_COUNTS = {
+    "Double Bit ECC Errors": ("ecc-dbe", "critical"),
+    "PCIe Replay Warnings": ("pcie-replay", "warning"),
+}
+_JOB_HEADER = re.compile(
+    r"Successfully retrieved statistics for (?:job\b:?)?\s*(?P<job>.*?)\.?\s*$", re.IGNORECASE
+)
 _PID_HEADER = re.compile(r"Successfully retrieved process info for pid", re.IGNORECASE)
 _JOB_LINE = re.compile(r"\|?\s*Job(?: ?ID)?\s*[:|]\s*(?P<job>[^|\s]+)\s*\|?", re.IGNORECASE)
 _TABLE_HEADER = re.compile(r"\|\s*(?:GPU ID\b|Summary\b)", re.IGNORECASE)
 _SECTION = re.compile(r"[A-Za-z][A-Za-z ]*[A-Za-z]")
 _OFFSET = re.compile(r"(\d{1,9}):(\d{1,9}):(\d\d)")
-_XID_VALUE = re.compile(r"(?P<when>.+?)\s*(?:\(\s*)?(?:\bXID\b[\s:#-]*|\bxid-)(?P<xid>\d{1,9})\s*\)?", re.IGNORECASE)
+_XID_VALUE = re.compile(
+    r"(?P<when>.+?)\s*(?:\(\s*)?(?:\bXID\b[\s:#-]*|\bxid-)(?P<xid>\d{1,9})\s*\)?", re.IGNORECASE
+)
 _CTIME = "%a %b %d %H:%M:%S %Y"
 _GPU_INSTANCE = re.compile(r"(\d{1,9})\s*/\s*(\d{1,9})")
 _XID_INSTANCE = re.compile(r",?\s*\bGPU-I\s*[: ]\s*(\d{1,9})\b", re.IGNORECASE)
@@ -174,11 +192,16 @@ class DcgmStatsIngestor:
 
     def identify(self, path: Path, head: bytes) -> bool:
         return b"Successfully retrieved statistics for" in head or (
-            b"| GPU ID:" in head and b"Execution Stats" in head)
+            b"| GPU ID:" in head and b"Execution Stats" in head
+        )
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
-        how = _Options(options.get("node") or path.stem, options.get("fabric_domain"),
-                       LocalZone(options.get("timezone")), fixed_tenant(options))
+        how = _Options(
+            options.get("node") or path.stem,
+            options.get("fabric_domain"),
+            LocalZone(options.get("timezone")),
+            fixed_tenant(options),
+        )
         with open_source(path) as stream:
             for table in _tables(stream):
                 yield from _table_records(str(path), table, how)
@@ -187,7 +210,9 @@ class DcgmStatsIngestor:
 def _tables(stream: BinaryIO) -> Iterator[_Table]:
     """The file's tables in order, each with the job named by the header before it."""
     job: str | None = None
-    job_problem = "no job id: no 'Successfully retrieved statistics for job' line before this table"
+    job_problem = (
+        "no job id: no 'Successfully retrieved statistics for job' line before this table"
+    )
     table: _Table | None = None
     offset = 0
     for number, raw in enumerate(stream, start=1):
@@ -216,7 +241,10 @@ def _text(raw: bytes) -> str:
 def _job_from(text: str, job: str | None, problem: str) -> tuple[str | None, str]:
     """The job a header line names (or the current one when the line names none)."""
     if _PID_HEADER.search(text):
-        return None, "`dcgmi stats --pid` output names a process, not a job: use `dcgmi stats --job ID -v`"
+        return (
+            None,
+            "`dcgmi stats --pid` output names a process, not a job: use `dcgmi stats --job ID -v`",
+        )
     match = _JOB_HEADER.search(text) or _JOB_LINE.fullmatch(text)
     if match is None:
         return job, problem
@@ -224,7 +252,10 @@ def _job_from(text: str, job: str | None, problem: str) -> tuple[str | None, str
     if not named:
         return None, "no job id in the 'Successfully retrieved statistics' line"
     if not named.isprintable():
-        return None, f"the job id is not valid UTF-8 text: {named.encode('utf-8', 'surrogateescape')!r}"
+        return (
+            None,
+            f"the job id is not valid UTF-8 text: {named.encode('utf-8', 'surrogateescape')!r}",
+        )
     return named, problem
 
 
@@ -240,7 +271,10 @@ def _table_records(name: str, table: _Table, how: _Options) -> Iterator[Record]:
         yield Rejected(Origin(name, bad.line, offset), bad.field, bad.reason, table.raw)
         return
     offsets = {n: o for n, o, _ in table.lines}
-    records = [event_from_object(event, Origin(name, line, offsets[line]), table.raw) for line, event in events]
+    records = [
+        event_from_object(event, Origin(name, line, offsets[line]), table.raw)
+        for line, event in events
+    ]
     rejected = [r for r in records if isinstance(r, Rejected)]
     yield from (rejected[:1] if rejected else records)  # a table is one record
 
@@ -282,7 +316,9 @@ def _cells(number: int, text: str) -> list[str]:
 def _header(number: int, cells: list[str], zone: LocalZone) -> _Stats:
     title = cells[0]
     if len(cells) != 1:
-        raise _Bad(number, "GPU ID", f"expected one cell in the table's header, found {len(cells)}")
+        raise _Bad(
+            number, "GPU ID", f"expected one cell in the table's header, found {len(cells)}"
+        )
     if title.lower() == "summary":
         return _Stats("summary", None, number, zone)
     gpu = title.partition(":")[2].strip()
@@ -336,7 +372,7 @@ def _xid_row(stats: _Stats, value: str, number: int) -> _Xid:
     device = stats.device
     instance = _XID_INSTANCE.search(value)
     if instance is not None:  # the kernel's `GPU-I:13`: the fault is that MIG instance's
-        value = (value[:instance.start()] + value[instance.end():]).strip()
+        value = (value[: instance.start()] + value[instance.end() :]).strip()
         if stats.device is not None:  # a Summary names no GPU, so no instance of one either
             device = f"{stats.gpu.partition('/')[0]}/{int(instance.group(1))}"
     named = _XID_VALUE.fullmatch(value)
@@ -364,21 +400,42 @@ def _faults(stats: _Stats) -> list[_Fault]:
         if row.moment is None:
             raise _Bad(row.line, "Start Time", "missing: the XID offsets count from it")
         number = "" if row.xid is None else f" {row.xid}"
-        out.append(_Fault(row.line, row.device, "xid" if row.xid is None else f"xid-{row.xid}", "critical", row.moment,
-                          f"critical XID{number} (dcgmi stats)"))
+        out.append(
+            _Fault(
+                row.line,
+                row.device,
+                "xid" if row.xid is None else f"xid-{row.xid}",
+                "critical",
+                row.moment,
+                f"critical XID{number} (dcgmi stats)",
+            )
+        )
     counted = [("Critical XID Errors", "xid", "critical")] if not stats.xids else []
     for label, code, severity in counted + [(k, c, s) for k, (c, s) in _FAULT_COUNTS.items()]:
         count, line = stats.counts.get(label, (0, stats.line))
         if count:
             opened = _need(stats.start, line)
-            out.append(_Fault(line, stats.device, code, severity, opened,
-                              f"{label} within a dcgmi stats window (dcgmi gives no time)", label))
+            out.append(
+                _Fault(
+                    line,
+                    stats.device,
+                    code,
+                    severity,
+                    opened,
+                    f"{label} within a dcgmi stats window (dcgmi gives no time)",
+                    label,
+                )
+            )
     return out
 
 
 def _need(moment: datetime | None, line: int) -> datetime:
     if moment is None:
-        raise _Bad(line, "Start Time", "missing: a fault known by its count alone is placed in the stats window")
+        raise _Bad(
+            line,
+            "Start Time",
+            "missing: a fault known by its count alone is placed in the stats window",
+        )
     return moment
 
 
@@ -392,14 +449,43 @@ def _fleet_events(stats: _Stats, how: _Options) -> list[tuple[int, dict[str, Any
         if key in seen:  # two XIDs in the same second on one device: one fault
             continue
         seen.add(key)
-        place = {"node": how.node, "device": fault.device, "fabric_domain": how.fabric_domain, "code": fault.code}
-        out.append((fault.line, _event(key, how.source, "health.fault", fault.opened,
-                                       {**place, "severity": fault.severity, "detail": fault.detail})))
+        place = {
+            "node": how.node,
+            "device": fault.device,
+            "fabric_domain": how.fabric_domain,
+            "code": fault.code,
+        }
+        out.append(
+            (
+                fault.line,
+                _event(
+                    key,
+                    how.source,
+                    "health.fault",
+                    fault.opened,
+                    {**place, "severity": fault.severity, "detail": fault.detail},
+                ),
+            )
+        )
         if stats.end is not None and stats.end >= fault.opened:
-            count = f"; {fault.count_label}: {stats.counts[fault.count_label][0]}" if fault.count_label else ""
+            count = (
+                f"; {fault.count_label}: {stats.counts[fault.count_label][0]}"
+                if fault.count_label
+                else ""
+            )
             cleared = {**place, "detail": f"the end of the dcgmi stats window{count}"}
-            out.append((fault.line, _event(f"{key}:cleared@{format_utc(stats.end)}", how.source, "health.cleared",
-                                           stats.end, cleared)))
+            out.append(
+                (
+                    fault.line,
+                    _event(
+                        f"{key}:cleared@{format_utc(stats.end)}",
+                        how.source,
+                        "health.cleared",
+                        stats.end,
+                        cleared,
+                    ),
+                )
+            )
     return out
 
 
@@ -407,17 +493,35 @@ def _telemetry(stats: _Stats, job: str, how: _Options) -> list[tuple[int, dict[s
     """The job's own measurements, for its tenant: only once the window has ended."""
     if how.tenant is None or stats.start is None or stats.end is None:
         return []
-    telemetry = {"node": how.node, "gpu": stats.gpu, "window": {"start": format_utc(stats.start), "end": format_utc(stats.end)},
-                 "utilisation": stats.sections.get("Performance Stats"), "events": stats.sections.get("Event Stats"),
-                 "health": stats.sections.get("Overall Health", {}).get("Overall Health")}
-    data = {"tenant": how.tenant, "job_id": job, "dcgm_stats": {k: v for k, v in telemetry.items() if v is not None}}
-    key = f"{job}:{stats.gpu}:stats@{format_utc(stats.start)}"  # a job id reused later is another window
+    telemetry = {
+        "node": how.node,
+        "gpu": stats.gpu,
+        "window": {"start": format_utc(stats.start), "end": format_utc(stats.end)},
+        "utilisation": stats.sections.get("Performance Stats"),
+        "events": stats.sections.get("Event Stats"),
+        "health": stats.sections.get("Overall Health", {}).get("Overall Health"),
+    }
+    data = {
+        "tenant": how.tenant,
+        "job_id": job,
+        "dcgm_stats": {k: v for k, v in telemetry.items() if v is not None},
+    }
+    # a job id reused later is another window
+    key = f"{job}:{stats.gpu}:stats@{format_utc(stats.start)}"
     return [(stats.line, _event(key, how.source, "job.submitted", stats.start, data))]
 
 
-def _event(event_id: str, source: str, kind: str, moment: datetime, data: dict[str, Any]) -> dict[str, Any]:
-    return {"specversion": "1.0", "id": event_id, "source": source, "type": kind, "time": format_utc(moment),
-            "data": {k: v for k, v in data.items() if v is not None}}
+def _event(
+    event_id: str, source: str, kind: str, moment: datetime, data: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "specversion": "1.0",
+        "id": event_id,
+        "source": source,
+        "type": kind,
+        "time": format_utc(moment),
+        "data": {k: v for k, v in data.items() if v is not None},
+    }
 
 
 __all__ = ["DcgmStatsIngestor"]

@@ -47,14 +47,40 @@ from schemas import Origin, Record, Rejected
 from schemas.types import format_money
 
 NULLS = frozenset({"", "NULL", "null"})
-_GPU_HOUR_UNITS = frozenset({"gpu-hours", "gpu-hour", "gpu hours", "gpu hour", "gpuhours", "gpu-hrs"})
+_GPU_HOUR_UNITS = frozenset(
+    {"gpu-hours", "gpu-hour", "gpu hours", "gpu hour", "gpuhours", "gpu-hrs"}
+)
 #: FOCUS ChargeCategory → (the ledger's category, whether the row may bill GPU time).
-_CATEGORIES = {"usage": ("usage", True), "adjustment": ("adjustment", True), "purchase": ("adjustment", False),
-               "tax": ("adjustment", False), "credit": ("credit", False)}
-IDENTITY = ("ProviderName", "BillingAccountId", "SubAccountId", "BillingPeriodStart", "ChargePeriodStart", "ChargePeriodEnd",
-            "ChargeCategory", "ChargeClass", "ChargeDescription", "ChargeFrequency", "ResourceId", "SkuId", "SkuPriceId",
-            "PricingUnit", "CommitmentDiscountId", "CommitmentDiscountStatus", "CapacityReservationId", "RegionId",
-            "AvailabilityZone", "ServiceName", "x_Corrects")
+_CATEGORIES = {
+    "usage": ("usage", True),
+    "adjustment": ("adjustment", True),
+    "purchase": ("adjustment", False),
+    "tax": ("adjustment", False),
+    "credit": ("credit", False),
+}
+IDENTITY = (
+    "ProviderName",
+    "BillingAccountId",
+    "SubAccountId",
+    "BillingPeriodStart",
+    "ChargePeriodStart",
+    "ChargePeriodEnd",
+    "ChargeCategory",
+    "ChargeClass",
+    "ChargeDescription",
+    "ChargeFrequency",
+    "ResourceId",
+    "SkuId",
+    "SkuPriceId",
+    "PricingUnit",
+    "CommitmentDiscountId",
+    "CommitmentDiscountStatus",
+    "CapacityReservationId",
+    "RegionId",
+    "AvailabilityZone",
+    "ServiceName",
+    "x_Corrects",
+)
 TENANT_COLUMNS = ("SubAccountId", "BillingAccountId")
 
 
@@ -63,13 +89,17 @@ class FocusOptions(TenantOptions):
 
     format = "focus"
 
-    tenant_field: str | None = option("The column to take the tenant from (default: "
-                                      "SubAccountId, else BillingAccountId).")
+    tenant_field: str | None = option(
+        "The column to take the tenant from (default: SubAccountId, else BillingAccountId)."
+    )
     tenant: str | None = option(TENANT)
-    gpu_field: str | None = option("The column holding the GPU count (default: "
-                                   "PricingQuantity when PricingUnit is GPU-hours).")
-    allocation_field: str | None = option("The column holding the allocation id "
-                                          "(default: ResourceId).")
+    gpu_field: str | None = option(
+        "The column holding the GPU count (default: "
+        "PricingQuantity when PricingUnit is GPU-hours)."
+    )
+    allocation_field: str | None = option(
+        "The column holding the allocation id (default: ResourceId)."
+    )
 
 
 class FocusIngestor:
@@ -101,8 +131,11 @@ def _check_columns(path: Path, row: dict[str, str | None], options: dict[str, An
         return
     wanted = [options["tenant_field"]] if options.get("tenant_field") else list(TENANT_COLUMNS)
     if not any(column in row for column in wanted):
-        raise IngestError(f"{path}: no tenant column: the file has no {' or '.join(wanted)}; "
-                          "name the tenant of the whole file", option="tenant")
+        raise IngestError(
+            f"{path}: no tenant column: the file has no {' or '.join(wanted)}; "
+            "name the tenant of the whole file",
+            option="tenant",
+        )
 
 
 def _parquet_schema_text(path: Path) -> bytes:
@@ -128,7 +161,11 @@ def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, str | None], bytes]]:
             if any(_undecodable(v) for v in values):
                 yield start, {"__error__": "not valid UTF-8"}, raw
             elif len(values) != len(header):
-                yield start, {"__error__": f"expected {len(header)} columns, found {len(values)}"}, raw
+                yield (
+                    start,
+                    {"__error__": f"expected {len(header)} columns, found {len(values)}"},
+                    raw,
+                )
             else:
                 yield start, {k: (None if v in NULLS else v) for k, v in zip(header, values)}, raw
             start = reader.line_num + 1
@@ -165,7 +202,13 @@ def _as_text(value: Any) -> str | None:
     return None if text in NULLS else text
 
 
-def _line_event(row: dict[str, str | None], origin: Origin, raw: bytes, seen: dict[bytes, int], options: dict[str, Any]) -> Record:
+def _line_event(
+    row: dict[str, str | None],
+    origin: Origin,
+    raw: bytes,
+    seen: dict[bytes, int],
+    options: dict[str, Any],
+) -> Record:
     if "__error__" in row:
         return Rejected(origin, "(row)", str(row["__error__"]), raw)
     try:
@@ -177,24 +220,43 @@ def _line_event(row: dict[str, str | None], origin: Origin, raw: bytes, seen: di
     seen[digest] = seen.get(digest, 0) + 1
     line_id = row.get("Id") or f"{digest.hex()[:24]}-{seen[digest]}"
     data["line_id"] = line_id
-    source = f"focus://{row.get('ProviderName') or 'unknown'}/{row.get('BillingAccountId') or 'unknown'}"
-    event = {"specversion": "1.0", "id": line_id, "source": source, "type": "billing.line",
-             "time": data["period_end"], "data": data}
+    source = (
+        f"focus://{row.get('ProviderName') or 'unknown'}/"
+        f"{row.get('BillingAccountId') or 'unknown'}"
+    )
+    event = {
+        "specversion": "1.0",
+        "id": line_id,
+        "source": source,
+        "type": "billing.line",
+        "time": data["period_end"],
+        "data": data,
+    }
     return event_from_object(event, origin, raw)
 
 
 def _identity(row: dict[str, str | None]) -> bytes:
     """What identifies a charge, independent of the file's column order or format."""
-    return sha256(repr([(k, row.get(k)) for k in IDENTITY]).encode("utf-8", "surrogateescape")).digest()
+    return sha256(
+        repr([(k, row.get(k)) for k in IDENTITY]).encode("utf-8", "surrogateescape")
+    ).digest()
 
 
 def _tenant(row: dict[str, str | None], options: dict[str, Any]) -> str:
     if options.get("tenant") is not None:
         return str(options["tenant"])
     tenant_field = options.get("tenant_field")
-    tenant = row.get(tenant_field) if tenant_field else (row.get("SubAccountId") or row.get("BillingAccountId"))
+    tenant = (
+        row.get(tenant_field)
+        if tenant_field
+        else (row.get("SubAccountId") or row.get("BillingAccountId"))
+    )
     if not tenant:
-        empty = f"{tenant_field} is empty" if tenant_field else "SubAccountId and BillingAccountId are empty"
+        empty = (
+            f"{tenant_field} is empty"
+            if tenant_field
+            else "SubAccountId and BillingAccountId are empty"
+        )
         raise ValueError(f"{tenant_field or 'SubAccountId'}: no tenant: {empty}")
     return tenant
 
@@ -208,10 +270,18 @@ def _billing_data(row: dict[str, str | None], options: dict[str, Any]) -> dict[s
     category, bills_time = _category(row)
     gpus = _gpus(row, options.get("gpu_field"), start, end) if bills_time else 0
     data: dict[str, Any] = {
-        "tenant": tenant, "invoice_id": row.get("InvoiceId") or _invoice_from_period(row),
-        "allocation_id": allocation, "period_start": start, "period_end": end, "gpus": gpus,
-        "amount": format_money(amount), "currency": row.get("BillingCurrency"), "category": category,
-        "charge_category": row.get("ChargeCategory") or row.get("ChargeType"), "corrects": row.get("x_Corrects"), "focus": row,
+        "tenant": tenant,
+        "invoice_id": row.get("InvoiceId") or _invoice_from_period(row),
+        "allocation_id": allocation,
+        "period_start": start,
+        "period_end": end,
+        "gpus": gpus,
+        "amount": format_money(amount),
+        "currency": row.get("BillingCurrency"),
+        "category": category,
+        "charge_category": row.get("ChargeCategory") or row.get("ChargeType"),
+        "corrects": row.get("x_Corrects"),
+        "focus": row,
     }
     if gpus:
         price = _decimal(row, "ContractedUnitPrice") or _decimal(row, "ListUnitPrice")
@@ -227,7 +297,11 @@ def _time(row: dict[str, str | None], field: str) -> str:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(f"{field}: not a time: {text!r}") from None
-    moment = moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
+    moment = (
+        moment.replace(tzinfo=timezone.utc)
+        if moment.tzinfo is None
+        else moment.astimezone(timezone.utc)
+    )
     return moment.isoformat().replace("+00:00", "Z")
 
 
@@ -252,30 +326,48 @@ def _gpus(row: dict[str, str | None], gpu_field: str | None, start: str, end: st
     if (row.get("PricingUnit") or "").strip().lower() not in _GPU_HOUR_UNITS:
         return 0
     quantity = _decimal(row, "PricingQuantity") or Decimal(0)
-    hours = Decimal(int((datetime.fromisoformat(end[:-1]) - datetime.fromisoformat(start[:-1])).total_seconds())) / 3600
+    hours = (
+        Decimal(
+            int(
+                (
+                    datetime.fromisoformat(end[:-1]) - datetime.fromisoformat(start[:-1])
+                ).total_seconds()
+            )
+        )
+        / 3600
+    )
     if hours <= 0:
         raise ValueError("PricingQuantity: GPU-hours over an empty charge period")
     count = quantity / hours
     if count < 0:
         raise ValueError(f"PricingQuantity: not a whole number of GPUs: {count}")
     if count != count.to_integral_value():
-        raise ValueError(f"PricingQuantity: {quantity} GPU-hours over {hours.normalize()} h is no whole number of GPUs; "
-                         "name the column that holds the GPU count (the gpu_field option)")
+        raise ValueError(
+            f"PricingQuantity: {quantity} GPU-hours over {hours.normalize()} h is no whole number "
+            "of GPUs; name the column that holds the GPU count (the gpu_field option)"
+        )
     return int(count)
 
 
 def _category(row: dict[str, str | None]) -> tuple[str, bool]:
     """The ledger's category, and whether the row may bill GPU time (FOCUS ChargeCategory)."""
-    column = "ChargeCategory" if "ChargeCategory" in row or "ChargeType" not in row else "ChargeType"  # FOCUS 0.5's name
+    column = (
+        "ChargeCategory" if "ChargeCategory" in row or "ChargeType" not in row else "ChargeType"
+    )  # FOCUS 0.5's name
     text = row.get(column) or ""
     found = _CATEGORIES.get(text.strip().lower())
     if found is None:
-        raise ValueError(f"{column}: not a FOCUS charge category: {text!r} (Usage, Purchase, Tax, Credit, Adjustment)")
+        raise ValueError(
+            f"{column}: not a FOCUS charge category: {text!r} (Usage, Purchase, Tax, Credit, "
+            "Adjustment)"
+        )
     charge_class = (row.get("ChargeClass") or "").strip()
     if charge_class.lower() == "correction":
         return "correction", found[1]
     if charge_class:
-        raise ValueError(f"ChargeClass: not a FOCUS charge class: {charge_class!r} (Correction, or empty)")
+        raise ValueError(
+            f"ChargeClass: not a FOCUS charge class: {charge_class!r} (Correction, or empty)"
+        )
     return found
 
 

@@ -28,6 +28,7 @@ _RANGE = re.compile(r"(\d+)(?:-(\d+))?")
 _SEPARATORS = frozenset(", \t\n")
 _TRAILING_DIGITS = re.compile(r"^(.*?)(\d+)$", re.DOTALL)
 
+
 def expand(hostlist: str, limit: int = MAX_NODES) -> list[str]:
     """The node names of a Slurm hostlist, in Slurm's order; ValueError when it is not one
     or when it names more than `limit` nodes."""

@@ -44,12 +44,14 @@ def mode_of(content_type: str | None) -> Mode:
         return "structured"
     if media == BATCH:
         return "batch"
-    raise UnsupportedMediaType(f"expected {STRUCTURED} or {BATCH}, found {media or 'none'!r}",
-                               option="Content-Type")
+    raise UnsupportedMediaType(
+        f"expected {STRUCTURED} or {BATCH}, found {media or 'none'!r}", option="Content-Type"
+    )
 
 
-def records_of_body(body: bytes, mode: Mode, name: str, owner: Owner,
-                    source: str | None) -> list[Record]:
+def records_of_body(
+    body: bytes, mode: Mode, name: str, owner: Owner, source: str | None
+) -> list[Record]:
     """Every event of the body as a record, refused ones as rejections (for the quarantine)."""
     records = _batch(body, name) if mode == "batch" else [_structured(body, name)]
     return list(_within_source(owned(records, owner), source))
@@ -74,7 +76,9 @@ def _batch(body: bytes, name: str) -> list[Record]:
             else:
                 records.append(_event(element.raw, origin))
     except MalformedArray as exc:
-        raise MalformedBatch(f"the batch body is not one JSON array: {exc}", option="body") from exc
+        raise MalformedBatch(
+            f"the batch body is not one JSON array: {exc}", option="body"
+        ) from exc
     return records
 
 
@@ -83,11 +87,15 @@ def _within_source(records: Iterator[Record], source: str | None) -> Iterator[Re
         if source is None or not isinstance(record, Accepted) or _under(record.source, source):
             yield record
         else:
-            yield Rejected(record.origin, "source",
-                           f"this collector writes under {source!r}, not {record.source!r}",
-                           record.body)
+            yield Rejected(
+                record.origin,
+                "source",
+                f"this collector writes under {source!r}, not {record.source!r}",
+                record.body,
+            )
 
 
 def _under(event_source: str, collector_source: str) -> bool:
     return event_source == collector_source or event_source.startswith(
-        collector_source.rstrip("/") + "/")
+        collector_source.rstrip("/") + "/"
+    )

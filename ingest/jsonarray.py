@@ -50,7 +50,7 @@ class _Scanner:
         while True:
             if i >= len(self.buf) and not self.more():
                 raise MalformedArray(self.line, "expected a JSON array, found an empty file")
-            ch = self.buf[i:i + 1]
+            ch = self.buf[i : i + 1]
             if ch == b"[":
                 return i + 1
             if ch == b"\n":
@@ -127,13 +127,18 @@ def iter_values(stream: BinaryIO, initial: bytes = b"", base: int = 0) -> Iterat
                     return
                 continue
             s.line += s.buf.count(b"\n", i, blank.start())
-            if s.buf[blank.start():blank.start() + 1] not in (b"{", b"["):
+            if s.buf[blank.start() : blank.start() + 1] not in (b"{", b"["):
                 raise MalformedArray(s.line, "expected a JSON object")
             start = i = blank.start()
             start_line = s.line
         match = (_INSIDE if in_string else _VALUE_TOKENS).search(s.buf, i)
         if match is None:
-            s.buf, s.base, i, start = s.buf[start:], s.base + start, len(s.buf) - start, 0  # keep only this value
+            s.buf, s.base, i, start = (
+                s.buf[start:],
+                s.base + start,
+                len(s.buf) - start,
+                0,
+            )  # keep only this value
             if not s.more():
                 raise MalformedArray(start_line, "the file ends inside this JSON object")
             continue

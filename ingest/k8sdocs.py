@@ -106,7 +106,9 @@ def read_objects(path: Path) -> Iterator[K8sObject | Rejected]:
 
 # A whole string (escapes and all), a bracket, a comma; or a quote no string pattern closes.
 _TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+"|[\[\]{},]|"', re.DOTALL)
-_INNER_TOKEN = re.compile(rb'"(?:[^"\\]++|\\.)*+"|[\[\]{}]|"', re.DOTALL)  # inside an element, commas do not matter
+_INNER_TOKEN = re.compile(
+    rb'"(?:[^"\\]++|\\.)*+"|[\[\]{}]|"', re.DOTALL
+)  # inside an element, commas do not matter
 _CLOSER = {b"{": b"}", b"[": b"]"}
 _BLANK = re.compile(rb"\s*")
 
@@ -135,7 +137,9 @@ class _Source:
 
     def more(self, keep: int) -> bool:
         """Read on, dropping the bytes before `keep`; False (and nothing dropped) at the end."""
-        chunk = self.stream.read(max(_CHUNK, len(self.buf) - keep))  # doubling: a long value costs linear time
+        chunk = self.stream.read(
+            max(_CHUNK, len(self.buf) - keep)
+        )  # doubling: a long value costs linear time
         if not chunk:
             return False
         self.buf, self.base = self.buf[keep:] + chunk, self.base + keep
@@ -170,10 +174,16 @@ def _json_rejection(exc: orjson.JSONDecodeError, raw: bytes, origin: Origin) -> 
         raw.decode("utf-8")
     except UnicodeDecodeError as bad:
         line = origin.line + raw.count(b"\n", 0, bad.start)
-        return Rejected(Origin(origin.file, line, origin.offset), "(object)",
-                        f"not valid UTF-8 at byte {origin.offset + bad.start}", raw)
+        return Rejected(
+            Origin(origin.file, line, origin.offset),
+            "(object)",
+            f"not valid UTF-8 at byte {origin.offset + bad.start}",
+            raw,
+        )
     line = origin.line + max(exc.lineno - 1, 0)
-    return Rejected(Origin(origin.file, line, origin.offset), "(object)", f"not valid JSON: {exc.msg}", raw)
+    return Rejected(
+        Origin(origin.file, line, origin.offset), "(object)", f"not valid JSON: {exc.msg}", raw
+    )
 
 
 def _json_spans(source: _Source) -> Iterator[_Span]:
@@ -189,8 +199,10 @@ def _json_spans(source: _Source) -> Iterator[_Span]:
                 return
             i = 0
             continue
-        if source.buf[i:i + 1] not in (b"{", b"["):
-            raise _Malformed(line, "expected a JSON object or array", source.base + i, source.buf[i:])
+        if source.buf[i : i + 1] not in (b"{", b"["):
+            raise _Malformed(
+                line, "expected a JSON object or array", source.base + i, source.buf[i:]
+            )
         scan = _ValueScan(source, i, line)
         yield from scan.spans()
         i, line = scan.i, scan.line_at(scan.i)
@@ -242,7 +254,11 @@ class _ValueScan:
                 self._close(token, at)
                 if not self.stack:
                     if self.collect is None:
-                        yield _Span(self.source.buf[self.start:self.i], self.source.base + self.start, self.first_line)
+                        yield _Span(
+                            self.source.buf[self.start : self.i],
+                            self.source.base + self.start,
+                            self.first_line,
+                        )
                     return
 
     def _read_on(self) -> bool:
@@ -252,7 +268,9 @@ class _ValueScan:
             self.line_at(keep)
         if not self.source.more(keep):
             return False
-        self.start -= keep  # below 0 once the value's head is dropped: only its offset is used then
+        self.start -= (
+            keep  # below 0 once the value's head is dropped: only its offset is used then
+        )
         self.i -= keep
         self._line_pos -= keep
         self.seg_start -= keep
@@ -264,7 +282,11 @@ class _ValueScan:
             raise self._broken("the file ends inside a string of this JSON object")
         if len(self.stack) == 1 and self.stack[0] == b"{":
             name = _HEADER_KEYS.get(self.last_key)
-            if name and self.last_key_end >= 0 and self.source.buf[self.last_key_end:at].strip() == b":":
+            if (
+                name
+                and self.last_key_end >= 0
+                and self.source.buf[self.last_key_end : at].strip() == b":"
+            ):
                 try:
                     self.header[name] = orjson.loads(token)
                 except orjson.JSONDecodeError:
@@ -272,8 +294,12 @@ class _ValueScan:
             self.last_key, self.last_key_end = token, self.i
 
     def _open(self, token: bytes) -> None:
-        top_is_items = (token == b"[" and self.stack == [b"{"] and self.last_key == b'"items"'
-                        and self.source.buf[self.last_key_end:self.i - 1].strip() == b":")
+        top_is_items = (
+            token == b"["
+            and self.stack == [b"{"]
+            and self.last_key == b'"items"'
+            and self.source.buf[self.last_key_end : self.i - 1].strip() == b":"
+        )
         self.stack.append(token)
         if self.collect is None and (top_is_items or self.stack == [b"["]):
             self.collect = len(self.stack)
@@ -286,8 +312,8 @@ class _ValueScan:
             lead = _BLANK.match(buf, self.seg_start)
             assert lead is not None
             line = self.seg_line + buf.count(b"\n", self.seg_start, lead.end())
-            return _Malformed(line, message, base + lead.end(), buf[lead.end():])
-        return _Malformed(self.first_line, message, base + self.start, buf[max(self.start, 0):])
+            return _Malformed(line, message, base + lead.end(), buf[lead.end() :])
+        return _Malformed(self.first_line, message, base + self.start, buf[max(self.start, 0) :])
 
     def _close(self, token: bytes, at: int) -> None:
         if not self.stack or _CLOSER[self.stack[-1]] != token:
@@ -303,9 +329,16 @@ class _ValueScan:
         if lead.end() < at:
             self.found += 1
             line = self.seg_line + buf.count(b"\n", self.seg_start, lead.end())
-            yield _Span(buf[lead.end():at].rstrip(), self.source.base + lead.end(), line, tuple(self.header.items()))
+            yield _Span(
+                buf[lead.end() : at].rstrip(),
+                self.source.base + lead.end(),
+                line,
+                tuple(self.header.items()),
+            )
         elif not closing or self.found:
-            raise _Malformed(self.line_at(at), "empty element in a JSON array", self.source.base + at, buf[at:])
+            raise _Malformed(
+                self.line_at(at), "empty element in a JSON array", self.source.base + at, buf[at:]
+            )
         if closing:
             self.collect = -1  # the list is done; nothing after it is an object of ours
         self.seg_start, self.seg_line = self.i, self.line_at(self.i)
@@ -335,8 +368,15 @@ class _NodeLocator:
 def _entry(node: yaml.Node, part: str | int) -> tuple[yaml.Node, yaml.Node] | None:
     """(key or item, value) for one step of a field path."""
     if isinstance(node, yaml.MappingNode):
-        return next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part), None)
-    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+        return next(
+            ((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part),
+            None,
+        )
+    if (
+        isinstance(node, yaml.SequenceNode)
+        and isinstance(part, int)
+        and 0 <= part < len(node.value)
+    ):
         return node.value[part], node.value[part]
     return None
 
@@ -379,12 +419,19 @@ def _yaml_objects(name: str, lines: Iterator[bytes], start: int) -> Iterator[K8s
             text = chunk.decode("utf-8")
         except UnicodeDecodeError as exc:
             line = first_line + chunk.count(b"\n", 0, exc.start)
-            yield Rejected(Origin(name, line, offset), "(document)", f"not valid UTF-8 at byte {offset + exc.start}", chunk)
+            yield Rejected(
+                Origin(name, line, offset),
+                "(document)",
+                f"not valid UTF-8 at byte {offset + exc.start}",
+                chunk,
+            )
             continue
         yield from _yaml_chunk(name, text, first_line, offset)
 
 
-def _yaml_chunk(name: str, text: str, first_line: int, offset: int) -> Iterator[K8sObject | Rejected]:
+def _yaml_chunk(
+    name: str, text: str, first_line: int, offset: int
+) -> Iterator[K8sObject | Rejected]:
     loader = _Loader(text)
     try:
         while loader.check_node():
@@ -393,7 +440,9 @@ def _yaml_chunk(name: str, text: str, first_line: int, offset: int) -> Iterator[
                 continue
             items, header = _yaml_items(node)
             for item in items:
-                origin = Origin(name, first_line + item.start_mark.line, offset + item.start_mark.index)
+                origin = Origin(
+                    name, first_line + item.start_mark.line, offset + item.start_mark.index
+                )
                 yield _yaml_object(loader, item, text, origin, header)
     except (yaml.YAMLError, RecursionError) as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
@@ -410,19 +459,27 @@ def _yaml_items(node: yaml.Node) -> tuple[Sequence[yaml.Node], ListHeader]:
         return list(node.value), ()
     items = _child(node, "items")
     if isinstance(items, yaml.SequenceNode):
-        header = tuple((key, value.value) for key in ("kind", "apiVersion")
-                       if isinstance(value := _child(node, key), yaml.ScalarNode) and isinstance(value.value, str))
+        header = tuple(
+            (key, value.value)
+            for key in ("kind", "apiVersion")
+            if isinstance(value := _child(node, key), yaml.ScalarNode)
+            and isinstance(value.value, str)
+        )
         return list(items.value), header
     return [node], ()
 
 
-def _yaml_object(loader: _Loader, node: yaml.Node, text: str, origin: Origin, header: ListHeader) -> K8sObject | Rejected:
-    raw = text[node.start_mark.index:node.end_mark.index].strip().encode()
+def _yaml_object(
+    loader: _Loader, node: yaml.Node, text: str, origin: Origin, header: ListHeader
+) -> K8sObject | Rejected:
+    raw = text[node.start_mark.index : node.end_mark.index].strip().encode()
     try:
         body = loader.construct_document(node)
     except (yaml.YAMLError, RecursionError) as exc:
         return Rejected(origin, "(object)", f"not valid YAML: {_yaml_reason(exc)}", raw)
-    return _checked(body, origin, raw, _NodeLocator(node, origin.line - node.start_mark.line), header)
+    return _checked(
+        body, origin, raw, _NodeLocator(node, origin.line - node.start_mark.line), header
+    )
 
 
 def _yaml_reason(exc: BaseException) -> str:
@@ -436,14 +493,23 @@ def _yaml_reason(exc: BaseException) -> str:
 # --- both ------------------------------------------------------------------------------
 
 
-def _checked(body: Any, origin: Origin, raw: bytes, locator: _Locator, header: ListHeader = ()) -> K8sObject | Rejected:
+def _checked(
+    body: Any, origin: Origin, raw: bytes, locator: _Locator, header: ListHeader = ()
+) -> K8sObject | Rejected:
     if not isinstance(body, dict):
         found = "nothing" if body is None else json_type(body)
-        return Rejected(origin, "(object)", f"expected a Kubernetes object (a mapping), found {found}", raw)
+        return Rejected(
+            origin, "(object)", f"expected a Kubernetes object (a mapping), found {found}", raw
+        )
     try:
         plain = _Plain().value(body, ())
     except ObjectError as exc:
-        return Rejected(Origin(origin.file, locator.line(exc.path), origin.offset), dotted(exc.path), exc.reason, raw)
+        return Rejected(
+            Origin(origin.file, locator.line(exc.path), origin.offset),
+            dotted(exc.path),
+            exc.reason,
+            raw,
+        )
     return K8sObject(_inherit(plain, dict(header)), origin, raw, locator)
 
 

@@ -13,7 +13,10 @@ from schemas.errors import BadInput
 
 FieldPath = tuple[str | int, ...]
 
-_RFC3339 = re.compile(r"(?P<base>\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2})(?P<fraction>\.\d+)?(?P<zone>[Zz]|[+-]\d{2}:\d{2})?")
+_RFC3339 = re.compile(
+    r"(?P<base>\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2})(?P<fraction>\.\d+)?(?P<zone>[Zz]|"
+    r"[+-]\d{2}:\d{2})?"
+)
 
 
 class ObjectError(BadInput, ValueError):
@@ -92,7 +95,9 @@ def utc_time(obj: dict[str, Any], path: FieldPath, required: bool = True) -> str
     try:
         if match is None:
             raise ValueError(value)
-        moment = datetime.fromisoformat(match["base"] + (match["fraction"] or "")[:7] + _zone(match["zone"]))
+        moment = datetime.fromisoformat(
+            match["base"] + (match["fraction"] or "")[:7] + _zone(match["zone"])
+        )
     except ValueError:
         raise ObjectError(path, f"not an RFC 3339 time: {value!r}") from None
     return format_utc(moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc))
@@ -102,7 +107,12 @@ def _zone(zone: str | None) -> str:
     return "+00:00" if zone is None or zone in ("Z", "z") else zone
 
 
-def tenant(obj: dict[str, Any], namespace_path: FieldPath, tenant_field: str | None, default: str | None = None) -> str:
+def tenant(
+    obj: dict[str, Any],
+    namespace_path: FieldPath,
+    tenant_field: str | None,
+    default: str | None = None,
+) -> str:
     """The label `tenant_field` when the object carries it, else the namespace, else the
     `default` given (the ingest's tenant option, for a source that names none)."""
     if tenant_field:
@@ -115,9 +125,27 @@ def tenant(obj: dict[str, Any], namespace_path: FieldPath, tenant_field: str | N
 
 
 def json_type(value: Any) -> str:
-    names = {bool: "boolean", int: "number", float: "number", str: "string", list: "list", dict: "object"}
+    names = {
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        str: "string",
+        list: "list",
+        dict: "object",
+    }
     return names.get(type(value), type(value).__name__)
 
 
-__all__ = ["FieldPath", "ObjectError", "dotted", "field", "integer", "json_type", "mapping", "sequence", "tenant", "text",
-           "utc_time"]
+__all__ = [
+    "FieldPath",
+    "ObjectError",
+    "dotted",
+    "field",
+    "integer",
+    "json_type",
+    "mapping",
+    "sequence",
+    "tenant",
+    "text",
+    "utc_time",
+]

@@ -5,22 +5,25 @@ YAML stream (reading: ingest/k8sdocs.py).
 Identity: allocation_id = `metadata.name`; job_id = `metadata.ownerReferences[0].name`,
 else the name; tenant = `metadata.namespace` (or the label named by `tenant_field`, when
 the Workload has it; the option `tenant` only for a Workload that names no namespace,
-as an object exported without its metadata.namespace does); source = `kueue://<cluster>` (`cluster` defaults to `default`).
+as an object exported without its metadata.namespace does); source = `kueue://<cluster>` (`cluster`
+defaults to `default`).
 
 Each condition of `status.conditions` with status "True" is a transition at its
-`lastTransitionTime` (UTC):
+`lastTransitionTime` (UTC), condition → events:
 
-| condition | events |
-|---|---|
-| QuotaReserved | stands in for Admitted only when the Workload has no Admitted condition at all (a Kueue before v0.5, or a writer that leaves it out) |
-| Admitted | `policy.decision` admitted, and `allocation.granted` |
-| Evicted, reason Deactivated / InactiveWorkload / DeactivatedDueToMaximumExecutionTimeExceeded | decision deactivated, `allocation.released` |
-| Evicted, reason Preempted / InClusterQueue / InCohort… | decision preempted (reclaimed for the reclaim reasons), `allocation.released` |
-| Evicted, any other reason | decision evicted, `allocation.released` |
-| Evicted at or after Finished | nothing: the workload had finished, Finished releases it |
-| Preempted | decision reclaimed for InCohortReclamation / InCohortReclaimWhileBorrowing, else preempted; no release |
-| Requeued | decision queued |
-| Finished | `allocation.released` (reason Succeeded, Failed, …), no decision |
+- QuotaReserved → stands in for Admitted only when the Workload has no Admitted condition at all (a
+  Kueue before v0.5, or a writer that leaves it out)
+- Admitted → `policy.decision` admitted, and `allocation.granted`
+- Evicted, reason Deactivated / InactiveWorkload / DeactivatedDueToMaximumExecutionTimeExceeded →
+  decision deactivated, `allocation.released`
+- Evicted, reason Preempted / InClusterQueue / InCohort… → decision preempted (reclaimed for the
+  reclaim reasons), `allocation.released`
+- Evicted, any other reason → decision evicted, `allocation.released`
+- Evicted at or after Finished → nothing: the workload had finished, Finished releases it
+- Preempted → decision reclaimed for InCohortReclamation / InCohortReclaimWhileBorrowing, else
+  preempted; no release
+- Requeued → decision queued
+- Finished → `allocation.released` (reason Succeeded, Failed, …), no decision
 
 Deactivation by the owner (`spec.active: false` set by its user, or by Kueue enforcing
 the Workload's own `maximumExecutionTimeSeconds`) is Evicted with reason `Deactivated`
@@ -62,7 +65,8 @@ node is the one `kubernetes.io/hostname` value of the pod sets' topologyAssignme
 (v1beta1 `domains[].values`, v1beta2 `slices[].valuesPerLevel`); with several, `nodes`
 lists them and node is left out. A gang member's grant also has `workload` and `pods`
 (its pod set's count). A Workload's status alone (pasted without kind, apiVersion and
-metadata) is refused: nothing in it says which Workload it is. Evidence kept: `pod_sets` (the assignments as given),
+metadata) is refused: nothing in it says which Workload it is. Evidence kept: `pod_sets` (the
+assignments as given),
 `flavors` (the distinct ResourceFlavor names assigned), `cluster_queue`. An admission
 with no GPU resource gives the decision and no grant.
 
@@ -98,19 +102,34 @@ from typing import Any
 
 from ingest.base import event_from_object
 from ingest.k8sdocs import K8sObject, kinds_in, read_objects
-from ingest.k8sfields import FieldPath, ObjectError, field, integer, mapping, sequence, tenant, text, utc_time
+from ingest.k8sfields import (
+    FieldPath,
+    ObjectError,
+    field,
+    integer,
+    mapping,
+    sequence,
+    tenant,
+    text,
+    utc_time,
+)
 from ingest.options import IngestOptions, option
 from schemas import Record, Rejected
 
 API_GROUP = "kueue.x-k8s.io/"
 RECLAIM_REASONS = frozenset({"InCohortReclamation", "InCohortReclaimWhileBorrowing"})
-#: Evicted reasons of a deactivation by the owner: spec.active set false by its user (InactiveWorkload before
+#: Evicted reasons of a deactivation by the owner: spec.active set false by its user
+#: (InactiveWorkload before
 #: v0.9), or by Kueue enforcing the Workload's own spec.maximumExecutionTimeSeconds.
-DEACTIVATED_REASONS = frozenset({"Deactivated", "InactiveWorkload", "DeactivatedDueToMaximumExecutionTimeExceeded"})
+DEACTIVATED_REASONS = frozenset(
+    {"Deactivated", "InactiveWorkload", "DeactivatedDueToMaximumExecutionTimeExceeded"}
+)
 WHOLE_GPU, SHARED_GPU, MIG_PREFIX = "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-"
 HOSTNAME_LEVEL = "kubernetes.io/hostname"
 ACCUMULATED = ("accumulatedPastExecutionTimeSeconds", "accumulatedPastExexcutionTimeSeconds")
-_TRANSITIONS = frozenset({"QuotaReserved", "Admitted", "Evicted", "Preempted", "Requeued", "Finished"})
+_TRANSITIONS = frozenset(
+    {"QuotaReserved", "Admitted", "Evicted", "Preempted", "Requeued", "Finished"}
+)
 _QUANTITY = re.compile(r"\+?\d+")
 _ASSIGNMENTS: FieldPath = ("status", "admission", "podSetAssignments")
 
@@ -121,8 +140,9 @@ class KueueOptions(IngestOptions):
     format = "kueue"
 
     cluster: str | None = option("The cluster name, part of every event's source.")
-    tenant_field: str | None = option("The metadata label to take the tenant from "
-                                      "(default: the namespace).")
+    tenant_field: str | None = option(
+        "The metadata label to take the tenant from (default: the namespace)."
+    )
     tenant: str | None = option("The tenant of an object with no label and no namespace.")
 
 
@@ -133,8 +153,12 @@ class KueueIngestor:
 
     def identify(self, path: Path, head: bytes) -> bool:
         kinds = kinds_in(head)
-        return (API_GROUP.encode() in head and bool(kinds & {"Workload", "WorkloadList"})
-                and not kinds & {"Event", "EventList"} and b'"specversion"' not in head)
+        return (
+            API_GROUP.encode() in head
+            and bool(kinds & {"Workload", "WorkloadList"})
+            and not kinds & {"Event", "EventList"}
+            and b'"specversion"' not in head
+        )
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
         cluster = options.get("cluster") or "default"
@@ -146,7 +170,9 @@ class KueueIngestor:
                 yield from _workload_records(item, cluster, tenancy)
 
 
-def _workload_records(obj: K8sObject, cluster: str, tenancy: tuple[str | None, str | None]) -> Iterator[Record]:
+def _workload_records(
+    obj: K8sObject, cluster: str, tenancy: tuple[str | None, str | None]
+) -> Iterator[Record]:
     try:
         events = workload_events(obj.body, cluster, *tenancy)
     except ObjectError as exc:
@@ -170,28 +196,63 @@ class _Workload:
     events: list[dict[str, Any]] = dataclass_field(default_factory=list)
 
     def add(self, kind: str, event_id: str, time: str, data: dict[str, Any]) -> None:
-        self.events.append({"specversion": "1.0", "id": event_id, "source": self.source, "type": kind,
-                            "time": time, "data": {k: v for k, v in data.items() if v is not None}})
+        self.events.append(
+            {
+                "specversion": "1.0",
+                "id": event_id,
+                "source": self.source,
+                "type": kind,
+                "time": time,
+                "data": {k: v for k, v in data.items() if v is not None},
+            }
+        )
 
     def decide(self, decision: str, event_id: str, time: str, condition: str, reason: str) -> None:
-        self.add("policy.decision", event_id, time, {
-            "tenant": self.tenant, "decision": decision, "job_id": self.job_id, "allocation_id": self.name,
-            "reason": reason or None, "queue": self.queue, "priority": self.priority, "condition": condition})
+        self.add(
+            "policy.decision",
+            event_id,
+            time,
+            {
+                "tenant": self.tenant,
+                "decision": decision,
+                "job_id": self.job_id,
+                "allocation_id": self.name,
+                "reason": reason or None,
+                "queue": self.queue,
+                "priority": self.priority,
+                "condition": condition,
+            },
+        )
 
     def release(self, event_id: str, time: str, reason: str, condition: str, **extra: Any) -> None:
-        each: list[tuple[str | None, str]] = [(p, f":{p}") for p in gang_pod_sets(self.body)] or [(None, "")]
+        each: list[tuple[str | None, str]] = [(p, f":{p}") for p in gang_pod_sets(self.body)] or [
+            (None, "")
+        ]
         for pod_set, suffix in each:
-            self.add("allocation.released", f"{event_id}:released{suffix}", time, {
-                "tenant": self.tenant, "allocation_id": self.allocation_id(pod_set), "reason": reason or None,
-                "condition": condition, **extra})
+            self.add(
+                "allocation.released",
+                f"{event_id}:released{suffix}",
+                time,
+                {
+                    "tenant": self.tenant,
+                    "allocation_id": self.allocation_id(pod_set),
+                    "reason": reason or None,
+                    "condition": condition,
+                    **extra,
+                },
+            )
 
     def allocation_id(self, pod_set: str | None) -> str:
         """The Workload's name; `<name>/<pod set>` for a pod set of a gang."""
         return self.name if pod_set is None else f"{self.name}/{pod_set}"
 
 
-def workload_events(body: dict[str, Any], cluster: str = "default", tenant_field: str | None = None,
-                    default_tenant: str | None = None) -> list[dict[str, Any]]:
+def workload_events(
+    body: dict[str, Any],
+    cluster: str = "default",
+    tenant_field: str | None = None,
+    default_tenant: str | None = None,
+) -> list[dict[str, Any]]:
     """The CloudEvents (as dicts) of one Workload object; ObjectError names a bad field."""
     workload = _read_identity(body, cluster, tenant_field, default_tenant)
     conditions = _conditions(body)
@@ -199,25 +260,35 @@ def workload_events(body: dict[str, Any], cluster: str = "default", tenant_field
     # (before v0.5). A Workload with admission checks and no Admitted condition is waiting
     # on them (a Kueue from v0.5 adds Admitted only once every check is Ready).
     quota_is_grant = not any(c["type"] == "Admitted" for _, c in conditions) and not sequence(
-        body, ("status", "admissionChecks"))
+        body, ("status", "admissionChecks")
+    )
     finished = _finished_time(body, conditions)
     for index, condition in conditions:
         _condition_events(workload, index, condition, quota_is_grant, finished)
     return workload.events
 
 
-def _finished_time(body: dict[str, Any], conditions: list[tuple[int, dict[str, str]]]) -> str | None:
+def _finished_time(
+    body: dict[str, Any], conditions: list[tuple[int, dict[str, str]]]
+) -> str | None:
     for index, condition in conditions:
         if condition["type"] == "Finished" and condition["status"] == "True":
             return utc_time(body, ("status", "conditions", index, "lastTransitionTime"))
     return None
 
 
-def _read_identity(body: dict[str, Any], cluster: str, tenant_field: str | None, default_tenant: str | None) -> _Workload:
-    if isinstance(body.get("status"), dict) and all(body.get(k) is None for k in ("kind", "apiVersion", "metadata")):
-        raise ObjectError(("kind",), "missing: a Workload's status alone (no kind, apiVersion or metadata) says "
-                                     "nothing of which Workload it is; ingest the object whole, as "
-                                     "`kubectl get workload NAME -o yaml` prints it")
+def _read_identity(
+    body: dict[str, Any], cluster: str, tenant_field: str | None, default_tenant: str | None
+) -> _Workload:
+    if isinstance(body.get("status"), dict) and all(
+        body.get(k) is None for k in ("kind", "apiVersion", "metadata")
+    ):
+        raise ObjectError(
+            ("kind",),
+            "missing: a Workload's status alone (no kind, apiVersion or metadata) says "
+            "nothing of which Workload it is; ingest the object whole, as "
+            "`kubectl get workload NAME -o yaml` prints it",
+        )
     kind, api = text(body, ("kind",), required=True), text(body, ("apiVersion",), required=True)
     if kind != "Workload":
         raise ObjectError(("kind",), f"not a Kueue Workload: {kind!r}")
@@ -228,9 +299,14 @@ def _read_identity(body: dict[str, Any], cluster: str, tenant_field: str | None,
     owners = sequence(body, ("metadata", "ownerReferences"))
     owner = text(body, ("metadata", "ownerReferences", 0, "name")) if owners else None
     return _Workload(
-        body=body, source=f"kueue://{cluster}", key=f"{namespace}/{name}/{uid}",
-        tenant=tenant(body, ("metadata", "namespace"), tenant_field, default_tenant), name=name, job_id=owner or name,
-        queue=text(body, ("spec", "queueName")), priority=integer(body, ("spec", "priority")),
+        body=body,
+        source=f"kueue://{cluster}",
+        key=f"{namespace}/{name}/{uid}",
+        tenant=tenant(body, ("metadata", "namespace"), tenant_field, default_tenant),
+        name=name,
+        job_id=owner or name,
+        queue=text(body, ("spec", "queueName")),
+        priority=integer(body, ("spec", "priority")),
     )
 
 
@@ -239,19 +315,33 @@ def _conditions(body: dict[str, Any]) -> list[tuple[int, dict[str, str]]]:
     for index, _ in enumerate(sequence(body, ("status", "conditions"))):
         path = ("status", "conditions", index)
         mapping(body, path)
-        out.append((index, {
-            "type": text(body, (*path, "type"), required=True) or "",
-            "status": text(body, (*path, "status"), required=True) or "",
-            "reason": text(body, (*path, "reason")) or "",
-        }))
+        out.append(
+            (
+                index,
+                {
+                    "type": text(body, (*path, "type"), required=True) or "",
+                    "status": text(body, (*path, "status"), required=True) or "",
+                    "reason": text(body, (*path, "reason")) or "",
+                },
+            )
+        )
     return out
 
 
-def _condition_events(wl: _Workload, index: int, condition: dict[str, str], quota_is_grant: bool,
-                      finished: str | None) -> None:
+def _condition_events(
+    wl: _Workload,
+    index: int,
+    condition: dict[str, str],
+    quota_is_grant: bool,
+    finished: str | None,
+) -> None:
     kind, status, reason = condition["type"], condition["status"], condition["reason"]
     queued = status == "False" and reason == "Pending"
-    if not queued and (status != "True" or kind not in _TRANSITIONS or (kind == "QuotaReserved" and not quota_is_grant)):
+    if not queued and (
+        status != "True"
+        or kind not in _TRANSITIONS
+        or (kind == "QuotaReserved" and not quota_is_grant)
+    ):
         return  # says nothing we use: its time is not even read
     path = ("status", "conditions", index, "lastTransitionTime")
     time = utc_time(wl.body, path)
@@ -268,11 +358,15 @@ def _condition_events(wl: _Workload, index: int, condition: dict[str, str], quot
         wl.decide(eviction_decision(reason), event_id, time, kind, reason)
         wl.release(event_id, time, reason, kind)
     elif kind == "Preempted":
-        wl.decide("reclaimed" if reason in RECLAIM_REASONS else "preempted", event_id, time, kind, reason)
+        wl.decide(
+            "reclaimed" if reason in RECLAIM_REASONS else "preempted", event_id, time, kind, reason
+        )
     elif kind == "Requeued":
         wl.decide("queued", event_id, time, kind, reason)
     elif kind == "Finished":
-        wl.release(event_id, time, reason, kind, accumulated_past_execution_time_s=_accumulated(wl.body))
+        wl.release(
+            event_id, time, reason, kind, accumulated_past_execution_time_s=_accumulated(wl.body)
+        )
 
 
 def _instant(utc_text: str) -> datetime:
@@ -280,7 +374,9 @@ def _instant(utc_text: str) -> datetime:
 
 
 def eviction_decision(reason: str) -> str:
-    """The decision of an Evicted condition's reason (a Workload event's `EvictedDueTo<reason>`)."""
+    """The decision of an Evicted condition's reason (a Workload event's
+    `EvictedDueTo<reason>`).
+    """
     if reason in DEACTIVATED_REASONS:
         return "deactivated"
     if reason in RECLAIM_REASONS:
@@ -303,7 +399,9 @@ def _accumulated(body: dict[str, Any]) -> int | None:
 
 @dataclass
 class _Usage:
-    by_class: dict[str, int] = dataclass_field(default_factory=lambda: {"whole": 0, "mig": 0, "timeslice": 0})
+    by_class: dict[str, int] = dataclass_field(
+        default_factory=lambda: {"whole": 0, "mig": 0, "timeslice": 0}
+    )
     profiles: list[str] = dataclass_field(default_factory=list)
     flavors: list[str] = dataclass_field(default_factory=list)
     nodes: list[str] = dataclass_field(default_factory=list)
@@ -319,16 +417,29 @@ def _admit(wl: _Workload, event_id: str, time: str) -> None:
         if grant is not None:
             wl.add("allocation.granted", f"{event_id}:granted", time, grant)
         return
-    names = [text(wl.body, (*_ASSIGNMENTS, i, "name"), required=True) for i, _ in enumerate(assignments)]
+    names = [
+        text(wl.body, (*_ASSIGNMENTS, i, "name"), required=True) for i, _ in enumerate(assignments)
+    ]
     grants = [(p, _grant(wl, p, [i for i, n in enumerate(names) if n == p])) for p in gang]
     granted = [(p, g) for p, g in grants if g is not None]
     members = [wl.allocation_id(p) for p, _ in granted]
     for pod_set, grant in granted:
         wl.add("allocation.granted", f"{event_id}:granted:{pod_set}", time, grant)
     for pod_set, _ in granted:
-        wl.add("job.started", f"{event_id}:started:{pod_set}", time, {
-            "tenant": wl.tenant, "job_id": wl.job_id, "allocation_id": wl.allocation_id(pod_set), "attempt": 1,
-            "workload": wl.name, "pod_set": pod_set, "gang": members})
+        wl.add(
+            "job.started",
+            f"{event_id}:started:{pod_set}",
+            time,
+            {
+                "tenant": wl.tenant,
+                "job_id": wl.job_id,
+                "allocation_id": wl.allocation_id(pod_set),
+                "attempt": 1,
+                "workload": wl.name,
+                "pod_set": pod_set,
+                "gang": members,
+            },
+        )
 
 
 def gang_pod_sets(body: dict[str, Any]) -> list[str]:
@@ -340,13 +451,20 @@ def gang_pod_sets(body: dict[str, Any]) -> list[str]:
     the admission's `resourceUsage` for an object exported without a spec."""
     specs = sequence(body, ("spec", "podSets"))
     if specs:
-        names = [text(body, ("spec", "podSets", i, "name"), required=True) or ""
-                 for i, _ in enumerate(specs) if _template_wants_gpus(body, ("spec", "podSets", i, "template", "spec"))]
+        names = [
+            text(body, ("spec", "podSets", i, "name"), required=True) or ""
+            for i, _ in enumerate(specs)
+            if _template_wants_gpus(body, ("spec", "podSets", i, "template", "spec"))
+        ]
     else:
-        names = [text(body, (*_ASSIGNMENTS, i, "name"), required=True) or ""
-                 for i, _ in enumerate(sequence(body, _ASSIGNMENTS))
-                 if any(_is_gpu(r) and str(v) not in ("0", "") for r, v in
-                        mapping(body, (*_ASSIGNMENTS, i, "resourceUsage")).items())]
+        names = [
+            text(body, (*_ASSIGNMENTS, i, "name"), required=True) or ""
+            for i, _ in enumerate(sequence(body, _ASSIGNMENTS))
+            if any(
+                _is_gpu(r) and str(v) not in ("0", "")
+                for r, v in mapping(body, (*_ASSIGNMENTS, i, "resourceUsage")).items()
+            )
+        ]
     return names if len(names) > 1 else []
 
 
@@ -377,16 +495,22 @@ def _grant(wl: _Workload, pod_set: str | None, indexes: list[int]) -> dict[str, 
     placement = next(c for c in ("whole", "mig", "timeslice") if usage.by_class[c])
     mixed = sum(1 for n in usage.by_class.values() if n) > 1
     return {
-        "tenant": wl.tenant, "allocation_id": wl.allocation_id(pod_set), "gpus": gpus, "placement_class": placement,
+        "tenant": wl.tenant,
+        "allocation_id": wl.allocation_id(pod_set),
+        "gpus": gpus,
+        "placement_class": placement,
         "profile": usage.profiles[0] if placement == "mig" and len(usage.profiles) == 1 else None,
         "profiles": usage.profiles if len(usage.profiles) > 1 else None,
         "gpus_by_class": {k: v for k, v in usage.by_class.items() if v} if mixed else None,
         "node": usage.nodes[0] if len(usage.nodes) == 1 else None,
         "nodes": usage.nodes if len(usage.nodes) > 1 else None,
         "cluster_queue": text(wl.body, ("status", "admission", "clusterQueue")),
-        "flavors": usage.flavors or None, "pod_sets": [assignments[i] for i in indexes],
+        "flavors": usage.flavors or None,
+        "pod_sets": [assignments[i] for i in indexes],
         "workload": wl.name if pod_set is not None else None,
-        "pods": integer(wl.body, (*_ASSIGNMENTS, indexes[0], "count")) if pod_set is not None and len(indexes) == 1 else None,
+        "pods": integer(wl.body, (*_ASSIGNMENTS, indexes[0], "count"))
+        if pod_set is not None and len(indexes) == 1
+        else None,
     }
 
 
@@ -417,8 +541,14 @@ def _add_pod_set(body: dict[str, Any], path: FieldPath, usage: _Usage) -> None:
 def _gpu_quantity(resource: str, value: Any, path: FieldPath) -> int:
     if resource not in (WHOLE_GPU, SHARED_GPU) and not resource.startswith(MIG_PREFIX):
         return 0  # cpu, memory, …: not ours to count
-    text_value = str(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
-    if text_value is not None and text_value.startswith("-") and _QUANTITY.fullmatch(text_value[1:]):
+    text_value = (
+        str(value) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+    )
+    if (
+        text_value is not None
+        and text_value.startswith("-")
+        and _QUANTITY.fullmatch(text_value[1:])
+    ):
         raise ObjectError(path, f"{resource} = {value!r}: a negative GPU count")
     if text_value is None or not _QUANTITY.fullmatch(text_value):
         raise ObjectError(path, f"{resource} = {value!r}: not a whole number of GPUs")
@@ -433,8 +563,10 @@ def _topology_nodes(body: dict[str, Any], path: FieldPath) -> list[str]:
     if HOSTNAME_LEVEL not in levels:
         return []
     level = levels.index(HOSTNAME_LEVEL)
-    nodes = [text(body, (*path, "domains", i, "values", level), required=True) or ""
-             for i, _ in enumerate(sequence(body, (*path, "domains")))]
+    nodes = [
+        text(body, (*path, "domains", i, "values", level), required=True) or ""
+        for i, _ in enumerate(sequence(body, (*path, "domains")))
+    ]
     for i, _ in enumerate(sequence(body, (*path, "slices"))):
         nodes += _slice_values(body, (*path, "slices", i), level)
     return nodes
@@ -445,15 +577,29 @@ def _slice_values(body: dict[str, Any], path: FieldPath, level: int) -> list[str
     values_path = (*path, "valuesPerLevel", level)
     values = mapping(body, values_path)
     individual = mapping(body, (*values_path, "individual"))
-    universal = text(body, (*values_path, "universalValue")) or text(body, (*values_path, "universal"))
+    universal = text(body, (*values_path, "universalValue")) or text(
+        body, (*values_path, "universal")
+    )
     if universal is not None:
         return [universal] * (count or 1)
     roots_path = (*values_path, "individual", "roots") if individual else (*values_path, "roots")
-    prefix = values.get("prefix") or individual.get("prefix") or individual.get("commonPrefix") or ""
-    suffix = values.get("suffix") or individual.get("suffix") or individual.get("commonSuffix") or ""
+    prefix = (
+        values.get("prefix") or individual.get("prefix") or individual.get("commonPrefix") or ""
+    )
+    suffix = (
+        values.get("suffix") or individual.get("suffix") or individual.get("commonSuffix") or ""
+    )
     roots = sequence(body, roots_path)
-    if not roots or not all(isinstance(r, str) for r in roots) or not isinstance(prefix, str) or not isinstance(suffix, str):
-        raise ObjectError(values_path, "expected universalValue, or roots (strings) with an optional prefix and suffix")
+    if (
+        not roots
+        or not all(isinstance(r, str) for r in roots)
+        or not isinstance(prefix, str)
+        or not isinstance(suffix, str)
+    ):
+        raise ObjectError(
+            values_path,
+            "expected universalValue, or roots (strings) with an optional prefix and suffix",
+        )
     return [prefix + root + suffix for root in roots]
 
 

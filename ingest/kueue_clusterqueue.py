@@ -46,7 +46,17 @@ from typing import Any
 
 from ingest.base import fixed_tenant
 from ingest.k8sdocs import K8sObject, kinds_in, read_objects
-from ingest.k8sfields import FieldPath, ObjectError, field, integer, mapping, sequence, tenant, text, utc_time
+from ingest.k8sfields import (
+    FieldPath,
+    ObjectError,
+    field,
+    integer,
+    mapping,
+    sequence,
+    tenant,
+    text,
+    utc_time,
+)
 from ingest.options import CAPTURE, TENANT, FlavorClass, ScrapeTime, TenantOptions, option
 from ingest.quotas import Recorded, class_map, gpu_count, quota_record, recorded_of, snapshot_time
 from schemas import Record, Rejected
@@ -65,19 +75,24 @@ class KueueClusterQueueOptions(TenantOptions):
     format = "kueue-clusterqueue"
 
     cluster: str | None = option("The cluster name, part of every event's source.")
-    tenant_field: str | None = option("The metadata label to take the tenant from "
-                                      "(default: the namespace).")
+    tenant_field: str | None = option(
+        "The metadata label to take the tenant from (default: the namespace)."
+    )
     tenant: str | None = option(TENANT)
-    flavor_class: FlavorClass = option("Each ResourceFlavor's placement class, "
-                                       "NAME=CLASS,... (whole, timeslice, mig:<profile>; "
-                                       "default: whole, or what its nodeLabels name).")
+    flavor_class: FlavorClass = option(
+        "Each ResourceFlavor's placement class, "
+        "NAME=CLASS,... (whole, timeslice, mig:<profile>; "
+        "default: whole, or what its nodeLabels name)."
+    )
     scrape_time: ScrapeTime = option(CAPTURE)
 
 
 class KueueClusterQueueIngestor:
     name = "kueue-clusterqueue"
     options = KueueClusterQueueOptions
-    description = "Kueue ClusterQueues (with their LocalQueues, ResourceFlavors): GPU quotas per flavor"
+    description = (
+        "Kueue ClusterQueues (with their LocalQueues, ResourceFlavors): GPU quotas per flavor"
+    )
     reads_ledger = True  # its option `recorded` is a function: parsed in the ingesting process
 
     def identify(self, path: Path, head: bytes) -> bool:
@@ -88,12 +103,19 @@ class KueueClusterQueueIngestor:
             return True
         if kinds & _KINDS:  # LocalQueues or ResourceFlavors alone: Kueue's, by their API group
             return API_GROUP.encode() in head
-        return not kinds and b"resourceGroups" in head and b"nominalQuota" in head  # a spec pasted alone
+        return (
+            not kinds and b"resourceGroups" in head and b"nominalQuota" in head
+        )  # a spec pasted alone
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
-        snapshot = _Snapshot(f"kueue://{options.get('cluster') or 'default'}", options.get("tenant_field"),
-                             fixed_tenant(options), class_map(options.get("flavor_class")),
-                             snapshot_time(path, options), recorded_of(options))
+        snapshot = _Snapshot(
+            f"kueue://{options.get('cluster') or 'default'}",
+            options.get("tenant_field"),
+            fixed_tenant(options),
+            class_map(options.get("flavor_class")),
+            snapshot_time(path, options),
+            recorded_of(options),
+        )
         queues: list[K8sObject] = []
         for item in read_objects(path):
             if isinstance(item, Rejected):
@@ -116,7 +138,9 @@ class _Snapshot:
     recorded: Recorded | None
     #: cluster queue → [(tenant, creation time when the LocalQueue is at generation 1)]
     local_queues: dict[str, list[tuple[str, str | None]]] = dataclass_field(default_factory=dict)
-    flavor_labels: dict[str, str] = dataclass_field(default_factory=dict)  # flavor → class its nodeLabels name
+    flavor_labels: dict[str, str] = dataclass_field(
+        default_factory=dict
+    )  # flavor → class its nodeLabels name
 
     def take(self, obj: K8sObject, queues: list[K8sObject]) -> Rejected | None:
         """Keep a ClusterQueue for later, note a LocalQueue's or a flavor's facts."""
@@ -150,7 +174,10 @@ class _Snapshot:
         except ObjectError as exc:
             yield obj.rejected(exc)
             return
-        records = [quota_record(self.source, data, time, obj.origin, obj.raw, self.recorded) for data, time in quotas]
+        records = [
+            quota_record(self.source, data, time, obj.origin, obj.raw, self.recorded)
+            for data, time in quotas
+        ]
         rejected = [r for r in records if isinstance(r, Rejected)]
         yield from (rejected[:1] if rejected else records)  # a ClusterQueue is one record
 
@@ -161,14 +188,23 @@ class _Snapshot:
             return []  # no GPU in it: no quota of ours, whoever holds it
         holders = self._holders(name)
         since = _since(body)
-        shared = sorted({who for who, _ in holders}) if len({who for who, _ in holders}) > 1 else None
+        shared = (
+            sorted({who for who, _ in holders}) if len({who for who, _ in holders}) > 1 else None
+        )
         out = []
         for who, queue_since in _distinct(holders):
             start = _later(since, queue_since)
             for placement, flavors in by_class.items():
-                data = {"tenant": who, "placement_class": placement, **_limits(flavors), "pool": f"clusterqueue/{name}",
-                        "cluster_queue": name, "cohort": text(body, ("spec", "cohort")), "flavors": flavors,
-                        "shared_by": shared}
+                data = {
+                    "tenant": who,
+                    "placement_class": placement,
+                    **_limits(flavors),
+                    "pool": f"clusterqueue/{name}",
+                    "cluster_queue": name,
+                    "cohort": text(body, ("spec", "cohort")),
+                    "flavors": flavors,
+                    "shared_by": shared,
+                }
                 out.append((data, start or self.time))
         return out
 
@@ -178,9 +214,11 @@ class _Snapshot:
             return holders
         if self.default_tenant is not None:
             return [(self.default_tenant, _FIRST)]  # no LocalQueue's creation to wait for
-        raise ObjectError(("metadata", "name"), f"no LocalQueue in this file points at ClusterQueue {name!r}: whose "
-                                                "quota it is cannot be read (add its LocalQueues to the file, or "
-                                                "give the tenant option)")
+        raise ObjectError(
+            ("metadata", "name"),
+            f"no LocalQueue in this file points at ClusterQueue {name!r}: whose quota it is "
+            "cannot be read (add its LocalQueues to the file, or give the tenant option)",
+        )
 
     def _by_class(self, body: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
         by_class: dict[str, list[dict[str, Any]]] = {}
@@ -209,12 +247,17 @@ def _kind(body: dict[str, Any]) -> str:
     kind = text(body, ("kind",))
     if kind is None:
         if "spec" in body and "metadata" not in body:
-            raise ObjectError(("spec",), "a ClusterQueue's spec alone, with no kind and no metadata.name: which "
-                                         "ClusterQueue it is cannot be read; ingest `kubectl get clusterqueue NAME "
-                                         "-o yaml` instead")
+            raise ObjectError(
+                ("spec",),
+                "a ClusterQueue's spec alone, with no kind and no metadata.name: which "
+                "ClusterQueue it is cannot be read; ingest `kubectl get clusterqueue NAME "
+                "-o yaml` instead",
+            )
         raise ObjectError(("kind",), "missing")
     if kind not in _KINDS:
-        raise ObjectError(("kind",), f"not a Kueue ClusterQueue, LocalQueue or ResourceFlavor: {kind!r}")
+        raise ObjectError(
+            ("kind",), f"not a Kueue ClusterQueue, LocalQueue or ResourceFlavor: {kind!r}"
+        )
     api = text(body, ("apiVersion",))
     if api is not None and not api.startswith(API_GROUP):
         raise ObjectError(("apiVersion",), f"not a Kueue API version: {api!r}")
@@ -254,8 +297,11 @@ def _gpu_entry(body: dict[str, Any], path: FieldPath, flavor: str) -> dict[str, 
     if resource not in (WHOLE_GPU, SHARED_GPU) and not resource.startswith(MIG_PREFIX):
         return None
     entry: dict[str, Any] = {"flavor": flavor, "resource": resource}
-    for key, out in (("nominalQuota", "nominal_quota"), ("borrowingLimit", "borrowing_limit"),
-                     ("lendingLimit", "lending_limit")):
+    for key, out in (
+        ("nominalQuota", "nominal_quota"),
+        ("borrowingLimit", "borrowing_limit"),
+        ("lendingLimit", "lending_limit"),
+    ):
         value = field(body, (*path, key))
         if value is None:
             if key == "nominalQuota":
@@ -272,22 +318,33 @@ def _limits(flavors: list[dict[str, Any]]) -> dict[str, int | None]:
     """The class's figures from its flavors': a borrowing limit only where each states one
     (one without is unbounded), a lending limit where any does (one without lends all)."""
     nominal = sum(f["nominal_quota"] for f in flavors)
-    borrowing = (sum(f["borrowing_limit"] for f in flavors)
-                 if all("borrowing_limit" in f for f in flavors) else None)
-    lending = (sum(f.get("lending_limit", f["nominal_quota"]) for f in flavors)
-               if any("lending_limit" in f for f in flavors) else None)
+    borrowing = (
+        sum(f["borrowing_limit"] for f in flavors)
+        if all("borrowing_limit" in f for f in flavors)
+        else None
+    )
+    lending = (
+        sum(f.get("lending_limit", f["nominal_quota"]) for f in flavors)
+        if any("lending_limit" in f for f in flavors)
+        else None
+    )
     return {"gpus": nominal, "borrowing_limit": borrowing, "lending_limit": lending}
 
 
 def labelled_class(labels: dict[str, str]) -> str | None:
     """The class a ResourceFlavor's nodeLabels name (GPU feature discovery's labels)."""
     product = labels.get("nvidia.com/gpu.product", "")
-    mig = _MIG_PRODUCT.search(product) or _MIG_CONFIG.match(labels.get("nvidia.com/mig.config", ""))
+    mig = _MIG_PRODUCT.search(product) or _MIG_CONFIG.match(
+        labels.get("nvidia.com/mig.config", "")
+    )
     if mig:
         return "mig:" + mig.group(1)
     replicas = gpu_count(labels.get("nvidia.com/gpu.replicas", ""))
-    if (replicas or 0) > 1 or labels.get("nvidia.com/gpu.sharing-strategy") == "time-slicing" or \
-            product.endswith("-SHARED"):
+    if (
+        (replicas or 0) > 1
+        or labels.get("nvidia.com/gpu.sharing-strategy") == "time-slicing"
+        or product.endswith("-SHARED")
+    ):
         return "timeslice"
     return None
 

@@ -70,8 +70,13 @@ class PlannedFile:
     configured: Configured
 
 
-def ingest_plan(manifest: Path | None, files: Sequence[Path], fmt: str | None, options: dict[str, str],
-                allowed: Sequence[Path] = ()) -> list[PlannedFile]:
+def ingest_plan(
+    manifest: Path | None,
+    files: Sequence[Path],
+    fmt: str | None,
+    options: dict[str, str],
+    allowed: Sequence[Path] = (),
+) -> list[PlannedFile]:
     """What one `gpuledger ingest` reads, in order: FILES with the command's format and
     options, or every file of the manifest with its own. The command's options (`owner`
     apart) are defaults for every file whose format takes them, under a manifest entry's
@@ -86,8 +91,10 @@ def ingest_plan(manifest: Path | None, files: Sequence[Path], fmt: str | None, o
         entries = [ManifestEntry(regular_file(path), fmt) for path in files]
     else:
         if files or fmt:
-            raise IngestError("the manifest names the files and their formats; "
-                              "give no files or format with it", option="manifest")
+            raise IngestError(
+                "the manifest names the files and their formats; give no files or format with it",
+                option="manifest",
+            )
         regular_file(manifest, "--manifest")
         _owner(options.get("owner"), "--owner")
         entries = read_manifest(manifest, format_names(), allowed)
@@ -97,11 +104,13 @@ def ingest_plan(manifest: Path | None, files: Sequence[Path], fmt: str | None, o
     unused = sorted(set(defaults) - taken)
     if unused:
         kinds = {p.configured.ingestor.name: p.configured.ingestor.options for p in planned}
-        takes = "; ".join(f"{name} takes {', '.join(o.names()) or 'none'}"
-                          for name, o in kinds.items())
+        takes = "; ".join(
+            f"{name} takes {', '.join(o.names()) or 'none'}" for name, o in kinds.items()
+        )
         whose = f"{planned[0].path}: " if len(planned) == 1 else ""
-        raise IngestError(f"{whose}no file here takes the option {unused[0]!r} ({takes})",
-                          option=unused[0])
+        raise IngestError(
+            f"{whose}no file here takes the option {unused[0]!r} ({takes})", option=unused[0]
+        )
     return planned
 
 
@@ -113,8 +122,10 @@ def _configured(entry: ManifestEntry, defaults: dict[str, str], owner: str | Non
         unknown = sorted(set(entry.options) - {*ingestor.options.model_fields, "owner"})
         if unknown:
             its = ", ".join(ingestor.options.names()) or "none"
-            raise IngestError(f"{entry.where}.options.{unknown[0]}: {ingestor.name} takes no "
-                              f"such option (its options: {its})")
+            raise IngestError(
+                f"{entry.where}.options.{unknown[0]}: {ingestor.name} takes no "
+                f"such option (its options: {its})"
+            )
     declared = ingestor.options.model_fields
     given: dict[str, str] = {k: v for k, v in defaults.items() if k in declared}
     given.update(entry.options)
@@ -130,8 +141,9 @@ def _configured(entry: ManifestEntry, defaults: dict[str, str], owner: str | Non
     return PlannedFile(entry.path, entry.format, given, configured)
 
 
-def read_manifest(manifest: Path, formats: list[str],
-                  allowed: Sequence[Path] = ()) -> list[ManifestEntry]:
+def read_manifest(
+    manifest: Path, formats: list[str], allowed: Sequence[Path] = ()
+) -> list[ManifestEntry]:
     """The manifest's files in order; `formats` are the known format names, `allowed`
     the folders outside the manifest's own its paths may lead to."""
     with open_source(manifest) as stream:
@@ -145,8 +157,10 @@ def read_manifest(manifest: Path, formats: list[str],
         raise IngestError(f"{manifest}: files: expected a list of {{path, format, options}}")
     folders = [Path(os.path.realpath(d)) for d in (manifest.parent, *allowed)]
     lines = _element_lines(raw.decode("utf-8", "replace"))
-    return [_entry(manifest, index, item, formats, folders, lines.get(index, 1))
-            for index, item in enumerate(files)]
+    return [
+        _entry(manifest, index, item, formats, folders, lines.get(index, 1))
+        for index, item in enumerate(files)
+    ]
 
 
 def _element_lines(text: str) -> dict[int, int]:
@@ -185,8 +199,9 @@ def _element_lines(text: str) -> dict[int, int]:
     return lines
 
 
-def _entry(manifest: Path, index: int, item: Any, formats: list[str],
-           folders: list[Path], line: int) -> ManifestEntry:
+def _entry(
+    manifest: Path, index: int, item: Any, formats: list[str], folders: list[Path], line: int
+) -> ManifestEntry:
     where = f"{manifest}:{line}: files[{index}]"
     if not isinstance(item, dict):
         raise IngestError(f"{where}: expected an object with path, format, options")
@@ -204,8 +219,9 @@ def _entry(manifest: Path, index: int, item: Any, formats: list[str],
     names = sorted({name for i in INGESTORS for name in i.options.model_fields})
     for name, value in options.items():
         if name not in names:
-            raise IngestError(f"{where}.options.{name}: unknown option "
-                              f"(known: {', '.join(names)})")
+            raise IngestError(
+                f"{where}.options.{name}: unknown option (known: {', '.join(names)})"
+            )
         if not isinstance(value, str):
             raise IngestError(f"{where}.options.{name}: expected a string, found {value!r}")
     owner = item.get("owner")
@@ -231,9 +247,11 @@ def _inside(path: Path, where: str, folders: list[Path]) -> Path:
     """`path` when it resolves inside one of `folders` (the manifest's, then --allow-path)."""
     real = Path(os.path.realpath(path))
     if not any(real.is_relative_to(folder) for folder in folders):
-        raise IngestError(f"{where}: {path} resolves to {real}, outside the manifest's "
-                          f"folder {folders[0]}: refused (allow its folder to read it)",
-                          option="allow_path")
+        raise IngestError(
+            f"{where}: {path} resolves to {real}, outside the manifest's "
+            f"folder {folders[0]}: refused (allow its folder to read it)",
+            option="allow_path",
+        )
     return regular_file(path, where)
 
 
@@ -255,8 +273,13 @@ def regular_file(path: Path, where: str | None = None) -> Path:
 
 
 def _kind(real: Path, mode: int) -> str:
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
     for test, name in kinds:
         if test(mode):
             return name

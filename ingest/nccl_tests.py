@@ -42,7 +42,15 @@ from ingest.options import (
     option,
     required,
 )
-from ingest.probes import LAUNCHER_TAG, BadLine, ProbeOptions, figure_text, probe_options, probe_record, read_output
+from ingest.probes import (
+    LAUNCHER_TAG,
+    BadLine,
+    ProbeOptions,
+    figure_text,
+    probe_options,
+    probe_record,
+    read_output,
+)
 from schemas import Origin, Record, Rejected
 
 #: `#` is optional throughout: pasted into GitHub markdown, a leading `#` is eaten.
@@ -52,7 +60,9 @@ _COMMAND = re.compile(r"\b([a-z_]+)_perf(?:_mpi)?\b")
 _STARTING = re.compile(r"#\s*Collective test starting:\s*(\w+)")
 _AVG = re.compile(r"#?\s*Avg bus bandwidth\s*:\s*(\S+)")
 _ROW = re.compile(r"\s*\d+\s+\d+\s+\w+")
-_IDENTIFY = re.compile(rb"^(?:\[\d+,\d+\]<stdout>:|\d+: )?#?\s*nThread\s+\d+\s+nGpus\s+\d+", re.MULTILINE)
+_IDENTIFY = re.compile(
+    rb"^(?:\[\d+,\d+\]<stdout>:|\d+: )?#?\s*nThread\s+\d+\s+nGpus\s+\d+", re.MULTILINE
+)
 MAX_BYTES = 64 << 20
 _UNITS = {"time": "us", "algbw": "GB/s", "busbw": "GB/s", "wrong": "errors"}
 Factor = Callable[[int], Decimal]
@@ -95,7 +105,9 @@ class NcclTestsOptions(TenantOptions):
 class NcclTestsIngestor:
     name = "nccl-tests"
     options = NcclTestsOptions
-    description = "nccl-tests runs (all_reduce_perf, …): bus bandwidth by message size and its average"
+    description = (
+        "nccl-tests runs (all_reduce_perf, …): bus bandwidth by message size and its average"
+    )
     reads_ledger = True  # its option `recorded` is a function: parsed in the ingesting process
 
     def identify(self, path: Path, head: bytes) -> bool:
@@ -119,7 +131,9 @@ def _runs(body: bytes) -> Iterator[_Run]:
             if run is not None:
                 yield run
             run, command = _Run(number, here, command), None
-        elif not text.startswith("#") and not _ROW.match(text) and (named := _COMMAND.search(text)):
+        elif (
+            not text.startswith("#") and not _ROW.match(text) and (named := _COMMAND.search(text))
+        ):
             command = f"{named.group(1)}_perf"  # a prompt or launcher line: names the next run
         elif (starting := _STARTING.match(text)) is not None:
             command = starting.group(1)
@@ -142,7 +156,9 @@ def _read_line(run: _Run, number: int, text: str) -> bool:
     elif (average := _AVG.match(text)) is not None:
         run.average = (number, average.group(1))
         return True
-    elif "size" in (words := text.lstrip("#").split()) and "count" in words and not _ROW.match(text):
+    elif (
+        "size" in (words := text.lstrip("#").split()) and "count" in words and not _ROW.match(text)
+    ):
         run.columns = [word.lstrip("#") for word in words]
     elif run.columns is not None and _ROW.match(text):
         run.rows.append((number, text.split()))
@@ -160,15 +176,26 @@ def _record(name: str, run: _Run, how: ProbeOptions) -> Record:
 
 def _data(run: _Run, how: ProbeOptions) -> dict[str, Any]:
     if run.columns is None:
-        raise BadLine(run.line, "columns", "no column header (`#  size  count  type  redop …`) in this run")
+        raise BadLine(
+            run.line, "columns", "no column header (`#  size  count  type  redop …`) in this run"
+        )
     if not run.rows:
         raise BadLine(run.line, "rows", "no row of figures in this run")
     figures = [f for number, words in run.rows for f in _row_figures(number, words, run.columns)]
     if run.average is not None:
-        figures.append({"name": "avg_busbw", "value": figure_text(run.average[1], run.average[0], "Avg bus bandwidth"),
-                        "unit": "GB/s"})
-    data: dict[str, Any] = {**how.owner(), "probe": "nccl-tests", "test": run.command or _collective(run),
-                            "figures": figures}
+        figures.append(
+            {
+                "name": "avg_busbw",
+                "value": figure_text(run.average[1], run.average[0], "Avg bus bandwidth"),
+                "unit": "GB/s",
+            }
+        )
+    data: dict[str, Any] = {
+        **how.owner(),
+        "probe": "nccl-tests",
+        "test": run.command or _collective(run),
+        "figures": figures,
+    }
     if run.hosts:
         data["gpus"], data["nodes"] = len(run.hosts), len(set(run.hosts))
     return data
@@ -177,9 +204,14 @@ def _data(run: _Run, how: ProbeOptions) -> dict[str, Any]:
 def _row_figures(number: int, words: list[str], columns: list[str]) -> list[dict[str, Any]]:
     """One row's figures: each half's time, algbw, busbw and wrong, with the row's keys."""
     if len(words) != len(columns):
-        raise BadLine(number, "row", f"{len(words)} values, but the header names {len(columns)} columns")
-    keys: dict[str, Any] = {"size_bytes": _whole(words[0], number, "size"), "count": _whole(words[1], number, "count"),
-                            "datatype": words[2]}
+        raise BadLine(
+            number, "row", f"{len(words)} values, but the header names {len(columns)} columns"
+        )
+    keys: dict[str, Any] = {
+        "size_bytes": _whole(words[0], number, "size"),
+        "count": _whole(words[1], number, "count"),
+        "datatype": words[2],
+    }
     seen: dict[str, int] = {}
     out = []
     for column, value in list(zip(columns, words))[3:]:
@@ -192,8 +224,15 @@ def _row_figures(number: int, words: list[str], columns: list[str]) -> list[dict
         half = "out-of-place" if seen.setdefault(metric, 0) == 0 else "in-place"
         seen[metric] += 1
         if value != "N/A":
-            out.append({"name": metric, "value": figure_text(value, number, f"{half} {column}"), "unit": _UNITS[metric],
-                        "placement": half, **keys})
+            out.append(
+                {
+                    "name": metric,
+                    "value": figure_text(value, number, f"{half} {column}"),
+                    "unit": _UNITS[metric],
+                    "placement": half,
+                    **keys,
+                }
+            )
     return out
 
 
@@ -212,20 +251,32 @@ def _root(text: str, number: int) -> int:
 def _collective(run: _Run) -> str:
     """The one collective whose redop, root and busbw factor fit the table, if only one does."""
     if not run.hosts:
-        raise BadLine(run.line, "test", "no command line names the test, and no Rank lines give the GPUs to infer it")
+        raise BadLine(
+            run.line,
+            "test",
+            "no command line names the test, and no Rank lines give the GPUs to infer it",
+        )
     n, largest = len(run.hosts), run.rows[-1][1]
     row: dict[str, str] = {}
     for column, value in zip(run.columns or [], largest):
         row.setdefault(column, value)  # the out-of-place half: the first of each name
     algbw, busbw = Decimal(row.get("algbw", "0")), Decimal(row.get("busbw", "0"))
-    fits = [name for name, (reduces, rooted, factor) in COLLECTIVES.items()
-            if ("redop" not in row or reduces == (row["redop"] != "none"))
-            and ("root" not in row or rooted == (row["root"] != "-1"))
-            and algbw > 0 and abs(busbw - algbw * factor(n)) <= Decimal("0.01") * busbw]
+    fits = [
+        name
+        for name, (reduces, rooted, factor) in COLLECTIVES.items()
+        if ("redop" not in row or reduces == (row["redop"] != "none"))
+        and ("root" not in row or rooted == (row["root"] != "-1"))
+        and algbw > 0
+        and abs(busbw - algbw * factor(n)) <= Decimal("0.01") * busbw
+    ]
     if len(fits) != 1:
         found = " or ".join(fits) if fits else "none"
-        raise BadLine(run.line, "test", f"no command line names the test, and the table fits {found} "
-                                     "(put the command line before the output)")
+        raise BadLine(
+            run.line,
+            "test",
+            f"no command line names the test, and the table fits {found} "
+            "(put the command line before the output)",
+        )
     return fits[0]
 
 

@@ -43,7 +43,15 @@ from ingest.options import (
     option,
     required,
 )
-from ingest.probes import LAUNCHER_TAG, BadLine, ProbeOptions, figure_text, probe_options, probe_record, read_output
+from ingest.probes import (
+    LAUNCHER_TAG,
+    BadLine,
+    ProbeOptions,
+    figure_text,
+    probe_options,
+    probe_record,
+    read_output,
+)
 from schemas import Origin, Record, Rejected
 
 _VERSION = re.compile(r"nvbandwidth Version:\s*(\S+)")
@@ -52,8 +60,11 @@ _RUNNING = re.compile(r"Running (\w+)\.?\s*$")
 _TITLE = re.compile(r".*\((?P<unit>[^()]+)\)\s*$")
 _SUM = re.compile(r"SUM (\w+) (\S+)\s*$")
 _INDEX = re.compile(r"\d{1,6}")
-_IDENTIFY = re.compile(rb"nvbandwidth Version:|^(?:\[\d+,\d+\]<stdout>:|\d+: )?(?:Running \w+_(?:ce|sm)\.|SUM \w+_(?:ce|sm) )",
-                       re.MULTILINE)
+_IDENTIFY = re.compile(
+    rb"nvbandwidth Version:|^(?:\[\d+,\d+\]<stdout>:|\d+: )?(?:Running \w+_(?:ce|sm)\.|SUM "
+    rb"\w+_(?:ce|sm) )",
+    re.MULTILINE,
+)
 _GPU_BY_GPU = re.compile(r"GPU\(row\).*GPU\(column\)")
 MAX_BYTES = 64 << 20
 
@@ -88,7 +99,9 @@ class NvbandwidthOptions(TenantOptions):
 class NvbandwidthIngestor:
     name = "nvbandwidth"
     options = NvbandwidthOptions
-    description = "nvbandwidth's testcases: bandwidth and latency matrices and their SUM (text or -j JSON)"
+    description = (
+        "nvbandwidth's testcases: bandwidth and latency matrices and their SUM (text or -j JSON)"
+    )
     reads_ledger = True  # its option `recorded` is a function: parsed in the ingesting process
 
     def identify(self, path: Path, head: bytes) -> bool:
@@ -146,7 +159,12 @@ def _read_line(case: _Testcase, number: int, text: str) -> bool:
         return True
     if case.title is None and _is_title(text):
         case.title = text
-    elif case.title is not None and case.columns is None and words and all(_INDEX.fullmatch(w) for w in words):
+    elif (
+        case.title is not None
+        and case.columns is None
+        and words
+        and all(_INDEX.fullmatch(w) for w in words)
+    ):
         case.columns = words
     elif case.columns is not None and words and _INDEX.fullmatch(words[0]):
         case.rows.append((number, words))
@@ -154,7 +172,9 @@ def _read_line(case: _Testcase, number: int, text: str) -> bool:
 
 
 def _is_title(text: str) -> bool:
-    """A matrix's title: names its rows or columns (`CPU(row)`, `GPU(column)`) and ends in its unit."""
+    """A matrix's title: names its rows or columns (`CPU(row)`, `GPU(column)`) and ends in its
+    unit.
+    """
     return ("(row)" in text or "(column)" in text) and _TITLE.match(text) is not None
 
 
@@ -173,15 +193,26 @@ def _record(name: str, case: _Testcase, how: ProbeOptions) -> Record | None:
 def _data(case: _Testcase, how: ProbeOptions) -> dict[str, Any]:
     test = case.name or (case.total[1] if case.total else None)
     if test is None:
-        raise BadLine(case.line, "test", "no `Running <test>.` line and no SUM line name the testcase")
+        raise BadLine(
+            case.line, "test", "no `Running <test>.` line and no SUM line name the testcase"
+        )
     if case.total is not None and case.name is not None and case.total[1] != case.name:
-        raise BadLine(case.total[0], "SUM", f"names {case.total[1]}, but the testcase running is {case.name}")
+        raise BadLine(
+            case.total[0], "SUM", f"names {case.total[1]}, but the testcase running is {case.name}"
+        )
     if case.title is None or case.columns is None:
-        raise BadLine(case.line, "matrix", f"{test}: no matrix (title and column header) before its SUM")
+        raise BadLine(
+            case.line, "matrix", f"{test}: no matrix (title and column header) before its SUM"
+        )
     rows = [_cells(number, words, case.columns) for number, words in case.rows]
     unit = _unit(case.title)
-    matrix = {"title": case.title, "unit": unit, "rows": [words[0] for _, words in case.rows],
-              "columns": case.columns, "cells": rows}
+    matrix = {
+        "title": case.title,
+        "unit": unit,
+        "rows": [words[0] for _, words in case.rows],
+        "columns": case.columns,
+        "cells": rows,
+    }
     total = None if case.total is None else figure_text(case.total[2], case.total[0], "SUM")
     return _probe(test, matrix, total, unit, case.gpus, case.version, how)
 
@@ -189,8 +220,14 @@ def _data(case: _Testcase, how: ProbeOptions) -> dict[str, Any]:
 def _cells(number: int, words: list[str], columns: list[str]) -> list[str | None]:
     cells = words[1:]
     if len(cells) != len(columns):
-        raise BadLine(number, f"row {words[0]}", f"{len(cells)} cells, but the header names {len(columns)} columns")
-    return [None if cell == "N/A" else figure_text(cell, number, f"row {words[0]}") for cell in cells]
+        raise BadLine(
+            number,
+            f"row {words[0]}",
+            f"{len(cells)} cells, but the header names {len(columns)} columns",
+        )
+    return [
+        None if cell == "N/A" else figure_text(cell, number, f"row {words[0]}") for cell in cells
+    ]
 
 
 def _unit(title: str) -> str:
@@ -198,20 +235,43 @@ def _unit(title: str) -> str:
     return found.group("unit").strip() if found else "?"
 
 
-def _probe(test: str, matrix: dict[str, Any] | None, total: str | None, unit: str, gpus: int | None,
-           version: str | None, how: ProbeOptions) -> dict[str, Any]:
+def _probe(
+    test: str,
+    matrix: dict[str, Any] | None,
+    total: str | None,
+    unit: str,
+    gpus: int | None,
+    version: str | None,
+    how: ProbeOptions,
+) -> dict[str, Any]:
     """The event's data: the SUM as printed, and the least and greatest measured cell."""
-    measured = [] if matrix is None else [
-        Decimal(cell) for i, row in enumerate(matrix["cells"]) for j, cell in enumerate(row)
-        if cell is not None and not (_GPU_BY_GPU.search(matrix["title"]) and i == j)]
+    measured = (
+        []
+        if matrix is None
+        else [
+            Decimal(cell)
+            for i, row in enumerate(matrix["cells"])
+            for j, cell in enumerate(row)
+            if cell is not None and not (_GPU_BY_GPU.search(matrix["title"]) and i == j)
+        ]
+    )
     figures = [] if total is None else [{"name": "sum", "value": total, "unit": unit}]
     if measured:
-        figures += [{"name": "min", "value": format(min(measured), "f"), "unit": unit},
-                    {"name": "max", "value": format(max(measured), "f"), "unit": unit}]
-    data: dict[str, Any] = {**how.owner(), "probe": "nvbandwidth", "test": test, "figures": figures}
+        figures += [
+            {"name": "min", "value": format(min(measured), "f"), "unit": unit},
+            {"name": "max", "value": format(max(measured), "f"), "unit": unit},
+        ]
+    data: dict[str, Any] = {
+        **how.owner(),
+        "probe": "nvbandwidth",
+        "test": test,
+        "figures": figures,
+    }
     if matrix is not None:
         data["matrix"] = matrix
-    if not test.startswith("multinode"):  # a multinode testcase spans nodes the output does not count
+    if not test.startswith(
+        "multinode"
+    ):  # a multinode testcase spans nodes the output does not count
         data["nodes"] = 1
     if gpus is not None:
         data["gpus"] = gpus
@@ -226,19 +286,25 @@ def _json_records(name: str, body: bytes, how: ProbeOptions) -> Iterator[Record]
     try:
         document = json.loads(text, parse_float=str, parse_int=str)
     except json.JSONDecodeError as exc:
-        yield Rejected(Origin(name, exc.lineno, exc.pos), "(json)", f"not valid JSON: {exc.msg}", body)
+        yield Rejected(
+            Origin(name, exc.lineno, exc.pos), "(json)", f"not valid JSON: {exc.msg}", body
+        )
         return
     top = document.get("nvbandwidth") if isinstance(document, dict) else None
     cases = top.get("testcases") if isinstance(top, dict) else None
     if not isinstance(top, dict) or not isinstance(cases, list):
-        yield Rejected(Origin(name, 1, 0), "nvbandwidth.testcases", "expected a list of testcases", body)
+        yield Rejected(
+            Origin(name, 1, 0), "nvbandwidth.testcases", "expected a list of testcases", body
+        )
         return
     gpus = top.get("GPU Device list")
     run = (len(gpus) if isinstance(gpus, list) and gpus else None, top.get("version"))
     at = 0
     for index, case in enumerate(cases):
         at = _position(text, case, at)
-        yield from _json_case(name, case, index, run, how, Origin(name, text.count("\n", 0, at) + 1, at), body)
+        yield from _json_case(
+            name, case, index, run, how, Origin(name, text.count("\n", 0, at) + 1, at), body
+        )
 
 
 def _position(text: str, case: Any, after: int) -> int:
@@ -248,8 +314,15 @@ def _position(text: str, case: Any, after: int) -> int:
     return found if found >= 0 else after
 
 
-def _json_case(name: str, case: Any, index: int, run: tuple[int | None, Any], how: ProbeOptions, origin: Origin,
-               body: bytes) -> Iterator[Record]:
+def _json_case(
+    name: str,
+    case: Any,
+    index: int,
+    run: tuple[int | None, Any],
+    how: ProbeOptions,
+    origin: Origin,
+    body: bytes,
+) -> Iterator[Record]:
     where = f"nvbandwidth.testcases[{index}]"
     if not isinstance(case, dict) or not isinstance(case.get("name"), str):
         yield Rejected(origin, f"{where}.name", "expected a testcase with a name", body)
@@ -259,9 +332,17 @@ def _json_case(name: str, case: Any, index: int, run: tuple[int | None, Any], ho
     try:
         title = case.get("bandwidth_description")
         if not isinstance(title, str):
-            raise BadLine(origin.line, f"{where}.bandwidth_description", "expected the matrix's title (it gives the unit)")
+            raise BadLine(
+                origin.line,
+                f"{where}.bandwidth_description",
+                "expected the matrix's title (it gives the unit)",
+            )
         # a testcase may give its sum alone: the matrix is kept when there is one
-        matrix = None if case.get("bandwidth_matrix") is None else _json_matrix(case, title, where, origin.line)
+        matrix = (
+            None
+            if case.get("bandwidth_matrix") is None
+            else _json_matrix(case, title, where, origin.line)
+        )
         total = case.get("sum")
         figure = None if total is None else figure_text(str(total), origin.line, f"{where}.sum")
         version = run[1] if isinstance(run[1], str) else None
@@ -277,12 +358,24 @@ def _json_matrix(case: dict[str, Any], title: str, where: str, line: int) -> dic
     if not isinstance(cells, list) or not cells or not all(isinstance(row, list) for row in cells):
         raise BadLine(line, f"{where}.bandwidth_matrix", "expected a list of rows")
     width = max(len(row) for row in cells)
-    rows = [[None if str(c) == "N/A" else figure_text(str(c), line, f"{where}.bandwidth_matrix[{i}]") for c in row]
-            for i, row in enumerate(cells)]
+    rows = [
+        [
+            None
+            if str(c) == "N/A"
+            else figure_text(str(c), line, f"{where}.bandwidth_matrix[{i}]")
+            for c in row
+        ]
+        for i, row in enumerate(cells)
+    ]
     if any(len(row) != width for row in rows):
         raise BadLine(line, f"{where}.bandwidth_matrix", "rows of different lengths")
-    return {"title": title, "unit": _unit(title), "rows": [str(i) for i in range(len(rows))],
-            "columns": [str(j) for j in range(width)], "cells": rows}
+    return {
+        "title": title,
+        "unit": _unit(title),
+        "rows": [str(i) for i in range(len(rows))],
+        "columns": [str(j) for j in range(width)],
+        "cells": rows,
+    }
 
 
 __all__ = ["NvbandwidthIngestor"]

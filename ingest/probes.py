@@ -85,16 +85,22 @@ class ProbeOptions:
         return owner
 
 
-def probe_options(path: Path, options: dict[str, Any],
-                  declared: type[IngestOptions]) -> ProbeOptions:
+def probe_options(
+    path: Path, options: dict[str, Any], declared: type[IngestOptions]
+) -> ProbeOptions:
     """The options, checked by the format's options object (`declared`): `tenant` and
     `allocation` are required (usage errors, every missing one named at once)."""
     given = declared.of({k: v for k, v in options.items() if k not in RUNTIME}, path).given()
     job = _named(given.get("job"))
     recorded = options.get("recorded")
-    return ProbeOptions(declared.format, given["tenant"], given["allocation"], job,
-                        _capture_time(path, given.get("scrape_time")),
-                        recorded if callable(recorded) else None)
+    return ProbeOptions(
+        declared.format,
+        given["tenant"],
+        given["allocation"],
+        job,
+        _capture_time(path, given.get("scrape_time")),
+        recorded if callable(recorded) else None,
+    )
 
 
 def _named(value: Any) -> str | None:
@@ -113,7 +119,11 @@ def _capture_time(path: Path, text: str | None) -> datetime:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise IngestError(f"not an RFC 3339 time: {text!r}", option="scrape_time") from None
-    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
+    return (
+        moment.replace(tzinfo=timezone.utc)
+        if moment.tzinfo is None
+        else moment.astimezone(timezone.utc)
+    )
 
 
 def run_id(data: dict[str, Any]) -> str:
@@ -121,15 +131,32 @@ def run_id(data: dict[str, Any]) -> str:
     return hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
 
 
-def probe_record(kind: str, data: dict[str, Any], how: ProbeOptions, origin: Origin, raw: bytes) -> Record:
+def probe_record(
+    kind: str, data: dict[str, Any], how: ProbeOptions, origin: Origin, raw: bytes
+) -> Record:
     """One event of the file, or the same run as the ledger already holds it."""
     event_id = run_id(data)
     known = how.recorded(how.source, event_id, how.tenant) if how.recorded is not None else None
     if known is not None:
         return event_from_json(known, origin)
-    event = {"specversion": "1.0", "id": event_id, "source": how.source, "type": kind,
-             "time": format_utc(how.time), "data": data}
+    event = {
+        "specversion": "1.0",
+        "id": event_id,
+        "source": how.source,
+        "type": kind,
+        "time": format_utc(how.time),
+        "data": data,
+    }
     return event_from_object(event, origin, raw)
 
 
-__all__ = ["LAUNCHER_TAG", "BadLine", "ProbeOptions", "figure_text", "probe_options", "probe_record", "read_output", "run_id"]
+__all__ = [
+    "LAUNCHER_TAG",
+    "BadLine",
+    "ProbeOptions",
+    "figure_text",
+    "probe_options",
+    "probe_record",
+    "read_output",
+    "run_id",
+]

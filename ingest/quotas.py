@@ -32,25 +32,34 @@ MAX_REVISIONS = 10_000  # a quota changed more often than this is not a quota: s
 
 
 def name_map(text: Any, option: str) -> dict[str, str]:
-    """`gpu-a40=whole,gpu-a100=whole`: each name and what it maps to (the option named in errors)."""
+    """`gpu-a40=whole,gpu-a100=whole`: each name and what it maps to (the option named in
+    errors).
+    """
     if text is None or text == "":
         return {}
     mapping: dict[str, str] = {}
     for pair in str(text).split(","):
         name, sep, value = (part.strip() for part in pair.partition("="))
         if not sep or not name or not value:
-            raise IngestError(f"expected NAME=VALUE pairs separated by commas, found {pair.strip()!r}", option=option)
+            raise IngestError(
+                f"expected NAME=VALUE pairs separated by commas, found {pair.strip()!r}",
+                option=option,
+            )
         mapping[name] = value
     return mapping
 
 
 def class_map(text: Any) -> dict[str, str]:
-    """`gpu-a40=whole,a100-mig=mig:3g.40gb`: each flavor (or GPU type) and the class it is offered as."""
+    """`gpu-a40=whole,a100-mig=mig:3g.40gb`: each flavor (or GPU type) and the class it is
+    offered as.
+    """
     mapping = name_map(text, "flavor_class")
     for name, value in mapping.items():
         if not _CLASS.fullmatch(value):
-            raise IngestError(f"{name}={value}: a class is whole, timeslice or mig:<profile> (mig:3g.40gb)",
-                              option="flavor_class")
+            raise IngestError(
+                f"{name}={value}: a class is whole, timeslice or mig:<profile> (mig:3g.40gb)",
+                option="flavor_class",
+            )
     return mapping
 
 
@@ -65,8 +74,14 @@ def gpu_count(value: Any) -> int | None:
     return None
 
 
-def quota_record(source: str, data: dict[str, Any], time: str, origin: Origin, raw: bytes,
-                 recorded: Recorded | None) -> Record:
+def quota_record(
+    source: str,
+    data: dict[str, Any],
+    time: str,
+    origin: Origin,
+    raw: bytes,
+    recorded: Recorded | None,
+) -> Record:
     """The quota's event: its last stored revision again when the limits are the same,
     else the next revision at `time`."""
     key = f"{data['pool']}:{data['tenant']}:{data['placement_class']}"
@@ -79,12 +94,20 @@ def quota_record(source: str, data: dict[str, Any], time: str, origin: Origin, r
             if orjson.loads(stored).get("data") == data:
                 return event_from_json(stored, origin)
             revision = number + 1
-    event = {"specversion": "1.0", "id": f"{key}:r{revision}", "source": source, "type": "policy.quota",
-             "time": time, "data": data}
+    event = {
+        "specversion": "1.0",
+        "id": f"{key}:r{revision}",
+        "source": source,
+        "type": "policy.quota",
+        "time": time,
+        "data": data,
+    }
     return event_from_object(event, origin, raw)
 
 
-def _last_revision(source: str, key: str, tenant: str, recorded: Recorded) -> tuple[int, bytes] | None:
+def _last_revision(
+    source: str, key: str, tenant: str, recorded: Recorded
+) -> tuple[int, bytes] | None:
     last: tuple[int, bytes] | None = None
     for number in range(1, MAX_REVISIONS + 1):
         stored = recorded(source, f"{key}:r{number}", tenant)
@@ -104,4 +127,12 @@ def snapshot_time(path: Path, options: dict[str, Any]) -> str:
     return format_utc(_capture_time(path, options.get("scrape_time")))
 
 
-__all__ = ["Recorded", "class_map", "name_map", "gpu_count", "quota_record", "recorded_of", "snapshot_time"]
+__all__ = [
+    "Recorded",
+    "class_map",
+    "name_map",
+    "gpu_count",
+    "quota_record",
+    "recorded_of",
+    "snapshot_time",
+]

@@ -47,45 +47,198 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ingest.base import UTF8_BOM, IngestError, LocalZone, event_from_object, fixed_tenant, open_source
+from ingest.base import (
+    UTF8_BOM,
+    IngestError,
+    LocalZone,
+    event_from_object,
+    fixed_tenant,
+    open_source,
+)
 from ingest.hostlist import expand
 from ingest.options import ZONE, TenantOptions, Zone, option
 from schemas import Origin, Record, Rejected, format_utc
 
 #: Every field `sacct --helpformat` lists (Slurm 17.11 to 24.05), in sacct's own spelling.
 SACCT_FIELDS = (
-    "Account", "AdminComment", "AllocCPUS", "AllocGRES", "AllocNodes", "AllocTRES", "AssocID", "AveCPU",
-    "AveCPUFreq", "AveDiskRead", "AveDiskWrite", "AvePages", "AveRSS", "AveVMSize", "BlockID", "Cluster",
-    "Comment", "Constraints", "ConsumedEnergy", "ConsumedEnergyRaw", "Container", "CPUTime", "CPUTimeRAW",
-    "DBIndex", "DerivedExitCode", "Elapsed", "ElapsedRaw", "Eligible", "End", "ExitCode", "Extra",
-    "FailedNode", "Flags", "GID", "Group", "JobID", "JobIDRaw", "JobName", "Layout", "Licenses",
-    "MaxDiskRead", "MaxDiskReadNode", "MaxDiskReadTask", "MaxDiskWrite", "MaxDiskWriteNode",
-    "MaxDiskWriteTask", "MaxPages", "MaxPagesNode", "MaxPagesTask", "MaxRSS", "MaxRSSNode", "MaxRSSTask",
-    "MaxVMSize", "MaxVMSizeNode", "MaxVMSizeTask", "McsLabel", "MinCPU", "MinCPUNode", "MinCPUTask",
-    "NCPUS", "NNodes", "NodeList", "NTasks", "Partition", "Planned", "PlannedCPU", "PlannedCPURAW",
-    "Priority", "QOS", "QOSRAW", "QOSREQ", "Reason", "ReqCPUFreq", "ReqCPUFreqGov", "ReqCPUFreqMax",
-    "ReqCPUFreqMin", "ReqCPUS", "ReqGRES", "ReqMem", "ReqNodes", "ReqTRES", "Reservation", "ReservationId",
-    "Reserved", "ResvCPU", "ResvCPURAW", "Start", "State", "StdErr", "StdIn", "StdOut", "Submit",
-    "SubmitLine", "Suspended", "SystemComment", "SystemCPU", "Timelimit", "TimelimitRaw", "TotalCPU",
-    "TRESUsageInAve", "TRESUsageInMax", "TRESUsageInMaxNode", "TRESUsageInMaxTask", "TRESUsageInMin",
-    "TRESUsageInMinNode", "TRESUsageInMinTask", "TRESUsageInTot", "TRESUsageOutAve", "TRESUsageOutMax",
-    "TRESUsageOutMaxNode", "TRESUsageOutMaxTask", "TRESUsageOutMin", "TRESUsageOutMinNode",
-    "TRESUsageOutMinTask", "TRESUsageOutTot", "UID", "User", "UserCPU", "WCKey", "WCKeyID", "WorkDir",
+    "Account",
+    "AdminComment",
+    "AllocCPUS",
+    "AllocGRES",
+    "AllocNodes",
+    "AllocTRES",
+    "AssocID",
+    "AveCPU",
+    "AveCPUFreq",
+    "AveDiskRead",
+    "AveDiskWrite",
+    "AvePages",
+    "AveRSS",
+    "AveVMSize",
+    "BlockID",
+    "Cluster",
+    "Comment",
+    "Constraints",
+    "ConsumedEnergy",
+    "ConsumedEnergyRaw",
+    "Container",
+    "CPUTime",
+    "CPUTimeRAW",
+    "DBIndex",
+    "DerivedExitCode",
+    "Elapsed",
+    "ElapsedRaw",
+    "Eligible",
+    "End",
+    "ExitCode",
+    "Extra",
+    "FailedNode",
+    "Flags",
+    "GID",
+    "Group",
+    "JobID",
+    "JobIDRaw",
+    "JobName",
+    "Layout",
+    "Licenses",
+    "MaxDiskRead",
+    "MaxDiskReadNode",
+    "MaxDiskReadTask",
+    "MaxDiskWrite",
+    "MaxDiskWriteNode",
+    "MaxDiskWriteTask",
+    "MaxPages",
+    "MaxPagesNode",
+    "MaxPagesTask",
+    "MaxRSS",
+    "MaxRSSNode",
+    "MaxRSSTask",
+    "MaxVMSize",
+    "MaxVMSizeNode",
+    "MaxVMSizeTask",
+    "McsLabel",
+    "MinCPU",
+    "MinCPUNode",
+    "MinCPUTask",
+    "NCPUS",
+    "NNodes",
+    "NodeList",
+    "NTasks",
+    "Partition",
+    "Planned",
+    "PlannedCPU",
+    "PlannedCPURAW",
+    "Priority",
+    "QOS",
+    "QOSRAW",
+    "QOSREQ",
+    "Reason",
+    "ReqCPUFreq",
+    "ReqCPUFreqGov",
+    "ReqCPUFreqMax",
+    "ReqCPUFreqMin",
+    "ReqCPUS",
+    "ReqGRES",
+    "ReqMem",
+    "ReqNodes",
+    "ReqTRES",
+    "Reservation",
+    "ReservationId",
+    "Reserved",
+    "ResvCPU",
+    "ResvCPURAW",
+    "Start",
+    "State",
+    "StdErr",
+    "StdIn",
+    "StdOut",
+    "Submit",
+    "SubmitLine",
+    "Suspended",
+    "SystemComment",
+    "SystemCPU",
+    "Timelimit",
+    "TimelimitRaw",
+    "TotalCPU",
+    "TRESUsageInAve",
+    "TRESUsageInMax",
+    "TRESUsageInMaxNode",
+    "TRESUsageInMaxTask",
+    "TRESUsageInMin",
+    "TRESUsageInMinNode",
+    "TRESUsageInMinTask",
+    "TRESUsageInTot",
+    "TRESUsageOutAve",
+    "TRESUsageOutMax",
+    "TRESUsageOutMaxNode",
+    "TRESUsageOutMaxTask",
+    "TRESUsageOutMin",
+    "TRESUsageOutMinNode",
+    "TRESUsageOutMinTask",
+    "TRESUsageOutTot",
+    "UID",
+    "User",
+    "UserCPU",
+    "WCKey",
+    "WCKeyID",
+    "WorkDir",
 )
 _BY_LOWER = {name.lower(): name for name in SACCT_FIELDS}
 #: Fixed once the job is submitted: they ride on `job.submitted`. Not the time limit or the
 #: QOS, which `scontrol update` changes while the job waits or runs: they go with the end.
-SUBMIT_FIELDS = frozenset({
-    "JobID", "JobIDRaw", "User", "UID", "Group", "GID", "Account", "Cluster", "WCKey", "WCKeyID",
-    "QOSREQ", "Submit", "SubmitLine", "ReqTRES", "ReqGRES", "ReqMem", "ReqCPUS",
-    "ReqNodes", "ReqCPUFreq", "ReqCPUFreqGov", "ReqCPUFreqMax", "ReqCPUFreqMin", "Constraints", "WorkDir",
-    "StdIn", "StdOut", "StdErr", "AssocID", "DBIndex",
-})
+SUBMIT_FIELDS = frozenset(
+    {
+        "JobID",
+        "JobIDRaw",
+        "User",
+        "UID",
+        "Group",
+        "GID",
+        "Account",
+        "Cluster",
+        "WCKey",
+        "WCKeyID",
+        "QOSREQ",
+        "Submit",
+        "SubmitLine",
+        "ReqTRES",
+        "ReqGRES",
+        "ReqMem",
+        "ReqCPUS",
+        "ReqNodes",
+        "ReqCPUFreq",
+        "ReqCPUFreqGov",
+        "ReqCPUFreqMax",
+        "ReqCPUFreqMin",
+        "Constraints",
+        "WorkDir",
+        "StdIn",
+        "StdOut",
+        "StdErr",
+        "AssocID",
+        "DBIndex",
+    }
+)
 #: Fixed once the job has started: they ride on `job.started`.
-START_FIELDS = frozenset({
-    "Partition", "NodeList", "NNodes", "NCPUS", "AllocCPUS", "AllocNodes", "AllocTRES",
-    "AllocGRES", "Start", "Eligible", "Reservation", "ReservationId", "Layout", "Licenses", "McsLabel",
-})
+START_FIELDS = frozenset(
+    {
+        "Partition",
+        "NodeList",
+        "NNodes",
+        "NCPUS",
+        "AllocCPUS",
+        "AllocNodes",
+        "AllocTRES",
+        "AllocGRES",
+        "Start",
+        "Eligible",
+        "Reservation",
+        "ReservationId",
+        "Layout",
+        "Licenses",
+        "McsLabel",
+    }
+)
 #: Read but kept out of every event: a job's name is free text its owner may change at any
 #: time (`scontrol update JobName=`), and anonymisers replace it at each sighting, so it
 #: would make two polls of one unchanged job disagree; it identifies nothing reconciled.
@@ -140,7 +293,9 @@ def sacct_field(name: str) -> str | None:
     wanted = _WIDTH.sub("", name.strip()).lower()
     if not wanted:
         return None
-    return _BY_LOWER.get(wanted) or next((f for f in SACCT_FIELDS if f.lower().startswith(wanted)), None)
+    return _BY_LOWER.get(wanted) or next(
+        (f for f in SACCT_FIELDS if f.lower().startswith(wanted)), None
+    )
 
 
 def sacct_fields(names: list[str], where: str) -> list[str]:
@@ -149,7 +304,9 @@ def sacct_fields(names: list[str], where: str) -> list[str]:
     for name in names:
         canonical = sacct_field(name)
         if canonical is None:
-            raise IngestError(f"{where}: unknown sacct field {name.strip()!r} (`sacct --helpformat` lists them)")
+            raise IngestError(
+                f"{where}: unknown sacct field {name.strip()!r} (`sacct --helpformat` lists them)"
+            )
         fields.append(canonical)
     return fields
 
@@ -184,14 +341,15 @@ class SacctOptions(TenantOptions):
 
     format = "sacct"
 
-    fields: str | None = option("The --format field list the file was made with "
-                                "(then no header is expected).")
+    fields: str | None = option(
+        "The --format field list the file was made with (then no header is expected)."
+    )
     delimiter: str | None = option("The field delimiter (default '|').")
     cluster: str | None = option("The cluster name, part of every event's source.")
-    tenant_field: str | None = option("The field to take the tenant from (default: Account, "
-                                      "else User).")
-    tenant: str | None = option("The tenant of every record, for a file with no Account "
-                                "and User.")
+    tenant_field: str | None = option(
+        "The field to take the tenant from (default: Account, else User)."
+    )
+    tenant: str | None = option("The tenant of every record, for a file with no Account and User.")
     timezone: Zone = option(ZONE)
 
 
@@ -208,8 +366,13 @@ class SacctIngestor:
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
         tenant = fixed_tenant(options)
         field = options.get("tenant_field")
-        context = _Context(str(path), options.get("cluster") or None, LocalZone(options.get("timezone")),
-                           tenant, sacct_fields([field], "--tenant-field")[0] if field else None)
+        context = _Context(
+            str(path),
+            options.get("cluster") or None,
+            LocalZone(options.get("timezone")),
+            tenant,
+            sacct_fields([field], "--tenant-field")[0] if field else None,
+        )
         fields = options.get("fields")
         field_list = sacct_fields(fields.split(","), "--fields") if fields else None
         if field_list is not None:
@@ -251,21 +414,28 @@ def _check_fields(fields: list[str], context: _Context, where: str) -> None:
     if "JobID" not in fields and "JobIDRaw" not in fields:
         raise IngestError(f"{where}: the field list has no JobID")
     if not {"Submit", "Start", "End"} & set(fields):
-        raise IngestError(f"{where}: the field list has no Submit, Start or End, so no transition has a time; "
-                          "add them to the fields sacct prints")
+        raise IngestError(
+            f"{where}: the field list has no Submit, Start or End, so no transition has a time; "
+            "add them to the fields sacct prints"
+        )
     if context.tenant is not None:
         return
     wanted = [context.tenant_field] if context.tenant_field else list(TENANT_FIELDS)
     if not any(f in fields for f in wanted):
-        raise IngestError(f"{where}: no tenant column: the fields have no {' or '.join(wanted)}; "
-                          "name the tenant of the whole file", option="tenant")
+        raise IngestError(
+            f"{where}: no tenant column: the fields have no {' or '.join(wanted)}; "
+            "name the tenant of the whole file",
+            option="tenant",
+        )
 
 
 class _Rows:
     """The file's rows as dicts keyed by sacct's field names, with line numbers; rows of
     the wrong width become rejections."""
 
-    def __init__(self, context: _Context, stream: BinaryIO, delimiter: str, fields: list[str] | None) -> None:
+    def __init__(
+        self, context: _Context, stream: BinaryIO, delimiter: str, fields: list[str] | None
+    ) -> None:
         self.context, self.stream, self.delimiter, self.fields = context, stream, delimiter, fields
 
     def __iter__(self) -> Iterator[tuple[Origin, dict[str, str] | Rejected, bytes]]:
@@ -276,7 +446,11 @@ class _Rows:
             try:
                 text = raw.decode("utf-8").removeprefix("\ufeff").rstrip("\r\n")
             except UnicodeDecodeError as exc:
-                yield origin, Rejected(origin, "(row)", f"not valid UTF-8 at byte {exc.start}", raw), raw
+                yield (
+                    origin,
+                    Rejected(origin, "(row)", f"not valid UTF-8 at byte {exc.start}", raw),
+                    raw,
+                )
                 continue
             if not text.strip():
                 continue
@@ -286,15 +460,27 @@ class _Rows:
             if self.fields is None:  # the header names the fields
                 where = f"{self.context.file}:{number}: header"
                 if values[0][:1].isdigit():
-                    raise IngestError(f"{where}: the first line is a job ({values[0]}), not a header: for "
-                                      "`sacct --noheader` output give the field list", option="fields")
+                    raise IngestError(
+                        f"{where}: the first line is a job ({values[0]}), not a header: for "
+                        "`sacct --noheader` output give the field list",
+                        option="fields",
+                    )
                 self.fields = header_fields(values)
                 _check_fields(self.fields, self.context, where)
                 continue
             if [v.lower() for v in values] == [f.lower() for f in self.fields]:
                 continue  # a header line although --fields was given
             if len(values) != len(self.fields):
-                yield origin, Rejected(origin, "(row)", f"expected {len(self.fields)} fields, found {len(values)}", raw), raw
+                yield (
+                    origin,
+                    Rejected(
+                        origin,
+                        "(row)",
+                        f"expected {len(self.fields)} fields, found {len(values)}",
+                        raw,
+                    ),
+                    raw,
+                )
                 continue
             row = dict(zip(self.fields, values))
             if "JobID" not in row:
@@ -314,7 +500,11 @@ def _job_events(rows: _Rows, context: _Context) -> Iterator[Record]:
             pending = []
             yield row
             continue
-        if "." in row["JobID"] and pending and row["JobID"].split(".")[0] == pending[0][1]["JobID"]:
+        if (
+            "." in row["JobID"]
+            and pending
+            and row["JobID"].split(".")[0] == pending[0][1]["JobID"]
+        ):
             pending.append((origin, row, raw))
             continue
         yield from _events_of(pending, context)
@@ -328,7 +518,10 @@ def _events_of(group: _Group, context: _Context) -> Iterator[Record]:
     origin, row, raw = group[0]
     if "." in row["JobID"]:  # steps whose job row is not in this file: kept, in quarantine
         job = row["JobID"].split(".")[0]
-        yield from (Rejected(o, "JobID", f"step {r['JobID']} without its job row {job}", b) for o, r, b in group)
+        yield from (
+            Rejected(o, "JobID", f"step {r['JobID']} without its job row {job}", b)
+            for o, r, b in group
+        )
         return
     try:
         events = _job_row_events(row, [r for _, r, _ in group[1:]], context)
@@ -350,7 +543,9 @@ def _tenant(row: dict[str, str], context: _Context) -> str:
         value = row.get(field, "")
         if value not in ABSENT:
             return value
-    empty = f"{fields[0]} is empty" if len(fields) == 1 else f"{' and '.join(fields)} are both empty"
+    empty = (
+        f"{fields[0]} is empty" if len(fields) == 1 else f"{' and '.join(fields)} are both empty"
+    )
     raise ValueError(f"{fields[0]}: no tenant: {empty}")
 
 
@@ -393,12 +588,16 @@ def _gpus(row: dict[str, str], field: str) -> int | None:
         return gpu_count(row.get(field, "")) or None
     except ValueError as exc:
         where = field if field in row else gres
-        reason = str(exc) if "negative" in str(exc) else f"not a {where[-4:]} list: {row.get(where)!r}"
+        reason = (
+            str(exc) if "negative" in str(exc) else f"not a {where[-4:]} list: {row.get(where)!r}"
+        )
         raise ValueError(f"{where}: {reason}") from None
 
 
 def _nodes(row: dict[str, str]) -> dict[str, Any]:
-    """NodeList as the grant names it: `node` for one node (as it always was), `nodes` for several."""
+    """NodeList as the grant names it: `node` for one node (as it always was), `nodes` for
+    several.
+    """
     if row.get("NodeList", "") in ABSENT:
         return {}
     try:
@@ -408,7 +607,9 @@ def _nodes(row: dict[str, str]) -> dict[str, Any]:
     return {"node": nodes[0]} if len(nodes) == 1 else {"nodes": nodes}
 
 
-def _job_row_events(row: dict[str, str], steps: list[dict[str, str]], context: _Context) -> list[dict[str, Any]]:
+def _job_row_events(
+    row: dict[str, str], steps: list[dict[str, str]], context: _Context
+) -> list[dict[str, Any]]:
     job_id, tenant, state = row["JobID"], _tenant(row, context), row.get("State", "")
     submit, start, end = (_time(row, f, context) for f in ("Submit", "Start", "End"))
     elapsed, timelimit = _seconds(row, "Elapsed"), _seconds(row, "Timelimit")
@@ -422,21 +623,53 @@ def _job_row_events(row: dict[str, str], steps: list[dict[str, str]], context: _
 
     def add(kind: str, at: str | None, data: dict[str, Any]) -> None:
         if at is not None:
-            out.append({"specversion": "1.0", "id": f"{job_id}:{kind}@{at}", "source": context.source(row), "type": kind,
-                        "time": at, "data": {k: v for k, v in data.items() if v is not None}})
+            out.append(
+                {
+                    "specversion": "1.0",
+                    "id": f"{job_id}:{kind}@{at}",
+                    "source": context.source(row),
+                    "type": kind,
+                    "time": at,
+                    "data": {k: v for k, v in data.items() if v is not None},
+                }
+            )
 
     add("job.submitted", submit, {**job, "gpus": _gpus(row, "ReqTRES"), "sacct": submitted_fields})
     if start is not None and gpus:
-        add("allocation.granted", start, {"tenant": tenant, "allocation_id": job_id, "gpus": gpus, **_nodes(row)})
-    add("job.started", start, {**job, "allocation_id": job_id, "attempt": 1, "queue": row.get("Partition") or None,
-                               "sacct": started_fields})
+        add(
+            "allocation.granted",
+            start,
+            {"tenant": tenant, "allocation_id": job_id, "gpus": gpus, **_nodes(row)},
+        )
+    add(
+        "job.started",
+        start,
+        {
+            **job,
+            "allocation_id": job_id,
+            "attempt": 1,
+            "queue": row.get("Partition") or None,
+            "sacct": started_fields,
+        },
+    )
     kind, cause = _END_EVENTS.get(state, (None, None))
-    final = {**job, "state": state, "elapsed_s": elapsed, "timelimit_s": timelimit, "sacct": final_fields, "steps": steps or None}
+    final = {
+        **job,
+        "state": state,
+        "elapsed_s": elapsed,
+        "timelimit_s": timelimit,
+        "sacct": final_fields,
+        "steps": steps or None,
+    }
     if state.startswith("CANCELLED"):
         by = state.removeprefix("CANCELLED").strip().removeprefix("by").strip()
         add("job.cancelled", end, {**final, "by": by or None})
     elif kind is not None:
         add(kind, end, {**final, "cause": cause})
     if start is not None and gpus and end is not None and state not in ("RUNNING", "PENDING"):
-        add("allocation.released", end, {"tenant": tenant, "allocation_id": job_id, "reason": state})
+        add(
+            "allocation.released",
+            end,
+            {"tenant": tenant, "allocation_id": job_id, "reason": state},
+        )
     return out

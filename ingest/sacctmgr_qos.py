@@ -30,7 +30,15 @@ from typing import Any
 
 from ingest.base import UTF8_BOM, IngestError, fixed_tenant, open_source
 from ingest.options import CAPTURE, FlavorClass, QosTenant, ScrapeTime, TenantOptions, option
-from ingest.quotas import Recorded, class_map, gpu_count, name_map, quota_record, recorded_of, snapshot_time
+from ingest.quotas import (
+    Recorded,
+    class_map,
+    gpu_count,
+    name_map,
+    quota_record,
+    recorded_of,
+    snapshot_time,
+)
 from schemas import Origin, Record, Rejected
 
 _MIG_TYPE = re.compile(r"\d+g\.\d+gb[0-9A-Za-z.+-]*")
@@ -45,9 +53,10 @@ class SacctmgrQosOptions(TenantOptions):
     cluster: str | None = option("The cluster name, part of every event's source.")
     tenant: str | None = option("The tenant of every QOS that qos_tenant does not name.")
     qos_tenant: QosTenant = option("The tenant each QOS's GPU limit binds, QOS=TENANT,...")
-    flavor_class: FlavorClass = option("Each QOS's or GPU type's placement class, "
-                                       "NAME=CLASS,... (whole, timeslice, mig:<profile>; "
-                                       "default: whole).")
+    flavor_class: FlavorClass = option(
+        "Each QOS's or GPU type's placement class, NAME=CLASS,... (whole, timeslice, "
+        "mig:<profile>; default: whole)."
+    )
     scrape_time: ScrapeTime = option(CAPTURE)
 
 
@@ -59,12 +68,22 @@ class SacctmgrQosIngestor:
 
     def identify(self, path: Path, head: bytes) -> bool:
         first = head.removeprefix(UTF8_BOM).lstrip().split(b"\n", 1)[0].rstrip(b"\r|").split(b"|")
-        return first[:1] == [b"Name"] and b"GrpTRES" in first and (b"Priority" in first or b"MaxWall" in first)
+        return (
+            first[:1] == [b"Name"]
+            and b"GrpTRES" in first
+            and (b"Priority" in first or b"MaxWall" in first)
+        )
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
-        rows = _Rows(str(path), options.get("cluster") or "default", fixed_tenant(options),
-                     name_map(options.get("qos_tenant"), "qos_tenant"), class_map(options.get("flavor_class")),
-                     snapshot_time(path, options), recorded_of(options))
+        rows = _Rows(
+            str(path),
+            options.get("cluster") or "default",
+            fixed_tenant(options),
+            name_map(options.get("qos_tenant"), "qos_tenant"),
+            class_map(options.get("flavor_class")),
+            snapshot_time(path, options),
+            recorded_of(options),
+        )
         with open_source(path) as stream:
             yield from rows.read(stream)
 
@@ -86,8 +105,14 @@ class _Rows:
         for number, raw in enumerate(stream, start=1):
             line_offset, offset = offset, offset + len(raw)
             if len(raw) > MAX_LINE:
-                raise IngestError(f"{self.file}:{number}: a line over {MAX_LINE >> 20} MiB: not sacctmgr output")
-            text = (raw.removeprefix(UTF8_BOM) if number == 1 else raw).decode("utf-8", "replace").rstrip("\r\n")
+                raise IngestError(
+                    f"{self.file}:{number}: a line over {MAX_LINE >> 20} MiB: not sacctmgr output"
+                )
+            text = (
+                (raw.removeprefix(UTF8_BOM) if number == 1 else raw)
+                .decode("utf-8", "replace")
+                .rstrip("\r\n")
+            )
             if not text.strip():
                 continue
             if header is None:
@@ -95,16 +120,25 @@ class _Rows:
                 header = _split(text, trailing)
                 for needed in ("Name", "GrpTRES"):
                     if needed not in header:
-                        raise IngestError(f"{self.file}:{number}: header: no {needed} field: not `sacctmgr show qos "
-                                          "-P` output", option="format")
+                        raise IngestError(
+                            f"{self.file}:{number}: header: no {needed} field: not `sacctmgr show "
+                            "qos -P` output",
+                            option="format",
+                        )
                 continue
             origin = Origin(self.file, number, line_offset)
             yield from self._row(header, _split(text, trailing), origin, raw)
 
-    def _row(self, header: list[str], values: list[str], origin: Origin, raw: bytes) -> Iterator[Record]:
+    def _row(
+        self, header: list[str], values: list[str], origin: Origin, raw: bytes
+    ) -> Iterator[Record]:
         if len(values) != len(header):
-            yield Rejected(origin, "(row)", f"expected {len(header)} fields as the header names, found {len(values)}",
-                           raw)
+            yield Rejected(
+                origin,
+                "(row)",
+                f"expected {len(header)} fields as the header names, found {len(values)}",
+                raw,
+            )
             return
         row = dict(zip(header, values, strict=True))
         qos = row["Name"].strip()
@@ -117,24 +151,41 @@ class _Rows:
             return  # no GPU limit: not a quota
         tenant = self.qos_tenants.get(qos) or self.tenant
         if not qos or tenant is None:
-            yield Rejected(origin, "Name", f"QOS {qos!r} limits GPUs (GrpTRES {row['GrpTRES']}) but names no tenant: "
-                                           "give the qos_tenant mapping (QOS=TENANT) or the tenant option", raw)
+            yield Rejected(
+                origin,
+                "Name",
+                f"QOS {qos!r} limits GPUs (GrpTRES {row['GrpTRES']}) but names no tenant: "
+                "give the qos_tenant mapping (QOS=TENANT) or the tenant option",
+                raw,
+            )
             return
-        records = [quota_record(f"slurm://{self.cluster}", data, self.time, origin, raw, self.recorded)
-                   for data in self._quotas(qos, tenant, plain, by_type)]
+        records = [
+            quota_record(f"slurm://{self.cluster}", data, self.time, origin, raw, self.recorded)
+            for data in self._quotas(qos, tenant, plain, by_type)
+        ]
         rejected = [r for r in records if isinstance(r, Rejected)]
         yield from (rejected[:1] if rejected else records)  # a QOS is one record
 
-    def _quotas(self, qos: str, tenant: str, plain: int | None, by_type: dict[str, int]) -> list[dict[str, Any]]:
+    def _quotas(
+        self, qos: str, tenant: str, plain: int | None, by_type: dict[str, int]
+    ) -> list[dict[str, Any]]:
         common = {"tenant": tenant, "pool": f"qos/{qos}", "qos": qos}
         if plain is not None:
-            return [{**common, "placement_class": self.classes.get(qos, "whole"), "gpus": plain,
-                     "by_type": by_type or None}]
+            return [
+                {
+                    **common,
+                    "placement_class": self.classes.get(qos, "whole"),
+                    "gpus": plain,
+                    "by_type": by_type or None,
+                }
+            ]
         by_class: dict[str, dict[str, int]] = {}
         for gpu_type, count in by_type.items():
             by_class.setdefault(self._type_class(gpu_type), {})[gpu_type] = count
-        return [{**common, "placement_class": placement, "gpus": sum(types.values()), "by_type": types}
-                for placement, types in by_class.items()]
+        return [
+            {**common, "placement_class": placement, "gpus": sum(types.values()), "by_type": types}
+            for placement, types in by_class.items()
+        ]
 
     def _type_class(self, gpu_type: str) -> str:
         if gpu_type in self.classes:

@@ -27,7 +27,8 @@ to end in file order from there, each as long as its duration. Without it they a
 quarantined (field `window_start`).
 
 `--tenant` and `--job` are required (the tools know neither; every missing one is named at
-once); `--allocation` is kept when given. Ids come from what is fixed about the run (job, window start), so a re-run appends
+once); `--allocation` is kept when given. Ids come from what is fixed about the run (job, window
+start), so a re-run appends
 nothing twice. A run that cannot be read goes to the quarantine whole, with the line and
 label (or JSON key) at fault.
 """
@@ -115,8 +116,10 @@ class ServingBenchOptions(TenantOptions):
     tenant: str = required("The tenant of the serving job (required).")
     job: str = required("The serving job (required).")
     allocation: str | None = option("The allocation the serving job ran on.")
-    window_start: str | None = option("The start of the file's first window, RFC 3339 "
-                                      "with a zone, for runs that print no time of their own.")
+    window_start: str | None = option(
+        "The start of the file's first window, RFC 3339 "
+        "with a zone, for runs that print no time of their own."
+    )
     timezone: Zone = option(ZONE)
 
     @field_validator("window_start")
@@ -129,7 +132,10 @@ class ServingBenchOptions(TenantOptions):
 class ServingBenchIngestor:
     name = "serving-bench"
     options = ServingBenchOptions
-    description = "Serving benchmark results: vLLM/SGLang bench serve text and JSON, trtllm-bench, genai-perf"
+    description = (
+        "Serving benchmark results: vLLM/SGLang bench serve text and JSON, trtllm-bench, "
+        "genai-perf"
+    )
     local_times = True  # vLLM's JSON `date` is local time with no zone
 
     def identify(self, path: Path, head: bytes) -> bool:
@@ -140,7 +146,9 @@ class ServingBenchIngestor:
             return True
         # a detailed result (`--save-detailed`) may put its metric keys after 64 KiB of
         # per-request arrays; `completed` and `duration` come first
-        result_keys = any(k in text for k in _RESULT_MARKERS) or (b'"completed"' in text and b'"duration"' in text)
+        result_keys = any(k in text for k in _RESULT_MARKERS) or (
+            b'"completed"' in text and b'"duration"' in text
+        )
         return text.lstrip()[:1] in (b"{", b"[") and b'"specversion"' not in text and result_keys
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
@@ -153,8 +161,13 @@ class ServingBenchIngestor:
 
 def _options(path: Path, options: dict[str, Any]) -> _Options:
     given = ServingBenchOptions.of({k: v for k, v in options.items() if k not in RUNTIME}, path)
-    return _Options(given.tenant, given.job, given.allocation or None,
-                    _window_start(given.window_start), LocalZone(given.timezone))
+    return _Options(
+        given.tenant,
+        given.job,
+        given.allocation or None,
+        _window_start(given.window_start),
+        LocalZone(given.timezone),
+    )
 
 
 def _window_start(text: str | None) -> datetime | None:
@@ -165,14 +178,18 @@ def _window_start(text: str | None) -> datetime | None:
     except ValueError:
         raise IngestError(f"not an RFC 3339 time: {text!r}", option="window_start") from None
     if moment.tzinfo is None:
-        raise IngestError(f"{text!r} has no zone (RFC 3339 requires Z or an offset)", option="window_start")
+        raise IngestError(
+            f"{text!r} has no zone (RFC 3339 requires Z or an offset)", option="window_start"
+        )
     return moment
 
 
 # --- records -------------------------------------------------------------------------
 
 
-def _record(file: str, run: _Run, how: _Options, cursor: datetime | None) -> tuple[Record, datetime | None]:
+def _record(
+    file: str, run: _Run, how: _Options, cursor: datetime | None
+) -> tuple[Record, datetime | None]:
     """The run's event (or its rejection), and where the next dateless window starts."""
     origin = Origin(file, run.line, run.offset)
     try:
@@ -181,8 +198,14 @@ def _record(file: str, run: _Run, how: _Options, cursor: datetime | None) -> tup
         data = _data(run, how, start, end)
     except Bad as bad:
         return Rejected(Origin(file, bad.line, run.offset), bad.label, bad.reason, run.raw), cursor
-    event = {"specversion": "1.0", "source": how.source, "id": f"window@{format_utc(start)}",
-             "type": "inference.window", "time": end, "data": data}
+    event = {
+        "specversion": "1.0",
+        "source": how.source,
+        "id": f"window@{format_utc(start)}",
+        "type": "inference.window",
+        "time": end,
+        "data": data,
+    }
     return event_from_object(event, origin, run.raw), cursor
 
 
@@ -191,17 +214,30 @@ def _counted(run: _Run) -> None:
     if run.problem is not None:
         raise run.problem
     if "accepted" not in run.figures and "requests" not in run.figures:
-        reason = "its table has no Request count row" if run.tool == "genai-perf" else "no such line or key"
+        reason = (
+            "its table has no Request count row"
+            if run.tool == "genai-perf"
+            else "no such line or key"
+        )
         raise Bad(run.line, "requests", f"{run.tool} gives no count of requests served ({reason})")
 
 
-def _window(run: _Run, how: _Options, cursor: datetime | None) -> tuple[datetime, datetime, datetime | None]:
+def _window(
+    run: _Run, how: _Options, cursor: datetime | None
+) -> tuple[datetime, datetime, datetime | None]:
     duration = run.figures.get("duration_s")
     if duration is None:
-        raise Bad(run.line, "duration", f"{run.tool} printed no benchmark duration: the window has no length")  # genai-perf never does
+        raise Bad(
+            run.line,
+            "duration",
+            f"{run.tool} printed no benchmark duration: the window has no length",
+        )  # genai-perf never does
     if not 0 <= duration <= MAX_DURATION_S:
-        raise Bad(run.line, run.labels["duration_s"], f"a window lasts from 0 to {MAX_DURATION_S} s (100 years), "
-                   f"not {duration} s")
+        raise Bad(
+            run.line,
+            run.labels["duration_s"],
+            f"a window lasts from 0 to {MAX_DURATION_S} s (100 years), not {duration} s",
+        )
     span = timedelta(microseconds=int((duration * 10**6).to_integral_value()))
     try:
         if run.ended is not None:
@@ -209,9 +245,17 @@ def _window(run: _Run, how: _Options, cursor: datetime | None) -> tuple[datetime
         if cursor is not None:
             return cursor, cursor + span, cursor + span
     except OverflowError:
-        raise Bad(run.line, run.labels["duration_s"], f"the window of {duration} s falls outside the calendar") from None
-    raise Bad(run.line, "window_start", f"{run.tool} names no time for this run: give the window start "
-               "(RFC 3339), the start of the file's first window")
+        raise Bad(
+            run.line,
+            run.labels["duration_s"],
+            f"the window of {duration} s falls outside the calendar",
+        ) from None
+    raise Bad(
+        run.line,
+        "window_start",
+        f"{run.tool} names no time for this run: give the window start "
+        "(RFC 3339), the start of the file's first window",
+    )
 
 
 def _data(run: _Run, how: _Options, start: datetime, end: datetime) -> dict[str, Any]:
@@ -220,10 +264,25 @@ def _data(run: _Run, how: _Options, start: datetime, end: datetime) -> dict[str,
     # vLLM/SGLang count successes, and failures where they print them.
     accepted = figures.get("accepted", figures.get("requests"))
     requests = figures.get("requests", accepted + figures.get("failed", 0))
-    data = {"tenant": how.tenant, "job_id": how.job, "allocation_id": how.allocation, "window_start": start,
-            "window_end": end, "requests": requests, "accepted": accepted, "tool": run.tool}
-    for name in ("failed", "concurrency", "request_rate", "request_throughput", "output_throughput",
-                 "input_tokens", "output_tokens"):
+    data = {
+        "tenant": how.tenant,
+        "job_id": how.job,
+        "allocation_id": how.allocation,
+        "window_start": start,
+        "window_end": end,
+        "requests": requests,
+        "accepted": accepted,
+        "tool": run.tool,
+    }
+    for name in (
+        "failed",
+        "concurrency",
+        "request_rate",
+        "request_throughput",
+        "output_throughput",
+        "input_tokens",
+        "output_tokens",
+    ):
         data[name] = figures.get(name)
     data.update(run.distributions)
     return {k: v for k, v in data.items() if v is not None}
@@ -272,7 +331,9 @@ def _runs(path: Path, zone: LocalZone) -> Iterator[_Run]:
     with open_source(path) as stream:
         head = stream.read(1 << 16).removeprefix(UTF8_BOM)
         stream.seek(0)
-        if head.lstrip()[:1] in (b"{", b"[") and not any(b in head for b in (VLLM_BANNER, *TRTLLM_BANNERS)):
+        if head.lstrip()[:1] in (b"{", b"[") and not any(
+            b in head for b in (VLLM_BANNER, *TRTLLM_BANNERS)
+        ):
             yield from _json_runs(stream.read().removeprefix(UTF8_BOM), zone)
         else:
             yield from _text_runs(stream, zone)
@@ -280,7 +341,11 @@ def _runs(path: Path, zone: LocalZone) -> Iterator[_Run]:
 
 def _json_value(text: bytes) -> Any:
     """JSON with numbers kept exact (Decimal) and `Infinity` kept as the text `inf`."""
-    return json.loads(text, parse_float=Decimal, parse_constant=lambda name: "inf" if name == "Infinity" else name)
+    return json.loads(
+        text,
+        parse_float=Decimal,
+        parse_constant=lambda name: "inf" if name == "Infinity" else name,
+    )
 
 
 def _json_runs(body: bytes, zone: LocalZone) -> Iterator[_Run]:
@@ -316,7 +381,9 @@ def _line_run(raw: bytes, number: int, offset: int, zone: LocalZone) -> _Run:
 def _object_run(obj: Any, number: int, offset: int, raw: bytes, zone: LocalZone) -> _Run:
     run = _Run("vllm bench serve", number, offset, raw)
     if not isinstance(obj, dict):
-        run.problem = Bad(number, "(record)", f"expected a result object, found {type(obj).__name__}")
+        run.problem = Bad(
+            number, "(record)", f"expected a result object, found {type(obj).__name__}"
+        )
         return run
     try:
         _read_object(run, obj, zone)
@@ -360,12 +427,16 @@ def _text_runs(lines: Iterable[bytes], zone: LocalZone) -> Iterator[_Run]:
     offset = 0
     for number, raw in enumerate(lines, start=1):
         here, offset = offset, offset + len(raw)
-        text = (raw.removeprefix(UTF8_BOM) if number == 1 else raw).decode("utf-8", "replace").strip()
+        text = (
+            (raw.removeprefix(UTF8_BOM) if number == 1 else raw).decode("utf-8", "replace").strip()
+        )
         if state.current is not None and not _inside(state, text):
             yield from state.finish()
         if state.current is not None:
             state.current.raw += raw
-            if (state.kind == "vllm" and _RULE.match(text)) or (state.kind == "genai-perf" and text.startswith("└")):
+            if (state.kind == "vllm" and _RULE.match(text)) or (
+                state.kind == "genai-perf" and text.startswith("└")
+            ):
                 yield from state.finish()
             elif state.kind == "genai-perf":
                 _genai_perf_row(state.current, text, number)
@@ -382,9 +453,13 @@ def _inside(state: _TextState, text: str) -> bool:
         return VLLM_BANNER.decode() not in text
     if state.kind == "genai-perf":
         return text[:1] in ("┏", "┃", "┡", "│", "└")
-    if text.startswith("= REQUEST DETAILS") and "duration_s" in (state.current.figures if state.current else {}):
+    if text.startswith("= REQUEST DETAILS") and "duration_s" in (
+        state.current.figures if state.current else {}
+    ):
         return False  # the next run's details
-    return (not text or bool(_RULE.match(text)) or text.startswith(("= ", "-- ", "[")) or ":" in text) and not text.startswith("{")
+    return (
+        not text or bool(_RULE.match(text)) or text.startswith(("= ", "-- ", "[")) or ":" in text
+    ) and not text.startswith("{")
 
 
 def _outside(state: _TextState, text: str, raw: bytes, number: int, offset: int) -> Iterator[_Run]:
@@ -394,11 +469,16 @@ def _outside(state: _TextState, text: str, raw: bytes, number: int, offset: int)
         yield from state.start("trtllm", "trtllm-bench", number, offset)
     elif GENAI_PERF_TITLE.decode() in text:
         yield from state.start("genai-perf", "genai-perf", number, offset)
-    elif text.startswith("{") and any(k.decode() in text for k in (*_RESULT_MARKERS, b'"completed"')):
+    elif text.startswith("{") and any(
+        k.decode() in text for k in (*_RESULT_MARKERS, b'"completed"')
+    ):
         yield _saved_result(state, raw, number, offset)
         return
     elif found := _LABEL_VALUE.match(text):
-        if " ".join(found["label"].lower().split()) in ("traffic request rate", "maximum request concurrency"):
+        if " ".join(found["label"].lower().split()) in (
+            "traffic request rate",
+            "maximum request concurrency",
+        ):
             state.before.append((found["label"], found["value"], number))
         return
     else:

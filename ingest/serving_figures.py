@@ -17,14 +17,37 @@ from schemas.errors import BadInput
 _ABSENT = frozenset({"", "none", "n/a", "null"})
 _THOUSANDS = re.compile(r"^\d{1,3}(,\d{3})+(\.\d+)?$")
 #: Measures and statistics as the tools name them → the event's names (docs/serving.md).
-MEASURES = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_ms", "e2el": "latency_ms", "e2e latency": "latency_ms",
-            "e2e_latency": "latency_ms", "latency": "latency_ms"}
-STATISTICS = {"mean": "mean", "average": "mean", "median": "p50", "p50": "p50", "p90": "p90", "p95": "p95",
-              "p99": "p99", "max": "max", "maximum": "max"}
+MEASURES = {
+    "ttft": "ttft_ms",
+    "tpot": "tpot_ms",
+    "itl": "itl_ms",
+    "e2el": "latency_ms",
+    "e2e latency": "latency_ms",
+    "e2e_latency": "latency_ms",
+    "latency": "latency_ms",
+}
+STATISTICS = {
+    "mean": "mean",
+    "average": "mean",
+    "median": "p50",
+    "p50": "p50",
+    "p90": "p90",
+    "p95": "p95",
+    "p99": "p99",
+    "max": "max",
+    "maximum": "max",
+}
 #: A statistic line of the text (vLLM, SGLang), of trtllm-bench, a statistic key of the JSON.
-TEXT_STATISTIC = re.compile(r"^(?P<stat>mean|median|p[\d.]+|std|min|max) (?P<measure>ttft|tpot|itl|e2el|e2e latency) \(ms\)$")
-TRTLLM_STATISTIC = re.compile(r"^\[(?P<measure>ttft|tpot|latency)\] (?P<stat>average|minimum|maximum|p[\d.]+)$")
-JSON_STATISTIC = re.compile(r"^(?P<stat>mean|median|p[\d.]+|std|min|max)_(?P<measure>ttft|tpot|itl|e2el|e2e_latency)_ms$")
+TEXT_STATISTIC = re.compile(
+    r"^(?P<stat>mean|median|p[\d.]+|std|min|max) (?P<measure>ttft|tpot|itl|e2el|e2e latency) "
+    r"\(ms\)$"
+)
+TRTLLM_STATISTIC = re.compile(
+    r"^\[(?P<measure>ttft|tpot|latency)\] (?P<stat>average|minimum|maximum|p[\d.]+)$"
+)
+JSON_STATISTIC = re.compile(
+    r"^(?P<stat>mean|median|p[\d.]+|std|min|max)_(?P<measure>ttft|tpot|itl|e2el|e2e_latency)_ms$"
+)
 #: No figure of a benchmark reaches 10**18 (the event's own bound on a measure is below 10**18,
 #: on a count 2**53): refusing longer numbers here keeps a hostile file from making us
 #: build a huge integer before validation would refuse it anyway.

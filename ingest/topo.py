@@ -45,13 +45,19 @@ from ingest.probes import BadLine, probe_options, probe_record, read_output
 from schemas import Origin, Record, Rejected
 
 AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
-_AFFINITY_KEYS = {"CPU Affinity": "cpu_affinity", "NUMA Affinity": "numa_affinity", "GPU NUMA ID": "gpu_numa_id"}
+_AFFINITY_KEYS = {
+    "CPU Affinity": "cpu_affinity",
+    "NUMA Affinity": "numa_affinity",
+    "GPU NUMA ID": "gpu_numa_id",
+}
 _KNOWN_COLUMN = re.compile("|".join(re.escape(name) for name in AFFINITY_COLUMNS))
 _ANSI = re.compile(r"\x1b?\[[0-9;]*m")
 _LINK = re.compile(r"\s*(X|NV\d{1,3}|PIX|PXB|PHB|NODE|SYS|SOC)")  # no separator needed: a lost tab
 _CELL = re.compile(r"\s*(\S+)")
 _GPU = re.compile(r"GPU\d+")
-_HEADER_START = re.compile(r"(?:^|\s)GPU0\s")  # the header may follow a label (`NVIDIA Topology: `)
+_HEADER_START = re.compile(
+    r"(?:^|\s)GPU0\s"
+)  # the header may follow a label (`NVIDIA Topology: `)
 _NIC_LEGEND = re.compile(r"\s*(NIC\d+)\s*:\s*(\S+)\s*")
 _IDENTIFY = re.compile(rb"GPU0[ \t][^\n]*Affinity[^\n]*\r?\n[ \t]*GPU0[ \t]+X\b")
 MAX_BYTES = 16 << 20  # a capture is a few KiB; more is not one
@@ -84,7 +90,9 @@ class TopoIngestor:
     reads_ledger = True  # its option `recorded` is a function: parsed in the ingesting process
 
     def identify(self, path: Path, head: bytes) -> bool:
-        return _IDENTIFY.search(_ANSI.sub("", head.decode("utf-8", "replace")).encode()) is not None
+        return (
+            _IDENTIFY.search(_ANSI.sub("", head.decode("utf-8", "replace")).encode()) is not None
+        )
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
         how = probe_options(path, options, self.options)
@@ -103,7 +111,9 @@ class TopoIngestor:
             yield Rejected(Origin(str(path), bad.line, offset), bad.field, bad.reason, raw)
             return
         data = {**how.owner(), "node": node, "topology": topology, "tool": "nvidia-smi topo -m"}
-        yield probe_record("placement.observed", data, how, Origin(str(path), first.number, first.offset), raw)
+        yield probe_record(
+            "placement.observed", data, how, Origin(str(path), first.number, first.offset), raw
+        )
         yield from _further_captures(str(path), lines, end)
 
 
@@ -114,9 +124,13 @@ def _further_captures(name: str, lines: list[_Line], start: int) -> Iterator[Rec
         header = _header_text(lines[index].text) if _is_header(lines, index) else None
         if header is not None and "Affinity" in header:
             line = lines[index]
-            yield Rejected(Origin(name, line.number, line.offset), "(capture)",
-                           "a second `nvidia-smi topo -m` matrix in one file: give each capture its own file and --node",
-                           line.raw)
+            yield Rejected(
+                Origin(name, line.number, line.offset),
+                "(capture)",
+                "a second `nvidia-smi topo -m` matrix in one file: give each capture its own file "
+                "and --node",
+                line.raw,
+            )
 
 
 def _lines(path: Path) -> list[_Line]:
@@ -124,7 +138,11 @@ def _lines(path: Path) -> list[_Line]:
     out, offset = [], 0
     for number, raw in enumerate(body.splitlines(keepends=True), start=1):
         clean = raw.removeprefix(UTF8_BOM) if number == 1 else raw
-        out.append(_Line(number, offset, raw, _ANSI.sub("", clean.decode("utf-8", "replace")).rstrip("\r\n")))
+        out.append(
+            _Line(
+                number, offset, raw, _ANSI.sub("", clean.decode("utf-8", "replace")).rstrip("\r\n")
+            )
+        )
         offset += len(raw)
     return out
 
@@ -132,7 +150,7 @@ def _lines(path: Path) -> list[_Line]:
 def _header_text(text: str) -> str | None:
     """The header from its first device on, or None when the line is no header."""
     start = _HEADER_START.search(text)
-    return None if start is None else text[start.start():].strip()
+    return None if start is None else text[start.start() :].strip()
 
 
 def _is_header(lines: list[_Line], index: int) -> bool:
@@ -153,11 +171,18 @@ def _block(lines: list[_Line], start: int) -> tuple[list[_Line], int]:
 def _topology(block: list[_Line]) -> dict[str, Any]:
     devices, affinities = _columns(_header_text(block[0].text) or "")
     rows = [_row(name, line, devices, affinities) for name, line in _matrix_lines(block, devices)]
-    aliases = {m.group(1): m.group(2) for line in block[len(rows) + 1:] if (m := _NIC_LEGEND.fullmatch(line.text))}
+    aliases = {
+        m.group(1): m.group(2)
+        for line in block[len(rows) + 1 :]
+        if (m := _NIC_LEGEND.fullmatch(line.text))
+    }
     links = _links(rows, devices)
     gpus = [{"name": name, **values} for name, _, _, values in rows if _GPU.fullmatch(name)]
-    nics = [{"name": name, **({"device": aliases[name]} if name in aliases else {})}
-            for name in devices if not _GPU.fullmatch(name)]
+    nics = [
+        {"name": name, **({"device": aliases[name]} if name in aliases else {})}
+        for name in devices
+        if not _GPU.fullmatch(name)
+    ]
     return {"gpus": gpus, "nics": nics, "links": links}
 
 
@@ -169,12 +194,12 @@ def _columns(header: str) -> tuple[list[str], list[str]]:
     first = _KNOWN_COLUMN.search(header)
     if first is None:
         return header.split(), []
-    tail, names, at = header[first.start():], [], 0
+    tail, names, at = header[first.start() :], [], 0
     for known in _KNOWN_COLUMN.finditer(tail):
-        names += _unknown_names(tail[at:known.start()])
+        names += _unknown_names(tail[at : known.start()])
         names.append(known.group())
         at = known.end()
-    return header[:first.start()].split(), names + _unknown_names(tail[at:])
+    return header[: first.start()].split(), names + _unknown_names(tail[at:])
 
 
 def _unknown_names(text: str) -> list[str]:
@@ -193,11 +218,17 @@ def _matrix_lines(block: list[_Line], devices: list[str]) -> list[tuple[str, _Li
     rows = []
     for name, line in zip(devices, block[1:]):
         if not line.text.lstrip().startswith(name):
-            raise BadLine(line.number, name, f"expected the row of {name} here, found {line.text.strip()[:40]!r}")
+            raise BadLine(
+                line.number,
+                name,
+                f"expected the row of {name} here, found {line.text.strip()[:40]!r}",
+            )
         rows.append((name, line))
     if len(rows) < len(devices):
         last = block[-1].number
-        raise BadLine(last, devices[len(rows)], f"the matrix ends after {len(rows)} of {len(devices)} rows")
+        raise BadLine(
+            last, devices[len(rows)], f"the matrix ends after {len(rows)} of {len(devices)} rows"
+        )
     return rows
 
 
@@ -217,8 +248,12 @@ def _row(name: str, line: _Line, devices: list[str], affinities: list[str]) -> R
         at = cell.end()
     values = text[at:].split()
     if len(values) > len(affinities):
-        raise BadLine(line.number, name, f"{len(values)} values after the links, but the header names "
-                                      f"{len(affinities)} affinity columns: {' '.join(values)!r}")
+        raise BadLine(
+            line.number,
+            name,
+            f"{len(values)} values after the links, but the header names "
+            f"{len(affinities)} affinity columns: {' '.join(values)!r}",
+        )
     return name, line.number, links, _affinities(affinities, values)
 
 
@@ -227,11 +262,17 @@ def _links(rows: list[Row], devices: list[str]) -> list[dict[str, str]]:
     out = []
     for i, (name, number, links, _) in enumerate(rows):
         if links[i] != "X":
-            raise BadLine(number, f"{name}/{name}", f"a device's link to itself is X, found {links[i]}")
+            raise BadLine(
+                number, f"{name}/{name}", f"a device's link to itself is X, found {links[i]}"
+            )
         for j in range(i + 1, len(devices)):
             other, other_line, mirror = rows[j][0], rows[j][1], rows[j][2][i]
             if links[j] == "X" or links[j] != mirror:
-                raise BadLine(other_line, f"{other}/{name}", f"{other}–{name} is {mirror} but {name}–{other} is {links[j]}")
+                raise BadLine(
+                    other_line,
+                    f"{other}/{name}",
+                    f"{other}–{name} is {mirror} but {name}–{other} is {links[j]}",
+                )
             out.append({"a": name, "b": other, "link": links[j]})
     return out
 

@@ -6,7 +6,8 @@ hand-over is work too), and on one core the child is never started.
 
 Records cross the pipe as plain tuples, a chunk at a time, each chunk a length and a
 pickle (a pickled dataclass costs more than the parsing it would save). A reader thread
-keeps a few chunks ahead; past that the child blocks, so memory stays bounded. Whole-file errors come back as
+keeps a few chunks ahead; past that the child blocks, so memory stays bounded. Whole-file errors
+come back as
 IngestError; a child that dies is an IngestError with its last words; closing the
 iterator early, or this process dying, stops the child (it meets a closed pipe). Small
 files are parsed in this process: a child's start-up would cost more than it saves.
@@ -49,11 +50,17 @@ def extract_parallel(path: Path, name: str | None = None, **options: Any) -> Ite
     # A function (dcgm-metrics' `recorded`, a look-up in this process's ledger) cannot cross
     # the pipe: an ingestor that reads one parses here, the others do not need it.
     functions = {key for key, value in options.items() if callable(value)}
-    if ((os.cpu_count() or 1) < 2 or not path.is_file() or path.stat().st_size < MIN_BYTES
-            or (functions and getattr(ingestor, "reads_ledger", False))):
+    if (
+        (os.cpu_count() or 1) < 2
+        or not path.is_file()
+        or path.stat().st_size < MIN_BYTES
+        or (functions and getattr(ingestor, "reads_ledger", False))
+    ):
         records = ingestor.extract(path, **options)
     else:
-        records = _from_child(path, ingestor.name, {k: v for k, v in options.items() if k not in functions})
+        records = _from_child(
+            path, ingestor.name, {k: v for k, v in options.items() if k not in functions}
+        )
     checked = records if configured.claimed else expect_records(records, path, ingestor.name)
     return owned(checked, configured.owner)
 
@@ -68,7 +75,10 @@ def _from_child(path: Path, name: str, options: dict[str, Any]) -> Iterator[Reco
         while True:
             body = reader.chunks.get()
             if not body:
-                raise IngestError(f"{path}: the parsing process stopped (exit code {child.wait()}): {_last_words(child)}")
+                raise IngestError(
+                    f"{path}: the parsing process stopped (exit code {child.wait()}): "
+                    f"{_last_words(child)}"
+                )
             kind, payload = pickle.loads(body)
             if kind == "records":
                 yield from (_unpack(item) for item in payload)
@@ -113,15 +123,32 @@ class _Reader(threading.Thread):
 
 def _last_words(child: subprocess.Popen[bytes]) -> str:
     assert child.stderr is not None
-    return (child.stderr.read().decode(errors="replace").strip().splitlines() or ["no message"])[-1]
+    return (child.stderr.read().decode(errors="replace").strip().splitlines() or ["no message"])[
+        -1
+    ]
 
 
 def _pack(record: Record) -> _Packed:
     origin = record.origin
     if isinstance(record, Accepted):
-        return (record.source, record.id, record.type, record.tenant, record.body, origin.file, origin.line, origin.offset)
-    return (tuple(origin), record.field, record.reason, record.record, record.digest,
-            record.length)
+        return (
+            record.source,
+            record.id,
+            record.type,
+            record.tenant,
+            record.body,
+            origin.file,
+            origin.line,
+            origin.offset,
+        )
+    return (
+        tuple(origin),
+        record.field,
+        record.reason,
+        record.record,
+        record.digest,
+        record.length,
+    )
 
 
 _TUPLE = tuple.__new__  # a named tuple made from its values without the keyword-taking __new__
@@ -129,7 +156,9 @@ _TUPLE = tuple.__new__  # a named tuple made from its values without the keyword
 
 def _unpack(item: _Packed) -> Record:
     if len(item) == 8:
-        return _TUPLE(Accepted, (item[0], item[1], item[2], item[3], item[4], _TUPLE(Origin, item[5:])))
+        return _TUPLE(
+            Accepted, (item[0], item[1], item[2], item[3], item[4], _TUPLE(Origin, item[5:]))
+        )
     return _TUPLE(Rejected, (_TUPLE(Origin, item[0]), *item[1:]))
 
 

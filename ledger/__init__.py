@@ -11,7 +11,22 @@ from ledger.store import DEFAULT_URL, Store, default_url
 from ledger.verify import LedgerTampered, Problem, VerifyResult, require_intact, verify_ledger
 
 __all__ = [
-    "DEFAULT_URL", "AppendReport", "Appender", "BatchResult", "LedgerError", "LedgerTampered",
-    "Problem", "Store", "StoreUnavailable", "StoreWriteFailed", "VerifyResult", "append_stream", "default_url",
-    "export_entries", "quarantined", "read", "require_intact", "verify_ledger",
+    "DEFAULT_URL",
+    "AppendReport",
+    "Appender",
+    "BatchResult",
+    "LedgerError",
+    "LedgerTampered",
+    "Problem",
+    "Store",
+    "StoreUnavailable",
+    "StoreWriteFailed",
+    "VerifyResult",
+    "append_stream",
+    "default_url",
+    "export_entries",
+    "quarantined",
+    "read",
+    "require_intact",
+    "verify_ledger",
 ]

@@ -38,8 +38,18 @@ from schemas import Accepted, Record, Rejected, format_utc
 
 DEFAULT_BATCH_SIZE = 5000  # one fsync per batch: larger batches amortise it
 ENTRY_COLUMNS = (
-    "seq", "recorded_at", "source", "id", "type", "tenant", "tenant_seq", "event", "salt",
-    "leaf_hash", "chain_hash", "tenant_prev",
+    "seq",
+    "recorded_at",
+    "source",
+    "id",
+    "type",
+    "tenant",
+    "tenant_seq",
+    "event",
+    "salt",
+    "leaf_hash",
+    "chain_hash",
+    "tenant_prev",
 )
 Clock = Callable[[], datetime]
 #: (tenant, source, id): the idempotency key (rule 1).
@@ -95,7 +105,9 @@ class Appender:
     the batches after it until one meets no stored key.
     """
 
-    def __init__(self, store: Store, clock: Clock = utc_now, salts: SaltSource = secrets.token_bytes) -> None:
+    def __init__(
+        self, store: Store, clock: Clock = utc_now, salts: SaltSource = secrets.token_bytes
+    ) -> None:
         self.store = store
         self.clock = clock
         self.salts = salts
@@ -123,7 +135,14 @@ class Appender:
             self._tip = tip  # committed: the next batch may start from it
         return result
 
-    def _append_new(self, conn: Connection, records: list[Accepted], plan: _Plan, recorded_at: str, result: BatchResult) -> _Tip | None:
+    def _append_new(
+        self,
+        conn: Connection,
+        records: list[Accepted],
+        plan: _Plan,
+        recorded_at: str,
+        result: BatchResult,
+    ) -> _Tip | None:
         """Rules 1 to 3 for the keys this batch holds once each."""
         if not self._expect_known:
             try:
@@ -135,7 +154,9 @@ class Appender:
         self._expect_known = len(fresh) < len(records)
         return self._hash_and_insert(conn, fresh, recorded_at, result) if fresh else None
 
-    def _hash_and_insert(self, conn: Connection, records: list[Accepted], recorded_at: str, result: BatchResult) -> _Tip:
+    def _hash_and_insert(
+        self, conn: Connection, records: list[Accepted], recorded_at: str, result: BatchResult
+    ) -> _Tip:
         """Rule 3: number, salt and hash the new records, then write them and the tree."""
         tip = self._current_tip(conn, {r.tenant for r in records if r.tenant is not None})
         rows, leaves = _entry_rows(tip, records, recorded_at, self.salts(SALT_SIZE * len(records)))
@@ -145,10 +166,18 @@ class Appender:
         if frontier.completed:
             _bulk_insert(conn, "tree_nodes", ("level", "idx", "hash"), frontier.completed)
         first, last, chain = tip.size + 1, tip.size + len(rows), rows[-1][10]
-        batch_seq = conn.execute(select(func.coalesce(func.max(batches.c.batch_seq), 0))).scalar_one()
-        conn.execute(insert(batches).values(
-            batch_seq=batch_seq + 1, first_seq=first, last_seq=last, chain_head=chain, recorded_at=recorded_at,
-        ))
+        batch_seq = conn.execute(
+            select(func.coalesce(func.max(batches.c.batch_seq), 0))
+        ).scalar_one()
+        conn.execute(
+            insert(batches).values(
+                batch_seq=batch_seq + 1,
+                first_seq=first,
+                last_seq=last,
+                chain_head=chain,
+                recorded_at=recorded_at,
+            )
+        )
         result.appended, result.first_seq, result.last_seq = len(rows), first, last
         return _Tip(last, chain, frontier.hashes, tip.tenant_heads)
 
@@ -173,13 +202,15 @@ class Appender:
         return len(rows)
 
 
-def _entry_rows(tip: _Tip, records: list[Accepted], recorded_at: str, salt_block: bytes) -> tuple[list[tuple[Any, ...]], bytes]:
+def _entry_rows(
+    tip: _Tip, records: list[Accepted], recorded_at: str, salt_block: bytes
+) -> tuple[list[tuple[Any, ...]], bytes]:
     """The rows of `records` as entries seq tip.size+1.., and their leaves end to end;
     advances tip.tenant_heads. The hot loops of an ingest: one orjson call an entry for
     its canonical bytes, then the leaves and the chain a batch at a time
     (ledger/digests.py: hashlib's cost a call was most of the hashing)."""
     heads, first = tip.tenant_heads, tip.size + 1
-    salts = [salt_block[i:i + SALT_SIZE] for i in range(0, len(records) * SALT_SIZE, SALT_SIZE)]
+    salts = [salt_block[i : i + SALT_SIZE] for i in range(0, len(records) * SALT_SIZE, SALT_SIZE)]
     # each tenant's number, and whose leaf its entry names: the head's (a str key) or an
     # earlier entry of this batch (its position), known once the leaves are
     tenant_seqs: list[int | None] = []
@@ -200,18 +231,44 @@ def _entry_rows(tip: _Tip, records: list[Accepted], recorded_at: str, salt_block
             previous.append(at)
         tenant_seqs.append(number + 1)
         last_in_batch[tenant] = (number + 1, i)
-    parts = [LEAF_PREFIX + entry_bytes(first + i, recorded_at, r.source, r.id, r.type, r.tenant, tenant_seqs[i], r.body, salts[i])
-             for i, r in enumerate(records)]
+    parts = [
+        LEAF_PREFIX
+        + entry_bytes(
+            first + i,
+            recorded_at,
+            r.source,
+            r.id,
+            r.type,
+            r.tenant,
+            tenant_seqs[i],
+            r.body,
+            salts[i],
+        )
+        for i, r in enumerate(records)
+    ]
     leaves = each(b"".join(parts), np.cumsum([0, *map(len, parts)], dtype=np.int64))
     links = chain(CHAIN_PREFIX, tip.chain, leaves)
     leaf_of = split(leaves)
     link_of = split(links)
     for tenant, (number, at) in last_in_batch.items():
         heads[tenant] = (number, leaf_of[at])
-    rows = [(
-        first + i, recorded_at, r.source, r.id, r.type, r.tenant, tenant_seqs[i], r.body.decode("utf-8"), salts[i],
-        leaf_of[i], link_of[i], leaf_of[prev] if isinstance(prev, int) else prev,
-    ) for i, (r, prev) in enumerate(zip(records, previous, strict=True))]
+    rows = [
+        (
+            first + i,
+            recorded_at,
+            r.source,
+            r.id,
+            r.type,
+            r.tenant,
+            tenant_seqs[i],
+            r.body.decode("utf-8"),
+            salts[i],
+            leaf_of[i],
+            link_of[i],
+            leaf_of[prev] if isinstance(prev, int) else prev,
+        )
+        for i, (r, prev) in enumerate(zip(records, previous, strict=True))
+    ]
     return rows, leaves
 
 
@@ -231,8 +288,9 @@ def _first_of_each_key(records: list[Accepted]) -> tuple[list[Accepted], list[Ac
     return fresh, later
 
 
-def _settle_later(later: list[Accepted], fresh: list[Accepted], plan: _Plan,
-                  recorded_at: str) -> None:
+def _settle_later(
+    later: list[Accepted], fresh: list[Accepted], plan: _Plan, recorded_at: str
+) -> None:
     """Rules 1 and 2 for a key's later records in the batch: against what the ledger holds
     under the key once the batch is in (what was stored before, else the batch's first),
     so where a batch ends never changes what a record is."""
@@ -242,7 +300,9 @@ def _settle_later(later: list[Accepted], fresh: list[Accepted], plan: _Plan,
         _duplicate_or_conflict(record, plan.held.get(key, firsts[key]), plan, recorded_at)
 
 
-def _drop_known(conn: Connection, records: list[Accepted], plan: _Plan, recorded_at: str) -> list[Accepted]:
+def _drop_known(
+    conn: Connection, records: list[Accepted], plan: _Plan, recorded_at: str
+) -> list[Accepted]:
     """Rules 1 and 2 against the ledger: keep the records whose key is not stored."""
     stored = _stored_bodies(conn, {(r.tenant, r.source, r.id) for r in records})
     fresh: list[Accepted] = []
@@ -288,9 +348,11 @@ def _stored_bodies(conn: Connection, keys: set[EventKey]) -> dict[EventKey, byte
     for source, id_set in ids_by_source.items():
         ids = sorted(id_set)
         for start in range(0, len(ids), 500):
-            chunk = ids[start:start + 500]
-            statement = (f"SELECT tenant, id, event FROM entries WHERE source = {mark} "
-                         f"AND id IN ({', '.join([mark] * len(chunk))})")
+            chunk = ids[start : start + 500]
+            statement = (
+                f"SELECT tenant, id, event FROM entries WHERE source = {mark} "
+                f"AND id IN ({', '.join([mark] * len(chunk))})"
+            )
             rows = conn.exec_driver_sql(statement, (source, *chunk)).all()
             found.update({(r[0], source, r[1]): r[2].encode("utf-8") for r in rows})
     return {key: body for key, body in found.items() if key in keys}
@@ -322,7 +384,9 @@ def _bulk_insert_entries(conn: Connection, rows: list[tuple[Any, ...]]) -> None:
     _bulk_insert(conn, "entries", ENTRY_COLUMNS, rows)
 
 
-def _bulk_insert(conn: Connection, table: str, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> None:
+def _bulk_insert(
+    conn: Connection, table: str, columns: Sequence[str], rows: Sequence[tuple[Any, ...]]
+) -> None:
     """Rows into one table through the driver: COPY on PostgreSQL, executemany on SQLite."""
     raw: Any = conn.connection.dbapi_connection  # sqlite3 or psycopg, each used as itself
     names = ", ".join(columns)
@@ -332,17 +396,25 @@ def _bulk_insert(conn: Connection, table: str, columns: Sequence[str], rows: Seq
                 for row in rows:
                     copy.write_row(row)
         return
-    raw.executemany(f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})", rows)
+    raw.executemany(
+        f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(columns))})", rows
+    )
 
 
 def _invalid_row(record: Rejected, recorded_at: str) -> dict[str, Any]:
     head, digest, length = bounded(record.record, record.digest, record.length)
     return {
-        "recorded_at": recorded_at, "kind": "invalid", "file": storable_text(record.origin.file),
-        "line": record.origin.line, "field": storable_text(record.field),
+        "recorded_at": recorded_at,
+        "kind": "invalid",
+        "file": storable_text(record.origin.file),
+        "line": record.origin.line,
+        "field": storable_text(record.field),
         "reason": storable_text(record.reason),
-        "record": head, "record_hash": digest, "record_length": length,
-        "existing_hash": None, "incoming_hash": None,
+        "record": head,
+        "record_hash": digest,
+        "record_length": length,
+        "existing_hash": None,
+        "incoming_hash": None,
     }
 
 
@@ -350,14 +422,20 @@ def _conflict_row(record: Accepted, known: bytes, recorded_at: str) -> dict[str,
     existing, incoming = sha256(known).digest(), sha256(record.body).digest()
     head, _, length = bounded(record.body, incoming, len(record.body))
     return {
-        "recorded_at": recorded_at, "kind": "conflict", "file": storable_text(record.origin.file),
-        "line": record.origin.line, "field": "id",
+        "recorded_at": recorded_at,
+        "kind": "conflict",
+        "file": storable_text(record.origin.file),
+        "line": record.origin.line,
+        "field": "id",
         "reason": storable_text(
             f"event {record.id!r} from {record.source!r} is already in the ledger with other "
             f"content (stored sha256 {existing.hex()[:16]}…, incoming {incoming.hex()[:16]}…)"
         ),
-        "record": head, "record_hash": incoming, "record_length": length,
-        "existing_hash": existing, "incoming_hash": incoming,
+        "record": head,
+        "record_hash": incoming,
+        "record_length": length,
+        "existing_hash": existing,
+        "incoming_hash": incoming,
     }
 
 
@@ -401,9 +479,15 @@ def append_stream(
             result = appender.append(batch)
         except StoreWriteFailed as exc:
             start = batch[0].origin
-            raise StoreWriteFailed(exc.url, exc.reason, where=f"{start}: ", outcome=(
-                f"the batch from this line on was rolled back; the {report.appended} events this ingest appended "
-                "before it are stored: run it again to append the rest")) from exc
+            raise StoreWriteFailed(
+                exc.url,
+                exc.reason,
+                where=f"{start}: ",
+                outcome=(
+                    f"the batch from this line on was rolled back; the {report.appended} events "
+                    "this ingest appended before it are stored: run it again to append the rest"
+                ),
+            ) from exc
         report.add(batch, result)
         if on_batch is not None:
             on_batch(batch, report)

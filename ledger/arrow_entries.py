@@ -39,8 +39,20 @@ from schemas.errors import CheckFailed
 #: Rows an Arrow batch holds (SQLite's driver makes batches of 1,024 unless told).
 BATCH_ROWS = 20000
 
-COLUMNS = ("seq", "recorded_at", "source", "id", "type", "tenant", "tenant_seq", "event", "salt",
-           "leaf_hash", "chain_hash", "tenant_prev")
+COLUMNS = (
+    "seq",
+    "recorded_at",
+    "source",
+    "id",
+    "type",
+    "tenant",
+    "tenant_seq",
+    "event",
+    "salt",
+    "leaf_hash",
+    "chain_hash",
+    "tenant_prev",
+)
 _TEXT = ("recorded_at", "source", "id", "type", "tenant")
 
 # SQLite's driver takes a column's Arrow type from the values of the first batch (a
@@ -52,23 +64,37 @@ _TEXT = ("recorded_at", "source", "id", "type", "tenant")
 # other class in an integer column changes the batch's schema or stops the read, and the
 # walk decides.
 _SQLITE = """
-SELECT 0 AS seq, '' AS recorded_at, '' AS source, '' AS id, '' AS type, '' AS tenant, 0 AS tenant_seq,
+SELECT 0 AS seq, '' AS recorded_at, '' AS source, '' AS id, '' AS type, '' AS tenant, 0 AS \
+tenant_seq,
        x'' AS event, x'' AS salt, x'' AS leaf_hash, x'' AS chain_hash, x'' AS tenant_prev
 UNION ALL
-SELECT * FROM (SELECT seq, CAST(recorded_at AS TEXT), CAST(source AS TEXT), CAST(id AS TEXT), CAST(type AS TEXT),
+SELECT * FROM (SELECT seq, CAST(recorded_at AS TEXT), CAST(source AS TEXT), CAST(id AS TEXT), \
+CAST(type AS TEXT),
                       CAST(tenant AS TEXT), tenant_seq, CAST(event AS BLOB), CAST(salt AS BLOB),
                       CAST(leaf_hash AS BLOB), CAST(chain_hash AS BLOB), CAST(tenant_prev AS BLOB)
                FROM entries WHERE seq >= {first} AND seq <= {last} ORDER BY seq)
 """
 _POSTGRESQL = """
-SELECT seq, recorded_at, source, id, type, tenant, tenant_seq, event, salt, leaf_hash, chain_hash, tenant_prev
+SELECT seq, recorded_at, source, id, type, tenant, tenant_seq, event, salt, leaf_hash, \
+chain_hash, tenant_prev
 FROM entries WHERE seq >= {first} AND seq <= {last} ORDER BY seq
 """
-_SCHEMA = pa.schema([
-    ("seq", pa.int64()), ("recorded_at", pa.string()), ("source", pa.string()), ("id", pa.string()),
-    ("type", pa.string()), ("tenant", pa.string()), ("tenant_seq", pa.int64()), ("event", pa.binary()),
-    ("salt", pa.binary()), ("leaf_hash", pa.binary()), ("chain_hash", pa.binary()), ("tenant_prev", pa.binary()),
-])
+_SCHEMA = pa.schema(
+    [
+        ("seq", pa.int64()),
+        ("recorded_at", pa.string()),
+        ("source", pa.string()),
+        ("id", pa.string()),
+        ("type", pa.string()),
+        ("tenant", pa.string()),
+        ("tenant_seq", pa.int64()),
+        ("event", pa.binary()),
+        ("salt", pa.binary()),
+        ("leaf_hash", pa.binary()),
+        ("chain_hash", pa.binary()),
+        ("tenant_prev", pa.binary()),
+    ]
+)
 
 
 def drivers() -> tuple[Any, Any]:
@@ -96,8 +122,14 @@ def entry_batches(url: str, first: int, last: int) -> Iterator[pa.RecordBatch]:
         connection = _connection(url)
         with closing(connection.cursor()) as cursor:
             if dialect == "sqlite":
-                cursor.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
-            cursor.execute((_SQLITE if dialect == "sqlite" else _POSTGRESQL).format(first=int(first), last=int(last)))
+                cursor.adbc_statement.set_options(
+                    **{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)}
+                )
+            cursor.execute(
+                (_SQLITE if dialect == "sqlite" else _POSTGRESQL).format(
+                    first=int(first), last=int(last)
+                )
+            )
             opening = dialect == "sqlite"
             for batch in cursor.fetch_record_batch():
                 yield _typed(_normalised(batch, opening) if dialect == "sqlite" else batch)
@@ -141,8 +173,10 @@ def _connection(url: str) -> Any:
         # the driver's built-in table of PostgreSQL's own types (all that entries hold): by
         # default it first reads every column of every table in the database (pg_attribute),
         # 20-30 ms of CPU on a small database and minutes on a large one (arrow-adbc #1755)
-        connection = postgresql.connect(parsed.set(drivername="postgresql").render_as_string(hide_password=False),
-                                        db_kwargs={"adbc.postgresql.type_resolver_mode": "builtin"})
+        connection = postgresql.connect(
+            parsed.set(drivername="postgresql").render_as_string(hide_password=False),
+            db_kwargs={"adbc.postgresql.type_resolver_mode": "builtin"},
+        )
         with closing(connection.cursor()) as cursor:
             # the index scan on seq, already in order: before a table's first ANALYZE (just
             # after an ingest) the planner guesses a range holds 0.5 % of it and picks a
@@ -176,7 +210,9 @@ def _typed(batch: pa.RecordBatch) -> pa.RecordBatch:
     """The batch as it must be: a value of any other type (a real seq, a text tenant_seq)
     made the driver choose another type for its column."""
     columns = batch.columns
-    if batch.schema.field(7).type == pa.string():  # PostgreSQL's text, as its UTF-8 bytes (no copy)
+    if (
+        batch.schema.field(7).type == pa.string()
+    ):  # PostgreSQL's text, as its UTF-8 bytes (no copy)
         columns[7] = columns[7].cast(pa.binary())
     if [column.type for column in columns] != _SCHEMA.types:
         raise NotReadable(f"columns of other types than verify reads: {batch.schema}")
@@ -203,7 +239,9 @@ def _offsets(column: pa.Array) -> np.ndarray[Any, np.dtype[np.int32]]:
     """Where each value of a string or binary column starts in its data, and the last ends."""
     if column.type not in (pa.binary(), pa.string()):
         raise NotReadable(f"not a binary or string column: {column.type}")
-    return np.frombuffer(column.buffers()[1], dtype=np.int32)[column.offset:column.offset + len(column) + 1]
+    return np.frombuffer(column.buffers()[1], dtype=np.int32)[
+        column.offset : column.offset + len(column) + 1
+    ]
 
 
 def _values(column: pa.Array) -> np.ndarray[Any, np.dtype[np.uint8]]:
@@ -212,12 +250,14 @@ def _values(column: pa.Array) -> np.ndarray[Any, np.dtype[np.uint8]]:
     data = column.buffers()[2]
     if data is None or not len(column):
         return np.empty(0, dtype=np.uint8)
-    return np.frombuffer(data, dtype=np.uint8)[offsets[0]:offsets[-1]]
+    return np.frombuffer(data, dtype=np.uint8)[offsets[0] : offsets[-1]]
 
 
 def _all_of_width(column: pa.Array, width: int) -> bool:
     """Every value present and `width` bytes long."""
-    return column.null_count == 0 and (not len(column) or pc.all(pc.equal(pc.binary_length(column), width)).as_py())
+    return column.null_count == 0 and (
+        not len(column) or pc.all(pc.equal(pc.binary_length(column), width)).as_py()
+    )
 
 
 def _escapes(column: pa.Array) -> bool:
@@ -226,20 +266,28 @@ def _escapes(column: pa.Array) -> bool:
 
 
 #: Each byte's two hex digits, as the uint16 whose little-endian bytes they are.
-_HEX_PAIRS = np.array([int.from_bytes(f"{i:02x}".encode(), "little") for i in range(256)], dtype="<u2")
+_HEX_PAIRS = np.array(
+    [int.from_bytes(f"{i:02x}".encode(), "little") for i in range(256)], dtype="<u2"
+)
 
 
 def leaf_hashes(batch: pa.RecordBatch) -> bytes:
     """Each entry's leaf hash, end to end, for a `plain` batch: SHA-256 of LEAF_PREFIX ‖
     canonical entry (ledger/hashing.py), a batch in one call that never makes the
     entries' bytes whole (ledger/digests.py)."""
-    return joined([part if isinstance(part, bytes) else _spans(part) for part in _leaf_parts(batch)], batch.num_rows)
+    return joined(
+        [part if isinstance(part, bytes) else _spans(part) for part in _leaf_parts(batch)],
+        batch.num_rows,
+    )
 
 
 def leaf_inputs(batch: pa.RecordBatch) -> pa.Array:
     """Each entry's leaf hash input, LEAF_PREFIX ‖ canonical entry (ledger/hashing.py), for a
     `plain` batch, as a column."""
-    arrays = [pa.scalar(part, pa.binary()) if isinstance(part, bytes) else part.cast(pa.binary()) for part in _leaf_parts(batch)]
+    arrays = [
+        pa.scalar(part, pa.binary()) if isinstance(part, bytes) else part.cast(pa.binary())
+        for part in _leaf_parts(batch)
+    ]
     return pc.binary_join_element_wise(*arrays, pa.scalar(b"", pa.binary()))
 
 
@@ -247,10 +295,25 @@ def _leaf_parts(batch: pa.RecordBatch) -> list[bytes | pa.Array]:
     """The canonical entry's pieces in order: the same bytes for every entry, or a column."""
     column = batch.column
     return [
-        LEAF_PREFIX + b'{"event":', column("event"), b',"id":"', column("id"), b'","recorded_at":"', column("recorded_at"),
-        b'","salt":"', _hex(column("salt")), b'","seq":', pc.cast(column("seq"), pa.string()),
-        b',"source":"', column("source"), b'","tenant":', pc.fill_null(_quoted(column("tenant")), "null"),
-        b',"tenant_seq":', pc.fill_null(pc.cast(column("tenant_seq"), pa.string()), "null"), b',"type":"', column("type"), b'"}',
+        LEAF_PREFIX + b'{"event":',
+        column("event"),
+        b',"id":"',
+        column("id"),
+        b'","recorded_at":"',
+        column("recorded_at"),
+        b'","salt":"',
+        _hex(column("salt")),
+        b'","seq":',
+        pc.cast(column("seq"), pa.string()),
+        b',"source":"',
+        column("source"),
+        b'","tenant":',
+        pc.fill_null(_quoted(column("tenant")), "null"),
+        b',"tenant_seq":',
+        pc.fill_null(pc.cast(column("tenant_seq"), pa.string()), "null"),
+        b',"type":"',
+        column("type"),
+        b'"}',
     ]
 
 
@@ -258,7 +321,9 @@ def _spans(column: pa.Array) -> tuple[Any, np.ndarray[Any, np.dtype[np.int64]]]:
     """A column as (data, int64 offsets) for ledger.digests.joined."""
     if pa.types.is_fixed_size_binary(column.type):
         width = column.type.byte_width
-        return column.buffers()[1], (np.arange(len(column) + 1, dtype=np.int64) + column.offset) * width
+        return column.buffers()[1], (
+            np.arange(len(column) + 1, dtype=np.int64) + column.offset
+        ) * width
     return column.buffers()[2] or b"", _offsets(column).astype(np.int64)
 
 

@@ -65,10 +65,17 @@ def _each(data: Buffer, offsets: Buffer) -> bytes:
 
 
 def _pairs(prefix: bytes, lefts: Buffer, rights: Buffer) -> bytes:
-    prefix, left, right = _prefixed(prefix), _bytes_of(lefts).tobytes(), _bytes_of(rights).tobytes()
+    prefix, left, right = (
+        _prefixed(prefix),
+        _bytes_of(lefts).tobytes(),
+        _bytes_of(rights).tobytes(),
+    )
     if len(left) % DIGEST or len(left) != len(right):
         raise ValueError("lefts and rights: packed 32-byte hashes, as many of each")
-    return b"".join(sha256(prefix + left[i:i + DIGEST] + right[i:i + DIGEST]).digest() for i in range(0, len(left), DIGEST))
+    return b"".join(
+        sha256(prefix + left[i : i + DIGEST] + right[i : i + DIGEST]).digest()
+        for i in range(0, len(left), DIGEST)
+    )
 
 
 def _chain(prefix: bytes, start: bytes, leaves: Buffer) -> bytes:
@@ -77,7 +84,7 @@ def _chain(prefix: bytes, start: bytes, leaves: Buffer) -> bytes:
         raise ValueError("start 32 bytes, leaves packed 32-byte hashes")
     links, link = [], bytes(start)
     for i in range(0, len(packed), DIGEST):
-        link = sha256(prefix + link + packed[i:i + DIGEST]).digest()
+        link = sha256(prefix + link + packed[i : i + DIGEST]).digest()
         links.append(link)
     return b"".join(links)
 
@@ -98,8 +105,13 @@ def _joined(parts: list[Part], rows: int) -> bytes:
             spans.append((data, _offsets_of(part[1], len(data), rows)))
         else:
             raise TypeError("a part is bytes or a (data, offsets) pair")
-    messages = (b"".join(span if isinstance(span, bytes) else span[0][span[1][i]:span[1][i + 1]] for span in spans)
-                for i in range(rows))
+    messages = (
+        b"".join(
+            span if isinstance(span, bytes) else span[0][span[1][i] : span[1][i + 1]]
+            for span in spans
+        )
+        for i in range(rows)
+    )
     return b"".join(sha256(message).digest() for message in messages)
 
 
@@ -124,7 +136,7 @@ chain: Callable[[bytes, bytes, Buffer], bytes] = _C.chain if _C else _chain
 
 def split(digests: bytes) -> list[bytes]:
     """Packed digests as a list of 32-byte values."""
-    return [digests[i:i + DIGEST] for i in range(0, len(digests), DIGEST)]
+    return [digests[i : i + DIGEST] for i in range(0, len(digests), DIGEST)]
 
 
 def _level(prefix: bytes, nodes: Buffer) -> bytes:

@@ -15,6 +15,12 @@ class StoreWriteFailed(LedgerError):
     """The store refused or failed a write (disk full, read-only, I/O error); the
     transaction was rolled back, so the ledger is as it was before it."""
 
-    def __init__(self, url: str, reason: str, where: str = "", outcome: str = "the transaction was rolled back") -> None:
+    def __init__(
+        self,
+        url: str,
+        reason: str,
+        where: str = "",
+        outcome: str = "the transaction was rolled back",
+    ) -> None:
         super().__init__(f"{where}cannot write to {url}: {reason}; {outcome}", option="db")
         self.url, self.reason = url, reason

@@ -36,7 +36,13 @@ from ledger.fleet_heads import allocation_keys, check_fleet, entry_keys
 from ledger.fleet_store import fleet_section
 from ledger.hashing import entry_bytes, leaf_hash
 from ledger.note import NoteError, Verifier
-from ledger.proofs import Checkpoint, ProofError, verify_consistency, verify_multiproof, verify_tenant_head
+from ledger.proofs import (
+    Checkpoint,
+    ProofError,
+    verify_consistency,
+    verify_multiproof,
+    verify_tenant_head,
+)
 from ledger.store import Store
 from ledger.tables import checkpoints, entries
 from ledger.tree import TreeReader
@@ -49,9 +55,15 @@ SMALLEST_LEAF_RANGE = 100_000
 _ENTRY_FIELDS = ENTRY_FIELDS  # a bundle entry's columns: schemas/documents/bundle.py's Entry
 
 
-def build_bundle(store: Store, tenant: str, fleet_seqs: Iterable[int] = (), checkpoint_seq: int | None = None,
-                 since_checkpoint_seq: int | None = None, withheld_seqs: Iterable[int] = (),
-                 since_size: int | None = None) -> dict[str, Any]:
+def build_bundle(
+    store: Store,
+    tenant: str,
+    fleet_seqs: Iterable[int] = (),
+    checkpoint_seq: int | None = None,
+    since_checkpoint_seq: int | None = None,
+    withheld_seqs: Iterable[int] = (),
+    since_size: int | None = None,
+) -> dict[str, Any]:
     """All of `tenant`'s entries up to the checkpoint, plus the fleet entries named by
     `fleet_seqs` (health faults that explain findings), with their proofs. Fleet entries
     named by `withheld_seqs` are proven by leaf hash alone (their content is not carried);
@@ -73,24 +85,37 @@ def build_bundle(store: Store, tenant: str, fleet_seqs: Iterable[int] = (), chec
             "checkpoint": checkpoint.note,
             "entries": [_entry_json(r) for r in rows],
             "inclusion": [h.hex() for h in reader.multiproof(proven, size)],
-            "tenant_head": {"tenant_seq": head.tenant_seq, "leaf": head.leaf.hex(), "index": head.index,
-                            "proof": [h.hex() for h in head.proof]},
+            "tenant_head": {
+                "tenant_seq": head.tenant_seq,
+                "leaf": head.leaf.hex(),
+                "index": head.index,
+                "proof": [h.hex() for h in head.proof],
+            },
         }
         fleet, listed = fleet_section(conn, checkpoint, tenant)
         unsupplied = sorted(listed - {r["seq"] for r in rows + withheld})
         if unsupplied:
-            raise LedgerError(f"fleet entry seq {unsupplied[0]} touches {tenant!r}'s allocations: "
-                              "the bundle must carry it or withhold it")
+            raise LedgerError(
+                f"fleet entry seq {unsupplied[0]} touches {tenant!r}'s allocations: "
+                "the bundle must carry it or withhold it"
+            )
         bundle["fleet"] = fleet
         if withheld:
-            bundle["withheld"] = [{"seq": r["seq"], "leaf": entry_leaf(_entry_json(r)).hex()} for r in withheld]
+            bundle["withheld"] = [
+                {"seq": r["seq"], "leaf": entry_leaf(_entry_json(r)).hex()} for r in withheld
+            ]
         if since_checkpoint_seq is not None:
             since_size = int(_checkpoint_row(conn, since_checkpoint_seq).tree_size)
         if since_size is not None:
             if not 0 < since_size <= size:
-                raise LedgerError(f"{since_size} is not a tree size in [1, {size}], the checkpoint's", option="since_size")
-            bundle["consistency"] = {"from_size": since_size,
-                                     "proof": [h.hex() for h in reader.consistency_proof(since_size, size)]}
+                raise LedgerError(
+                    f"{since_size} is not a tree size in [1, {size}], the checkpoint's",
+                    option="since_size",
+                )
+            bundle["consistency"] = {
+                "from_size": since_size,
+                "proof": [h.hex() for h in reader.consistency_proof(since_size, size)],
+            }
     return bundle
 
 
@@ -100,24 +125,34 @@ def _checkpoint_row(conn: Connection, number: int | None) -> Any:
         query = select(checkpoints).where(checkpoints.c.checkpoint_seq == number)
     row = conn.execute(query).first()
     if row is None:
-        raise LedgerError("no checkpoint is stored yet: sign one first (`gpuledger checkpoint`)" if number is None
-                          else f"no checkpoint #{number}")
+        raise LedgerError(
+            "no checkpoint is stored yet: sign one first (`gpuledger checkpoint`)"
+            if number is None
+            else f"no checkpoint #{number}"
+        )
     return row
 
 
 def _tenant_rows(conn: Connection, tenant: str, size: int) -> list[dict[str, Any]]:
-    query = select(*[entries.c[f] for f in _ENTRY_FIELDS]).where(entries.c.tenant == tenant, entries.c.seq <= size)
+    query = select(*[entries.c[f] for f in _ENTRY_FIELDS]).where(
+        entries.c.tenant == tenant, entries.c.seq <= size
+    )
     return [dict(r._mapping) for r in conn.execute(query.order_by(entries.c.tenant_seq))]
 
 
 def _fleet_rows(conn: Connection, seqs: list[int], size: int) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     for start in range(0, len(seqs), 500):
-        query = select(*[entries.c[f] for f in _ENTRY_FIELDS]).where(entries.c.seq.in_(seqs[start:start + 500]))
+        query = select(*[entries.c[f] for f in _ENTRY_FIELDS]).where(
+            entries.c.seq.in_(seqs[start : start + 500])
+        )
         found.extend(dict(r._mapping) for r in conn.execute(query))
     for row in found:
         if row["tenant"] is not None:
-            raise LedgerError(f"seq {row['seq']} belongs to a tenant, not to the fleet: it cannot go in another tenant's bundle")
+            raise LedgerError(
+                f"seq {row['seq']} belongs to a tenant, not to the fleet: it cannot go in another "
+                "tenant's bundle"
+            )
         if row["seq"] > size:
             raise LedgerError(f"seq {row['seq']} is past the checkpoint's size {size}")
     return found
@@ -131,14 +166,27 @@ def _entry_json(row: dict[str, Any]) -> dict[str, Any]:
 
 def entry_leaf(entry: dict[str, Any]) -> bytes:
     """The leaf hash of a bundle entry, recomputed from its columns."""
-    return leaf_hash(entry_bytes(
-        entry["seq"], entry["recorded_at"], entry["source"], entry["id"], entry["type"], entry["tenant"],
-        entry["tenant_seq"], entry["event"].encode("utf-8"), bytes.fromhex(entry["salt"]),
-    ))
+    return leaf_hash(
+        entry_bytes(
+            entry["seq"],
+            entry["recorded_at"],
+            entry["source"],
+            entry["id"],
+            entry["type"],
+            entry["tenant"],
+            entry["tenant_seq"],
+            entry["event"].encode("utf-8"),
+            bytes.fromhex(entry["salt"]),
+        )
+    )
 
 
-def verify_bundle(bundle: dict[str, Any], verifier: Verifier, earlier_checkpoint: str | None = None,
-                  processes: int = 1) -> Checkpoint:
+def verify_bundle(
+    bundle: dict[str, Any],
+    verifier: Verifier,
+    earlier_checkpoint: str | None = None,
+    processes: int = 1,
+) -> Checkpoint:
     """Check a bundle with the public key alone; raise ProofError naming what fails.
 
     With `processes` > 1 a large bundle's leaf hashes are computed in that many forked
@@ -148,23 +196,40 @@ def verify_bundle(bundle: dict[str, Any], verifier: Verifier, earlier_checkpoint
     try:
         checkpoint = Checkpoint.parse(verifier.verify(bundle["checkpoint"]))
         tenant, items = bundle["tenant"], bundle["entries"]
-        # hashed in processes first when asked and the bundle is large; this loop still checks each entry in turn
-        hashed = leaves_in_processes(entry_leaf, items, processes, SMALLEST_LEAF_RANGE) if isinstance(items, list) else None
+        # hashed in processes first when asked and the bundle is large; this loop still checks each
+        # entry in turn
+        hashed = (
+            leaves_in_processes(entry_leaf, items, processes, SMALLEST_LEAF_RANGE)
+            if isinstance(items, list)
+            else None
+        )
         leaves = {}
         for position, entry in enumerate(items):
             if entry["tenant"] not in (tenant, None):
                 raise ProofError(f"seq {entry['seq']} belongs to another tenant")
             if not 1 <= entry["seq"] <= checkpoint.size:
-                raise ProofError(f"seq {entry['seq']} is outside the checkpoint's tree of {checkpoint.size}")
-            leaves[entry["seq"] - 1] = hashed[position] if hashed is not None else entry_leaf(entry)
+                raise ProofError(
+                    f"seq {entry['seq']} is outside the checkpoint's tree of {checkpoint.size}"
+                )
+            leaves[entry["seq"] - 1] = (
+                hashed[position] if hashed is not None else entry_leaf(entry)
+            )
         withheld = bundle.get("withheld", [])
         for item in withheld:
             if not 1 <= item["seq"] <= checkpoint.size:
-                raise ProofError(f"withheld seq {item['seq']} is outside the checkpoint's tree of {checkpoint.size}")
+                raise ProofError(
+                    f"withheld seq {item['seq']} is outside the checkpoint's tree of "
+                    f"{checkpoint.size}"
+                )
             leaves[item["seq"] - 1] = bytes.fromhex(item["leaf"])
         if len(leaves) != len(items) + len(withheld):
             raise ProofError("an entry appears twice")
-        verify_multiproof(checkpoint.size, leaves, [bytes.fromhex(h) for h in bundle["inclusion"]], checkpoint.root)
+        verify_multiproof(
+            checkpoint.size,
+            leaves,
+            [bytes.fromhex(h) for h in bundle["inclusion"]],
+            checkpoint.root,
+        )
         _check_complete(tenant, items, bundle["tenant_head"], checkpoint)
         _check_fleet(bundle, tenant, items, leaves, checkpoint)
         if earlier_checkpoint is not None:
@@ -178,21 +243,33 @@ def verify_bundle(bundle: dict[str, Any], verifier: Verifier, earlier_checkpoint
     return checkpoint
 
 
-def _check_complete(tenant: str, items: list[dict[str, Any]], head: dict[str, Any], checkpoint: Checkpoint) -> None:
+def _check_complete(
+    tenant: str, items: list[dict[str, Any]], head: dict[str, Any], checkpoint: Checkpoint
+) -> None:
     proof = [bytes.fromhex(h) for h in head["proof"]]
-    verify_tenant_head(tenant, head["tenant_seq"], bytes.fromhex(head["leaf"]), head["index"], proof, checkpoint)
+    verify_tenant_head(
+        tenant, head["tenant_seq"], bytes.fromhex(head["leaf"]), head["index"], proof, checkpoint
+    )
     own = sorted((e for e in items if e["tenant"] == tenant), key=lambda e: e["tenant_seq"])
     numbers = [e["tenant_seq"] for e in own]
     if numbers != list(range(1, head["tenant_seq"] + 1)):
         missing = sorted(set(range(1, head["tenant_seq"] + 1)) - set(numbers))
-        raise ProofError(f"the tenant's entries are incomplete: the checkpoint commits to {head['tenant_seq']}, "
-                         f"missing tenant_seq {missing[:5]}{'…' if len(missing) > 5 else ''}")
+        raise ProofError(
+            "the tenant's entries are incomplete: the checkpoint commits to "
+            f"{head['tenant_seq']}, "
+            f"missing tenant_seq {missing[:5]}{'…' if len(missing) > 5 else ''}"
+        )
     if entry_leaf(own[-1]) != bytes.fromhex(head["leaf"]):
         raise ProofError("the tenant's last entry is not the head the checkpoint commits to")
 
 
-def _check_fleet(bundle: dict[str, Any], tenant: str, items: list[dict[str, Any]],
-                 leaves: dict[int, bytes], checkpoint: Checkpoint) -> None:
+def _check_fleet(
+    bundle: dict[str, Any],
+    tenant: str,
+    items: list[dict[str, Any]],
+    leaves: dict[int, bytes],
+    checkpoint: Checkpoint,
+) -> None:
     """Every fleet entry touching one of the tenant's allocations is in the bundle
     (carried, or withheld by its leaf), as the checkpoint's fleet heads say."""
     needed: set[str] = set()
@@ -207,7 +284,9 @@ def _check_fleet(bundle: dict[str, Any], tenant: str, items: list[dict[str, Any]
     check_fleet(bundle.get("fleet"), needed, by_seq, carried, checkpoint)
 
 
-def _check_consistent(bundle: dict[str, Any], verifier: Verifier, earlier_note: str, checkpoint: Checkpoint) -> None:
+def _check_consistent(
+    bundle: dict[str, Any], verifier: Verifier, earlier_note: str, checkpoint: Checkpoint
+) -> None:
     try:
         earlier = Checkpoint.parse(verifier.verify(earlier_note))
     except NoteError as exc:
@@ -215,7 +294,9 @@ def _check_consistent(bundle: dict[str, Any], verifier: Verifier, earlier_note: 
     check_extends(checkpoint, bundle.get("consistency"), earlier)
 
 
-def check_extends(checkpoint: Checkpoint, consistency: dict[str, Any] | None, earlier: Checkpoint) -> None:
+def check_extends(
+    checkpoint: Checkpoint, consistency: dict[str, Any] | None, earlier: Checkpoint
+) -> None:
     """Raise ProofError unless `checkpoint` is the same tree as `earlier` or a later one
     that extends it, by the consistency proof `consistency` ({from_size, proof}) carries.
 
@@ -223,23 +304,42 @@ def check_extends(checkpoint: Checkpoint, consistency: dict[str, Any] | None, ea
     with another root, or a proof that fails) are told apart, each naming both sizes."""
     old, new = earlier.size, checkpoint.size
     if checkpoint.origin != earlier.origin:
-        raise ProofError(f"the packet's checkpoint is of log {checkpoint.origin!r}, the previous one of {earlier.origin!r}")
+        raise ProofError(
+            f"the packet's checkpoint is of log {checkpoint.origin!r}, the previous one of "
+            f"{earlier.origin!r}"
+        )
     if new < old:
-        raise ProofError(f"stale: the packet's checkpoint is of tree size {new}, older than the previous checkpoint "
-                         f"of tree size {old}")
+        raise ProofError(
+            f"stale: the packet's checkpoint is of tree size {new}, older than the previous "
+            f"checkpoint of tree size {old}"
+        )
     if new == old:
         if checkpoint.root != earlier.root:
-            raise ProofError(f"fork: the packet's checkpoint and the previous one are both of tree size {new} "
-                             f"with different roots ({checkpoint.root.hex()} and {earlier.root.hex()})")
+            raise ProofError(
+                f"fork: the packet's checkpoint and the previous one are both of tree size {new} "
+                f"with different roots ({checkpoint.root.hex()} and {earlier.root.hex()})"
+            )
         return
     if consistency is None:
-        raise ProofError(f"the packet carries no consistency proof from the previous tree size {old} to its tree size "
-                         f"{new} (a dispute built since tree size {old} carries one)")
+        raise ProofError(
+            f"the packet carries no consistency proof from the previous tree size {old} to its "
+            f"tree size {new} (a dispute built since tree size {old} carries one)"
+        )
     if consistency["from_size"] != old:
-        raise ProofError(f"the packet's consistency proof starts at tree size {consistency['from_size']}, "
-                         f"the previous checkpoint is of tree size {old}")
+        raise ProofError(
+            f"the packet's consistency proof starts at tree size {consistency['from_size']}, "
+            f"the previous checkpoint is of tree size {old}"
+        )
     try:
-        verify_consistency(old, new, earlier.root, checkpoint.root, [bytes.fromhex(h) for h in consistency["proof"]])
+        verify_consistency(
+            old,
+            new,
+            earlier.root,
+            checkpoint.root,
+            [bytes.fromhex(h) for h in consistency["proof"]],
+        )
     except ProofError as exc:
-        raise ProofError(f"fork: the packet's tree of size {new} does not extend the previous tree of size {old}: "
-                         f"{exc}") from None
+        raise ProofError(
+            f"fork: the packet's tree of size {new} does not extend the previous tree of size "
+            f"{old}: {exc}"
+        ) from None

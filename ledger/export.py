@@ -17,16 +17,28 @@ from ledger.tables import entries, quarantine
 
 _PAGE = 10_000
 
-ENTRY_SCHEMA = pa.schema([
-    ("seq", pa.int64()), ("recorded_at", pa.string()), ("source", pa.string()),
-    ("id", pa.string()), ("type", pa.string()), ("tenant", pa.string()),
-    ("tenant_seq", pa.int64()), ("event", pa.string()), ("salt", pa.binary(16)),
-    ("leaf_hash", pa.binary(32)), ("chain_hash", pa.binary(32)), ("tenant_prev", pa.binary(32)),
-])
+ENTRY_SCHEMA = pa.schema(
+    [
+        ("seq", pa.int64()),
+        ("recorded_at", pa.string()),
+        ("source", pa.string()),
+        ("id", pa.string()),
+        ("type", pa.string()),
+        ("tenant", pa.string()),
+        ("tenant_seq", pa.int64()),
+        ("event", pa.string()),
+        ("salt", pa.binary(16)),
+        ("leaf_hash", pa.binary(32)),
+        ("chain_hash", pa.binary(32)),
+        ("tenant_prev", pa.binary(32)),
+    ]
+)
 _HASH_COLUMNS = ("salt", "leaf_hash", "chain_hash", "tenant_prev")
 
 
-def entry_pages(conn: Connection, type_: str | None = None, tenant: str | None = None) -> Iterator[list[dict[str, Any]]]:
+def entry_pages(
+    conn: Connection, type_: str | None = None, tenant: str | None = None
+) -> Iterator[list[dict[str, Any]]]:
     """Entries in seq order, a page of dicts at a time."""
     last = 0
     while True:
@@ -54,7 +66,13 @@ def entry_json_line(row: dict[str, Any]) -> bytes:
     return orjson.dumps(head)[:-1] + b',"event":' + event.encode("utf-8") + b"}\n"
 
 
-def export_entries(store: Store, out: IO[bytes] | Path, fmt: str = "jsonl", type_: str | None = None, tenant: str | None = None) -> int:
+def export_entries(
+    store: Store,
+    out: IO[bytes] | Path,
+    fmt: str = "jsonl",
+    type_: str | None = None,
+    tenant: str | None = None,
+) -> int:
     """Write the selected entries; returns how many."""
     count = 0
     with store.reading() as conn:

@@ -239,8 +239,10 @@ def fleet_heads_problem(conn: Connection) -> tuple[int, str] | None:
         committing = next((r for r in rows if _commits_fleet(r.note)), None)
         if committing is None:
             return None
-        return int(committing.tree_size), (f"checkpoint #{committing.checkpoint_seq}: its note "
-                                           "commits to fleet heads; no checkpoint_fleet is stored")
+        return int(committing.tree_size), (
+            f"checkpoint #{committing.checkpoint_seq}: its note "
+            "commits to fleet heads; no checkpoint_fleet is stored"
+        )
     heads: Heads = {}
     done = 0
     for row in rows:

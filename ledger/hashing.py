@@ -20,7 +20,17 @@ import orjson
 from ledger.proofs import LEAF_PREFIX, NODE_PREFIX
 from ledger.proofs import hash_children as node_hash
 
-__all__ = ["CHAIN_PREFIX", "LEAF_PREFIX", "NODE_PREFIX", "ZERO_HASH", "chain_hash", "entry_bytes", "entry_leaf", "leaf_hash", "node_hash"]
+__all__ = [
+    "CHAIN_PREFIX",
+    "LEAF_PREFIX",
+    "NODE_PREFIX",
+    "ZERO_HASH",
+    "chain_hash",
+    "entry_bytes",
+    "entry_leaf",
+    "leaf_hash",
+    "node_hash",
+]
 
 CHAIN_PREFIX = b"\x02"
 ZERO_HASH = bytes(32)
@@ -30,15 +40,31 @@ _EVENT_OPEN = b'{"event":'
 _LEAF_EVENT_OPEN = LEAF_PREFIX + _EVENT_OPEN
 
 
-def _fields(seq: int, recorded_at: str, source: str, id: str, type: str, tenant: str | None,
-            tenant_seq: int | None, salt: bytes) -> bytes:
+def _fields(
+    seq: int,
+    recorded_at: str,
+    source: str,
+    id: str,
+    type: str,
+    tenant: str | None,
+    tenant_seq: int | None,
+    salt: bytes,
+) -> bytes:
     """The entry's members after `event`, as `,"id":…,"type":…}`: one orjson call on a dict
     built in sorted key order. orjson escapes strings exactly as RFC 8785 does (checked by
     the canonical tests), and writes these integers (< 2**53) as JCS does."""
-    members = orjson.dumps({
-        "id": id, "recorded_at": recorded_at, "salt": salt.hex(), "seq": seq, "source": source,
-        "tenant": tenant, "tenant_seq": tenant_seq, "type": type,
-    })
+    members = orjson.dumps(
+        {
+            "id": id,
+            "recorded_at": recorded_at,
+            "salt": salt.hex(),
+            "seq": seq,
+            "source": source,
+            "tenant": tenant,
+            "tenant_seq": tenant_seq,
+            "type": type,
+        }
+    )
     return b"," + members[1:]
 
 
@@ -54,7 +80,9 @@ def entry_bytes(
     salt: bytes,
 ) -> bytes:
     """The canonical bytes of an entry without its hashes."""
-    return _EVENT_OPEN + event + _fields(seq, recorded_at, source, id, type, tenant, tenant_seq, salt)
+    return (
+        _EVENT_OPEN + event + _fields(seq, recorded_at, source, id, type, tenant, tenant_seq, salt)
+    )
 
 
 def entry_leaf(

@@ -5,7 +5,8 @@
   SHA-256(key name ‖ 0x0A ‖ type ‖ public key); type 0x01 marks an Ed25519 note key,
   0x04 an Ed25519 witness cosigner key (c2sp.org/tlog-cosignature).
 - Verifier key: "<name>+<key id hex>+<base64(type ‖ public key)>".
-- Signer key (the private file, mode 0600): "PRIVATE+KEY+<name>+<key id hex>+<base64(type ‖ seed)>".
+- Signer key (the private file, mode 0600): "PRIVATE+KEY+<name>+<key id hex>+<base64(type ‖
+  seed)>".
 
 Strictness rule, both ways: nothing is signed that the spec or Go's
 golang.org/x/mod/sumdb/note would refuse, and nothing is accepted that they refuse. A
@@ -26,7 +27,12 @@ from typing import TypeVar
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+)
 
 from ledger.proofs import b64decode_strict
 from schemas.errors import BadInput
@@ -38,7 +44,10 @@ SIGNATURE_LINE_PREFIX = "\u2014 "  # em dash, space
 MAX_SIGNATURES = 100
 K = TypeVar("K")
 #: Unicode White_Space, as Go's unicode.IsSpace (which isValidName uses) defines it.
-_SPACES = frozenset("\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000" + "".join(map(chr, range(0x2000, 0x200B))))
+_SPACES = frozenset(
+    "\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
+    + "".join(map(chr, range(0x2000, 0x200B)))
+)
 _KEY_ID = re.compile(r"[0-9a-f]{8}")
 
 
@@ -56,7 +65,10 @@ def check_key_name(name: str, what: str = "key name") -> None:
         raise NoteError(f"{what} must not be empty")
     for c in name:
         if c in _SPACES or c == "+" or ord(c) < 0x20 or 0xD800 <= ord(c) <= 0xDFFF:
-            raise NoteError(f"{what} {name!r} holds {c!r}: a key name has no space, no '+' and no control character")
+            raise NoteError(
+                f"{what} {name!r} holds {c!r}: a key name has no space, no '+' and no control "
+                "character"
+            )
 
 
 def check_text(text: str, what: str = "note text") -> None:
@@ -66,7 +78,9 @@ def check_text(text: str, what: str = "note text") -> None:
         raise NoteError(f"{what} must end with a newline")
     for c in text:
         if (ord(c) < 0x20 and c != "\n") or 0xD800 <= ord(c) <= 0xDFFF:
-            raise NoteError(f"{what} holds {c!r}: signed notes carry no control character but the newline")
+            raise NoteError(
+                f"{what} holds {c!r}: signed notes carry no control character but the newline"
+            )
 
 
 @dataclass(frozen=True)
@@ -94,7 +108,9 @@ class Verifier:
             raise NoteError(f"verifier key id {hex_id[:20]!r} is not 8 lower-case hex digits")
         verifier = cls(name, _ed25519_key(encoded, "verifier key", alg), alg)
         if verifier.id.hex() != hex_id:
-            raise NoteError(f"verifier key id {hex_id} does not match its name and key ({verifier.id.hex()})")
+            raise NoteError(
+                f"verifier key id {hex_id} does not match its name and key ({verifier.id.hex()})"
+            )
         return verifier
 
     def verify(self, note: str) -> str:
@@ -108,7 +124,9 @@ class Verifier:
                 try:
                     key.verify(blob[4:], text.encode())
                 except InvalidSignature:
-                    raise NoteError(f"the signature by {self.name} does not match the note") from None
+                    raise NoteError(
+                        f"the signature by {self.name} does not match the note"
+                    ) from None
                 return text
         raise NoteError(f"the note carries no signature by {self.name} (key id {self.id.hex()})")
 
@@ -131,7 +149,8 @@ class Signer:
         return cls(name, key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption()), alg)
 
     def text(self) -> str:
-        return f"PRIVATE+KEY+{self.name}+{self.verifier.id.hex()}+{base64.b64encode(self.alg + self.seed).decode()}"
+        key = base64.b64encode(self.alg + self.seed).decode()
+        return f"PRIVATE+KEY+{self.name}+{self.verifier.id.hex()}+{key}"
 
     @classmethod
     def parse(cls, text: str, alg: bytes = ED25519) -> Signer:
@@ -163,25 +182,29 @@ def split_note(note: str) -> tuple[str, list[tuple[str, bytes]]]:
     after the last blank line, every signature line ending in a newline."""
     for c in note:
         if (ord(c) < 0x20 and c != "\n") or 0xD800 <= ord(c) <= 0xDFFF:
-            raise NoteError(f"the note holds {c!r}: signed notes carry no control character but the newline")
+            raise NoteError(
+                f"the note holds {c!r}: signed notes carry no control character but the newline"
+            )
     split = note.rfind("\n\n")
     if split < 0:
         raise NoteError("a signed note needs a blank line before its signatures")
-    text, block = note[:split + 1], note[split + 2:]
+    text, block = note[: split + 1], note[split + 2 :]
     if not block.endswith("\n"):
         raise NoteError("a signed note ends with a signature line and a newline")
     signatures = []
     for line in block[:-1].split("\n"):
         if not line.startswith(SIGNATURE_LINE_PREFIX):
             raise NoteError(f"not a signature line: {line[:40]!r}")
-        name, _, encoded = line[len(SIGNATURE_LINE_PREFIX):].partition(" ")
+        name, _, encoded = line[len(SIGNATURE_LINE_PREFIX) :].partition(" ")
         check_key_name(name, "signature key name")
         blob = _b64(encoded, "signature")
         if len(blob) < 5:
             raise NoteError("a signature line is too short")
         signatures.append((name, blob))
     if len(signatures) > MAX_SIGNATURES:
-        raise NoteError(f"the note carries {len(signatures)} signatures, more than {MAX_SIGNATURES}")
+        raise NoteError(
+            f"the note carries {len(signatures)} signatures, more than {MAX_SIGNATURES}"
+        )
     return text, signatures
 
 
@@ -235,7 +258,11 @@ def _ed25519_key(encoded: str, what: str, alg: bytes = ED25519) -> bytes:
     """The 32 key bytes of base64(type ‖ key), the note formats' Ed25519 key encoding."""
     raw = _b64(encoded, what)
     if raw[:1] != alg or len(raw) != 33:
-        kind = "a witness cosigner key (type 04)" if alg == COSIGNATURE_V1 else "an Ed25519 note key (type 01)"
+        kind = (
+            "a witness cosigner key (type 04)"
+            if alg == COSIGNATURE_V1
+            else "an Ed25519 note key (type 01)"
+        )
         raise NoteError(f"the {what} is not {kind}")
     return raw[1:]
 

@@ -16,8 +16,13 @@ from ledger.errors import LedgerError
 PAGE_ROWS = 100_000
 
 
-def store_pages(conn: Connection, tenant: str | None = None, page_rows: int = PAGE_ROWS,
-                upto_seq: int | None = None, after: int = 0) -> Iterator[pa.Table]:
+def store_pages(
+    conn: Connection,
+    tenant: str | None = None,
+    page_rows: int = PAGE_ROWS,
+    upto_seq: int | None = None,
+    after: int = 0,
+) -> Iterator[pa.Table]:
     """The store's entries in seq order as Arrow pages; with `tenant`, that tenant's and
     the fleet's only (the figures of a tenant rest on nothing else); with `upto_seq`, only
     entries up to that seq (a checkpoint's tree size); only those past seq `after`.
@@ -30,7 +35,9 @@ def store_pages(conn: Connection, tenant: str | None = None, page_rows: int = PA
     # the event's bytes go straight into Arrow, which checks they are UTF-8 (psycopg's
     # bytea would come back hex-encoded: there text is the cheaper form).
     event = "CAST(event AS BLOB)" if sqlite else "event"
-    sql = f"SELECT seq, type, tenant, {event} FROM entries WHERE seq > {{mark}} AND seq <= {{mark}}"
+    sql = (
+        f"SELECT seq, type, tenant, {event} FROM entries WHERE seq > {{mark}} AND seq <= {{mark}}"
+    )
     params: tuple[Any, ...] = (after, upto_seq if upto_seq is not None else 2**62)
     if tenant is not None:
         sql += " AND (tenant = {mark} OR tenant IS NULL)"
@@ -40,7 +47,9 @@ def store_pages(conn: Connection, tenant: str | None = None, page_rows: int = PA
         yield _page_of_rows(rows, row_type)
 
 
-def driver_rows(conn: Connection, sql: str, params: tuple[Any, ...], batch: int) -> Iterator[list[tuple[Any, ...]]]:
+def driver_rows(
+    conn: Connection, sql: str, params: tuple[Any, ...], batch: int
+) -> Iterator[list[tuple[Any, ...]]]:
     """`sql`'s rows (each `{mark}` a parameter), `batch` at a time, through the database
     driver's own cursor on `conn` (its snapshot). One query read in batches: on PostgreSQL
     through a server-side cursor, so the server streams the rows in index order (a query a
@@ -58,10 +67,14 @@ def driver_rows(conn: Connection, sql: str, params: tuple[Any, ...], batch: int)
 
 
 _CURSORS = itertools.count(1)
-_ROW_TEXT = pa.struct([("seq", pa.int64()), ("type", pa.string()), ("tenant", pa.string()), ("event", pa.string())])
+_ROW_TEXT = pa.struct(
+    [("seq", pa.int64()), ("type", pa.string()), ("tenant", pa.string()), ("event", pa.string())]
+)
 #: The columns of a page, as `store_pages` makes them (and a sealed page holds them).
 PAGE_SCHEMA = pa.schema(list(_ROW_TEXT))
-_ROW_BLOB = pa.struct([("seq", pa.int64()), ("type", pa.string()), ("tenant", pa.string()), ("event", pa.binary())])
+_ROW_BLOB = pa.struct(
+    [("seq", pa.int64()), ("type", pa.string()), ("tenant", pa.string()), ("event", pa.binary())]
+)
 
 
 class UnreadableEntry(LedgerError):
@@ -83,6 +96,8 @@ def _not_text(rows: list[tuple[Any, ...]]) -> UnreadableEntry:
         try:
             bytes(row[3]).decode("utf-8")
         except UnicodeDecodeError as exc:
-            return UnreadableEntry(f"entries: seq {row[0]}: field event: not UTF-8 text at byte {exc.start}; "
-                                   f"the store was altered (gpuledger verify names every altered entry)")
+            return UnreadableEntry(
+                f"entries: seq {row[0]}: field event: not UTF-8 text at byte {exc.start}; "
+                f"the store was altered (gpuledger verify names every altered entry)"
+            )
     return UnreadableEntry("entries: a page's events are not UTF-8 text; the store was altered")

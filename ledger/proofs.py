@@ -1,6 +1,7 @@
 """Stand-alone verifiers for RFC 9162 §2.1 Merkle proofs, and the proof shapes.
 
-This module imports nothing but the standard library, so a customer can copy it into their own tooling
+This module imports nothing but the standard library, so a customer can copy it into their own
+tooling
 and check a packet without gpuledger. Hash prefixes (RFC 9162 §2.1.1): leaf 0x00, node 0x01.
 Every verifier first checks the proof's length against what the tree size implies and
 says "expected N, got M" when they differ.
@@ -48,7 +49,10 @@ def root_from_inclusion_proof(index: int, size: int, leaf: bytes, proof: list[by
     expected = inclusion_proof_length(index, size)
     _require_hash_sizes(f"inclusion proof for leaf {index} of {size}", leaf=leaf, proof=proof)
     if len(proof) != expected:
-        raise ProofError(f"inclusion proof for leaf {index} of {size}: expected {expected} hashes, got {len(proof)}")
+        raise ProofError(
+            f"inclusion proof for leaf {index} of {size}: expected {expected} hashes, got "
+            f"{len(proof)}"
+        )
     fn, sn, r = index, size - 1, leaf
     for p in proof:
         if sn == 0:
@@ -72,28 +76,46 @@ def verify_inclusion(index: int, size: int, leaf: bytes, proof: list[bytes], roo
     _require_hash_sizes(f"inclusion proof for leaf {index} of {size}", root=root)
     computed = root_from_inclusion_proof(index, size, leaf, proof)
     if computed != root:
-        raise ProofError(f"inclusion proof for leaf {index} of {size}: computed root {computed.hex()}, expected {root.hex()}")
+        raise ProofError(
+            f"inclusion proof for leaf {index} of {size}: computed root {computed.hex()}, "
+            f"expected {root.hex()}"
+        )
 
 
-def _require_hash_sizes(where: str, proof: list[bytes] | tuple[bytes, ...] = (), **hashes: bytes) -> None:
+def _require_hash_sizes(
+    where: str, proof: list[bytes] | tuple[bytes, ...] = (), **hashes: bytes
+) -> None:
     """Every hash a proof handles is one SHA-256 output: "expected 32 bytes, got M"."""
     named = list(hashes.items()) + [(f"proof hash {i}", h) for i, h in enumerate(proof)]
     for name, value in named:
         if len(value) != HASH_SIZE:
-            raise ProofError(f"{where}: {name.replace('_', ' ')}: expected 32 bytes, got {len(value)}")
+            raise ProofError(
+                f"{where}: {name.replace('_', ' ')}: expected 32 bytes, got {len(value)}"
+            )
 
 
-def verify_consistency(first: int, second: int, first_root: bytes, second_root: bytes, proof: list[bytes]) -> None:
+def verify_consistency(
+    first: int, second: int, first_root: bytes, second_root: bytes, proof: list[bytes]
+) -> None:
     """Raise ProofError unless the tree of size `first` is a prefix of the one of `second`
     (RFC 9162 §2.1.4.2)."""
     if not 0 < first <= second:
         raise ProofError(f"no consistency proof from size {first} to size {second}")
-    _require_hash_sizes(f"consistency proof from {first} to {second}", first_root=first_root, second_root=second_root, proof=proof)
+    _require_hash_sizes(
+        f"consistency proof from {first} to {second}",
+        first_root=first_root,
+        second_root=second_root,
+        proof=proof,
+    )
     if first == second:
         if proof:
-            raise ProofError(f"consistency proof between equal sizes: expected 0 hashes, got {len(proof)}")
+            raise ProofError(
+                f"consistency proof between equal sizes: expected 0 hashes, got {len(proof)}"
+            )
         if first_root != second_root:
-            raise ProofError(f"two roots for size {first}: {first_root.hex()} and {second_root.hex()}")
+            raise ProofError(
+                f"two roots for size {first}: {first_root.hex()} and {second_root.hex()}"
+            )
         return
     if not proof:
         raise ProofError(f"consistency proof from {first} to {second}: expected hashes, got none")
@@ -121,12 +143,19 @@ def verify_consistency(first: int, second: int, first_root: bytes, second_root: 
     if sn != 0:
         raise ProofError(f"consistency proof from {first} to {second} is too short")
     if fr != first_root:
-        raise ProofError(f"consistency proof from {first} to {second}: computed first root {fr.hex()}, expected {first_root.hex()}")
+        raise ProofError(
+            f"consistency proof from {first} to {second}: computed first root {fr.hex()}, "
+            f"expected {first_root.hex()}"
+        )
     if sr != second_root:
-        raise ProofError(f"consistency proof from {first} to {second}: computed second root {sr.hex()}, expected {second_root.hex()}")
+        raise ProofError(
+            f"consistency proof from {first} to {second}: computed second root {sr.hex()}, "
+            f"expected {second_root.hex()}"
+        )
 
 
 # -- checkpoints (c2sp.org/tlog-checkpoint) and per-tenant heads -----------------------
+
 
 def merkle_root(leaves: list[bytes]) -> bytes:
     """MTH of a list of leaf hashes (RFC 9162 §2.1.1); the empty list hashes to SHA-256("")."""
@@ -140,8 +169,12 @@ def merkle_root(leaves: list[bytes]) -> bytes:
 
 def tenant_head_leaf(tenant: str, tenant_seq: int, leaf: bytes) -> bytes:
     """The leaf of the tenant-head tree: RFC 8785 JSON {"leaf", "tenant", "tenant_seq"}."""
-    body = json.dumps({"leaf": leaf.hex(), "tenant": tenant, "tenant_seq": tenant_seq},
-                      ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    body = json.dumps(
+        {"leaf": leaf.hex(), "tenant": tenant, "tenant_seq": tenant_seq},
+        ensure_ascii=False,
+        separators=(",", ":"),
+        sort_keys=True,
+    )
     return hash_leaf(body.encode("utf-8"))
 
 
@@ -199,7 +232,12 @@ class CheckpointBody:
     extensions: tuple[str, ...] = ()
 
     def text(self) -> str:
-        lines = [self.origin, str(self.size), base64.b64encode(self.root).decode(), *self.extensions]
+        lines = [
+            self.origin,
+            str(self.size),
+            base64.b64encode(self.root).decode(),
+            *self.extensions,
+        ]
         return "".join(f"{line}\n" for line in lines)
 
     @classmethod
@@ -208,14 +246,20 @@ class CheckpointBody:
             raise ProofError("a checkpoint's text ends in a newline")
         lines = text[:-1].split("\n")
         if len(lines) < 3:
-            raise ProofError(f"a checkpoint has at least 3 lines (origin, size, root), got {len(lines)}")
+            raise ProofError(
+                f"a checkpoint has at least 3 lines (origin, size, root), got {len(lines)}"
+            )
         for number, line in enumerate(lines, 1):
             if not line:
                 raise ProofError(f"checkpoint line {number} is empty")
             if any(ord(c) < 0x20 for c in line):
                 raise ProofError(f"checkpoint line {number} holds a control character")
-        return cls(lines[0], parse_decimal(lines[1], "checkpoint size"), parse_hash_base64(lines[2], "checkpoint root"),
-                   tuple(lines[3:]))
+        return cls(
+            lines[0],
+            parse_decimal(lines[1], "checkpoint size"),
+            parse_hash_base64(lines[2], "checkpoint root"),
+            tuple(lines[3:]),
+        )
 
 
 @dataclass(frozen=True)
@@ -239,9 +283,11 @@ class Checkpoint:
     fleet_root: bytes | None = None
 
     def text(self) -> str:
-        extensions = [f"chain {self.chain_head.hex()}",
-                      f"tenants {self.tenant_count} {base64.b64encode(self.tenant_root).decode()}",
-                      f"time {self.time}"]
+        extensions = [
+            f"chain {self.chain_head.hex()}",
+            f"tenants {self.tenant_count} {base64.b64encode(self.tenant_root).decode()}",
+            f"time {self.time}",
+        ]
         if self.quarantine_count is not None and self.quarantine_head is not None:
             extensions.append(f"quarantine {self.quarantine_count} {self.quarantine_head.hex()}")
         if self.fleet_count is not None and self.fleet_root is not None:
@@ -265,15 +311,28 @@ class Checkpoint:
         quarantine = None
         if "quarantine" in extensions:
             q_count, _, q_head = extensions["quarantine"].partition(" ")
-            quarantine = (parse_decimal(q_count, "checkpoint quarantine count"), _hex_hash(q_head, "checkpoint quarantine head"))
+            quarantine = (
+                parse_decimal(q_count, "checkpoint quarantine count"),
+                _hex_hash(q_head, "checkpoint quarantine head"),
+            )
         fleet = None
         if "fleet" in extensions:
             f_count, _, f_root = extensions["fleet"].partition(" ")
-            fleet = (parse_decimal(f_count, "checkpoint fleet count"),
-                     parse_hash_base64(f_root, "checkpoint fleet root"))
-        return cls(body.origin, body.size, body.root, _hex_hash(extensions["chain"], "checkpoint chain head"),
-                   parse_decimal(count, "checkpoint tenant count"), parse_hash_base64(tenant_root, "checkpoint tenant root"),
-                   extensions["time"], *(quarantine or (None, None)), *(fleet or (None, None)))
+            fleet = (
+                parse_decimal(f_count, "checkpoint fleet count"),
+                parse_hash_base64(f_root, "checkpoint fleet root"),
+            )
+        return cls(
+            body.origin,
+            body.size,
+            body.root,
+            _hex_hash(extensions["chain"], "checkpoint chain head"),
+            parse_decimal(count, "checkpoint tenant count"),
+            parse_hash_base64(tenant_root, "checkpoint tenant root"),
+            extensions["time"],
+            *(quarantine or (None, None)),
+            *(fleet or (None, None)),
+        )
 
 
 def _hex_hash(text: str, what: str) -> bytes:
@@ -282,9 +341,22 @@ def _hex_hash(text: str, what: str) -> bytes:
     return bytes.fromhex(text)
 
 
-def verify_tenant_head(tenant: str, tenant_seq: int, leaf: bytes, index: int, proof: list[bytes], checkpoint: Checkpoint) -> None:
+def verify_tenant_head(
+    tenant: str,
+    tenant_seq: int,
+    leaf: bytes,
+    index: int,
+    proof: list[bytes],
+    checkpoint: Checkpoint,
+) -> None:
     """Raise ProofError unless the checkpoint commits to (tenant_seq, leaf) as `tenant`'s head."""
-    verify_inclusion(index, checkpoint.tenant_count, tenant_head_leaf(tenant, tenant_seq, leaf), proof, checkpoint.tenant_root)
+    verify_inclusion(
+        index,
+        checkpoint.tenant_count,
+        tenant_head_leaf(tenant, tenant_seq, leaf),
+        proof,
+        checkpoint.tenant_root,
+    )
 
 
 # -- multi-leaf inclusion proofs ---------------------------------------------------------
@@ -309,7 +381,11 @@ def _uncovered_siblings(indices: list[int], size: int) -> list[Node]:
         for i, p in enumerate(covered):
             if p & 1 and (i == 0 or covered[i - 1] != p - 1):
                 found.append((level, p - 1))
-            elif not p & 1 and (p + 1) << level < size and (i + 1 == len(covered) or covered[i + 1] != p + 1):
+            elif (
+                not p & 1
+                and (p + 1) << level < size
+                and (i + 1 == len(covered) or covered[i + 1] != p + 1)
+            ):
                 found.append((level, p + 1))
         covered = _parents(covered)
         level += 1
@@ -331,7 +407,10 @@ def multiproof_ranges(indices: list[int], start: int, end: int) -> list[tuple[in
     inside = sorted({i - start for i in indices if start <= i < end})
     if not inside:
         return [(start, end)]
-    return [(start + (p << level), start + min((p + 1) << level, size)) for level, p in _uncovered_siblings(inside, size)]
+    return [
+        (start + (p << level), start + min((p + 1) << level, size))
+        for level, p in _uncovered_siblings(inside, size)
+    ]
 
 
 def root_from_multiproof(size: int, leaves: dict[int, bytes], proof: list[bytes]) -> bytes:
@@ -341,7 +420,10 @@ def root_from_multiproof(size: int, leaves: dict[int, bytes], proof: list[bytes]
         raise ProofError(f"multi-leaf proof: leaf indices must lie in [0, {size})")
     siblings = _uncovered_siblings(indices, size)
     if len(proof) != len(siblings):
-        raise ProofError(f"multi-leaf proof for {len(indices)} leaves of {size}: expected {len(siblings)} hashes, got {len(proof)}")
+        raise ProofError(
+            f"multi-leaf proof for {len(indices)} leaves of {size}: expected {len(siblings)} "
+            f"hashes, got {len(proof)}"
+        )
     given = dict(zip(siblings, proof))
     level_nodes = [(i, leaves[i]) for i in indices]
     level = 0
@@ -351,7 +433,9 @@ def root_from_multiproof(size: int, leaves: dict[int, bytes], proof: list[bytes]
     return level_nodes[0][1]
 
 
-def _level_up(nodes: list[tuple[int, bytes]], level: int, size: int, given: dict[Node, bytes]) -> list[tuple[int, bytes]]:
+def _level_up(
+    nodes: list[tuple[int, bytes]], level: int, size: int, given: dict[Node, bytes]
+) -> list[tuple[int, bytes]]:
     """The parents of `nodes` (sorted by position) at `level`, each sibling taken from
     `nodes` or from the proof; a node whose right sibling is empty is carried up."""
     parents: list[tuple[int, bytes]] = []
@@ -372,7 +456,12 @@ def _level_up(nodes: list[tuple[int, bytes]], level: int, size: int, given: dict
     return parents
 
 
-def verify_multiproof(size: int, leaves: dict[int, bytes], proof: list[bytes], root: bytes) -> None:
+def verify_multiproof(
+    size: int, leaves: dict[int, bytes], proof: list[bytes], root: bytes
+) -> None:
     computed = root_from_multiproof(size, leaves, proof)
     if computed != root:
-        raise ProofError(f"multi-leaf proof of {len(leaves)} leaves: computed root {computed.hex()}, expected {root.hex()}")
+        raise ProofError(
+            f"multi-leaf proof of {len(leaves)} leaves: computed root {computed.hex()}, expected "
+            f"{root.hex()}"
+        )

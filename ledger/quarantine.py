@@ -4,7 +4,8 @@
             line, field, reason (strings and integers as stored), record, record_hash,
             existing_hash, incoming_hash (lower-case hex, or null), and record_length
             (an integer) where it is not null (rows from before the bound have none)
-    chain = SHA-256(0x03 ‖ chain of the previous row ‖ row)    the first row's previous is 32 zero bytes
+    chain = SHA-256(0x03 ‖ chain of the previous row ‖ row)    the first row's previous is 32 zero
+    bytes
 
 Rows are chained in qid order, and every checkpoint commits to the quarantine's size and
 head in its `quarantine <count> <hex>` extension line. Rules `verify` applies, in order:
@@ -41,14 +42,17 @@ _PAGE = 5000
 def row_bytes(row: Mapping[Any, Any]) -> bytes:
     """The canonical bytes of a quarantine row (RFC 8785: sorted keys, no whitespace)."""
     members = {name: row[name] for name in _HASHED}
-    members.update({name: bytes(row[name]).hex() if row[name] is not None else None for name in _HEX})
+    members.update(
+        {name: bytes(row[name]).hex() if row[name] is not None else None for name in _HEX}
+    )
     if row.get("record_length") is not None:
         members["record_length"] = int(row["record_length"])
     return orjson.dumps(members, option=orjson.OPT_SORT_KEYS)
 
 
-def bounded(record: bytes, digest: bytes | None = None,
-            length: int | None = None) -> tuple[bytes, bytes, int]:
+def bounded(
+    record: bytes, digest: bytes | None = None, length: int | None = None
+) -> tuple[bytes, bytes, int]:
     """What a quarantine row keeps of a record: (its first RECORD_HEAD bytes, the SHA-256
     of the whole, the length of the whole). `digest` and `length` are given when `record`
     is already only the head (a reader that would not hold the whole)."""
@@ -72,8 +76,11 @@ def next_chain(previous: bytes, row: Mapping[Any, Any]) -> bytes:
 def require_chain_column(conn: Connection) -> None:
     """A store from before the chain is upgraded by `gpuledger init`, never silently."""
     if "chain_hash" not in {c["name"] for c in inspect(conn).get_columns("quarantine")}:
-        raise LedgerError("this store was made before the quarantine was chained: "
-                          "run `gpuledger init` once to upgrade it (it adds a column; no row changes)", option="db")
+        raise LedgerError(
+            "this store was made before the quarantine was chained: "
+            "run `gpuledger init` once to upgrade it (it adds a column; no row changes)",
+            option="db",
+        )
 
 
 def quarantine_head(conn: Connection) -> tuple[int, bytes]:
@@ -81,7 +88,9 @@ def quarantine_head(conn: Connection) -> tuple[int, bytes]:
     holds only rows from before the chain."""
     require_chain_column(conn)
     count = conn.execute(select(func.count()).select_from(quarantine)).scalar_one()
-    last = conn.execute(select(quarantine.c.chain_hash).order_by(quarantine.c.qid.desc()).limit(1)).scalar()
+    last = conn.execute(
+        select(quarantine.c.chain_hash).order_by(quarantine.c.qid.desc()).limit(1)
+    ).scalar()
     if count == 0:
         return 0, ZERO_HASH
     if last is not None:
@@ -133,7 +142,8 @@ def _stored_keys(conn: Connection, rows: list[dict[str, Any]]) -> set[tuple[str,
         ordered = sorted(lines)
         for start in range(0, len(ordered), 500):
             query = select(quarantine.c.line, quarantine.c.record_hash).where(
-                quarantine.c.file == file, quarantine.c.line.in_(ordered[start:start + 500]))
+                quarantine.c.file == file, quarantine.c.line.in_(ordered[start : start + 500])
+            )
             found.update((file, int(r.line), bytes(r.record_hash)) for r in conn.execute(query))
     return found
 
@@ -165,22 +175,36 @@ def quarantine_problem(conn: Connection, commitments: list[tuple[int, int, bytes
         head = next_chain(head, row)
         stored = row["chain_hash"]
         if stored is None and chained:
-            return f"quarantine row qid {row['qid']} has no chain hash, after chained rows: it was written outside gpuledger"
+            return (
+                f"quarantine row qid {row['qid']} has no chain hash, after chained rows: it was "
+                "written outside gpuledger"
+            )
         if stored is not None and bytes(stored) != head:
-            return (f"quarantine row qid {row['qid']} (row {position}): chain hash expected {head.hex()}, stored {bytes(stored).hex()}: "
-                    "this row or one before it was planted, deleted or edited")
+            return (
+                f"quarantine row qid {row['qid']} (row {position}): chain hash expected "
+                f"{head.hex()}, stored {bytes(stored).hex()}: "
+                "this row or one before it was planted, deleted or edited"
+            )
         chained = chained or stored is not None
         for problem in _commitment_problems(wanted.get(position, []), position, head):
             return problem
     beyond = sorted(count for count in wanted if count > position)
     if beyond:
         number = wanted[beyond[0]][0][0]
-        return f"checkpoint #{number} commits to {beyond[0]} quarantined records, the quarantine holds {position}: rows were deleted"
+        return (
+            f"checkpoint #{number} commits to {beyond[0]} quarantined records, the quarantine "
+            f"holds {position}: rows were deleted"
+        )
     return None
 
 
-def _commitment_problems(commitments: list[tuple[int, bytes]], count: int, head: bytes) -> Iterator[str]:
+def _commitment_problems(
+    commitments: list[tuple[int, bytes]], count: int, head: bytes
+) -> Iterator[str]:
     for number, committed in commitments:
         if committed != head:
-            yield (f"checkpoint #{number} commits to {count} quarantined records with head {committed.hex()}, "
-                   f"the quarantine gives {head.hex()}: a row was planted, deleted or edited")
+            yield (
+                f"checkpoint #{number} commits to {count} quarantined records with head "
+                f"{committed.hex()}, "
+                f"the quarantine gives {head.hex()}: a row was planted, deleted or edited"
+            )

@@ -59,9 +59,15 @@ class StoredCheckpoint(NamedTuple):
 _ANY = object()  # "no filter", where None is a value to filter by (a fleet entry's tenant)
 
 
-def entries(store: Store, *, tenant: str | None | object = _ANY, type: str | tuple[str, ...] | None = None,
-            first_seq: int | None = None, last_seq: int | None = None,
-            seqs: Iterable[int] | None = None) -> list[StoredEntry]:
+def entries(
+    store: Store,
+    *,
+    tenant: str | None | object = _ANY,
+    type: str | tuple[str, ...] | None = None,
+    first_seq: int | None = None,
+    last_seq: int | None = None,
+    seqs: Iterable[int] | None = None,
+) -> list[StoredEntry]:
     """The entries that match every filter given, in `seq` order. `tenant=None` asks for
     fleet entries (no tenant); leaving it out asks for every tenant's."""
     query = _entries_query(tenant, type, first_seq, last_seq)
@@ -71,21 +77,31 @@ def entries(store: Store, *, tenant: str | None | object = _ANY, type: str | tup
         wanted = sorted(set(seqs))
         found: list[StoredEntry] = []
         for start in range(0, len(wanted), SEQ_CHUNK):
-            chunk = query.where(entries_table.c.seq.in_(wanted[start:start + SEQ_CHUNK]))
+            chunk = query.where(entries_table.c.seq.in_(wanted[start : start + SEQ_CHUNK]))
             found += [StoredEntry._make(row) for row in conn.execute(chunk)]
         return found
 
 
-def each_entry(store: Store, *, tenant: str | None | object = _ANY, type: str | tuple[str, ...] | None = None,
-               first_seq: int | None = None, last_seq: int | None = None) -> Iterator[StoredEntry]:
+def each_entry(
+    store: Store,
+    *,
+    tenant: str | None | object = _ANY,
+    type: str | tuple[str, ...] | None = None,
+    first_seq: int | None = None,
+    last_seq: int | None = None,
+) -> Iterator[StoredEntry]:
     """`entries`, one at a time, read from one connection (one snapshot) as they come."""
     with store.reading() as conn:
         for row in conn.execute(_entries_query(tenant, type, first_seq, last_seq)):
             yield StoredEntry._make(row)
 
 
-def _entries_query(tenant: str | None | object, type_: str | tuple[str, ...] | None, first_seq: int | None,
-                   last_seq: int | None) -> Select[tuple[int, str, str, str, str | None, str]]:
+def _entries_query(
+    tenant: str | None | object,
+    type_: str | tuple[str, ...] | None,
+    first_seq: int | None,
+    last_seq: int | None,
+) -> Select[tuple[int, str, str, str, str | None, str]]:
     t = entries_table.c
     query = select(t.seq, t.source, t.id, t.type, t.tenant, t.event).order_by(t.seq)
     if tenant is None:
@@ -109,7 +125,9 @@ def recorded_event(store: Store, source: str, event_id: str, tenant: str | None)
     t = entries_table.c
     owned = t.tenant.is_(None) if tenant is None else t.tenant == tenant
     with store.reading() as conn:
-        found = conn.execute(select(t.event).where(t.source == source, t.id == event_id, owned)).scalar()
+        found = conn.execute(
+            select(t.event).where(t.source == source, t.id == event_id, owned)
+        ).scalar()
     return None if found is None else str(found)
 
 
@@ -136,7 +154,9 @@ def has_tenant(store: Store, tenant: str) -> bool:
 def head(store: Store) -> int:
     """The tree size: the last `seq` appended, 0 for an empty ledger."""
     with store.reading() as conn:
-        return int(conn.execute(select(func.coalesce(func.max(entries_table.c.seq), 0))).scalar_one())
+        return int(
+            conn.execute(select(func.coalesce(func.max(entries_table.c.seq), 0))).scalar_one()
+        )
 
 
 def checkpoints(store: Store) -> list[StoredCheckpoint]:
@@ -145,8 +165,10 @@ def checkpoints(store: Store) -> list[StoredCheckpoint]:
     query = select(c.checkpoint_seq, c.tree_size, c.origin, c.key_name, c.signed_at, c.note)
     with store.reading() as conn:
         rows = conn.execute(query.order_by(c.checkpoint_seq)).all()
-    return [StoredCheckpoint(int(r[0]), int(r[1]), str(r[2]), str(r[3]), str(r[4]), str(r[5]))
-            for r in rows]
+    return [
+        StoredCheckpoint(int(r[0]), int(r[1]), str(r[2]), str(r[3]), str(r[4]), str(r[5]))
+        for r in rows
+    ]
 
 
 #: (tenant, source, id): an event's key in the ledger (ledger/append.py, rule 1).
@@ -160,8 +182,9 @@ def stored_keys(store: Store, keys: Iterable[EventKey]) -> dict[EventKey, tuple[
     with store.reading() as conn:
         for tenant, source, event_id in set(keys):
             owned = t.tenant.is_(None) if tenant is None else t.tenant == tenant
-            row = conn.execute(select(t.seq, t.event).where(
-                t.source == source, t.id == event_id, owned)).first()
+            row = conn.execute(
+                select(t.seq, t.event).where(t.source == source, t.id == event_id, owned)
+            ).first()
             if row is not None:
                 found[(tenant, source, event_id)] = (int(row[0]), str(row[1]))
     return found
@@ -195,7 +218,9 @@ def entry_proof(store: Store, seq: int, size: int | None = None) -> EntryProof |
     """The proof that entry `seq` is in the tree of `size` leaves (default: the latest
     checkpoint's size when it covers the entry, else the head); None for no such entry."""
     with store.reading() as conn:
-        leaf = conn.execute(select(entries_table.c.leaf_hash).where(entries_table.c.seq == seq)).scalar()
+        leaf = conn.execute(
+            select(entries_table.c.leaf_hash).where(entries_table.c.seq == seq)
+        ).scalar()
         if leaf is None:
             return None
         if size is None:
@@ -203,4 +228,6 @@ def entry_proof(store: Store, seq: int, size: int | None = None) -> EntryProof |
             head_size = conn.execute(select(func.max(entries_table.c.seq))).scalar_one()
             size = int(signed) if signed is not None and int(signed) >= seq else int(head_size)
         reader = TreeReader(conn)
-        return EntryProof(bytes(leaf), size, reader.root(size), reader.inclusion_proof(seq - 1, size))
+        return EntryProof(
+            bytes(leaf), size, reader.root(size), reader.inclusion_proof(seq - 1, size)
+        )

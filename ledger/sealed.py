@@ -57,14 +57,23 @@ def seal_store(store: Store) -> int:
 def seal(conn: Connection, size: int = SEALED_ENTRIES, most: int | None = None) -> int:
     """Copy complete, not yet sealed runs of `size` entries into `sealed_pages` (at most
     `most`), in the caller's transaction. Returns the number of pages written."""
-    last_sealed = int(conn.execute(select(func.coalesce(func.max(sealed_pages.c.last_seq), 0))).scalar_one())
+    last_sealed = int(
+        conn.execute(select(func.coalesce(func.max(sealed_pages.c.last_seq), 0))).scalar_one()
+    )
     head = int(conn.execute(select(func.coalesce(func.max(entries.c.seq), 0))).scalar_one())
     written = 0
     while last_sealed + size <= head and (most is None or written < most):
         first, last = last_sealed + 1, last_sealed + size
         parquet = _parquet(store_pages(conn, upto_seq=last, after=first - 1, page_rows=_ROW_GROUP))
-        conn.execute(insert(sealed_pages).values(first_seq=first, last_seq=last, entries=size,
-                                                 digest=sha256(parquet).digest(), page=parquet))
+        conn.execute(
+            insert(sealed_pages).values(
+                first_seq=first,
+                last_seq=last,
+                entries=size,
+                digest=sha256(parquet).digest(),
+                page=parquet,
+            )
+        )
         last_sealed, written = last, written + 1
     return written
 
@@ -98,7 +107,9 @@ def read_sealed(conn: Connection, upto_seq: int | None = None) -> Iterator[Seale
         expected = page.last_seq + 1
 
 
-def entry_tables(conn: Connection, tenant: str | None = None, upto_seq: int | None = None) -> Iterator[pa.Table]:
+def entry_tables(
+    conn: Connection, tenant: str | None = None, upto_seq: int | None = None
+) -> Iterator[pa.Table]:
     """The entries as `store_pages` gives them, read from the usable sealed pages first
     (decoded, with the tenant filter applied) and from the rows after them."""
     covered = 0
@@ -121,20 +132,32 @@ class _PageRow:
     parquet: bytes
 
     def fault(self, expected: int) -> str | None:
-        return _fault(self.first_seq, self.last_seq, self.entries, self.digest, self.parquet, expected)
+        return _fault(
+            self.first_seq, self.last_seq, self.entries, self.digest, self.parquet, expected
+        )
 
 
-def _page_rows(conn: Connection, upto_seq: int | None, first: int = 1, last: int | None = None) -> Iterator[_PageRow]:
+def _page_rows(
+    conn: Connection, upto_seq: int | None, first: int = 1, last: int | None = None
+) -> Iterator[_PageRow]:
     """The pages ending by `upto_seq` and starting in [first, last], one at a time (each is
     megabytes)."""
-    sql = ("SELECT first_seq, last_seq, entries, digest, page FROM sealed_pages "
-           "WHERE last_seq <= {mark} AND first_seq >= {mark} AND first_seq <= {mark} ORDER BY first_seq")
-    bounds = (upto_seq if upto_seq is not None else 2**62, first, last if last is not None else 2**62)
+    sql = (
+        "SELECT first_seq, last_seq, entries, digest, page FROM sealed_pages WHERE last_seq <= "
+        "{mark} AND first_seq >= {mark} AND first_seq <= {mark} ORDER BY first_seq"
+    )
+    bounds = (
+        upto_seq if upto_seq is not None else 2**62,
+        first,
+        last if last is not None else 2**62,
+    )
     for (row,) in driver_rows(conn, sql, bounds, 1):
         yield _PageRow(int(row[0]), int(row[1]), int(row[2]), bytes(row[3]), bytes(row[4]))
 
 
-def _fault(first: int, last: int, count: int, digest: bytes, parquet: bytes, expected: int) -> str | None:
+def _fault(
+    first: int, last: int, count: int, digest: bytes, parquet: bytes, expected: int
+) -> str | None:
     """What is wrong with a page's row on its own, or None."""
     if first != expected:
         return f"starts at seq {first}, where seq {expected} was expected"
@@ -151,7 +174,11 @@ def _fault(first: int, last: int, count: int, digest: bytes, parquet: bytes, exp
 
 def page_bounds(conn: Connection) -> list[tuple[int, int]]:
     """(first_seq, last_seq) of every sealed page, in order (the pages themselves not read)."""
-    rows = conn.execute(select(sealed_pages.c.first_seq, sealed_pages.c.last_seq).order_by(sealed_pages.c.first_seq))
+    rows = conn.execute(
+        select(sealed_pages.c.first_seq, sealed_pages.c.last_seq).order_by(
+            sealed_pages.c.first_seq
+        )
+    )
     return [(int(first), int(last)) for first, last in rows]
 
 
@@ -160,12 +187,18 @@ def gap_problem(bounds: list[tuple[int, int]]) -> tuple[int, str] | None:
     expected = 1
     for first, last in bounds:
         if first != expected:
-            return first, f"the sealed page of seqs {first}–{last}: starts at seq {first}, where seq {expected} was expected"
+            return (
+                first,
+                f"the sealed page of seqs {first}–{last}: starts at seq {first}, where seq "
+                f"{expected} was expected",
+            )
         expected = last + 1
     return None
 
 
-def sealed_problem(conn: Connection, first: int = 1, last: int | None = None) -> tuple[int, str] | None:
+def sealed_problem(
+    conn: Connection, first: int = 1, last: int | None = None
+) -> tuple[int, str] | None:
     """The first sealed page starting in seqs [first, last] that does not hold exactly its
     entries' columns, as (seq, what), or None: each read back, checked against its digest
     and row count, and compared with `entries` column by column. (That the pages follow one
@@ -178,11 +211,20 @@ def sealed_problem(conn: Connection, first: int = 1, last: int | None = None) ->
         try:
             copy = pq.read_table(pa.BufferReader(page.parquet))
         except (pa.ArrowException, OSError) as exc:
-            return start, f"the sealed page of seqs {start}–{end}: its Parquet cannot be read ({exc})"
-        difference = _difference(copy, pa.concat_tables(store_pages(conn, upto_seq=end, after=start - 1)))
+            return (
+                start,
+                f"the sealed page of seqs {start}–{end}: its Parquet cannot be read ({exc})",
+            )
+        difference = _difference(
+            copy, pa.concat_tables(store_pages(conn, upto_seq=end, after=start - 1))
+        )
         if difference is not None:
             seq, column = difference
-            return seq, f"the sealed page of seqs {start}–{end} differs from the entries at seq {seq}, column {column}"
+            return (
+                seq,
+                f"the sealed page of seqs {start}–{end} differs from the entries at seq {seq}, "
+                f"column {column}",
+            )
     return None
 
 
@@ -223,10 +265,14 @@ class PageComparer:
 
     def __init__(self, conn: Connection, first: int, last: int) -> None:
         self._first, self._last = first, last
-        sql = ("SELECT first_seq, last_seq, entries, digest, page FROM sealed_pages "
-               "WHERE last_seq >= {mark} AND first_seq <= {mark} ORDER BY first_seq")
-        self._rows = (_PageRow(int(r[0]), int(r[1]), int(r[2]), bytes(r[3]), bytes(r[4]))
-                      for (r,) in driver_rows(conn, sql, (first, last), 1))
+        sql = (
+            "SELECT first_seq, last_seq, entries, digest, page FROM sealed_pages "
+            "WHERE last_seq >= {mark} AND first_seq <= {mark} ORDER BY first_seq"
+        )
+        self._rows = (
+            _PageRow(int(r[0]), int(r[1]), int(r[2]), bytes(r[3]), bytes(r[4]))
+            for (r,) in driver_rows(conn, sql, (first, last), 1)
+        )
         self._page: tuple[int, int, pa.Table] | None = None
         self._faulty = False
 

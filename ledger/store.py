@@ -47,7 +47,9 @@ class Store:
             raise StoreUnavailable(f"not a database URL: {self.url!r}", option="db") from exc
         self.dialect = parsed.get_backend_name()
         if self.dialect not in ("sqlite", "postgresql"):
-            raise StoreUnavailable(f"unsupported database {self.dialect!r} (sqlite or postgresql)", option="db")
+            raise StoreUnavailable(
+                f"unsupported database {self.dialect!r} (sqlite or postgresql)", option="db"
+            )
         self.engine = self._make_engine()
         self._local = threading.local()
         #: Entries a sealed page holds (ledger/sealed.py); tests make it small.
@@ -79,7 +81,9 @@ class Store:
                 conn = conn.execution_options(gpuledger_write=True)
                 with conn.begin():
                     if self.dialect == "postgresql":
-                        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _APPEND_LOCK_KEY})
+                        conn.execute(
+                            text("SELECT pg_advisory_xact_lock(:k)"), {"k": _APPEND_LOCK_KEY}
+                        )
                     self._local.conn = conn
                     try:
                         yield conn
@@ -94,7 +98,9 @@ class Store:
         """The store refused or failed a write (disk full, read-only, I/O error, lost
         server), as SQLAlchemy reports it or as the driver raises it to the bulk path."""
         dbapi = self.engine.dialect.loaded_dbapi
-        return isinstance(exc, (OperationalError, InternalError, dbapi.OperationalError, dbapi.InternalError))
+        return isinstance(
+            exc, (OperationalError, InternalError, dbapi.OperationalError, dbapi.InternalError)
+        )
 
     @contextmanager
     def reading(self) -> Iterator[Connection]:
@@ -109,8 +115,12 @@ class Store:
     def _connect(self) -> Iterator[Connection]:
         try:
             conn = self.engine.connect()
-        except DatabaseError as exc:  # OperationalError among them; also SQLite's "file is not a database"
-            raise StoreUnavailable(f"cannot open {self.safe_url}: {_first_line(exc)}", option="db") from exc
+        except (
+            DatabaseError
+        ) as exc:  # OperationalError among them; also SQLite's "file is not a database"
+            raise StoreUnavailable(
+                f"cannot open {self.safe_url}: {_first_line(exc)}", option="db"
+            ) from exc
         with conn:
             yield conn
 
@@ -134,7 +144,9 @@ class Store:
         """SQLite in memory (`sqlite://`): it lasts as long as the process, so what is
         written to it is lost and a reader finds nothing."""
         database = make_url(self.url).database or ""
-        return self.dialect == "sqlite" and (database in ("", ":memory:") or "mode=memory" in self.url)
+        return self.dialect == "sqlite" and (
+            database in ("", ":memory:") or "mode=memory" in self.url
+        )
 
     def file_missing(self) -> bool:
         """A SQLite file store whose file does not exist: connecting would create it, empty."""
@@ -192,7 +204,11 @@ def _write_reason(exc: BaseException) -> str:
     orig = getattr(exc, "orig", None) or exc
     name = getattr(orig, "sqlite_errorname", None)
     reason = _first_line(exc)
-    return f"{reason} ({name})" if name and name not in ("SQLITE_ERROR", "SQLITE_FULL", "SQLITE_READONLY") else reason
+    return (
+        f"{reason} ({name})"
+        if name and name not in ("SQLITE_ERROR", "SQLITE_FULL", "SQLITE_READONLY")
+        else reason
+    )
 
 
 def _first_line(exc: BaseException) -> str:

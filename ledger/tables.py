@@ -43,8 +43,14 @@ Index("entries_tenant_seq", entries.c.tenant, entries.c.tenant_seq, unique=True)
 #: event a duplicate or a conflict, whatever source and id it claims. Two indexes, since a
 #: unique index lets NULLs repeat: one for tenants' events, a partial one for the fleet's.
 Index("entries_event_key", entries.c.source, entries.c.id, entries.c.tenant, unique=True)
-Index("entries_fleet_event_key", entries.c.source, entries.c.id, unique=True,
-      sqlite_where=entries.c.tenant.is_(None), postgresql_where=entries.c.tenant.is_(None))
+Index(
+    "entries_fleet_event_key",
+    entries.c.source,
+    entries.c.id,
+    unique=True,
+    sqlite_where=entries.c.tenant.is_(None),
+    postgresql_where=entries.c.tenant.is_(None),
+)
 
 #: One row per committed append batch: the chain head it left. It lets `verify` name a
 #: truncated tail or a row inserted past the end without any signed checkpoint.
@@ -165,5 +171,14 @@ api_tokens = Table(
 )
 
 #: The tables no row of which may change once written.
-APPEND_ONLY = ("entries", "batches", "quarantine", "tree_nodes", "checkpoints", "checkpoint_tenants", "cosignatures",
-               "sealed_pages", "checkpoint_fleet")
+APPEND_ONLY = (
+    "entries",
+    "batches",
+    "quarantine",
+    "tree_nodes",
+    "checkpoints",
+    "checkpoint_tenants",
+    "cosignatures",
+    "sealed_pages",
+    "checkpoint_fleet",
+)

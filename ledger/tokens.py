@@ -51,11 +51,14 @@ class Role(NamedTuple):
             return cls("operator")
         kind, sep, name = text.partition(":")
         if not sep or kind not in ("tenant", "collector"):
-            raise TokenError(f"expected operator, tenant:NAME or collector:SOURCE, found {text!r}",
-                             option="role")
+            raise TokenError(
+                f"expected operator, tenant:NAME or collector:SOURCE, found {text!r}",
+                option="role",
+            )
         if not name.strip() or len(name) > _MAX_NAME or not name.isprintable():
-            raise TokenError(f"the {kind} of role {text!r} is empty, too long or unprintable",
-                             option="role")
+            raise TokenError(
+                f"the {kind} of role {text!r} is empty, too long or unprintable", option="role"
+            )
         return cls("tenant" if kind == "tenant" else "collector", name)
 
     def __str__(self) -> str:
@@ -79,27 +82,42 @@ class TokenInfo(NamedTuple):
 PROVIDER_OWNER = Owner()
 
 
-def create(store: Store, role: Role, owner: Owner = PROVIDER_OWNER, label: str = "",
-           now: datetime | None = None) -> tuple[TokenInfo, str]:
+def create(
+    store: Store,
+    role: Role,
+    owner: Owner = PROVIDER_OWNER,
+    label: str = "",
+    now: datetime | None = None,
+) -> tuple[TokenInfo, str]:
     """A new token: its stored description and the token text, which is shown once."""
     if owner.tenant is not None and role.kind != "collector":
-        raise TokenError("only a collector token has an owner other than the provider",
-                         option="owner")
+        raise TokenError(
+            "only a collector token has an owner other than the provider", option="owner"
+        )
     token_id = secrets.token_hex(6)
     text = f"{PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
     created_at = format_utc(now or datetime.now(timezone.utc))
     with store.writing() as conn:
-        conn.execute(insert(api_tokens).values(
-            token_id=token_id, digest=_digest(text), role=str(role), owner=str(owner),
-            label=label, created_at=created_at, revoked_at=None))
+        conn.execute(
+            insert(api_tokens).values(
+                token_id=token_id,
+                digest=_digest(text),
+                role=str(role),
+                owner=str(owner),
+                label=label,
+                created_at=created_at,
+                revoked_at=None,
+            )
+        )
     return TokenInfo(token_id, role, owner, label, created_at, None), text
 
 
 def listed(store: Store) -> list[TokenInfo]:
     """Every token ever created, oldest first, revoked ones included."""
     with store.reading() as conn:
-        rows = conn.execute(select(api_tokens).order_by(api_tokens.c.created_at,
-                                                        api_tokens.c.token_id))
+        rows = conn.execute(
+            select(api_tokens).order_by(api_tokens.c.created_at, api_tokens.c.token_id)
+        )
         return [_info(row._mapping) for row in rows]
 
 
@@ -108,8 +126,11 @@ def revoke(store: Store, token_id: str, now: datetime | None = None) -> TokenInf
     when = format_utc(now or datetime.now(timezone.utc))
     t = api_tokens.c
     with store.writing() as conn:
-        conn.execute(update(api_tokens).where(t.token_id == token_id, t.revoked_at.is_(None))
-                     .values(revoked_at=when))
+        conn.execute(
+            update(api_tokens)
+            .where(t.token_id == token_id, t.revoked_at.is_(None))
+            .values(revoked_at=when)
+        )
         row = conn.execute(select(api_tokens).where(t.token_id == token_id)).first()
     if row is None:
         raise TokenError(f"no token has the id {token_id!r}", option="token_id")
@@ -133,7 +154,7 @@ def authenticate(store: Store, text: str) -> TokenInfo | None:
 def _token_id(text: str) -> str | None:
     if not text.startswith(PREFIX) or len(text) > 128:
         return None
-    token_id, sep, secret = text[len(PREFIX):].partition("_")
+    token_id, sep, secret = text[len(PREFIX) :].partition("_")
     return token_id if sep and secret and len(token_id) == 12 else None
 
 
@@ -143,5 +164,11 @@ def _digest(text: str) -> bytes:
 
 def _info(row: object) -> TokenInfo:
     m = dict(row)  # type: ignore[call-overload]
-    return TokenInfo(m["token_id"], Role.parse(m["role"]), Owner.parse(m["owner"]), m["label"],
-                     m["created_at"], m["revoked_at"])
+    return TokenInfo(
+        m["token_id"],
+        Role.parse(m["role"]),
+        Owner.parse(m["owner"]),
+        m["label"],
+        m["created_at"],
+        m["revoked_at"],
+    )

@@ -15,7 +15,9 @@ from ledger.proofs import multiproof_ranges
 from ledger.tables import entries
 
 
-def stored_nodes(conn: Connection, keys: Iterable[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+def stored_nodes(
+    conn: Connection, keys: Iterable[tuple[int, int]]
+) -> dict[tuple[int, int], bytes]:
     """The stored hashes of nodes (level, idx) among `keys`; absent ones are left out.
 
     One statement of `(level = ? AND idx IN (...)) OR ...`, which both backends plan as
@@ -25,14 +27,20 @@ def stored_nodes(conn: Connection, keys: Iterable[tuple[int, int]]) -> dict[tupl
     for level, idx in keys:
         by_level.setdefault(level, []).append(idx)
     found: dict[tuple[int, int], bytes] = {}
-    terms = [(level, indexes[i:i + 500]) for level, indexes in by_level.items() for i in range(0, len(indexes), 500)]
+    terms = [
+        (level, indexes[i : i + 500])
+        for level, indexes in by_level.items()
+        for i in range(0, len(indexes), 500)
+    ]
     for start in range(0, len(terms), 50):  # bounded statement size
         # Integers only, formatted by int(): the hot path skips SQL expression building.
         condition = " OR ".join(
             f"(level = {int(level)} AND idx IN ({','.join(str(int(i)) for i in chunk)}))"
-            for level, chunk in terms[start:start + 50]
+            for level, chunk in terms[start : start + 50]
         )
-        rows = conn.exec_driver_sql(f"SELECT level, idx, hash FROM tree_nodes WHERE {condition}").all()
+        rows = conn.exec_driver_sql(
+            f"SELECT level, idx, hash FROM tree_nodes WHERE {condition}"
+        ).all()
         found.update({(int(r[0]), int(r[1])): bytes(r[2]) for r in rows})
     return found
 
@@ -61,7 +69,9 @@ def inclusion_ranges(index: int, start: int, end: int) -> list[tuple[int, int]]:
     return inclusion_ranges(index, start + k, end) + [(start, start + k)]
 
 
-def consistency_ranges(first: int, start: int, end: int, whole: bool = True) -> list[tuple[int, int]]:
+def consistency_ranges(
+    first: int, start: int, end: int, whole: bool = True
+) -> list[tuple[int, int]]:
     """The leaf ranges whose hashes make SUBPROOF(first, D[start:end], whole)."""
     if first == end - start:
         return [] if whole else [(start, end)]
@@ -79,19 +89,31 @@ class TreeReader:
 
     def leaves(self, start: int, end: int) -> list[bytes]:
         """Leaf hashes of leaves [start, end) (0-based: leaf i is seq i+1)."""
-        rows = self.conn.execute(
-            select(entries.c.leaf_hash)
-            .where(and_(entries.c.seq > start, entries.c.seq <= end))
-            .order_by(entries.c.seq)
-        ).scalars().all()
+        rows = (
+            self.conn.execute(
+                select(entries.c.leaf_hash)
+                .where(and_(entries.c.seq > start, entries.c.seq <= end))
+                .order_by(entries.c.seq)
+            )
+            .scalars()
+            .all()
+        )
         if len(rows) != end - start:
-            raise LookupError(f"leaves [{start}, {end}): expected {end - start}, found {len(rows)}")
+            raise LookupError(
+                f"leaves [{start}, {end}): expected {end - start}, found {len(rows)}"
+            )
         return list(rows)
 
     def subtree_hashes(self, tiles: list[tuple[int, int]]) -> list[bytes]:
         """The hashes of complete subtrees (level, idx), in the order given."""
         found = stored_nodes(self.conn, [t for t in tiles if t[0] >= STORED_MIN_LEVEL])
-        low = sorted({(idx << level, (idx + 1) << level) for level, idx in tiles if level < STORED_MIN_LEVEL})
+        low = sorted(
+            {
+                (idx << level, (idx + 1) << level)
+                for level, idx in tiles
+                if level < STORED_MIN_LEVEL
+            }
+        )
         leaves = leaf_spans(self.conn, low)
         result = []
         for level, idx in tiles:
@@ -116,7 +138,7 @@ class TreeReader:
         flat = self.subtree_hashes([t for tiling in tilings for t in tiling])
         hashes, at = [], 0
         for tiling in tilings:
-            hashes.append(fold_right(flat[at:at + len(tiling)]))
+            hashes.append(fold_right(flat[at : at + len(tiling)]))
             at += len(tiling)
         return hashes
 

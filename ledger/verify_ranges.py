@@ -37,7 +37,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import Connection
 
-from ledger.arrow_entries import COLUMNS, NotReadable, entry_batches, in_worker, leaf_hashes, packed, plain
+from ledger.arrow_entries import (
+    COLUMNS,
+    NotReadable,
+    entry_batches,
+    in_worker,
+    leaf_hashes,
+    packed,
+    plain,
+)
 from ledger.digests import pairs
 from ledger.hashing import CHAIN_PREFIX, ZERO_HASH, entry_leaf
 from ledger.merkle import Frontier
@@ -55,25 +63,34 @@ NODES_AT_ONCE = 65_536
 #: and the event as its UTF-8 bytes, with no decode to str and encode back (a fifth of
 #: the cost of reading a row here).
 _SELECTED = {
-    "sqlite": "seq, CAST(recorded_at AS TEXT), CAST(source AS TEXT), CAST(id AS TEXT), CAST(type AS TEXT), "
-              "CAST(tenant AS TEXT), tenant_seq, CAST(event AS BLOB), CAST(salt AS BLOB), CAST(leaf_hash AS BLOB), "
-              "CAST(chain_hash AS BLOB), CAST(tenant_prev AS BLOB)",
-    "postgresql": "seq, recorded_at, source, id, type, tenant, tenant_seq, convert_to(event, 'UTF8'), salt, "
-                  "leaf_hash, chain_hash, tenant_prev",
+    "sqlite": (
+        "seq, CAST(recorded_at AS TEXT), CAST(source AS TEXT), CAST(id AS TEXT), "
+        "CAST(type AS TEXT), CAST(tenant AS TEXT), tenant_seq, CAST(event AS BLOB), "
+        "CAST(salt AS BLOB), CAST(leaf_hash AS BLOB), "
+        "CAST(chain_hash AS BLOB), CAST(tenant_prev AS BLOB)"
+    ),
+    "postgresql": (
+        "seq, recorded_at, source, id, type, tenant, tenant_seq, "
+        "convert_to(event, 'UTF8'), salt, leaf_hash, chain_hash, tenant_prev"
+    ),
 }
 
 TenantHeads = dict[str, tuple[int, bytes]]
 T = TypeVar("T")
 
 
-def verify_pages(conn: Connection, after: int = 0, through: int | None = None) -> Iterator[list[tuple]]:  # type: ignore[type-arg]
+def verify_pages(
+    conn: Connection, after: int = 0, through: int | None = None
+) -> Iterator[list[tuple]]:  # type: ignore[type-arg]
     """Entries with after < seq (≤ through), in seq order, a page at a time, as the
     driver's own tuples (event and hashes as bytes): all that verify reads of them
     (bench/verify.py times this read alone)."""
     mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
     columns = _SELECTED[conn.dialect.name]
     bound = "" if through is None else f" AND seq <= {int(through)}"
-    statement = f"SELECT {columns} FROM entries WHERE seq > {mark}{bound} ORDER BY seq LIMIT {PAGE}"
+    statement = (
+        f"SELECT {columns} FROM entries WHERE seq > {mark}{bound} ORDER BY seq LIMIT {PAGE}"
+    )
     last = after
     while True:
         rows = _driver_rows(conn, statement, (last,))
@@ -180,7 +197,9 @@ def _check_range(conn: Connection, task: RangeTask) -> RangeSummary:
                 if ended is None:
                     return summary
                 seq, chain = ended
-            if len(frontier.completed) >= NODES_AT_ONCE and not _nodes_match(conn, frontier, summary):
+            if len(frontier.completed) >= NODES_AT_ONCE and not _nodes_match(
+                conn, frontier, summary
+            ):
                 return summary
     except NotReadable:
         return summary
@@ -194,7 +213,11 @@ def _check_range(conn: Connection, task: RangeTask) -> RangeSummary:
 def _cut_at_sizes(batch: pa.RecordBatch, sizes: frozenset[int]) -> Iterator[pa.RecordBatch]:
     """The batch in parts, each ending at a checkpoint's size or at the batch's end: the
     state at each size is handed on as it stood there."""
-    ends: list[int] = (np.flatnonzero(np.isin(batch.column("seq").to_numpy(), list(sizes))) + 1).tolist() if sizes else []
+    ends: list[int] = (
+        (np.flatnonzero(np.isin(batch.column("seq").to_numpy(), list(sizes))) + 1).tolist()
+        if sizes
+        else []
+    )
     start = 0
     for end in [*ends, batch.num_rows]:
         if end > start:
@@ -202,8 +225,15 @@ def _cut_at_sizes(batch: pa.RecordBatch, sizes: frozenset[int]) -> Iterator[pa.R
         start = end
 
 
-def _check_batch(task: RangeTask, summary: RangeSummary, frontier: Frontier, batch: pa.RecordBatch,
-                 seq: int, chain: bytes, batch_heads: list[tuple[int, bytes]]) -> tuple[int, bytes] | None:
+def _check_batch(
+    task: RangeTask,
+    summary: RangeSummary,
+    frontier: Frontier,
+    batch: pa.RecordBatch,
+    seq: int,
+    chain: bytes,
+    batch_heads: list[tuple[int, bytes]],
+) -> tuple[int, bytes] | None:
     """_check_rows for a batch read as Arrow: seq continuity and the stored leaf and chain
     hashes compared for the whole batch at once, the tenant links column-wise; a batch
     whose bytes cannot be built column-wise goes through _check_rows itself."""
@@ -211,8 +241,14 @@ def _check_batch(task: RangeTask, summary: RangeSummary, frontier: Frontier, bat
     if numbers[0] != seq + 1 or not (np.diff(numbers) == 1).all():
         return None
     if not plain(batch):
-        return _check_rows(task, summary, frontier, list(zip(*(batch.column(n).to_pylist() for n in COLUMNS), strict=True)),
-                           seq, chain)
+        return _check_rows(
+            task,
+            summary,
+            frontier,
+            list(zip(*(batch.column(n).to_pylist() for n in COLUMNS), strict=True)),
+            seq,
+            chain,
+        )
     joined = leaf_hashes(batch)
     stored = batch.column("chain_hash")
     stored_chains = packed(stored, 32)
@@ -260,7 +296,10 @@ def _tenants_follow(summary: RangeSummary, batch: pa.RecordBatch, leaves: bytes)
     prevs = np.frombuffer(prev, dtype=np.uint8).reshape(-1, 32)[order]
     own = np.frombuffer(leaves, dtype=np.uint8).reshape(-1, 32)[rows][order]
     same = codes[1:] == codes[:-1]
-    if not ((numbers[1:] == numbers[:-1] + 1) | ~same).all() or not ((prevs[1:] == own[:-1]).all(axis=1) | ~same).all():
+    if (
+        not ((numbers[1:] == numbers[:-1] + 1) | ~same).all()
+        or not ((prevs[1:] == own[:-1]).all(axis=1) | ~same).all()
+    ):
         return False
     names = encoded.dictionary.to_pylist()
     starts = np.flatnonzero(np.concatenate(([True], ~same)))
@@ -275,7 +314,9 @@ def _tenants_follow(summary: RangeSummary, batch: pa.RecordBatch, leaves: bytes)
     return True
 
 
-def _driver_rows(conn: Connection, statement: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+def _driver_rows(
+    conn: Connection, statement: str, params: tuple[Any, ...] = ()
+) -> list[tuple[Any, ...]]:
     """The rows of `statement` as the driver's own tuples (SQLAlchemy's rows cost more
     than verify's checks of them)."""
     raw: Any = conn.connection.dbapi_connection
@@ -309,25 +350,51 @@ def _nodes_match(conn: Connection, frontier: Frontier, summary: RangeSummary) ->
         runs[level] = (min(low, idx), max(high, idx))
     # the stored nodes of those runs, in (level, idx) order, are the computed ones one for
     # one exactly when each node is there and right (and the runs hold no other)
-    condition = " OR ".join(f"(level = {int(level)} AND idx BETWEEN {int(low)} AND {int(high)})"
-                            for level, (low, high) in runs.items())
-    stored = _driver_rows(conn, f"SELECT level, idx, hash FROM tree_nodes WHERE {condition} ORDER BY level, idx")
+    condition = " OR ".join(
+        f"(level = {int(level)} AND idx BETWEEN {int(low)} AND {int(high)})"
+        for level, (low, high) in runs.items()
+    )
+    stored = _driver_rows(
+        conn, f"SELECT level, idx, hash FROM tree_nodes WHERE {condition} ORDER BY level, idx"
+    )
     # (level, idx) compared too: SQLite would keep an idx of 1.5, which sorts in 1's place
     return [(row[0], row[1], bytes(row[2])) for row in stored] == completed
 
 
-def _check_rows(task: RangeTask, summary: RangeSummary, frontier: Frontier, rows: list[tuple],  # type: ignore[type-arg]
-                seq: int, chain: bytes) -> tuple[int, bytes] | None:
+def _check_rows(
+    task: RangeTask,
+    summary: RangeSummary,
+    frontier: Frontier,
+    rows: list[tuple],  # type: ignore[type-arg]
+    seq: int,
+    chain: bytes,
+) -> tuple[int, bytes] | None:
     """Seq continuity, leaf, chain link and tenant links for one page, in a tight loop on
     locals (the same arithmetic as ledger/verify.py's); the (seq, chain) reached, or
     None at the first entry that fails."""
     heads, openings, leaves = summary.heads, summary.openings, []
     batch_heads, sizes = task.batch_heads, task.sizes
     for row in rows:
-        number, recorded_at, source, id_, type_, tenant, tenant_seq, event, salt, leaf, stored_chain, prev = row
+        (
+            number,
+            recorded_at,
+            source,
+            id_,
+            type_,
+            tenant,
+            tenant_seq,
+            event,
+            salt,
+            leaf,
+            stored_chain,
+            prev,
+        ) = row
         if number != seq + 1:
             return None
-        if entry_leaf(number, recorded_at, source, id_, type_, tenant, tenant_seq, event, salt) != leaf:
+        if (
+            entry_leaf(number, recorded_at, source, id_, type_, tenant, tenant_seq, event, salt)
+            != leaf
+        ):
             return None
         chain = sha256(CHAIN_PREFIX + chain + leaf).digest()
         if chain != stored_chain:
@@ -355,7 +422,9 @@ def _check_rows(task: RangeTask, summary: RangeSummary, frontier: Frontier, rows
     return seq, chain
 
 
-def stitch(summaries: list[RangeSummary]) -> tuple[TenantHeads, list[tuple[AtSize, TenantHeads]]] | None:
+def stitch(
+    summaries: list[RangeSummary],
+) -> tuple[TenantHeads, list[tuple[AtSize, TenantHeads]]] | None:
     """The tenants' heads after all the ranges, and each checkpoint size's state with the
     heads of every tenant at that size; None when a range is not clean, the ranges do not
     follow each other, or a tenant's first entry in a range does not follow its last
@@ -378,7 +447,9 @@ def stitch(summaries: list[RangeSummary]) -> tuple[TenantHeads, list[tuple[AtSiz
 
 def cores() -> int:
     """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    )
 
 
 def cut(last: int, ranges: int, smallest: int) -> list[tuple[int, int]]:
@@ -398,7 +469,9 @@ def cut(last: int, ranges: int, smallest: int) -> list[tuple[int, int]]:
 _SHARED: tuple[Callable[[Any], bytes], Sequence[Any]] | None = None
 
 
-def leaves_in_processes(leaf: Callable[[T], bytes], items: Sequence[T], processes: int, smallest: int) -> list[bytes] | None:
+def leaves_in_processes(
+    leaf: Callable[[T], bytes], items: Sequence[T], processes: int, smallest: int
+) -> list[bytes] | None:
     """[leaf(item) for item in items], hashed in `processes` forked processes, ranges of
     at least `smallest` items; None when that is not worth it or cannot be done (no fork
     on this platform, or an item that fails to hash: the caller's own loop then meets it
@@ -412,7 +485,9 @@ def leaves_in_processes(leaf: Callable[[T], bytes], items: Sequence[T], processe
     # write to every object's header and so copy the parent's whole heap, page by page.
     gc.freeze()
     try:
-        with ProcessPoolExecutor(min(processes, len(spans)), mp_context=multiprocessing.get_context("fork")) as pool:
+        with ProcessPoolExecutor(
+            min(processes, len(spans)), mp_context=multiprocessing.get_context("fork")
+        ) as pool:
             blobs = list(pool.map(_hash_span, spans))
     except Exception:  # any failure: the caller's loop redoes it and names it
         return None
@@ -422,7 +497,7 @@ def leaves_in_processes(leaf: Callable[[T], bytes], items: Sequence[T], processe
     joined = b"".join(blobs)
     if len(joined) != 32 * len(items):
         return None
-    return [joined[i:i + 32] for i in range(0, len(joined), 32)]
+    return [joined[i : i + 32] for i in range(0, len(joined), 32)]
 
 
 def _hash_span(span: tuple[int, int]) -> bytes:

@@ -50,7 +50,14 @@ from ledger.note import (
     split_note,
     write_keypair,
 )
-from ledger.proofs import Checkpoint, CheckpointBody, ProofError, parse_decimal, parse_hash_base64, verify_consistency
+from ledger.proofs import (
+    Checkpoint,
+    CheckpointBody,
+    ProofError,
+    parse_decimal,
+    parse_hash_base64,
+    verify_consistency,
+)
 from ledger.store import Store
 from ledger.tables import checkpoints, cosignatures, entries
 from ledger.tree import TreeReader
@@ -75,7 +82,11 @@ def cosign(witness: Signer, body: str, timestamp: int | None = None) -> str:
     if witness.alg != COSIGNATURE_V1:
         raise NoteError(f"{witness.name} is not a witness cosigner key (type 04)")
     when = int(time.time()) if timestamp is None else timestamp
-    blob = witness.verifier.id + when.to_bytes(8, "big") + witness.raw_sign(cosignature_message(body, when))
+    blob = (
+        witness.verifier.id
+        + when.to_bytes(8, "big")
+        + witness.raw_sign(cosignature_message(body, when))
+    )
     return f"{SIGNATURE_LINE_PREFIX}{witness.name} {base64.b64encode(blob).decode()}\n"
 
 
@@ -86,22 +97,32 @@ def verify_cosignature(note: str, witness: Verifier) -> int:
         if name != witness.name or blob[:4] != witness.id:
             continue  # another key: ignored, as signed-note requires
         if len(blob) != _BLOB_SIZE:
-            raise CosignatureError(f"the cosignature by {witness.name}: expected {_BLOB_SIZE} bytes, got {len(blob)}")
+            raise CosignatureError(
+                f"the cosignature by {witness.name}: expected {_BLOB_SIZE} bytes, got {len(blob)}"
+            )
         timestamp = int.from_bytes(blob[4:12], "big")
         if timestamp > _MAX_TIMESTAMP:
-            raise CosignatureError(f"the cosignature by {witness.name} has a timestamp past 2**63 - 1")
+            raise CosignatureError(
+                f"the cosignature by {witness.name} has a timestamp past 2**63 - 1"
+            )
         try:
-            Ed25519PublicKey.from_public_bytes(witness.public).verify(blob[12:], cosignature_message(text, timestamp))
+            Ed25519PublicKey.from_public_bytes(witness.public).verify(
+                blob[12:], cosignature_message(text, timestamp)
+            )
         except InvalidSignature:
-            raise CosignatureError(f"the cosignature by {witness.name} does not match the checkpoint") from None
+            raise CosignatureError(
+                f"the cosignature by {witness.name} does not match the checkpoint"
+            ) from None
         return timestamp
-    raise CosignatureError(f"the checkpoint carries no cosignature by witness {witness.name} (key id {witness.id.hex()})")
+    raise CosignatureError(
+        f"the checkpoint carries no cosignature by witness {witness.name} (key id "
+        f"{witness.id.hex()})"
+    )
 
 
 def require_cosignatures(note: str, witnesses: list[Verifier]) -> list[int]:
     """Each named witness's cosignature timestamp; raise on the first one missing or bad."""
     return [verify_cosignature(note, w) for w in witnesses]
-
 
 
 # -- the witness: a state folder, one record per log -------------------------------------
@@ -139,15 +160,21 @@ class WitnessRequest:
     def parse(cls, text: str) -> WitnessRequest:
         head, sep, note = text.partition("\n\n")
         if not sep:
-            raise WitnessError("a witness request reads: old <size>, proof lines, a blank line, the checkpoint")
+            raise WitnessError(
+                "a witness request reads: old <size>, proof lines, a blank line, the checkpoint"
+            )
         lines = head.split("\n")
         if not lines[0].startswith("old "):
             raise WitnessError(f"the request's first line is {lines[0][:40]!r}, not 'old <size>'")
         if len(lines) - 1 > MAX_PROOF_LINES:
-            raise WitnessError(f"the request holds {len(lines) - 1} proof lines, more than {MAX_PROOF_LINES}")
+            raise WitnessError(
+                f"the request holds {len(lines) - 1} proof lines, more than {MAX_PROOF_LINES}"
+            )
         try:
             old = parse_decimal(lines[0][4:], "old size")
-            proof = [parse_hash_base64(line, f"proof line {i}") for i, line in enumerate(lines[1:], 1)]
+            proof = [
+                parse_hash_base64(line, f"proof line {i}") for i, line in enumerate(lines[1:], 1)
+            ]
         except ProofError as exc:
             raise WitnessError(str(exc)) from None
         return cls(old, proof, note)
@@ -162,7 +189,11 @@ class LogRecord:
     checkpoint: str | None
 
     def body(self) -> CheckpointBody | None:
-        return None if self.checkpoint is None else CheckpointBody.parse(split_note(self.checkpoint)[0])
+        return (
+            None
+            if self.checkpoint is None
+            else CheckpointBody.parse(split_note(self.checkpoint)[0])
+        )
 
 
 def init_witness(state: Path, name: str) -> Verifier:
@@ -174,7 +205,11 @@ def init_witness(state: Path, name: str) -> Verifier:
         return write_keypair(key, name, COSIGNATURE_V1).verifier
     verifier = read_signer(key, COSIGNATURE_V1).verifier
     if name and name != verifier.name:
-        raise WitnessError(f"the witness in {state} is already named {verifier.name!r}; a key's name never changes", option="name")
+        raise WitnessError(
+            f"the witness in {state} is already named {verifier.name!r}; a key's name never "
+            "changes",
+            option="name",
+        )
     return verifier
 
 
@@ -185,8 +220,10 @@ def follow_log(state: Path, origin: str, log_key: Verifier) -> LogRecord:
         known = _read_log(state, origin)
         if known is not None:
             if known.log_key != log_key:
-                raise WitnessError(f"{origin!r}: the witness already follows it under key {known.log_key.text()}",
-                                   option="origin")
+                raise WitnessError(
+                    f"{origin!r}: the witness already follows it under key {known.log_key.text()}",
+                    option="origin",
+                )
             return known
         record = LogRecord(origin, log_key, None)
         _write_log(state, record)
@@ -213,12 +250,16 @@ def _checked_text(state: Path, request: WitnessRequest) -> tuple[LogRecord, str]
         raise WitnessError(f"the request's checkpoint: {exc}") from None
     record = _read_log(state, body.origin)
     if record is None:
-        raise WitnessError(f"the witness does not follow a log with origin {body.origin!r} "
-                           "(initialise it with that log's origin and key first)")
+        raise WitnessError(
+            f"the witness does not follow a log with origin {body.origin!r} "
+            "(initialise it with that log's origin and key first)"
+        )
     try:
         return record, record.log_key.verify(request.note)
     except NoteError as exc:
-        raise WitnessError(f"the checkpoint of {body.origin!r} is not signed by the log's key: {exc}") from None
+        raise WitnessError(
+            f"the checkpoint of {body.origin!r} is not signed by the log's key: {exc}"
+        ) from None
 
 
 def _check_consistent(record: LogRecord, request: WitnessRequest, new: CheckpointBody) -> None:
@@ -226,12 +267,18 @@ def _check_consistent(record: LogRecord, request: WitnessRequest, new: Checkpoin
     old = record.body()
     old_size = 0 if old is None else old.size
     if request.old_size > new.size:
-        raise WitnessError(f"old size {request.old_size} is larger than the checkpoint's size {new.size}")
+        raise WitnessError(
+            f"old size {request.old_size} is larger than the checkpoint's size {new.size}"
+        )
     if request.old_size != old_size:
-        raise WitnessError(f"the witness last cosigned {record.origin!r} at size {old_size}, the request starts at "
-                           f"{request.old_size}: make the request from size {old_size}")
+        raise WitnessError(
+            f"the witness last cosigned {record.origin!r} at size {old_size}, the request starts "
+            f"at {request.old_size}: make the request from size {old_size}"
+        )
     if new.size == 0 and new.root != sha256(b"").digest():
-        raise WitnessError("a checkpoint of size 0 must carry the empty tree's root, SHA-256 of nothing")
+        raise WitnessError(
+            "a checkpoint of size 0 must carry the empty tree's root, SHA-256 of nothing"
+        )
     if old is None or old.size == 0:
         if request.proof:
             raise WitnessError("a request from size 0 carries no consistency proof")
@@ -240,9 +287,11 @@ def _check_consistent(record: LogRecord, request: WitnessRequest, new: Checkpoin
         verify_consistency(old.size, new.size, old.root, new.root, request.proof)
     except ProofError as exc:
         raise ForkDetected(
-            f"fork: {record.origin!r} showed a checkpoint of size {new.size} (root {new.root.hex()}) that does not extend the one "
+            f"fork: {record.origin!r} showed a checkpoint of size {new.size} (root "
+            f"{new.root.hex()}) that does not extend the one "
             f"this witness cosigned, size {old.size} (root {old.root.hex()}): {exc}\n"
-            f"cosigned earlier:\n{record.checkpoint}offered now:\n{request.note}") from None
+            f"cosigned earlier:\n{record.checkpoint}offered now:\n{request.note}"
+        ) from None
 
 
 def show_witness(state: Path) -> list[str]:
@@ -251,7 +300,11 @@ def show_witness(state: Path) -> list[str]:
     for path in sorted((state / LOGS).glob("*.json")):
         record = _parse_log(path)
         body = record.body()
-        last = "nothing cosigned yet" if body is None else f"cosigned size {body.size}, root {base64.b64encode(body.root).decode()}"
+        last = (
+            "nothing cosigned yet"
+            if body is None
+            else f"cosigned size {body.size}, root {base64.b64encode(body.root).decode()}"
+        )
         lines.append(f"{record.origin}  {record.log_key.text()}  {last}")
     return lines
 
@@ -277,7 +330,11 @@ def _write_log(state: Path, record: LogRecord) -> None:
     """Write-then-rename, fsynced: the record is the old one or the new one, never half."""
     path = _log_path(state, record.origin)
     temporary = path.with_suffix(".tmp")
-    data = {"origin": record.origin, "log_key": record.log_key.text(), "checkpoint": record.checkpoint}
+    data = {
+        "origin": record.origin,
+        "log_key": record.log_key.text(),
+        "checkpoint": record.checkpoint,
+    }
     with temporary.open("w", encoding="utf-8") as handle:
         json.dump(data, handle, ensure_ascii=False, indent=1)
         handle.flush()
@@ -289,7 +346,9 @@ def _write_log(state: Path, record: LogRecord) -> None:
 def _locked(state: Path) -> Iterator[None]:
     """Check and update under one lock: two requests must not both pass from one state."""
     if not (state / KEY_FILE).exists():
-        raise WitnessError(f"{state}: not a witness state folder (run `gpuledger witness init` first)")
+        raise WitnessError(
+            f"{state}: not a witness state folder (run `gpuledger witness init` first)"
+        )
     with (state / "lock").open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -309,17 +368,23 @@ def witness_request(store: Store, signed: SignedCheckpoint, old_size: int) -> Wi
         return witness_request_in(conn, signed, old_size)
 
 
-def witness_request_in(conn: Connection, signed: SignedCheckpoint, old_size: int) -> WitnessRequest:
+def witness_request_in(
+    conn: Connection, signed: SignedCheckpoint, old_size: int
+) -> WitnessRequest:
     """`witness_request` read through `conn` (the checkpoint's own transaction, before it
     commits: a request that cannot be made then leaves no checkpoint signed)."""
     size = signed.body.size
     if old_size > size:
-        raise LedgerError(f"size {old_size} is past the checkpoint's size {size}", option="witness_request_from")
+        raise LedgerError(
+            f"size {old_size} is past the checkpoint's size {size}", option="witness_request_from"
+        )
     proof = TreeReader(conn).consistency_proof(old_size, size) if 0 < old_size < size else []
     return WitnessRequest(old_size, proof, signed.note)
 
 
-def write_witness_request(conn: Connection, signed: SignedCheckpoint, old_size: int, out: Path) -> None:
+def write_witness_request(
+    conn: Connection, signed: SignedCheckpoint, old_size: int, out: Path
+) -> None:
     """Write the request to `staged(out)`, which the caller renames to `out` once the
     checkpoint is committed (or removes); a file that cannot be written is a LedgerError
     naming `out`."""
@@ -330,7 +395,9 @@ def write_witness_request(conn: Connection, signed: SignedCheckpoint, old_size: 
             handle.flush()
             os.fsync(handle.fileno())
     except OSError as exc:
-        raise LedgerError(f"cannot write {out}: {exc.strerror or exc}; no checkpoint was stored", option="out") from None
+        raise LedgerError(
+            f"cannot write {out}: {exc.strerror or exc}; no checkpoint was stored", option="out"
+        ) from None
 
 
 def staged(out: Path) -> Path:
@@ -338,21 +405,36 @@ def staged(out: Path) -> Path:
     return out.with_name(f".{out.name}.partial")
 
 
-def add_cosignatures(store: Store, response: str, witnesses: list[Verifier]) -> list[tuple[int, str]]:
+def add_cosignatures(
+    store: Store, response: str, witnesses: list[Verifier]
+) -> list[tuple[int, str]]:
     """Keep each witness's cosignature in `response` (signature lines) with the recent
     checkpoint it verifies on; returns (checkpoint_seq, witness name) per cosignature kept."""
     lines = [line + "\n" for line in response.splitlines() if line]
     kept: list[tuple[int, str]] = []
     with store.writing() as conn:
-        recent = conn.execute(select(checkpoints.c.checkpoint_seq, checkpoints.c.note)
-                              .order_by(checkpoints.c.checkpoint_seq.desc()).limit(_RECENT)).all()
+        recent = conn.execute(
+            select(checkpoints.c.checkpoint_seq, checkpoints.c.note)
+            .order_by(checkpoints.c.checkpoint_seq.desc())
+            .limit(_RECENT)
+        ).all()
         for witness in witnesses:
             number, line, timestamp = _matching(recent, lines, witness)
-            stored = conn.execute(select(cosignatures.c.line).where(
-                cosignatures.c.checkpoint_seq == number, cosignatures.c.witness_key == witness.text())).scalar()
+            stored = conn.execute(
+                select(cosignatures.c.line).where(
+                    cosignatures.c.checkpoint_seq == number,
+                    cosignatures.c.witness_key == witness.text(),
+                )
+            ).scalar()
             if stored is None:
-                conn.execute(insert(cosignatures).values(checkpoint_seq=number, witness_key=witness.text(),
-                                                         timestamp=timestamp, line=line))
+                conn.execute(
+                    insert(cosignatures).values(
+                        checkpoint_seq=number,
+                        witness_key=witness.text(),
+                        timestamp=timestamp,
+                        line=line,
+                    )
+                )
             kept.append((number, witness.name))
     return kept
 
@@ -366,26 +448,45 @@ def _matching(recent: Sequence[Any], lines: list[str], witness: Verifier) -> tup
                 return int(row.checkpoint_seq), line, verify_cosignature(row.note + line, witness)
             except CosignatureError:
                 continue
-    raise CosignatureError(f"no valid cosignature by {witness.name} on any of the latest {_RECENT} checkpoints", option="cosignatures")
+    raise CosignatureError(
+        f"no valid cosignature by {witness.name} on any of the latest {_RECENT} checkpoints",
+        option="cosignatures",
+    )
 
 
 def cosigned_note(conn: Connection, checkpoint_seq: int, note: str) -> str:
     """The checkpoint's note with the cosignatures gathered for it appended."""
-    rows = conn.execute(select(cosignatures.c.line).where(cosignatures.c.checkpoint_seq == checkpoint_seq)
-                        .order_by(cosignatures.c.witness_key)).scalars().all()
+    rows = (
+        conn.execute(
+            select(cosignatures.c.line)
+            .where(cosignatures.c.checkpoint_seq == checkpoint_seq)
+            .order_by(cosignatures.c.witness_key)
+        )
+        .scalars()
+        .all()
+    )
     return note + "".join(rows)
 
 
 def latest_cosigned_checkpoint(store: Store) -> SignedCheckpoint:
     """The latest stored checkpoint, with its cosignatures, if it covers the store's head."""
     with store.reading() as conn:
-        row = conn.execute(select(checkpoints).order_by(checkpoints.c.checkpoint_seq.desc()).limit(1)).first()
+        row = conn.execute(
+            select(checkpoints).order_by(checkpoints.c.checkpoint_seq.desc()).limit(1)
+        ).first()
         head = conn.execute(select(func.coalesce(func.max(entries.c.seq), 0))).scalar_one()
         if row is None:
-            raise LedgerError("no checkpoint is stored: sign one first (`gpuledger checkpoint`)",
-                              option="stored_checkpoint")
+            raise LedgerError(
+                "no checkpoint is stored: sign one first (`gpuledger checkpoint`)",
+                option="stored_checkpoint",
+            )
         if int(row.tree_size) != head:
-            raise LedgerError(f"the latest checkpoint #{row.checkpoint_seq} has size {row.tree_size}, "
-                              f"the store's head is seq {head}: sign (and have witnesses cosign) a new one first", option="stored_checkpoint")
+            raise LedgerError(
+                f"the latest checkpoint #{row.checkpoint_seq} has size {row.tree_size}, the "
+                f"store's head is seq {head}: sign (and have witnesses cosign) a new one first",
+                option="stored_checkpoint",
+            )
         note = cosigned_note(conn, int(row.checkpoint_seq), row.note)
-    return SignedCheckpoint(int(row.checkpoint_seq), Checkpoint.parse(split_note(row.note)[0]), note)
+    return SignedCheckpoint(
+        int(row.checkpoint_seq), Checkpoint.parse(split_note(row.note)[0]), note
+    )

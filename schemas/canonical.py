@@ -33,7 +33,15 @@ from schemas.errors import BadInput
 from schemas.events import CloudEvent
 from schemas.types import MAX_SAFE_INT, format_money, format_utc
 
-_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_SHORT_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+}
 Path = tuple[str | int, ...]
 _ES6_PLAIN_BITS = 70  # 10**21 < 2**70: past it ES6 writes an exponent, never an integer's digits
 
@@ -70,7 +78,9 @@ def _string(text: str) -> str:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
-            raise NotCanonicalizable("a lone surrogate: not Unicode text (RFC 7493 §2.1)") from None
+            raise NotCanonicalizable(
+                "a lone surrogate: not Unicode text (RFC 7493 §2.1)"
+            ) from None
     out = []
     for ch in text:
         if ch in _SHORT_ESCAPES:
@@ -117,8 +127,10 @@ def _integer(value: int) -> str:
         digits = str(int(value))
         if es6_number(float(value)) == digits:
             return digits
-    raise NotCanonicalizable(f"an integer of {value.bit_length()} bits that a double does not hold exactly "
-                             "(I-JSON, RFC 7493 §2.2): RFC 8785 would write another number; send it as a string")
+    raise NotCanonicalizable(
+        f"an integer of {value.bit_length()} bits that a double does not hold exactly "
+        "(I-JSON, RFC 7493 §2.2): RFC 8785 would write another number; send it as a string"
+    )
 
 
 def _time(moment: datetime) -> str:
@@ -205,7 +217,9 @@ def _orjson_safe(value: Any) -> bool:
     if kind is int:
         return bool(-MAX_SAFE_INT <= value <= MAX_SAFE_INT)
     if kind is dict:
-        return all(type(k) is str and _bmp_only(k) for k in value) and all(_orjson_safe(v) for v in value.values())
+        return all(type(k) is str and _bmp_only(k) for k in value) and all(
+            _orjson_safe(v) for v in value.values()
+        )
     if kind is list or kind is tuple:
         return all(_orjson_safe(v) for v in value)
     if kind is datetime:

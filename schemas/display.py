@@ -63,11 +63,16 @@ class DataTable(Table):
     through `terminal_safe`, so no `[/x]` in an id crashes it and no ESC reaches the
     terminal. (A `Table` parses markup in every str it is given.)"""
 
-    def __init__(self, *headers: Column | str, title: Any = None, caption: Any = None,
-                 **options: Any) -> None:
+    def __init__(
+        self, *headers: Column | str, title: Any = None, caption: Any = None, **options: Any
+    ) -> None:
         columns = [h if isinstance(h, Column) else Column(header=data_text(h)) for h in headers]
-        super().__init__(*columns, title=None if title is None else data_text(title),
-                         caption=None if caption is None else data_text(caption), **options)
+        super().__init__(
+            *columns,
+            title=None if title is None else data_text(title),
+            caption=None if caption is None else data_text(caption),
+            **options,
+        )
 
     def add_row(self, *cells: Any, **options: Any) -> None:
         super().add_row(*(data_text(c) for c in cells), **options)

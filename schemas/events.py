@@ -54,8 +54,16 @@ from schemas.types import (
 PlacementClass = Literal["whole", "mig", "timeslice"]
 FailureCause = Literal["hardware", "fabric", "application", "preempted", "unknown"]
 DecisionKind = Literal[
-    "queued", "admitted", "placed", "preempted", "reclaimed", "evicted", "borrowed", "lent",
-    "backfilled", "deactivated",
+    "queued",
+    "admitted",
+    "placed",
+    "preempted",
+    "reclaimed",
+    "evicted",
+    "borrowed",
+    "lent",
+    "backfilled",
+    "deactivated",
 ]
 Severity = Literal["critical", "warning"]
 BillingCategory = Literal["usage", "credit", "adjustment", "correction"]
@@ -221,9 +229,14 @@ class BillingLine(TenantData):
             raise ValueError("allocation_id is required when gpus > 0")
         if self.period_end < self.period_start:
             raise ValueError("period_end is before period_start")
-        if self.gpus * _microseconds(self.period_end - self.period_start) > MAX_LINE_GPU_SECONDS * 10**6:
-            raise ValueError(f"the line bills more than {MAX_LINE_GPU_SECONDS // 3600:,} GPU-hours, "
-                             "more than the engine computes money for exactly (split it into lines)")
+        if (
+            self.gpus * _microseconds(self.period_end - self.period_start)
+            > MAX_LINE_GPU_SECONDS * 10**6
+        ):
+            raise ValueError(
+                f"the line bills more than {MAX_LINE_GPU_SECONDS // 3600:,} GPU-hours, "
+                "more than the engine computes money for exactly (split it into lines)"
+            )
         return self
 
 
@@ -246,13 +259,20 @@ MEASURE_DIGITS = 18
 def _measurable(value: Decimal) -> Decimal:
     if value < 0:
         raise ValueError(f"a measured figure is never negative: {value}")
-    if max(0, -int(value.as_tuple().exponent)) > MEASURE_DIGITS or value >= Decimal(10) ** MEASURE_DIGITS:
-        raise ValueError(f"{value} has more than {MEASURE_DIGITS} digits before or after the point")
+    if (
+        max(0, -int(value.as_tuple().exponent)) > MEASURE_DIGITS
+        or value >= Decimal(10) ** MEASURE_DIGITS
+    ):
+        raise ValueError(
+            f"{value} has more than {MEASURE_DIGITS} digits before or after the point"
+        )
     return value
 
 
 Measure = Annotated[
-    Decimal, BeforeValidator(parse_money), AfterValidator(_measurable),
+    Decimal,
+    BeforeValidator(parse_money),
+    AfterValidator(_measurable),
     PlainSerializer(format_money, return_type=str, when_used="json"),
     WithJsonSchema({"type": "string", "pattern": r"^\+?0*(\d{1,18}(\.\d{0,18})?|\.\d{1,18})$"}),
 ]
@@ -270,7 +290,9 @@ class TopoGpu(TypedDict):
     cpu_affinity: NotRequired[str]  # `0-63,128-191`
     numa_affinity: NotRequired[str]  # `0`, or `N/A` as printed
     gpu_numa_id: NotRequired[str]
-    other_columns: NotRequired[dict[str, str]]  # a column the ingestor does not know, by its header name
+    other_columns: NotRequired[
+        dict[str, str]
+    ]  # a column the ingestor does not know, by its header name
 
 
 class TopoNic(TypedDict):
@@ -357,8 +379,11 @@ def _offered_rate(value: Any) -> str:
 
 
 #: An offered request rate (requests per second) as text: a decimal string, or `inf`.
-OfferedRate = Annotated[str, BeforeValidator(_offered_rate),
-                        WithJsonSchema({"type": "string", "pattern": r"^(inf|\+?(\d+(\.\d*)?|\.\d+))$"})]
+OfferedRate = Annotated[
+    str,
+    BeforeValidator(_offered_rate),
+    WithJsonSchema({"type": "string", "pattern": r"^(inf|\+?(\d+(\.\d*)?|\.\d+))$"}),
+]
 
 
 #: The figures of a per-request measure a tool prints: the mean and percentiles (p50 is
@@ -401,8 +426,10 @@ class InferenceWindow(TenantData):
         if self.window_end < self.window_start:
             raise ValueError("window_end is before window_start")
         if self.accepted + (self.failed or 0) + (self.cancelled or 0) > self.requests:
-            raise ValueError(f"accepted, failed and cancelled ({self.accepted}, {self.failed or 0}, "
-                             f"{self.cancelled or 0}) add up to more than the {self.requests} requests")
+            raise ValueError(
+                f"accepted, failed and cancelled ({self.accepted}, {self.failed or 0}, "
+                f"{self.cancelled or 0}) add up to more than the {self.requests} requests"
+            )
         return self
 
 
@@ -429,12 +456,17 @@ class PolicyQuota(TenantData):
     gpus: GpuCount
     borrowing_limit: GpuCount | None = None
     lending_limit: GpuCount | None = None
-    pool: str | None = None  # the limit it is (`clusterqueue/<name>`, `qos/<name>`): a tenant's pools add up
+    pool: str | None = (
+        None  # the limit it is (`clusterqueue/<name>`, `qos/<name>`): a tenant's pools add up
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> PolicyQuota:
         if self.lending_limit is not None and self.lending_limit > self.gpus:
-            raise ValueError(f"lending_limit {self.lending_limit} is more than the nominal quota gpus {self.gpus}")
+            raise ValueError(
+                f"lending_limit {self.lending_limit} is more than the nominal quota gpus "
+                f"{self.gpus}"
+            )
         return self
 
 
@@ -442,7 +474,8 @@ StartOutcome = Literal["started", "failed"]
 
 
 class StartReceipt(TenantData):
-    """A small disposable job started on one offered placement class (docs/receipts-and-changes.md):
+    """A small disposable job started on one offered placement class
+    (docs/receipts-and-changes.md):
     what it really got. `driver` is the driver version it saw, `devices` what it was given,
     `topology_digest` the digest of its `nvidia-smi topo -m` output, `decision_seq` the
     ledger seq of the `policy.decision` that placed it, `submitted_at` when it was asked
@@ -453,7 +486,9 @@ class StartReceipt(TenantData):
     allocation_id: Name
     placement_class: PlacementClass
     launched_at: UtcTime
-    outcome: StartOutcome | None = None  # absent: started (a default would change older receipts' bytes)
+    outcome: StartOutcome | None = (
+        None  # absent: started (a default would change older receipts' bytes)
+    )
     reason: str | None = None
     submitted_at: UtcTime | None = None
     node: str | None = None
@@ -472,7 +507,9 @@ class StartReceipt(TenantData):
 
 def _no_tenant_data(value: Any, info: ValidationInfo) -> None:
     if value is not None:
-        raise ValueError(f"a fleet event carries no tenant's data: {info.field_name} must be absent or null")
+        raise ValueError(
+            f"a fleet event carries no tenant's data: {info.field_name} must be absent or null"
+        )
     return None
 
 
@@ -495,7 +532,9 @@ def _one_per_device(geometry: list[DeviceGeometry]) -> list[DeviceGeometry]:
     for entry in geometry:
         key = (entry.get("node"), str(entry["device"]))
         if key in seen:
-            raise ValueError(f"device {key[1]!r}{' on ' + key[0] if key[0] else ''} is listed twice")
+            raise ValueError(
+                f"device {key[1]!r}{' on ' + key[0] if key[0] else ''} is listed twice"
+            )
         seen.add(key)
     return geometry
 
@@ -525,8 +564,13 @@ class FleetChange(EventData):
     def _consistent(self) -> FleetChange:
         if self.ended_at is not None and self.ended_at < self.started_at:
             raise ValueError("ended_at is before started_at")
-        if self.kind != "mig-reconfigure" and (self.geometry_before is not None or self.geometry_after is not None):
-            raise ValueError(f"geometry_before and geometry_after belong to a mig-reconfigure, not a {self.kind}")
+        if self.kind != "mig-reconfigure" and (
+            self.geometry_before is not None or self.geometry_after is not None
+        ):
+            raise ValueError(
+                "geometry_before and geometry_after belong to a mig-reconfigure, not a "
+                f"{self.kind}"
+            )
         return self
 
 
@@ -598,7 +642,10 @@ def _envelope(event_type: str, data_model: type[EventData]) -> type[CloudEvent]:
 ENVELOPES: dict[str, type[CloudEvent]] = {t: _envelope(t, m) for t, m in DATA_MODELS.items()}
 
 # Union[] of a tuple built at run time; `X | Y` cannot be spelled over it
-_AnyEvent = Annotated[Union[tuple(ENVELOPES.values())], Field(discriminator="type")]  # type: ignore[valid-type]  # noqa: UP007
+_AnyEvent = Annotated[  # type: ignore[valid-type]
+    Union[tuple(ENVELOPES.values())],  # noqa: UP007
+    Field(discriminator="type"),
+]
 EVENT_ADAPTER: TypeAdapter[CloudEvent] = TypeAdapter(_AnyEvent)  # type: ignore[arg-type]
 
 
@@ -610,7 +657,9 @@ def validate_event_json(raw: bytes | str, now: datetime | None = None) -> CloudE
     return EVENT_ADAPTER.validate_json(raw, context={NOW: now})
 
 
-def validate_event(obj: Any, now: datetime | None = None, naive_is_utc: bool = False) -> CloudEvent:
+def validate_event(
+    obj: Any, now: datetime | None = None, naive_is_utc: bool = False
+) -> CloudEvent:
     """Validate one CloudEvent given as Python objects; raises pydantic.ValidationError.
 
     `now` as for `validate_event_json`. `naive_is_utc` lets a parser of a tool that prints

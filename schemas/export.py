@@ -34,6 +34,7 @@ def schema_texts() -> dict[str, str]:
 def _without_defaults(schema: dict[str, object]) -> dict[str, object]:
     """A document's member with a default is one it may leave out: the default is no value
     it stands for, so the schema names none (it says only that the member is optional)."""
+
     def walk(node: object) -> object:
         if isinstance(node, dict):
             return {k: walk(v) for k, v in node.items() if k != "default"}

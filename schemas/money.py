@@ -15,9 +15,32 @@ from fractions import Fraction
 
 #: ISO 4217 minor units that are not 2.
 MINOR_UNITS = {
-    "BHD": 3, "BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "IQD": 3, "ISK": 0, "JOD": 3, "JPY": 0,
-    "KMF": 0, "KRW": 0, "KWD": 3, "LYD": 3, "OMR": 3, "PYG": 0, "RWF": 0, "TND": 3, "UGX": 0,
-    "UYI": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0, "CLF": 4, "UYW": 4,
+    "BHD": 3,
+    "BIF": 0,
+    "CLP": 0,
+    "DJF": 0,
+    "GNF": 0,
+    "IQD": 3,
+    "ISK": 0,
+    "JOD": 3,
+    "JPY": 0,
+    "KMF": 0,
+    "KRW": 0,
+    "KWD": 3,
+    "LYD": 3,
+    "OMR": 3,
+    "PYG": 0,
+    "RWF": 0,
+    "TND": 3,
+    "UGX": 0,
+    "UYI": 0,
+    "VND": 0,
+    "VUV": 0,
+    "XAF": 0,
+    "XOF": 0,
+    "XPF": 0,
+    "CLF": 4,
+    "UYW": 4,
 }
 
 
@@ -35,7 +58,9 @@ class Money:
     minor: int = 2
 
     @classmethod
-    def of(cls, units: int | Fraction, minor: int | None = None, currency: str | None = None) -> Money:
+    def of(
+        cls, units: int | Fraction, minor: int | None = None, currency: str | None = None
+    ) -> Money:
         """`units` of the minor unit (cents), exactly; a Fraction of them is rounded
         half-even to a whole one. `minor` defaults to the currency's."""
         places = minor_unit(currency) if minor is None else minor

@@ -40,10 +40,15 @@ class Accepted(NamedTuple):
         """Raises Unstorable for an event JSON cannot carry exactly or one over 1 MiB."""
         body = canonical_event(event)
         if len(body) > MAX_EVENT_BYTES:
-            raise EventTooLarge(f"the event is {len(body):,} bytes in canonical form, over the limit of "
-                                f"{MAX_EVENT_BYTES:,} (1 MiB)")
-        for name, value in (("source", event.source), ("id", event.id),
-                            ("data.tenant", event.tenant)):
+            raise EventTooLarge(
+                f"the event is {len(body):,} bytes in canonical form, over the limit of "
+                f"{MAX_EVENT_BYTES:,} (1 MiB)"
+            )
+        for name, value in (
+            ("source", event.source),
+            ("id", event.id),
+            ("data.tenant", event.tenant),
+        ):
             _storable_column(name, value)
         return cls(event.source, event.id, event.type, event.tenant, body, origin)
 
@@ -54,8 +59,11 @@ def _storable_column(name: str, value: str | None) -> None:
     so that a record holding one is quarantined on both backends, never a failed batch."""
     if value is not None and "\x00" in value:
         column = name.split(".")[-1]
-        raise Unstorable(f"holds a NUL character (\\u0000), which the ledger's {column} column "
-                         "cannot store on every backend", tuple(name.split(".")))
+        raise Unstorable(
+            f"holds a NUL character (\\u0000), which the ledger's {column} column "
+            "cannot store on every backend",
+            tuple(name.split(".")),
+        )
 
 
 class EventTooLarge(Unstorable):
@@ -114,9 +122,13 @@ def rejections(error: ValidationError, origin: Origin, record: bytes) -> Rejecte
     else:
         field, reason = field_path(tuple(first["loc"])), _message(first["msg"])
     if len(errors) > 1:
-        reason += f" (and {len(errors) - 1} more: " + "; ".join(
-            f"{field_path(tuple(e['loc']))}: {_message(e['msg'])}" for e in errors[1:4]
-        ) + ")"
+        reason += (
+            f" (and {len(errors) - 1} more: "
+            + "; ".join(
+                f"{field_path(tuple(e['loc']))}: {_message(e['msg'])}" for e in errors[1:4]
+            )
+            + ")"
+        )
     return Rejected(origin, field, reason, record)
 
 

@@ -15,7 +15,15 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator, Field, PlainSerializer, Strict, ValidationInfo, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    PlainSerializer,
+    Strict,
+    ValidationInfo,
+    WithJsonSchema,
+)
 
 #: I-JSON (RFC 7493 §2.2): integers beyond ±(2**53 - 1) do not survive a double.
 MAX_SAFE_INT = 2**53 - 1
@@ -60,7 +68,9 @@ def rfc3339_only(value: Any, info: ValidationInfo) -> Any:
     zone_optional = bool(_context(info).get(NAIVE_IS_UTC))
     if isinstance(value, datetime):
         if value.tzinfo is None and not zone_optional:
-            raise ValueError(f"a time with no zone: {value.isoformat()} (RFC 3339 requires Z or an offset)")
+            raise ValueError(
+                f"a time with no zone: {value.isoformat()} (RFC 3339 requires Z or an offset)"
+            )
         return value
     if isinstance(value, str) and _RFC3339_PREFIX.match(value):
         if not zone_optional and not _RFC3339_ZONE.search(value):
@@ -95,7 +105,9 @@ def within_clock(moment: datetime, info: ValidationInfo) -> datetime:
     (a later one would make every pending promise look missed, for good)."""
     latest = ingest_clock(info) + CLOCK_SKEW
     if moment > latest:
-        raise ValueError(f"{format_utc(moment)} is after the ingest clock plus one day ({format_utc(latest)})")
+        raise ValueError(
+            f"{format_utc(moment)} is after the ingest clock plus one day ({format_utc(latest)})"
+        )
     return not_before_1970(moment)
 
 
@@ -103,7 +115,9 @@ def format_utc(moment: datetime) -> str:
     """The one text form of a time: `YYYY-MM-DDTHH:MM:SSZ`, or `...SS.ffffffZ` when the
     microseconds are not zero (byte for byte what orjson writes with OPT_UTC_Z)."""
     moment = as_utc(moment)
-    text = moment.replace(tzinfo=None).isoformat(timespec="microseconds" if moment.microsecond else "seconds")
+    text = moment.replace(tzinfo=None).isoformat(
+        timespec="microseconds" if moment.microsecond else "seconds"
+    )
     return text + "Z"
 
 
@@ -127,10 +141,15 @@ def computable_amount(amount: Decimal) -> Decimal:
     """An amount the engine computes exactly (see AMOUNT_WHOLE_DIGITS)."""
     places = max(0, -int(amount.as_tuple().exponent))
     if places > AMOUNT_DECIMAL_PLACES:
-        raise ValueError(f"{places} decimal places; the engine computes exactly with at most {AMOUNT_DECIMAL_PLACES}")
+        raise ValueError(
+            f"{places} decimal places; the engine computes exactly with at most "
+            f"{AMOUNT_DECIMAL_PLACES}"
+        )
     if abs(amount) >= Decimal(10) ** AMOUNT_WHOLE_DIGITS:
-        raise ValueError(f"{_preview(amount)} is not below 10^{AMOUNT_WHOLE_DIGITS} in magnitude, "
-                         "the largest amount the engine computes exactly (split the charge into lines)")
+        raise ValueError(
+            f"{_preview(amount)} is not below 10^{AMOUNT_WHOLE_DIGITS} in magnitude, "
+            "the largest amount the engine computes exactly (split the charge into lines)"
+        )
     return amount
 
 
@@ -148,9 +167,16 @@ _MONEY_SCHEMA = {"type": "string", "pattern": r"^[+-]?(\d+(\.\d*)?|\.\d+)$"}
 _AMOUNT_SCHEMA = {"type": "string", "pattern": r"^[+-]?0*(\d{1,7}(\.\d{0,11})?|\.\d{1,11})$"}
 
 #: An RFC 3339 string with a zone, or an aware datetime; never a bare number or a date alone.
-UtcTime = Annotated[datetime, BeforeValidator(rfc3339_only), AfterValidator(as_utc), AfterValidator(within_clock)]
+UtcTime = Annotated[
+    datetime, BeforeValidator(rfc3339_only), AfterValidator(as_utc), AfterValidator(within_clock)
+]
 #: A promised time: it may lie ahead of the clock, but not before 1970.
-Deadline = Annotated[datetime, BeforeValidator(rfc3339_only), AfterValidator(as_utc), AfterValidator(not_before_1970)]
+Deadline = Annotated[
+    datetime,
+    BeforeValidator(rfc3339_only),
+    AfterValidator(as_utc),
+    AfterValidator(not_before_1970),
+]
 Money = Annotated[
     Decimal,
     BeforeValidator(parse_money),

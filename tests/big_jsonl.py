@@ -16,11 +16,22 @@ def write_big(path: Path, size_mib: int) -> int:
     with path.open("wb") as out:
         while written < limit:
             chunk = b"".join(
-                orjson.dumps({
-                    "specversion": "1.0", "id": f"p{n + i}", "source": "sim://node-1", "type": "job.progress",
-                    "time": "2026-01-05T10:00:00Z",
-                    "data": {"tenant": f"t{(n + i) % 16}", "job_id": f"j{(n + i) % 97}", "step": n + i, "units": (n + i) * 4096},
-                }) + b"\n"
+                orjson.dumps(
+                    {
+                        "specversion": "1.0",
+                        "id": f"p{n + i}",
+                        "source": "sim://node-1",
+                        "type": "job.progress",
+                        "time": "2026-01-05T10:00:00Z",
+                        "data": {
+                            "tenant": f"t{(n + i) % 16}",
+                            "job_id": f"j{(n + i) % 97}",
+                            "step": n + i,
+                            "units": (n + i) * 4096,
+                        },
+                    }
+                )
+                + b"\n"
                 for i in range(10_000)
             )
             out.write(chunk)

@@ -34,18 +34,36 @@ def _commands(group: click.Group, path: list[str]) -> Iterator[tuple[list[str], 
 
 def _help(path: list[str]) -> str:
     """What `gpuledger PATH --help` prints, at a fixed width so the page is the same anywhere."""
-    done = CliRunner().invoke(main, [*path, "--help"], prog_name="gpuledger",
-                              terminal_width=WIDTH, max_content_width=WIDTH)
+    done = CliRunner().invoke(
+        main,
+        [*path, "--help"],
+        prog_name="gpuledger",
+        terminal_width=WIDTH,
+        max_content_width=WIDTH,
+    )
     assert done.exit_code == 0, done.output
     return done.output
 
 
 def reference() -> str:
     """Every command's help, in command order, as one Markdown section."""
-    parts = [BEGIN, "", "## Reference", "",
-             "Each command's `--help`, as the command line prints it.", ""]
+    parts = [
+        BEGIN,
+        "",
+        "## Reference",
+        "",
+        "Each command's `--help`, as the command line prints it.",
+        "",
+    ]
     for path, _ in _commands(main, []):
-        parts += [f"### gpuledger {' '.join(path)}", "", "```text", _help(path).rstrip(), "```", ""]
+        parts += [
+            f"### gpuledger {' '.join(path)}",
+            "",
+            "```text",
+            _help(path).rstrip(),
+            "```",
+            "",
+        ]
     parts.append(END)
     return "\n".join(parts) + "\n"
 

@@ -32,7 +32,9 @@ def _pg_unavailable_reason() -> str | None:
     try:
         import psycopg
 
-        with psycopg.connect(PG_URL.replace("postgresql+psycopg", "postgresql"), connect_timeout=3):
+        with psycopg.connect(
+            PG_URL.replace("postgresql+psycopg", "postgresql"), connect_timeout=3
+        ):
             return None
     except Exception as exc:  # any failure to connect means: skip, and say why
         return f"PostgreSQL not reachable at {PG_URL}: {str(exc).strip().splitlines()[0]}"
@@ -76,14 +78,30 @@ def store(db_url: str) -> Iterator[Store]:
     s.close()
 
 
-def event(type_: str, id_: str, data: dict[str, Any], *, source: str = "test://fleet",
-          time: str = "2026-01-05T10:00:00Z", **extra: Any) -> dict[str, Any]:
-    return {"specversion": "1.0", "id": id_, "source": source, "type": type_, "time": time,
-            "data": data, **extra}
+def event(
+    type_: str,
+    id_: str,
+    data: dict[str, Any],
+    *,
+    source: str = "test://fleet",
+    time: str = "2026-01-05T10:00:00Z",
+    **extra: Any,
+) -> dict[str, Any]:
+    return {
+        "specversion": "1.0",
+        "id": id_,
+        "source": source,
+        "type": type_,
+        "time": time,
+        "data": data,
+        **extra,
+    }
 
 
 def progress(i: int, tenant: str = "acme", source: str = "test://fleet") -> dict[str, Any]:
-    return event("job.progress", f"p{i}", {"tenant": tenant, "job_id": "j1", "step": i}, source=source)
+    return event(
+        "job.progress", f"p{i}", {"tenant": tenant, "job_id": "j1", "step": i}, source=source
+    )
 
 
 def write_jsonl(path: Path, events: list[dict[str, Any]]) -> Path:

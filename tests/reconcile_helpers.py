@@ -45,32 +45,62 @@ class Scenario:
     currency: str = "USD"
     events: list[dict[str, Any]] = field(default_factory=list)
 
-    def add(self, type_: str, clock: str, data: dict[str, Any], tenant: str | None = None) -> dict[str, Any]:
+    def add(
+        self, type_: str, clock: str, data: dict[str, Any], tenant: str | None = None
+    ) -> dict[str, Any]:
         if type_ not in ("health.fault", "health.cleared", "device.discovered"):
             data = {"tenant": tenant or self.tenant, **data}
-        event = {"specversion": "1.0", "id": f"{type_}-{len(self.events) + 1}",
-                 "source": "test://scenario", "type": type_, "time": when(clock), "data": data}
+        event = {
+            "specversion": "1.0",
+            "id": f"{type_}-{len(self.events) + 1}",
+            "source": "test://scenario",
+            "type": type_,
+            "time": when(clock),
+            "data": data,
+        }
         self.events.append(event)
         return event
 
     # allocations -------------------------------------------------------------------
-    def grant(self, alloc: str, *, gpus: int, at: str, node: str | None = "n1",
-              devices: list[Any] | None = None, fabric_domain: str | None = None,
-              tenant: str | None = None) -> None:
+    def grant(
+        self,
+        alloc: str,
+        *,
+        gpus: int,
+        at: str,
+        node: str | None = "n1",
+        devices: list[Any] | None = None,
+        fabric_domain: str | None = None,
+        tenant: str | None = None,
+    ) -> None:
         data: dict[str, Any] = {"allocation_id": alloc, "gpus": gpus}
-        data.update({k: v for k, v in (("node", node), ("devices", devices),
-                                       ("fabric_domain", fabric_domain)) if v is not None})
+        data.update(
+            {
+                k: v
+                for k, v in (
+                    ("node", node),
+                    ("devices", devices),
+                    ("fabric_domain", fabric_domain),
+                )
+                if v is not None
+            }
+        )
         self.add("allocation.granted", at, data, tenant)
 
     def release(self, alloc: str, *, at: str, tenant: str | None = None) -> None:
         self.add("allocation.released", at, {"allocation_id": alloc}, tenant)
 
     # jobs ----------------------------------------------------------------------------
-    def start(self, job: str, alloc: str, *, at: str, attempt: int = 1, tenant: str | None = None) -> None:
-        self.add("job.started", at, {"job_id": job, "allocation_id": alloc, "attempt": attempt}, tenant)
+    def start(
+        self, job: str, alloc: str, *, at: str, attempt: int = 1, tenant: str | None = None
+    ) -> None:
+        self.add(
+            "job.started", at, {"job_id": job, "allocation_id": alloc, "attempt": attempt}, tenant
+        )
 
-    def progress(self, job: str, *, step: int, at: str, units: int | None = None,
-                 tenant: str | None = None) -> None:
+    def progress(
+        self, job: str, *, step: int, at: str, units: int | None = None, tenant: str | None = None
+    ) -> None:
         data: dict[str, Any] = {"job_id": job, "step": step}
         if units is not None:
             data["units"] = units
@@ -90,10 +120,16 @@ class Scenario:
     def cancel(self, job: str, *, at: str) -> None:
         self.add("job.cancelled", at, {"job_id": job, "by": "user"})
 
-    def checkpoint(self, job: str, ckpt: str, *, step: int, started: str, saved: str | None) -> None:
-        self.add("checkpoint.started", started, {"job_id": job, "checkpoint_id": ckpt, "step": step})
+    def checkpoint(
+        self, job: str, ckpt: str, *, step: int, started: str, saved: str | None
+    ) -> None:
+        self.add(
+            "checkpoint.started", started, {"job_id": job, "checkpoint_id": ckpt, "step": step}
+        )
         if saved is not None:
-            self.add("checkpoint.saved", saved, {"job_id": job, "checkpoint_id": ckpt, "step": step})
+            self.add(
+                "checkpoint.saved", saved, {"job_id": job, "checkpoint_id": ckpt, "step": step}
+            )
 
     def restored(self, job: str, ckpt: str, *, step: int, at: str) -> None:
         self.add("checkpoint.restored", at, {"job_id": job, "checkpoint_id": ckpt, "step": step})
@@ -104,37 +140,63 @@ class Scenario:
 
     # policy and health -----------------------------------------------------------------
     def terms(self, *, at: str, warmup: int = 600, stall: int = 300, notice: int = 0) -> None:
-        self.add("policy.terms", at, {"warmup_allowance_s": warmup, "stall_threshold_s": stall,
-                                      "reclaim_notice_s": notice})
+        self.add(
+            "policy.terms",
+            at,
+            {"warmup_allowance_s": warmup, "stall_threshold_s": stall, "reclaim_notice_s": notice},
+        )
 
-    def decision(self, decision: str, *, at: str, alloc: str | None = None, job: str | None = None) -> None:
+    def decision(
+        self, decision: str, *, at: str, alloc: str | None = None, job: str | None = None
+    ) -> None:
         data: dict[str, Any] = {"decision": decision}
-        data.update({k: v for k, v in (("allocation_id", alloc), ("job_id", job)) if v is not None})
+        data.update(
+            {k: v for k, v in (("allocation_id", alloc), ("job_id", job)) if v is not None}
+        )
         self.add("policy.decision", at, data)
 
-    def fault(self, *, at: str, code: str = "xid-79", severity: str = "critical", **place: Any) -> None:
+    def fault(
+        self, *, at: str, code: str = "xid-79", severity: str = "critical", **place: Any
+    ) -> None:
         self.add("health.fault", at, {"code": code, "severity": severity, **place})
 
     def cleared(self, *, at: str, code: str = "xid-79", **place: Any) -> None:
         self.add("health.cleared", at, {"code": code, **place})
 
     # billing -------------------------------------------------------------------------
-    def line(self, line_id: str, alloc: str | None, start: str, end: str, *, gpus: int, amount: str,
-             invoice: str = "INV-1", category: str = "usage", corrects: str | None = None,
-             at: str | None = None, tenant: str | None = None, currency: str | None = None) -> None:
+    def line(
+        self,
+        line_id: str,
+        alloc: str | None,
+        start: str,
+        end: str,
+        *,
+        gpus: int,
+        amount: str,
+        invoice: str = "INV-1",
+        category: str = "usage",
+        corrects: str | None = None,
+        at: str | None = None,
+        tenant: str | None = None,
+        currency: str | None = None,
+    ) -> None:
         """A billing line; its event time (the tenant's horizon may depend on it) is
         `at`, else the end of its period."""
         data: dict[str, Any] = {
-            "invoice_id": invoice, "line_id": line_id, "period_start": when(start),
-            "period_end": when(end), "gpus": gpus, "amount": amount,
-            "currency": currency or self.currency, "category": category,
+            "invoice_id": invoice,
+            "line_id": line_id,
+            "period_start": when(start),
+            "period_end": when(end),
+            "gpus": gpus,
+            "amount": amount,
+            "currency": currency or self.currency,
+            "category": category,
         }
         if alloc is not None:
             data["allocation_id"] = alloc
         if corrects is not None:
             data["corrects"] = corrects
         self.add("billing.line", at or end, data, tenant)
-
 
 
 def records(events: list[dict[str, Any]]) -> list[Accepted]:
@@ -146,8 +208,9 @@ def ingest(store: Store, events: list[dict[str, Any]]) -> None:
     assert report.appended == len(events), report
 
 
-def run(url: str, events: list[dict[str, Any]], tenant: str | None = None,
-        invoice: str | None = None) -> dict[str, Any]:
+def run(
+    url: str, events: list[dict[str, Any]], tenant: str | None = None, invoice: str | None = None
+) -> dict[str, Any]:
     """Append `events` in list order to a new store at `url` and reconcile it."""
     from reconcile import reconcile_store
 
@@ -161,7 +224,9 @@ def run(url: str, events: list[dict[str, Any]], tenant: str | None = None,
         store.close()
 
 
-def reconcile(tmp_path: Path, s: Scenario | list[dict[str, Any]], **filters: str) -> dict[str, Any]:
+def reconcile(
+    tmp_path: Path, s: Scenario | list[dict[str, Any]], **filters: str
+) -> dict[str, Any]:
     """Append the scenario to a fresh SQLite store under tmp_path and reconcile it."""
     events = s.events if isinstance(s, Scenario) else s
     n = len(list(tmp_path.glob("*.db")))
@@ -187,8 +252,11 @@ def entry(value: dict[str, Any]) -> Entry:
 def cats(node: dict[str, Any]) -> dict[str, Entry]:
     """A line's or tenant's categories as tuples; categories with no time and no money
     (which the engine may list or leave out) are left out."""
-    return {name: entry(v) for name, v in node["categories"].items()
-            if v["gpu_seconds"] or name == "money_only"}
+    return {
+        name: entry(v)
+        for name, v in node["categories"].items()
+        if v["gpu_seconds"] or name == "money_only"
+    }
 
 
 def line(doc: dict[str, Any], line_id: str) -> dict[str, Any]:

@@ -19,12 +19,23 @@ from tests.conftest import ROOT, progress, write_jsonl
 CLI = [sys.executable, "-c", "from cli import main; main()"]
 
 
-def cli(*args: str, preexec: Callable[[], None] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, preexec_fn=preexec)
+def cli(
+    *args: str, preexec: Callable[[], None] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=preexec,
+    )
 
 
 def start_cli(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([*CLI, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [*CLI, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def assert_one_line_error(done: subprocess.CompletedProcess[str], *phrases: str) -> str:
@@ -96,12 +107,18 @@ def assert_verifies(url: str) -> int:
 def mount_tmpfs(path: Path, size: str) -> str | None:
     """Mount a tmpfs of `size` at path; returns why it could not be done, or None."""
     path.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)], capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
     return None if done.returncode == 0 else f"mount -t tmpfs failed: {done.stderr.strip()}"
 
 
 def remount(path: Path, options: str) -> None:
-    subprocess.run(["mount", "-o", f"remount,{options}", str(path)], check=True, capture_output=True)
+    subprocess.run(
+        ["mount", "-o", f"remount,{options}", str(path)], check=True, capture_output=True
+    )
 
 
 def unmount(path: Path) -> None:

@@ -56,8 +56,16 @@ class Events:
     def add(self, type_: str, clock: str, **data: Any) -> None:
         if type_ not in FLEET_TYPES:
             data = {"tenant": self.tenant, **data}
-        self.items.append({"specversion": "1.0", "id": f"e{len(self.items) + 1}", "source": "test://reports",
-                           "type": type_, "time": at(clock), "data": data})
+        self.items.append(
+            {
+                "specversion": "1.0",
+                "id": f"e{len(self.items) + 1}",
+                "source": "test://reports",
+                "type": type_,
+                "time": at(clock),
+                "data": data,
+            }
+        )
 
     def steps(self, job: str, *clocks: str) -> None:
         for step, clock in enumerate(clocks, 1):
@@ -76,30 +84,91 @@ def fleet() -> list[dict[str, Any]]:
     _job2(e)
     _job3_and_4(e)
     e.add("job.submitted", "10:50", job_id="J5")
-    e.add("billing.line", "11:15", invoice_id="INV-1", line_id="L4", period_start=at("10:00"),
-          period_end=at("11:00"), gpus=0, amount="-0.60", currency="USD", category="credit")
-    for clock, place in (("10:30", {"node": "n1"}), ("10:36", {"node": "n2", "device": 1}),
-                         ("13:00", {"node": "n2", "device": 0})):
+    e.add(
+        "billing.line",
+        "11:15",
+        invoice_id="INV-1",
+        line_id="L4",
+        period_start=at("10:00"),
+        period_end=at("11:00"),
+        gpus=0,
+        amount="-0.60",
+        currency="USD",
+        category="credit",
+    )
+    for clock, place in (
+        ("10:30", {"node": "n1"}),
+        ("10:36", {"node": "n2", "device": 1}),
+        ("13:00", {"node": "n2", "device": 0}),
+    ):
         e.add("health.fault", clock, code="xid-48", severity="critical", **place)
-        e.add("health.cleared", clock[:3] + "59" if clock != "13:00" else "13:30", code="xid-48", **place)
+        e.add(
+            "health.cleared",
+            clock[:3] + "59" if clock != "13:00" else "13:30",
+            code="xid-48",
+            **place,
+        )
     return e.items
 
 
 def _promises(e: Events) -> None:
-    e.add("policy.promise", "09:50", promise_id="P1", job_id="J1", start_by=at("10:05"), complete_by=at("11:00"),
-          placement_class="whole")
-    e.add("policy.promise", "09:50", promise_id="P2", job_id="J2", start_by=at("10:10"), complete_by=at("12:00"))
-    e.add("policy.promise", "09:40", promise_id="P3", job_id="J3", start_by=at("10:30"), complete_by=at("10:50"),
-          placement_class="timeslice")
-    e.add("policy.promise", "09:40", promise_id="P4", job_id="J4", start_by=at("10:45"), placement_class="timeslice")
-    e.add("policy.promise", "09:40", promise_id="P5", job_id="J5", start_by=at("11:00"), placement_class="whole")
+    e.add(
+        "policy.promise",
+        "09:50",
+        promise_id="P1",
+        job_id="J1",
+        start_by=at("10:05"),
+        complete_by=at("11:00"),
+        placement_class="whole",
+    )
+    e.add(
+        "policy.promise",
+        "09:50",
+        promise_id="P2",
+        job_id="J2",
+        start_by=at("10:10"),
+        complete_by=at("12:00"),
+    )
+    e.add(
+        "policy.promise",
+        "09:40",
+        promise_id="P3",
+        job_id="J3",
+        start_by=at("10:30"),
+        complete_by=at("10:50"),
+        placement_class="timeslice",
+    )
+    e.add(
+        "policy.promise",
+        "09:40",
+        promise_id="P4",
+        job_id="J4",
+        start_by=at("10:45"),
+        placement_class="timeslice",
+    )
+    e.add(
+        "policy.promise",
+        "09:40",
+        promise_id="P5",
+        job_id="J5",
+        start_by=at("11:00"),
+        placement_class="whole",
+    )
     e.add("policy.promise", "09:40", promise_id="P6", job_id="J6", start_by=at("12:00"))
 
 
 def _job1(e: Events) -> None:
     e.add("job.submitted", "09:55", job_id="J1", gpus=1)
     e.add("policy.decision", "10:00", decision="admitted", job_id="J1", allocation_id="A1")
-    e.add("allocation.granted", "10:00", allocation_id="A1", gpus=1, node="n1", devices=[0], placement_class="whole")
+    e.add(
+        "allocation.granted",
+        "10:00",
+        allocation_id="A1",
+        gpus=1,
+        node="n1",
+        devices=[0],
+        placement_class="whole",
+    )
     e.add("policy.decision", "10:01", decision="placed", job_id="J1")
     e.add("job.started", "10:02", job_id="J1", allocation_id="A1")
     e.steps("J1", "10:04", "10:06", "10:09", "10:10", "10:14")
@@ -107,17 +176,44 @@ def _job1(e: Events) -> None:
     e.add("checkpoint.saved", "10:12", job_id="J1", checkpoint_id="c1", step=4)
     e.add("job.completed", "10:16", job_id="J1")
     e.add("allocation.released", "10:20", allocation_id="A1")
-    e.add("billing.line", "10:20", invoice_id="INV-1", line_id="L1", allocation_id="A1", period_start=at("10:00"),
-          period_end=at("10:20"), gpus=1, amount="2.40", currency="USD")
+    e.add(
+        "billing.line",
+        "10:20",
+        invoice_id="INV-1",
+        line_id="L1",
+        allocation_id="A1",
+        period_start=at("10:00"),
+        period_end=at("10:20"),
+        gpus=1,
+        amount="2.40",
+        currency="USD",
+    )
     e.add("work.accepted", "10:30", job_id="J1", result_id="r1")
 
 
 def _job2(e: Events) -> None:
     e.add("job.submitted", "09:58", job_id="J2", gpus=1)
-    e.add("policy.decision", "10:20", decision="admitted", job_id="J2", allocation_id="A2", reason="Admitted")
-    e.add("policy.decision", "10:00", decision="queued", job_id="J2", reason="Pending")  # later in the ledger, earlier in time
-    e.add("allocation.granted", "10:20", allocation_id="A2", gpus=1, node="n2", devices=[0], placement_class="mig",
-          profile="1g.10gb")
+    e.add(
+        "policy.decision",
+        "10:20",
+        decision="admitted",
+        job_id="J2",
+        allocation_id="A2",
+        reason="Admitted",
+    )
+    e.add(
+        "policy.decision", "10:00", decision="queued", job_id="J2", reason="Pending"
+    )  # later in the ledger, earlier in time
+    e.add(
+        "allocation.granted",
+        "10:20",
+        allocation_id="A2",
+        gpus=1,
+        node="n2",
+        devices=[0],
+        placement_class="mig",
+        profile="1g.10gb",
+    )
     e.add("policy.decision", "10:21", decision="placed", job_id="J2")
     e.add("job.started", "10:25", job_id="J2", allocation_id="A2", attempt=1)
     e.steps("J2", "10:30", "10:31", "10:33")
@@ -132,15 +228,32 @@ def _job2(e: Events) -> None:
     e.add("job.progress", "10:50", job_id="J2", step=5, units=500)
     e.add("job.completed", "11:00", job_id="J2")
     e.add("allocation.released", "11:00", allocation_id="A2")
-    e.add("billing.line", "11:00", invoice_id="INV-1", line_id="L2", allocation_id="A2", period_start=at("10:20"),
-          period_end=at("11:00"), gpus=1, amount="4.80", currency="USD")
+    e.add(
+        "billing.line",
+        "11:00",
+        invoice_id="INV-1",
+        line_id="L2",
+        allocation_id="A2",
+        period_start=at("10:20"),
+        period_end=at("11:00"),
+        gpus=1,
+        amount="4.80",
+        currency="USD",
+    )
     e.add("work.rejected", "11:05", job_id="J2", result_id="r2")
 
 
 def _job3_and_4(e: Events) -> None:
     e.add("policy.decision", "10:00", decision="queued", job_id="J3")
     e.add("policy.decision", "10:05", decision="admitted", allocation_id="A3")
-    e.add("allocation.granted", "10:05", allocation_id="A3", gpus=1, node="n3", placement_class="timeslice")
+    e.add(
+        "allocation.granted",
+        "10:05",
+        allocation_id="A3",
+        gpus=1,
+        node="n3",
+        placement_class="timeslice",
+    )
     e.add("policy.decision", "10:06", decision="placed", job_id="j3-pod-x")
     e.add("job.started", "10:06", job_id="J3", allocation_id="A3", pod="j3-pod-x")
     e.steps("J3", "10:10", "10:20", "10:25")
@@ -148,8 +261,18 @@ def _job3_and_4(e: Events) -> None:
     e.add("job.completed", "11:00", job_id="J4")
     e.add("job.completed", "11:10", job_id="J3")
     e.add("allocation.released", "11:15", allocation_id="A3")
-    e.add("billing.line", "11:15", invoice_id="INV-1", line_id="L3", allocation_id="A3", period_start=at("10:05"),
-          period_end=at("11:15"), gpus=1, amount="1.40", currency="USD")
+    e.add(
+        "billing.line",
+        "11:15",
+        invoice_id="INV-1",
+        line_id="L3",
+        allocation_id="A3",
+        period_start=at("10:05"),
+        period_end=at("11:15"),
+        gpus=1,
+        amount="1.40",
+        currency="USD",
+    )
     e.add("work.accepted", "11:20", job_id="J3", result_id="r3")
 
 
@@ -161,7 +284,9 @@ def make_store(url: str) -> Store:
 def make_store_of(url: str, events: list[dict[str, Any]]) -> Store:
     store = Store(url)
     store.init()
-    records = [Accepted.of(validate_event(e), Origin("scenario", i)) for i, e in enumerate(events, 1)]
+    records = [
+        Accepted.of(validate_event(e), Origin("scenario", i)) for i, e in enumerate(events, 1)
+    ]
     report = append_stream(Appender(store), records, 5000)
     assert report.appended == len(records), report
     return store

@@ -55,7 +55,9 @@ class ChildPeaks(threading.Thread):
                 if parent == me:
                     peak = vm_hwm_mib(stat.parent.name)
                     if peak is not None:
-                        self.peaks[stat.parent.name] = max(peak, self.peaks.get(stat.parent.name, 0.0))
+                        self.peaks[stat.parent.name] = max(
+                            peak, self.peaks.get(stat.parent.name, 0.0)
+                        )
 
 
 if __name__ == "__main__":
@@ -70,6 +72,9 @@ if __name__ == "__main__":
     children.stop.set()
     children.join()
     child = max(children.peaks.values(), default=0.0)
-    print(f"child_peak_rss_mib={child:.1f} total_peak_rss_mib={peak_rss_mib() + child:.1f}", flush=True)
+    print(
+        f"child_peak_rss_mib={child:.1f} total_peak_rss_mib={peak_rss_mib() + child:.1f}",
+        flush=True,
+    )
     print(f"peak_rss_mib={peak_rss_mib():.1f}", flush=True)
     sys.exit(code if isinstance(code, int) else 1)

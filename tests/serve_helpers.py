@@ -24,8 +24,15 @@ from schemas.owners import Owner
 from tests.conftest import run_cli
 
 SAMPLE = Path(__file__).parent.parent / "fixtures" / "samples" / "events.jsonl"
-ID_FIELDS = ("job_id", "allocation_id", "invoice_id", "line_id", "promise_id", "checkpoint_id",
-             "result_id")
+ID_FIELDS = (
+    "job_id",
+    "allocation_id",
+    "invoice_id",
+    "line_id",
+    "promise_id",
+    "checkpoint_id",
+    "result_id",
+)
 
 
 def two_tenant_events() -> list[dict[str, Any]]:
@@ -51,9 +58,15 @@ class Served:
     tokens: dict[str, str]  # role name -> token text
     key: Path | None = None  # the provider's signing key the server signs packets with
 
-    def call(self, path: str, token: str | None = None, method: str = "GET",
-             body: bytes | None = None, content_type: str | None = None,
-             cookie: str | None = None) -> tuple[int, dict[str, str], bytes]:
+    def call(
+        self,
+        path: str,
+        token: str | None = None,
+        method: str = "GET",
+        body: bytes | None = None,
+        content_type: str | None = None,
+        cookie: str | None = None,
+    ) -> tuple[int, dict[str, str], bytes]:
         request = urllib.request.Request(self.base + path, data=body, method=method)
         if token is not None:
             request.add_header("Authorization", f"Bearer {token}")

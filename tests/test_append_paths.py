@@ -48,7 +48,10 @@ def accepted(i: int, step: int | None = None, tenant: str = "acme") -> Accepted:
 
 def stored(store: Store) -> list[tuple[str, str]]:
     with store.reading() as conn:
-        return [(r.id, r.event) for r in conn.execute(select(entries.c.id, entries.c.event).order_by(entries.c.seq))]
+        return [
+            (r.id, r.event)
+            for r in conn.execute(select(entries.c.id, entries.c.event).order_by(entries.c.seq))
+        ]
 
 
 def test_a_batch_mixing_stored_and_new_keys(store: Store) -> None:
@@ -59,7 +62,13 @@ def test_a_batch_mixing_stored_and_new_keys(store: Store) -> None:
     batch[1] = accepted(6, step=600)
     batch[3] = accepted(8, step=800)
     result = appender.append(batch)
-    assert (result.appended, result.duplicates, result.quarantined, result.first_seq, result.last_seq) == (5, 3, 2, 11, 15)
+    assert (
+        result.appended,
+        result.duplicates,
+        result.quarantined,
+        result.first_seq,
+        result.last_seq,
+    ) == (5, 3, 2, 11, 15)
     assert [i for i, _ in stored(store)] == [f"p{i}" for i in range(15)]
     with store.reading() as conn:
         assert sorted(r.line for r in conn.execute(select(quarantine.c.line))) == [6, 8]

@@ -35,7 +35,9 @@ def run(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def ingest(db_url: str, path: Path, start: int, stop: int, tenants: tuple[str, ...] = ("acme", "zeta")) -> None:
+def ingest(
+    db_url: str, path: Path, start: int, stop: int, tenants: tuple[str, ...] = ("acme", "zeta")
+) -> None:
     events = [progress(i, tenant=tenants[i % len(tenants)]) for i in range(start, stop)]
     assert run("ingest", "--db", db_url, str(write_jsonl(path, events)))[0] == 0
 
@@ -55,28 +57,40 @@ def test_keygen_writes_a_private_file_0600_and_a_verifier(key: Path) -> None:
     assert run("keygen", "--out", str(key))[0] == 2  # never overwritten
 
 
-def test_checkpoint_commits_to_root_chain_and_tenant_heads(tmp_path: Path, db_url: str, key: Path) -> None:
+def test_checkpoint_commits_to_root_chain_and_tenant_heads(
+    tmp_path: Path, db_url: str, key: Path
+) -> None:
     ingest(db_url, tmp_path / "a.jsonl", 1, 45)
     code, note, _ = run("checkpoint", "--db", db_url, "--key", str(key))
     assert code == 0
     body = Checkpoint.parse(read_verifier(Path(f"{key}.pub")).verify(note))
     store = Store(db_url)
     with store.reading() as conn:
-        rows = conn.execute(text("SELECT seq, tenant, tenant_seq, leaf_hash, chain_hash FROM entries ORDER BY seq")).all()
+        rows = conn.execute(
+            text("SELECT seq, tenant, tenant_seq, leaf_hash, chain_hash FROM entries ORDER BY seq")
+        ).all()
         proof = tenant_head_proof(conn, 1, "zeta")
     assert body.size == 44 and body.root == mth([bytes(r.leaf_hash) for r in rows])
     assert body.chain_head == bytes(rows[-1].chain_hash)
     # Heads by hand: the last entry of each tenant; zeta's tree leaf is index 1 ("acme" < "zeta").
     last = {r.tenant: r for r in rows}
-    assert (proof.index, proof.tenant_seq, proof.leaf) == (1, last["zeta"].tenant_seq, bytes(last["zeta"].leaf_hash))
+    assert (proof.index, proof.tenant_seq, proof.leaf) == (
+        1,
+        last["zeta"].tenant_seq,
+        bytes(last["zeta"].leaf_hash),
+    )
     assert body.tenant_count == 2
     verify_tenant_head("zeta", proof.tenant_seq, proof.leaf, proof.index, proof.proof, body)
     with pytest.raises(ProofError):
-        verify_tenant_head("zeta", proof.tenant_seq - 1, proof.leaf, proof.index, proof.proof, body)
+        verify_tenant_head(
+            "zeta", proof.tenant_seq - 1, proof.leaf, proof.index, proof.proof, body
+        )
     assert run("verify", "--db", db_url, "--pubkey", f"{key}.pub")[0] == 0
 
 
-def test_later_checkpoints_are_checked_for_consistency(tmp_path: Path, db_url: str, key: Path) -> None:
+def test_later_checkpoints_are_checked_for_consistency(
+    tmp_path: Path, db_url: str, key: Path
+) -> None:
     for n, (a, b) in enumerate([(1, 20), (20, 77), (77, 78)]):
         ingest(db_url, tmp_path / f"{n}.jsonl", a, b)
         assert run("checkpoint", "--db", db_url, "--key", str(key))[0] == 0
@@ -95,9 +109,13 @@ def test_truncation_below_a_signed_size_is_named(tmp_path: Path, db_url: str, ke
     ingest(db_url, tmp_path / "a.jsonl", 1, 60)
     run("checkpoint", "--db", db_url, "--key", str(key))
     # A thorough truncation: entries, batch records and tree nodes all made to end at 40.
-    tamper(db_url, "DELETE FROM entries WHERE seq > 40", "DELETE FROM batches",
-           "INSERT INTO batches SELECT 1, 1, 40, chain_hash, recorded_at FROM entries WHERE seq = 40",
-           "DELETE FROM tree_nodes WHERE ((idx + 1) << level) > 40")
+    tamper(
+        db_url,
+        "DELETE FROM entries WHERE seq > 40",
+        "DELETE FROM batches",
+        "INSERT INTO batches SELECT 1, 1, 40, chain_hash, recorded_at FROM entries WHERE seq = 40",
+        "DELETE FROM tree_nodes WHERE ((idx + 1) << level) > 40",
+    )
     result = verify_ledger(Store(db_url))
     assert result.problem is not None
     assert (result.problem.seq, result.problem.kind) == (41, "truncated")
@@ -109,7 +127,9 @@ def test_a_rewritten_checkpoint_row_is_caught(tmp_path: Path, db_url: str, key: 
     run("checkpoint", "--db", db_url, "--key", str(key))
     tamper(db_url, "UPDATE checkpoints SET root_hash = chain_head")
     code, _, err = run("verify", "--db", db_url, "--pubkey", f"{key}.pub")
-    assert code == 1 and err.startswith("FAILED at seq 29: checkpoint: checkpoint #1 at size 29: root signed")
+    assert code == 1 and err.startswith(
+        "FAILED at seq 29: checkpoint: checkpoint #1 at size 29: root signed"
+    )
 
 
 def test_a_forged_note_fails_its_signature(tmp_path: Path, db_url: str, key: Path) -> None:
@@ -124,7 +144,10 @@ def test_a_forged_note_fails_its_signature(tmp_path: Path, db_url: str, key: Pat
         drop_guards(conn)
         conn.execute(text("UPDATE checkpoints SET note = :n"), {"n": forged})
     code, _, err = run("verify", "--db", db_url, "--pubkey", f"{key}.pub")
-    assert code == 1 and "signature: checkpoint #1: the note carries no signature by ledger.example" in err
+    assert (
+        code == 1
+        and "signature: checkpoint #1: the note carries no signature by ledger.example" in err
+    )
 
 
 def test_wrong_public_key_is_refused(tmp_path: Path, sqlite_url: str, key: Path) -> None:
@@ -133,7 +156,9 @@ def test_wrong_public_key_is_refused(tmp_path: Path, sqlite_url: str, key: Path)
     other = tmp_path / "other.pub"
     other.write_text(Signer.generate("someone-else").verifier.text())
     code, _, err = run("verify", "--db", sqlite_url, "--pubkey", str(other))
-    assert code == 1 and "signed by 'ledger.example', and no public key of that name was given" in err
+    assert (
+        code == 1 and "signed by 'ledger.example', and no public key of that name was given" in err
+    )
 
 
 @pytest.mark.parametrize("bad", ["x+y", "a+00000000+AQ==", "name+deadbeef+" + "A" * 44])
@@ -160,9 +185,11 @@ def test_tree_root_reads_stay_logarithmic(tmp_path: Path, sqlite_url: str) -> No
         assert hash_leaf(b"") != reader.root(99)
 
 
-# -- strict formats: nothing signed that a reader refuses, nothing read that the specs refuse ------
+# -- strict formats: nothing signed that a reader refuses, nothing read that the specs refuse -----
 
-ROOT_B64 = "CsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I="  # 32 bytes (the tlog-checkpoint example's root)
+ROOT_B64 = (
+    "CsUYapGGPo4dkMgIAUqom/Xajj7h2fB2MPA3j2jxq2I="  # 32 bytes (the tlog-checkpoint example's root)
+)
 PLAIN = f"example.com/log\n439\n{ROOT_B64}\n"
 
 BAD_CHECKPOINTS: dict[str, str] = {
@@ -193,7 +220,12 @@ def test_checkpoint_texts_the_spec_refuses_are_refused(name: str) -> None:
 
 def test_a_plain_three_line_checkpoint_is_read() -> None:
     body = CheckpointBody.parse(PLAIN)
-    assert (body.origin, body.size, body.root, body.extensions) == ("example.com/log", 439, base64.b64decode(ROOT_B64), ())
+    assert (body.origin, body.size, body.root, body.extensions) == (
+        "example.com/log",
+        439,
+        base64.b64decode(ROOT_B64),
+        (),
+    )
     assert body.text() == PLAIN
     with pytest.raises(ProofError, match="not a gpuledger checkpoint: no 'chain' extension line"):
         Checkpoint.parse(PLAIN)
@@ -215,7 +247,9 @@ BAD_NOTES: dict[str, str] = {
     "no signature": PLAIN + "\n",
     "a signature line without the em dash": PLAIN + "\n- " + _SIG_LINE[2:],
     "an empty signature": PLAIN + "\n\u2014 example.com/log \n",
-    "a key name with a space": GOOD_NOTE.replace("\u2014 example.com/log", "\u2014 example.com/ log"),
+    "a key name with a space": GOOD_NOTE.replace(
+        "\u2014 example.com/log", "\u2014 example.com/ log"
+    ),
     "101 signatures": PLAIN + "\n" + _SIG_LINE * 101,
 }
 
@@ -236,10 +270,14 @@ BAD_VKEYS: dict[str, str] = {
     "a trailing space": GOOD_VKEY + " ",
     "a trailing newline": GOOD_VKEY + "\n",
     "a space in the name": GOOD_VKEY.replace("example.com/log", "example.com log"),
-    "an upper-case key id": GOOD_VKEY.replace(SIGNER.verifier.id.hex(), SIGNER.verifier.id.hex().upper()),
+    "an upper-case key id": GOOD_VKEY.replace(
+        SIGNER.verifier.id.hex(), SIGNER.verifier.id.hex().upper()
+    ),
     "a 7-digit key id": GOOD_VKEY.replace(SIGNER.verifier.id.hex(), SIGNER.verifier.id.hex()[:7]),
-    "an empty name": GOOD_VKEY[len("example.com/log"):],
-    "a cosigner key (type 04) given as a note key": Verifier(SIGNER.name, SIGNER.verifier.public, COSIGNATURE_V1).text(),
+    "an empty name": GOOD_VKEY[len("example.com/log") :],
+    "a cosigner key (type 04) given as a note key": Verifier(
+        SIGNER.name, SIGNER.verifier.public, COSIGNATURE_V1
+    ).text(),
     "name and id do not match": "x+y",
     "too short a key": "a+00000000+AQ==",
     "the id of another key": "name+deadbeef+" + "A" * 44,
@@ -255,8 +293,11 @@ def test_verifier_keys_the_spec_refuses_are_refused(name: str) -> None:
 def test_the_signed_note_spec_example_verifies() -> None:
     """c2sp.org/signed-note's own example: this vkey verifies this note."""
     vkey = Verifier.parse("example.com/foo+530d903a+AekyeRrm56hApGFkyQR4ZCbV54Id2LKaANYcrnKv3U2k")
-    note = ("This is an example message.\n\n\u2014 example.com/foo Uw2QOkn8srV1yJGh2VYRlL1Tnagv1YEq6TfXppzi2ONncAlTg"
-            "K7Ztg1ERYNZXsYjOBH3mFXmRKuwHjG1Yu72IneyaQM=\n")
+    note = (
+        "This is an example message.\n\n\u2014 example.com/foo "
+        "Uw2QOkn8srV1yJGh2VYRlL1Tnagv1YEq6TfXppzi2ONncAlTg"
+        "K7Ztg1ERYNZXsYjOBH3mFXmRKuwHjG1Yu72IneyaQM=\n"
+    )
     assert vkey.verify(note) == "This is an example message.\n"
 
 
@@ -269,13 +310,17 @@ BAD_ORIGINS: dict[str, tuple[str, str]] = {
 
 
 @pytest.mark.parametrize("name", list(BAD_ORIGINS), ids=list(BAD_ORIGINS))
-def test_checkpoint_refuses_an_origin_no_parser_could_read(tmp_path: Path, sqlite_url: str, key: Path, name: str) -> None:
+def test_checkpoint_refuses_an_origin_no_parser_could_read(
+    tmp_path: Path, sqlite_url: str, key: Path, name: str
+) -> None:
     origin, message = BAD_ORIGINS[name]
     ingest(sqlite_url, tmp_path / "a.jsonl", 1, 5)
     code, out, err = run("checkpoint", "--db", sqlite_url, "--key", str(key), "--origin", origin)
     assert (code, out) == (2, "")
     assert err.startswith(f"Error: {message}") and err.count("\n") == 1
-    assert run("verify", "--db", sqlite_url, "--pubkey", f"{key}.pub")[0] == 1  # and nothing was stored: no checkpoint
+    assert (
+        run("verify", "--db", sqlite_url, "--pubkey", f"{key}.pub")[0] == 1
+    )  # and nothing was stored: no checkpoint
 
 
 BAD_NAMES: dict[str, str] = {
@@ -313,25 +358,51 @@ def test_proof_hashes_of_the_wrong_length_are_refused() -> None:
         verify_consistency(1, 2, bytes(32), bytes(32), [b""])
 
 
-def test_verify_checkpoint_file_catches_a_rollback_the_store_hides(tmp_path: Path, db_url: str, key: Path) -> None:
+def test_verify_checkpoint_file_catches_a_rollback_the_store_hides(
+    tmp_path: Path, db_url: str, key: Path
+) -> None:
     ingest(db_url, tmp_path / "a.jsonl", 1, 10)
     saved_early = tmp_path / "early.txt"
     saved_early.write_text(run("checkpoint", "--db", db_url, "--key", str(key))[1])
     ingest(db_url, tmp_path / "b.jsonl", 10, 30)
     saved_late = tmp_path / "late.txt"
     saved_late.write_text(run("checkpoint", "--db", db_url, "--key", str(key))[1])
-    code, out, _ = run("verify", "--db", db_url, "--pubkey", f"{key}.pub", "--checkpoint", str(saved_early), "--checkpoint", str(saved_late))
+    code, out, _ = run(
+        "verify",
+        "--db",
+        db_url,
+        "--pubkey",
+        f"{key}.pub",
+        "--checkpoint",
+        str(saved_early),
+        "--checkpoint",
+        str(saved_late),
+    )
     assert code == 0 and out.endswith("that the store extends 2 saved checkpoints\n")
-    # Roll back to the first ingest (9 entries, one batch) and delete the checkpoint signed after it.
-    tamper(db_url, "DELETE FROM checkpoint_tenants WHERE checkpoint_seq = 2", "DELETE FROM checkpoints WHERE checkpoint_seq = 2",
-           "DELETE FROM entries WHERE seq > 9", "DELETE FROM batches WHERE last_seq > 9", "DELETE FROM tree_nodes")
+    # Roll back to the first ingest (9 entries, one batch) and delete the checkpoint signed after
+    # it.
+    tamper(
+        db_url,
+        "DELETE FROM checkpoint_tenants WHERE checkpoint_seq = 2",
+        "DELETE FROM checkpoints WHERE checkpoint_seq = 2",
+        "DELETE FROM entries WHERE seq > 9",
+        "DELETE FROM batches WHERE last_seq > 9",
+        "DELETE FROM tree_nodes",
+    )
     assert run("verify", "--db", db_url, "--pubkey", f"{key}.pub")[0] == 0
-    code, _, err = run("verify", "--db", db_url, "--pubkey", f"{key}.pub", "--checkpoint", str(saved_late))
-    assert code == 1 and err.startswith(f"FAILED at seq 10: rollback: the saved checkpoint {saved_late} (size 29, root ")
+    code, _, err = run(
+        "verify", "--db", db_url, "--pubkey", f"{key}.pub", "--checkpoint", str(saved_late)
+    )
+    assert code == 1 and err.startswith(
+        f"FAILED at seq 10: rollback: the saved checkpoint {saved_late} (size 29, root "
+    )
 
 
 def test_verify_checkpoint_needs_the_public_key(tmp_path: Path, sqlite_url: str) -> None:
     saved = tmp_path / "c.txt"
     saved.write_text("x\n")
     code, _, err = run("verify", "--db", sqlite_url, "--checkpoint", str(saved))
-    assert code == 2 and err == "Error: --checkpoint: give the log's --pubkey too, so that the saved checkpoint's signature is checked\n"
+    assert code == 2 and err == (
+        "Error: --checkpoint: give the log's --pubkey too, so that the saved checkpoint's "
+        "signature is checked\n"
+    )

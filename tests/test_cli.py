@@ -42,11 +42,16 @@ def test_every_command_has_help(path: tuple[str, ...]) -> None:
 
 
 def test_import_cli_loads_no_heavy_library() -> None:
-    """What keeps --help fast: the commands import the project (and sqlalchemy, duckdb, ... behind it)
+    """What keeps --help fast: the commands import the project (and sqlalchemy, duckdb, ... behind
+    it)
     only when they run. A fresh interpreter, since this one has loaded them all."""
-    probe = ("import cli, sys; print(sorted(m for m in ('sqlalchemy','duckdb','pyarrow','pandas','pydantic','jinja2') "
-             "if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
+    probe = (
+        "import cli, sys; print(sorted(m for m in "
+        "('sqlalchemy','duckdb','pyarrow','pandas','pydantic','jinja2') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert done.stdout == "[]\n"
 
 
@@ -67,19 +72,40 @@ def test_help_values_written_in_cli_are_the_libraries_own() -> None:
 def test_ingest_reports_counts_and_reingest_is_idempotent(tmp_path: Path, db_url: str) -> None:
     path = write_jsonl(tmp_path / "e.jsonl", [progress(i) for i in range(1, 6)])
     assert run("ingest", "--db", db_url, str(path)) == (
-        0, f"{path}: read 5 · appended 5 · duplicate 0 · quarantined 0\n", "")
+        0,
+        f"{path}: read 5 · appended 5 · duplicate 0 · quarantined 0\n",
+        "",
+    )
     assert run("ingest", "--db", db_url, str(path)) == (
-        0, f"{path}: read 5 · appended 0 · duplicate 5 · quarantined 0\n", "")
+        0,
+        f"{path}: read 5 · appended 0 · duplicate 5 · quarantined 0\n",
+        "",
+    )
     code, out, _ = run("verify", "--db", db_url)
-    assert (code, out) == (0, "ok: 5 entries, 1 tenants; checked leaves, chain, tenant chains, batch heads, tree nodes, quarantine chain\n")
+    assert (code, out) == (
+        0,
+        "ok: 5 entries, 1 tenants; checked leaves, chain, tenant chains, batch heads, tree nodes, "
+        "quarantine chain\n",
+    )
 
 
-def test_bad_records_exit_1_name_file_line_field_and_keep_the_good(tmp_path: Path, sqlite_url: str) -> None:
+def test_bad_records_exit_1_name_file_line_field_and_keep_the_good(
+    tmp_path: Path, sqlite_url: str
+) -> None:
     path = tmp_path / "mixed.jsonl"
     bad_gpus = event("allocation.granted", "a1", {"tenant": "t", "allocation_id": "A", "gpus": 0})
-    path.write_text("\n".join([
-        json.dumps(progress(1)), "{not json", json.dumps(bad_gpus), "", json.dumps(progress(2)),
-    ]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                json.dumps(progress(1)),
+                "{not json",
+                json.dumps(bad_gpus),
+                "",
+                json.dumps(progress(2)),
+            ]
+        )
+        + "\n"
+    )
     code, out, err = run("ingest", "--db", sqlite_url, str(path))
     assert code == 1
     assert out == f"{path}: read 4 · appended 2 · duplicate 0 · quarantined 2\n"
@@ -90,7 +116,9 @@ def test_bad_records_exit_1_name_file_line_field_and_keep_the_good(tmp_path: Pat
     code, out, _ = run("quarantine", "--db", sqlite_url, "--format", "json")
     listed = json.loads(out)
     assert [(r["line"], r["field"], r["record"]) for r in listed] == [
-        (2, "(record)", "{not json"), (3, "data.gpus", json.dumps(bad_gpus))]
+        (2, "(record)", "{not json"),
+        (3, "data.gpus", json.dumps(bad_gpus)),
+    ]
 
 
 def test_conflict_is_reported_and_quarantined(tmp_path: Path, sqlite_url: str) -> None:
@@ -101,7 +129,10 @@ def test_conflict_is_reported_and_quarantined(tmp_path: Path, sqlite_url: str) -
     run("ingest", "--db", sqlite_url, str(first))
     code, out, err = run("ingest", "--db", sqlite_url, str(second))
     assert code == 1 and "quarantined 1" in out
-    assert err.startswith(f"{second}:1: id: event 'p1' from 'test://fleet' is already in the ledger with other content")
+    assert err.startswith(
+        f"{second}:1: id: event 'p1' from 'test://fleet' is already in the ledger with other "
+        "content"
+    )
 
 
 def test_missing_file_is_a_usage_error(tmp_path: Path, sqlite_url: str) -> None:
@@ -109,10 +140,13 @@ def test_missing_file_is_a_usage_error(tmp_path: Path, sqlite_url: str) -> None:
     assert code == 2 and "does not exist" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize(("url", "message"), [
-    ("mysql://x", "Error: --db: unsupported database 'mysql' (sqlite or postgresql)\n"),
-    ("not a url", "Error: --db: not a database URL: 'not a url'\n"),
-])
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("mysql://x", "Error: --db: unsupported database 'mysql' (sqlite or postgresql)\n"),
+        ("not a url", "Error: --db: not a database URL: 'not a url'\n"),
+    ],
+)
 def test_bad_database_urls_are_one_line_errors(url: str, message: str) -> None:
     assert run("verify", "--db", url) == (2, "", message)
 
@@ -129,14 +163,21 @@ def test_unreachable_postgres_is_a_one_line_error() -> None:
 
 
 def test_verify_exits_1_and_names_the_seq(tmp_path: Path, sqlite_url: str) -> None:
-    run("ingest", "--db", sqlite_url, str(write_jsonl(tmp_path / "e.jsonl", [progress(i) for i in range(1, 9)])))
+    run(
+        "ingest",
+        "--db",
+        sqlite_url,
+        str(write_jsonl(tmp_path / "e.jsonl", [progress(i) for i in range(1, 9)])),
+    )
     store = Store(sqlite_url)
     with store.engine.begin() as conn:
         conn.execute(text("DROP TRIGGER entries_no_update"))
         conn.execute(text("UPDATE entries SET source = 'elsewhere' WHERE seq = 6"))
     code, out, err = run("verify", "--db", sqlite_url)
     assert code == 1 and out == ""
-    assert err.startswith("FAILED at seq 6: edited: the entry's content or salt does not match its leaf hash")
+    assert err.startswith(
+        "FAILED at seq 6: edited: the entry's content or salt does not match its leaf hash"
+    )
 
 
 def test_init_is_repeatable(sqlite_url: str) -> None:
@@ -145,23 +186,47 @@ def test_init_is_repeatable(sqlite_url: str) -> None:
 
 
 def test_export_filters_and_formats(tmp_path: Path, sqlite_url: str) -> None:
-    events = [progress(1, "a"), progress(2, "b"), event("health.fault", "f", {"node": "n", "code": "xid-79"})]
+    events = [
+        progress(1, "a"),
+        progress(2, "b"),
+        event("health.fault", "f", {"node": "n", "code": "xid-79"}),
+    ]
     run("ingest", "--db", sqlite_url, str(write_jsonl(tmp_path / "e.jsonl", events)))
     code, out, _ = run("export", "--db", sqlite_url, "--tenant", "b")
     lines = [json.loads(line) for line in out.splitlines()]
-    assert code == 0 and [(r["seq"], r["tenant"], r["event"]["id"]) for r in lines] == [(2, "b", "p2")]
+    assert code == 0 and [(r["seq"], r["tenant"], r["event"]["id"]) for r in lines] == [
+        (2, "b", "p2")
+    ]
     assert len(lines[0]["salt"]) == 32 and len(lines[0]["leaf_hash"]) == 64
-    code, out, _ = run("export", "--db", sqlite_url, "--type", "health.fault", "--format", "parquet", "--out", str(tmp_path / "f.parquet"))
+    code, out, _ = run(
+        "export",
+        "--db",
+        sqlite_url,
+        "--type",
+        "health.fault",
+        "--format",
+        "parquet",
+        "--out",
+        str(tmp_path / "f.parquet"),
+    )
     import pyarrow.parquet as pq
 
     table = pq.read_table(tmp_path / "f.parquet")
-    assert (code, out, table.column("id").to_pylist()) == (0, f"wrote 1 entries to {tmp_path / 'f.parquet'}\n", ["f"])
+    assert (code, out, table.column("id").to_pylist()) == (
+        0,
+        f"wrote 1 entries to {tmp_path / 'f.parquet'}\n",
+        ["f"],
+    )
     assert run("export", "--db", sqlite_url, "--format", "parquet")[0] == 2
 
 
 def test_json_array_batches_ingest_with_element_lines(tmp_path: Path, sqlite_url: str) -> None:
     path = tmp_path / "batch.json"
-    path.write_text("[\n" + ",\n".join(json.dumps(e) for e in [progress(1), {"specversion": "1.0"}, progress(3)]) + "\n]\n")
+    path.write_text(
+        "[\n"
+        + ",\n".join(json.dumps(e) for e in [progress(1), {"specversion": "1.0"}, progress(3)])
+        + "\n]\n"
+    )
     code, out, err = run("ingest", "--db", sqlite_url, str(path))
     assert (code, out) == (1, f"{path}: read 3 · appended 2 · duplicate 0 · quarantined 1\n")
     assert err.startswith(f"{path}:3: type: missing event type")
@@ -174,7 +239,9 @@ def test_demo_simulates_ingests_signs_and_verifies(tmp_path: Path) -> None:
         assert code == 0, out
         manifest = json.loads((out_dir / "sim" / "manifest.json").read_text())
         ingest_line = next(line for line in out.splitlines() if line.startswith("2 ingest: "))
-        read, appended = (int(ingest_line.split(word)[1].split()[0]) for word in ("read ", "appended "))
+        read, appended = (
+            int(ingest_line.split(word)[1].split()[0]) for word in ("read ", "appended ")
+        )
         assert read == appended and appended > manifest["counts"]["progress_events"]
         assert ingest_line.endswith("duplicate 0 · quarantined 0")
         assert f"4 verify: ok: {appended} entries, 4 tenants" in out
@@ -182,17 +249,33 @@ def test_demo_simulates_ingests_signs_and_verifies(tmp_path: Path) -> None:
             assert (out_dir / name).exists(), name
         assert f"{out_dir / 'sim'}" in out and f"{out_dir / 'demo-key.pub'}" in out
         # Steps 5-7: the reconciliation, the summary and every user's output.
-        assert "5 reconcile: " in out and "what every billed GPU-second was" in out and "biggest findings" in out
+        assert (
+            "5 reconcile: " in out
+            and "what every billed GPU-second was" in out
+            and "biggest findings" in out
+        )
         assert "verified with the public key alone" in out
-        for name in ("reconcile.json", "reconcile.csv", "reconcile.parquet", "reports/promises.json",
-                     "reports/capacity.json", "reports/outcomes.csv"):
+        for name in (
+            "reconcile.json",
+            "reconcile.csv",
+            "reconcile.parquet",
+            "reports/promises.json",
+            "reports/capacity.json",
+            "reports/outcomes.csv",
+        ):
             assert (out_dir / name).exists(), name
         assert len(list(out_dir.glob("dispute-*.json"))) == 1
         assert len(list(out_dir.glob("packet-*/packet.html"))) == 1
         # step 6 counts the misses the promises report lists; step 7 says why the first was missed
         misses = json.loads((out_dir / "reports" / "promises.json").read_text())["misses"]
-        assert f"6 promises: {len(misses)} missed; the first 5, with the command that writes the packet:" in out
-        assert f"  why: {json.loads(next(out_dir.glob('packet-*/packet.json')).read_text())['why']}" in out
+        assert (
+            f"6 promises: {len(misses)} missed; the first 5, with the command that writes the "
+            "packet:" in out
+        )
+        assert (
+            f"  why: {json.loads(next(out_dir.glob('packet-*/packet.json')).read_text())['why']}"
+            in out
+        )
         doc = json.loads((out_dir / "reconcile.json").read_text())
         assert len(doc["tenants"]) == 4
         _check_demo_evidence(out_dir, out)
@@ -203,52 +286,100 @@ def _check_demo_evidence(out_dir: Path, out: str) -> None:
     manifest = json.loads((out_dir / "sim" / "manifest.json").read_text())
     truth = json.loads((out_dir / "sim" / manifest["truth"]["evidence"]).read_text())
     reports = out_dir / "reports"
-    for name in ("envelope.json", "envelope.csv", "envelope.html", "envelope_by_class.json", "envelope_by_class.csv",
-                 "capacity.csv", "capacity_changes.csv"):
+    for name in (
+        "envelope.json",
+        "envelope.csv",
+        "envelope.html",
+        "envelope_by_class.json",
+        "envelope_by_class.csv",
+        "capacity.csv",
+        "capacity_changes.csv",
+    ):
         assert (reports / name).exists(), name
     assert (reports / "envelope.html").read_text().lstrip().lower().startswith("<!doctype html")
     # the envelope per class covers the classes the simulator offers (truth: whole, mig, timeslice)
     by_class = json.loads((reports / "envelope_by_class.json").read_text())
-    assert {g["placement_class"].split(":")[0] for g in by_class["groups"]} == set(truth["receipts"]["classes"])
+    assert {g["placement_class"].split(":")[0] for g in by_class["groups"]} == set(
+        truth["receipts"]["classes"]
+    )
     assert "8 envelope: " in out and "the envelope per placement class" in out
     # receipts per class: the simulator's class `mig` is the report's `mig:<profile>`
     capacity = json.loads((reports / "capacity.json").read_text())
     found: dict[str, dict[str, int]] = {}
     for row in capacity["receipts"]:
-        family = found.setdefault(row["placement_class"].split(":")[0], {"receipts": 0, "devices_discovered": 0})
+        family = found.setdefault(
+            row["placement_class"].split(":")[0], {"receipts": 0, "devices_discovered": 0}
+        )
         family["receipts"] += row["receipts"]
         family["devices_discovered"] += row["devices_discovered"]
-    assert found == {cls: {"receipts": t["receipts"], "devices_discovered": t["devices_discovered"]}
-                     for cls, t in truth["receipts"]["classes"].items()}
-    receipts_line = next(line for line in out.splitlines() if line.startswith("9 capacity: start receipts per class"))
+    assert found == {
+        cls: {"receipts": t["receipts"], "devices_discovered": t["devices_discovered"]}
+        for cls, t in truth["receipts"]["classes"].items()
+    }
+    receipts_line = next(
+        line
+        for line in out.splitlines()
+        if line.startswith("9 capacity: start receipts per class")
+    )
     for cls, t in truth["receipts"]["classes"].items():
-        assert f" {cls}" in receipts_line and f" {t['receipts']} (" in receipts_line, (cls, receipts_line)
+        assert f" {cls}" in receipts_line and f" {t['receipts']} (" in receipts_line, (
+            cls,
+            receipts_line,
+        )
     # every fleet change, its window and the receipts it held back past its end
     changes = capacity["changes"]
-    assert [(c["change_id"], c["kind"], c["nodes"], c["started_at"], c["ended_at"]) for c in changes] == [
-        (t["change_id"], t["kind"], t["nodes"], t["started_at"], t["ended_at"]) for t in truth["fleet_changes"]]
+    assert [
+        (c["change_id"], c["kind"], c["nodes"], c["started_at"], c["ended_at"]) for c in changes
+    ] == [
+        (t["change_id"], t["kind"], t["nodes"], t["started_at"], t["ended_at"])
+        for t in truth["fleet_changes"]
+    ]
     for change, t in zip(changes, truth["fleet_changes"]):
         during = next(w for w in change["windows"] if w["phase"] == "during")
         assert sorted(h["job_id"] for h in change["held_past_end"]) == sorted(t["delayed_starts"])
         # no customer job is asked for, starts or is interrupted during the change: only receipts
         assert during["submitted"] == len(t["delayed_starts"]) + len(t["on_time_during"])
-        assert during["started_after_window"] == len(t["delayed_starts"]) and during["interrupted"] == 0
+        assert (
+            during["started_after_window"] == len(t["delayed_starts"])
+            and during["interrupted"] == 0
+        )
         assert f"{t['kind']} {t['change_id']} of {' '.join(t['nodes'])}" in out
     rows = list(csv.DictReader(io.StringIO((reports / "capacity_changes.csv").read_text())))
     assert [(r["change_id"], r["phase"]) for r in rows] == [
-        (t["change_id"], phase) for t in truth["fleet_changes"] for phase in ("before", "during", "after")]
+        (t["change_id"], phase)
+        for t in truth["fleet_changes"]
+        for phase in ("before", "during", "after")
+    ]
     # placement: the captures the simulator made without NVLink are the mismatches; rho per class
     placement = json.loads((reports / "placement.json").read_text())
-    assert {(a["tenant"], a["allocation_id"]) for a in placement["allocations"] if a["status"] == "mismatch"} == {
-        (p["tenant"], p["allocation_id"]) for p in truth["placement"] if not p["observed_match"]}
+    assert {
+        (a["tenant"], a["allocation_id"])
+        for a in placement["allocations"]
+        if a["status"] == "mismatch"
+    } == {(p["tenant"], p["allocation_id"]) for p in truth["placement"] if not p["observed_match"]}
     mismatched = sum(not p["observed_match"] for p in truth["placement"])
-    assert f"10 placement: {len(truth['placement'])} of " in out and f" observed, {mismatched} mismatched, " in out
-    rho = {p["placement_class"].split(":")[0]: (p["n"], Decimal(p["spearman"])) for p in placement["prediction"] if p["n"]}
-    assert rho == {cls: (t["allocations"], Decimal(t["rank_correlation"])) for cls, t in truth["probes"]["classes"].items()}
+    assert (
+        f"10 placement: {len(truth['placement'])} of " in out
+        and f" observed, {mismatched} mismatched, " in out
+    )
+    rho = {
+        p["placement_class"].split(":")[0]: (p["n"], Decimal(p["spearman"]))
+        for p in placement["prediction"]
+        if p["n"]
+    }
+    assert rho == {
+        cls: (t["allocations"], Decimal(t["rank_correlation"]))
+        for cls, t in truth["probes"]["classes"].items()
+    }
     # serving: each window the simulator wrote is one concurrency level of its tenant
     serving = json.loads((reports / "outcomes.json").read_text())["serving"]
-    assert sorted((r["tenant"], r["concurrency"], r["requests"], r["accepted"]) for r in serving if r["concurrency"] != "all") \
-        == sorted((w["tenant"], w["concurrency"], w["requests"], w["accepted"]) for w in truth["serving"])
+    assert sorted(
+        (r["tenant"], r["concurrency"], r["requests"], r["accepted"])
+        for r in serving
+        if r["concurrency"] != "all"
+    ) == sorted(
+        (w["tenant"], w["concurrency"], w["requests"], w["accepted"]) for w in truth["serving"]
+    )
     for w in truth["serving"]:
         assert f"│ {w['requests']} ({w['accepted']}) " in out, w
     assert (reports / "serving.csv").exists() and (reports / "placement.csv").exists()

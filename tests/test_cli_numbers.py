@@ -22,7 +22,9 @@ from tests.reconcile_helpers import Scenario
 NOT_FINITE = ("NaN", "nan", "-nan", "sNaN", "Infinity", "-Infinity", "inf", "-inf", "+Inf")
 
 
-def commands(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+def commands(
+    group: click.Group, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], click.Command]]:
     for name, command in sorted(group.commands.items()):
         if isinstance(command, click.Group):
             yield from commands(command, (*path, name))
@@ -35,7 +37,9 @@ def float_options() -> list[tuple[tuple[str, ...], str]]:
     found = []
     for path, command in commands(main):
         for param in command.params:
-            if isinstance(param, click.Option) and isinstance(param.type, click.types.FloatParamType):
+            if isinstance(param, click.Option) and isinstance(
+                param.type, click.types.FloatParamType
+            ):
                 found.append((path, param.opts[0]))
     return found
 
@@ -50,11 +54,17 @@ def test_the_float_options_are_the_simulator_s() -> None:
     assert len(FLOAT_OPTIONS) == 20
 
 
-@pytest.mark.parametrize(("path", "option"), FLOAT_OPTIONS, ids=[f"{' '.join(p)} {o}" for p, o in FLOAT_OPTIONS])
-def test_every_float_option_refuses_what_is_not_finite(path: tuple[str, ...], option: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("path", "option"), FLOAT_OPTIONS, ids=[f"{' '.join(p)} {o}" for p, o in FLOAT_OPTIONS]
+)
+def test_every_float_option_refuses_what_is_not_finite(
+    path: tuple[str, ...], option: str, tmp_path: Path
+) -> None:
     for value in NOT_FINITE:
         # parsed before the command runs: the first bad option ends it (no fleet is simulated)
-        result = CliRunner().invoke(main, [*path, "--out", str(tmp_path / "out"), f"{option}={value}"])
+        result = CliRunner().invoke(
+            main, [*path, "--out", str(tmp_path / "out"), f"{option}={value}"]
+        )
         assert result.exit_code == 2, (value, result.output, result.exception)
         message = result.stderr.strip()
         assert "\n" not in message and "Traceback" not in message, message
@@ -63,8 +73,23 @@ def test_every_float_option_refuses_what_is_not_finite(path: tuple[str, ...], op
 
 
 def test_float_options_still_take_finite_numbers(tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["simulate", "--out", str(tmp_path), "--dry-run", "--scale", "0.5",
-                                       "--stall-rate", "1e-1", "--days", "1", "--gpus", "8"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "simulate",
+            "--out",
+            str(tmp_path),
+            "--dry-run",
+            "--scale",
+            "0.5",
+            "--stall-rate",
+            "1e-1",
+            "--days",
+            "1",
+            "--gpus",
+            "8",
+        ],
+    )
     assert result.exit_code == 0, result.output
 
 
@@ -76,18 +101,29 @@ def provider_money(tmp_path_factory: pytest.TempPathFactory) -> str:
     s = Scenario()
     s.line("L1", "A1", "10:00", "11:00", gpus=2, amount="7.20")
     url = f"sqlite:///{folder / 'ledger.db'}"
-    assert run_cli("ingest", "--db", url, str(write_jsonl(folder / "events.jsonl", s.events)))[0] == 0
+    assert (
+        run_cli("ingest", "--db", url, str(write_jsonl(folder / "events.jsonl", s.events)))[0] == 0
+    )
     return url
 
 
 @pytest.mark.parametrize("value", NOT_FINITE)
 def test_fail_on_disputed_refuses_what_is_not_finite(provider_money: str, value: str) -> None:
-    code, out, err = run_cli("reconcile", "--db", provider_money, "--format", "json", "--fail-on-disputed", value)
+    code, out, err = run_cli(
+        "reconcile", "--db", provider_money, "--format", "json", "--fail-on-disputed", value
+    )
     assert (code, out) == (2, "")
     assert err == f"Error: --fail-on-disputed: not a finite decimal amount: {value!r}\n"
 
 
 @pytest.mark.parametrize(("value", "code"), [("7.19", 1), ("7.20", 0), ("1E+3", 0), ("-1", 1)])
-def test_fail_on_disputed_compares_finite_amounts(provider_money: str, value: str, code: int) -> None:
+def test_fail_on_disputed_compares_finite_amounts(
+    provider_money: str, value: str, code: int
+) -> None:
     # 7.20 provider-borne: over 7.19 and -1, not over 7.20 or 1000
-    assert run_cli("reconcile", "--db", provider_money, "--format", "json", "--fail-on-disputed", value)[0] == code
+    assert (
+        run_cli(
+            "reconcile", "--db", provider_money, "--format", "json", "--fail-on-disputed", value
+        )[0]
+        == code
+    )

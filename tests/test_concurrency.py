@@ -16,8 +16,8 @@ from tests.conftest import ROOT, progress, write_jsonl
 
 WRITERS = 8
 READERS = 2
-OWN = 200      # events only one writer has
-SHARED = 100   # events every writer has, byte for byte the same
+OWN = 200  # events only one writer has
+SHARED = 100  # events every writer has, byte for byte the same
 
 
 class SnapshotReader(threading.Thread):
@@ -43,14 +43,20 @@ class SnapshotReader(threading.Thread):
 
     def snapshot(self) -> int:
         with self.store.reading() as conn:
-            top, count = conn.execute(text("SELECT coalesce(max(seq), 0), count(*) FROM entries")).one()
+            top, count = conn.execute(
+                text("SELECT coalesce(max(seq), 0), count(*) FROM entries")
+            ).one()
             boundaries = {int(r[0]) for r in conn.execute(text("SELECT last_seq FROM batches"))}
         assert top == count, f"a snapshot holds {count} entries up to seq {top}"
-        assert top == 0 or top in boundaries, f"a snapshot ends at seq {top}, inside a batch (ends: {sorted(boundaries)[-3:]})"
+        assert top == 0 or top in boundaries, (
+            f"a snapshot ends at seq {top}, inside a batch (ends: {sorted(boundaries)[-3:]})"
+        )
         return int(top)
 
 
-def test_eight_writers_make_one_chain_and_readers_see_whole_batches(tmp_path: Path, db_url: str) -> None:
+def test_eight_writers_make_one_chain_and_readers_see_whole_batches(
+    tmp_path: Path, db_url: str
+) -> None:
     shared = [progress(10_000 + i, tenant="shared") for i in range(SHARED)]
     files = []
     for w in range(WRITERS):
@@ -62,9 +68,22 @@ def test_eight_writers_make_one_chain_and_readers_see_whole_batches(tmp_path: Pa
     readers = [SnapshotReader(db_url) for _ in range(READERS)]
     for reader in readers:
         reader.start()
-    command = [sys.executable, "-c", "from cli import main; main()", "ingest", "--db", db_url, "--batch-size", "20"]
-    procs = [subprocess.Popen([*command, str(f)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for f in files]
+    command = [
+        sys.executable,
+        "-c",
+        "from cli import main; main()",
+        "ingest",
+        "--db",
+        db_url,
+        "--batch-size",
+        "20",
+    ]
+    procs = [
+        subprocess.Popen(
+            [*command, str(f)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for f in files
+    ]
     outcomes = [p.communicate(timeout=300) + (p.returncode,) for p in procs]
     for reader in readers:
         reader.stop.set()

@@ -13,8 +13,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: The pages a reader of the repository reads: the README, docs/, the benchmarks' page and
 #: the reconciliation rules.
-PAGES = sorted([ROOT / "README.md", ROOT / "bench" / "README.md", ROOT / "reconcile" / "RULES.md",
-                *(ROOT / "docs").rglob("*.md")])
+PAGES = sorted(
+    [
+        ROOT / "README.md",
+        ROOT / "bench" / "README.md",
+        ROOT / "reconcile" / "RULES.md",
+        *(ROOT / "docs").rglob("*.md"),
+    ]
+)
 
 #: Every page explains the project to a newcomer: none may send them outside it.
 READER_PAGES = PAGES
@@ -23,7 +29,10 @@ READER_PAGES = PAGES
 LINK = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 #: A path into one of the project's folders, as prose and code spans name them
 #: (`ledger/proofs.py`, docs/serving.md). Globs and placeholders are not paths.
-REPO_PATH = re.compile(r"(?<![\w./-])((?:docs|bench|reconcile|ingest|ledger|schemas|fixtures|tests)/[\w./*<>-]*[\w*>])")
+REPO_PATH = re.compile(
+    r"(?<![\w./-])((?:docs|bench|reconcile|ingest|ledger|schemas|fixtures|tests)/[\w./"
+    r"*<>-]*[\w*>])"
+)
 #: What lies outside the repository.
 OUTSIDE = re.compile(r"\.\./shared|shared/realdata|DESIGN\.md|DESIGN §")
 
@@ -94,11 +103,22 @@ def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
     (tmp_path / "ledger").mkdir()
     (tmp_path / "ledger" / "proofs.py").write_text("", encoding="utf-8")
     page = tmp_path / "page.md"
-    page.write_text("See [the rules](reconcile/NO_SUCH.md), [proofs](ledger/proofs.py#L3), [up](../x.md),\n"
-                    "[a site](https://example.org/x.md), [an anchor](#top), `ledger/proofs.py`,\n"
-                    "`ledger/no_such_module.py`, `tests/test_fuzz_*.py` and ../shared/DESIGN.md.\n",
-                    encoding="utf-8")
-    assert links(page.read_text(encoding="utf-8")) == ["reconcile/NO_SUCH.md", "ledger/proofs.py", "../x.md"]
-    assert broken_links(page, tmp_path) == ["reconcile/NO_SUCH.md", "../x.md (outside the repository)"]
+    page.write_text(
+        "See [the rules](reconcile/NO_SUCH.md), [proofs](ledger/proofs.py#L3), [up](../x.md),\n"
+        "[a site](https://example.org/x.md), [an anchor](#top), `ledger/proofs.py`,\n"
+        "`ledger/no_such_module.py`, `tests/test_fuzz_*.py` and ../shared/DESIGN.md.\n",
+        encoding="utf-8",
+    )
+    assert links(page.read_text(encoding="utf-8")) == [
+        "reconcile/NO_SUCH.md",
+        "ledger/proofs.py",
+        "../x.md",
+    ]
+    assert broken_links(page, tmp_path) == [
+        "reconcile/NO_SUCH.md",
+        "../x.md (outside the repository)",
+    ]
     assert missing_paths(page, tmp_path) == ["ledger/no_such_module.py", "reconcile/NO_SUCH.md"]
-    assert outside_references(page) == ["line 3: `ledger/no_such_module.py`, `tests/test_fuzz_*.py` and ../shared/DESIGN.md."]
+    assert outside_references(page) == [
+        "line 3: `ledger/no_such_module.py`, `tests/test_fuzz_*.py` and ../shared/DESIGN.md."
+    ]

@@ -33,7 +33,9 @@ def _error_classes() -> list[type[BaseException]]:
     found: list[type[BaseException]] = []
     for module in _modules():
         for _, cls in inspect.getmembers(module, inspect.isclass):
-            if issubclass(cls, BaseException) and cls.__module__ == getattr(module, "__name__", None):
+            if issubclass(cls, BaseException) and cls.__module__ == getattr(
+                module, "__name__", None
+            ):
                 found.append(cls)
     return found
 
@@ -41,9 +43,13 @@ def _error_classes() -> list[type[BaseException]]:
 def test_every_error_class_derives_from_the_root_through_one_branch() -> None:
     classes = _error_classes()
     assert len(classes) > 20  # the walk found the library's errors, not nothing
-    outside = [f"{c.__module__}.{c.__qualname__}" for c in classes if not issubclass(c, GpuledgerError)]
+    outside = [
+        f"{c.__module__}.{c.__qualname__}" for c in classes if not issubclass(c, GpuledgerError)
+    ]
     assert outside == []
-    both = [c.__qualname__ for c in classes if issubclass(c, BadInput) and issubclass(c, CheckFailed)]
+    both = [
+        c.__qualname__ for c in classes if issubclass(c, BadInput) and issubclass(c, CheckFailed)
+    ]
     assert both == []
 
 
@@ -79,8 +85,11 @@ def test_no_raised_message_names_a_command_line_flag() -> None:
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             for line, text in _raised_strings(path):
-                named += [f"{path.relative_to(ROOT)}:{line}: {flag}" for flag in pattern.findall(text)
-                          if flag in flags]
+                named += [
+                    f"{path.relative_to(ROOT)}:{line}: {flag}"
+                    for flag in pattern.findall(text)
+                    if flag in flags
+                ]
     assert named == []
 
 
@@ -90,8 +99,11 @@ def test_the_cli_maps_each_branch_to_its_exit_code() -> None:
     @main.command("raise-for-test", hidden=True)
     @click.argument("kind")
     def raise_for_test(kind: str) -> None:
-        raise (BadInput("bad thing", option="since_size") if kind == "input"
-               else CheckFailed("broken thing"))
+        raise (
+            BadInput("bad thing", option="since_size")
+            if kind == "input"
+            else CheckFailed("broken thing")
+        )
 
     try:
         runner = CliRunner()

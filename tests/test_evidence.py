@@ -23,17 +23,30 @@ SIGNER = Signer.generate("ledger.test")
 
 
 def secret(i: int) -> dict[str, Any]:
-    return event("job.progress", f"zeta-secret-{i}", {"tenant": "zeta", "job_id": "zeta-job-name", "step": i},
-                 source="test://zeta-cluster")
+    return event(
+        "job.progress",
+        f"zeta-secret-{i}",
+        {"tenant": "zeta", "job_id": "zeta-job-name", "step": i},
+        source="test://zeta-cluster",
+    )
 
 
 def append(store: Store, events: list[dict[str, Any]]) -> None:
-    append_stream(Appender(store), [Accepted.of(validate_event(e), Origin("t", i)) for i, e in enumerate(events, 1)], batch_size=9)
+    append_stream(
+        Appender(store),
+        [Accepted.of(validate_event(e), Origin("t", i)) for i, e in enumerate(events, 1)],
+        batch_size=9,
+    )
 
 
 @pytest.fixture
 def ledger_with_two_checkpoints(store: Store) -> tuple[Store, str, int]:
-    fault = event("health.fault", "f1", {"node": "n1", "code": "xid-79", "severity": "critical"}, source="dcgm://n1")
+    fault = event(
+        "health.fault",
+        "f1",
+        {"node": "n1", "code": "xid-79", "severity": "critical"},
+        source="dcgm://n1",
+    )
     first = [progress(i, "acme") if i % 2 else secret(i) for i in range(1, 40)] + [fault]
     append(store, first)
     early = sign_checkpoint(store, SIGNER)
@@ -47,11 +60,15 @@ def ledger_with_two_checkpoints(store: Store) -> tuple[Store, str, int]:
 @pytest.fixture
 def bundle(ledger_with_two_checkpoints: tuple[Store, str, int]) -> dict[str, Any]:
     store, _, fault_seq = ledger_with_two_checkpoints
-    as_sent: dict[str, Any] = json.loads(json.dumps(build_bundle(store, "acme", fleet_seqs=[fault_seq], since_checkpoint_seq=1)))
+    as_sent: dict[str, Any] = json.loads(
+        json.dumps(build_bundle(store, "acme", fleet_seqs=[fault_seq], since_checkpoint_seq=1))
+    )
     return as_sent
 
 
-def test_bundle_verifies_with_the_public_key_alone(bundle: dict[str, Any], ledger_with_two_checkpoints: tuple[Store, str, int]) -> None:
+def test_bundle_verifies_with_the_public_key_alone(
+    bundle: dict[str, Any], ledger_with_two_checkpoints: tuple[Store, str, int]
+) -> None:
     _, early_note, _ = ledger_with_two_checkpoints
     checkpoint = verify_bundle(bundle, SIGNER.verifier, earlier_checkpoint=early_note)
     assert checkpoint.size == 75
@@ -72,7 +89,9 @@ def drop_an_entry(b: dict[str, Any]) -> None:
 
 
 def drop_the_last_tenant_entry_and_its_proof(b: dict[str, Any]) -> None:
-    b["entries"] = [e for e in b["entries"] if e is not max(b["entries"], key=lambda e: e["tenant_seq"] or 0)]
+    b["entries"] = [
+        e for e in b["entries"] if e is not max(b["entries"], key=lambda e: e["tenant_seq"] or 0)
+    ]
 
 
 def change_a_number(b: dict[str, Any]) -> None:
@@ -119,7 +138,9 @@ def test_each_alteration_fails(bundle: dict[str, Any], name: str) -> None:
         verify_bundle(altered, SIGNER.verifier)
 
 
-def test_swapping_in_the_earlier_checkpoint_fails(bundle: dict[str, Any], ledger_with_two_checkpoints: tuple[Store, str, int]) -> None:
+def test_swapping_in_the_earlier_checkpoint_fails(
+    bundle: dict[str, Any], ledger_with_two_checkpoints: tuple[Store, str, int]
+) -> None:
     _, early_note, _ = ledger_with_two_checkpoints
     altered = dict(bundle, checkpoint=early_note)
     with pytest.raises(ProofError):
@@ -129,4 +150,10 @@ def test_swapping_in_the_earlier_checkpoint_fails(bundle: dict[str, Any], ledger
 def test_a_consistency_proof_to_a_foreign_checkpoint_fails(bundle: dict[str, Any]) -> None:
     other = Signer.generate("ledger.test")
     with pytest.raises(ProofError):
-        verify_bundle(bundle, SIGNER.verifier, earlier_checkpoint=other.sign("gpuledger.local/ledger\n40\n" + "A" * 43 + "=\nchain 00\ntenants 0 AA==\ntime t\n"))
+        verify_bundle(
+            bundle,
+            SIGNER.verifier,
+            earlier_checkpoint=other.sign(
+                "gpuledger.local/ledger\n40\n" + "A" * 43 + "=\nchain 00\ntenants 0 AA==\ntime t\n"
+            ),
+        )

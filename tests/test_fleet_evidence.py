@@ -577,4 +577,7 @@ def test_verify_names_a_dropped_fleet_heads_table(store: Store) -> None:
     problem = verify_ledger(store, [SIGNER.verifier]).problem
     assert problem is not None
     assert (problem.seq, problem.kind, problem.message) == (
-        20, "checkpoint", "checkpoint #1: its note commits to fleet heads; no checkpoint_fleet is stored")
+        20,
+        "checkpoint",
+        "checkpoint #1: its note commits to fleet heads; no checkpoint_fleet is stored",
+    )

@@ -14,29 +14,121 @@ from schemas import Accepted, Rejected
 from tests.conftest import FUZZ_EXAMPLES
 
 SACCT_HEAD = b"JobID|Account|User|Partition|NodeList|State|Submit|Start|End|Elapsed|AllocTRES\n"
-FOCUS_HEAD = (b'"BilledCost","BillingAccountId","SubAccountId","BillingCurrency","BillingPeriodStart","ChargeCategory",'
-              b'"ChargeClass","ChargePeriodStart","ChargePeriodEnd","PricingQuantity","PricingUnit","ResourceId"\n')
-EVENT = b'{"specversion":"1.0","id":"a","source":"s","type":"job.progress","time":"2026-01-05T10:00:00Z","data":{"tenant":"t","job_id":"j","step":1}}'
-DCGM_STATS_HEAD = (b"Successfully retrieved statistics for job: 7.\n| GPU ID: 0 |\n| Start Time | Wed Jan  7 10:00:00 2026 |\n"
-                   b"| End Time | Wed Jan  7 12:00:00 2026 |\n+-----  Event Stats  ---+---+\n")
-DCGM_METRICS_HEAD = b'# TYPE DCGM_FI_DEV_XID_ERRORS gauge\nDCGM_FI_DEV_XID_ERRORS{gpu="0",UUID="GPU-a",Hostname="n7"} 79 1767780000000\n'
-dcgm_fragments = st.sampled_from([
-    b"| ", b" |", b"|", b"\n", b"+---+", b"GPU ID: ", b"Summary", b"Double Bit ECC Errors", b"PCIe Replay Warnings",
-    b"Critical XID Errors", b"XID (Hr:Min:Sec since start)", b"0:12:05", b"1:75:30", b"99:99:99", b"(XID 79)", b"-3", b"7",
-    b"Still Running", b"Not Specified", b"Wed Jan  7 10:00:00 2026", b"2026-13-45T99:99:99", b"Start Time", b"End Time",
-    b"Successfully retrieved statistics for job: ", b"Successfully retrieved process info for PID: 1",
-    b"DCGM_FI_DEV_XID_ERRORS", b"{", b"}", b'gpu="', b'UUID="', b'Hostname="', b'hostname="', b'GPU_I_ID="', b'"', b",",
-    b"=", b" ", b"\\", b"79", b"NaN", b"+Inf", b"-79", b"1e400", b"9223372036854775794", b"1767780000000", b"-1",
-    b"# HELP ", b"\xff\xfe", b"\x00", b"\xe2\x98\x83", b"9" * 30,
-])
+FOCUS_HEAD = (
+    b'"BilledCost","BillingAccountId","SubAccountId","BillingCurrency","BillingPeriodStart",'
+    b'"ChargeCategory","ChargeClass","ChargePeriodStart","ChargePeriodEnd","PricingQuantity",'
+    b'"PricingUnit","ResourceId"\n'
+)
+EVENT = (
+    b'{"specversion":"1.0","id":"a","source":"s","type":"job.progress",'
+    b'"time":"2026-01-05T10:00:00Z","data":{"tenant":"t","job_id":"j","step":1}}'
+)
+DCGM_STATS_HEAD = (
+    b"Successfully retrieved statistics for job: 7.\n| GPU ID: 0 |\n| Start Time | Wed Jan  7 "
+    b"10:00:00 2026 |\n| End Time | Wed Jan  7 12:00:00 2026 |\n+-----  Event Stats  ---+---+\n"
+)
+DCGM_METRICS_HEAD = (
+    b'# TYPE DCGM_FI_DEV_XID_ERRORS '
+    b'gauge\nDCGM_FI_DEV_XID_ERRORS{gpu="0",UUID="GPU-a",Hostname="n7"} 79 1767780000000\n'
+)
+dcgm_fragments = st.sampled_from(
+    [
+        b"| ",
+        b" |",
+        b"|",
+        b"\n",
+        b"+---+",
+        b"GPU ID: ",
+        b"Summary",
+        b"Double Bit ECC Errors",
+        b"PCIe Replay Warnings",
+        b"Critical XID Errors",
+        b"XID (Hr:Min:Sec since start)",
+        b"0:12:05",
+        b"1:75:30",
+        b"99:99:99",
+        b"(XID 79)",
+        b"-3",
+        b"7",
+        b"Still Running",
+        b"Not Specified",
+        b"Wed Jan  7 10:00:00 2026",
+        b"2026-13-45T99:99:99",
+        b"Start Time",
+        b"End Time",
+        b"Successfully retrieved statistics for job: ",
+        b"Successfully retrieved process info for PID: 1",
+        b"DCGM_FI_DEV_XID_ERRORS",
+        b"{",
+        b"}",
+        b'gpu="',
+        b'UUID="',
+        b'Hostname="',
+        b'hostname="',
+        b'GPU_I_ID="',
+        b'"',
+        b",",
+        b"=",
+        b" ",
+        b"\\",
+        b"79",
+        b"NaN",
+        b"+Inf",
+        b"-79",
+        b"1e400",
+        b"9223372036854775794",
+        b"1767780000000",
+        b"-1",
+        b"# HELP ",
+        b"\xff\xfe",
+        b"\x00",
+        b"\xe2\x98\x83",
+        b"9" * 30,
+    ]
+)
 dcgm_noise = st.lists(st.one_of(dcgm_fragments, st.binary(max_size=12)), max_size=40).map(b"".join)
 
-fragments = st.sampled_from([
-    b"|", b",", b'"', b"\n", b"\r\n", b"NULL", b"Unknown", b"None assigned", b"2026-01-05T10:00:00", b"2026-13-45 99:99:99",
-    b"gres/gpu=8", b"gres/gpu=-1", b"gres/gpu=x", b"1-23:59:00", b"23:08.358", b"GPU-Hours", b"-3", b"1e400", b"\xff\xfe",
-    b"\x00", b"{", b"}", b"[", b"]", b"COMPLETED", b"CANCELLED by 1", b"12.5", b"acme", b"100.batch", b"\xe2\x98\x83",
-    b'"specversion"', b'"1.0"', b":", b"null", b"\\", b"\\u0000", b"\\ud800",
-])
+fragments = st.sampled_from(
+    [
+        b"|",
+        b",",
+        b'"',
+        b"\n",
+        b"\r\n",
+        b"NULL",
+        b"Unknown",
+        b"None assigned",
+        b"2026-01-05T10:00:00",
+        b"2026-13-45 99:99:99",
+        b"gres/gpu=8",
+        b"gres/gpu=-1",
+        b"gres/gpu=x",
+        b"1-23:59:00",
+        b"23:08.358",
+        b"GPU-Hours",
+        b"-3",
+        b"1e400",
+        b"\xff\xfe",
+        b"\x00",
+        b"{",
+        b"}",
+        b"[",
+        b"]",
+        b"COMPLETED",
+        b"CANCELLED by 1",
+        b"12.5",
+        b"acme",
+        b"100.batch",
+        b"\xe2\x98\x83",
+        b'"specversion"',
+        b'"1.0"',
+        b":",
+        b"null",
+        b"\\",
+        b"\\u0000",
+        b"\\ud800",
+    ]
+)
 noise = st.lists(st.one_of(fragments, st.binary(max_size=12)), max_size=40).map(b"".join)
 
 
@@ -51,7 +143,9 @@ def run(fmt: str, data: bytes, **options: str | None) -> None:
             pass
 
 
-SETTINGS = settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @SETTINGS
@@ -93,4 +187,8 @@ def test_dcgm_stats(data: bytes) -> None:
 @SETTINGS
 @given(dcgm_noise, st.booleans())
 def test_dcgm_metrics(data: bytes, scraped: bool) -> None:
-    run("dcgm-metrics", DCGM_METRICS_HEAD + data, scrape_time="2026-01-07T10:00:00Z" if scraped else None)
+    run(
+        "dcgm-metrics",
+        DCGM_METRICS_HEAD + data,
+        scrape_time="2026-01-07T10:00:00Z" if scraped else None,
+    )

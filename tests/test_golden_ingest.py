@@ -41,11 +41,15 @@ def render(name: str, fmt: str, flags: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.mark.parametrize(("name", "fmt", "flags"), [pytest.param(r[0], r[1], r[2], id=r[0]) for r in ROWS])
+@pytest.mark.parametrize(
+    ("name", "fmt", "flags"), [pytest.param(r[0], r[1], r[2], id=r[0]) for r in ROWS]
+)
 def test_ingestor_output_matches_its_golden_file(name: str, fmt: str, flags: list[str]) -> None:
     golden = GOLDEN / f"{name}.golden"
     made = render(name, fmt, flags)
     if os.environ.get("GPULEDGER_GOLDEN") == "write":
         golden.write_text(made, encoding="utf-8")
-    assert golden.exists(), f"no golden file {golden.name}: regenerate on purpose (see this module's docstring)"
+    assert golden.exists(), (
+        f"no golden file {golden.name}: regenerate on purpose (see this module's docstring)"
+    )
     assert made == golden.read_text(encoding="utf-8")

@@ -22,8 +22,10 @@ def xid(labels: str, value: str, ts: int | None = T) -> str:
 
 def faults(tmp_path: Path, lines: list[str], **options: str) -> list[dict[str, Any]]:
     path = tmp_path / "scrape.prom"
-    path.write_text("# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.\n"
-                    "# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n" + "\n".join(lines) + "\n")
+    path.write_text(
+        "# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.\n"
+        "# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n" + "\n".join(lines) + "\n"
+    )
     found = list(extract(path, "dcgm-metrics", **options))
     assert all(isinstance(r, Accepted) for r in found), found
     return [orjson.loads(r.body) for r in found if isinstance(r, Accepted)]
@@ -32,13 +34,28 @@ def faults(tmp_path: Path, lines: list[str], **options: str) -> list[dict[str, A
 def test_a_change_of_the_last_xid_is_a_fault(tmp_path: Path) -> None:
     values = ["0", "79", "79", "0", "79", "13"]
     events = faults(tmp_path, [xid(H07, v, T + 30000 * i) for i, v in enumerate(values)])
-    assert [(e["data"]["code"], e["data"].get("previous_xid")) for e in events] == [("xid-79", 0), ("xid-79", 0), ("xid-13", 79)]
+    assert [(e["data"]["code"], e["data"].get("previous_xid")) for e in events] == [
+        ("xid-79", 0),
+        ("xid-79", 0),
+        ("xid-13", 79),
+    ]
     first = events[0]
-    assert (first["type"], first["source"], first["time"]) == ("health.fault", "dcgm-exporter://node-07", "2026-01-07T10:00:30Z")
+    assert (first["type"], first["source"], first["time"]) == (
+        "health.fault",
+        "dcgm-exporter://node-07",
+        "2026-01-07T10:00:30Z",
+    )
     # The second 79 came after the gauge was reset to 0: a new occurrence, its id takes its time.
-    assert [e["id"] for e in events] == ["node-07:0:GPU-a:-:xid:79", f"node-07:0:GPU-a:-:xid:79:{T + 120000}",
-                                         "node-07:0:GPU-a:-:xid:13"]
-    assert (first["data"]["node"], first["data"]["device"], first["data"]["model"]) == ("node-07", 0, "NVIDIA H100 80GB HBM3")
+    assert [e["id"] for e in events] == [
+        "node-07:0:GPU-a:-:xid:79",
+        f"node-07:0:GPU-a:-:xid:79:{T + 120000}",
+        "node-07:0:GPU-a:-:xid:13",
+    ]
+    assert (first["data"]["node"], first["data"]["device"], first["data"]["model"]) == (
+        "node-07",
+        0,
+        "NVIDIA H100 80GB HBM3",
+    )
 
 
 def test_the_first_nonzero_value_of_a_series_is_a_fault(tmp_path: Path) -> None:
@@ -46,9 +63,23 @@ def test_the_first_nonzero_value_of_a_series_is_a_fault(tmp_path: Path) -> None:
     assert "previous_xid" not in event["data"] and "first value" in event["data"]["detail"]
 
 
-@pytest.mark.parametrize(("value", "severity"), [("48", "critical"), ("63", "critical"), ("64", "critical"), ("74", "critical"),
-                                                 ("79", "critical"), ("94", "critical"), ("95", "critical"), ("119", "critical"),
-                                                 ("120", "critical"), ("13", "warning"), ("31", "warning"), ("43", "warning")])
+@pytest.mark.parametrize(
+    ("value", "severity"),
+    [
+        ("48", "critical"),
+        ("63", "critical"),
+        ("64", "critical"),
+        ("74", "critical"),
+        ("79", "critical"),
+        ("94", "critical"),
+        ("95", "critical"),
+        ("119", "critical"),
+        ("120", "critical"),
+        ("13", "warning"),
+        ("31", "warning"),
+        ("43", "warning"),
+    ],
+)
 def test_severity_by_xid(tmp_path: Path, value: str, severity: str) -> None:
     [event] = faults(tmp_path, [xid(H07, value)])
     assert event["data"]["severity"] == severity
@@ -56,14 +87,28 @@ def test_severity_by_xid(tmp_path: Path, value: str, severity: str) -> None:
 
 def test_series_are_told_apart_by_host_gpu_uuid_and_gpu_instance(tmp_path: Path) -> None:
     mig = 'gpu="0",UUID="GPU-a",GPU_I_PROFILE="3g.40gb",GPU_I_ID="{}",hostname="node-09"'
-    lines = [xid(mig.format(1), "31"), xid(mig.format(2), "31"), xid(H07, "31"),
-             xid(H07.replace("node-07", "node-08"), "31"), xid(mig.format(1), "31", T + 1000)]
+    lines = [
+        xid(mig.format(1), "31"),
+        xid(mig.format(2), "31"),
+        xid(H07, "31"),
+        xid(H07.replace("node-07", "node-08"), "31"),
+        xid(mig.format(1), "31", T + 1000),
+    ]
     events = faults(tmp_path, lines)
-    assert [e["id"] for e in events] == ["node-09:0:GPU-a:1:xid:31", "node-09:0:GPU-a:2:xid:31",
-                                         "node-07:0:GPU-a:-:xid:31", "node-08:0:GPU-a:-:xid:31"]
+    assert [e["id"] for e in events] == [
+        "node-09:0:GPU-a:1:xid:31",
+        "node-09:0:GPU-a:2:xid:31",
+        "node-07:0:GPU-a:-:xid:31",
+        "node-08:0:GPU-a:-:xid:31",
+    ]
     labels = events[0]["data"]["labels"]
-    assert (labels["GPU_I_PROFILE"], labels["GPU_I_ID"], events[0]["data"]["node"]) == ("3g.40gb", "1", "node-09")
-    # A MIG instance's fault names that instance (GPU 0, GPU instance 1), so it touches that instance only.
+    assert (labels["GPU_I_PROFILE"], labels["GPU_I_ID"], events[0]["data"]["node"]) == (
+        "3g.40gb",
+        "1",
+        "node-09",
+    )
+    # A MIG instance's fault names that instance (GPU 0, GPU instance 1), so it touches that
+    # instance only.
     assert [e["data"]["device"] for e in events] == ["0/1", "0/2", 0, 0]
 
 
@@ -80,8 +125,12 @@ def test_without_gpu_label_the_device_is_the_uuid(tmp_path: Path) -> None:
 
 
 def test_other_metrics_and_blank_values_are_not_events(tmp_path: Path) -> None:
-    lines = [f"DCGM_FI_DEV_GPU_UTIL{{{H07}}} 97 {T}", f"DCGM_FI_DEV_POWER_USAGE{{{H07}}} 612.5 {T}",
-             xid(H07, "9223372036854775794"), xid(H07, "9.223372036854776e+18", T + 1)]
+    lines = [
+        f"DCGM_FI_DEV_GPU_UTIL{{{H07}}} 97 {T}",
+        f"DCGM_FI_DEV_POWER_USAGE{{{H07}}} 612.5 {T}",
+        xid(H07, "9223372036854775794"),
+        xid(H07, "9.223372036854776e+18", T + 1),
+    ]
     assert faults(tmp_path, lines) == []
 
 
@@ -92,8 +141,13 @@ def test_scrape_time_stands_for_missing_timestamps(tmp_path: Path) -> None:
 
 def test_a_sample_without_time_is_an_input_error_naming_its_line(tmp_path: Path) -> None:
     path = tmp_path / "scrape.prom"
-    path.write_text(f"# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n{xid(H07, '0', None)}\n{xid(H07, '79', None)}\n")
-    with pytest.raises(IngestError, match=r"scrape.prom:3: timestamp: the sample has no timestamp; give the scrape time"):
+    path.write_text(
+        f"# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n{xid(H07, '0', None)}\n{xid(H07, '79', None)}\n"
+    )
+    with pytest.raises(
+        IngestError,
+        match=r"scrape.prom:3: timestamp: the sample has no timestamp; give the scrape time",
+    ):
         list(extract(path, "dcgm-metrics"))
     with pytest.raises(IngestError, match=r"^not an RFC 3339 time: 'noon'") as bad:
         list(extract(path, "dcgm-metrics", scrape_time="noon"))
@@ -102,9 +156,19 @@ def test_a_sample_without_time_is_an_input_error_naming_its_line(tmp_path: Path)
 
 def test_workload_labels_are_left_out_of_a_fleet_fault(tmp_path: Path) -> None:
     # as dcgm-exporter 4.x writes them on Kubernetes (err_code, err_msg; the pod using the GPU)
-    labels = H07 + ',container="main",err_code="79",err_msg="GPU has fallen off the bus",namespace="team-a",pod="train-0",pod_uid=""'
+    labels = H07 + (
+        ',container="main",err_code="79",err_msg="GPU has fallen off the '
+        'bus",namespace="team-a",pod="train-0",pod_uid=""'
+    )
     [event] = faults(tmp_path, [xid(labels, "79")])
-    assert sorted(event["data"]["labels"]) == ["Hostname", "UUID", "err_code", "err_msg", "gpu", "modelName"]
+    assert sorted(event["data"]["labels"]) == [
+        "Hostname",
+        "UUID",
+        "err_code",
+        "err_msg",
+        "gpu",
+        "modelName",
+    ]
 
 
 def test_fabric_domain_option(tmp_path: Path) -> None:
@@ -114,15 +178,26 @@ def test_fabric_domain_option(tmp_path: Path) -> None:
 
 def test_label_values_are_unescaped() -> None:
     sample = parse_sample(r'DCGM_FI_DEV_XID_ERRORS{err_msg="say \"hi\"\\ now\n",gpu="0",} 0 1')
-    assert sample.labels == {"err_msg": 'say "hi"\\ now\n', "gpu": "0"} and sample.timestamp_ms == 1
+    assert (
+        sample.labels == {"err_msg": 'say "hi"\\ now\n', "gpu": "0"} and sample.timestamp_ms == 1
+    )
 
 
-@pytest.mark.parametrize(("labels", "field", "reason"), [
-    ('gpu="0",UUID="GPU-a"', "Hostname", "no Hostname or hostname label, and no node named for the file"),
-    ('Hostname="n"', "gpu", "no gpu or UUID label to name the device"),
-    ('gpu="zero",Hostname="n"', "gpu", "not a GPU index: 'zero'"),
-])
-def test_samples_that_name_no_place_are_rejected(tmp_path: Path, labels: str, field: str, reason: str) -> None:
+@pytest.mark.parametrize(
+    ("labels", "field", "reason"),
+    [
+        (
+            'gpu="0",UUID="GPU-a"',
+            "Hostname",
+            "no Hostname or hostname label, and no node named for the file",
+        ),
+        ('Hostname="n"', "gpu", "no gpu or UUID label to name the device"),
+        ('gpu="zero",Hostname="n"', "gpu", "not a GPU index: 'zero'"),
+    ],
+)
+def test_samples_that_name_no_place_are_rejected(
+    tmp_path: Path, labels: str, field: str, reason: str
+) -> None:
     path = tmp_path / "scrape.prom"
     path.write_text(xid(labels, "79") + "\n")
     [record] = list(extract(path, "dcgm-metrics"))
@@ -135,29 +210,42 @@ def test_identify(tmp_path: Path) -> None:
     other = tmp_path / "other.prom"
     other.write_text('node_cpu_seconds_total{cpu="0",mode="idle"} 12.5\n')
     assert ingestor_for(prom).name == "dcgm-metrics"
-    with pytest.raises(IngestError, match="other.prom: no format recognises this file; choose one"):
+    with pytest.raises(
+        IngestError, match="other.prom: no format recognises this file; choose one"
+    ):
         ingestor_for(other)  # claimed by none: an error, never a guess
 
 
-def test_a_scrape_pasted_with_its_prompt_and_cut_lines_reads_those_lines_as_nothing(tmp_path: Path) -> None:
-    # As the dcgm-exporter docs and issues show a scrape: the command after a prompt, `...` for lines cut.
+def test_a_scrape_pasted_with_its_prompt_and_cut_lines_reads_those_lines_as_nothing(
+    tmp_path: Path,
+) -> None:
+    # As the dcgm-exporter docs and issues show a scrape: the command after a prompt, `...` for
+    # lines cut.
     path = tmp_path / "pasted.prom"
-    path.write_text("$ curl localhost:9400/metrics\n"
-                    "# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).\n"
-                    "# TYPE DCGM_FI_DEV_SM_CLOCK gauge\n"
-                    f'DCGM_FI_DEV_SM_CLOCK{{{H07}}} 139\n'
-                    "...\n"
-                    f"{xid(H07, '79', None)}\n"
-                    "…\n"
-                    "ubuntu@node-07:~$ curl -s node-07:9400/metrics | grep XID\n"
-                    "[root@node-07 ~]# \n"
-                    "$\n")
+    path.write_text(
+        "$ curl localhost:9400/metrics\n"
+        "# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).\n"
+        "# TYPE DCGM_FI_DEV_SM_CLOCK gauge\n"
+        f'DCGM_FI_DEV_SM_CLOCK{{{H07}}} 139\n'
+        "...\n"
+        f"{xid(H07, '79', None)}\n"
+        "…\n"
+        "ubuntu@node-07:~$ curl -s node-07:9400/metrics | grep XID\n"
+        "[root@node-07 ~]# \n"
+        "$\n"
+    )
     assert ingestor_for(path).name == "dcgm-metrics"
     [fault] = list(extract(path, scrape_time="2026-01-07T10:00:00Z"))
     assert isinstance(fault, Accepted) and fault.origin.line == 6
     assert orjson.loads(fault.body)["data"]["code"] == "xid-79"
-    assert ingest_output(tmp_path, path) == (0, f"{path}: read 1 · appended 1 · duplicate 0 · quarantined 0\n")
-    assert ingest_output(tmp_path, path) == (0, f"{path}: read 1 · appended 0 · duplicate 1 · quarantined 0\n")
+    assert ingest_output(tmp_path, path) == (
+        0,
+        f"{path}: read 1 · appended 1 · duplicate 0 · quarantined 0\n",
+    )
+    assert ingest_output(tmp_path, path) == (
+        0,
+        f"{path}: read 1 · appended 0 · duplicate 1 · quarantined 0\n",
+    )
 
 
 def test_a_line_that_only_looks_pasted_is_still_read_for_its_form(tmp_path: Path) -> None:
@@ -171,6 +259,16 @@ def ingest_output(tmp_path: Path, path: Path) -> tuple[int, str]:
     from click.testing import CliRunner
 
     from cli import main
-    result = CliRunner().invoke(main, ["ingest", "--db", f"sqlite:///{tmp_path / 'l.db'}", "--scrape-time",
-                                       "2026-01-07T10:00:00Z", str(path)])
+
+    result = CliRunner().invoke(
+        main,
+        [
+            "ingest",
+            "--db",
+            f"sqlite:///{tmp_path / 'l.db'}",
+            "--scrape-time",
+            "2026-01-07T10:00:00Z",
+            str(path),
+        ],
+    )
     return result.exit_code, result.output

@@ -32,8 +32,15 @@ def test_the_same_records_in_the_same_order(tmp_path: Path) -> None:
 
 def test_options_reach_the_child(tmp_path: Path) -> None:
     path = tmp_path / "sacct.txt"
-    path.write_text("1☃physics☃ann☃gpu☃node7☃COMPLETED☃2026-01-05T09:00:00☃2026-01-05T10:00:00☃2026-01-05T12:00:00☃02:00:00☃gres/gpu=4☃\n")
-    options = {"fields": "JobID,Account,User,Partition,NodeList,State,Submit,Start,End,Elapsed,AllocTRES", "delimiter": "☃", "cluster": "hb"}
+    path.write_text(
+        "1☃physics☃ann☃gpu☃node7☃COMPLETED☃2026-01-05T09:00:00☃2026-01-05T10:00:00☃"
+        "2026-01-05T12:00:00☃02:00:00☃gres/gpu=4☃\n"
+    )
+    options = {
+        "fields": "JobID,Account,User,Partition,NodeList,State,Submit,Start,End,Elapsed,AllocTRES",
+        "delimiter": "☃",
+        "cluster": "hb",
+    }
     found = list(extract_parallel(path, "sacct", **options))
     assert found == list(extract(path, "sacct", **options)) and len(found) == 5
 
@@ -62,7 +69,9 @@ def parsing_children() -> list[int]:
     return found
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads child processes from /proc")
+@pytest.mark.skipif(
+    not Path("/proc/self/stat").exists(), reason="reads child processes from /proc"
+)
 def test_stopping_early_stops_the_child(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "e.jsonl", [progress(i) for i in range(50_000)])
     records = extract_parallel(path)
@@ -84,12 +93,19 @@ def test_small_files_stay_in_this_process(tmp_path: Path, monkeypatch: pytest.Mo
 def test_a_function_option_stays_in_this_process(tmp_path: Path) -> None:
     # cloudevents does not read `recorded`: the child parses, without it.
     path = write_jsonl(tmp_path / "e.jsonl", [progress(i) for i in range(3)])
-    assert list(extract_parallel(path, recorded=lambda source, event_id: None)) == list(extract(path))
+    assert list(extract_parallel(path, recorded=lambda source, event_id: None)) == list(
+        extract(path)
+    )
     # dcgm-metrics reads it: parsed here, where the function is, which gives the fault as stored.
     scrape = tmp_path / "scrape.prom"
-    scrape.write_text('DCGM_FI_DEV_XID_ERRORS{gpu="1",UUID="GPU-b",Hostname="n7"} 79 1767607800000\n')
-    stored = (b'{"data":{"code":"xid-79","device":1,"node":"n7","severity":"critical"},"id":"n7:1:GPU-b:-:xid:79",'
-              b'"source":"dcgm-exporter://n7","specversion":"1.0","time":"2026-01-05T09:00:00Z","type":"health.fault"}')
+    scrape.write_text(
+        'DCGM_FI_DEV_XID_ERRORS{gpu="1",UUID="GPU-b",Hostname="n7"} 79 1767607800000\n'
+    )
+    stored = (
+        b'{"data":{"code":"xid-79","device":1,"node":"n7","severity":"critical"},'
+        b'"id":"n7:1:GPU-b:-:xid:79","source":"dcgm-exporter://n7","specversion":"1.0",'
+        b'"time":"2026-01-05T09:00:00Z","type":"health.fault"}'
+    )
     asked: list[tuple[str, str]] = []
 
     def recorded(source: str, event_id: str) -> bytes | None:

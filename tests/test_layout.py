@@ -16,7 +16,14 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "schemas": ("ledger", "ingest", "reconcile", "cli", "fixtures", "bench"),
     "ledger": ("ingest", "reconcile", "cli", "fixtures", "bench"),
     "ingest": ("reconcile", "cli", "bench"),
-    "reconcile.engine": ("reconcile.reports", "reconcile.packets", "reconcile.demo", "ingest", "cli", "bench"),
+    "reconcile.engine": (
+        "reconcile.reports",
+        "reconcile.packets",
+        "reconcile.demo",
+        "ingest",
+        "cli",
+        "bench",
+    ),
     "reconcile.reports": ("reconcile.packets", "reconcile.demo", "ingest", "cli", "bench"),
     "reconcile.packets": ("reconcile.demo", "ingest", "cli", "bench"),
 }
@@ -42,7 +49,8 @@ def violations(package: str, forbidden: tuple[str, ...]) -> list[str]:
     found = []
     for path in sorted((ROOT / package.replace(".", "/")).rglob("*.py")):
         for name in sorted(imported_modules(path)):
-            # `from reconcile import x` re-exports the engine: the package root counts as the engine
+            # `from reconcile import x` re-exports the engine: the package root counts as the
+            # engine
             target = "reconcile.engine" if name == "reconcile" else name
             if any(within(target, bad) for bad in forbidden):
                 found.append(f"{path.relative_to(ROOT)} imports {name}")
@@ -56,8 +64,14 @@ def test_import_directions(package: str) -> None:
 
 def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:
     source = tmp_path / "m.py"
-    source.write_text("def f():\n    from reconcile.packets.dispute import build\n    import ingest.sacct\n")
-    assert imported_modules(source) >= {"reconcile.packets.dispute", "reconcile.packets.dispute.build", "ingest.sacct"}
+    source.write_text(
+        "def f():\n    from reconcile.packets.dispute import build\n    import ingest.sacct\n"
+    )
+    assert imported_modules(source) >= {
+        "reconcile.packets.dispute",
+        "reconcile.packets.dispute.build",
+        "ingest.sacct",
+    }
 
 
 def test_every_reconcile_module_is_in_a_room() -> None:

@@ -17,7 +17,9 @@ def _ledger(tmp_path: Path, db_url: str) -> None:
         event("health.fault", "f1", {"node": "n1", "code": "xid-79", "severity": "critical"}),
         event("job.submitted", "s1", {"tenant": "acme", "job_id": "j1"}),
     ]
-    assert run_cli("ingest", "--db", db_url, str(write_jsonl(tmp_path / "e.jsonl", events)))[0] == 0
+    assert (
+        run_cli("ingest", "--db", db_url, str(write_jsonl(tmp_path / "e.jsonl", events)))[0] == 0
+    )
 
 
 def test_entries_by_tenant_type_and_seq_range(tmp_path: Path, db_url: str) -> None:
@@ -30,9 +32,14 @@ def test_entries_by_tenant_type_and_seq_range(tmp_path: Path, db_url: str) -> No
         assert [e.id for e in read.entries(store, type="allocation.granted")] == ["g1", "g2"]
         assert [e.seq for e in read.entries(store, first_seq=2, last_seq=3)] == [2, 3]
         assert [e.seq for e in read.entries(store, seqs=[4, 1, 4])] == [1, 4]
-        assert [e.id for e in read.entries(store, type=("health.fault", "job.submitted"))] == ["f1", "s1"]
+        assert [e.id for e in read.entries(store, type=("health.fault", "job.submitted"))] == [
+            "f1",
+            "s1",
+        ]
         assert [e.id for e in read.each_entry(store, tenant="acme", last_seq=3)] == ["g1"]
-        assert [e.id for e in read.each_entry(store, tenant=None, type=("health.fault",))] == ["f1"]
+        assert [e.id for e in read.each_entry(store, tenant=None, type=("health.fault",))] == [
+            "f1"
+        ]
         assert read.tenants(store) == ["acme", "zeta"]
         assert read.has_tenant(store, "zeta") and not read.has_tenant(store, "nobody")
         assert read.head(store) == 4
@@ -72,7 +79,11 @@ def test_no_module_outside_ledger_reads_the_tables() -> None:
     """The tables are ledger/'s own: every other folder reads through ledger/read.py (the
     tests, which check the tables themselves, excepted)."""
     pattern = re.compile(r"^\s*from ledger\.tables import|^\s*import ledger\.tables", re.M)
-    readers = sorted(str(p.relative_to(ROOT)) for folder in ("reconcile", "ingest", "fixtures", "bench")
-                     for p in (ROOT / folder).rglob("*.py") if pattern.search(p.read_text(encoding="utf-8")))
+    readers = sorted(
+        str(p.relative_to(ROOT))
+        for folder in ("reconcile", "ingest", "fixtures", "bench")
+        for p in (ROOT / folder).rglob("*.py")
+        if pattern.search(p.read_text(encoding="utf-8"))
+    )
     readers += ["cli.py"] if pattern.search((ROOT / "cli.py").read_text(encoding="utf-8")) else []
     assert readers == []

@@ -22,14 +22,23 @@ from tests.conftest import FIXED_TIME, event, fixed_salts, progress, write_jsonl
 # Worked out independently of the ledger code: sha256 over the reference RFC 8785
 # encoding of the entry dicts (see test_entry_bytes_match_the_reference_encoder).
 VECTOR_EVENTS = [
-    event("job.progress", "p1", {"tenant": "zürich-labs", "job_id": "训练-1", "step": 7}, source="slurm://cluster-a"),
+    event(
+        "job.progress",
+        "p1",
+        {"tenant": "zürich-labs", "job_id": "训练-1", "step": 7},
+        source="slurm://cluster-a",
+    ),
     event("health.fault", "f1", {"node": "n1", "code": "xid-79"}, source="dcgm://n1"),
 ]
 VECTOR_HASHES = [
-    ("d6ddce76d3b2a9cdfbcfe2cf7b099fa89938742709c2e14676ed4cbea9fbac02",
-     "060170bc6202731c97737107cef8497b51a3882041299e21b350981a45d7064c"),
-    ("17850df506020e345a58e8bdbad91f51284e54d9a2c757eb15a22a58d217bed2",
-     "b67e6260a44cc40ae4185157b65de7fd9639b8208b05848328e3f57d7d8233b2"),
+    (
+        "d6ddce76d3b2a9cdfbcfe2cf7b099fa89938742709c2e14676ed4cbea9fbac02",
+        "060170bc6202731c97737107cef8497b51a3882041299e21b350981a45d7064c",
+    ),
+    (
+        "17850df506020e345a58e8bdbad91f51284e54d9a2c757eb15a22a58d217bed2",
+        "b67e6260a44cc40ae4185157b65de7fd9639b8208b05848328e3f57d7d8233b2",
+    ),
 ]
 
 
@@ -51,8 +60,8 @@ def test_pinned_hashes_on_every_backend(store: Store) -> None:
     assert bytes(stored[0].tenant_prev) == bytes(32)
     assert stored[1].tenant is None and stored[1].tenant_seq is None
     assert stored[0].event == (
-        '{"data":{"job_id":"训练-1","step":7,"tenant":"zürich-labs"},"id":"p1",'
-        '"source":"slurm://cluster-a","specversion":"1.0","time":"2026-01-05T10:00:00Z","type":"job.progress"}'
+        '{"data":{"job_id":"训练-1","step":7,"tenant":"zürich-labs"},"id":"p1","source":"slurm://'
+        'cluster-a","specversion":"1.0","time":"2026-01-05T10:00:00Z","type":"job.progress"}'
     )
 
 
@@ -93,7 +102,13 @@ def test_invalid_records_are_kept_whole_and_good_ones_appended(store: Store) -> 
     assert (result.appended, result.quarantined) == (2, 1)
     [row] = rows(store, quarantine)
     assert (row.kind, row.file, row.line, row.field, row.reason, bytes(row.record)) == (
-        "invalid", "x.jsonl", 2, "data.gpus", "Field required", b'{"raw": "kept"}')
+        "invalid",
+        "x.jsonl",
+        2,
+        "data.gpus",
+        "Field required",
+        b'{"raw": "kept"}',
+    )
 
 
 def test_requarantining_the_same_record_keeps_one_row(store: Store) -> None:
@@ -108,25 +123,41 @@ def test_tenant_chain_links_each_tenant_to_its_previous_leaf(store: Store) -> No
     appender.append([accepted(progress(1, "a")), accepted(progress(2, "b"), 2)])
     appender.append([accepted(progress(3, "a"), 3)])
     by_seq = {r.seq: r for r in rows(store)}
-    assert [(r.tenant, r.tenant_seq) for _, r in sorted(by_seq.items())] == [("a", 1), ("b", 1), ("a", 2)]
+    assert [(r.tenant, r.tenant_seq) for _, r in sorted(by_seq.items())] == [
+        ("a", 1),
+        ("b", 1),
+        ("a", 2),
+    ]
     assert bytes(by_seq[3].tenant_prev) == bytes(by_seq[1].leaf_hash)
     assert bytes(by_seq[2].tenant_prev) == bytes(32)
 
 
 @pytest.mark.parametrize("table", APPEND_ONLY)
 @pytest.mark.parametrize("statement", ["UPDATE {t} SET {c} = {c}", "DELETE FROM {t}"])
-def test_database_refuses_update_and_delete(store: Store, tmp_path: Path, table: str, statement: str) -> None:
+def test_database_refuses_update_and_delete(
+    store: Store, tmp_path: Path, table: str, statement: str
+) -> None:
     store.sealed_entries = 8  # so that sealed_pages has rows too
     appender = Appender(store)
     append_stream(appender, [accepted(progress(i), i) for i in range(1, 40)])
-    fault = event("health.fault", "f1", {"node": "n1", "code": "xid-79"})  # a row in checkpoint_fleet
+    fault = event(
+        "health.fault", "f1", {"node": "n1", "code": "xid-79"}
+    )  # a row in checkpoint_fleet
     appender.append([accepted(fault, 40), Rejected(Origin("x", 1), "f", "r", b"{}")])
     note = sign_checkpoint(store, Signer.generate("test")).note
     witness = Signer.generate("witness", COSIGNATURE_V1)
     add_cosignatures(store, cosign(witness, note.partition("\n\n")[0] + "\n"), [witness.verifier])
-    column = {"entries": "event", "batches": "recorded_at", "quarantine": "reason", "tree_nodes": "hash",
-              "checkpoints": "note", "checkpoint_tenants": "tenant_seq", "cosignatures": "line",
-              "sealed_pages": "digest", "checkpoint_fleet": "entry_count"}[table]
+    column = {
+        "entries": "event",
+        "batches": "recorded_at",
+        "quarantine": "reason",
+        "tree_nodes": "hash",
+        "checkpoints": "note",
+        "checkpoint_tenants": "tenant_seq",
+        "cosignatures": "line",
+        "sealed_pages": "digest",
+        "checkpoint_fleet": "entry_count",
+    }[table]
     with store.reading() as conn:
         assert conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one() > 0
     with pytest.raises(DBAPIError, match="append-only"):
@@ -134,7 +165,9 @@ def test_database_refuses_update_and_delete(store: Store, tmp_path: Path, table:
             conn.execute(text(statement.format(t=table, c=column)))
 
 
-def test_a_failing_batch_leaves_nothing_behind(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failing_batch_leaves_nothing_behind(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     appender = Appender(store)
     appender.append([accepted(progress(1))])
     import ledger.append as append_module
@@ -171,7 +204,9 @@ def test_init_is_safe_to_repeat(store: Store) -> None:
 
 
 def test_large_batches_build_the_stored_tree(store: Store) -> None:
-    append_stream(Appender(store), [accepted(progress(i), i) for i in range(1, 300)], batch_size=37)
+    append_stream(
+        Appender(store), [accepted(progress(i), i) for i in range(1, 300)], batch_size=37
+    )
     result = verify_ledger(store)
     assert (result.ok, result.entries) == (True, 299)
 

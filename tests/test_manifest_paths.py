@@ -62,8 +62,8 @@ def test_dot_dot_is_refused_unless_its_folder_is_allowed(
     made = manifest(folder, "ok.jsonl", "../elsewhere/secret.jsonl")
     err = refused(db_url, "--manifest", str(made))
     assert err == (
-        f"Error: --allow-path: {made}:1: files[1].path: {folder}/../elsewhere/secret.jsonl resolves to "
-        f"{outside}/secret.jsonl, outside the manifest's folder {folder}: refused "
+        f"Error: --allow-path: {made}:1: files[1].path: {folder}/../elsewhere/secret.jsonl "
+        f"resolves to {outside}/secret.jsonl, outside the manifest's folder {folder}: refused "
         "(allow its folder to read it)\n"
     )
     code, _, _ = run_cli(
@@ -109,8 +109,7 @@ def test_proc_self_environ_never_reaches_the_store(folder: Path, db_url: str) ->
             assert "hunter2" not in err
         err = refused(db_url, str(Path("/proc/self/environ")))
         assert (
-            err
-            == "Error: /proc/self/environ: not a regular file (a pseudo file under /proc): "
+            err == "Error: /proc/self/environ: not a regular file (a pseudo file under /proc): "
             "refused\n"
         )
     finally:

@@ -25,8 +25,10 @@ EXAMPLES = json.loads((VECTORS / "c2sp-examples.json").read_text())
 
 #: Where we knowingly differ from transparency-dev/merkle, and why.
 DIVERGENCES = {
-    "consistency/additional/sizes-are-equal-one-and-proof-is-empty.json":
-        "its roots are 12-byte placeholders ('don't care 2'); we refuse any hash that is not 32 bytes",
+    "consistency/additional/sizes-are-equal-one-and-proof-is-empty.json": (
+        "its roots are 12-byte placeholders ('don't care 2'); we refuse any hash that is not 32 "
+        "bytes"
+    ),
 }
 
 
@@ -50,7 +52,11 @@ def _accepts(check: Any) -> bool:
 def test_inclusion_vectors(name: str) -> None:
     v = json.loads((MERKLE / name).read_text())
     proof = [_b64(h) for h in v["proof"] or []]
-    accepted = _accepts(lambda: verify_inclusion(v["leafIdx"], v["treeSize"], _b64(v["leafHash"]), proof, _b64(v["root"])))
+    accepted = _accepts(
+        lambda: verify_inclusion(
+            v["leafIdx"], v["treeSize"], _b64(v["leafHash"]), proof, _b64(v["root"])
+        )
+    )
     assert accepted == (not v["wantErr"]), v["desc"]
 
 
@@ -58,15 +64,27 @@ def test_inclusion_vectors(name: str) -> None:
 def test_consistency_vectors(name: str) -> None:
     v = json.loads((MERKLE / name).read_text())
     proof = [_b64(h) for h in v["proof"] or []]
-    accepted = _accepts(lambda: verify_consistency(v["size1"], v["size2"], _b64(v["root1"]), _b64(v["root2"]), proof))
+    accepted = _accepts(
+        lambda: verify_consistency(
+            v["size1"], v["size2"], _b64(v["root1"]), _b64(v["root2"]), proof
+        )
+    )
     expected = not v["wantErr"] if name not in DIVERGENCES else v["wantErr"]
     assert accepted == expected, v["desc"]
 
 
 # -- the naive reference, from RFC 9162 §2.1 ----------------------------------------------
 
-CT_LEAVES = [b"", b"\x00", b"\x10", b"\x20\x21", b"\x30\x31", b"\x40\x41\x42\x43",
-             bytes(range(0x50, 0x58)), bytes(range(0x60, 0x70))]
+CT_LEAVES = [
+    b"",
+    b"\x00",
+    b"\x10",
+    b"\x20\x21",
+    b"\x30\x31",
+    b"\x40\x41\x42\x43",
+    bytes(range(0x50, 0x58)),
+    bytes(range(0x60, 0x70)),
+]
 
 
 def naive_mth(data: list[bytes]) -> bytes:
@@ -107,7 +125,7 @@ def _happy(kind: str) -> list[str]:
 @pytest.mark.parametrize("name", _happy("inclusion"))
 def test_the_reference_gives_the_happy_inclusion_vectors(name: str) -> None:
     v = json.loads((MERKLE / name).read_text())
-    leaves = CT_LEAVES[:v["treeSize"]]
+    leaves = CT_LEAVES[: v["treeSize"]]
     assert naive_mth(leaves) == _b64(v["root"])
     assert naive_path(v["leafIdx"], leaves) == [_b64(h) for h in v["proof"] or []]
 
@@ -116,7 +134,10 @@ def test_the_reference_gives_the_happy_inclusion_vectors(name: str) -> None:
 def test_the_reference_gives_the_happy_consistency_vectors(name: str) -> None:
     v = json.loads((MERKLE / name).read_text())
     first, second = v["size1"], v["size2"]
-    assert (naive_mth(CT_LEAVES[:first]), naive_mth(CT_LEAVES[:second])) == (_b64(v["root1"]), _b64(v["root2"]))
+    assert (naive_mth(CT_LEAVES[:first]), naive_mth(CT_LEAVES[:second])) == (
+        _b64(v["root1"]),
+        _b64(v["root2"]),
+    )
     expected = naive_subproof(first, CT_LEAVES[:second], True) if first < second else []
     assert expected == [_b64(h) for h in v["proof"] or []]
 
@@ -126,12 +147,25 @@ def test_every_proof_of_every_small_tree_matches_the_reference() -> None:
     for size in range(1, 41):
         root = naive_mth(data[:size])
         for index in range(size):
-            verify_inclusion(index, size, sha256(b"\x00" + data[index]).digest(), naive_path(index, data[:size]), root)
+            verify_inclusion(
+                index,
+                size,
+                sha256(b"\x00" + data[index]).digest(),
+                naive_path(index, data[:size]),
+                root,
+            )
         for first in range(1, size):
-            verify_consistency(first, size, naive_mth(data[:first]), root, naive_subproof(first, data[:size], True))
+            verify_consistency(
+                first,
+                size,
+                naive_mth(data[:first]),
+                root,
+                naive_subproof(first, data[:size], True),
+            )
 
 
 # -- C2SP and Go examples ----------------------------------------------------------------
+
 
 def test_the_signed_note_example() -> None:
     example = EXAMPLES["signed_note"]
@@ -149,7 +183,11 @@ def test_go_note_package_example_signs_and_verifies() -> None:
 def test_the_checkpoint_example_parses() -> None:
     example = EXAMPLES["checkpoint"]
     body = CheckpointBody.parse(example["note"].partition("\n\n")[0] + "\n")
-    assert (body.origin, body.size, body.root) == (example["origin"], example["size"], _b64(example["root_base64"]))
+    assert (body.origin, body.size, body.root) == (
+        example["origin"],
+        example["size"],
+        _b64(example["root_base64"]),
+    )
 
 
 def test_the_cosignature_example_has_the_cosignature_v1_shape() -> None:
@@ -157,10 +195,15 @@ def test_the_cosignature_example_has_the_cosignature_v1_shape() -> None:
     checked: its timestamp and the message it signs can."""
     example = EXAMPLES["cosigned_checkpoint"]
     text, _, signatures = example["note"].partition("\n\n")
-    line = next(s for s in signatures.splitlines() if s.startswith(f"\u2014 {example['cosigner']} "))
+    line = next(
+        s for s in signatures.splitlines() if s.startswith(f"\u2014 {example['cosigner']} ")
+    )
     blob = base64.b64decode(line.rsplit(" ", 1)[1])
     assert len(blob) == 4 + 8 + 64 and int.from_bytes(blob[4:12], "big") == example["timestamp"]
-    assert cosignature_message(text + "\n", example["timestamp"]) == example["signed_message"].encode()
+    assert (
+        cosignature_message(text + "\n", example["timestamp"])
+        == example["signed_message"].encode()
+    )
 
 
 def test_a_cosignature_verifies_with_its_type_04_key_only() -> None:
@@ -169,8 +212,13 @@ def test_a_cosignature_verifies_with_its_type_04_key_only() -> None:
     timestamp = EXAMPLES["cosigned_checkpoint"]["timestamp"]
     signature = witness.raw_sign(cosignature_message(body, timestamp))
     blob = witness.verifier.id + timestamp.to_bytes(8, "big") + signature
-    note = EXAMPLES["checkpoint"]["note"] + f"\u2014 {witness.name} {base64.b64encode(blob).decode()}\n"
+    note = (
+        EXAMPLES["checkpoint"]["note"]
+        + f"\u2014 {witness.name} {base64.b64encode(blob).decode()}\n"
+    )
     assert verify_cosignature(note, witness.verifier) == timestamp
-    as_note_key = Verifier(witness.name, witness.verifier.public)  # the same key as type 01: another key id
+    as_note_key = Verifier(
+        witness.name, witness.verifier.public
+    )  # the same key as type 01: another key id
     with pytest.raises(Exception, match="no cosignature"):
         verify_cosignature(note, as_note_key)

@@ -47,7 +47,9 @@ EDGE_SIZES = sorted({1, 2, 3} | {n + d for n in (4, 8, 64, 256, 1024, 4096) for 
 @st.composite
 def trees_and_subsets(draw: st.DrawFn) -> tuple[int, set[int]]:
     size = draw(st.one_of(st.sampled_from(EDGE_SIZES), st.integers(1, 700)))
-    shape = draw(st.sampled_from(["scattered", "one", "all", "run", "first and last", "every other"]))
+    shape = draw(
+        st.sampled_from(["scattered", "one", "all", "run", "first and last", "every other"])
+    )
     if shape == "one":
         return size, {draw(st.sampled_from(sorted({0, size - 1, draw(st.integers(0, size - 1))})))}
     if shape == "all":
@@ -88,7 +90,7 @@ def test_any_changed_hash_or_length_fails(case: tuple[int, set[int]], data: st.D
         verify_multiproof(size, {**proven, changed_leaf: rfc_leaf(size + 1)}, proof, root)
     if proof:
         at = data.draw(st.integers(0, len(proof) - 1))
-        bad = proof[:at] + [sha256(proof[at]).digest()] + proof[at + 1:]
+        bad = proof[:at] + [sha256(proof[at]).digest()] + proof[at + 1 :]
         with pytest.raises(ProofError, match="computed root"):
             verify_multiproof(size, proven, bad, root)
     with pytest.raises(ProofError, match=f"expected {len(proof)} hashes, got {len(proof) + 1}"):
@@ -104,11 +106,14 @@ def test_a_larger_tree_with_scattered_leaves() -> None:
     assert root_from_multiproof(size, {i: leaves[i] for i in chosen}, proof) == rfc_mth(leaves)
 
 
-@pytest.mark.parametrize(("size", "indices", "reason"), [
-    (8, [], "leaf indices must lie in [0, 8)"),
-    (8, [8], "leaf indices must lie in [0, 8)"),
-    (8, [-1, 2], "leaf indices must lie in [0, 8)"),
-])
+@pytest.mark.parametrize(
+    ("size", "indices", "reason"),
+    [
+        (8, [], "leaf indices must lie in [0, 8)"),
+        (8, [8], "leaf indices must lie in [0, 8)"),
+        (8, [-1, 2], "leaf indices must lie in [0, 8)"),
+    ],
+)
 def test_leaves_outside_the_tree_are_refused(size: int, indices: list[int], reason: str) -> None:
     with pytest.raises(ProofError) as caught:
         root_from_multiproof(size, {i: bytes(32) for i in indices}, [])
@@ -123,12 +128,22 @@ def test_ranges_of_a_subtree_and_of_no_leaves() -> None:
 
 def test_the_store_cuts_the_naive_proof(store: Store) -> None:
     """TreeReader.multiproof (stored subtree hashes) against the naive proof of its leaves."""
-    append_stream(Appender(store), [Accepted.of(validate_event(progress(i)), Origin("t", i)) for i in range(1, 301)],
-                  batch_size=64)
+    append_stream(
+        Appender(store),
+        [Accepted.of(validate_event(progress(i)), Origin("t", i)) for i in range(1, 301)],
+        batch_size=64,
+    )
     with store.reading() as conn:
         reader = TreeReader(conn)
         leaves = reader.leaves(0, 300)
-        for size, chosen in ((300, set(range(0, 300, 3))), (257, {0, 256}), (256, {17}), (100, set(range(40, 90)))):
+        for size, chosen in (
+            (300, set(range(0, 300, 3))),
+            (257, {0, 256}),
+            (256, {17}),
+            (100, set(range(40, 90))),
+        ):
             proof = reader.multiproof(sorted(chosen), size)
             assert proof == naive_proof(leaves[:size], chosen)
-            assert root_from_multiproof(size, {i: leaves[i] for i in chosen}, proof) == reader.root(size)
+            assert root_from_multiproof(
+                size, {i: leaves[i] for i in chosen}, proof
+            ) == reader.root(size)

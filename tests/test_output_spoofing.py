@@ -69,21 +69,47 @@ def acme(type_: str, id_: str, clock: str, **data: Any) -> dict[str, Any]:
 
 
 EVENTS = [
-    acme("policy.promise", "promise", "09:00:00", promise_id=PROMISE, job_id=JOB,
-         start_by=at("09:00:00")),
-    acme("allocation.granted", "grant", "10:00:00", allocation_id=ALLOC, gpus=2, node="n1",
-         devices=[0, 1]),
+    acme(
+        "policy.promise",
+        "promise",
+        "09:00:00",
+        promise_id=PROMISE,
+        job_id=JOB,
+        start_by=at("09:00:00"),
+    ),
+    acme(
+        "allocation.granted",
+        "grant",
+        "10:00:00",
+        allocation_id=ALLOC,
+        gpus=2,
+        node="n1",
+        devices=[0, 1],
+    ),
     acme("job.started", "start", "10:00:00", job_id=JOB, allocation_id=ALLOC),
     acme("job.completed", "done", "10:05:00", job_id=JOB),
     acme("allocation.released", "release", "10:10:00", allocation_id=ALLOC),
-    acme("billing.line", "line", "10:20:00", invoice_id=INVOICE, line_id=LINE, allocation_id=ALLOC,
-         period_start=at("10:10:00"), period_end=at("10:20:00"), gpus=2, amount="411.52",
-         currency="USD"),
+    acme(
+        "billing.line",
+        "line",
+        "10:20:00",
+        invoice_id=INVOICE,
+        line_id=LINE,
+        allocation_id=ALLOC,
+        period_start=at("10:10:00"),
+        period_end=at("10:20:00"),
+        gpus=2,
+        amount="411.52",
+        currency="USD",
+    ),
 ]
 #: A good event, then a record with a raw ESC (not JSON, so quarantined as read), in a file
 #: whose name is markup too (rich would hide it).
-BAD_LINES = (orjson.dumps(acme("job.progress", "p1", "10:01:00", job_id="J9", step=1)) + b"\n"
-             + b'{"id":"bad[/x] \x1b[2J [bold red]"}\n')
+BAD_LINES = (
+    orjson.dumps(acme("job.progress", "p1", "10:01:00", job_id="J9", step=1))
+    + b"\n"
+    + b'{"id":"bad[/x] \x1b[2J [bold red]"}\n'
+)
 
 
 def raw_unsafe(text: str) -> list[str]:
@@ -99,21 +125,28 @@ def spoofed(db_url: str, tmp_path: Path) -> str:
 
 # -- the helpers, by hand ---------------------------------------------------------------
 
-@pytest.mark.parametrize(("text", "shown_as"), [
-    ("\x1b]8;;http://evil\x07click\x1b]8;;\x07", "\\x1b]8;;http://evil\\x07click\\x1b]8;;\\x07"),
-    ("\x1b[2J", "\\x1b[2J"),
-    ("a\nb\rc\td", "a\\nb\\rc\\td"),
-    ("\x00\x7f\x85\x9b", "\\x00\\x7f\\x85\\x9b"),  # NUL, DEL, C1 NEL and CSI
-    ("\u202a\u202b\u202c\u202d\u202e", "\\u202a\\u202b\\u202c\\u202d\\u202e"),
-    ("\u2066\u2067\u2068\u2069", "\\u2066\\u2067\\u2068\\u2069"),
-    ("\u200e\u200f\u061c", "\\u200e\\u200f\\u061c"),
-    ("zero\u200bwidth\ufeff\u00ad", "zero\\u200bwidth\\ufeff\\xad"),
-    ("\u2028\u2029", "\\u2028\\u2029"),
-    ("tag\U000e0041", "tag\\U000e0041"),
-    ("\ud800", "\\ud800"),  # a lone surrogate would not even encode
-    ("[/x] [bold red]acme", "[/x] [bold red]acme"),  # markup is text: Text shows it as is
-    ("Zürich 東京 ٣ שלום", "Zürich 東京 ٣ שלום"),
-])
+
+@pytest.mark.parametrize(
+    ("text", "shown_as"),
+    [
+        (
+            "\x1b]8;;http://evil\x07click\x1b]8;;\x07",
+            "\\x1b]8;;http://evil\\x07click\\x1b]8;;\\x07",
+        ),
+        ("\x1b[2J", "\\x1b[2J"),
+        ("a\nb\rc\td", "a\\nb\\rc\\td"),
+        ("\x00\x7f\x85\x9b", "\\x00\\x7f\\x85\\x9b"),  # NUL, DEL, C1 NEL and CSI
+        ("\u202a\u202b\u202c\u202d\u202e", "\\u202a\\u202b\\u202c\\u202d\\u202e"),
+        ("\u2066\u2067\u2068\u2069", "\\u2066\\u2067\\u2068\\u2069"),
+        ("\u200e\u200f\u061c", "\\u200e\\u200f\\u061c"),
+        ("zero\u200bwidth\ufeff\u00ad", "zero\\u200bwidth\\ufeff\\xad"),
+        ("\u2028\u2029", "\\u2028\\u2029"),
+        ("tag\U000e0041", "tag\\U000e0041"),
+        ("\ud800", "\\ud800"),  # a lone surrogate would not even encode
+        ("[/x] [bold red]acme", "[/x] [bold red]acme"),  # markup is text: Text shows it as is
+        ("Zürich 東京 ٣ שלום", "Zürich 東京 ٣ שלום"),
+    ],
+)
 def test_terminal_safe_shows_each_unsafe_character_as_its_escape(text: str, shown_as: str) -> None:
     assert terminal_safe(text) == shown_as
 
@@ -129,8 +162,13 @@ def test_terminal_safe_leaves_nothing_unsafe_and_nothing_else_changed(text: str)
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.text(alphabet=st.sampled_from("[]/=bold red#@:x\x1b\n\u202e "), max_size=12),
-                min_size=1, max_size=3))
+@given(
+    st.lists(
+        st.text(alphabet=st.sampled_from("[]/=bold red#@:x\x1b\n\u202e "), max_size=12),
+        min_size=1,
+        max_size=3,
+    )
+)
 def test_a_data_table_never_parses_markup_even_on_a_console_that_would(cells: list[str]) -> None:
     """On rich's default console (markup on): no MarkupError, every cell shown as written."""
     table = DataTable(*(f"h{i}" for i in range(len(cells))), title=cells[0], caption=cells[-1])
@@ -143,23 +181,26 @@ def test_a_data_table_never_parses_markup_even_on_a_console_that_would(cells: li
         assert all(part in out for part in terminal_safe(cell).split())
 
 
-@pytest.mark.parametrize(("cell", "written"), [
-    ('=HYPERLINK("http://x","y")', '\'=HYPERLINK("http://x","y")'),
-    ("=cmd|' /C calc'!A0", "'=cmd|' /C calc'!A0"),
-    ("@SUM(1)", "'@SUM(1)"),
-    ("+1+cmd", "'+1+cmd"),
-    ("-2+3+cmd|' /C calc'!A0", "'-2+3+cmd|' /C calc'!A0"),
-    ("\t=1", "'\t=1"),
-    ("\r=1", "'\r=1"),
-    ("-", "'-"),
-    ("-3.20", "-3.20"),  # figures stay the numbers they are
-    ("+4", "+4"),
-    ("-1,234.50", "-1,234.50"),
-    ("-1e5", "-1e5"),
-    ("-0.00", "-0.00"),
-    ("INV-1", "INV-1"),
-    ("a=b", "a=b"),
-])
+@pytest.mark.parametrize(
+    ("cell", "written"),
+    [
+        ('=HYPERLINK("http://x","y")', '\'=HYPERLINK("http://x","y")'),
+        ("=cmd|' /C calc'!A0", "'=cmd|' /C calc'!A0"),
+        ("@SUM(1)", "'@SUM(1)"),
+        ("+1+cmd", "'+1+cmd"),
+        ("-2+3+cmd|' /C calc'!A0", "'-2+3+cmd|' /C calc'!A0"),
+        ("\t=1", "'\t=1"),
+        ("\r=1", "'\r=1"),
+        ("-", "'-"),
+        ("-3.20", "-3.20"),  # figures stay the numbers they are
+        ("+4", "+4"),
+        ("-1,234.50", "-1,234.50"),
+        ("-1e5", "-1e5"),
+        ("-0.00", "-0.00"),
+        ("INV-1", "INV-1"),
+        ("a=b", "a=b"),
+    ],
+)
 def test_spreadsheet_safe_is_owasps_rule_and_leaves_figures(cell: str, written: str) -> None:
     assert spreadsheet_safe(cell) == written
 
@@ -171,6 +212,7 @@ def test_a_page_shows_data_escaped_isolated_and_visible() -> None:
 
 
 # -- terminals ----------------------------------------------------------------------------
+
 
 def test_ingest_and_quarantine_show_markup_literally(spoofed: str, tmp_path: Path) -> None:
     bad = tmp_path / "bad[bold red].jsonl"
@@ -194,11 +236,15 @@ def test_an_error_naming_a_file_shows_its_name_escaped(tmp_path: Path) -> None:
     path.write_bytes(b"not a format\n")
     code, out, err = run("ingest", "--db", f"sqlite:///{tmp_path / 'l.db'}", str(path))
     assert (code, out) == (2, "")
-    assert err.startswith(f"Error: --format: {tmp_path}/x\\x1b[2J\\u202e.jsonl: no format recognises")
+    assert err.startswith(
+        f"Error: --format: {tmp_path}/x\\x1b[2J\\u202e.jsonl: no format recognises"
+    )
     assert raw_unsafe(err) == [] and len(err.splitlines()) == 1
 
 
-def test_csv_shown_on_a_terminal_is_escaped_line_by_line(capsys: pytest.CaptureFixture[str]) -> None:
+def test_csv_shown_on_a_terminal_is_escaped_line_by_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from cli import _for_terminal, _TerminalText
 
     text = 'INV,"L1\x1b[2J"\nINV-\u202e,x\n'
@@ -218,10 +264,16 @@ def test_reconcile_table_shows_ids_literally(spoofed: str) -> None:
     assert re.search(r"unallocated.*provider.*0\.33.*411\.52", category)
 
 
-@pytest.mark.parametrize(("report", "shows"), [
-    ("promises", PROMISE_SHOWN), ("capacity", "whole"), ("outcomes", TENANT),
-    ("placement", ALLOC_SHOWN), ("envelope", "slurm://acme"),
-])
+@pytest.mark.parametrize(
+    ("report", "shows"),
+    [
+        ("promises", PROMISE_SHOWN),
+        ("capacity", "whole"),
+        ("outcomes", TENANT),
+        ("placement", ALLOC_SHOWN),
+        ("envelope", "slurm://acme"),
+    ],
+)
 def test_every_report_table_shows_ids_literally(spoofed: str, report: str, shows: str) -> None:
     code, out, err = run("report", report, "--db", spoofed)
     assert (code, err) == (0, "")
@@ -230,24 +282,42 @@ def test_every_report_table_shows_ids_literally(spoofed: str, report: str, shows
 
 def test_verify_packet_adds_no_line_and_reverses_no_figure(spoofed: str, tmp_path: Path) -> None:
     assert run("keygen", "--out", str(tmp_path / "key"))[0] == 0
-    code, out, err = run("dispute", "--db", spoofed, "--tenant", TENANT, "--invoice", INVOICE,
-                         "--key", str(tmp_path / "key"), "--out", str(tmp_path / "d.json"))
+    code, out, err = run(
+        "dispute",
+        "--db",
+        spoofed,
+        "--tenant",
+        TENANT,
+        "--invoice",
+        INVOICE,
+        "--key",
+        str(tmp_path / "key"),
+        "--out",
+        str(tmp_path / "d.json"),
+    )
     assert code == 0, err
     assert raw_unsafe(out) == [] and f"invoice {INVOICE_SHOWN} of {TENANT}, 1 lines" in out
-    code, out, err = run("verify-packet", str(tmp_path / "d.json"),
-                         "--pubkey", str(tmp_path / "key.pub"))
+    code, out, err = run(
+        "verify-packet", str(tmp_path / "d.json"), "--pubkey", str(tmp_path / "key.pub")
+    )
     assert (code, err) == (0, "") and raw_unsafe(out) == []
     said = out.splitlines()
     assert len(said) == 4  # ok, the sentence, the totals, the one finding: no forged line
     assert said[0].startswith(f"ok: invoice {INVOICE_SHOWN} of {TENANT}, 1 lines;")
-    assert said[1] == (f"{TENANT} disputes 411.52 USD of the 411.52 USD billed on invoice "
-                       f"{INVOICE_SHOWN}: 411.52 USD that the provider's own records put on the "
-                       "provider (1 finding below).")
-    assert said[2] == ("  billed 411.52 USD · provider-borne 411.52 USD · disputed 0.00 USD · "
-                       "we dispute 411.52 USD")
-    assert said[3].startswith("  1. 2026-01-05T10:10:00Z → 2026-01-05T10:20:00Z  "
-                              "unallocated (provider)  411.52 USD  "
-                              f"line {LINE_SHOWN}, allocation {ALLOC_SHOWN}; ")
+    assert said[1] == (
+        f"{TENANT} disputes 411.52 USD of the 411.52 USD billed on invoice "
+        f"{INVOICE_SHOWN}: 411.52 USD that the provider's own records put on the "
+        "provider (1 finding below)."
+    )
+    assert said[2] == (
+        "  billed 411.52 USD · provider-borne 411.52 USD · disputed 0.00 USD · "
+        "we dispute 411.52 USD"
+    )
+    assert said[3].startswith(
+        "  1. 2026-01-05T10:10:00Z → 2026-01-05T10:20:00Z  "
+        "unallocated (provider)  411.52 USD  "
+        f"line {LINE_SHOWN}, allocation {ALLOC_SHOWN}; "
+    )
     page = (tmp_path / "d.letter.html").read_text()
     _assert_page_isolates(page)
     assert f'<h1>Dispute of invoice <span class="mono">{INVOICE_ON_A_PAGE}</span>' in page
@@ -266,19 +336,22 @@ def _assert_page_isolates(page: str) -> None:
 
 
 def test_the_finance_page_isolates_ids(spoofed: str, tmp_path: Path) -> None:
-    code, _, err = run("reconcile", "--db", spoofed, "--format", "html",
-                       "--out", str(tmp_path / "f.html"))
+    code, _, err = run(
+        "reconcile", "--db", spoofed, "--format", "html", "--out", str(tmp_path / "f.html")
+    )
     assert code == 0, err
     _assert_page_isolates((tmp_path / "f.html").read_text())
 
 
 def test_the_envelope_and_diagnostic_pages_isolate_ids(spoofed: str, tmp_path: Path) -> None:
-    code, out, err = run("report", "envelope", "--db", spoofed, "--tenant", TENANT,
-                         "--format", "html")
+    code, out, err = run(
+        "report", "envelope", "--db", spoofed, "--tenant", TENANT, "--format", "html"
+    )
     assert code == 0, err
     assert not PLANTED & set(out) and '<span class="id"><bdi>acme[/x]</bdi></span>' in out
-    code, out, err = run("packet", "--db", spoofed, "--promise", PROMISE,
-                         "--out", str(tmp_path / "p"))
+    code, out, err = run(
+        "packet", "--db", spoofed, "--promise", PROMISE, "--out", str(tmp_path / "p")
+    )
     assert code == 0, err
     page = (tmp_path / "p" / "packet.html").read_text()
     assert not PLANTED & set(page) and "<script>" not in page
@@ -288,20 +361,68 @@ def test_the_envelope_and_diagnostic_pages_isolate_ids(spoofed: str, tmp_path: P
 
 # -- spreadsheets ---------------------------------------------------------------------------
 
-FOCUS_HEADER = ["BilledCost", "BillingAccountId", "SubAccountId", "BillingCurrency",
-                "BillingPeriodStart", "ChargeCategory", "ChargeClass", "ChargePeriodStart",
-                "ChargePeriodEnd", "PricingQuantity", "PricingUnit", "ListUnitPrice", "ResourceId",
-                "ProviderName", "InvoiceId", "Id", "ChargeDescription"]
+FOCUS_HEADER = [
+    "BilledCost",
+    "BillingAccountId",
+    "SubAccountId",
+    "BillingCurrency",
+    "BillingPeriodStart",
+    "ChargeCategory",
+    "ChargeClass",
+    "ChargePeriodStart",
+    "ChargePeriodEnd",
+    "PricingQuantity",
+    "PricingUnit",
+    "ListUnitPrice",
+    "ResourceId",
+    "ProviderName",
+    "InvoiceId",
+    "Id",
+    "ChargeDescription",
+]
 F_TENANT = '=HYPERLINK("http://x","y")'
 F_INVOICE = "=cmd|' /C calc'!A0"
 F_DESCRIPTION = "-2+3+cmd|' /C calc'!A0"
 F_ALLOCATION = "@A1"
 FOCUS_ROWS = [
-    ["24.00", "BA1", F_TENANT, "USD", "2026-01-01 00:00:00", "Usage", "", "2026-01-05 10:00:00",
-     "2026-01-05 13:00:00", "24", "GPU-Hours", "1.00", F_ALLOCATION, "Neo", F_INVOICE, "@SUM(1)",
-     F_DESCRIPTION],
-    ["-2.50", "BA1", F_TENANT, "USD", "2026-01-01 00:00:00", "Credit", "", "2026-01-05 00:00:00",
-     "2026-01-06 00:00:00", "", "", "", "", "Neo", F_INVOICE, "-L2", F_DESCRIPTION],
+    [
+        "24.00",
+        "BA1",
+        F_TENANT,
+        "USD",
+        "2026-01-01 00:00:00",
+        "Usage",
+        "",
+        "2026-01-05 10:00:00",
+        "2026-01-05 13:00:00",
+        "24",
+        "GPU-Hours",
+        "1.00",
+        F_ALLOCATION,
+        "Neo",
+        F_INVOICE,
+        "@SUM(1)",
+        F_DESCRIPTION,
+    ],
+    [
+        "-2.50",
+        "BA1",
+        F_TENANT,
+        "USD",
+        "2026-01-01 00:00:00",
+        "Credit",
+        "",
+        "2026-01-05 00:00:00",
+        "2026-01-06 00:00:00",
+        "",
+        "",
+        "",
+        "",
+        "Neo",
+        F_INVOICE,
+        "-L2",
+        F_DESCRIPTION,
+    ],
 ]
 #: (line id, billed) as a spreadsheet must get them; a line's categories add up to its billed.
 FOCUS_LINES = {("'@SUM(1)", "24.00"), ("'-L2", "-2.50")}
@@ -313,12 +434,20 @@ def formulas(db_url: str, tmp_path: Path) -> str:
     with path.open("w", newline="") as handle:
         csv.writer(handle).writerows([FOCUS_HEADER, *FOCUS_ROWS])
     assert run("ingest", "--db", db_url, "--format", "focus", str(path))[0] == 0
-    grant = event("allocation.granted", "g", {"tenant": F_TENANT, "allocation_id": F_ALLOCATION,
-                                             "gpus": 8, "node": "n1"},
-                  source="k8s://c", time=at("10:00:00"))
-    job = event("job.started", "s",
-                {"tenant": F_TENANT, "job_id": "=J1", "allocation_id": F_ALLOCATION},
-                source="k8s://c", time=at("10:00:00"))
+    grant = event(
+        "allocation.granted",
+        "g",
+        {"tenant": F_TENANT, "allocation_id": F_ALLOCATION, "gpus": 8, "node": "n1"},
+        source="k8s://c",
+        time=at("10:00:00"),
+    )
+    job = event(
+        "job.started",
+        "s",
+        {"tenant": F_TENANT, "job_id": "=J1", "allocation_id": F_ALLOCATION},
+        source="k8s://c",
+        time=at("10:00:00"),
+    )
     jobs = write_jsonl(tmp_path / "g.jsonl", [grant, job])
     assert run("ingest", "--db", db_url, str(jobs))[0] == 0
     return db_url
@@ -328,7 +457,10 @@ def _check_spreadsheet_rows(rows: list[dict[str, Any]]) -> None:
     assert rows
     for row in rows:
         assert (row["tenant"], row["invoice_id"], row["description"]) == (
-            "'" + F_TENANT, "'" + F_INVOICE, "'" + F_DESCRIPTION)
+            "'" + F_TENANT,
+            "'" + F_INVOICE,
+            "'" + F_DESCRIPTION,
+        )
         assert row["allocation_id"] in ("'" + F_ALLOCATION, None, "")
     assert {(r["line_id"], r["billed_amount"]) for r in rows} == FOCUS_LINES
     for line_id, billed in FOCUS_LINES:
@@ -340,12 +472,14 @@ def test_reconcile_csv_and_parquet_neutralise_formulas(formulas: str, tmp_path: 
     code, out, err = run("reconcile", "--db", formulas, "--format", "csv")
     assert (code, err) == (0, "")
     _check_spreadsheet_rows(list(csv.DictReader(io.StringIO(out))))
-    code, _, _ = run("reconcile", "--db", formulas, "--format", "csv",
-                     "--out", str(tmp_path / "r.csv"))
+    code, _, _ = run(
+        "reconcile", "--db", formulas, "--format", "csv", "--out", str(tmp_path / "r.csv")
+    )
     assert code == 0
     _check_spreadsheet_rows(list(csv.DictReader((tmp_path / "r.csv").open(newline=""))))
-    code, _, _ = run("reconcile", "--db", formulas, "--format", "parquet",
-                     "--out", str(tmp_path / "r.parquet"))
+    code, _, _ = run(
+        "reconcile", "--db", formulas, "--format", "parquet", "--out", str(tmp_path / "r.parquet")
+    )
     assert code == 0
     _check_spreadsheet_rows(pq.read_table(tmp_path / "r.parquet").to_pylist())
     # JSON is exact: the tenant as the source wrote it
@@ -364,7 +498,9 @@ def test_report_csv_and_tsv_neutralise_formulas(formulas: str) -> None:
         assert (code, err) == (0, "")
         [allocation] = list(csv.DictReader(io.StringIO(out), delimiter=delimiter))
         assert (allocation["tenant"], allocation["allocation_id"]) == (
-            "'" + F_TENANT, "'" + F_ALLOCATION)
+            "'" + F_TENANT,
+            "'" + F_ALLOCATION,
+        )
 
 
 def _strings(doc: Any) -> set[str]:

@@ -8,15 +8,29 @@ from hashlib import sha256
 import pytest
 
 from ledger import Appender, Store, append_stream
-from ledger.proofs import ProofError, hash_leaf, inclusion_proof_length, verify_consistency, verify_inclusion
+from ledger.proofs import (
+    ProofError,
+    hash_leaf,
+    inclusion_proof_length,
+    verify_consistency,
+    verify_inclusion,
+)
 from ledger.tree import TreeReader
 from schemas import Accepted, Origin, validate_event
 from tests.conftest import progress
 
 # Certificate Transparency's reference test data (merkle_tree_test.cc, also in
 # transparency-dev/merkle): eight leaves, the root at each size, and sample proofs.
-CT_LEAVES = [b"", b"\x00", b"\x10", b"\x20\x21", b"\x30\x31", b"\x40\x41\x42\x43",
-             bytes(range(0x50, 0x58)), bytes(range(0x60, 0x70))]
+CT_LEAVES = [
+    b"",
+    b"\x00",
+    b"\x10",
+    b"\x20\x21",
+    b"\x30\x31",
+    b"\x40\x41\x42\x43",
+    bytes(range(0x50, 0x58)),
+    bytes(range(0x60, 0x70)),
+]
 CT_ROOTS = [
     "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d",
     "fac54203e7cc696cf0dfcb42c92a1d9dbaf70ad9e621f4bd8d98662f00e3c125",
@@ -28,27 +42,63 @@ CT_ROOTS = [
     "5dc9da79a70659a9ad559cb701ded9a2ab9d823aad2f4960cfe370eff4604328",
 ]
 CT_INCLUSION = [  # (leaf index, tree size, proof)
-    (0, 8, ["96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
+    (
+        0,
+        8,
+        [
+            "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
             "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
-            "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4"]),
-    (5, 8, ["bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
+            "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
+        ],
+    ),
+    (
+        5,
+        8,
+        [
+            "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
             "ca854ea128ed050b41b35ffc1b87b8eb2bde461e9e3b5596ece6b9d5975a0ae0",
-            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7"]),
+            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+        ],
+    ),
     (2, 3, ["fac54203e7cc696cf0dfcb42c92a1d9dbaf70ad9e621f4bd8d98662f00e3c125"]),
-    (1, 5, ["6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d",
+    (
+        1,
+        5,
+        [
+            "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d",
             "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
-            "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b"]),
+            "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
+        ],
+    ),
 ]
 CT_CONSISTENCY = [  # (first size, second size, proof)
     (1, 1, []),
-    (1, 8, ["96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
+    (
+        1,
+        8,
+        [
+            "96a296d224f285c67bee93c30f8a309157f0daa35dc5b87e410b78630a09cfc7",
             "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
-            "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4"]),
-    (6, 8, ["0ebc5d3437fbe2db158b9f126a1d118e308181031d0a949f8dededebc558ef6a",
+            "6b47aaf29ee3c2af9af889bc1fb9254dabd31177f16232dd6aab035ca39bf6e4",
+        ],
+    ),
+    (
+        6,
+        8,
+        [
+            "0ebc5d3437fbe2db158b9f126a1d118e308181031d0a949f8dededebc558ef6a",
             "ca854ea128ed050b41b35ffc1b87b8eb2bde461e9e3b5596ece6b9d5975a0ae0",
-            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7"]),
-    (2, 5, ["5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
-            "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b"]),
+            "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+        ],
+    ),
+    (
+        2,
+        5,
+        [
+            "5f083f0a1a33ca076a95279832580db3e0ef4584bdff1f54c8a360f50de3031e",
+            "bc1a0643b12e4d2d7c77918f44e0f4f79a838b6cf9ec5b5c283e1f4d88599e6b",
+        ],
+    ),
 ]
 
 
@@ -103,7 +153,13 @@ def test_ct_inclusion_vectors(index: int, size: int, proof: list[str]) -> None:
 def test_ct_consistency_vectors(first: int, second: int, proof: list[str]) -> None:
     hashes = [bytes.fromhex(h) for h in proof]
     assert (ref_subproof(first, CT_HASHES[:second], True) if first < second else []) == hashes
-    verify_consistency(first, second, bytes.fromhex(CT_ROOTS[first - 1]), bytes.fromhex(CT_ROOTS[second - 1]), hashes)
+    verify_consistency(
+        first,
+        second,
+        bytes.fromhex(CT_ROOTS[first - 1]),
+        bytes.fromhex(CT_ROOTS[second - 1]),
+        hashes,
+    )
 
 
 LEAVES_300 = [sha256(b"leaf %d" % i).digest() for i in range(300)]
@@ -122,7 +178,9 @@ def test_every_size_pair_up_to_64_is_consistent() -> None:
     for second in range(1, 65):
         for first in range(1, second + 1):
             proof = ref_subproof(first, LEAVES_300[:second], True) if first < second else []
-            verify_consistency(first, second, mth(LEAVES_300[:first]), mth(LEAVES_300[:second]), proof)
+            verify_consistency(
+                first, second, mth(LEAVES_300[:first]), mth(LEAVES_300[:second]), proof
+            )
 
 
 def flips(proof: list[bytes]) -> list[list[bytes]]:
@@ -131,23 +189,29 @@ def flips(proof: list[bytes]) -> list[list[bytes]]:
         for bit in range(len(h) * 8):
             changed = bytearray(h)
             changed[bit // 8] ^= 1 << (bit % 8)
-            out.append(proof[:i] + [bytes(changed)] + proof[i + 1:])
+            out.append(proof[:i] + [bytes(changed)] + proof[i + 1 :])
     return out
 
 
-@pytest.mark.parametrize(("index", "size"), [(0, 1), (0, 2), (5, 8), (6, 7), (12, 13), (0, 300), (257, 300), (299, 300)])
+@pytest.mark.parametrize(
+    ("index", "size"), [(0, 1), (0, 2), (5, 8), (6, 7), (12, 13), (0, 300), (257, 300), (299, 300)]
+)
 def test_every_single_bit_change_to_an_inclusion_proof_fails(index: int, size: int) -> None:
     root = mth(LEAVES_300[:size])
     proof = ref_path(index, LEAVES_300[:size])
     for bad in flips(proof) + flips([LEAVES_300[index]]):
         leaf = bad.pop() if len(bad) == len(proof) + 1 else LEAVES_300[index]
         with pytest.raises(ProofError):
-            verify_inclusion(index, size, leaf if len(bad) == len(proof) else LEAVES_300[index], bad, root)
+            verify_inclusion(
+                index, size, leaf if len(bad) == len(proof) else LEAVES_300[index], bad, root
+            )
     with pytest.raises(ProofError, match="expected"):
         verify_inclusion(index, size, LEAVES_300[index], proof + [root], root)
 
 
-@pytest.mark.parametrize(("first", "second"), [(1, 2), (3, 7), (4, 8), (6, 8), (100, 300), (256, 300)])
+@pytest.mark.parametrize(
+    ("first", "second"), [(1, 2), (3, 7), (4, 8), (6, 8), (100, 300), (256, 300)]
+)
 def test_every_single_bit_change_to_a_consistency_proof_fails(first: int, second: int) -> None:
     a, b = mth(LEAVES_300[:first]), mth(LEAVES_300[:second])
     proof = ref_subproof(first, LEAVES_300[:second], True)

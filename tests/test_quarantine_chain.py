@@ -28,11 +28,26 @@ def test_concurrent_ingests_chain_each_rejected_record_once(tmp_path: Path, db_u
         path.write_text("\n".join(lines) + "\n")
         paths.append(path)
     Store(db_url).init()
-    command = [sys.executable, "-c", "from cli import main; main()", "ingest", "--db", db_url, "--batch-size", "7"]
-    procs = [subprocess.Popen([*command, str(p)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for p in paths + paths]
+    command = [
+        sys.executable,
+        "-c",
+        "from cli import main; main()",
+        "ingest",
+        "--db",
+        db_url,
+        "--batch-size",
+        "7",
+    ]
+    procs = [
+        subprocess.Popen(
+            [*command, str(p)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for p in paths + paths
+    ]
     outcomes = [p.communicate(timeout=300) + (p.returncode,) for p in procs]
-    assert [code for _, _, code in outcomes] == [1] * (2 * FILES), [err for _, err, _ in outcomes]  # 1: records quarantined
+    assert [code for _, _, code in outcomes] == [1] * (2 * FILES), [
+        err for _, err, _ in outcomes
+    ]  # 1: records quarantined
     store = Store(db_url)
     with store.reading() as conn:
         count, top = conn.execute(select(func.count(), func.max(quarantine.c.qid))).one()

@@ -5,7 +5,8 @@ sources' events.
 
 Disk full is real where this runs as root (a size-limited tmpfs; on PostgreSQL a
 tablespace on one), and a file-size limit (RLIMIT_FSIZE: writes fail with EFBIG)
-everywhere. Read-only is a tmpfs remounted read-only (root), file modes (as root, for a process that
+everywhere. Read-only is a tmpfs remounted read-only (root), file modes (as root, for a process
+that
 has dropped the capabilities overriding them), and on PostgreSQL a server that refuses
 write transactions.
 """
@@ -78,6 +79,7 @@ def file_size_limit(limit: int) -> Callable[[], None]:
     def apply() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # then write() fails with EFBIG instead
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
     return apply
 
 
@@ -96,7 +98,15 @@ def test_a_file_size_limit_stops_the_ingest_between_batches(tmp_path: Path) -> N
     assert cli("ingest", "--db", url, str(first)).returncode == 0
     second = source_file(tmp_path / "second.jsonl", 400, 8400)
     limit = max(f.stat().st_size for f in tmp_path.glob("ledger.db*")) + 200_000
-    done = cli("ingest", "--db", url, "--batch-size", str(BATCH), str(second), preexec=file_size_limit(limit))
+    done = cli(
+        "ingest",
+        "--db",
+        url,
+        "--batch-size",
+        str(BATCH),
+        str(second),
+        preexec=file_size_limit(limit),
+    )
     assert_one_line_error(done, "cannot write to", f"{second}:", "rolled back", "run it again")
     count = assert_verifies(url)
     assert 400 <= count < 8400 and (count - 400) % BATCH == 0, count  # whole batches only
@@ -141,11 +151,19 @@ def ingest_under_file_modes(url: str, source: Path) -> subprocess.CompletedProce
     capabilities that override them."""
     command = [*CLI, "ingest", "--db", url, str(source)]
     if os.geteuid() == 0:
-        command = ["capsh", "--drop=cap_dac_override,cap_dac_read_search,cap_fowner", "--", "-c", shlex.join(command)]
+        command = [
+            "capsh",
+            "--drop=cap_dac_override,cap_dac_read_search,cap_fowner",
+            "--",
+            "-c",
+            shlex.join(command),
+        ]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.skipif(_file_modes_unenforceable() is not None, reason=str(_file_modes_unenforceable()))
+@pytest.mark.skipif(
+    _file_modes_unenforceable() is not None, reason=str(_file_modes_unenforceable())
+)
 def test_a_store_whose_files_are_read_only(tmp_path: Path) -> None:
     folder = tmp_path / "store"
     folder.mkdir()
@@ -226,12 +244,17 @@ def test_postgres_tablespace_full(tmp_path: Path, small_tablespace: tuple[str, P
 
 #: The CLI with pages of 16 entries (65,536 by default): a checkpoint of a small store then
 #: has pages to seal, as one of a real store does, and sealing needs more room than signing.
-SMALL_PAGES_CLI = [sys.executable, "-c", "import ledger.store\nledger.store.SEALED_ENTRIES = 16\n"
-                   "from cli import main\nmain()"]
+SMALL_PAGES_CLI = [
+    sys.executable,
+    "-c",
+    "import ledger.store\nledger.store.SEALED_ENTRIES = 16\nfrom cli import main\nmain()",
+]
 
 
 def small_pages_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*SMALL_PAGES_CLI, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [*SMALL_PAGES_CLI, *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
 
 
 def fill(folder: Path, leave_kib: int) -> Path:
@@ -239,8 +262,11 @@ def fill(folder: Path, leave_kib: int) -> Path:
     stat = os.statvfs(folder)
     free_kib = stat.f_bavail * stat.f_frsize // 1024
     filler = folder / "filler"
-    subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=1k", f"count={max(free_kib - leave_kib, 0)}"],
-                   capture_output=True, check=False)  # dd stops at a full disk: that is the point
+    subprocess.run(
+        ["dd", "if=/dev/zero", f"of={filler}", "bs=1k", f"count={max(free_kib - leave_kib, 0)}"],
+        capture_output=True,
+        check=False,
+    )  # dd stops at a full disk: that is the point
     return filler
 
 
@@ -249,8 +275,10 @@ def signed_rows(url: str) -> tuple[int, int]:
     store = Store(url)
     try:
         with store.reading() as conn:
-            return (int(conn.execute(text("SELECT count(*) FROM checkpoints")).scalar_one()),
-                    int(conn.execute(text("SELECT count(*) FROM checkpoint_tenants")).scalar_one()))
+            return (
+                int(conn.execute(text("SELECT count(*) FROM checkpoints")).scalar_one()),
+                int(conn.execute(text("SELECT count(*) FROM checkpoint_tenants")).scalar_one()),
+            )
     finally:
         store.close()
 
@@ -279,7 +307,10 @@ def sign_after_space_is_back(url: str, key: Path, entries: int, tenants: int = 3
 @needs_mount
 def test_a_checkpoint_on_a_full_disk_signs_nothing(tmp_path: Path, disk: Path) -> None:
     url, key = f"sqlite:///{disk / 'ledger.db'}", keygen(tmp_path)
-    assert cli("ingest", "--db", url, str(source_file(tmp_path / "events.jsonl", 0, 1000))).returncode == 0
+    assert (
+        cli("ingest", "--db", url, str(source_file(tmp_path / "events.jsonl", 0, 1000))).returncode
+        == 0
+    )
     # Room for the checkpoint's rows (about 70 KiB with SQLite's WAL), not for the 62
     # pages to seal: once, the checkpoint was stored and the seal after it failed.
     filler = fill(disk, 100)
@@ -291,35 +322,77 @@ def test_a_checkpoint_on_a_full_disk_signs_nothing(tmp_path: Path, disk: Path) -
 
 
 @pytest.mark.skipif(_tablespace_unavailable() is not None, reason=str(_tablespace_unavailable()))
-def test_a_checkpoint_on_a_full_tablespace_signs_nothing(tmp_path: Path, small_tablespace: tuple[str, Path]) -> None:
+def test_a_checkpoint_on_a_full_tablespace_signs_nothing(
+    tmp_path: Path, small_tablespace: tuple[str, Path]
+) -> None:
     (url, folder), key = small_tablespace, keygen(tmp_path)
-    assert cli("ingest", "--db", url, str(source_file(tmp_path / "events.jsonl", 0, 2000))).returncode == 0
+    assert (
+        cli("ingest", "--db", url, str(source_file(tmp_path / "events.jsonl", 0, 2000))).returncode
+        == 0
+    )
     filler = fill(folder, 128)  # the checkpoint's rows fit; 125 pages to seal do not
     done = small_pages_cli("checkpoint", "--db", url, "--key", str(key))
-    assert_signed_nothing(done, url, "cannot write to", "No space left on device", "nothing was signed")
+    assert_signed_nothing(
+        done, url, "cannot write to", "No space left on device", "nothing was signed"
+    )
     filler.unlink()
     sign_after_space_is_back(url, key, 2000)
 
 
 @needs_mount
-def test_a_witness_request_that_cannot_be_written_signs_nothing(tmp_path: Path, disk: Path) -> None:
+def test_a_witness_request_that_cannot_be_written_signs_nothing(
+    tmp_path: Path, disk: Path
+) -> None:
     url, key = f"sqlite:///{tmp_path / 'ledger.db'}", keygen(tmp_path)
-    assert cli("ingest", "--db", url, str(source_file(tmp_path / "events.jsonl", 0, 300))).returncode == 0
+    assert (
+        cli("ingest", "--db", url, str(source_file(tmp_path / "events.jsonl", 0, 300))).returncode
+        == 0
+    )
     fill(disk, 0)
     out = disk / "request.txt"
-    done = cli("checkpoint", "--db", url, "--key", str(key), "--witness-request-from", "0", "--out", str(out))
+    done = cli(
+        "checkpoint",
+        "--db",
+        url,
+        "--key",
+        str(key),
+        "--witness-request-from",
+        "0",
+        "--out",
+        str(out),
+    )
     assert_signed_nothing(done, url, f"--out: cannot write {out}", "no checkpoint was stored")
     assert sorted(p.name for p in disk.iterdir()) == ["filler"]  # no request, staged or not
     (disk / "filler").unlink()
-    done = cli("checkpoint", "--db", url, "--key", str(key), "--witness-request-from", "0", "--out", str(out))
+    done = cli(
+        "checkpoint",
+        "--db",
+        url,
+        "--key",
+        str(key),
+        "--witness-request-from",
+        "0",
+        "--out",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     assert signed_rows(url) == (1, 3)
-    assert out.read_text().splitlines()[:2] == ["old 0", ""]  # the request: old size 0, no proof, the note
+    assert out.read_text().splitlines()[:2] == [
+        "old 0",
+        "",
+    ]  # the request: old size 0, no proof, the note
     assert sorted(p.name for p in disk.iterdir()) == ["request.txt"]
 
 
 def test_a_checkpoint_refused_by_postgres_signs_nothing(tmp_path: Path, pg_url: str) -> None:
     key = keygen(tmp_path)
-    assert cli("ingest", "--db", pg_url, str(source_file(tmp_path / "events.jsonl", 0, 300))).returncode == 0
+    assert (
+        cli(
+            "ingest", "--db", pg_url, str(source_file(tmp_path / "events.jsonl", 0, 300))
+        ).returncode
+        == 0
+    )
     read_only = pg_url + "%20-cdefault_transaction_read_only%3Don"
-    assert_signed_nothing(cli("checkpoint", "--db", read_only, "--key", str(key)), pg_url, "read-only transaction")
+    assert_signed_nothing(
+        cli("checkpoint", "--db", read_only, "--key", str(key)), pg_url, "read-only transaction"
+    )

@@ -26,7 +26,14 @@ from sqlalchemy import text
 
 from ledger import Store
 from tests.conftest import ROOT, SLOW
-from tests.reliability import assert_verifies, canonical_lines, cli, source_file, start_cli, stored_events
+from tests.reliability import (
+    assert_verifies,
+    canonical_lines,
+    cli,
+    source_file,
+    start_cli,
+    stored_events,
+)
 
 POINTS = 50 if SLOW else 8
 EVENTS = 4000
@@ -38,7 +45,9 @@ SEED = int(os.environ.get("GPULEDGER_KILL_SEED", "9"))
 def stored_count(store: Store) -> int:
     try:
         with store.reading() as conn:
-            return int(conn.execute(text("SELECT coalesce(max(seq), 0) FROM entries")).scalar_one())
+            return int(
+                conn.execute(text("SELECT coalesce(max(seq), 0) FROM entries")).scalar_one()
+            )
     except Exception:  # not initialised yet: nothing stored
         return 0
 
@@ -87,15 +96,21 @@ def stored_batches(url: str, records: list[tuple[tuple[str, str], bool, int]]) -
     store = Store(url)
     try:
         with store.reading() as conn:
-            lines = [int(r[0]) for r in conn.execute(text("SELECT line FROM quarantine ORDER BY line"))]
+            lines = [
+                int(r[0]) for r in conn.execute(text("SELECT line FROM quarantine ORDER BY line"))
+            ]
     finally:
         store.close()
     for k in range(0, len(records) // BATCH + 2):
-        prefix = records[:k * BATCH]
+        prefix = records[: k * BATCH]
         if keys == {key for key, valid, _ in prefix if valid}:
-            assert lines == [line for _, valid, line in prefix if not valid], f"quarantine is not that of {k} whole batches"
+            assert lines == [line for _, valid, line in prefix if not valid], (
+                f"quarantine is not that of {k} whole batches"
+            )
             return k
-    raise AssertionError(f"the {len(keys)} stored events are not the first whole batches of the source")
+    raise AssertionError(
+        f"the {len(keys)} stored events are not the first whole batches of the source"
+    )
 
 
 def test_kill_nine_at_random_points(tmp_path: Path, db_url: str) -> None:
@@ -109,11 +124,15 @@ def test_kill_nine_at_random_points(tmp_path: Path, db_url: str) -> None:
     for target in targets:
         killed += kill_at(db_url, source, rng, target)
         if not initialised(db_url):
-            batches.append(0)  # killed before `init` committed: no store yet (init is one transaction)
+            batches.append(
+                0
+            )  # killed before `init` committed: no store yet (init is one transaction)
             continue
         assert_verifies(db_url)
         batches.append(stored_batches(db_url, records))
-    assert killed >= POINTS // 2, f"only {killed} of {POINTS} ingests were still running when killed"
+    assert killed >= POINTS // 2, (
+        f"only {killed} of {POINTS} ingests were still running when killed"
+    )
     assert batches == sorted(batches)  # a re-run never loses what an earlier one stored
     finished = cli("ingest", "--db", db_url, str(source))
     assert finished.returncode == 1, finished.stderr  # 1: the bad records are (still) quarantined
@@ -122,7 +141,11 @@ def test_kill_nine_at_random_points(tmp_path: Path, db_url: str) -> None:
     assert assert_verifies(db_url) == len(canonical_lines(source))
 
 
-PARALLEL_CLI = [sys.executable, "-c", "import ingest.worker as w; w.MIN_BYTES = 0; from cli import main; main()"]
+PARALLEL_CLI = [
+    sys.executable,
+    "-c",
+    "import ingest.worker as w; w.MIN_BYTES = 0; from cli import main; main()",
+]
 
 
 def parsing_children_of(source: Path) -> list[int]:
@@ -139,7 +162,9 @@ def parsing_children_of(source: Path) -> list[int]:
     return found
 
 
-@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="finds the parsing process in /proc")
+@pytest.mark.skipif(
+    not Path("/proc/self/cmdline").exists(), reason="finds the parsing process in /proc"
+)
 def test_kill_nine_with_a_parsing_child(tmp_path: Path, sqlite_url: str) -> None:
     """The ingest parses in a child process (as it does for large files): killing the
     ingest leaves no child behind, and the same rules hold."""
@@ -149,8 +174,12 @@ def test_kill_nine_with_a_parsing_child(tmp_path: Path, sqlite_url: str) -> None
     records = file_records(source)
     rng = random.Random(SEED)
     for target in sorted(rng.sample(range(1, 5000), 10 if SLOW else 3)):
-        process = subprocess.Popen([*PARALLEL_CLI, "ingest", "--db", sqlite_url, "--batch-size", str(BATCH), str(source)],
-                                   cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        process = subprocess.Popen(
+            [*PARALLEL_CLI, "ingest", "--db", sqlite_url, "--batch-size", str(BATCH), str(source)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         store = Store(sqlite_url)
         # The target may be stored already: wait for the child too, then for the target.
         while process.poll() is None and not parsing_children_of(source):
@@ -158,7 +187,9 @@ def test_kill_nine_with_a_parsing_child(tmp_path: Path, sqlite_url: str) -> None
         while process.poll() is None and stored_count(store) < target:
             time.sleep(0.005)
         store.close()
-        assert parsing_children_of(source), "the ingest parses in-process: the test is not testing a child"
+        assert parsing_children_of(source), (
+            "the ingest parses in-process: the test is not testing a child"
+        )
         os.kill(process.pid, signal.SIGKILL)
         process.communicate(timeout=120)
         deadline = time.monotonic() + 60  # liveness: the orphan meets a closed pipe and exits

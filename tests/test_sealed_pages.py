@@ -78,14 +78,25 @@ def _pages(conn: Connection) -> list[tuple[int, int, pa.Table]]:
 def test_every_complete_run_is_sealed_once_with_its_entries_columns(paged: Store) -> None:
     with paged.reading() as conn:
         pages = _pages(conn)
-        stored = conn.execute(select(entries.c.seq, entries.c.type, entries.c.tenant, entries.c.event)
-                              .order_by(entries.c.seq)).all()
+        stored = conn.execute(
+            select(entries.c.seq, entries.c.type, entries.c.tenant, entries.c.event).order_by(
+                entries.c.seq
+            )
+        ).all()
     assert len(stored) == len(_events()) == 47
-    assert [(first, last) for first, last, _ in pages] == [(1, 8), (9, 16), (17, 24), (25, 32), (33, 40)]
+    assert [(first, last) for first, last, _ in pages] == [
+        (1, 8),
+        (9, 16),
+        (17, 24),
+        (25, 32),
+        (33, 40),
+    ]
     for first, last, table in pages:
         assert table.column_names == ["seq", "type", "tenant", "event"]
-        as_rows = list(zip(*(table.column(name).to_pylist() for name in table.column_names), strict=True))
-        assert as_rows == [tuple(row) for row in stored[first - 1:last]]
+        as_rows = list(
+            zip(*(table.column(name).to_pylist() for name in table.column_names), strict=True)
+        )
+        assert as_rows == [tuple(row) for row in stored[first - 1 : last]]
 
 
 def test_reingesting_the_same_events_seals_nothing_more(paged: Store) -> None:
@@ -95,12 +106,20 @@ def test_reingesting_the_same_events_seals_nothing_more(paged: Store) -> None:
         assert conn.execute(text("SELECT count(*) FROM sealed_pages")).scalar_one() == 5
 
 
-@pytest.mark.parametrize("filters", [{}, {"tenant": "zeta"}, {"tenant": "acme"}, {"upto_seq": 20}, {"upto_seq": 44}])
+@pytest.mark.parametrize(
+    "filters", [{}, {"tenant": "zeta"}, {"tenant": "acme"}, {"upto_seq": 20}, {"upto_seq": 44}]
+)
 def test_a_store_read_through_its_pages_reconciles_as_one_read_from_its_rows(
-        paged: Store, unpaged: Store, filters: dict[str, Any]) -> None:
+    paged: Store, unpaged: Store, filters: dict[str, Any]
+) -> None:
     with paged.reading() as conn:
-        assert len(list(read_sealed(conn, filters.get("upto_seq")))) == {20: 2, 44: 5}.get(filters.get("upto_seq", 44))
-    assert reconcile_store(paged, **filters).as_json() == reconcile_store(unpaged, **filters).as_json()
+        assert len(list(read_sealed(conn, filters.get("upto_seq")))) == {20: 2, 44: 5}.get(
+            filters.get("upto_seq", 44)
+        )
+    assert (
+        reconcile_store(paged, **filters).as_json()
+        == reconcile_store(unpaged, **filters).as_json()
+    )
 
 
 #: verify's three ways through the pages: the walk, the pages checked in processes of their
@@ -122,13 +141,24 @@ def _rewrite_page(store: Store, first: int, change: Any, digest: bool = True) ->
     the append-only guards; with `digest`, its digest is made to match again."""
     with store.writing() as conn:
         drop_guards(conn)
-        blob = bytes(conn.execute(select(sealed_pages.c.page).where(sealed_pages.c.first_seq == first)).scalar_one())
+        blob = bytes(
+            conn.execute(
+                select(sealed_pages.c.page).where(sealed_pages.c.first_seq == first)
+            ).scalar_one()
+        )
         sink = io.BytesIO()
-        pq.write_table(change(pq.read_table(pa.BufferReader(blob))), sink, compression="zstd", row_group_size=sealed._ROW_GROUP)
+        pq.write_table(
+            change(pq.read_table(pa.BufferReader(blob))),
+            sink,
+            compression="zstd",
+            row_group_size=sealed._ROW_GROUP,
+        )
         values: dict[str, Any] = {"page": sink.getvalue()}
         if digest:
             values["digest"] = sha256(sink.getvalue()).digest()
-        conn.execute(sealed_pages.update().where(sealed_pages.c.first_seq == first).values(**values))
+        conn.execute(
+            sealed_pages.update().where(sealed_pages.c.first_seq == first).values(**values)
+        )
 
 
 def _step_renamed(table: pa.Table) -> pa.Table:
@@ -143,20 +173,30 @@ def _one_event_padded(table: pa.Table) -> pa.Table:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_page_altered_with_its_digest_is_named_by_verify_at_its_seq_and_column(
-        paged: Store, unpaged: Store, mode: dict[str, Any]) -> None:
+    paged: Store, unpaged: Store, mode: dict[str, Any]
+) -> None:
     with paged.reading() as conn:
-        seq = conn.execute(text("SELECT seq FROM entries WHERE event LIKE :p"), {"p": '%"step":5,%'}).scalars().all()
+        seq = (
+            conn.execute(text("SELECT seq FROM entries WHERE event LIKE :p"), {"p": '%"step":5,%'})
+            .scalars()
+            .all()
+        )
     assert seq == [12, 13]  # j1's and k1's step 5, both in the page of seqs 9–16
     _rewrite_page(paged, 9, _step_renamed)
     problem = verify_ledger(paged, **mode).problem
     assert problem is not None and (problem.seq, problem.kind) == (12, "sealed")
-    assert "the sealed page of seqs 9–16 differs from the entries at seq 12, column event" in problem.message
+    assert (
+        "the sealed page of seqs 9–16 differs from the entries at seq 12, column event"
+        in problem.message
+    )
     # the reconciliation did read the page: its progress is no longer the entries'
     assert reconcile_store(paged).as_json() != reconcile_store(unpaged).as_json()
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_page_that_fails_its_digest_is_not_read_and_is_named(paged: Store, unpaged: Store, mode: dict[str, Any]) -> None:
+def test_a_page_that_fails_its_digest_is_not_read_and_is_named(
+    paged: Store, unpaged: Store, mode: dict[str, Any]
+) -> None:
     _rewrite_page(paged, 17, _one_event_padded, digest=False)
     with paged.reading() as conn:
         assert [page.first_seq for page in read_sealed(conn)] == [1, 9]  # the rest from the rows
@@ -184,7 +224,12 @@ def test_a_checkpoint_seals_the_runs_completed_since_the_last(store: Store) -> N
         assert len(_pages(conn)) == 2  # an append seals nothing
     sign_checkpoint(store, signer)
     with store.reading() as conn:
-        assert [(first, last) for first, last, _ in _pages(conn)] == [(1, 8), (9, 16), (17, 24), (25, 32)]
+        assert [(first, last) for first, last, _ in _pages(conn)] == [
+            (1, 8),
+            (9, 16),
+            (17, 24),
+            (25, 32),
+        ]
         assert seal(conn, PAGE) == 0  # nothing left to seal
 
 
@@ -193,23 +238,35 @@ def test_the_reports_read_the_same_events_through_pages(paged: Store, unpaged: S
 
     def events(store: Store) -> list[tuple[Any, ...]]:
         with loaded(store, "zeta") as data:
-            return [tuple(row) for row in data.con.execute("SELECT * FROM ev ORDER BY seq").fetchall()]
+            return [
+                tuple(row) for row in data.con.execute("SELECT * FROM ev ORDER BY seq").fetchall()
+            ]
 
-    assert len(events(paged)) == 23  # zeta's grant, start, 18 marks and line, and the fleet's fault and clear
+    assert (
+        len(events(paged)) == 23
+    )  # zeta's grant, start, 18 marks and line, and the fleet's fault and clear
     assert events(paged) == events(unpaged)
 
 
-@pytest.mark.parametrize("filters", [{}, {"tenant": "zeta"}, {"upto_seq": 20}, {"tenant": "acme", "upto_seq": 41}])
-def test_entry_tables_give_the_rows_store_pages_gives(paged: Store, filters: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "filters", [{}, {"tenant": "zeta"}, {"upto_seq": 20}, {"tenant": "acme", "upto_seq": 41}]
+)
+def test_entry_tables_give_the_rows_store_pages_gives(
+    paged: Store, filters: dict[str, Any]
+) -> None:
     with paged.reading() as conn:
         tables = list(entry_tables(conn, filters.get("tenant"), filters.get("upto_seq")))
-        rows = pa.concat_tables(store_pages(conn, filters.get("tenant"), upto_seq=filters.get("upto_seq")))
+        rows = pa.concat_tables(
+            store_pages(conn, filters.get("tenant"), upto_seq=filters.get("upto_seq"))
+        )
     assert len(tables) > 2  # pages, then rows
     assert pa.concat_tables(tables).equals(rows)
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_pages_that_do_not_follow_one_another_are_named(paged: Store, mode: dict[str, Any]) -> None:
+def test_pages_that_do_not_follow_one_another_are_named(
+    paged: Store, mode: dict[str, Any]
+) -> None:
     with paged.writing() as conn:
         drop_guards(conn)
         conn.execute(text("DELETE FROM sealed_pages WHERE first_seq = 9"))
@@ -225,13 +282,19 @@ def test_a_page_whose_parquet_is_not_parquet_is_named(paged: Store, mode: dict[s
     with paged.writing() as conn:
         drop_guards(conn)
         junk = b"PAR1 not a page"
-        conn.execute(sealed_pages.update().where(sealed_pages.c.first_seq == 25).values(page=junk, digest=sha256(junk).digest()))
+        conn.execute(
+            sealed_pages.update()
+            .where(sealed_pages.c.first_seq == 25)
+            .values(page=junk, digest=sha256(junk).digest())
+        )
     problem = verify_ledger(paged, **mode).problem
     assert problem is not None and (problem.seq, problem.kind) == (25, "sealed")
     assert "its Parquet cannot be read" in problem.message
 
 
-def test_the_range_pass_reads_only_the_row_groups_of_its_seqs(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_range_pass_reads_only_the_row_groups_of_its_seqs(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Pages of 8 entries in row groups of 3 (3, 3, 2 rows): the range 13-24 starts in the
     second row group of the page of seqs 9-16 and reads it from there; an edit in that
     page's first row group (seq 12) is the range 1-12's to find, one in its second (seq 13)
@@ -241,16 +304,22 @@ def test_the_range_pass_reads_only_the_row_groups_of_its_seqs(store: Store, monk
     ingest(store, _events())
     assert seal_store(store) == 5
     with store.reading() as conn:
-        groups = [pq.ParquetFile(pa.BufferReader(bytes(page))).metadata.num_row_groups
-                  for page in conn.execute(select(sealed_pages.c.page)).scalars()]
+        groups = [
+            pq.ParquetFile(pa.BufferReader(bytes(page))).metadata.num_row_groups
+            for page in conn.execute(select(sealed_pages.c.page)).scalars()
+        ]
     assert groups == [3] * 5
     result = verify_ledger(store, processes=2, smallest_range=10)
     assert result.ok and result.ranges == 4, result.problem
     _rewrite_page(store, 9, _seq_13_altered)
     with store.reading() as conn:
-        page = conn.execute(select(sealed_pages.c.page).where(sealed_pages.c.first_seq == 9)).scalar_one()
+        page = conn.execute(
+            select(sealed_pages.c.page).where(sealed_pages.c.first_seq == 9)
+        ).scalar_one()
         assert pq.ParquetFile(pa.BufferReader(bytes(page))).metadata.num_row_groups == 3
-    assert verify_ledger(store, processes=2, smallest_range=10).ranges == 0  # the range 13-24 said no
+    assert (
+        verify_ledger(store, processes=2, smallest_range=10).ranges == 0
+    )  # the range 13-24 said no
     problem = verify_ledger(store, processes=2, smallest_range=10).problem
     assert problem is not None and (problem.seq, problem.kind) == (13, "sealed")
 

@@ -30,7 +30,9 @@ def _events() -> list[dict[str, Any]]:
     s.start("j1", "a1", at="10:06")  # seq 3, acme
     s.grant("b1", gpus=4, at="10:07", tenant=ODD)  # seq 4, ODD
     s.progress("j1", step=1, at="10:08")  # seq 5, acme
-    s.add("job.failed", "10:09", {"job_id": "jé-✓", "cause": "application"}, tenant=ODD)  # seq 6, ODD
+    s.add(
+        "job.failed", "10:09", {"job_id": "jé-✓", "cause": "application"}, tenant=ODD
+    )  # seq 6, ODD
     s.cleared(at="10:10", node="n1", device="GPU-0")  # seq 7, fleet
     return s.events
 
@@ -38,8 +40,11 @@ def _events() -> list[dict[str, Any]]:
 def _pages(store: Store, **options: Any) -> tuple[list[pa.Table], list[tuple[Any, ...]]]:
     with store.reading() as conn:
         pages = list(store_pages(conn, **options))
-        stored = conn.execute(select(entries.c.seq, entries.c.type, entries.c.tenant, entries.c.event)
-                              .order_by(entries.c.seq)).all()
+        stored = conn.execute(
+            select(entries.c.seq, entries.c.type, entries.c.tenant, entries.c.event).order_by(
+                entries.c.seq
+            )
+        ).all()
     return pages, [tuple(row) for row in stored]
 
 
@@ -115,17 +120,26 @@ def test_pages_read_ahead_load_the_engine_as_one_page_does(store: Store) -> None
         for pages in (store_pages(conn), read_ahead(store_pages(conn, page_rows=2))):
             con = open_engine()
             assert load_pages(con, pages) == 7
-            views.append(con.execute("SELECT seq, type, tenant, job_id FROM ev ORDER BY seq").fetchall())
+            views.append(
+                con.execute("SELECT seq, type, tenant, job_id FROM ev ORDER BY seq").fetchall()
+            )
             con.close()
     assert views[0] == views[1]
     assert [row[:3] for row in views[0]] == [
-        (1, "allocation.granted", "acme"), (2, "health.fault", None), (3, "job.started", "acme"),
-        (4, "allocation.granted", ODD), (5, "job.progress", "acme"), (6, "job.failed", ODD),
-        (7, "health.cleared", None)]
+        (1, "allocation.granted", "acme"),
+        (2, "health.fault", None),
+        (3, "job.started", "acme"),
+        (4, "allocation.granted", ODD),
+        (5, "job.progress", "acme"),
+        (6, "job.failed", ODD),
+        (7, "health.cleared", None),
+    ]
     assert views[0][4][3] == "j1" and views[0][5][3] == "jé-✓"
 
 
-def test_an_event_altered_into_bytes_that_are_not_text_is_named_in_one_line(sqlite_url: str) -> None:
+def test_an_event_altered_into_bytes_that_are_not_text_is_named_in_one_line(
+    sqlite_url: str,
+) -> None:
     """SQLite keeps whatever bytes it is given; PostgreSQL refuses text that is not UTF-8,
     so this tampering exists on SQLite only. The reader must name the entry, and the CLI
     say it in one line (exit 2), not fail with a traceback."""
@@ -140,8 +154,13 @@ def test_an_event_altered_into_bytes_that_are_not_text_is_named_in_one_line(sqli
     ingest(store, _events())
     with store.engine.begin() as conn:
         conn.execute(text("DROP TRIGGER IF EXISTS entries_no_update"))
-        conn.execute(text("UPDATE entries SET event = CAST(:e AS TEXT) WHERE seq = 5"), {"e": b'{"a":"\xff"}'})
-    with pytest.raises(UnreadableEntry, match=r"^entries: seq 5: field event: not UTF-8 text at byte 6;"):
+        conn.execute(
+            text("UPDATE entries SET event = CAST(:e AS TEXT) WHERE seq = 5"),
+            {"e": b'{"a":"\xff"}'},
+        )
+    with pytest.raises(
+        UnreadableEntry, match=r"^entries: seq 5: field event: not UTF-8 text at byte 6;"
+    ):
         _pages(store, page_rows=2)
     store.close()
     result = CliRunner().invoke(main, ["reconcile", "--db", sqlite_url, "--format", "json"])
@@ -150,7 +169,9 @@ def test_an_event_altered_into_bytes_that_are_not_text_is_named_in_one_line(sqli
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
 
 
-def test_a_store_whose_connection_stays_in_its_thread_is_read_without_read_ahead(store: Store) -> None:
+def test_a_store_whose_connection_stays_in_its_thread_is_read_without_read_ahead(
+    store: Store,
+) -> None:
     """sqlite3 keeps an in-memory database's connection to the thread that made it: the
     store is then read in that thread. Both backends' file and server stores share."""
     from reconcile import reconcile_store

@@ -21,7 +21,10 @@ def peak_rss_mib(tmp_path: Path, size_mib: int) -> tuple[float, float]:
     db = f"sqlite:///{tmp_path / f'ledger-{size_mib}.db'}"
     done = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "rss_probe.py"), "ingest", "--db", db, str(source)],
-        cwd=ROOT, capture_output=True, text=True, timeout=3600,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=3600,
     )
     assert done.returncode == 0, done.stderr
     assert f"appended {count} ·" in done.stdout

@@ -125,8 +125,10 @@ def test_a_cut_record_crosses_the_parsing_pipe_with_its_digest_and_length() -> N
 
 def big_line(size: int) -> bytes:
     """A line of `size` bytes that starts like an event."""
-    start = (b'{"specversion":"1.0","id":"huge","source":"test://fleet","type":"job.progress",'
-             b'"data":{"pad":"')
+    start = (
+        b'{"specversion":"1.0","id":"huge","source":"test://fleet","type":"job.progress",'
+        b'"data":{"pad":"'
+    )
     return start + b"a" * (size - len(start) - 3) + b'"}}'
 
 
@@ -200,12 +202,16 @@ def test_a_huge_json_value_is_kept_bounded_and_never_parsed(
     if shape == "array":
         path.write_bytes(b"[\n" + b",\n".join(values) + b"\n]\n")
     else:
-        path.write_bytes(b"\n".join(orjson.dumps(orjson.loads(v), option=orjson.OPT_INDENT_2)
-                                    for v in values) + b"\n")
+        path.write_bytes(
+            b"\n".join(orjson.dumps(orjson.loads(v), option=orjson.OPT_INDENT_2) for v in values)
+            + b"\n"
+        )
         huge = orjson.dumps(orjson.loads(huge), option=orjson.OPT_INDENT_2)
     code, out, _ = run_cli("ingest", "--db", db_url, str(path))
     assert (code, out) == (1, f"{path}: read 3 · appended 2 · duplicate 0 · quarantined 1\n")
     [row] = quarantine_rows(db_url)
     assert bytes(row["record"]) == huge[:65536]
     assert (bytes(row["record_hash"]), row["record_length"]) == (
-        hashlib.sha256(huge).digest(), len(huge))
+        hashlib.sha256(huge).digest(),
+        len(huge),
+    )

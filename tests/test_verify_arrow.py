@@ -30,14 +30,36 @@ from tests.conftest import event
 from tests.test_verify_tamper import drop_guards
 
 # Strings without the characters RFC 8785 escapes: anything from U+0020 up but `"` and `\`.
-_PLAIN_TEXT = st.text(st.characters(min_codepoint=0x20, blacklist_characters='"\\', blacklist_categories=["Cs"]), max_size=12)
+_PLAIN_TEXT = st.text(
+    st.characters(min_codepoint=0x20, blacklist_characters='"\\', blacklist_categories=["Cs"]),
+    max_size=12,
+)
 
 
-def _row(seq: int, recorded_at: str, source: str, id_: str, type_: str, tenant: str | None, event_bytes: bytes,
-         salt: bytes) -> dict[str, Any]:
-    return {"seq": seq, "recorded_at": recorded_at, "source": source, "id": id_, "type": type_, "tenant": tenant,
-            "tenant_seq": None if tenant is None else seq, "event": event_bytes, "salt": salt,
-            "leaf_hash": bytes(32), "chain_hash": bytes(32), "tenant_prev": None if tenant is None else bytes(32)}
+def _row(
+    seq: int,
+    recorded_at: str,
+    source: str,
+    id_: str,
+    type_: str,
+    tenant: str | None,
+    event_bytes: bytes,
+    salt: bytes,
+) -> dict[str, Any]:
+    return {
+        "seq": seq,
+        "recorded_at": recorded_at,
+        "source": source,
+        "id": id_,
+        "type": type_,
+        "tenant": tenant,
+        "tenant_seq": None if tenant is None else seq,
+        "event": event_bytes,
+        "salt": salt,
+        "leaf_hash": bytes(32),
+        "chain_hash": bytes(32),
+        "tenant_prev": None if tenant is None else bytes(32),
+    }
 
 
 def _batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
@@ -45,15 +67,46 @@ def _batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(_PLAIN_TEXT, _PLAIN_TEXT, _PLAIN_TEXT, _PLAIN_TEXT, st.none() | _PLAIN_TEXT,
-                          st.binary(min_size=16, max_size=16), st.integers(1, 2**53)), min_size=1, max_size=8))
-def test_the_column_wise_bytes_are_entry_bytes(rows: list[tuple[str, str, str, str, str | None, bytes, int]]) -> None:
+@given(
+    st.lists(
+        st.tuples(
+            _PLAIN_TEXT,
+            _PLAIN_TEXT,
+            _PLAIN_TEXT,
+            _PLAIN_TEXT,
+            st.none() | _PLAIN_TEXT,
+            st.binary(min_size=16, max_size=16),
+            st.integers(1, 2**53),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_the_column_wise_bytes_are_entry_bytes(
+    rows: list[tuple[str, str, str, str, str | None, bytes, int]],
+) -> None:
     event_bytes = b'{"data":{"x":"\\u00e9"},"id":"e"}'
-    built = [_row(seq, at, source, id_, type_, tenant, event_bytes, salt) for at, source, id_, type_, tenant, salt, seq in rows]
+    built = [
+        _row(seq, at, source, id_, type_, tenant, event_bytes, salt)
+        for at, source, id_, type_, tenant, salt, seq in rows
+    ]
     batch = _batch(built)
     assert plain(batch)
-    expected = [LEAF_PREFIX + entry_bytes(r["seq"], r["recorded_at"], r["source"], r["id"], r["type"], r["tenant"],
-                                          r["tenant_seq"], r["event"], r["salt"]) for r in built]
+    expected = [
+        LEAF_PREFIX
+        + entry_bytes(
+            r["seq"],
+            r["recorded_at"],
+            r["source"],
+            r["id"],
+            r["type"],
+            r["tenant"],
+            r["tenant_seq"],
+            r["event"],
+            r["salt"],
+        )
+        for r in built
+    ]
     assert leaf_inputs(batch).to_pylist() == expected
 
 
@@ -73,17 +126,32 @@ def test_a_salt_of_another_length_is_not_built_column_wise() -> None:
 def _awkward_ledger(store: Store) -> int:
     """30 fleet entries without a tenant, then tenants' entries with ids and sources that
     need JSON escapes or are not ASCII, among plain ones."""
-    fleet = [event("device.discovered", f"d{i}", {"node": f"n{i}", "device": i}) for i in range(30)]
+    fleet = [
+        event("device.discovered", f"d{i}", {"node": f"n{i}", "device": i}) for i in range(30)
+    ]
     ids = ['q"uote', "back\\slash", "tab\there", "bell\x07", "Zürich-αβγ-日本", "plain"]
-    work = [event("job.progress", f"{ids[i % len(ids)]}-{i}", {"tenant": "acme" if i % 2 else "zeta", "job_id": "j", "step": i},
-                  source="test://fleet/" + ("é" if i % 5 == 0 else "a")) for i in range(60)]
-    records = [Accepted.of(validate_event(e), Origin("t.jsonl", i)) for i, e in enumerate(fleet + work, 1)]
+    work = [
+        event(
+            "job.progress",
+            f"{ids[i % len(ids)]}-{i}",
+            {"tenant": "acme" if i % 2 else "zeta", "job_id": "j", "step": i},
+            source="test://fleet/" + ("é" if i % 5 == 0 else "a"),
+        )
+        for i in range(60)
+    ]
+    records = [
+        Accepted.of(validate_event(e), Origin("t.jsonl", i)) for i, e in enumerate(fleet + work, 1)
+    ]
     append_stream(Appender(store), records, batch_size=7)
     return len(records)
 
 
-def test_awkward_entries_pass_the_fast_pass_on_both_backends(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(arrow_entries, "BATCH_ROWS", 4)  # batches of plain and escaped entries, a tenant-less lead
+def test_awkward_entries_pass_the_fast_pass_on_both_backends(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        arrow_entries, "BATCH_ROWS", 4
+    )  # batches of plain and escaped entries, a tenant-less lead
     count = _awkward_ledger(store)
     assert check_range(RangeTask(store.url, 1, count, {}, frozenset())).clean
     result = verify_ledger(store, processes=2, smallest_range=20)
@@ -91,7 +159,11 @@ def test_awkward_entries_pass_the_fast_pass_on_both_backends(store: Store, monke
     assert result.ranges == 4 and result.entries == count == 90
     batches = list(entry_batches(store.url, 1, count))
     if store.dialect == "sqlite":  # its batch size is ours to set; PostgreSQL's is by bytes
-        assert [b.num_rows for b in batches][:3] == [3, 4, 4]  # the opening row of types taken off the first
+        assert [b.num_rows for b in batches][:3] == [
+            3,
+            4,
+            4,
+        ]  # the opening row of types taken off the first
     assert sum(b.num_rows for b in batches) == count
 
 
@@ -106,8 +178,12 @@ def test_an_altered_awkward_entry_is_named_by_the_walk(store: Store) -> None:
     assert (result.problem.seq, result.problem.kind) == (32, "edited")
 
 
-@pytest.mark.parametrize("column, cast", [("id", "BLOB"), ("tenant", "BLOB"), ("salt", "TEXT"), ("leaf_hash", "TEXT")])
-def test_sqlite_storage_class_with_the_same_bytes_gets_one_verdict(sqlite_url: str, column: str, cast: str) -> None:
+@pytest.mark.parametrize(
+    "column, cast", [("id", "BLOB"), ("tenant", "BLOB"), ("salt", "TEXT"), ("leaf_hash", "TEXT")]
+)
+def test_sqlite_storage_class_with_the_same_bytes_gets_one_verdict(
+    sqlite_url: str, column: str, cast: str
+) -> None:
     """SQLite lets a TEXT column hold a BLOB (and a BLOB column TEXT); verify checks bytes,
     and the walk and the fast pass read the same bytes."""
     store = Store(sqlite_url)
@@ -115,8 +191,13 @@ def test_sqlite_storage_class_with_the_same_bytes_gets_one_verdict(sqlite_url: s
     count = _awkward_ledger(store)
     with store.writing() as conn:
         drop_guards(conn)
-        conn.execute(text(f"UPDATE entries SET {column} = CAST({column} AS {cast}) WHERE seq = 40"))
-        assert conn.execute(text(f"SELECT typeof({column}) FROM entries WHERE seq = 40")).scalar_one() == cast.lower()
+        conn.execute(
+            text(f"UPDATE entries SET {column} = CAST({column} AS {cast}) WHERE seq = 40")
+        )
+        assert (
+            conn.execute(text(f"SELECT typeof({column}) FROM entries WHERE seq = 40")).scalar_one()
+            == cast.lower()
+        )
     walked = verify_ledger(store, processes=1)
     in_ranges = verify_ledger(store, processes=2, smallest_range=20)
     # where the driver sees both classes in one batch it types the column otherwise and
@@ -140,7 +221,9 @@ def test_sqlite_a_tenant_seq_stored_as_text_is_named_alike(sqlite_url: str) -> N
     store.close()
 
 
-def test_without_the_adbc_drivers_the_walk_checks_it_all(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_adbc_drivers_the_walk_checks_it_all(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A platform without the ADBC drivers' wheels: verify still passes a good ledger, by
     the walk, and still names an edited entry."""
     import ledger.verify
@@ -161,13 +244,18 @@ def test_without_the_adbc_drivers_the_walk_checks_it_all(store: Store, monkeypat
 
 # -- tampering that the fast pass once passed while the walk named it (found in review) --
 
+
 def _both(store: Store) -> tuple[str | None, str | None]:
     walked = verify_ledger(store, processes=1).problem
     in_ranges = verify_ledger(store, processes=2, smallest_range=20).problem
-    return (None if walked is None else str(walked)), (None if in_ranges is None else str(in_ranges))
+    return (None if walked is None else str(walked)), (
+        None if in_ranges is None else str(in_ranges)
+    )
 
 
-def _tampered(sqlite_url: str, *statements: str, params: dict[str, Any] | None = None, sealed: int = 0) -> Store:
+def _tampered(
+    sqlite_url: str, *statements: str, params: dict[str, Any] | None = None, sealed: int = 0
+) -> Store:
     store = Store(sqlite_url)
     store.init()
     if sealed:
@@ -175,6 +263,7 @@ def _tampered(sqlite_url: str, *statements: str, params: dict[str, Any] | None =
     _awkward_ledger(store)
     if sealed:
         from ledger.sealed import seal_store
+
         assert seal_store(store) > 0
     with store.writing() as conn:
         drop_guards(conn)
@@ -183,10 +272,15 @@ def _tampered(sqlite_url: str, *statements: str, params: dict[str, Any] | None =
     return store
 
 
-@pytest.mark.parametrize("statement", [
-    "UPDATE sealed_pages SET last_seq = 74 WHERE first_seq = 81",  # the last page ends before it starts
-    "INSERT INTO sealed_pages (first_seq, last_seq, entries, digest, page) VALUES (91, 90, 0, x'00', x'00')",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        # the last page ends before it starts
+        "UPDATE sealed_pages SET last_seq = 74 WHERE first_seq = 81",
+        "INSERT INTO sealed_pages (first_seq, last_seq, entries, digest, page) VALUES (91, 90, 0, "
+        "x'00', x'00')",
+    ],
+)
 def test_a_sealed_page_that_no_range_reads_is_named(sqlite_url: str, statement: str) -> None:
     store = _tampered(sqlite_url, statement, sealed=8)
     walked, in_ranges = _both(store)
@@ -208,13 +302,22 @@ def test_a_real_salt_rehashed_as_the_driver_would_print_it_is_named(sqlite_url: 
 
     store = _tampered(sqlite_url, "UPDATE entries SET salt = 1.5 WHERE seq = 90")
     with store.reading() as conn:
-        row = conn.exec_driver_sql("SELECT recorded_at, source, id, type, tenant, tenant_seq, CAST(event AS BLOB) "
-                                   "FROM entries WHERE seq = 90").one()
-        before = bytes(conn.exec_driver_sql("SELECT chain_hash FROM entries WHERE seq = 89").scalar_one())
-    leaf = entry_leaf(90, row[0], row[1], row[2], row[3], row[4], row[5], bytes(row[6]), b"%e" % 1.5)
+        row = conn.exec_driver_sql(
+            "SELECT recorded_at, source, id, type, tenant, tenant_seq, CAST(event AS BLOB) "
+            "FROM entries WHERE seq = 90"
+        ).one()
+        before = bytes(
+            conn.exec_driver_sql("SELECT chain_hash FROM entries WHERE seq = 89").scalar_one()
+        )
+    leaf = entry_leaf(
+        90, row[0], row[1], row[2], row[3], row[4], row[5], bytes(row[6]), b"%e" % 1.5
+    )
     chain = chain_hash(before, leaf)
     with store.writing() as conn:
-        conn.execute(text("UPDATE entries SET leaf_hash = :l, chain_hash = :c WHERE seq = 90"), {"l": leaf, "c": chain})
+        conn.execute(
+            text("UPDATE entries SET leaf_hash = :l, chain_hash = :c WHERE seq = 90"),
+            {"l": leaf, "c": chain},
+        )
         conn.execute(text("UPDATE batches SET chain_head = :c WHERE last_seq = 90"), {"c": chain})
     walked, in_ranges = _both(store)
     assert walked is not None and walked.startswith("seq 90: edited") and in_ranges == walked
@@ -233,7 +336,9 @@ def test_a_sealed_page_of_other_column_types_is_named(sqlite_url: str, retyped: 
     store = _tampered(sqlite_url, sealed=8)
     with store.writing() as conn:
         drop_guards(conn)
-        blob = bytes(conn.exec_driver_sql("SELECT page FROM sealed_pages WHERE first_seq = 9").scalar_one())
+        blob = bytes(
+            conn.exec_driver_sql("SELECT page FROM sealed_pages WHERE first_seq = 9").scalar_one()
+        )
         table = pq.read_table(pa.BufferReader(blob))
         if retyped == "seq as int32":
             table = table.set_column(0, "seq", table.column("seq").cast(pa.int32()))
@@ -242,8 +347,10 @@ def test_a_sealed_page_of_other_column_types_is_named(sqlite_url: str, retyped: 
         sink = io.BytesIO()
         pq.write_table(table, sink)
         page = sink.getvalue()
-        conn.execute(text("UPDATE sealed_pages SET page = :p, digest = :d WHERE first_seq = 9"),
-                     {"p": page, "d": sha256(page).digest()})
+        conn.execute(
+            text("UPDATE sealed_pages SET page = :p, digest = :d WHERE first_seq = 9"),
+            {"p": page, "d": sha256(page).digest()},
+        )
     walked, in_ranges = _both(store)
     assert walked is not None and walked.startswith("seq 9: sealed") and in_ranges == walked
     store.close()
@@ -263,5 +370,7 @@ def test_reading_through_adbc_in_the_store_s_own_process_loses_no_write(sqlite_u
         drop_guards(conn)
         conn.execute(text("UPDATE entries SET id = 'written-after' WHERE seq = 5"))
     path = sqlite_url.removeprefix("sqlite:///")
-    assert sqlite3.connect(path).execute("SELECT id FROM entries WHERE seq = 5").fetchone() == ("written-after",)
+    assert sqlite3.connect(path).execute("SELECT id FROM entries WHERE seq = 5").fetchone() == (
+        "written-after",
+    )
     store.close()

@@ -85,7 +85,9 @@ def test_a_checkpoint_signed_over_other_tenant_heads_is_found(store: Store) -> N
     signed_ledger(store, signer)
     with store.engine.begin() as conn:
         drop_guards(conn)
-        conn.execute(text("UPDATE checkpoints SET tenant_root = :r WHERE tree_size = 60"), {"r": bytes(32)})
+        conn.execute(
+            text("UPDATE checkpoints SET tenant_root = :r WHERE tree_size = 60"), {"r": bytes(32)}
+        )
     result = verify_ledger(store, **PARALLEL)
     assert result.problem is not None and result.ranges == 0
     assert (result.problem.seq, result.problem.kind) == (60, "checkpoint")
@@ -95,7 +97,11 @@ def test_a_checkpoint_signed_over_other_tenant_heads_is_found(store: Store) -> N
 def _edit_event(seq: int) -> Callable[[Connection], None]:
     def edit(conn: Connection) -> None:
         event = conn.execute(text(f"SELECT event FROM entries WHERE seq = {seq}")).scalar_one()
-        conn.execute(text(f"UPDATE entries SET event = :e WHERE seq = {seq}"), {"e": event.replace(f'"step":{seq}', f'"step":{seq + 1}')})
+        conn.execute(
+            text(f"UPDATE entries SET event = :e WHERE seq = {seq}"),
+            {"e": event.replace(f'"step":{seq}', f'"step":{seq + 1}')},
+        )
+
     return edit
 
 
@@ -104,7 +110,9 @@ def _delete(seq: int) -> Callable[[Connection], object]:
 
 
 def _zero(column: str, seq: int) -> Callable[[Connection], object]:
-    return lambda conn: conn.execute(text(f"UPDATE entries SET {column} = :z WHERE seq = {seq}"), {"z": bytes(32)})
+    return lambda conn: conn.execute(
+        text(f"UPDATE entries SET {column} = :z WHERE seq = {seq}"), {"z": bytes(32)}
+    )
 
 
 def _swap(first: int, second: int) -> Callable[[Connection], None]:
@@ -112,6 +120,7 @@ def _swap(first: int, second: int) -> Callable[[Connection], None]:
         conn.execute(text(f"UPDATE entries SET seq = -1 WHERE seq = {first}"))
         conn.execute(text(f"UPDATE entries SET seq = {first} WHERE seq = {second}"))
         conn.execute(text(f"UPDATE entries SET seq = {second} WHERE seq = -1"))
+
     return swap
 
 
@@ -126,8 +135,18 @@ BOUNDARY_CASES: dict[str, tuple[Callable[[Connection], Any], int, str, bool]] = 
     "the chain hash a range starts from changed": (_zero("chain_hash", 40), 40, "chain", False),
     "the entries either side of a boundary swapped": (_swap(40, 41), 40, "moved", False),
     # tenant_prev is outside the leaf: only the stitch between ranges sees these
-    "acme's first tenant_prev of a range changed": (_zero("tenant_prev", 41), 41, "tenant-chain", False),
-    "zeta's first tenant_prev of a range changed": (_zero("tenant_prev", 42), 42, "tenant-chain", False),
+    "acme's first tenant_prev of a range changed": (
+        _zero("tenant_prev", 41),
+        41,
+        "tenant-chain",
+        False,
+    ),
+    "zeta's first tenant_prev of a range changed": (
+        _zero("tenant_prev", 42),
+        42,
+        "tenant-chain",
+        False,
+    ),
     # level 5, index 1 covers seq 33..64, across three ranges; completed by seq 64
     "a tree node across boundaries edited": (edit_tree_node, 33, "tree", False),
     "the tail truncated at a boundary": (truncate_tail, 101, "truncated", True),
@@ -136,7 +155,9 @@ BOUNDARY_CASES: dict[str, tuple[Callable[[Connection], Any], int, str, bool]] = 
 
 
 @pytest.mark.parametrize("case", list(BOUNDARY_CASES), ids=list(BOUNDARY_CASES))
-def test_tampering_at_a_range_boundary_is_found_at_the_first_bad_seq(store: Store, case: str) -> None:
+def test_tampering_at_a_range_boundary_is_found_at_the_first_bad_seq(
+    store: Store, case: str
+) -> None:
     tamper, seq, kind, passed_in_ranges = BOUNDARY_CASES[case]
     good_ledger(store)
     with store.engine.begin() as conn:
@@ -179,11 +200,17 @@ def test_leaves_are_not_hashed_in_processes_when_an_item_fails_or_the_list_is_sm
     items: list[Any] = [str(i).encode() for i in range(100)]
     items[57] = None  # sha256(None) raises TypeError in a child: the caller's loop must meet it
     assert leaves_in_processes(lambda item: sha256(item).digest(), items, 2, 10) is None
-    assert leaves_in_processes(lambda item: sha256(item).digest(), items[:15], 2, 10) is None  # one range: not worth it
-    assert leaves_in_processes(lambda item: sha256(item).digest(), items[:40], 1, 10) is None  # one core
+    assert (
+        leaves_in_processes(lambda item: sha256(item).digest(), items[:15], 2, 10) is None
+    )  # one range: not worth it
+    assert (
+        leaves_in_processes(lambda item: sha256(item).digest(), items[:40], 1, 10) is None
+    )  # one core
 
 
-def test_a_bundle_checked_with_leaves_hashed_in_processes(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bundle_checked_with_leaves_hashed_in_processes(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """acme's 80 entries (seq not divisible by 3) in ranges of 10 or more: the bundle passes;
     one event edited fails as the one-process loop says (its leaf is no longer in the tree)."""
     store = Store(sqlite_url)
@@ -195,13 +222,16 @@ def test_a_bundle_checked_with_leaves_hashed_in_processes(sqlite_url: str, monke
     assert len(bundle["entries"]) == 80
     monkeypatch.setattr(ledger.evidence, "SMALLEST_LEAF_RANGE", 10)
     hashed: list[Any] = []
+
     def recorded(*a: Any) -> Any:
         hashed.append(leaves_in_processes(*a))
         return hashed[-1]
 
     monkeypatch.setattr(ledger.evidence, "leaves_in_processes", recorded)
     assert verify_bundle(bundle, signer.verifier, processes=2).size == SIZE
-    assert hashed and hashed[0] is not None and len(hashed[0]) == 80  # the leaves came from the processes
+    assert (
+        hashed and hashed[0] is not None and len(hashed[0]) == 80
+    )  # the leaves came from the processes
     bundle["entries"][50]["event"] = bundle["entries"][50]["event"].replace('"step":', '"step":1')
     with pytest.raises(ProofError) as in_ranges:
         verify_bundle(bundle, signer.verifier, processes=2)

@@ -25,7 +25,9 @@ SIZE = 120  # spans many batches and stored tree nodes (level 4 and up)
 
 def good_ledger(store: Store) -> None:
     events = [progress(i, tenant="acme" if i % 3 else "zeta") for i in range(1, SIZE + 1)]
-    records = [Accepted.of(validate_event(e), Origin("t.jsonl", i)) for i, e in enumerate(events, 1)]
+    records = [
+        Accepted.of(validate_event(e), Origin("t.jsonl", i)) for i, e in enumerate(events, 1)
+    ]
     append_stream(Appender(store), records, batch_size=25)
     assert verify_ledger(store).ok
 
@@ -41,7 +43,10 @@ def drop_guards(conn: Connection) -> None:
 
 def edit_payload_byte(conn: Connection) -> None:
     event = conn.execute(text("SELECT event FROM entries WHERE seq = 40")).scalar_one()
-    conn.execute(text("UPDATE entries SET event = :e WHERE seq = 40"), {"e": event.replace('"step":40', '"step":41')})
+    conn.execute(
+        text("UPDATE entries SET event = :e WHERE seq = 40"),
+        {"e": event.replace('"step":40', '"step":41')},
+    )
 
 
 def delete_row(conn: Connection) -> None:
@@ -58,14 +63,36 @@ def insert_row(conn: Connection) -> None:
     """A careful forger: shifts rows up and inserts one with correct leaf and chain."""
     for seq in range(SIZE, 89, -1):
         conn.execute(text("UPDATE entries SET seq = seq + 1 WHERE seq = :s"), {"s": seq})
-    prev_chain = bytes(conn.execute(text("SELECT chain_hash FROM entries WHERE seq = 89")).scalar_one())
-    body = '{"data":{"code":"xid-79","node":"n1"},"id":"forged","source":"dcgm://n1","specversion":"1.0","time":"2026-01-05T10:00:00Z","type":"health.fault"}'
+    prev_chain = bytes(
+        conn.execute(text("SELECT chain_hash FROM entries WHERE seq = 89")).scalar_one()
+    )
+    body = (
+        '{"data":{"code":"xid-79","node":"n1"},"id":"forged","source":"dcgm://n1",'
+        '"specversion":"1.0","time":"2026-01-05T10:00:00Z","type":"health.fault"}'
+    )
     salt = bytes(16)
-    leaf = leaf_hash(entry_bytes(90, "2026-01-05T12:00:00Z", "dcgm://n1", "forged", "health.fault", None, None, body.encode(), salt))
-    conn.execute(text(
-        "INSERT INTO entries (seq, recorded_at, source, id, type, tenant, tenant_seq, event, salt, leaf_hash, chain_hash, tenant_prev)"
-        " VALUES (90, '2026-01-05T12:00:00Z', 'dcgm://n1', 'forged', 'health.fault', NULL, NULL, :e, :s, :l, :c, NULL)"),
-        {"e": body, "s": salt, "l": leaf, "c": chain_hash(prev_chain, leaf)})
+    leaf = leaf_hash(
+        entry_bytes(
+            90,
+            "2026-01-05T12:00:00Z",
+            "dcgm://n1",
+            "forged",
+            "health.fault",
+            None,
+            None,
+            body.encode(),
+            salt,
+        )
+    )
+    conn.execute(
+        text(
+            "INSERT INTO entries (seq, recorded_at, source, id, type, tenant, tenant_seq, event, "
+            "salt, leaf_hash, chain_hash, tenant_prev)"
+            " VALUES (90, '2026-01-05T12:00:00Z', 'dcgm://n1', 'forged', 'health.fault', NULL, "
+            "NULL, :e, :s, :l, :c, NULL)"
+        ),
+        {"e": body, "s": salt, "l": leaf, "c": chain_hash(prev_chain, leaf)},
+    )
 
 
 def truncate_tail(conn: Connection) -> None:
@@ -79,16 +106,35 @@ def change_salt(conn: Connection) -> None:
 def append_unrecorded_row(conn: Connection) -> None:
     """A row past the end, hashed correctly, that no batch ever committed."""
     row = conn.execute(text(f"SELECT chain_hash, leaf_hash FROM entries WHERE seq = {SIZE}")).one()
-    body = '{"data":{"code":"x","node":"n"},"id":"late","source":"s","specversion":"1.0","time":"2026-01-05T10:00:00Z","type":"health.fault"}'
-    leaf = leaf_hash(entry_bytes(SIZE + 1, "t", "s", "late", "health.fault", None, None, body.encode(), bytes(16)))
-    conn.execute(text(
-        "INSERT INTO entries (seq, recorded_at, source, id, type, tenant, tenant_seq, event, salt, leaf_hash, chain_hash, tenant_prev)"
-        " VALUES (:q, 't', 's', 'late', 'health.fault', NULL, NULL, :e, :s, :l, :c, NULL)"),
-        {"q": SIZE + 1, "e": body, "s": bytes(16), "l": leaf, "c": chain_hash(bytes(row.chain_hash), leaf)})
+    body = (
+        '{"data":{"code":"x","node":"n"},"id":"late","source":"s","specversion":"1.0",'
+        '"time":"2026-01-05T10:00:00Z","type":"health.fault"}'
+    )
+    leaf = leaf_hash(
+        entry_bytes(
+            SIZE + 1, "t", "s", "late", "health.fault", None, None, body.encode(), bytes(16)
+        )
+    )
+    conn.execute(
+        text(
+            "INSERT INTO entries (seq, recorded_at, source, id, type, tenant, tenant_seq, event, "
+            "salt, leaf_hash, chain_hash, tenant_prev)"
+            " VALUES (:q, 't', 's', 'late', 'health.fault', NULL, NULL, :e, :s, :l, :c, NULL)"
+        ),
+        {
+            "q": SIZE + 1,
+            "e": body,
+            "s": bytes(16),
+            "l": leaf,
+            "c": chain_hash(bytes(row.chain_hash), leaf),
+        },
+    )
 
 
 def edit_tree_node(conn: Connection) -> None:
-    conn.execute(text("UPDATE tree_nodes SET hash = :h WHERE level = 5 AND idx = 1"), {"h": bytes(32)})
+    conn.execute(
+        text("UPDATE tree_nodes SET hash = :h WHERE level = 5 AND idx = 1"), {"h": bytes(32)}
+    )
 
 
 CASES: dict[str, tuple[Callable[[Connection], Any], int, str]] = {
@@ -123,7 +169,9 @@ SIGNED_AT = 60
 def signed_ledger(store: Store, signer: Signer) -> None:
     """The good ledger, with a checkpoint signed at SIGNED_AT and another at SIZE."""
     events = [progress(i, tenant="acme" if i % 3 else "zeta") for i in range(1, SIZE + 1)]
-    records = [Accepted.of(validate_event(e), Origin("t.jsonl", i)) for i, e in enumerate(events, 1)]
+    records = [
+        Accepted.of(validate_event(e), Origin("t.jsonl", i)) for i, e in enumerate(events, 1)
+    ]
     append_stream(Appender(store), records[:SIGNED_AT], batch_size=25)
     sign_checkpoint(store, signer)
     append_stream(Appender(store), records[SIGNED_AT:], batch_size=25)
@@ -137,7 +185,9 @@ def other_history(records: int, edit_at: int) -> Store:
     events[edit_at - 1]["data"]["step"] += 1000
     fork = Store("sqlite://")
     fork.init()
-    accepted = [Accepted.of(validate_event(e), Origin("forged.jsonl", i)) for i, e in enumerate(events, 1)]
+    accepted = [
+        Accepted.of(validate_event(e), Origin("forged.jsonl", i)) for i, e in enumerate(events, 1)
+    ]
     append_stream(Appender(fork), accepted, batch_size=25)
     return fork
 
@@ -148,10 +198,19 @@ def sign_a_second_history_at_the_same_size(store: Store, signer: Signer) -> None
     fork = other_history(SIGNED_AT, edit_at=30)
     body = sign_checkpoint(fork, signer).body
     with store.engine.begin() as conn:
-        conn.execute(insert(checkpoints).values(
-            checkpoint_seq=3, origin=body.origin, tree_size=body.size, root_hash=body.root, chain_head=body.chain_head,
-            tenant_root=body.tenant_root, signed_at=body.time, key_name=signer.name, note=signer.sign(body.text()),
-        ))
+        conn.execute(
+            insert(checkpoints).values(
+                checkpoint_seq=3,
+                origin=body.origin,
+                tree_size=body.size,
+                root_hash=body.root,
+                chain_head=body.chain_head,
+                tenant_root=body.tenant_root,
+                signed_at=body.time,
+                key_name=signer.name,
+                note=signer.sign(body.text()),
+            )
+        )
 
 
 def rewrite_history_below_the_first_checkpoint(store: Store, signer: Signer) -> None:
@@ -160,7 +219,10 @@ def rewrite_history_below_the_first_checkpoint(store: Store, signer: Signer) -> 
     stays, and no longer fits what is stored."""
     fork = other_history(SIZE, edit_at=30)
     with fork.reading() as source:
-        tables = {t: [dict(r._mapping) for r in source.execute(select(t))] for t in (entries, tree_nodes, batches)}
+        tables = {
+            t: [dict(r._mapping) for r in source.execute(select(t))]
+            for t in (entries, tree_nodes, batches)
+        }
     with store.engine.begin() as conn:
         drop_guards(conn)
         for table, rows in tables.items():
@@ -171,9 +233,17 @@ def rewrite_history_below_the_first_checkpoint(store: Store, signer: Signer) -> 
 
 CHECKPOINT_CASES: dict[str, tuple[Callable[[Store, Signer], None], int, str, str]] = {
     "two signed checkpoints of one size, other roots": (
-        sign_a_second_history_at_the_same_size, SIGNED_AT, "fork", "checkpoints #1 and #3 both sign size 60"),
+        sign_a_second_history_at_the_same_size,
+        SIGNED_AT,
+        "fork",
+        "checkpoints #1 and #3 both sign size 60",
+    ),
     "an earlier checkpoint the later history does not extend": (
-        rewrite_history_below_the_first_checkpoint, SIGNED_AT, "checkpoint", "checkpoint #1 at size 60: root signed"),
+        rewrite_history_below_the_first_checkpoint,
+        SIGNED_AT,
+        "checkpoint",
+        "checkpoint #1 at size 60: root signed",
+    ),
 }
 
 
@@ -196,14 +266,20 @@ def test_checkpoint_forks_are_found(store: Store, case: str) -> None:
 # itself. What catches them is a key (verify --pubkey: some checkpoint must be signed by
 # it) or a checkpoint saved outside the store (verify --checkpoint).
 
-ROLLED_BACK_TO = 85  # a batch boundary: batches of 25 end at 25, 50, 60 (the checkpoint), 85, 110, 120
+ROLLED_BACK_TO = (
+    85  # a batch boundary: batches of 25 end at 25, 50, 60 (the checkpoint), 85, 110, 120
+)
 
 
 def saved_checkpoints(store: Store, signer: Signer) -> list[SavedCheckpoint]:
     """The signed ledger, and both its checkpoints as a customer would have saved them."""
     signed_ledger(store, signer)
     with store.reading() as conn:
-        notes = conn.execute(select(checkpoints.c.note).order_by(checkpoints.c.checkpoint_seq)).scalars().all()
+        notes = (
+            conn.execute(select(checkpoints.c.note).order_by(checkpoints.c.checkpoint_seq))
+            .scalars()
+            .all()
+        )
     return [SavedCheckpoint(f"#{i}", note) for i, note in enumerate(notes, 1)]
 
 
@@ -238,7 +314,10 @@ def fork_rewritten_and_re_signed(store: Store, signer: Signer) -> None:
     the new head signed: the store agrees with itself throughout."""
     fork = other_history(SIZE, edit_at=30)
     with fork.reading() as source:
-        tables = {t: [dict(r._mapping) for r in source.execute(select(t))] for t in (entries, tree_nodes, batches)}
+        tables = {
+            t: [dict(r._mapping) for r in source.execute(select(t))]
+            for t in (entries, tree_nodes, batches)
+        }
     with store.engine.begin() as conn:
         drop_guards(conn)
         delete_checkpoints(conn)
@@ -250,14 +329,24 @@ def fork_rewritten_and_re_signed(store: Store, signer: Signer) -> None:
 
 ROLLBACK_CASES: dict[str, tuple[Callable[[Store, Signer], None], int, str, str]] = {
     "rolled back to a batch boundary, the latest checkpoint deleted": (
-        rollback_with_the_latest_checkpoint_deleted, 1, "rollback",
-        f"seq {ROLLED_BACK_TO + 1}: rollback: the saved checkpoint #2 (size {SIZE}, root "),
+        rollback_with_the_latest_checkpoint_deleted,
+        1,
+        "rollback",
+        f"seq {ROLLED_BACK_TO + 1}: rollback: the saved checkpoint #2 (size {SIZE}, root ",
+    ),
     "every checkpoint deleted": (
-        every_checkpoint_deleted, 0, "unsigned",
-        f"seq {SIZE}: unsigned: no checkpoint signed by ledger.example (key id "),
+        every_checkpoint_deleted,
+        0,
+        "unsigned",
+        f"seq {SIZE}: unsigned: no checkpoint signed by ledger.example (key id ",
+    ),
     "forked from seq 30, old checkpoints deleted, head re-signed": (
-        fork_rewritten_and_re_signed, 0, "fork",
-        f"seq {SIGNED_AT}: fork: the store does not extend the saved checkpoint #1 (size {SIGNED_AT}, root "),
+        fork_rewritten_and_re_signed,
+        0,
+        "fork",
+        f"seq {SIGNED_AT}: fork: the store does not extend the saved checkpoint #1 (size "
+        f"{SIGNED_AT}, root ",
+    ),
 }
 
 
@@ -294,22 +383,31 @@ def test_a_saved_checkpoint_signed_by_another_key_is_refused(store: Store) -> No
     forger = Signer.generate("ledger.example")
     note = forger.sign(saved[0].note.partition("\n\n")[0] + "\n")
     result = verify_ledger(store, [signer.verifier], [SavedCheckpoint("forged.txt", note)])
-    assert str(result.problem) == (f"seq {SIZE}: signature: the saved checkpoint forged.txt does not verify: "
-                                   f"the note carries no signature by ledger.example (key id {signer.verifier.id.hex()})")
+    assert str(result.problem) == (
+        f"seq {SIZE}: signature: the saved checkpoint forged.txt does not verify: "
+        f"the note carries no signature by ledger.example (key id {signer.verifier.id.hex()})"
+    )
 
 
 # -- the quarantine: chained, and committed to by every checkpoint -----------------------
 
 
 def rejected(line: int) -> Rejected:
-    return Rejected(Origin("bad.jsonl", line), "data.gpus", f"bad record at line {line}", b'{"line": %d}' % line)
+    return Rejected(
+        Origin("bad.jsonl", line),
+        "data.gpus",
+        f"bad record at line {line}",
+        b'{"line": %d}' % line,
+    )
 
 
 def quarantined_ledger(store: Store, signer: Signer) -> None:
     """Entries, and four rejected records: two before checkpoint #1, two before #2."""
     appender = Appender(store)
     events = [progress(i) for i in range(1, 21)]
-    accepted = [Accepted.of(validate_event(e), Origin("t.jsonl", i)) for i, e in enumerate(events, 1)]
+    accepted = [
+        Accepted.of(validate_event(e), Origin("t.jsonl", i)) for i, e in enumerate(events, 1)
+    ]
     append_stream(appender, [*accepted[:10], rejected(11), rejected(12)], batch_size=25)
     sign_checkpoint(store, signer)
     append_stream(appender, [*accepted[10:], rejected(21), rejected(22)], batch_size=25)
@@ -317,8 +415,11 @@ def quarantined_ledger(store: Store, signer: Signer) -> None:
     assert verify_ledger(store, [signer.verifier]).ok
 
 
-QUARANTINE_ROW = ("INSERT INTO quarantine (qid, recorded_at, kind, file, line, field, reason, record, record_hash, chain_hash) "
-                  "VALUES (:qid, 't', 'invalid', 'planted.jsonl', 1, 'x', 'planted', :r, :h, :c)")
+QUARANTINE_ROW = (
+    "INSERT INTO quarantine (qid, recorded_at, kind, file, line, field, reason, record, "
+    "record_hash, chain_hash) "
+    "VALUES (:qid, 't', 'invalid', 'planted.jsonl', 1, 'x', 'planted', :r, :h, :c)"
+)
 
 
 def plant_without_chain(conn: Connection) -> None:
@@ -338,7 +439,10 @@ def plant_and_rechain(conn: Connection) -> None:
     head = bytes(32)
     for row in conn.execute(select(quarantine).order_by(quarantine.c.qid)).mappings().all():
         head = next_chain(head, row)
-        conn.execute(text("UPDATE quarantine SET chain_hash = :c WHERE qid = :q"), {"c": head, "q": row["qid"]})
+        conn.execute(
+            text("UPDATE quarantine SET chain_hash = :c WHERE qid = :q"),
+            {"c": head, "q": row["qid"]},
+        )
 
 
 def delete_last_quarantine_row(conn: Connection) -> None:
@@ -355,17 +459,27 @@ def edit_a_reason(conn: Connection) -> None:
 
 QUARANTINE_CASES: dict[str, tuple[Callable[[Connection], Any], str]] = {
     "a row planted without a chain hash": (
-        plant_without_chain, "quarantine row qid 5 has no chain hash, after chained rows"),
+        plant_without_chain,
+        "quarantine row qid 5 has no chain hash, after chained rows",
+    ),
     "a row planted with a made-up chain hash": (
-        plant_with_made_up_chain, "quarantine row qid 5 (row 5): chain hash expected "),
+        plant_with_made_up_chain,
+        "quarantine row qid 5 (row 5): chain hash expected ",
+    ),
     "a row planted second, the rest renumbered and rechained": (
-        plant_and_rechain, "checkpoint #1 commits to 2 quarantined records with head "),
+        plant_and_rechain,
+        "checkpoint #1 commits to 2 quarantined records with head ",
+    ),
     "the last row deleted": (
-        delete_last_quarantine_row, "checkpoint #2 commits to 4 quarantined records, the quarantine holds 3: rows were deleted"),
+        delete_last_quarantine_row,
+        "checkpoint #2 commits to 4 quarantined records, the quarantine holds 3: rows were "
+        "deleted",
+    ),
     "a middle row deleted": (
-        delete_a_middle_quarantine_row, "quarantine row qid 3 (row 2): chain hash expected "),
-    "a reason edited": (
-        edit_a_reason, "quarantine row qid 3 (row 3): chain hash expected "),
+        delete_a_middle_quarantine_row,
+        "quarantine row qid 3 (row 2): chain hash expected ",
+    ),
+    "a reason edited": (edit_a_reason, "quarantine row qid 3 (row 3): chain hash expected "),
 }
 
 
@@ -384,11 +498,18 @@ def test_quarantine_tampering_is_found(store: Store, case: str) -> None:
 
 def test_the_quarantine_chain_by_hand(store: Store) -> None:
     """One rejected record's chain hash, written out from the rule in ledger/quarantine.py."""
-    Appender(store, clock=lambda: FIXED_TIME).append([rejected(7), Accepted.of(validate_event(progress(1)), Origin("t", 1))])
+    Appender(store, clock=lambda: FIXED_TIME).append(
+        [rejected(7), Accepted.of(validate_event(progress(1)), Origin("t", 1))]
+    )
     record = b'{"line": 7}'
-    row = ('{"existing_hash":null,"field":"data.gpus","file":"bad.jsonl","incoming_hash":null,"kind":"invalid",'
-           '"line":7,"qid":1,"reason":"bad record at line 7","record":"' + record.hex() + '","record_hash":"'
-           + sha256(record).hexdigest() + '","record_length":11,"recorded_at":"2026-01-05T12:00:00Z"}')
+    row = (
+        '{"existing_hash":null,"field":"data.gpus","file":"bad.jsonl","incoming_hash":null,'
+        '"kind":"invalid","line":7,"qid":1,"reason":"bad record at line 7","record":"'
+        + record.hex()
+        + '","record_hash":"'
+        + sha256(record).hexdigest()
+        + '","record_length":11,"recorded_at":"2026-01-05T12:00:00Z"}'
+    )
     expected = sha256(b"\x03" + bytes(32) + row.encode()).digest()
     with store.reading() as conn:
         assert conn.execute(select(quarantine.c.chain_hash)).scalar_one() == expected
@@ -404,14 +525,22 @@ def test_a_store_from_before_the_chain_is_upgraded_and_verifies(store: Store) ->
     with store.engine.begin() as conn:
         drop_guards(conn)
         conn.execute(text("ALTER TABLE quarantine DROP COLUMN chain_hash"))
-    with pytest.raises(LedgerError, match="made before the quarantine was chained: run `gpuledger init` once to upgrade it"):
+    with pytest.raises(
+        LedgerError,
+        match="made before the quarantine was chained: run `gpuledger init` once to upgrade it",
+    ):
         verify_ledger(store)
     store.init()
     Appender(store).append([rejected(2)])
     signer = Signer.generate("ledger.example")
     sign_checkpoint(store, signer)
     with store.reading() as conn:
-        assert [r is None for r in conn.execute(select(quarantine.c.chain_hash).order_by(quarantine.c.qid)).scalars()] == [True, False]
+        assert [
+            r is None
+            for r in conn.execute(
+                select(quarantine.c.chain_hash).order_by(quarantine.c.qid)
+            ).scalars()
+        ] == [True, False]
     assert verify_ledger(store, [signer.verifier]).ok
 
 
@@ -423,4 +552,6 @@ def test_a_store_emptied_of_checkpoints_and_rolled_back_names_the_rollback(store
         delete_checkpoints(conn)
         roll_back(conn, 50)
     result = verify_ledger(store, [signer.verifier], saved)
-    assert str(result.problem).startswith(f"seq 51: rollback: the saved checkpoint #1 (size {SIGNED_AT}, root ")
+    assert str(result.problem).startswith(
+        f"seq 51: rollback: the saved checkpoint #1 (size {SIGNED_AT}, root "
+    )

@@ -219,7 +219,8 @@ def test_a_manifest_entry_names_its_owner(tmp_path: Path, db_url: str) -> None:
     code, _, err = run_cli("ingest", "--db", db_url, "--manifest", str(bad))
     assert (code, err) == (
         2,
-        f"Error: {bad}:1: files[0].owner: expected 'provider' or 'tenant:NAME', found 'customer'\n",
+        f"Error: {bad}:1: files[0].owner: expected 'provider' or 'tenant:NAME', found "
+        "'customer'\n",
     )
 
 
@@ -428,14 +429,19 @@ def test_a_body_stays_what_was_hashed(tmp_path: Path, store: Store) -> None:
 
 _EXAMPLES = iter(range(1_000_000))
 _CLAIMS = st.lists(
-    st.tuples(st.sampled_from([None, "a", "b", "c"]), st.sampled_from(["k1", "k2", "k3"]),
-              st.integers(0, 2)),
-    min_size=1, max_size=25,
+    st.tuples(
+        st.sampled_from([None, "a", "b", "c"]),
+        st.sampled_from(["k1", "k2", "k3"]),
+        st.integers(0, 2),
+    ),
+    min_size=1,
+    max_size=25,
 )
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(claims=_CLAIMS, size=st.integers(1, 6))
 # found by this test: a conflict repeated in a batch was once a "duplicate" of itself
 @example(claims=[(None, "k1", 1), (None, "k1", 0), (None, "k1", 0), (None, "k1", 0)], size=2)
@@ -470,14 +476,20 @@ def test_each_key_meets_only_its_own_tenants_events(
     appender = Appender(store)
     totals = [0, 0, 0]
     for start in range(0, len(records), size):
-        result = appender.append(records[start:start + size])
-        totals = [totals[0] + result.appended, totals[1] + result.duplicates,
-                  totals[2] + result.quarantined]
+        result = appender.append(records[start : start + size])
+        totals = [
+            totals[0] + result.appended,
+            totals[1] + result.duplicates,
+            totals[2] + result.quarantined,
+        ]
     assert totals == [len(first), duplicates, conflicts]
     with store.reading() as conn:
         mine = [tenants[t] for t in ("a", "b", "c")]
-        rows = conn.execute(select(entries.c.tenant, entries.c.id, entries.c.event).where(
-            entries.c.tenant.in_(mine) | entries.c.tenant.is_(None))).all()
+        rows = conn.execute(
+            select(entries.c.tenant, entries.c.id, entries.c.event).where(
+                entries.c.tenant.in_(mine) | entries.c.tenant.is_(None)
+            )
+        ).all()
     kept = {(t, i): orjson.loads(e)["data"] for t, i, e in rows}
     for (t, i), s in first.items():
         data = kept[(None if t is None else tenants[t], f"{example}-{i}")]

@@ -28,6 +28,19 @@ DOCUMENTS: dict[str, type[Document]] = {
     "report.envelope": EnvelopeReport,
 }
 
-__all__ = ["DOCUMENTS", "Bundle", "CapacityReport", "Claim", "DiagnosticPacket", "DisputePacket",
-           "Document", "Entry", "EnvelopeReport", "InvalidDocument", "OutcomesReport",
-           "PlacementReport", "PromisesReport", "ReconciliationDocument"]
+__all__ = [
+    "DOCUMENTS",
+    "Bundle",
+    "CapacityReport",
+    "Claim",
+    "DiagnosticPacket",
+    "DisputePacket",
+    "Document",
+    "Entry",
+    "EnvelopeReport",
+    "InvalidDocument",
+    "OutcomesReport",
+    "PlacementReport",
+    "PromisesReport",
+    "ReconciliationDocument",
+]

@@ -43,17 +43,29 @@ def show(value: Any) -> str:
 
 def json_type(value: Any) -> str:
     """What JSON calls the type of `value`, with its article ("a string")."""
-    for kind, name in ((bool, "a boolean"), (dict, "an object"), (list, "an array"),
-                       (str, "a string"), (int, "an integer"), (float, "a number"),
-                       (type(None), "null")):
+    for kind, name in (
+        (bool, "a boolean"),
+        (dict, "an object"),
+        (list, "an array"),
+        (str, "a string"),
+        (int, "an integer"),
+        (float, "a number"),
+        (type(None), "null"),
+    ):
         if isinstance(value, kind):
             return name
     return type(value).__name__
 
 
-_KIND_NAMES: dict[type, str] = {dict: "an object", list: "an array", str: "a string",
-                                int: "an integer", float: "a number", bool: "a boolean",
-                                type(None): "null"}
+_KIND_NAMES: dict[type, str] = {
+    dict: "an object",
+    list: "an array",
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
 
 
 def kind(*kinds: type, ranged: bool = False) -> BeforeValidator:
@@ -64,8 +76,12 @@ def kind(*kinds: type, ranged: bool = False) -> BeforeValidator:
     def check(value: Any) -> Any:
         if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
             raise ValueError(f"expected {expected}, got {json_type(value)}")
-        if ranged and isinstance(value, int) and not isinstance(value, bool) \
-                and not 0 <= value < MAX_INT:
+        if (
+            ranged
+            and isinstance(value, int)
+            and not isinstance(value, bool)
+            and not 0 <= value < MAX_INT
+        ):
             raise ValueError(f"{value} is out of range [0, 2^53)")
         return value
 
@@ -140,10 +156,17 @@ def place(root: str, loc: tuple[int | str, ...]) -> str:
     return out
 
 
-_EXPECTED = {"int_type": "an integer", "string_type": "a string", "dict_type": "an object",
-             "model_type": "an object", "model_attributes_type": "an object",
-             "list_type": "an array", "bool_type": "a boolean", "float_type": "a number",
-             "none_required": "null"}
+_EXPECTED = {
+    "int_type": "an integer",
+    "string_type": "a string",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+    "list_type": "an array",
+    "bool_type": "a boolean",
+    "float_type": "a number",
+    "none_required": "null",
+}
 
 
 def problem(exc: ValidationError, root: str) -> str:

@@ -11,7 +11,18 @@ from typing import Annotated
 
 from pydantic import Field, JsonValue
 
-from schemas.documents.base import Bool, Document, Int, Number, OptInt, OptNumber, OptStr, Scalar, Str, kind
+from schemas.documents.base import (
+    Bool,
+    Document,
+    Int,
+    Number,
+    OptInt,
+    OptNumber,
+    OptStr,
+    Scalar,
+    Str,
+    kind,
+)
 from schemas.documents.reconciliation import CategoryFigures
 from schemas.documents.reports import Promise
 

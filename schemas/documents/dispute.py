@@ -27,8 +27,9 @@ PACKET_VERSION = 1
 PACKET_KIND = "gpuledger-dispute"
 
 #: A stretch of a claim: from, to (RFC 3339 text), and how many GPUs.
-Stretch = Annotated[list[Annotated[str | int, kind(str, int)]], kind(list),
-                    Field(min_length=3, max_length=3)]
+Stretch = Annotated[
+    list[Annotated[str | int, kind(str, int)]], kind(list), Field(min_length=3, max_length=3)
+]
 
 
 class Claim(Document):

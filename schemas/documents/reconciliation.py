@@ -26,7 +26,8 @@ class CategoryFigures(Document):
     amount_exact: Str = Field(default="", description="a line's only: the exact share")
     bearer: Str = Field(description="customer, provider, disputed, or mixed")
     by_bearer: dict[str, BearerFigures] = Field(
-        default_factory=dict, description="only when the category is mixed")
+        default_factory=dict, description="only when the category is mixed"
+    )
 
 
 class PlacementFigures(Document):

@@ -12,7 +12,17 @@ from typing import Annotated
 
 from pydantic import Field
 
-from schemas.documents.base import Bool, Document, Int, Number, OptInt, OptNumber, OptStr, Str, kind
+from schemas.documents.base import (
+    Bool,
+    Document,
+    Int,
+    Number,
+    OptInt,
+    OptNumber,
+    OptStr,
+    Str,
+    kind,
+)
 
 #: Per currency: a money figure's name → decimal text (null when it cannot be computed).
 CostByCurrency = dict[str, dict[str, OptStr]]
@@ -28,6 +38,7 @@ class Distribution(Document):
 
 
 # -- promises ---------------------------------------------------------------------------
+
 
 class PromiseSummary(Document):
     tenant: Str
@@ -88,6 +99,7 @@ class PromisesReport(Document):
 
 
 # -- capacity ---------------------------------------------------------------------------
+
 
 class Window(Document):
     since: OptStr
@@ -192,6 +204,7 @@ class CapacityReport(Document):
 
 # -- outcomes ---------------------------------------------------------------------------
 
+
 class CheckpointOverhead(Document):
     checkpoint_gpu_seconds: Number
     billed_gpu_seconds: Number
@@ -266,6 +279,7 @@ class OutcomesReport(Document):
 
 # -- placement --------------------------------------------------------------------------
 
+
 class AllocationPlacement(Document):
     """One allocation: the class sold, what was observed of it, and the verdict."""
 
@@ -321,6 +335,7 @@ class PlacementReport(Document):
 
 # -- envelope ---------------------------------------------------------------------------
 
+
 class PromiseFigures(Document):
     promises: Int
     met: Int
@@ -365,6 +380,10 @@ class EnvelopeReport(Document):
 
 #: Each report's document, by the report's name.
 REPORT_DOCUMENTS: dict[str, type[Document]] = {
-    "promises": PromisesReport, "capacity": CapacityReport, "outcomes": OutcomesReport,
-    "serving": OutcomesReport, "placement": PlacementReport, "envelope": EnvelopeReport,
+    "promises": PromisesReport,
+    "capacity": CapacityReport,
+    "outcomes": OutcomesReport,
+    "serving": OutcomesReport,
+    "placement": PlacementReport,
+    "envelope": EnvelopeReport,
 }
