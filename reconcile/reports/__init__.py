@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import csv
 import io
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -69,7 +70,7 @@ class ReportOption:
     time: bool = False  # an RFC 3339 time, given to build() as µs since the epoch
 
 
-class Report:
+class Report(ABC):
     """One report: its name and what the command line says of it, how it is built from a
     pipeline (`build`), its rows for CSV and TSV (`rows`), its tables for the terminal
     (`tables`) and its page, if it has one (`page`). Registered in REPORT_LIST, from
@@ -82,14 +83,17 @@ class Report:
     options: ClassVar[tuple[ReportOption, ...]] = ()
     options_first: ClassVar[bool] = False  # its options come before --format on the command line
 
+    @abstractmethod
     def build(self, pipe: Pipeline, tenant: str | None, **options: Any) -> dict[str, Any]:
-        raise NotImplementedError
+        """Each report says its own."""
 
+    @abstractmethod
     def rows(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
-        raise NotImplementedError
+        """Each report says its own."""
 
+    @abstractmethod
     def tables(self, doc: dict[str, Any]) -> list[Table | Text]:
-        raise NotImplementedError
+        """Each report says its own."""
 
     def page(self, doc: dict[str, Any]) -> str | None:
         return None
