@@ -323,3 +323,43 @@ def test_the_grafana_dashboard_reads_metrics_the_server_exposes(served: Served) 
     used = {name for p in dashboard["panels"] for t in p["targets"]
             for name in re.findall(r"gpuledger_[a-z_]+", t["expr"])}
     assert used and used <= exposed, used - exposed
+
+
+HOSTILE = '<script>alert(1)</script>\u202e"=HYPERLINK("x")\x1b[2J'
+
+
+def test_hostile_bytes_in_ids_never_control_a_page_or_the_metrics(tmp_path: Path) -> None:
+    """A tenant, invoice and line id of markup, a bidi override, a formula and a terminal
+    escape: pages show them escaped and isolated, metrics quote them on one line."""
+    from ledger import Store
+
+    def hostile(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: hostile(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [hostile(v) for v in value]
+        return value.replace("acme", HOSTILE) if isinstance(value, str) else value
+
+    events = [hostile(e) for e in two_tenant_events() if e["data"].get("tenant") == "acme"]
+    path = tmp_path / "hostile.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    assert run_cli("init", "--db", url)[0] == 0
+    assert run_cli("ingest", "--db", url, str(path))[0] == 0
+    store = Store(url)
+    tenants = read.tenants(store)
+    assert len(tenants) == 1 and "<script>" in tenants[0]
+    token = create(store, Role.parse("operator"))[1]
+    with serving(store) as base:
+        served = Served(base, store, {})
+        for route in ("/", "/invoices", "/promises"):
+            status, headers, body = served.call(route, token)
+            assert status == 200, route
+            assert b"<script>" not in body and "\u202e".encode() not in body and b"\x1b" not in body
+            assert "script-src 'self'" in headers["content-security-policy"]
+        status, _, body = served.call("/metrics", token)
+        lines = body.decode().splitlines()
+        amount = [line for line in lines if line.startswith("gpuledger_amount{")]
+        assert amount and all(line.count('tenant="') == 1 for line in amount)
+        assert all(line.startswith(("#", "gpuledger_")) for line in lines)
+    store.close()

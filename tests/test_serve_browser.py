@@ -74,9 +74,12 @@ def test_finance_clicks_from_an_invoice_down_to_an_entrys_proof(served: Served, 
     proof = read.entry_proof(served.store, seq)
     assert proof is not None and root == b64encode(proof.root).decode()
     # at phone width nothing runs off the page: the document is no wider than the window
-    width = driver.execute_script(  # type: ignore[attr-defined]
-        "return [document.documentElement.scrollWidth, window.innerWidth]")
-    assert width[0] <= width[1]
+    for window in (420, 1366):
+        driver.set_window_size(window, 900)  # type: ignore[attr-defined]
+        width = driver.execute_script(  # type: ignore[attr-defined]
+            "return [document.documentElement.scrollWidth, window.innerWidth]")
+        assert width[0] <= width[1], window
+        assert driver.find_element(By.ID, "root").text == root  # type: ignore[attr-defined]
 
 
 def test_a_customer_sees_its_own_invoices_only(served: Served, browser: object) -> None:
