@@ -39,6 +39,7 @@ def browser(tmp_path: Path) -> Iterator[object]:
                  f"--user-data-dir={tmp_path / 'profile'}", "--window-size=420,900"):
         options.add_argument(flag)
     driver = webdriver.Chrome(options=options, service=Service(executable_path=str(DRIVER)))
+    driver.implicitly_wait(10)  # an element the next page brings is waited for, not missed
     try:
         yield driver
     finally:
@@ -49,8 +50,15 @@ def _sign_in(driver: object, base: str, token: str) -> None:
     from selenium.webdriver.common.by import By
 
     driver.get(f"{base}/login")  # type: ignore[attr-defined]
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.wait import WebDriverWait
+
     driver.find_element(By.NAME, "token").send_keys(token)  # type: ignore[attr-defined]
+    page = driver.find_element(By.TAG_NAME, "html")  # type: ignore[attr-defined]
     driver.find_element(By.CSS_SELECTOR, "form[action='/login'] button").click()  # type: ignore[attr-defined]
+    # the click only submits: wait until the answer has replaced the sign-in page, or the next
+    # read may still see the form (CI once read the old page before the POST's answer arrived)
+    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(page))
 
 
 def test_finance_clicks_from_an_invoice_down_to_an_entrys_proof(served: Served, browser: object) -> None:
