@@ -68,11 +68,19 @@ PROVIDER_CAUSES = frozenset({"hardware", "fabric"})
 #: bearer and productive by acceptance. `idle_unexplained` marks a running attempt;
 #: `idle_reserved` is what no interval claims.
 PRIORITY = (
-    "double_billed", "reclaimed", "checkpoint",
-    "restart_lost:provider", "restart_lost:customer",
-    "restart_recovery:provider", "restart_recovery:customer",
-    "productive:accepted", "productive:rejected", "productive:pending",
-    "stalled_fault", "startup", "idle_unexplained",
+    "double_billed",
+    "reclaimed",
+    "checkpoint",
+    "restart_lost:provider",
+    "restart_lost:customer",
+    "restart_recovery:provider",
+    "restart_recovery:customer",
+    "productive:accepted",
+    "productive:rejected",
+    "productive:pending",
+    "stalled_fault",
+    "startup",
+    "idle_unexplained",
 )
 IDLE_RESERVED = "idle_reserved"
 
@@ -82,6 +90,8 @@ def category_key(category: str, bearer: str, acceptance: str | None) -> str:
     if category in ("restart_lost", "restart_recovery"):
         return f"{category}:{bearer}"
     return f"productive:{acceptance}" if category == "productive" else category
+
+
 RANK = {key: rank for rank, key in enumerate(PRIORITY)}
 
 Key = tuple[int, int]  # (time µs, seq): ledger order among events at the same instant
@@ -173,14 +183,37 @@ class Fleet:
 #: integer, an RFC 3339 time (as µs), or a list of texts (an allocation's devices).
 TEXT, INTEGER, TIME, TEXTS = "text", "integer", "time", "texts"
 FIELDS: dict[str, str] = {
-    "tenant": TEXT, "job_id": TEXT, "allocation_id": TEXT, "step": INTEGER, "units": INTEGER,
-    "checkpoint_id": TEXT, "cause": TEXT, "decision": TEXT, "node": TEXT, "device": TEXT,
-    "devices": TEXTS, "fabric_domain": TEXT, "code": TEXT, "severity": TEXT, "gpus": INTEGER,
-    "line_id": TEXT, "invoice_id": TEXT, "period_start": TIME, "period_end": TIME, "amount": TEXT,
-    "currency": TEXT, "category": TEXT, "corrects": TEXT, "warmup_allowance_s": INTEGER,
-    "stall_threshold_s": INTEGER, "reclaim_notice_s": INTEGER,
+    "tenant": TEXT,
+    "job_id": TEXT,
+    "allocation_id": TEXT,
+    "step": INTEGER,
+    "units": INTEGER,
+    "checkpoint_id": TEXT,
+    "cause": TEXT,
+    "decision": TEXT,
+    "node": TEXT,
+    "device": TEXT,
+    "devices": TEXTS,
+    "fabric_domain": TEXT,
+    "code": TEXT,
+    "severity": TEXT,
+    "gpus": INTEGER,
+    "line_id": TEXT,
+    "invoice_id": TEXT,
+    "period_start": TIME,
+    "period_end": TIME,
+    "amount": TEXT,
+    "currency": TEXT,
+    "category": TEXT,
+    "corrects": TEXT,
+    "warmup_allowance_s": INTEGER,
+    "stall_threshold_s": INTEGER,
+    "reclaim_notice_s": INTEGER,
     # RULES.md 11-13
-    "nodes": TEXTS, "attempt": INTEGER, "placement_credit_share": TEXT, "placement_class": TEXT,
+    "nodes": TEXTS,
+    "attempt": INTEGER,
+    "placement_credit_share": TEXT,
+    "placement_class": TEXT,
     "topology": "raw",
 }
 #: Fields the rules read from one event type only.
@@ -189,7 +222,9 @@ ONLY_IN = {"nodes": "allocation.granted", "topology": "placement.observed"}
 COLUMN = {"period_start": "ps", "period_end": "pe"}
 COLUMNS = ("seq", "type", "t", *(COLUMN.get(name, name) for name in FIELDS))
 
-_RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?:([Zz])|([+-])(\d{2}):(\d{2}))")
+_RFC3339 = re.compile(
+    r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?:([Zz])|([+-])(\d{2}):(\d{2}))"
+)
 _EPOCH_DAY = date(1970, 1, 1).toordinal()
 
 
@@ -247,8 +282,12 @@ def frame_of_entries(entries: Iterable[Entry]) -> pd.DataFrame:
     """The entries, each event parsed here, as one frame (object columns: integers stay exact)."""
     rows = [entry_row(seq, event) for seq, event in entries]
     columns = list(zip(*rows)) if rows else [()] * len(COLUMNS)
-    return pd.DataFrame({name: pd.Series(values, dtype="int64" if name in ("seq", "t") else object)
-                         for name, values in zip(COLUMNS, columns)})
+    return pd.DataFrame(
+        {
+            name: pd.Series(values, dtype="int64" if name in ("seq", "t") else object)
+            for name, values in zip(COLUMNS, columns)
+        }
+    )
 
 
 def entries_of_store(store: Store) -> Iterator[Entry]:
@@ -302,7 +341,9 @@ def _of_type(ev: pd.DataFrame, *types: str) -> pd.DataFrame:
     return ev[ev["type"].isin(types)].sort_values(["t", "seq"], kind="stable")
 
 
-def _grouped(frame: pd.DataFrame, by: list[str], *columns: str) -> dict[Any, list[tuple[Any, ...]]]:
+def _grouped(
+    frame: pd.DataFrame, by: list[str], *columns: str
+) -> dict[Any, list[tuple[Any, ...]]]:
     """{group key: rows of `columns` in (time, seq) order}."""
     out: dict[Any, list[tuple[Any, ...]]] = {}
     for key, group in frame.groupby(by, sort=False, dropna=False):
@@ -319,17 +360,33 @@ def read_fleet(ev: pd.DataFrame) -> Fleet:
     _read_captures(ev, fleet)
     fleet.faults = _read_faults(ev)
     for kind, target in (("work.accepted", fleet.accepted), ("work.rejected", fleet.rejected)):
-        target.update((tenant, job) for tenant, job in _rows(_of_type(ev, kind), "tenant", "job_id"))
+        target.update(
+            (tenant, job) for tenant, job in _rows(_of_type(ev, kind), "tenant", "job_id")
+        )
     return fleet
 
 
 def _read_allocations(ev: pd.DataFrame, fleet: Fleet) -> None:
     grants = _of_type(ev, "allocation.granted")
-    for (tenant, aid), rows in _grouped(grants, ["tenant", "allocation_id"], "t", "seq", "gpus", "node", "devices",
-                                        "fabric_domain", "nodes", "placement_class").items():
-        t, seq, gpus, node, devices, fabric, nodes, cls = rows[0]  # the earliest grant by (time, seq)
+    for (tenant, aid), rows in _grouped(
+        grants,
+        ["tenant", "allocation_id"],
+        "t",
+        "seq",
+        "gpus",
+        "node",
+        "devices",
+        "fabric_domain",
+        "nodes",
+        "placement_class",
+    ).items():
+        t, seq, gpus, node, devices, fabric, nodes, cls = rows[
+            0
+        ]  # the earliest grant by (time, seq)
         every = frozenset([*(nodes or ()), *([node] if node is not None else [])])
-        fleet.grants[(tenant, aid)] = Grant(t, seq, int(gpus), node, _texts(devices), fabric, every, cls or "whole")
+        fleet.grants[(tenant, aid)] = Grant(
+            t, seq, int(gpus), node, _texts(devices), fabric, every, cls or "whole"
+        )
     releases = _of_type(ev, "allocation.released")
     for key, rows in _grouped(releases, ["tenant", "allocation_id"], "t", "seq").items():
         fleet.releases[key] = [(t, s) for t, s in rows]
@@ -337,7 +394,9 @@ def _read_allocations(ev: pd.DataFrame, fleet: Fleet) -> None:
 
 def _read_jobs(ev: pd.DataFrame, fleet: Fleet) -> None:
     starts = _of_type(ev, "job.started")
-    for key, rows in _grouped(starts, ["tenant", "allocation_id"], "t", "seq", "job_id", "attempt").items():
+    for key, rows in _grouped(
+        starts, ["tenant", "allocation_id"], "t", "seq", "job_id", "attempt"
+    ).items():
         fleet.starts[key] = [((t, s), job, _number(n)) for t, s, job, n in rows]
         for t, s, job, n in rows:
             fleet.job_starts.setdefault((key[0], job), []).append(((t, s), key[1], _number(n)))
@@ -359,24 +418,49 @@ def _number(attempt: Any) -> int:
 
 def _read_captures(ev: pd.DataFrame, fleet: Fleet) -> None:
     """RULES.md 13: the latest `placement.observed` of each (tenant, allocation, node)."""
-    for t, seq, tenant, aid, node, topology in _rows(_of_type(ev, "placement.observed"),
-                                                     "t", "seq", "tenant", "allocation_id", "node", "topology"):
-        fleet.captures.setdefault((tenant, aid), {})[node] = (t, seq, topology)  # (time, seq) order: latest wins
+    for t, seq, tenant, aid, node, topology in _rows(
+        _of_type(ev, "placement.observed"),
+        "t",
+        "seq",
+        "tenant",
+        "allocation_id",
+        "node",
+        "topology",
+    ):
+        fleet.captures.setdefault((tenant, aid), {})[node] = (
+            t,
+            seq,
+            topology,
+        )  # (time, seq) order: latest wins
 
 
 def _read_checkpoints(ev: pd.DataFrame, fleet: Fleet) -> None:
-    for kind, target in (("checkpoint.started", fleet.saves_started), ("checkpoint.saved", fleet.saves_done)):
+    for kind, target in (
+        ("checkpoint.started", fleet.saves_started),
+        ("checkpoint.saved", fleet.saves_done),
+    ):
         frame = _of_type(ev, kind)
-        for key, rows in _grouped(frame, ["tenant", "job_id"], "t", "seq", "checkpoint_id").items():
+        for key, rows in _grouped(
+            frame, ["tenant", "job_id"], "t", "seq", "checkpoint_id"
+        ).items():
             target[key] = [((t, s), cid) for t, s, cid in rows]
 
 
 def _read_policy(ev: pd.DataFrame, fleet: Fleet) -> None:
     terms = _of_type(ev, "policy.terms")
-    for tenant, rows in _grouped(terms, ["tenant"], "t", "warmup_allowance_s", "stall_threshold_s", "reclaim_notice_s",
-                                 "placement_credit_share").items():
+    for tenant, rows in _grouped(
+        terms,
+        ["tenant"],
+        "t",
+        "warmup_allowance_s",
+        "stall_threshold_s",
+        "reclaim_notice_s",
+        "placement_credit_share",
+    ).items():
         name = tenant[0] if isinstance(tenant, tuple) else tenant
-        fleet.terms[name] = [(t, _terms(_int(w), _int(s), _int(n), share)) for t, w, s, n, share in rows]
+        fleet.terms[name] = [
+            (t, _terms(_int(w), _int(s), _int(n), share)) for t, w, s, n, share in rows
+        ]
     decisions = _of_type(ev, "policy.decision")
     decisions = decisions[decisions["decision"].isin(RECLAIM_DECISIONS)]
     for tenant, rows in _grouped(decisions, ["tenant"], "t", "allocation_id", "job_id").items():
@@ -384,11 +468,15 @@ def _read_policy(ev: pd.DataFrame, fleet: Fleet) -> None:
         fleet.reclaims[name] = [(t, aid, job) for t, aid, job in rows]
 
 
-def _terms(warmup: int | None, stall: int | None, notice: int | None, share: str | None = None) -> Terms:
-    return Terms(DEFAULT_TERMS.warmup_s if warmup is None else warmup,
-                 DEFAULT_TERMS.stall_s if stall is None else stall,
-                 DEFAULT_TERMS.notice_s if notice is None else notice,
-                 DEFAULT_TERMS.credit_share if share is None else Fraction(share))
+def _terms(
+    warmup: int | None, stall: int | None, notice: int | None, share: str | None = None
+) -> Terms:
+    return Terms(
+        DEFAULT_TERMS.warmup_s if warmup is None else warmup,
+        DEFAULT_TERMS.stall_s if stall is None else stall,
+        DEFAULT_TERMS.notice_s if notice is None else notice,
+        DEFAULT_TERMS.credit_share if share is None else Fraction(share),
+    )
 
 
 def _read_faults(ev: pd.DataFrame) -> list[Fault]:
@@ -398,7 +486,9 @@ def _read_faults(ev: pd.DataFrame) -> list[Fault]:
     for t, seq, *place in _rows(_of_type(ev, "health.cleared"), "t", "seq", *columns):
         clears[tuple(place)].append((t, seq))
     faults = []
-    for t, seq, severity, *place in _rows(_of_type(ev, "health.fault"), "t", "seq", "severity", *columns):
+    for t, seq, severity, *place in _rows(
+        _of_type(ev, "health.fault"), "t", "seq", "severity", *columns
+    ):
         later = clears.get(tuple(place), [])
         index = bisect_right(later, (t, seq))
         close = later[index][0] if index < len(later) else INF
@@ -414,16 +504,24 @@ def touches(fault: Fault, grant: Grant) -> bool:
     """RULES.md 7: does this fault touch the allocation?"""
     if fault.fabric_domain is not None and fault.fabric_domain == grant.fabric_domain:
         return True
-    on_device = fault.device is not None and grant.devices is not None and _holds(grant.devices, fault.device)
+    on_device = (
+        fault.device is not None
+        and grant.devices is not None
+        and _holds(grant.devices, fault.device)
+    )
     if fault.node is not None:  # RULES.md 11: one of a's nodes (its `nodes` and its `node`)
-        return fault.node in grant.nodes and (fault.device is None or grant.devices is None or on_device)
+        return fault.node in grant.nodes and (
+            fault.device is None or grant.devices is None or on_device
+        )
     return on_device
 
 
 def _holds(devices: frozenset[str], device: str) -> bool:
     """Whether an allocation's devices include `device`: listed as such, or the whole GPU
     of a MIG instance it lists (`<gpu>/<gi>`: a fault on GPU `0` reaches instance `0/13`)."""
-    return device in devices or any(held.split("/", 1)[0] == device for held in devices if "/" in held)
+    return device in devices or any(
+        held.split("/", 1)[0] == device for held in devices if "/" in held
+    )
 
 
 @dataclass
@@ -465,7 +563,11 @@ def _attempts(fleet: Fleet, tenant: str, aid: str) -> list[Attempt]:
         # RULES.md 11: to the job's first end event after the start, or its next start on
         # this allocation or with a higher attempt number, whichever comes first (a gang
         # sibling's start never ends it); an attempt cut short by a start has no end event.
-        later = [k for k, where, n in fleet.job_starts[(tenant, job)] if k > start and (where == aid or n > number)]
+        later = [
+            k
+            for k, where, n in fleet.job_starts[(tenant, job)]
+            if k > start and (where == aid or n > number)
+        ]
         cut: Key = later[0] if later else (INF, INF)
         ends = fleet.ends.get((tenant, job), [])
         index = bisect_right([k for k, _, _ in ends], start)
@@ -495,15 +597,20 @@ def notice_owed(fleet: Fleet, tenant: str, attempt: Attempt) -> bool:
         return False
     t_f = attempt.end[0]
     gang = fleet.gangs.get((tenant, attempt.job, attempt.number), set())
-    return any(t_r <= t_f < t_r + fleet.terms_at(tenant, t_r).notice_s * SECOND
-               for t_r, aid, job in fleet.reclaims.get(tenant, []) if job == attempt.job or aid in gang)
+    return any(
+        t_r <= t_f < t_r + fleet.terms_at(tenant, t_r).notice_s * SECOND
+        for t_r, aid, job in fleet.reclaims.get(tenant, [])
+        if job == attempt.job or aid in gang
+    )
 
 
 def _reclaimed(fleet: Fleet, alloc: Allocation, aid: str) -> None:
     jobs = {a.job for a in alloc.attempts}
-    bounds = [t + fleet.terms_at(alloc.tenant, t).notice_s * SECOND
-              for t, decision_aid, job in fleet.reclaims.get(alloc.tenant, [])
-              if decision_aid == aid or (job is not None and job in jobs)]
+    bounds = [
+        t + fleet.terms_at(alloc.tenant, t).notice_s * SECOND
+        for t, decision_aid, job in fleet.reclaims.get(alloc.tenant, [])
+        if decision_aid == aid or (job is not None and job in jobs)
+    ]
     # RULES.md 12: a failure that was owed notice is reclaimed from its own instant
     bounds += [a.end[0] for a in alloc.attempts if notice_owed(fleet, alloc.tenant, a)]
     if bounds:
@@ -528,19 +635,27 @@ def _restarts(fleet: Fleet, alloc: Allocation) -> None:
             continue
         t_f = attempt.end[0]
         bearer = _restart_bearer(fleet, alloc, attempt)
-        saves = [k[0] for k, _ in fleet.saves_done.get((alloc.tenant, attempt.job), []) if k[0] < t_f]
+        saves = [
+            k[0] for k, _ in fleet.saves_done.get((alloc.tenant, attempt.job), []) if k[0] < t_f
+        ]
         alloc.add(max([attempt.start[0], *saves]), t_f, f"restart_lost:{bearer}")
         following = [a for a in alloc.attempts if a.job == attempt.job and a.start > attempt.end]
         if following:
-            alloc.add(t_f, _recovered_at(fleet, alloc.tenant, following[0]), f"restart_recovery:{bearer}")
+            alloc.add(
+                t_f, _recovered_at(fleet, alloc.tenant, following[0]), f"restart_recovery:{bearer}"
+            )
 
 
 def _restart_bearer(fleet: Fleet, alloc: Allocation, attempt: Attempt) -> str:
     t_f = attempt.end[0]
     if attempt.cause in PROVIDER_CAUSES or notice_owed(fleet, alloc.tenant, attempt):
         return "provider"
-    near = any(f.critical and t_f - FAULT_LOOKBACK_US <= f.t <= t_f and touches_attempt(f, fleet, alloc.tenant, attempt)
-               for f in fleet.faults)
+    near = any(
+        f.critical
+        and t_f - FAULT_LOOKBACK_US <= f.t <= t_f
+        and touches_attempt(f, fleet, alloc.tenant, attempt)
+        for f in fleet.faults
+    )
     return "provider" if near else "customer"
 
 
@@ -555,9 +670,11 @@ def marks_of(fleet: Fleet, tenant: str, attempt: Attempt) -> list[Mark]:
     earlier in the ledger came before the start), and the job.completed that ends the attempt."""
     progress = fleet.progress.get((tenant, attempt.job), [])
     keys = [(m.t, m.seq) for m in progress]
-    marks = progress[bisect_left(keys, attempt.start):bisect_right(keys, attempt.end)]
+    marks = progress[bisect_left(keys, attempt.start) : bisect_right(keys, attempt.end)]
     if attempt.end_type == "job.completed":
-        marks = sorted([*marks, Mark(attempt.end[0], attempt.end[1], None, None)], key=lambda m: (m.t, m.seq))
+        marks = sorted(
+            [*marks, Mark(attempt.end[0], attempt.end[1], None, None)], key=lambda m: (m.t, m.seq)
+        )
     return marks
 
 
@@ -588,8 +705,12 @@ def _marks_and_gaps(fleet: Fleet, alloc: Allocation, attempt: Attempt) -> None:
 
 
 def _fault_open(fleet: Fleet, alloc: Allocation, attempt: Attempt, start: int, end: int) -> bool:
-    return any(f.critical and max(f.t, start) < min(f.close, end) and touches_attempt(f, fleet, alloc.tenant, attempt)
-               for f in fleet.faults)
+    return any(
+        f.critical
+        and max(f.t, start) < min(f.close, end)
+        and touches_attempt(f, fleet, alloc.tenant, attempt)
+        for f in fleet.faults
+    )
 
 
 def _acceptance(fleet: Fleet, tenant: str, job: str) -> str:
@@ -664,12 +785,20 @@ def reconcile_frame(ev: pd.DataFrame) -> dict[LineKey, dict[str, int]]:
     A line of no GPU time (money-only, or an empty window) maps to {}."""
     fleet = read_fleet(ev)
     out: dict[LineKey, dict[str, int]] = {}
-    per_allocation: dict[tuple[str, str | None], list[tuple[str, int, int, int]]] = defaultdict(list)
+    per_allocation: dict[tuple[str, str | None], list[tuple[str, int, int, int]]] = defaultdict(
+        list
+    )
     for tenant, line, category, gpus, aid, ps, pe in _rows(
-            effective_lines(ev), "tenant", "line_id", "category", "gpus", "allocation_id", "ps", "pe"):
+        effective_lines(ev), "tenant", "line_id", "category", "gpus", "allocation_id", "ps", "pe"
+    ):
         out.setdefault((tenant, line), {})
         g_b, start, end = _int(gpus), _int(ps), _int(pe)
-        if _bills_gpus(category, g_b) and g_b is not None and start is not None and end is not None:
+        if (
+            _bills_gpus(category, g_b)
+            and g_b is not None
+            and start is not None
+            and end is not None
+        ):
             # no allocation named: allocation_of finds no grant, so H is empty (§Unallocated)
             per_allocation[(tenant, aid)].append((line, g_b, start, end))
     for (tenant, aid), lines in per_allocation.items():
@@ -681,8 +810,11 @@ def reconcile_frame(ev: pd.DataFrame) -> dict[LineKey, dict[str, int]]:
     return out
 
 
-def classify_lines(alloc: Allocation, stretches: list[tuple[int, int, str]],
-                   lines: Sequence[tuple[str, int, int, int]]) -> Iterator[tuple[str, dict[str, int]]]:
+def classify_lines(
+    alloc: Allocation,
+    stretches: list[tuple[int, int, str]],
+    lines: Sequence[tuple[str, int, int, int]],
+) -> Iterator[tuple[str, dict[str, int]]]:
     """Each line of one allocation, in ledger order, cut into categories."""
     billed_before: list[tuple[int, int]] = []
     starts = [s for s, _, _ in stretches]
@@ -705,7 +837,11 @@ def classify_lines(alloc: Allocation, stretches: list[tuple[int, int, str]],
 
 
 def _overlap(spans: list[tuple[int, int]], window: tuple[int, int]) -> list[tuple[int, int]]:
-    return [(max(s, window[0]), min(e, window[1])) for s, e in spans if max(s, window[0]) < min(e, window[1])]
+    return [
+        (max(s, window[0]), min(e, window[1]))
+        for s, e in spans
+        if max(s, window[0]) < min(e, window[1])
+    ]
 
 
 def _subtract(window: tuple[int, int], spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -731,7 +867,9 @@ def _union(spans: list[tuple[int, int]], new: tuple[int, int]) -> list[tuple[int
     return sorted(out)
 
 
-def _cut(stretches: list[tuple[int, int, str]], starts: list[int], lo: int, hi: int) -> Iterator[tuple[str, int]]:
+def _cut(
+    stretches: list[tuple[int, int, str]], starts: list[int], lo: int, hi: int
+) -> Iterator[tuple[str, int]]:
     index = max(0, bisect_right(starts, lo) - 1)
     while index < len(stretches) and stretches[index][0] < hi:
         s, e, key = stretches[index]
@@ -749,19 +887,55 @@ def reconcile_entries(entries: Iterable[Entry]) -> dict[LineKey, dict[str, int]]
 
 #: ISO 4217 currencies whose minor unit is not the cent.
 MINOR_UNITS = {
-    "BHD": 3, "BIF": 0, "CLF": 4, "CLP": 0, "DJF": 0, "GNF": 0, "IQD": 3, "ISK": 0, "JOD": 3, "JPY": 0,
-    "KMF": 0, "KRW": 0, "KWD": 3, "LYD": 3, "OMR": 3, "PYG": 0, "RWF": 0, "TND": 3, "UGX": 0, "UYI": 0,
-    "UYW": 4, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
+    "BHD": 3,
+    "BIF": 0,
+    "CLF": 4,
+    "CLP": 0,
+    "DJF": 0,
+    "GNF": 0,
+    "IQD": 3,
+    "ISK": 0,
+    "JOD": 3,
+    "JPY": 0,
+    "KMF": 0,
+    "KRW": 0,
+    "KWD": 3,
+    "LYD": 3,
+    "OMR": 3,
+    "PYG": 0,
+    "RWF": 0,
+    "TND": 3,
+    "UGX": 0,
+    "UYI": 0,
+    "UYW": 4,
+    "VND": 0,
+    "VUV": 0,
+    "XAF": 0,
+    "XOF": 0,
+    "XPF": 0,
 }
 MONEY_ONLY = "money_only"
 UNALLOCATED = "unallocated"
 #: RULES.md's category order (unallocated, then rules 1-10, then money_only), restart rows
 #: provider before customer, productive rows accepted, rejected, pending: rounding ties.
-MONEY_ORDER = (UNALLOCATED, "double_billed", "reclaimed", "checkpoint",
-               "restart_lost:provider", "restart_lost:customer",
-               "restart_recovery:provider", "restart_recovery:customer",
-               "productive:accepted", "productive:rejected", "productive:pending",
-               "stalled_fault", "startup", IDLE_RESERVED, "idle_unexplained", MONEY_ONLY)
+MONEY_ORDER = (
+    UNALLOCATED,
+    "double_billed",
+    "reclaimed",
+    "checkpoint",
+    "restart_lost:provider",
+    "restart_lost:customer",
+    "restart_recovery:provider",
+    "restart_recovery:customer",
+    "productive:accepted",
+    "productive:rejected",
+    "productive:pending",
+    "stalled_fault",
+    "startup",
+    IDLE_RESERVED,
+    "idle_unexplained",
+    MONEY_ONLY,
+)
 
 
 @dataclass
@@ -778,7 +952,9 @@ def _half_even(value: Fraction) -> int:
     return floor + (1 if rest > Fraction(1, 2) or (rest == Fraction(1, 2) and floor % 2) else 0)
 
 
-def line_cents(ev: pd.DataFrame, gpu: dict[LineKey, dict[str, int]]) -> dict[LineKey, dict[str, int]]:
+def line_cents(
+    ev: pd.DataFrame, gpu: dict[LineKey, dict[str, int]]
+) -> dict[LineKey, dict[str, int]]:
     """{(tenant, line_id): {category key: minor units}} (RULES.md §Money), from the lines'
     amounts and `gpu` (reconcile_frame's). An invoice is one tenant's invoice id in one
     currency: its exact total rounded half-even; its lines each rounded half-even, and the
@@ -787,7 +963,16 @@ def line_cents(ev: pd.DataFrame, gpu: dict[LineKey, dict[str, int]]) -> dict[Lin
     leave go to the cells with the largest remainders (ties: MONEY_ORDER)."""
     invoices: dict[tuple[str, str, str | None], dict[LineKey, _Line]] = defaultdict(dict)
     for seq, tenant, invoice, line, amount, currency, category, gpus in _rows(
-            effective_lines(ev), "seq", "tenant", "invoice_id", "line_id", "amount", "currency", "category", "gpus"):
+        effective_lines(ev),
+        "seq",
+        "tenant",
+        "invoice_id",
+        "line_id",
+        "amount",
+        "currency",
+        "category",
+        "gpus",
+    ):
         exact = Fraction(amount) * 10 ** MINOR_UNITS.get(currency or "", 2)
         # a line of no GPU time is all one cell: money_only, or, for a GPU line (an empty
         # window), unallocated (RULES.md §Unallocated: never the customer's)
@@ -808,22 +993,31 @@ def _round_lines(lines: list[_Line]) -> None:
         line.cents = _half_even(line.exact)
     missing = total - sum(line.cents for line in lines)
     if missing > 0:  # the lines rounded down, the largest remainder first
-        down = sorted((line for line in lines if line.cents < line.exact or line.cents == line.exact),
-                      key=lambda line: (-(line.exact - line.cents), line.seq))
+        down = sorted(
+            (line for line in lines if line.cents < line.exact or line.cents == line.exact),
+            key=lambda line: (-(line.exact - line.cents), line.seq),
+        )
         for line in down[:missing]:
             line.cents += 1
     elif missing < 0:  # the lines rounded up, the largest push first
-        up = sorted((line for line in lines if line.cents > line.exact), key=lambda line: (-(line.cents - line.exact), line.seq))
+        up = sorted(
+            (line for line in lines if line.cents > line.exact),
+            key=lambda line: (-(line.cents - line.exact), line.seq),
+        )
         for line in up[:-missing]:
             line.cents -= 1
 
 
 def _split_line(line: _Line) -> dict[str, int]:
     billed = sum(line.cells.values())
-    shares = {key: line.exact * us / billed if billed else line.exact for key, us in line.cells.items()}
+    shares = {
+        key: line.exact * us / billed if billed else line.exact for key, us in line.cells.items()
+    }
     floors = {key: math.floor(share) for key, share in shares.items()}
     left = line.cents - sum(floors.values())
-    for key in sorted(shares, key=lambda k: (-(shares[k] - floors[k]), MONEY_ORDER.index(k)))[:left]:
+    for key in sorted(shares, key=lambda k: (-(shares[k] - floors[k]), MONEY_ORDER.index(k)))[
+        :left
+    ]:
         floors[key] += 1
     return {key: cents for key, cents in floors.items() if cents}
 
@@ -833,9 +1027,19 @@ def _split_line(line: _Line) -> dict[str, int]:
 AS_SOLD, NOT_AS_SOLD, UNOBSERVED = "as_sold", "not_as_sold", "unobserved"
 PLACEMENT_STATES = (AS_SOLD, NOT_AS_SOLD, UNOBSERVED)
 #: The category keys whose bearer is the customer (RULES.md §Bearers), money_only included.
-CUSTOMER_KEYS = frozenset({"checkpoint", "restart_lost:customer", "restart_recovery:customer",
-                           "productive:accepted", "productive:rejected", "productive:pending",
-                           "startup", IDLE_RESERVED, MONEY_ONLY})
+CUSTOMER_KEYS = frozenset(
+    {
+        "checkpoint",
+        "restart_lost:customer",
+        "restart_recovery:customer",
+        "productive:accepted",
+        "productive:rejected",
+        "productive:pending",
+        "startup",
+        IDLE_RESERVED,
+        MONEY_ONLY,
+    }
+)
 _NVLINK = re.compile(r"NV\d+")
 
 
@@ -851,7 +1055,10 @@ def _capture_gpus(topology: dict[str, Any], devices: frozenset[str] | None) -> s
     """The capture's GPUs of the allocation: those its devices name, when all are in it;
     else every GPU of the capture."""
     names = {gpu["name"] for gpu in topology.get("gpus", [])}
-    wanted = {d if d.startswith("GPU") else f"GPU{d}" for d in (x.split("/", 1)[0] for x in devices or ())}
+    wanted = {
+        d if d.startswith("GPU") else f"GPU{d}"
+        for d in (x.split("/", 1)[0] for x in devices or ())
+    }
     return wanted if wanted and wanted <= names else names
 
 
@@ -867,22 +1074,35 @@ def placement_state(fleet: Fleet, tenant: str, aid: str | None) -> str:
     for _t, _seq, topology in captures.values():
         mine = _capture_gpus(topology, grant.devices)
         seen += len(mine)
-        slow = slow or any({link["a"], link["b"]} <= mine and not _NVLINK.fullmatch(link["link"])
-                           for link in topology.get("links", []))
+        slow = slow or any(
+            {link["a"], link["b"]} <= mine and not _NVLINK.fullmatch(link["link"])
+            for link in topology.get("links", [])
+        )
     if seen > grant.gpus:
         return UNOBSERVED
     return NOT_AS_SOLD if seen < grant.gpus or slow else AS_SOLD
 
 
-def placement_lines(ev: pd.DataFrame, gpu: dict[LineKey, dict[str, int]] | None = None) -> dict[LineKey, LinePlacement]:
+def placement_lines(
+    ev: pd.DataFrame, gpu: dict[LineKey, dict[str, int]] | None = None
+) -> dict[LineKey, LinePlacement]:
     """Each line's placement state, amount and claim (RULES.md 13), after corrections.
     `gpu`: reconcile_frame's cells of the same entries (computed here when not given)."""
     fleet = read_fleet(ev)
     cells_of = reconcile_frame(ev) if gpu is None else gpu
     out: dict[LineKey, LinePlacement] = {}
     for tenant, line, aid, category, gpus, ps, pe, amount, currency in _rows(
-            effective_lines(ev), "tenant", "line_id", "allocation_id", "category", "gpus", "ps", "pe", "amount",
-            "currency"):
+        effective_lines(ev),
+        "tenant",
+        "line_id",
+        "allocation_id",
+        "category",
+        "gpus",
+        "ps",
+        "pe",
+        "amount",
+        "currency",
+    ):
         state = placement_state(fleet, tenant, aid)
         exact = Fraction(amount)
         g_b = _int(gpus)
@@ -895,7 +1115,9 @@ def placement_lines(ev: pd.DataFrame, gpu: dict[LineKey, dict[str, int]] | None 
     return out
 
 
-def _customer_borne(amount: Fraction, category: str | None, gpus: int | None, cells: dict[str, int]) -> Fraction:
+def _customer_borne(
+    amount: Fraction, category: str | None, gpus: int | None, cells: dict[str, int]
+) -> Fraction:
     """The exact share of a line's amount on the customer (RULES.md §Money)."""
     if not _bills_gpus(category, gpus):
         return amount  # money_only: the customer's
@@ -909,9 +1131,13 @@ def placement_tenants(lines: dict[LineKey, LinePlacement]) -> dict[str, dict[str
     """Per tenant: {state: {"gpu_us": …, "amount": {currency: exact}}, "claim": {currency: exact}}."""
     out: dict[str, dict[str, Any]] = {}
     for (tenant, _line), p in sorted(lines.items()):
-        node = out.setdefault(tenant, {**{s: {"gpu_us": 0, "amount": {}} for s in PLACEMENT_STATES}, "claim": {}})
+        node = out.setdefault(
+            tenant, {**{s: {"gpu_us": 0, "amount": {}} for s in PLACEMENT_STATES}, "claim": {}}
+        )
         node[p.state]["gpu_us"] += p.gpu_us
-        node[p.state]["amount"][p.currency] = node[p.state]["amount"].get(p.currency, Fraction(0)) + p.amount
+        node[p.state]["amount"][p.currency] = (
+            node[p.state]["amount"].get(p.currency, Fraction(0)) + p.amount
+        )
         if p.state == NOT_AS_SOLD:
             node["claim"][p.currency] = node["claim"].get(p.currency, Fraction(0)) + p.claim
     return out

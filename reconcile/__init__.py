@@ -30,4 +30,12 @@ from reconcile.engine import (
     run,
 )
 
-__all__ = ["MoneyOverflow", "Reconciliation", "reconcile_entries", "reconcile_parquet", "reconcile_store", "reconcile_tables", "run"]
+__all__ = [
+    "MoneyOverflow",
+    "Reconciliation",
+    "reconcile_entries",
+    "reconcile_parquet",
+    "reconcile_store",
+    "reconcile_tables",
+    "run",
+]

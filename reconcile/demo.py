@@ -75,8 +75,14 @@ def run_demo_outputs(store: Store, out: Path, signer: Signer, verifier: Verifier
     return done
 
 
-def _dispute(store: Store, out: Path, signer: Signer, verifier: Verifier, result: Reconciliation,
-             files: list[Path]) -> str:
+def _dispute(
+    store: Store,
+    out: Path,
+    signer: Signer,
+    verifier: Verifier,
+    result: Reconciliation,
+    files: list[Path],
+) -> str:
     """The packet of the invoice with the most provider-borne and disputed money."""
     owed: dict[tuple[str, str], int] = defaultdict(int)
     for cell in result.cells:
@@ -92,9 +98,11 @@ def _dispute(store: Store, out: Path, signer: Signer, verifier: Verifier, result
     checked = verify_dispute(packet, verifier)
     letter = write_letter_beside(packet, verifier, path)
     files.append(letter)
-    return (f"dispute packet for {tenant} / {invoice}: {path} — verified with the public key alone: "
-            f"{checked.tenant_entries} entries, {checked.fleet_entries} fleet faults, findings recomputed\n"
-            f"  the dispute letter: {letter}")
+    return (
+        f"dispute packet for {tenant} / {invoice}: {path} — verified with the public key alone: "
+        f"{checked.tenant_entries} entries, {checked.fleet_entries} fleet faults, findings recomputed\n"
+        f"  the dispute letter: {letter}"
+    )
 
 
 def category_table(result: Reconciliation) -> Table:
@@ -103,58 +111,113 @@ def category_table(result: Reconciliation) -> Table:
     money: dict[tuple[str, str, str], Decimal] = defaultdict(Decimal)
     for cell in result.cells:
         hours[(cell.category, cell.bearer)] += Decimal(cell.gpu_us) / 3_600_000_000
-        money[(cell.category, cell.bearer, cell.currency or "")] += major_units(cell.cents, cell.minor)
+        money[(cell.category, cell.bearer, cell.currency or "")] += major_units(
+            cell.cents, cell.minor
+        )
     billed = sum(hours.values(), Decimal(0))
-    table = DataTable("category", "bearer", "GPU-hours", "share", "amount", title="what every billed GPU-second was")
+    table = DataTable(
+        "category",
+        "bearer",
+        "GPU-hours",
+        "share",
+        "amount",
+        title="what every billed GPU-second was",
+    )
     for category, bearer in sorted(hours, key=lambda k: (CATEGORY_ORDER.index(k[0]), k[1])):
-        amounts = ", ".join(f"{a:,} {c}" for (cat, b, c), a in sorted(money.items()) if (cat, b) == (category, bearer))
+        amounts = ", ".join(
+            f"{a:,} {c}"
+            for (cat, b, c), a in sorted(money.items())
+            if (cat, b) == (category, bearer)
+        )
         share = hours[(category, bearer)] / billed if billed else Decimal(0)
         style = {"provider": "red", "disputed": "yellow"}.get(bearer, "")
-        table.add_row(category, bearer, f"{hours[(category, bearer)]:,.1f}", f"{share:.1%}", amounts, style=style)
+        table.add_row(
+            category,
+            bearer,
+            f"{hours[(category, bearer)]:,.1f}",
+            f"{share:.1%}",
+            amounts,
+            style=style,
+        )
     return table
 
 
 def biggest_findings(result: Reconciliation, count: int = BIGGEST) -> Table:
     """The lines with the most provider-borne or disputed money, each with its category."""
-    rows = sorted((c for c in result.cells if c.bearer in ("provider", "disputed") and c.cents > 0),
-                  key=lambda c: (-c.cents, c.tenant, c.line_id))[:count]
-    table = DataTable("tenant / line", "category", "GPU-h", "amount", title=f"the {len(rows)} biggest findings")
+    rows = sorted(
+        (c for c in result.cells if c.bearer in ("provider", "disputed") and c.cents > 0),
+        key=lambda c: (-c.cents, c.tenant, c.line_id),
+    )[:count]
+    table = DataTable(
+        "tenant / line", "category", "GPU-h", "amount", title=f"the {len(rows)} biggest findings"
+    )
     for c in rows:
-        table.add_row(f"{c.tenant} / {c.line_id}", f"{c.category} ({c.bearer})", f"{c.gpu_us / 3.6e9:,.2f}",
-                      f"{major_units(c.cents, c.minor):,} {c.currency or ''}")
+        table.add_row(
+            f"{c.tenant} / {c.line_id}",
+            f"{c.category} ({c.bearer})",
+            f"{c.gpu_us / 3.6e9:,.2f}",
+            f"{major_units(c.cents, c.minor):,} {c.currency or ''}",
+        )
     return table
 
 
 def totals_line(result: Reconciliation) -> str:
     doc = result.as_json()["tenants"]
+
     def total(values: Any) -> Decimal:
         return sum((Decimal(str(v)) for v in values), Decimal(0))
 
     billed = total(t["billed_gpu_seconds"] for t in doc.values()) / 3600
-    productive = total(t["categories"].get("productive", {}).get("gpu_seconds", 0) for t in doc.values()) / 3600
-    money = {b: total(t["by_bearer"][b] for t in doc.values()) for b in ("customer", "provider", "disputed")}
+    productive = (
+        total(t["categories"].get("productive", {}).get("gpu_seconds", 0) for t in doc.values())
+        / 3600
+    )
+    money = {
+        b: total(t["by_bearer"][b] for t in doc.values())
+        for b in ("customer", "provider", "disputed")
+    }
     unbilled = total(t["unbilled_gpu_seconds"] for t in doc.values()) / 3600
     share = productive / billed if billed else Decimal(0)
-    return (f"billed {billed:,.1f} GPU-h, of which productive {productive:,.1f} GPU-h "
-            f"({share:.1%}); money: customer {money['customer']:,}, "
-            f"provider-borne {money['provider']:,}, disputed {money['disputed']:,}; unbilled {unbilled:,.1f} GPU-h")
+    return (
+        f"billed {billed:,.1f} GPU-h, of which productive {productive:,.1f} GPU-h "
+        f"({share:.1%}); money: customer {money['customer']:,}, "
+        f"provider-borne {money['provider']:,}, disputed {money['disputed']:,}; unbilled {unbilled:,.1f} GPU-h"
+    )
 
 
 # -- the evidence around the billed time: envelope, receipts, changes, placement, serving --
 
+
 def envelope_table(doc: dict[str, Any]) -> Table:
     """The envelope per placement class (`report envelope --by placement_class`): a few key figures."""
-    table = DataTable("class", "jobs started/completed", "start p95 s promised → observed", "missed/promises",
-                  "restart rate", "checkpoint overhead", "cost / completed run",
-                  title="the envelope per placement class (p95 start: over the promised jobs)")
+    table = DataTable(
+        "class",
+        "jobs started/completed",
+        "start p95 s promised → observed",
+        "missed/promises",
+        "restart rate",
+        "checkpoint overhead",
+        "cost / completed run",
+        title="the envelope per placement class (p95 start: over the promised jobs)",
+    )
     for g in doc["groups"]:
         made = g["promises"]
         ratio = g["checkpoint_overhead"]["ratio"]
-        start = "–" if made is None else f"{_text(made['promised_start_s']['p95'])} → {_text(made['observed_start_s']['p95'])}"
-        table.add_row(g["placement_class"], f"{g['started']}/{g['completed']}", start,
-                      "–" if made is None else f"{made['missed']}/{made['promises']}", _text(g["restart_rate"]),
-                      "–" if ratio is None else f"{ratio:.2%}",
-                      " ".join(f"{_text(c['cost_per_completed_run'])} {cur}" for cur, c in g["cost"].items()) or "–")
+        start = (
+            "–"
+            if made is None
+            else f"{_text(made['promised_start_s']['p95'])} → {_text(made['observed_start_s']['p95'])}"
+        )
+        table.add_row(
+            g["placement_class"],
+            f"{g['started']}/{g['completed']}",
+            start,
+            "–" if made is None else f"{made['missed']}/{made['promises']}",
+            _text(g["restart_rate"]),
+            "–" if ratio is None else f"{ratio:.2%}",
+            " ".join(f"{_text(c['cost_per_completed_run'])} {cur}" for cur, c in g["cost"].items())
+            or "–",
+        )
     return table
 
 
@@ -163,8 +226,10 @@ def receipts_line(capacity: dict[str, Any]) -> str:
     rows = capacity["receipts"]
     if not rows:
         return "no start receipts"
-    each = ", ".join(f"{r['placement_class']} {r['receipts']} ({r['devices_receipted']}/{r['devices_discovered']})"
-                     for r in rows)
+    each = ", ".join(
+        f"{r['placement_class']} {r['receipts']} ({r['devices_receipted']}/{r['devices_discovered']})"
+        for r in rows
+    )
     gap = sum(r["devices_without_receipt"] for r in rows)
     return f"start receipts per class (devices receipted/discovered): {each}; {gap} devices without a receipt"
 
@@ -174,12 +239,16 @@ def change_lines(capacity: dict[str, Any]) -> list[str]:
     out = []
     for c in capacity["changes"]:
         windows = c["windows"]
-        out.append(f"{c['kind']} {c['change_id']} of {' '.join(c['nodes'] or []) or 'the fleet'}, "
-                   f"{c['started_at']} → {c['ended_at'] or 'open'} ({c['window_s']} s): "
-                   + " / ".join(w["phase"] for w in windows))
-        out.append(f"  starts {_each(windows, 'starts')}; queue delay p50 {_each(windows, 'queue_delay_s', 'p50')} s, "
-                   f"p95 {_each(windows, 'queue_delay_s', 'p95')} s; interrupted {_each(windows, 'interrupted')}; "
-                   f"{len(c['held_past_end'])} held past its end")
+        out.append(
+            f"{c['kind']} {c['change_id']} of {' '.join(c['nodes'] or []) or 'the fleet'}, "
+            f"{c['started_at']} → {c['ended_at'] or 'open'} ({c['window_s']} s): "
+            + " / ".join(w["phase"] for w in windows)
+        )
+        out.append(
+            f"  starts {_each(windows, 'starts')}; queue delay p50 {_each(windows, 'queue_delay_s', 'p50')} s, "
+            f"p95 {_each(windows, 'queue_delay_s', 'p95')} s; interrupted {_each(windows, 'interrupted')}; "
+            f"{len(c['held_past_end'])} held past its end"
+        )
     return out
 
 
@@ -198,26 +267,54 @@ def placement_lines(doc: dict[str, Any]) -> list[str]:
         for currency, amount in s["billed_on_mismatch"].items():
             money[currency] += Decimal(amount)
     billed = ", ".join(f"{v:,} {c}" for c, v in sorted(money.items())) or "nothing"
-    first = f"; first: {mismatched[0]['tenant']} {mismatched[0]['allocation_id']}: {mismatched[0]['reasons'][0]}" if mismatched else ""
-    rho = ", ".join(f"{p['placement_class']} {_text(p['spearman'])} (n={p['n']}: {p['reading']})"
-                    for p in doc["prediction"] if p["n"])
-    return [f"{len(observed)} of {len(rows)} allocations observed, {len(mismatched)} mismatched, "
-            f"billed {billed} on them{first}",
-            f"probe bus bandwidth against step time p50, Spearman's rho per class: {rho or 'no probes'}"]
+    first = (
+        f"; first: {mismatched[0]['tenant']} {mismatched[0]['allocation_id']}: {mismatched[0]['reasons'][0]}"
+        if mismatched
+        else ""
+    )
+    rho = ", ".join(
+        f"{p['placement_class']} {_text(p['spearman'])} (n={p['n']}: {p['reading']})"
+        for p in doc["prediction"]
+        if p["n"]
+    )
+    return [
+        f"{len(observed)} of {len(rows)} allocations observed, {len(mismatched)} mismatched, "
+        f"billed {billed} on them{first}",
+        f"probe bus bandwidth against step time p50, Spearman's rho per class: {rho or 'no probes'}",
+    ]
 
 
 def serving_table(outcomes: dict[str, Any]) -> Table:
     """The serving view of `report outcomes`, per tenant and concurrency level."""
-    table = DataTable("tenant", "concurrency", "requests (accepted)", "requests/s", "TTFT p50/p99 ms", "latency p95 ms",
-                  "output tokens/s", "cancelled", "cost / accepted response",
-                  title="serving: per tenant and concurrency (vLLM benchmark and gateway windows)")
+    table = DataTable(
+        "tenant",
+        "concurrency",
+        "requests (accepted)",
+        "requests/s",
+        "TTFT p50/p99 ms",
+        "latency p95 ms",
+        "output tokens/s",
+        "cancelled",
+        "cost / accepted response",
+        title="serving: per tenant and concurrency (vLLM benchmark and gateway windows)",
+    )
     for r in outcomes.get("serving", []):
         if r["concurrency"] == "all":
             continue
-        table.add_row(r["tenant"], _text(r["concurrency"]), f"{r['requests']} ({r['accepted']})",
-                      _text(r["request_rate_per_s"]), f"{_text(r['ttft_ms'].get('p50'))} / {_text(r['ttft_ms'].get('p99'))}",
-                      _text(r["latency_ms"].get("p95")), _text(r["output_tokens_per_s"]), _text(r["cancelled"]),
-                      " ".join(f"{_text(c['cost_per_accepted_response'])} {cur}" for cur, c in r["cost"].items()) or "–")
+        table.add_row(
+            r["tenant"],
+            _text(r["concurrency"]),
+            f"{r['requests']} ({r['accepted']})",
+            _text(r["request_rate_per_s"]),
+            f"{_text(r['ttft_ms'].get('p50'))} / {_text(r['ttft_ms'].get('p99'))}",
+            _text(r["latency_ms"].get("p95")),
+            _text(r["output_tokens_per_s"]),
+            _text(r["cancelled"]),
+            " ".join(
+                f"{_text(c['cost_per_accepted_response'])} {cur}" for cur, c in r["cost"].items()
+            )
+            or "–",
+        )
     return table
 
 

@@ -105,7 +105,9 @@ def reclaim_inside_notice() -> list[Event]:
     s.progress("r1", step=2, at="10:10")
     s.checkpoint("r1", "ck1", step=2, started="10:10", saved="10:11")
     s.progress("r1", step=3, at="10:15")
-    s.add("policy.decision", "10:16", {"decision": "reclaimed", "allocation_id": "R1", "notice_s": 0})
+    s.add(
+        "policy.decision", "10:16", {"decision": "reclaimed", "allocation_id": "R1", "notice_s": 0}
+    )
     s.fail("r1", at="10:17", cause="preempted")
     s.release("R1", at="10:20")
     s.line("LR1", "R1", "10:00", "10:20", gpus=2, amount="2.40")
@@ -121,7 +123,11 @@ def reclaim_outside_notice() -> list[Event]:
     s.start("r2", "R2", at="10:00")
     s.progress("r2", step=1, at="10:05")
     s.progress("r2", step=2, at="10:10")
-    s.add("policy.decision", "10:12", {"decision": "reclaimed", "allocation_id": "R2", "notice_s": 300})
+    s.add(
+        "policy.decision",
+        "10:12",
+        {"decision": "reclaimed", "allocation_id": "R2", "notice_s": 300},
+    )
     s.checkpoint("r2", "ck2", step=2, started="10:13", saved="10:14")
     s.progress("r2", step=3, at="10:15")
     s.fail("r2", at="10:17:30", cause="preempted")
@@ -133,8 +139,13 @@ def reclaim_outside_notice() -> list[Event]:
 def topology(links: dict[tuple[int, int], str], gpus: int) -> dict[str, Any]:
     """A `nvidia-smi topo -m` capture of `gpus` GPUs: every pair NV18 unless `links` says."""
     pairs = [(a, b) for a in range(gpus) for b in range(a + 1, gpus)]
-    return {"gpus": [{"name": f"GPU{i}"} for i in range(gpus)], "nics": [],
-            "links": [{"a": f"GPU{a}", "b": f"GPU{b}", "link": links.get((a, b), "NV18")} for a, b in pairs]}
+    return {
+        "gpus": [{"name": f"GPU{i}"} for i in range(gpus)],
+        "nics": [],
+        "links": [
+            {"a": f"GPU{a}", "b": f"GPU{b}", "link": links.get((a, b), "NV18")} for a, b in pairs
+        ],
+    }
 
 
 #: Each placement tenant's credit share ("1" also stands for the default: no share given).
@@ -156,13 +167,31 @@ def placements() -> list[Event]:
         s.grant("UN", gpus=4, at="10:00", node="n-un", tenant=tenant)
         slow_half = {(a, b): "SYS" for a in (0, 1) for b in (2, 3)}
         eight = topology({(a, b): "SYS" for a in range(4) for b in range(4, 8)}, 8)
-        s.add("placement.observed", "10:01", {"allocation_id": "AS", "node": "n-as", "topology": eight}, tenant)
-        s.add("placement.observed", "10:01", {"allocation_id": "NOT", "node": "n-not",
-                                              "topology": topology(slow_half, 4)}, tenant)
+        s.add(
+            "placement.observed",
+            "10:01",
+            {"allocation_id": "AS", "node": "n-as", "topology": eight},
+            tenant,
+        )
+        s.add(
+            "placement.observed",
+            "10:01",
+            {"allocation_id": "NOT", "node": "n-not", "topology": topology(slow_half, 4)},
+            tenant,
+        )
         for alloc in ("AS", "NOT", "UN"):
             s.release(alloc, at="11:00", tenant=tenant)
             s.line(f"L-{alloc}", alloc, "10:00", "11:30", gpus=4, amount="21.60", tenant=tenant)
-        s.line("CR-NOT", "NOT", "10:00", "11:00", gpus=4, amount="-1.00", category="credit", tenant=tenant)
+        s.line(
+            "CR-NOT",
+            "NOT",
+            "10:00",
+            "11:00",
+            gpus=4,
+            amount="-1.00",
+            category="credit",
+            tenant=tenant,
+        )
     return s.events
 
 
@@ -177,18 +206,39 @@ def placement_edges() -> list[Event]:
     s.grant("FEW", gpus=4, at="10:00", node="n-few")
     s.grant("MORE", gpus=2, at="10:00", node="n-more")
     s.grant("ONE", gpus=1, at="10:00", node="n-one")
-    s.add("allocation.granted", "10:00", {"allocation_id": "MIG", "gpus": 1, "node": "n-mig",
-                                          "placement_class": "mig", "profile": "1g.10gb"})
+    s.add(
+        "allocation.granted",
+        "10:00",
+        {
+            "allocation_id": "MIG",
+            "gpus": 1,
+            "node": "n-mig",
+            "placement_class": "mig",
+            "profile": "1g.10gb",
+        },
+    )
     for alloc in ("TWO", "SLOW2"):
         nodes = [f"n-{alloc.lower()}-a", f"n-{alloc.lower()}-b"]
         s.add("allocation.granted", "10:00", {"allocation_id": alloc, "gpus": 8, "nodes": nodes})
-    captures = [("FEW", "n-few", topology({}, 2)), ("MORE", "n-more", topology({}, 4)),
-                ("ONE", "n-one", topology({(0, 1): "SYS"}, 2)), ("MIG", "n-mig", topology({(0, 1): "SYS"}, 2)),
-                ("TWO", "n-two-a", topology({}, 4)), ("TWO", "n-two-b", topology({(0, 3): "SYS"}, 4)),
-                ("SLOW2", "n-slow2-a", topology({}, 4)), ("SLOW2", "n-slow2-b", topology({(1, 2): "NODE"}, 4))]
+    captures = [
+        ("FEW", "n-few", topology({}, 2)),
+        ("MORE", "n-more", topology({}, 4)),
+        ("ONE", "n-one", topology({(0, 1): "SYS"}, 2)),
+        ("MIG", "n-mig", topology({(0, 1): "SYS"}, 2)),
+        ("TWO", "n-two-a", topology({}, 4)),
+        ("TWO", "n-two-b", topology({(0, 3): "SYS"}, 4)),
+        ("SLOW2", "n-slow2-a", topology({}, 4)),
+        ("SLOW2", "n-slow2-b", topology({(1, 2): "NODE"}, 4)),
+    ]
     for alloc, node, topo in captures:
-        s.add("placement.observed", "10:01", {"allocation_id": alloc, "node": node, "topology": topo})
-    s.add("placement.observed", "10:02", {"allocation_id": "TWO", "node": "n-two-b", "topology": topology({}, 4)})
+        s.add(
+            "placement.observed", "10:01", {"allocation_id": alloc, "node": node, "topology": topo}
+        )
+    s.add(
+        "placement.observed",
+        "10:02",
+        {"allocation_id": "TWO", "node": "n-two-b", "topology": topology({}, 4)},
+    )
     for alloc, gpus in (("FEW", 4), ("MORE", 2), ("ONE", 1), ("MIG", 1), ("TWO", 8), ("SLOW2", 8)):
         s.release(alloc, at="11:00")
         s.line(f"L-{alloc}", alloc, "10:00", "11:00", gpus=gpus, amount=f"{gpus * 3.6:.2f}")

@@ -25,7 +25,9 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def written(demo: Path) -> list[tuple[Path, type[Document]]]:
     """Each JSON document the demo wrote, with its model."""
-    found: list[tuple[Path, type[Document]]] = [(demo / "reconcile.json", DOCUMENTS["reconciliation"])]
+    found: list[tuple[Path, type[Document]]] = [
+        (demo / "reconcile.json", DOCUMENTS["reconciliation"])
+    ]
     found += [(p, DOCUMENTS["dispute-packet"]) for p in demo.glob("dispute-*.json")]
     found += [(p, DOCUMENTS["diagnostic-packet"]) for p in demo.glob("packet-*/packet.json")]
     for path in sorted((demo / "reports").glob("*.json")):
@@ -57,15 +59,21 @@ def test_a_member_of_the_wrong_type_is_named_by_its_place(demo: Path) -> None:
     doc["changes"][0]["windows"][1]["starts"] = "2"
     with pytest.raises(InvalidDocument) as caught:
         DOCUMENTS["report.capacity"].parse(doc)
-    assert str(caught.value) == "capacity.changes[0].windows[1].starts: expected an integer, got a string"
+    assert (
+        str(caught.value)
+        == "capacity.changes[0].windows[1].starts: expected an integer, got a string"
+    )
     assert caught.value.option is None
 
 
 def test_a_member_the_format_does_not_define_is_refused(demo: Path) -> None:
     doc = json.loads((demo / "reconcile.json").read_text(encoding="utf-8"))
     doc["lines"][2]["categories"]["productive"]["discount"] = "0.10"
-    with pytest.raises(InvalidDocument, match=r"^reconciliation\.lines\[2\]\.categories\.productive\.discount: "
-                                              "not a member of this format$"):
+    with pytest.raises(
+        InvalidDocument,
+        match=r"^reconciliation\.lines\[2\]\.categories\.productive\.discount: "
+        "not a member of this format$",
+    ):
         DOCUMENTS["reconciliation"].parse(doc)
 
 
@@ -83,5 +91,7 @@ def test_text_that_is_not_json_is_refused() -> None:
 
 def test_every_document_has_a_checked_in_schema() -> None:
     for name in DOCUMENTS:
-        schema = json.loads((SCHEMA_DIR / "documents" / f"{name}.json").read_text(encoding="utf-8"))
+        schema = json.loads(
+            (SCHEMA_DIR / "documents" / f"{name}.json").read_text(encoding="utf-8")
+        )
         assert schema["additionalProperties"] is False, name

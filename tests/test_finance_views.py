@@ -83,8 +83,19 @@ def _older_url(tmp_path: Path, s: Scenario) -> str:
     url = f"sqlite:///{tmp_path / 'older.db'}"
     store = Store(url)
     store.init()
-    Appender(store).append([Accepted(e["source"], e["id"], e["type"], e["data"]["tenant"], canonical(e),
-                                     Origin("older", n)) for n, e in enumerate(s.events, start=1)])
+    Appender(store).append(
+        [
+            Accepted(
+                e["source"],
+                e["id"],
+                e["type"],
+                e["data"]["tenant"],
+                canonical(e),
+                Origin("older", n),
+            )
+            for n, e in enumerate(s.events, start=1)
+        ]
+    )
     store.close()
     return url
 
@@ -113,18 +124,37 @@ def findings(tmp_path: Path) -> str:
 
 # -- each line's billed amount, period, description and exact amounts ---------------------
 
+
 def test_json_lines_carry_billed_amount_period_description_and_exact_amounts(cents: str) -> None:
     code, out, _ = invoke("reconcile", "--db", cents, "--format", "json")
     assert code == 0
     lines = {line["line_id"]: line for line in json.loads(out)["lines"]}
     l1, l2 = lines["L1"], lines["L2"]
-    assert (l1["billed_amount"], l1["amount"], l2["billed_amount"], l2["amount"]) == ("0.735", "0.73", "0.735", "0.74")
-    assert (l1["period_start"], l1["period_end"]) == ("2026-01-05T10:00:00Z", "2026-01-05T11:00:00Z")
+    assert (l1["billed_amount"], l1["amount"], l2["billed_amount"], l2["amount"]) == (
+        "0.735",
+        "0.73",
+        "0.735",
+        "0.74",
+    )
+    assert (l1["period_start"], l1["period_end"]) == (
+        "2026-01-05T10:00:00Z",
+        "2026-01-05T11:00:00Z",
+    )
     assert (l1["description"], l2["description"]) == ("4 x H100 on A1", None)
     got = {c: (v["amount"], v["amount_exact"]) for c, v in l1["categories"].items()}
-    assert got == {"startup": ("0.12", "0.1225"), "productive": ("0.49", "0.490"), "idle_reserved": ("0.12", "0.1225")}
-    assert l2["categories"] == {"money_only": {"gpu_seconds": 0, "amount": "0.74", "amount_exact": "0.735",
-                                               "bearer": "customer"}}
+    assert got == {
+        "startup": ("0.12", "0.1225"),
+        "productive": ("0.49", "0.490"),
+        "idle_reserved": ("0.12", "0.1225"),
+    }
+    assert l2["categories"] == {
+        "money_only": {
+            "gpu_seconds": 0,
+            "amount": "0.74",
+            "amount_exact": "0.735",
+            "bearer": "customer",
+        }
+    }
     # rounded amounts add up to the line as rounded within
     # the invoice, exact ones to the line as billed
     assert sum(Decimal(v["amount"]) for v in l1["categories"].values()) == Decimal("0.73")
@@ -135,8 +165,17 @@ def test_csv_rows_carry_the_line_and_its_exact_amount(cents: str) -> None:
     code, out, _ = invoke("reconcile", "--db", cents, "--format", "csv")
     assert code == 0
     rows = list(csv.DictReader(io.StringIO(out)))
-    got = {(r["line_id"], r["category"]): (r["billed_amount"], r["period_start"], r["period_end"], r["description"],
-                                           r["amount"], r["amount_exact"]) for r in rows}
+    got = {
+        (r["line_id"], r["category"]): (
+            r["billed_amount"],
+            r["period_start"],
+            r["period_end"],
+            r["description"],
+            r["amount"],
+            r["amount_exact"],
+        )
+        for r in rows
+    }
     period = ("2026-01-05T10:00:00Z", "2026-01-05T11:00:00Z")
     assert got == {
         ("L1", "startup"): ("0.735", *period, "4 x H100 on A1", "0.12", "0.1225"),
@@ -150,12 +189,16 @@ def test_parquet_rows_carry_the_same(cents: str, tmp_path: Path) -> None:
     target = tmp_path / "out.parquet"
     code, _, _ = invoke("reconcile", "--db", cents, "--format", "parquet", "--out", str(target))
     assert code == 0
-    got = {(r["line_id"], r["category"]): (r["billed_amount"], r["description"], r["amount_exact"])
-           for r in pq.read_table(target).to_pylist()}
-    assert got == {("L1", "startup"): ("0.735", "4 x H100 on A1", "0.1225"),
-                   ("L1", "productive"): ("0.735", "4 x H100 on A1", "0.490"),
-                   ("L1", "idle_reserved"): ("0.735", "4 x H100 on A1", "0.1225"),
-                   ("L2", "money_only"): ("0.735", None, "0.735")}
+    got = {
+        (r["line_id"], r["category"]): (r["billed_amount"], r["description"], r["amount_exact"])
+        for r in pq.read_table(target).to_pylist()
+    }
+    assert got == {
+        ("L1", "startup"): ("0.735", "4 x H100 on A1", "0.1225"),
+        ("L1", "productive"): ("0.735", "4 x H100 on A1", "0.490"),
+        ("L1", "idle_reserved"): ("0.735", "4 x H100 on A1", "0.1225"),
+        ("L2", "money_only"): ("0.735", None, "0.735"),
+    }
 
 
 def test_a_focus_line_is_described_by_its_charge_description(tmp_path: Path) -> None:
@@ -166,27 +209,41 @@ def test_a_focus_line_is_described_by_its_charge_description(tmp_path: Path) -> 
     code, out, _ = invoke("reconcile", "--db", url, "--format", "json")
     assert code == 0
     with sample.open(newline="") as handle:
-        expected = sorted((row["ChargePeriodStart"], row["BilledCost"], row["ChargeDescription"])
-                          for row in csv.DictReader(handle))
-    got = sorted((line["period_start"], line["billed_amount"], line["description"]) for line in json.loads(out)["lines"])
+        expected = sorted(
+            (row["ChargePeriodStart"], row["BilledCost"], row["ChargeDescription"])
+            for row in csv.DictReader(handle)
+        )
+    got = sorted(
+        (line["period_start"], line["billed_amount"], line["description"])
+        for line in json.loads(out)["lines"]
+    )
     assert got == expected and len(got) == 5
 
 
-@pytest.mark.parametrize(("billed", "weights", "minor", "expected"), [
-    # 0.735 × 1/6, 4/6, 1/6: exact at four places
-    ("0.735", [2400, 9600, 2400], 2, ["0.1225", "0.4900", "0.1225"]),
-    # thirds never end: floored at 18 places, the one unit left to the first of the tied remainders
-    ("1.00", [1, 1, 1], 2, ["0.333333333333333334", "0.333333333333333333", "0.333333333333333333"]),
-    # a credit (negative) on a money-only line is all of itself
-    ("-5.5", [0], 2, ["-5.5"]),
-    # yen have no minor unit; 100 × 1/4, 3/4
-    ("100", [1, 3], 0, ["25", "75"]),
-    # -1 × 1/3, 2/3: floors -0.333…334 (2/3 of a unit above it) and -0.666…667 (1/3 above)
-    # leave one unit, to the larger remainder (the first)
-    ("-1", [1, 2], 2, ["-0.333333333333333333", "-0.666666666666666667"]),
-])
-def test_exact_shares_add_up_to_the_billed_amount(billed: str, weights: list[int], minor: int,
-                                                  expected: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("billed", "weights", "minor", "expected"),
+    [
+        # 0.735 × 1/6, 4/6, 1/6: exact at four places
+        ("0.735", [2400, 9600, 2400], 2, ["0.1225", "0.4900", "0.1225"]),
+        # thirds never end: floored at 18 places, the one unit left to the first of the tied remainders
+        (
+            "1.00",
+            [1, 1, 1],
+            2,
+            ["0.333333333333333334", "0.333333333333333333", "0.333333333333333333"],
+        ),
+        # a credit (negative) on a money-only line is all of itself
+        ("-5.5", [0], 2, ["-5.5"]),
+        # yen have no minor unit; 100 × 1/4, 3/4
+        ("100", [1, 3], 0, ["25", "75"]),
+        # -1 × 1/3, 2/3: floors -0.333…334 (2/3 of a unit above it) and -0.666…667 (1/3 above)
+        # leave one unit, to the larger remainder (the first)
+        ("-1", [1, 2], 2, ["-0.333333333333333333", "-0.666666666666666667"]),
+    ],
+)
+def test_exact_shares_add_up_to_the_billed_amount(
+    billed: str, weights: list[int], minor: int, expected: list[str]
+) -> None:
     shares = exact_shares(billed, weights, minor)
     assert [str(s) for s in shares] == expected
     assert sum(shares) == Decimal(billed)
@@ -194,10 +251,15 @@ def test_exact_shares_add_up_to_the_billed_amount(billed: str, weights: list[int
 
 # -- the table ---------------------------------------------------------------------------
 
+
 def test_table_leads_with_each_invoice_total_then_bearers_then_categories(findings: str) -> None:
     code, out, _ = invoke("reconcile", "--db", findings)
     assert code == 0
-    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines() if line.startswith("│")]
+    rows = [
+        [cell.strip() for cell in line.split("│")[1:-1]]
+        for line in out.splitlines()
+        if line.startswith("│")
+    ]
     acme = [r[2:] for r in rows if r[0] == "INV-1"]
     assert acme == [
         ["total billed", "", "6.00", "21.60"],
@@ -211,7 +273,12 @@ def test_table_leads_with_each_invoice_total_then_bearers_then_categories(findin
         ["idle_reserved", "customer", "0.67", "2.40"],
     ]
     beta = [r[2:] for r in rows if r[0] == "INV-2"]
-    assert beta[0] == ["total billed", "", "4.00", "14.40"] and beta[-1] == ["idle_unexplained", "disputed", "3.67", "13.20"]
+    assert beta[0] == ["total billed", "", "4.00", "14.40"] and beta[-1] == [
+        "idle_unexplained",
+        "disputed",
+        "3.67",
+        "13.20",
+    ]
     assert all(r[1] == "USD" for r in rows if r[0])
 
 
@@ -225,14 +292,25 @@ def test_table_numbers_have_one_format(tmp_path: Path) -> None:
     # billed exactly 12,345.675, classified 12,345.68 (67.5 cents → 68, half-even); productive
     # is 4/6 of it: 8,230.45; startup and idle_reserved 2,057.6125 each, and the one cent
     # their floors leave goes to startup (equal remainders: RULES.md's order)
-    rows = [[cell.strip() for cell in line.split("│")[3:-1]] for line in out.splitlines() if line.startswith("│")]
+    rows = [
+        [cell.strip() for cell in line.split("│")[3:-1]]
+        for line in out.splitlines()
+        if line.startswith("│")
+    ]
     assert rows == [
-        ["total billed", "", "4.00", "12,345.675"], ["classified", "", "4.00", "12,345.68"],
-        ["bearer total", "provider", "0.00", "0.00"], ["bearer total", "customer", "4.00", "12,345.68"],
-        ["bearer total", "disputed", "0.00", "0.00"], ["productive", "customer", "2.67", "8,230.45"],
-        ["startup", "customer", "0.67", "2,057.62"], ["idle_reserved", "customer", "0.67", "2,057.61"]]
+        ["total billed", "", "4.00", "12,345.675"],
+        ["classified", "", "4.00", "12,345.68"],
+        ["bearer total", "provider", "0.00", "0.00"],
+        ["bearer total", "customer", "4.00", "12,345.68"],
+        ["bearer total", "disputed", "0.00", "0.00"],
+        ["productive", "customer", "2.67", "8,230.45"],
+        ["startup", "customer", "0.67", "2,057.62"],
+        ["idle_reserved", "customer", "0.67", "2,057.61"],
+    ]
     numbers = re.findall(r"(?<![\w.])\d[\d,]*\.\d+", out)
-    assert numbers and all(re.fullmatch(r"\d{1,3}(,\d{3})*\.\d\d", n) for n in numbers if n != "12,345.675"), numbers
+    assert numbers and all(
+        re.fullmatch(r"\d{1,3}(,\d{3})*\.\d\d", n) for n in numbers if n != "12,345.675"
+    ), numbers
 
 
 def test_an_invoice_id_two_tenants_use_is_rounded_per_tenant(tmp_path: Path) -> None:
@@ -241,13 +319,34 @@ def test_an_invoice_id_two_tenants_use_is_rounded_per_tenant(tmp_path: Path) -> 
     moves from one tenant's line to the other's (pooled, 0.008 would round to 0.01 and
     give a cent to one of them)."""
     s = Scenario()
-    s.line("M1", None, "10:00", "11:00", gpus=0, amount="0.004", invoice="INV-S", category="adjustment")
-    s.line("M2", None, "10:00", "11:00", gpus=0, amount="0.004", invoice="INV-S", category="adjustment", tenant="beta")
+    s.line(
+        "M1",
+        None,
+        "10:00",
+        "11:00",
+        gpus=0,
+        amount="0.004",
+        invoice="INV-S",
+        category="adjustment",
+    )
+    s.line(
+        "M2",
+        None,
+        "10:00",
+        "11:00",
+        gpus=0,
+        amount="0.004",
+        invoice="INV-S",
+        category="adjustment",
+        tenant="beta",
+    )
     code, out, _ = invoke("reconcile", "--db", _url(tmp_path, s))
     assert code == 0
     acme, beta = out.split("tenant beta")
     for part in (acme, beta):
-        assert re.search(r"total billed .* 0\.004 │", part) and re.search(r"classified .* 0\.00 │", part)
+        assert re.search(r"total billed .* 0\.004 │", part) and re.search(
+            r"classified .* 0\.00 │", part
+        )
         assert not re.search(r"classified .* 0\.01 │", part)
 
 
@@ -258,22 +357,38 @@ def test_total_billed_drops_trailing_zeros_past_the_minor_unit(tmp_path: Path) -
     s.line("M2", None, "10:00", "11:00", gpus=0, amount="1.000000", category="adjustment")
     code, out, _ = invoke("reconcile", "--db", _url(tmp_path, s))
     assert code == 0
-    rows = [[cell.strip() for cell in line.split("│")[3:-1]] for line in out.splitlines() if line.startswith("│")]
+    rows = [
+        [cell.strip() for cell in line.split("│")[3:-1]]
+        for line in out.splitlines()
+        if line.startswith("│")
+    ]
     assert rows[0][-1] == "1.1234" and rows[1][-1] == "1.12"
 
 
 # -- explain --------------------------------------------------------------------------
+
 
 def test_explain_quotes_the_rule_that_decides_each_category(cents: str) -> None:
     rules = (ROOT / "reconcile" / "RULES.md").read_text()
     code, out, _ = invoke("explain", "idle_unexplained")
     assert code == 0
     assert out.startswith("idle_unexplained  (bearer: disputed)")
-    assert "decided by rule 10 of RULES.md" in out and "anything else" in out and "anything else" in rules
+    assert (
+        "decided by rule 10 of RULES.md" in out
+        and "anything else" in out
+        and "anything else" in rules
+    )
     code, out, _ = invoke("explain", "double_billed")
-    assert code == 0 and "(bearer: provider)" in out and "decided by rule 1 of RULES.md" in out and "earlier line" in out
+    assert (
+        code == 0
+        and "(bearer: provider)" in out
+        and "decided by rule 1 of RULES.md" in out
+        and "earlier line" in out
+    )
     code, out, _ = invoke("explain", "restart_recovery")
-    assert code == 0 and "(bearer: provider or customer)" in out and "`hardware` or `fabric`" in out
+    assert (
+        code == 0 and "(bearer: provider or customer)" in out and "`hardware` or `fabric`" in out
+    )
     code, out, _ = invoke("explain", "unbilled")
     assert code == 0 and "not billed" in out and "horizon" in out
 
@@ -283,7 +398,10 @@ def test_explain_names_what_each_bearer_bears() -> None:
     # provider's, and the restart categories when the cause is the provider's
     code, out, _ = invoke("explain", "provider")
     assert code == 0
-    assert "Categories: unallocated, double_billed, reclaimed, restart_lost, restart_recovery, stalled_fault." in " ".join(out.split())
+    assert (
+        "Categories: unallocated, double_billed, reclaimed, restart_lost, restart_recovery, stalled_fault."
+        in " ".join(out.split())
+    )
     code, out, _ = invoke("explain", "disputed")
     assert code == 0 and "Categories: idle_unexplained." in " ".join(out.split())
 
@@ -292,15 +410,30 @@ def test_explain_covers_every_category_the_json_can_hold_and_refuses_others(find
     code, out, _ = invoke("explain")
     assert code == 0
     categories = out.split("\nBearers")[0]
-    heads = [line.split()[0] for line in categories.splitlines() if line and not line.startswith(" ")]
-    assert heads == ["unallocated", "double_billed", "reclaimed", "checkpoint", "restart_lost", "restart_recovery",
-                     "productive", "stalled_fault", "startup", "idle_reserved", "idle_unexplained", "money_only",
-                     "unbilled"]
+    heads = [
+        line.split()[0] for line in categories.splitlines() if line and not line.startswith(" ")
+    ]
+    assert heads == [
+        "unallocated",
+        "double_billed",
+        "reclaimed",
+        "checkpoint",
+        "restart_lost",
+        "restart_recovery",
+        "productive",
+        "stalled_fault",
+        "startup",
+        "idle_reserved",
+        "idle_unexplained",
+        "money_only",
+        "unbilled",
+    ]
     code, _, err = invoke("explain", "idle")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "CATEGORY: unknown 'idle'" in err
 
 
 # -- the page ---------------------------------------------------------------------------
+
 
 def _page(url: str, tmp_path: Path) -> Path:
     target = tmp_path / "finance.html"
@@ -316,10 +449,14 @@ def test_page_is_self_contained(findings: str, tmp_path: Path) -> None:
     assert not re.search(r"(src|href)=\"(https?:)?//", html)
 
 
-def test_page_says_what_each_category_means_in_rules_md_words(findings: str, tmp_path: Path) -> None:
+def test_page_says_what_each_category_means_in_rules_md_words(
+    findings: str, tmp_path: Path
+) -> None:
     html = _page(findings, tmp_path).read_text()
     # RULES.md rule 10, its code spans as HTML
-    assert "<dd><code>idle_unexplained</code>: anything else: a job running with no progress" in html
+    assert (
+        "<dd><code>idle_unexplained</code>: anything else: a job running with no progress" in html
+    )
     assert '<dt>idle_unexplained <span class="note">bearer: disputed · rule 10 of RULES.md' in html
 
 
@@ -382,9 +519,21 @@ window.addEventListener('load', () => {
 
 def _chromium_dom(page: Path, profile: Path, width: int) -> str:
     assert CHROMIUM is not None
-    args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            f"--user-data-dir={profile}", f"--window-size={width},900", "--dump-dom", page.resolve().as_uri()]
+    args = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        f"--window-size={width},900",
+        "--dump-dom",
+        page.resolve().as_uri(),
+    ]
     done = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
@@ -395,10 +544,14 @@ def _plain(text: str) -> Decimal:
     return Decimal(text.split()[0].replace(",", ""))
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (Debian package `chromium`; .ci/run installs it)")
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium is not on PATH (Debian package `chromium`; .ci/run installs it)",
+)
 @pytest.mark.parametrize("width", [1280, 800])
 def test_page_as_chromium_renders_it_shows_the_json_figures_and_nothing_overflows(
-        findings: str, tmp_path: Path, width: int) -> None:
+    findings: str, tmp_path: Path, width: int
+) -> None:
     page = _page(findings, tmp_path)
     checked = tmp_path / "checked.html"
     checked.write_text(page.read_text().replace("</body>", OVERFLOW_CHECK + "</body>"))
@@ -413,14 +566,24 @@ def test_page_as_chromium_renders_it_shows_the_json_figures_and_nothing_overflow
     # the tenants' bearer totals and each invoice's categories are the JSON's, figure for figure
     for tenant, node in doc["tenants"].items():
         for bearer, amount in node["by_bearer"].items():
-            assert _plain(shown[f"tenant/{tenant}/USD/bearer/{bearer}"]) == Decimal(amount), (tenant, bearer)
-        assert _plain(shown[f"tenant/{tenant}/USD/billed_hours"]) == Decimal(node["billed_gpu_seconds"]) / 3600
+            assert _plain(shown[f"tenant/{tenant}/USD/bearer/{bearer}"]) == Decimal(amount), (
+                tenant,
+                bearer,
+            )
+        assert (
+            _plain(shown[f"tenant/{tenant}/USD/billed_hours"])
+            == Decimal(node["billed_gpu_seconds"]) / 3600
+        )
     for line in doc["lines"]:
         figure = f"invoice/{line['tenant']}/{line['invoice_id']}/USD"
-        assert _plain(shown[f"{figure}/classified"]) == Decimal(line["amount"])  # one line an invoice here
+        assert _plain(shown[f"{figure}/classified"]) == Decimal(
+            line["amount"]
+        )  # one line an invoice here
         assert _plain(shown[f"{figure}/billed"]) == Decimal(line["billed_amount"])
         for category, entry in line["categories"].items():
-            assert _plain(shown[f"{figure}/category/{category}/{entry['bearer']}"]) == Decimal(entry["amount"])
+            assert _plain(shown[f"{figure}/category/{category}/{entry['bearer']}"]) == Decimal(
+                entry["amount"]
+            )
 
     # and the figures worked by hand
     assert shown["invoice/acme/INV-1/USD/bearer/provider"] == "7.20"
@@ -432,12 +595,17 @@ def test_page_as_chromium_renders_it_shows_the_json_figures_and_nothing_overflow
     assert (shown["finding/1/hours"], shown["finding/2/hours"]) == ("3.67", "2.00")
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (Debian package `chromium`; .ci/run installs it)")
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium is not on PATH (Debian package `chromium`; .ci/run installs it)",
+)
 def test_the_overflow_check_sees_a_box_that_overflows(findings: str, tmp_path: Path) -> None:
     """The check above can fail: a command that may not wrap, in a box 100 px wide."""
     wide = '<div style="width:100px"><code style="white-space:nowrap">gpuledger dispute --tenant acme</code></div>'
     checked = tmp_path / "checked.html"
-    checked.write_text(_page(findings, tmp_path).read_text().replace("</body>", wide + OVERFLOW_CHECK + "</body>"))
+    checked.write_text(
+        _page(findings, tmp_path).read_text().replace("</body>", wide + OVERFLOW_CHECK + "</body>")
+    )
     parser = _Figures()
     parser.feed(_chromium_dom(checked, tmp_path / "profile", 1280))
     assert re.fullmatch(r"DIV \d+>100", parser.figures["overflow"]), parser.figures["overflow"]
@@ -450,16 +618,40 @@ def test_which_line_gives_back_a_cent_is_decided_exactly(tmp_path: Path) -> None
     was the least deserved, L2 (a remainder smaller by 10^-18 of a cent, which a double
     cannot tell apart: it would take it from the earlier line, L1)."""
     s = Scenario()
-    s.line("L1", None, "10:00", "11:00", gpus=0, amount="0.00500000000000000002", category="adjustment")
-    s.line("L2", None, "10:00", "11:00", gpus=0, amount="0.00500000000000000001", category="adjustment")
+    s.line(
+        "L1",
+        None,
+        "10:00",
+        "11:00",
+        gpus=0,
+        amount="0.00500000000000000002",
+        category="adjustment",
+    )
+    s.line(
+        "L2",
+        None,
+        "10:00",
+        "11:00",
+        gpus=0,
+        amount="0.00500000000000000001",
+        category="adjustment",
+    )
     code, out, _ = invoke("reconcile", "--db", _older_url(tmp_path, s), "--format", "json")
     assert code == 0
-    got = {line["line_id"]: (line["amount"], line["categories"]["money_only"]["amount_exact"])
-           for line in json.loads(out)["lines"]}
-    assert got == {"L1": ("0.01", "0.00500000000000000002"), "L2": ("0.00", "0.00500000000000000001")}
+    got = {
+        line["line_id"]: (line["amount"], line["categories"]["money_only"]["amount_exact"])
+        for line in json.loads(out)["lines"]
+    }
+    assert got == {
+        "L1": ("0.01", "0.00500000000000000002"),
+        "L2": ("0.00", "0.00500000000000000001"),
+    }
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (Debian package `chromium`; .ci/run installs it)")
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium is not on PATH (Debian package `chromium`; .ci/run installs it)",
+)
 def test_long_ids_wrap_inside_their_boxes(tmp_path: Path) -> None:
     """Ids as real exports have them (an Azure subscription path as the tenant, a FOCUS
     period as the invoice, an ARN as the line) in an 800 px window."""
@@ -467,45 +659,87 @@ def test_long_ids_wrap_inside_their_boxes(tmp_path: Path) -> None:
     s = Scenario(tenant=tenant)
     s.grant("A1", gpus=4, at="10:00")
     s.release("A1", at="11:00")
-    s.line("arn:aws:ec2:us-west-2:347410479675:instance/i-032a64f2065481b12-with-a-long-tail", "A1",
-           "10:00", "12:00", gpus=8, amount="1234567.89", invoice="period-2024-09-01T00:00:00Z-billing-account-0001")
+    s.line(
+        "arn:aws:ec2:us-west-2:347410479675:instance/i-032a64f2065481b12-with-a-long-tail",
+        "A1",
+        "10:00",
+        "12:00",
+        gpus=8,
+        amount="1234567.89",
+        invoice="period-2024-09-01T00:00:00Z-billing-account-0001",
+    )
     checked = tmp_path / "checked.html"
-    checked.write_text(_page(_url(tmp_path, s), tmp_path).read_text().replace("</body>", OVERFLOW_CHECK + "</body>"))
+    checked.write_text(
+        _page(_url(tmp_path, s), tmp_path)
+        .read_text()
+        .replace("</body>", OVERFLOW_CHECK + "</body>")
+    )
     parser = _Figures()
     parser.feed(_chromium_dom(checked, tmp_path / "profile", 800))
     assert parser.figures["overflow"] == "none"
     # 8 GPUs for 2 h on an allocation of 4 for 1 h: 12 of the 16 GPU-h are unallocated, so
     # 1,234,567.89 × 12/16 = 925,925.9175 → 925,925.92 (provider)
-    assert parser.figures[f"invoice/{tenant}/period-2024-09-01T00:00:00Z-billing-account-0001/USD/bearer/provider"] \
+    assert (
+        parser.figures[
+            f"invoice/{tenant}/period-2024-09-01T00:00:00Z-billing-account-0001/USD/bearer/provider"
+        ]
         == "925,925.92"
+    )
 
 
 def test_amounts_past_28_digits_are_shown_whole(tmp_path: Path) -> None:
     """Python's default Decimal context keeps 28 digits; an amount the engine accepts may
     have more (15 whole digits and 14 places here). A money-only line: all of it is money_only."""
     s = Scenario()
-    s.line("M1", None, "10:00", "11:00", gpus=0, amount="123456789012345.12345678901234", category="adjustment")
+    s.line(
+        "M1",
+        None,
+        "10:00",
+        "11:00",
+        gpus=0,
+        amount="123456789012345.12345678901234",
+        category="adjustment",
+    )
     url = _older_url(tmp_path, s)
     code, out, _ = invoke("reconcile", "--db", url)
     assert code == 0
-    rows = [[cell.strip() for cell in line.split("│")[3:-1]] for line in out.splitlines() if line.startswith("│")]
-    amounts = [r[-1] for r in rows if r[-1]]  # (at 80 columns the labels wrap; the figures may not)
+    rows = [
+        [cell.strip() for cell in line.split("│")[3:-1]]
+        for line in out.splitlines()
+        if line.startswith("│")
+    ]
+    amounts = [
+        r[-1] for r in rows if r[-1]
+    ]  # (at 80 columns the labels wrap; the figures may not)
     assert amounts[:2] == ["123,456,789,012,345.12345678901234", "123,456,789,012,345.12"]
     code, out, _ = invoke("reconcile", "--db", url, "--format", "json")
     assert json.loads(out)["lines"][0]["categories"]["money_only"] == {
-        "gpu_seconds": 0, "amount": "123456789012345.12", "amount_exact": "123456789012345.12345678901234",
-        "bearer": "customer"}
+        "gpu_seconds": 0,
+        "amount": "123456789012345.12",
+        "amount_exact": "123456789012345.12345678901234",
+        "bearer": "customer",
+    }
 
 
 def test_an_amount_too_large_to_report_in_cents_is_refused_in_one_line(tmp_path: Path) -> None:
     """2^62 ÷ 10^4 (the largest minor unit) = 461,168,601,842,738 and 79/100: past it a
     line's cents would not fit the engine's 64-bit cells."""
     s = Scenario()
-    s.line("M1", None, "10:00", "11:00", gpus=0, amount="1234567890123456789.01", category="adjustment")
+    s.line(
+        "M1",
+        None,
+        "10:00",
+        "11:00",
+        gpus=0,
+        amount="1234567890123456789.01",
+        category="adjustment",
+    )
     code, out, err = invoke("reconcile", "--db", _older_url(tmp_path, s))
     assert code == 2 and out == ""
-    assert err.strip() == ("Error: an amount of 1234567890123456789.01 is too large to report in minor units "
-                           "(at most 461,168,601,842,738 in any currency)")
+    assert err.strip() == (
+        "Error: an amount of 1234567890123456789.01 is too large to report in minor units "
+        "(at most 461,168,601,842,738 in any currency)"
+    )
 
 
 def _figures(html: str) -> dict[str, str]:
@@ -531,6 +765,7 @@ def test_page_shows_the_claim_on_placements_not_as_sold(tmp_path: Path) -> None:
         assert figures[f"placement/{tenant}/USD/unobserved/amount"] == "21.60"
 
 
-def test_page_has_no_placement_table_without_a_line_not_as_sold(findings: str,
-                                                                tmp_path: Path) -> None:
+def test_page_has_no_placement_table_without_a_line_not_as_sold(
+    findings: str, tmp_path: Path
+) -> None:
     assert 'id="placement"' not in _page(findings, tmp_path).read_text()

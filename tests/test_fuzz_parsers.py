@@ -28,7 +28,7 @@ DCGM_STATS_HEAD = (
     b"10:00:00 2026 |\n| End Time | Wed Jan  7 12:00:00 2026 |\n+-----  Event Stats  ---+---+\n"
 )
 DCGM_METRICS_HEAD = (
-    b'# TYPE DCGM_FI_DEV_XID_ERRORS '
+    b"# TYPE DCGM_FI_DEV_XID_ERRORS "
     b'gauge\nDCGM_FI_DEV_XID_ERRORS{gpu="0",UUID="GPU-a",Hostname="n7"} 79 1767780000000\n'
 )
 dcgm_fragments = st.sampled_from(

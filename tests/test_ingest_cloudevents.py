@@ -37,7 +37,7 @@ def test_jsonl_lines_are_numbered_from_one_and_blank_lines_skipped(tmp_path: Pat
 
 def test_array_elements_carry_their_line(tmp_path: Path) -> None:
     path = tmp_path / "a.json"
-    path.write_text('\n[ %s,\n\n  %s ]' % (json.dumps(progress(1)), json.dumps(progress(2))))
+    path.write_text("\n[ %s,\n\n  %s ]" % (json.dumps(progress(1)), json.dumps(progress(2))))
     assert [r.origin.line for r in records(path)] == [2, 4]
 
 

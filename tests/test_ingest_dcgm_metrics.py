@@ -226,7 +226,7 @@ def test_a_scrape_pasted_with_its_prompt_and_cut_lines_reads_those_lines_as_noth
         "$ curl localhost:9400/metrics\n"
         "# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).\n"
         "# TYPE DCGM_FI_DEV_SM_CLOCK gauge\n"
-        f'DCGM_FI_DEV_SM_CLOCK{{{H07}}} 139\n'
+        f"DCGM_FI_DEV_SM_CLOCK{{{H07}}} 139\n"
         "...\n"
         f"{xid(H07, '79', None)}\n"
         "…\n"

@@ -68,7 +68,7 @@ def stored_quotas(db: str) -> list[dict[str, Any]]:
 
 
 def cluster_queue(nominal: str, generation: int = 2, borrowing: str | None = None) -> str:
-    limit = f"\n        borrowingLimit: \"{borrowing}\"" if borrowing is not None else ""
+    limit = f'\n        borrowingLimit: "{borrowing}"' if borrowing is not None else ""
     return f"""apiVersion: kueue.x-k8s.io/v1beta1
 kind: ClusterQueue
 metadata:
@@ -231,7 +231,7 @@ def test_a_cluster_queue_no_local_queue_names_takes_the_tenant_option_or_is_quar
             "not a Kueue API version: 'v1'",
         ),
         (
-            cluster_queue("8").replace("        nominalQuota: \"8\"\n", ""),
+            cluster_queue("8").replace('        nominalQuota: "8"\n', ""),
             13,
             "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota",
             "missing",

@@ -324,7 +324,7 @@ def test_a_json_results_file_bad_line_is_quarantined_alone(tmp_path: Path) -> No
     good = '{"date": "20250902-130010", "completed": 5, "duration": 10, "mean_ttft_ms": 1.5}'
     path = write(
         tmp_path,
-        good + "\n{\"completed\": 5, \"duration\": \n" + good.replace("130010", "130020") + "\n",
+        good + '\n{"completed": 5, "duration": \n' + good.replace("130010", "130020") + "\n",
         "r.json",
     )
     first, broken, last = records(path)

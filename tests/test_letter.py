@@ -67,51 +67,136 @@ def acme(type_: str, id_: str, clock: str, **data: Any) -> dict[str, Any]:
 
 
 def line(id_: str, start: str, end: str, amount: str) -> dict[str, Any]:
-    return acme("billing.line", id_, end, invoice_id="INV-1", line_id=id_, allocation_id="A1",
-                period_start=at(start), period_end=at(end), gpus=2, amount=amount, currency="USD")
+    return acme(
+        "billing.line",
+        id_,
+        end,
+        invoice_id="INV-1",
+        line_id=id_,
+        allocation_id="A1",
+        period_start=at(start),
+        period_end=at(end),
+        gpus=2,
+        amount=amount,
+        currency="USD",
+    )
 
 
 #: In ledger order: seq 1 is the grant, …, seq 16 the line L3.
 EVENTS = [
-    acme("allocation.granted", "grant", "10:00:00", allocation_id="A1", gpus=2, node="n1", devices=[0, 1]),  # 1
+    acme(
+        "allocation.granted",
+        "grant",
+        "10:00:00",
+        allocation_id="A1",
+        gpus=2,
+        node="n1",
+        devices=[0, 1],
+    ),  # 1
     acme("job.started", "start", "10:00:00", job_id="J1", allocation_id="A1"),  # 2
     acme("job.progress", "p1", "10:05:00", job_id="J1", step=1),  # 3
     acme("job.progress", "p2", "10:06:00", job_id="J1", step=2),  # 4
     acme("job.progress", "p3", "10:07:00", job_id="J1", step=3),  # 5
-    event("health.fault", "xid", {"node": "n1", "device": 0, "code": "xid-79", "severity": "critical"},
-          source="dcgm://n1", time=at("10:10:00")),  # 6
-    event("health.cleared", "xid-ok", {"node": "n1", "device": 0, "code": "xid-79"}, source="dcgm://n1",
-          time=at("10:12:00")),  # 7
+    event(
+        "health.fault",
+        "xid",
+        {"node": "n1", "device": 0, "code": "xid-79", "severity": "critical"},
+        source="dcgm://n1",
+        time=at("10:10:00"),
+    ),  # 6
+    event(
+        "health.cleared",
+        "xid-ok",
+        {"node": "n1", "device": 0, "code": "xid-79"},
+        source="dcgm://n1",
+        time=at("10:12:00"),
+    ),  # 7
     acme("job.progress", "p4", "10:20:00", job_id="J1", step=4),  # 8
     acme("job.progress", "p5", "10:21:00", job_id="J1", step=5),  # 9
-    acme("checkpoint.started", "ck-start", "10:21:00", job_id="J1", checkpoint_id="ck1", step=5),  # 10
-    acme("checkpoint.saved", "ck-saved", "10:23:00", job_id="J1", checkpoint_id="ck1", step=5),  # 11
+    acme(
+        "checkpoint.started", "ck-start", "10:21:00", job_id="J1", checkpoint_id="ck1", step=5
+    ),  # 10
+    acme(
+        "checkpoint.saved", "ck-saved", "10:23:00", job_id="J1", checkpoint_id="ck1", step=5
+    ),  # 11
     acme("job.completed", "done", "10:30:00", job_id="J1"),  # 12
     acme("allocation.released", "release", "10:40:00", allocation_id="A1"),  # 13
     line("L1", "10:00:00", "10:40:00", "8.00"),  # 14
     line("L2", "10:40:00", "10:50:00", "2.00"),  # 15
     line("L3", "10:30:00", "10:40:00", "1.00"),  # 16
-    acme("allocation.granted", "grant-2", "11:00:00", allocation_id="A2", gpus=2, node="n2", devices=[0, 1]),
+    acme(
+        "allocation.granted",
+        "grant-2",
+        "11:00:00",
+        allocation_id="A2",
+        gpus=2,
+        node="n2",
+        devices=[0, 1],
+    ),
     acme("job.started", "start-2", "11:00:00", job_id="J2", allocation_id="A2"),
     acme("job.progress", "q1", "11:01:00", job_id="J2", step=1),
     acme("job.progress", "q2", "11:02:00", job_id="J2", step=2),
     acme("job.completed", "done-2", "11:03:00", job_id="J2"),
     acme("allocation.released", "release-2", "11:03:00", allocation_id="A2"),
-    acme("billing.line", "L4", "11:03:00", invoice_id="INV-2", line_id="L4", allocation_id="A2",
-         period_start=at("11:00:00"), period_end=at("11:03:00"), gpus=2, amount="0.60", currency="USD"),
-    acme("allocation.granted", "grant-3", "12:00:00", allocation_id="A3", gpus=2, node="n3", devices=[0, 1]),  # 24
+    acme(
+        "billing.line",
+        "L4",
+        "11:03:00",
+        invoice_id="INV-2",
+        line_id="L4",
+        allocation_id="A2",
+        period_start=at("11:00:00"),
+        period_end=at("11:03:00"),
+        gpus=2,
+        amount="0.60",
+        currency="USD",
+    ),
+    acme(
+        "allocation.granted",
+        "grant-3",
+        "12:00:00",
+        allocation_id="A3",
+        gpus=2,
+        node="n3",
+        devices=[0, 1],
+    ),  # 24
     acme("job.started", "start-3", "12:00:00", job_id="J3", allocation_id="A3"),  # 25
-    *[acme("job.progress", f"r{i}", clock, job_id="J3", step=1)  # 26-30
-      for i, clock in enumerate(["12:01:00", "12:02:00", "12:03:00", "12:04:00", "12:04:30"])],
+    *[
+        acme("job.progress", f"r{i}", clock, job_id="J3", step=1)  # 26-30
+        for i, clock in enumerate(["12:01:00", "12:02:00", "12:03:00", "12:04:00", "12:04:30"])
+    ],
     acme("allocation.released", "release-3", "12:05:00", allocation_id="A3"),  # 31
-    acme("billing.line", "L5", "12:05:00", invoice_id="INV-3", line_id="L5", allocation_id="A3",  # 32
-         period_start=at("12:00:00"), period_end=at("12:05:00"), gpus=2, amount="1.00", currency="USD"),
-    acme("allocation.granted", "grant-4", "13:00:00", allocation_id="A4", gpus=1, node="n4", devices=[0]),  # 33
+    acme(
+        "billing.line",
+        "L5",
+        "12:05:00",
+        invoice_id="INV-3",
+        line_id="L5",
+        allocation_id="A3",  # 32
+        period_start=at("12:00:00"),
+        period_end=at("12:05:00"),
+        gpus=2,
+        amount="1.00",
+        currency="USD",
+    ),
+    acme(
+        "allocation.granted",
+        "grant-4",
+        "13:00:00",
+        allocation_id="A4",
+        gpus=1,
+        node="n4",
+        devices=[0],
+    ),  # 33
     acme("job.started", "start-4", "13:00:00", job_id="J4", allocation_id="A4"),  # 34
     acme("job.progress", "s1", "13:01:00", job_id="J4", step=1),  # 35
     acme("job.progress", "s2", "13:02:00", job_id="J4", step=2),  # 36
-    acme("checkpoint.started", "ck4-start", "13:02:30", job_id="J4", checkpoint_id="ck4", step=2),  # 37
-    acme("checkpoint.saved", "ck4-saved", "13:03:00", job_id="J4", checkpoint_id="ck4", step=2),  # 38
+    acme(
+        "checkpoint.started", "ck4-start", "13:02:30", job_id="J4", checkpoint_id="ck4", step=2
+    ),  # 37
+    acme(
+        "checkpoint.saved", "ck4-saved", "13:03:00", job_id="J4", checkpoint_id="ck4", step=2
+    ),  # 38
     acme("job.progress", "s3", "13:04:00", job_id="J4", step=3),  # 39
     acme("job.failed", "fail-4", "13:06:00", job_id="J4", cause="hardware"),  # 40
     acme("job.started", "restart-4", "13:07:00", job_id="J4", allocation_id="A4"),  # 41
@@ -119,32 +204,102 @@ EVENTS = [
     acme("job.progress", "s5", "13:10:00", job_id="J4", step=5),  # 43
     acme("job.completed", "done-4", "13:11:00", job_id="J4"),  # 44
     acme("allocation.released", "release-4", "13:30:00", allocation_id="A4"),  # 45
-    acme("billing.line", "L6", "13:12:00", invoice_id="INV-4", line_id="L6", allocation_id="A4",  # 46
-         period_start=at("13:00:00"), period_end=at("13:12:00"), gpus=1, amount="1.20", currency="USD"),
-    acme("allocation.granted", "grant-5", "14:00:00", allocation_id="A5", gpus=1, node="n5", devices=[0]),  # 47
+    acme(
+        "billing.line",
+        "L6",
+        "13:12:00",
+        invoice_id="INV-4",
+        line_id="L6",
+        allocation_id="A4",  # 46
+        period_start=at("13:00:00"),
+        period_end=at("13:12:00"),
+        gpus=1,
+        amount="1.20",
+        currency="USD",
+    ),
+    acme(
+        "allocation.granted",
+        "grant-5",
+        "14:00:00",
+        allocation_id="A5",
+        gpus=1,
+        node="n5",
+        devices=[0],
+    ),  # 47
     acme("job.started", "start-5", "14:00:00", job_id="J5", allocation_id="A5"),  # 48
-    *[acme("job.progress", f"u{i}", f"14:0{i}:00", job_id="J5", step=i) for i in range(1, 5)],  # 49-52
-    acme("policy.decision", "preempt-5", "14:05:00", decision="preempted", allocation_id="A5", job_id="J5"),  # 53
+    *[
+        acme("job.progress", f"u{i}", f"14:0{i}:00", job_id="J5", step=i) for i in range(1, 5)
+    ],  # 49-52
+    acme(
+        "policy.decision",
+        "preempt-5",
+        "14:05:00",
+        decision="preempted",
+        allocation_id="A5",
+        job_id="J5",
+    ),  # 53
     acme("job.cancelled", "cancel-5", "14:06:00", job_id="J5"),  # 54
     acme("allocation.released", "release-5", "14:10:00", allocation_id="A5"),  # 55
-    acme("billing.line", "L7", "14:10:00", invoice_id="INV-4", line_id="L7", allocation_id="A5",  # 56
-         period_start=at("14:00:00"), period_end=at("14:10:00"), gpus=1, amount="1.00", currency="USD"),
+    acme(
+        "billing.line",
+        "L7",
+        "14:10:00",
+        invoice_id="INV-4",
+        line_id="L7",
+        allocation_id="A5",  # 56
+        period_start=at("14:00:00"),
+        period_end=at("14:10:00"),
+        gpus=1,
+        amount="1.00",
+        currency="USD",
+    ),
 ]
 
 #: (line, category, bearer, GPU-seconds, amount, stretches, cited seqs), worked out above.
 CLAIMS = [
-    ("L1", "stalled_fault", "provider", 1560, "2.60", [[at("10:07:00"), at("10:20:00"), 2]],
-     [1, 5, 6, 7, 8, 13, 14]),  # grant, the gap's marks p3 and p4, the fault and its clearing, release, L1
-    ("L1", "idle_unexplained", "disputed", 840, "1.40", [[at("10:23:00"), at("10:30:00"), 2]],
-     # grant, the attempt's start, the gap's marks p5 and the completion, the save at its start, release, L1
-     [1, 2, 9, 11, 12, 13, 14]),
-    ("L2", "unallocated", "provider", 1200, "2.00", [[at("10:40:00"), at("10:50:00"), 2]], [1, 13, 15]),
-    ("L3", "double_billed", "provider", 1200, "1.00", [[at("10:30:00"), at("10:40:00"), 2]],
-     [1, 13, 14, 16]),  # L1 owns the seconds
+    (
+        "L1",
+        "stalled_fault",
+        "provider",
+        1560,
+        "2.60",
+        [[at("10:07:00"), at("10:20:00"), 2]],
+        [1, 5, 6, 7, 8, 13, 14],
+    ),  # grant, the gap's marks p3 and p4, the fault and its clearing, release, L1
+    (
+        "L1",
+        "idle_unexplained",
+        "disputed",
+        840,
+        "1.40",
+        [[at("10:23:00"), at("10:30:00"), 2]],
+        # grant, the attempt's start, the gap's marks p5 and the completion, the save at its start, release, L1
+        [1, 2, 9, 11, 12, 13, 14],
+    ),
+    (
+        "L2",
+        "unallocated",
+        "provider",
+        1200,
+        "2.00",
+        [[at("10:40:00"), at("10:50:00"), 2]],
+        [1, 13, 15],
+    ),
+    (
+        "L3",
+        "double_billed",
+        "provider",
+        1200,
+        "1.00",
+        [[at("10:30:00"), at("10:40:00"), 2]],
+        [1, 13, 14, 16],
+    ),  # L1 owns the seconds
 ]
-SENTENCE = ("acme disputes 7.00 USD of the 11.00 USD billed on invoice INV-1: 5.60 USD that the provider's own records "
-            "put on the provider and 1.40 USD billed while its jobs ran idle with nothing in the ledger to explain it "
-            "(4 findings below).")
+SENTENCE = (
+    "acme disputes 7.00 USD of the 11.00 USD billed on invoice INV-1: 5.60 USD that the provider's own records "
+    "put on the provider and 1.40 USD billed while its jobs ran idle with nothing in the ledger to explain it "
+    "(4 findings below)."
+)
 
 
 @pytest.fixture(scope="module")
@@ -153,10 +308,24 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     url = f"sqlite:///{folder / 'ledger.db'}"
     assert run("keygen", "--out", str(folder / "key"))[0] == 0
     assert run("ingest", "--db", url, str(write_jsonl(folder / "e.jsonl", EVENTS)))[0] == 0
-    code, out, err = run("dispute", "--db", url, "--tenant", "acme", "--invoice", "INV-1", "--key", str(folder / "key"),
-                         "--out", str(folder / "acme.json"))
+    code, out, err = run(
+        "dispute",
+        "--db",
+        url,
+        "--tenant",
+        "acme",
+        "--invoice",
+        "INV-1",
+        "--key",
+        str(folder / "key"),
+        "--out",
+        str(folder / "acme.json"),
+    )
     assert code == 0, err
-    assert out.splitlines()[-1] == f"wrote {folder / 'acme.letter.html'}: the dispute letter, from verify-packet's recomputation of the packet"
+    assert (
+        out.splitlines()[-1]
+        == f"wrote {folder / 'acme.letter.html'}: the dispute letter, from verify-packet's recomputation of the packet"
+    )
     return folder
 
 
@@ -167,22 +336,45 @@ def packet(folder: Path) -> dict[str, Any]:
 
 def test_claims_worked_by_hand(folder: Path) -> None:
     claims = packet(folder)["claims"]
-    assert [(c["line_id"], c["category"], c["bearer"], c["gpu_seconds"], c["amount"], c["stretches"], c["cites"])
-            for c in claims] == CLAIMS
+    assert [
+        (
+            c["line_id"],
+            c["category"],
+            c["bearer"],
+            c["gpu_seconds"],
+            c["amount"],
+            c["stretches"],
+            c["cites"],
+        )
+        for c in claims
+    ] == CLAIMS
     assert {(c["allocation_id"], c["currency"]) for c in claims} == {("A1", "USD")}
 
 
 def test_verify_packet_prints_the_letter(folder: Path) -> None:
-    code, out, err = run("verify-packet", str(folder / "acme.json"), "--pubkey", str(folder / "key.pub"),
-                         "--letter", str(folder / "mine.html"))
+    code, out, err = run(
+        "verify-packet",
+        str(folder / "acme.json"),
+        "--pubkey",
+        str(folder / "key.pub"),
+        "--letter",
+        str(folder / "mine.html"),
+    )
     assert (code, err) == (0, "")
     said = out.splitlines()
     assert said[0].startswith("ok: invoice INV-1 of acme, 3 lines;")
     assert said[1] == SENTENCE
-    assert said[2] == "  billed 11.00 USD · provider-borne 5.60 USD · disputed 1.40 USD · we dispute 7.00 USD"
-    assert said[3] == ("  1. 2026-01-05T10:07:00Z → 2026-01-05T10:20:00Z  stalled_fault (provider)  2.60 USD  "
-                       "line L1, allocation A1; RULES.md, Categories, rule 7; cites seq 1, 5, 6, 7, 8, 13, 14")
-    assert said[4].startswith("  2. 2026-01-05T10:23:00Z → 2026-01-05T10:30:00Z  idle_unexplained (disputed)  1.40 USD")
+    assert (
+        said[2]
+        == "  billed 11.00 USD · provider-borne 5.60 USD · disputed 1.40 USD · we dispute 7.00 USD"
+    )
+    assert said[3] == (
+        "  1. 2026-01-05T10:07:00Z → 2026-01-05T10:20:00Z  stalled_fault (provider)  2.60 USD  "
+        "line L1, allocation A1; RULES.md, Categories, rule 7; cites seq 1, 5, 6, 7, 8, 13, 14"
+    )
+    assert said[4].startswith(
+        "  2. 2026-01-05T10:23:00Z → 2026-01-05T10:30:00Z  idle_unexplained (disputed)  1.40 USD"
+    )
     assert said[7] == f"wrote {folder / 'mine.html'}" and len(said) == 8
     # the customer's own letter and the one written beside the packet say the same
     assert (folder / "mine.html").read_text() == (folder / "acme.letter.html").read_text()
@@ -193,72 +385,180 @@ def test_the_letter_is_written_from_the_recomputation_not_the_file(folder: Path)
     doc = packet(folder)
     del doc["claims"]
     (folder / "bare.json").write_text(json.dumps(doc))
-    code, out, _ = run("verify-packet", str(folder / "bare.json"), "--pubkey", str(folder / "key.pub"))
+    code, out, _ = run(
+        "verify-packet", str(folder / "bare.json"), "--pubkey", str(folder / "key.pub")
+    )
     assert code == 0 and out.splitlines()[1] == SENTENCE
 
 
 def test_an_invoice_with_nothing_to_dispute_says_so(folder: Path) -> None:
-    code, out, err = run("dispute", "--db", f"sqlite:///{folder / 'ledger.db'}", "--tenant", "acme", "--invoice", "INV-2",
-                         "--key", str(folder / "key"), "--out", str(folder / "inv2.json"))
+    code, out, err = run(
+        "dispute",
+        "--db",
+        f"sqlite:///{folder / 'ledger.db'}",
+        "--tenant",
+        "acme",
+        "--invoice",
+        "INV-2",
+        "--key",
+        str(folder / "key"),
+        "--out",
+        str(folder / "inv2.json"),
+    )
     assert (code, err) == (0, "")
     assert json.loads((folder / "inv2.json").read_text())["claims"] == []
-    code, out, _ = run("verify-packet", str(folder / "inv2.json"), "--pubkey", str(folder / "key.pub"))
+    code, out, _ = run(
+        "verify-packet", str(folder / "inv2.json"), "--pubkey", str(folder / "key.pub")
+    )
     assert code == 0 and out.splitlines()[1:] == [
         "acme disputes nothing on invoice INV-2: the ledger puts all 0.60 USD on acme.",
-        "  billed 0.60 USD · provider-borne 0.00 USD · disputed 0.00 USD · we dispute 0.00 USD"]
+        "  billed 0.60 USD · provider-borne 0.00 USD · disputed 0.00 USD · we dispute 0.00 USD",
+    ]
     page = (folder / "inv2.letter.html").read_text()
     assert "Nothing on this invoice is provider-borne or disputed." in page
     assert "productive 0.40 USD · startup 0.20 USD." in page
 
 
 def test_a_long_idle_stretch_cites_its_first_and_last_gap(folder: Path) -> None:
-    code, _, err = run("dispute", "--db", f"sqlite:///{folder / 'ledger.db'}", "--tenant", "acme", "--invoice", "INV-3",
-                       "--key", str(folder / "key"), "--out", str(folder / "inv3.json"))
+    code, _, err = run(
+        "dispute",
+        "--db",
+        f"sqlite:///{folder / 'ledger.db'}",
+        "--tenant",
+        "acme",
+        "--invoice",
+        "INV-3",
+        "--key",
+        str(folder / "key"),
+        "--out",
+        str(folder / "inv3.json"),
+    )
     assert (code, err) == (0, "")
     [claim] = json.loads((folder / "inv3.json").read_text())["claims"]
     assert (claim["category"], claim["gpu_seconds"], claim["amount"], claim["stretches"]) == (
-        "idle_unexplained", 480, "0.80", [[at("12:01:00"), at("12:05:00"), 2]])
+        "idle_unexplained",
+        480,
+        "0.80",
+        [[at("12:01:00"), at("12:05:00"), 2]],
+    )
     # grant, start, the marks of 12:01, 12:02 (first gap) and 12:04, 12:04:30 (last), release, L5; not 12:03's
     assert claim["cites"] == [24, 25, 26, 27, 29, 30, 31, 32]
 
 
 def test_restarts_and_a_reclaim_worked_by_hand(folder: Path) -> None:
-    code, out, err = run("dispute", "--db", f"sqlite:///{folder / 'ledger.db'}", "--tenant", "acme", "--invoice", "INV-4",
-                         "--key", str(folder / "key"), "--out", str(folder / "inv4.json"))
+    code, out, err = run(
+        "dispute",
+        "--db",
+        f"sqlite:///{folder / 'ledger.db'}",
+        "--tenant",
+        "acme",
+        "--invoice",
+        "INV-4",
+        "--key",
+        str(folder / "key"),
+        "--out",
+        str(folder / "inv4.json"),
+    )
     assert (code, err) == (0, "")
     claims = json.loads((folder / "inv4.json").read_text())["claims"]
-    assert [(c["line_id"], c["category"], c["bearer"], c["gpu_seconds"], c["amount"], c["stretches"], c["cites"])
-            for c in claims] == [
+    assert [
+        (
+            c["line_id"],
+            c["category"],
+            c["bearer"],
+            c["gpu_seconds"],
+            c["amount"],
+            c["stretches"],
+            c["cites"],
+        )
+        for c in claims
+    ] == [
         # grant, the failed attempt's start, the save the loss counts from, the failure, release, L6
-        ("L6", "restart_lost", "provider", 180, "0.30", [[at("13:03:00"), at("13:06:00"), 1]], [33, 34, 38, 40, 45, 46]),
+        (
+            "L6",
+            "restart_lost",
+            "provider",
+            180,
+            "0.30",
+            [[at("13:03:00"), at("13:06:00"), 1]],
+            [33, 34, 38, 40, 45, 46],
+        ),
         # grant, the failure, the next attempt's start and its first progress, release, L6
-        ("L6", "restart_recovery", "provider", 180, "0.30", [[at("13:06:00"), at("13:09:00"), 1]], [33, 40, 41, 42, 45, 46]),
+        (
+            "L6",
+            "restart_recovery",
+            "provider",
+            180,
+            "0.30",
+            [[at("13:06:00"), at("13:09:00"), 1]],
+            [33, 40, 41, 42, 45, 46],
+        ),
         # grant, the preemption, release, L7
-        ("L7", "reclaimed", "provider", 300, "0.50", [[at("14:05:00"), at("14:10:00"), 1]], [47, 53, 55, 56]),
+        (
+            "L7",
+            "reclaimed",
+            "provider",
+            300,
+            "0.50",
+            [[at("14:05:00"), at("14:10:00"), 1]],
+            [47, 53, 55, 56],
+        ),
         # grant, the attempt's start and its cancellation, the last progress at the stretch's start, release, L7
-        ("L7", "idle_unexplained", "disputed", 60, "0.10", [[at("14:04:00"), at("14:05:00"), 1]], [47, 48, 52, 54, 55, 56]),
+        (
+            "L7",
+            "idle_unexplained",
+            "disputed",
+            60,
+            "0.10",
+            [[at("14:04:00"), at("14:05:00"), 1]],
+            [47, 48, 52, 54, 55, 56],
+        ),
     ]
-    code, out, _ = run("verify-packet", str(folder / "inv4.json"), "--pubkey", str(folder / "key.pub"))
+    code, out, _ = run(
+        "verify-packet", str(folder / "inv4.json"), "--pubkey", str(folder / "key.pub")
+    )
     said = out.splitlines()
-    assert code == 0 and said[2] == "  billed 2.20 USD · provider-borne 1.10 USD · disputed 0.10 USD · we dispute 1.20 USD"
+    assert (
+        code == 0
+        and said[2]
+        == "  billed 2.20 USD · provider-borne 1.10 USD · disputed 0.10 USD · we dispute 1.20 USD"
+    )
     # the restart categories quote their rule and the bearer rule (the failure's cause decides)
-    assert "; RULES.md, Categories, rule 4; RULES.md, Categories, Bearers; cites seq 33, 34, 38, 40, 45, 46" in said[3]
+    assert (
+        "; RULES.md, Categories, rule 4; RULES.md, Categories, Bearers; cites seq 33, 34, 38, 40, 45, 46"
+        in said[3]
+    )
     page = (folder / "inv4.letter.html").read_text()
-    assert "cause</span> <bdi>hardware</bdi>" in page and "decision</span> <bdi>preempted</bdi>" in page
+    assert (
+        "cause</span> <bdi>hardware</bdi>" in page
+        and "decision</span> <bdi>preempted</bdi>" in page
+    )
 
 
-@pytest.mark.parametrize(("change", "reason"), [
-    (lambda c: c[0].update(amount="0.60"), 'claims[0] (line L1).amount: the packet says "0.60", recomputed "2.60"'),
-    (lambda c: c[1]["cites"].remove(2), "claims[1] (line L1).cites"),
-    (lambda c: c.pop(), "claims"),
-])
-def test_a_claim_that_is_not_the_recomputation_is_refused(folder: Path, change: Any, reason: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (
+            lambda c: c[0].update(amount="0.60"),
+            'claims[0] (line L1).amount: the packet says "0.60", recomputed "2.60"',
+        ),
+        (lambda c: c[1]["cites"].remove(2), "claims[1] (line L1).cites"),
+        (lambda c: c.pop(), "claims"),
+    ],
+)
+def test_a_claim_that_is_not_the_recomputation_is_refused(
+    folder: Path, change: Any, reason: str
+) -> None:
     doc = packet(folder)
     change(doc["claims"])
     (folder / "altered.json").write_text(json.dumps(doc))
-    code, out, err = run("verify-packet", str(folder / "altered.json"), "--pubkey", str(folder / "key.pub"))
+    code, out, err = run(
+        "verify-packet", str(folder / "altered.json"), "--pubkey", str(folder / "key.pub")
+    )
     assert (code, out) == (1, "")
-    assert err.startswith(f"FAILED: {reason}") and err.endswith("(recomputed from the packet's own entries)\n"), err
+    assert err.startswith(f"FAILED: {reason}") and err.endswith(
+        "(recomputed from the packet's own entries)\n"
+    ), err
 
 
 def test_the_rule_is_quoted_from_rules_md(folder: Path) -> None:
@@ -266,14 +566,27 @@ def test_the_rule_is_quoted_from_rules_md(folder: Path) -> None:
     # RULES.md as one line: list bullets run together, inline Markdown (`code`, **bold**) set as text
     rules = (Path(__file__).parent.parent / "reconcile" / "RULES.md").read_text()
     rules = re.sub(r"\s+", " ", rules.replace("\n- ", " ")).replace("`", "").replace("**", "")
-    quoted = re.findall(r'<blockquote class="rule"><strong>([^<]*):</strong> (.*?)</blockquote>', page, re.S)
-    assert [place for place, _ in quoted] == ["RULES.md, Categories, rule 7", "RULES.md, Categories, rule 10",
-                                              "RULES.md, Unallocated", "RULES.md, Categories, rule 1"]
+    quoted = re.findall(
+        r'<blockquote class="rule"><strong>([^<]*):</strong> (.*?)</blockquote>', page, re.S
+    )
+    assert [place for place, _ in quoted] == [
+        "RULES.md, Categories, rule 7",
+        "RULES.md, Categories, rule 10",
+        "RULES.md, Unallocated",
+        "RULES.md, Categories, rule 1",
+    ]
     quotes = [_text(quote) for _, quote in quoted]
-    assert quotes[0].startswith("stalled_fault: a gap [m_i, m_{i+1}) longer than stall_threshold_s")
-    assert quotes[1] == ("idle_unexplained: anything else: a job running with no progress and no cause found, "
-                         "a stall with no fault open, startup beyond the warmup allowance.")
-    assert '<code>idle_unexplained</code>: anything else: a job running' in page and "<strong>touches</strong> a when" in page
+    assert quotes[0].startswith(
+        "stalled_fault: a gap [m_i, m_{i+1}) longer than stall_threshold_s"
+    )
+    assert quotes[1] == (
+        "idle_unexplained: anything else: a job running with no progress and no cause found, "
+        "a stall with no fault open, startup beyond the warmup allowance."
+    )
+    assert (
+        "<code>idle_unexplained</code>: anything else: a job running" in page
+        and "<strong>touches</strong> a when" in page
+    )
     for quote in quotes:  # word for word
         assert quote in rules, quote
 
@@ -301,9 +614,21 @@ OVERFLOW_CHECK = """<script>
 
 def _chromium(page: Path, profile: Path, width: int, mode: str = "--dump-dom") -> str:
     assert CHROMIUM is not None
-    args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            f"--user-data-dir={profile}", f"--window-size={width},1000", mode, page.resolve().as_uri()]
+    args = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        f"--window-size={width},1000",
+        mode,
+        page.resolve().as_uri(),
+    ]
     result = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
@@ -313,7 +638,10 @@ def _text(fragment: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", fragment)).strip()
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (Debian package `chromium`; .ci/run installs it)")
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium is not on PATH (Debian package `chromium`; .ci/run installs it)",
+)
 @pytest.mark.parametrize("width", [1280, 500])  # 500: headless Chromium's narrowest window
 def test_the_letter_as_chromium_renders_it(folder: Path, tmp_path: Path, width: int) -> None:
     page = tmp_path / "letter.html"
@@ -325,21 +653,40 @@ def test_the_letter_as_chromium_renders_it(folder: Path, tmp_path: Path, width: 
     claim = re.search(r'<p class="claim" id="claim">(.*?)</p>', dom, re.S)
     assert claim is not None and " ".join(_text(claim.group(1)).split()) == SENTENCE
     figures = dict(re.findall(r'data-figure="(\w+)">([^<]*)<', dom))
-    assert figures == {"billed": "11.00 USD", "provider": "5.60 USD", "disputed": "1.40 USD", "claimed": "7.00 USD"}
+    assert figures == {
+        "billed": "11.00 USD",
+        "provider": "5.60 USD",
+        "disputed": "1.40 USD",
+        "claimed": "7.00 USD",
+    }
     # the rest of the 11.00 is the customer's: 11.00 - 7.00 = 0.40 + (0.40 + 0.20) + 1.00 + 2.00
     kept = re.search(r'<p class="small" id="not-disputed">(.*?)</p>', dom, re.S)
     assert kept is not None and " ".join(_text(kept.group(1)).split()) == (
         "Not disputed, the customer's by the same rules: checkpoint 0.40 USD · productive 0.60 USD · startup 1.00 USD · "
-        "idle_reserved 2.00 USD.")
+        "idle_reserved 2.00 USD."
+    )
     # each finding as shown equals the packet's claim and the hand-worked one
-    shown = re.findall(r'<section class="finding (\w+)" id="finding-(\d+)" data-amount="([^"]*)" data-category="(\w+)">'
-                       r'.*?<dd class="amount">([^<]*)</dd>(.*?)</section>', dom, re.S)
-    assert [(s[0], s[3], s[2], s[4]) for s in shown] == [(c[2], c[1], c[4], f"{c[4]} USD") for c in CLAIMS]
-    assert [(c["bearer"], c["category"], c["amount"]) for c in packet(folder)["claims"]] == [(s[0], s[3], s[2]) for s in shown]
+    shown = re.findall(
+        r'<section class="finding (\w+)" id="finding-(\d+)" data-amount="([^"]*)" data-category="(\w+)">'
+        r'.*?<dd class="amount">([^<]*)</dd>(.*?)</section>',
+        dom,
+        re.S,
+    )
+    assert [(s[0], s[3], s[2], s[4]) for s in shown] == [
+        (c[2], c[1], c[4], f"{c[4]} USD") for c in CLAIMS
+    ]
+    assert [(c["bearer"], c["category"], c["amount"]) for c in packet(folder)["claims"]] == [
+        (s[0], s[3], s[2]) for s in shown
+    ]
     cited = [[int(n) for n in re.findall(r'<tr><td class="num">(\d+)</td>', s[5])] for s in shown]
     assert cited == [c[6] for c in CLAIMS]
     # the timeline: one bar per stretch, each linked to its finding
-    assert re.findall(r'<rect class="bar [\w ]+" data-finding="(\d+)"', dom) == ["1", "2", "3", "4"]
+    assert re.findall(r'<rect class="bar [\w ]+" data-finding="(\d+)"', dom) == [
+        "1",
+        "2",
+        "3",
+        "4",
+    ]
 
 
 RED, AMBER = (0xC0, 0x39, 0x2B), (0xD9, 0x9A, 0x00)  # the bars' fills (letter.html.j2)
@@ -349,8 +696,15 @@ def _runs(row: bytes) -> list[tuple[str, int, int]]:
     """(colour, first x, length) of each run of bar-coloured pixels in one screenshot row."""
     out: list[tuple[str, int, int]] = []
     for x in range(len(row) // 3):
-        pixel = row[3 * x:3 * x + 3]
-        name = next((n for n, rgb in (("red", RED), ("amber", AMBER)) if all(abs(pixel[k] - rgb[k]) <= 12 for k in range(3))), None)
+        pixel = row[3 * x : 3 * x + 3]
+        name = next(
+            (
+                n
+                for n, rgb in (("red", RED), ("amber", AMBER))
+                if all(abs(pixel[k] - rgb[k]) <= 12 for k in range(3))
+            ),
+            None,
+        )
         if name is None:
             continue
         if out and out[-1][0] == name and out[-1][1] + out[-1][2] == x:
@@ -360,7 +714,10 @@ def _runs(row: bytes) -> list[tuple[str, int, int]]:
     return out
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (Debian package `chromium`; .ci/run installs it)")
+@pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="chromium is not on PATH (Debian package `chromium`; .ci/run installs it)",
+)
 def test_the_timeline_as_chromium_draws_it(folder: Path, tmp_path: Path) -> None:
     shot = tmp_path / "letter.png"
     _chromium(folder / "acme.letter.html", tmp_path / "profile", 1280, f"--screenshot={shot}")
@@ -377,4 +734,7 @@ def test_the_timeline_as_chromium_draws_it(folder: Path, tmp_path: Path) -> None
     axis = runs[-1][1] + runs[-1][2] - runs[0][1]
     assert axis > 600
     for (_, start, length), (begin, minutes) in zip(runs, [(0, 13), (16, 7), (23, 10), (33, 10)]):
-        assert abs(start - runs[0][1] - axis * begin / 43) <= 3 and abs(length - axis * minutes / 43) <= 3
+        assert (
+            abs(start - runs[0][1] - axis * begin / 43) <= 3
+            and abs(length - axis * minutes / 43) <= 3
+        )

@@ -50,7 +50,7 @@ DS = "\n".join(
     ]
 )
 DM = (
-    '# TYPE DCGM_FI_DEV_XID_ERRORS '
+    "# TYPE DCGM_FI_DEV_XID_ERRORS "
     'gauge\nDCGM_FI_DEV_XID_ERRORS{gpu="0",UUID="GPU-a",Hostname="n7"} 79 1767780000000\n'
 )
 

@@ -40,7 +40,9 @@ def oracle(events: list[dict[str, Any]]) -> dict[str, Figures]:
     out: dict[str, Figures] = {}
     for (_tenant, line_id), cells in gpu.items():
         assert all(us % S == 0 for us in cells.values())
-        out[line_id] = {k: (us // S, _usd(cents[(_tenant, line_id)].get(k, 0))) for k, us in cells.items()}
+        out[line_id] = {
+            k: (us // S, _usd(cents[(_tenant, line_id)].get(k, 0))) for k, us in cells.items()
+        }
     return out
 
 
@@ -65,7 +67,11 @@ def engine(tmp_path: Path, events: list[dict[str, Any]], line_id: str, **filters
 
 
 def _usd(cents: int) -> str:
-    return f"{cents // 100}.{cents % 100:02d}" if cents >= 0 else f"-{-cents // 100}.{-cents % 100:02d}"
+    return (
+        f"{cents // 100}.{cents % 100:02d}"
+        if cents >= 0
+        else f"-{-cents // 100}.{-cents % 100:02d}"
+    )
 
 
 # -- a 4-node Slurm job with a fault on its third node -----------------------------------
@@ -80,15 +86,23 @@ def _usd(cents: int) -> str:
 #   on gpu-node-05 touches no node of S1.)
 # - [10:50, 11:00) no job running: idle_reserved 600 s
 # x 32 GPUs: 9600 + 38400 + 48000 + 19200 = 115200 GPU-s = 115.20 USD billed.
-FOUR_NODES = {"L1": {"startup": (9600, "9.60"), "productive:pending": (38400, "38.40"),
-                     "stalled_fault": (48000, "48.00"), "idle_reserved": (19200, "19.20")}}
+FOUR_NODES = {
+    "L1": {
+        "startup": (9600, "9.60"),
+        "productive:pending": (38400, "38.40"),
+        "stalled_fault": (48000, "48.00"),
+        "idle_reserved": (19200, "19.20"),
+    }
+}
 
 
 def test_oracle_a_fault_on_the_third_node_of_four_stalls_the_job_on_the_provider() -> None:
     assert oracle(sc.four_node_slurm_job()) == FOUR_NODES
 
 
-def test_engine_a_fault_on_the_third_node_of_four_stalls_the_job_on_the_provider(tmp_path: Path) -> None:
+def test_engine_a_fault_on_the_third_node_of_four_stalls_the_job_on_the_provider(
+    tmp_path: Path,
+) -> None:
     assert engine(tmp_path, sc.four_node_slurm_job(), "L1") == FOUR_NODES["L1"]
 
 
@@ -108,9 +122,14 @@ def test_engine_a_fault_on_the_third_node_of_four_stalls_the_job_on_the_provider
 #   restart_lost), and attempt 2's [10:45, 10:50) and [10:50, 10:55) = 600 s: 900 s
 # - idle_reserved [10:55, 11:00) = 300 s
 # 120 + 780 + 1200 + 300 + 900 + 300 = 3600 s; x 8 GPUs:
-GANG_LINE = {"checkpoint": (960, "0.96"), "restart_lost:provider": (6240, "6.24"),
-             "restart_recovery:provider": (9600, "9.60"), "startup": (2400, "2.40"),
-             "productive:pending": (7200, "7.20"), "idle_reserved": (2400, "2.40")}
+GANG_LINE = {
+    "checkpoint": (960, "0.96"),
+    "restart_lost:provider": (6240, "6.24"),
+    "restart_recovery:provider": (9600, "9.60"),
+    "startup": (2400, "2.40"),
+    "productive:pending": (7200, "7.20"),
+    "idle_reserved": (2400, "2.40"),
+}
 GANG = {"L-P0": GANG_LINE, "L-P1": GANG_LINE}
 
 
@@ -120,7 +139,8 @@ def test_oracle_a_fault_on_one_pod_s_node_puts_the_whole_gang_s_restart_on_the_p
 
 @pytest.mark.parametrize("line_id", ["L-P0", "L-P1"])
 def test_engine_a_fault_on_one_pod_s_node_puts_the_whole_gang_s_restart_on_the_provider(
-        tmp_path: Path, line_id: str) -> None:
+    tmp_path: Path, line_id: str
+) -> None:
     assert engine(tmp_path, sc.two_pod_gang(), line_id) == GANG_LINE
 
 
@@ -136,7 +156,11 @@ def test_engine_a_fault_on_one_pod_s_node_puts_the_whole_gang_s_restart_on_the_p
 # 10:40, 10:30 + 600 s, 10:50)) = 600 s; productive [10:40, 10:45) and [10:45, 10:50)
 # = 600 s; idle_reserved [10:50, 11:00) = 600 s. x 4: 2400 each.
 OLD_SET = {"restart_lost:provider": (4800, "4.80"), "idle_reserved": (2400, "2.40")}
-NEW_SET = {"startup": (2400, "2.40"), "productive:pending": (2400, "2.40"), "idle_reserved": (2400, "2.40")}
+NEW_SET = {
+    "startup": (2400, "2.40"),
+    "productive:pending": (2400, "2.40"),
+    "idle_reserved": (2400, "2.40"),
+}
 RESTARTED = {"L-A0": OLD_SET, "L-A1": OLD_SET, "L-B0": NEW_SET, "L-B1": NEW_SET}
 
 
@@ -158,9 +182,15 @@ def test_engine_a_gang_restarted_on_other_allocations(tmp_path: Path) -> None:
 # - restart_lost [10:11, 10:17) = 360 s, the provider's (notice owed)
 # - startup [10:00, 10:05) = 300 s; productive [10:05, 10:10) = 300 s
 # 180 + 60 + 360 + 300 + 300 = 1200 s; x 2:
-INSIDE = {"LR1": {"reclaimed": (360, "0.36"), "checkpoint": (120, "0.12"),
-                  "restart_lost:provider": (720, "0.72"), "startup": (600, "0.60"),
-                  "productive:pending": (600, "0.60")}}
+INSIDE = {
+    "LR1": {
+        "reclaimed": (360, "0.36"),
+        "checkpoint": (120, "0.12"),
+        "restart_lost:provider": (720, "0.72"),
+        "startup": (600, "0.60"),
+        "productive:pending": (600, "0.60"),
+    }
+}
 # R2, the same terms: decision at 10:12, failure at 10:17:30, at or after 10:12 + 300 s =
 # 10:17: the notice was given, nothing is owed.
 # - reclaimed [10:17, 10:20) = 180 s (rule 2, unchanged)
@@ -170,9 +200,15 @@ INSIDE = {"LR1": {"reclaimed": (360, "0.36"), "checkpoint": (120, "0.12"),
 # - startup [10:00, 10:05) = 300 s; productive [10:05, 10:13) = 480 s (gaps of 300 s to
 #   10:10 and 10:15, steps rising; checkpoint from 10:13)
 # 180 + 60 + 180 + 300 + 480 = 1200 s; x 2:
-OUTSIDE = {"LR2": {"reclaimed": (360, "0.36"), "checkpoint": (120, "0.12"),
-                   "restart_lost:customer": (360, "0.36"), "startup": (600, "0.60"),
-                   "productive:pending": (960, "0.96")}}
+OUTSIDE = {
+    "LR2": {
+        "reclaimed": (360, "0.36"),
+        "checkpoint": (120, "0.12"),
+        "restart_lost:customer": (360, "0.36"),
+        "startup": (600, "0.60"),
+        "productive:pending": (960, "0.96"),
+    }
+}
 
 
 def test_oracle_a_reclaim_inside_the_promised_notice_is_the_provider_s() -> None:
@@ -205,8 +241,11 @@ def test_engine_a_reclaim_after_the_promised_notice_is_as_before(tmp_path: Path)
 # Per tenant: as_sold 21600 GPU-s, 21.60; not_as_sold 21600 GPU-s (the credit bills none),
 # 21.60 - 1.00 = 20.60; unobserved 21600 GPU-s, 21.60.
 PLACEMENT_CLAIMS = {"zero": Fraction(0), "half": Fraction("6.70"), "one": Fraction("13.40")}
-PLACEMENT_STATES = {"as_sold": (21600, Fraction("21.60")), "not_as_sold": (21600, Fraction("20.60")),
-                    "unobserved": (21600, Fraction("21.60"))}
+PLACEMENT_STATES = {
+    "as_sold": (21600, Fraction("21.60")),
+    "not_as_sold": (21600, Fraction("20.60")),
+    "unobserved": (21600, Fraction("21.60")),
+}
 IDLE_LINE = {"idle_reserved": (14400, "14.40"), "unallocated": (7200, "7.20")}
 
 
@@ -214,15 +253,23 @@ def test_oracle_placement_state_and_claim_per_tenant() -> None:
     frame = frame_of_entries(enumerate(sc.placements(), 1))
     lines = placement_lines(frame)
     assert {(t, k): p.state for (t, k), p in lines.items() if t == "half"} == {
-        ("half", "L-AS"): "as_sold", ("half", "L-NOT"): "not_as_sold", ("half", "CR-NOT"): "not_as_sold",
-        ("half", "L-UN"): "unobserved"}
+        ("half", "L-AS"): "as_sold",
+        ("half", "L-NOT"): "not_as_sold",
+        ("half", "CR-NOT"): "not_as_sold",
+        ("half", "L-UN"): "unobserved",
+    }
     # 0.5 x 14.40 and 0.5 x -1.00
-    assert (lines[("half", "L-NOT")].claim, lines[("half", "CR-NOT")].claim) == (Fraction("7.20"), Fraction("-0.50"))
+    assert (lines[("half", "L-NOT")].claim, lines[("half", "CR-NOT")].claim) == (
+        Fraction("7.20"),
+        Fraction("-0.50"),
+    )
     tenants = placement_tenants(lines)
     for tenant, claim in PLACEMENT_CLAIMS.items():
         got = tenants[tenant]
         assert got["claim"] == {"USD": claim}
-        assert {s: (got[s]["gpu_us"] // S, got[s]["amount"]["USD"]) for s in PLACEMENT_STATES} == PLACEMENT_STATES
+        assert {
+            s: (got[s]["gpu_us"] // S, got[s]["amount"]["USD"]) for s in PLACEMENT_STATES
+        } == PLACEMENT_STATES
 
 
 def test_oracle_the_placement_state_changes_no_category() -> None:
@@ -241,8 +288,14 @@ def test_oracle_the_placement_state_changes_no_category() -> None:
 # SLOW2: 8 GPUs on 2 nodes, GPU1-GPU2 over NODE on the second: not_as_sold (28.80).
 # as_sold 3600 + 3600 + 28800 = 36000 GPU-s, 36.00; not_as_sold 14400 + 28800 = 43200,
 # 43.20, claim 43.20; unobserved 7200, 7.20.
-EDGE_STATES = {"L-FEW": "not_as_sold", "L-MORE": "unobserved", "L-ONE": "as_sold", "L-MIG": "as_sold",
-               "L-TWO": "as_sold", "L-SLOW2": "not_as_sold"}
+EDGE_STATES = {
+    "L-FEW": "not_as_sold",
+    "L-MORE": "unobserved",
+    "L-ONE": "as_sold",
+    "L-MIG": "as_sold",
+    "L-TWO": "as_sold",
+    "L-SLOW2": "not_as_sold",
+}
 
 
 def test_oracle_placement_edges() -> None:
@@ -251,8 +304,10 @@ def test_oracle_placement_edges() -> None:
     got = placement_tenants(lines)["acme"]
     assert got["claim"] == {"USD": Fraction("43.20")}
     assert {s: (got[s]["gpu_us"] // S, got[s]["amount"]["USD"]) for s in PLACEMENT_STATES} == {
-        "as_sold": (36000, Fraction("36.00")), "not_as_sold": (43200, Fraction("43.20")),
-        "unobserved": (7200, Fraction("7.20"))}
+        "as_sold": (36000, Fraction("36.00")),
+        "not_as_sold": (43200, Fraction("43.20")),
+        "unobserved": (7200, Fraction("7.20")),
+    }
 
 
 def engine_placement(doc: dict[str, Any], tenant: str) -> dict[str, Any]:
@@ -283,5 +338,7 @@ def test_engine_placement_edges(tmp_path: Path) -> None:
     got = engine_placement(reconcile(tmp_path, sc.placement_edges()), "acme")
     assert Fraction(got["not_as_sold"]["claim"]) == Fraction("43.20")
     assert {s: (got[s]["gpu_seconds"], Fraction(got[s]["amount"])) for s in PLACEMENT_STATES} == {
-        "as_sold": (36000, Fraction("36.00")), "not_as_sold": (43200, Fraction("43.20")),
-        "unobserved": (7200, Fraction("7.20"))}
+        "as_sold": (36000, Fraction("36.00")),
+        "not_as_sold": (43200, Fraction("43.20")),
+        "unobserved": (7200, Fraction("7.20")),
+    }

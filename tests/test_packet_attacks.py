@@ -38,16 +38,39 @@ def at(seconds: int) -> str:
     return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def tenant_event(tenant: str, type_: str, id_: str, seconds: int, source: str = "slurm://c",
-                 **data: Any) -> dict[str, Any]:
+def tenant_event(
+    tenant: str, type_: str, id_: str, seconds: int, source: str = "slurm://c", **data: Any
+) -> dict[str, Any]:
     return event(type_, id_, {"tenant": tenant, **data}, source=source, time=at(seconds))
 
 
-def line(tenant: str, id_: str, invoice: str, line_id: str, allocation: str, start: int, end: int, gpus: int,
-         amount: str, seconds: int | None = None) -> dict[str, Any]:
-    return tenant_event(tenant, "billing.line", id_, end if seconds is None else seconds, "billing://c",
-                        invoice_id=invoice, line_id=line_id, allocation_id=allocation, period_start=at(start),
-                        period_end=at(end), gpus=gpus, amount=amount, currency="USD")
+def line(
+    tenant: str,
+    id_: str,
+    invoice: str,
+    line_id: str,
+    allocation: str,
+    start: int,
+    end: int,
+    gpus: int,
+    amount: str,
+    seconds: int | None = None,
+) -> dict[str, Any]:
+    return tenant_event(
+        tenant,
+        "billing.line",
+        id_,
+        end if seconds is None else seconds,
+        "billing://c",
+        invoice_id=invoice,
+        line_id=line_id,
+        allocation_id=allocation,
+        period_start=at(start),
+        period_end=at(end),
+        gpus=gpus,
+        amount=amount,
+        currency="USD",
+    )
 
 
 def ledger_of(folder: Path, url: str, records: list[dict[str, Any]]) -> str:
@@ -65,13 +88,28 @@ def checkpoints(url: str) -> int:
     return count
 
 
-def dispute(folder: Path, url: str, invoice: str = "INV-1", out: Path | None = None) -> tuple[int, str, str]:
-    return run("dispute", "--db", url, "--tenant", "acme", "--invoice", invoice, "--key", str(folder / "key"),
-               "--out", str(out or folder / "packet.json"))
+def dispute(
+    folder: Path, url: str, invoice: str = "INV-1", out: Path | None = None
+) -> tuple[int, str, str]:
+    return run(
+        "dispute",
+        "--db",
+        url,
+        "--tenant",
+        "acme",
+        "--invoice",
+        invoice,
+        "--key",
+        str(folder / "key"),
+        "--out",
+        str(out or folder / "packet.json"),
+    )
 
 
 def verify(folder: Path, *args: str) -> tuple[int, str, str]:
-    return run("verify-packet", str(folder / "packet.json"), "--pubkey", str(folder / "key.pub"), *args)
+    return run(
+        "verify-packet", str(folder / "packet.json"), "--pubkey", str(folder / "key.pub"), *args
+    )
 
 
 # -- the over-bill ----------------------------------------------------------------------
@@ -94,14 +132,19 @@ def test_an_over_bill_disputes_and_verifies(tmp_path: Path, db_url: str) -> None
     assert (code, err) == (0, ""), err
     packet = json.loads((tmp_path / "packet.json").read_text())
     [claim] = packet["claims"]
-    assert (claim["category"], claim["bearer"], claim["gpu_seconds"], claim["amount"]) == \
-        ("unallocated", "provider", 3600, "0.75")
+    assert (claim["category"], claim["bearer"], claim["gpu_seconds"], claim["amount"]) == (
+        "unallocated",
+        "provider",
+        3600,
+        "0.75",
+    )
     assert claim["stretches"] == [[at(0), at(600), 2], [at(600), at(1200), 4]]
     code, out, err = verify(tmp_path)
     assert (code, err) == (0, "") and out.startswith("ok: invoice INV-1 of acme, 1 lines")
 
 
 # -- nothing signed when the dispute does not finish ------------------------------------
+
 
 def test_an_invoice_with_no_line_left_signs_nothing(tmp_path: Path, db_url: str) -> None:
     """L-1 on INV-1 is corrected by L-2 on INV-2: INV-1 has a line, but none left after
@@ -116,7 +159,9 @@ def test_an_invoice_with_no_line_left_signs_nothing(tmp_path: Path, db_url: str)
 
 
 @pytest.mark.parametrize("where", ["missing folder", "a folder"])
-def test_an_output_that_cannot_be_written_signs_nothing(tmp_path: Path, db_url: str, where: str) -> None:
+def test_an_output_that_cannot_be_written_signs_nothing(
+    tmp_path: Path, db_url: str, where: str
+) -> None:
     url = ledger_of(tmp_path, db_url, OVER_BILL)
     out = tmp_path / "nowhere" / "packet.json" if where == "missing folder" else tmp_path
     code, stdout, err = dispute(tmp_path, url, out=out)
@@ -126,22 +171,45 @@ def test_an_output_that_cannot_be_written_signs_nothing(tmp_path: Path, db_url: 
 
 # -- pinning ----------------------------------------------------------------------------
 
+
 def test_verify_packet_pins_the_tenant_and_invoice_exactly(tmp_path: Path, db_url: str) -> None:
-    records = [tenant_event("аcme", "allocation.granted", "g", 0, allocation_id="A-1", gpus=2, node="n1"),
-               line("аcme", "l", "INV-аcme", "L-1", "A-1", 0, 600, 2, "1.00")]  # Cyrillic а in both
+    records = [
+        tenant_event("аcme", "allocation.granted", "g", 0, allocation_id="A-1", gpus=2, node="n1"),
+        line("аcme", "l", "INV-аcme", "L-1", "A-1", 0, 600, 2, "1.00"),
+    ]  # Cyrillic а in both
     url = ledger_of(tmp_path, db_url, records)
-    code, _, err = run("dispute", "--db", url, "--tenant", "аcme", "--invoice", "INV-аcme", "--key",
-                       str(tmp_path / "key"), "--out", str(tmp_path / "packet.json"))
+    code, _, err = run(
+        "dispute",
+        "--db",
+        url,
+        "--tenant",
+        "аcme",
+        "--invoice",
+        "INV-аcme",
+        "--key",
+        str(tmp_path / "key"),
+        "--out",
+        str(tmp_path / "packet.json"),
+    )
     assert (code, err) == (0, ""), err
     assert verify(tmp_path)[0] == 0
     assert verify(tmp_path, "--tenant", "аcme", "--invoice", "INV-аcme")[0] == 0
     code, out, err = verify(tmp_path, "--invoice", "INV-acme")
-    assert (code, out, err) == (1, "", "FAILED: packet.invoice_id: expected 'INV-acme', found 'INV-\\u0430cme'\n")
+    assert (code, out, err) == (
+        1,
+        "",
+        "FAILED: packet.invoice_id: expected 'INV-acme', found 'INV-\\u0430cme'\n",
+    )
     code, out, err = verify(tmp_path, "--tenant", "acme", "--invoice", "INV-аcme")
-    assert (code, out, err) == (1, "", "FAILED: packet.tenant: expected 'acme', found '\\u0430cme'\n")
+    assert (code, out, err) == (
+        1,
+        "",
+        "FAILED: packet.tenant: expected 'acme', found '\\u0430cme'\n",
+    )
 
 
 # -- any line against any allocation ----------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Case:
@@ -168,51 +236,98 @@ def cases(draw: st.DrawFn) -> Case:
         opened = draw(st.integers(-600, 3600))
         fault = (opened, draw(st.none() | st.integers(opened, opened + 1800)))
     start = draw(st.integers(-1800, 7200))
-    end = draw(st.sampled_from([start, start + 1]) | st.integers(start, start + 7200))  # empty windows too
+    end = draw(
+        st.sampled_from([start, start + 1]) | st.integers(start, start + 7200)
+    )  # empty windows too
     cents = draw(st.integers(0, 10**7))
     earlier = None
     if draw(st.booleans()):
         e_start = draw(st.integers(-600, 3600))
         earlier = (draw(st.integers(1, granted)), e_start, e_start + draw(st.integers(1, 3600)))
-    return Case(granted, release, job, fault, (draw(st.integers(0, 2 * granted)), start, end,
-                                              f"{cents // 100}.{cents % 100:02d}"), earlier)
+    return Case(
+        granted,
+        release,
+        job,
+        fault,
+        (draw(st.integers(0, 2 * granted)), start, end, f"{cents // 100}.{cents % 100:02d}"),
+        earlier,
+    )
 
 
 def case_events(case: Case) -> list[dict[str, Any]]:
-    records = [tenant_event("acme", "allocation.granted", "g", 0, allocation_id="A-1", gpus=case.granted_gpus,
-                            node="n1", devices=list(range(case.granted_gpus)))]
+    records = [
+        tenant_event(
+            "acme",
+            "allocation.granted",
+            "g",
+            0,
+            allocation_id="A-1",
+            gpus=case.granted_gpus,
+            node="n1",
+            devices=list(range(case.granted_gpus)),
+        )
+    ]
     if case.release is not None:
-        records.append(tenant_event("acme", "allocation.released", "r", case.release, allocation_id="A-1"))
+        records.append(
+            tenant_event("acme", "allocation.released", "r", case.release, allocation_id="A-1")
+        )
     if case.job is not None:
         start, marks, ending = case.job
-        records.append(tenant_event("acme", "job.started", "s", start, job_id="j", allocation_id="A-1"))
-        records += [tenant_event("acme", "job.progress", f"p{i}", t, job_id="j", step=i + 1)
-                    for i, t in enumerate(marks)]
+        records.append(
+            tenant_event("acme", "job.started", "s", start, job_id="j", allocation_id="A-1")
+        )
+        records += [
+            tenant_event("acme", "job.progress", f"p{i}", t, job_id="j", step=i + 1)
+            for i, t in enumerate(marks)
+        ]
         last = (marks[-1] if marks else start) + 1
         if ending == "completed":
             records.append(tenant_event("acme", "job.completed", "c", last, job_id="j"))
         elif ending == "failed":
-            records.append(tenant_event("acme", "job.failed", "f", last, job_id="j", cause="hardware"))
+            records.append(
+                tenant_event("acme", "job.failed", "f", last, job_id="j", cause="hardware")
+            )
     if case.fault is not None:
         opened, cleared = case.fault
-        records.append(event("health.fault", "x", {"node": "n1", "code": "xid-79", "severity": "critical"},
-                             source="dcgm://n1", time=at(opened)))
+        records.append(
+            event(
+                "health.fault",
+                "x",
+                {"node": "n1", "code": "xid-79", "severity": "critical"},
+                source="dcgm://n1",
+                time=at(opened),
+            )
+        )
         if cleared is not None:
-            records.append(event("health.cleared", "xc", {"node": "n1", "code": "xid-79"}, source="dcgm://n1",
-                                 time=at(cleared)))
+            records.append(
+                event(
+                    "health.cleared",
+                    "xc",
+                    {"node": "n1", "code": "xid-79"},
+                    source="dcgm://n1",
+                    time=at(cleared),
+                )
+            )
     if case.earlier is not None:
         gpus, start, end = case.earlier
-        records.append(line("acme", "l0", "INV-0", "L-0", "A-1", start, end, gpus, "3.00", seconds=-3600))
+        records.append(
+            line("acme", "l0", "INV-0", "L-0", "A-1", start, end, gpus, "3.00", seconds=-3600)
+        )
     gpus, start, end, amount = case.line
-    records.append(line("acme", "l", "INV-1", "L-1", "A-1", start, end, gpus, amount, seconds=max(end, 7200)))
+    records.append(
+        line("acme", "l", "INV-1", "L-1", "A-1", start, end, gpus, amount, seconds=max(end, 7200))
+    )
     return records
 
 
 def ingested(folder: Path, records: list[dict[str, Any]]) -> Store:
     store = Store(f"sqlite:///{folder / 'ledger.db'}")
     store.init()
-    report = append_stream(Appender(store), ingest.extract(write_jsonl(folder / "e.jsonl", records), "cloudevents"),
-                           1000)
+    report = append_stream(
+        Appender(store),
+        ingest.extract(write_jsonl(folder / "e.jsonl", records), "cloudevents"),
+        1000,
+    )
     assert report.quarantined == 0, report.problems
     return store
 
@@ -230,7 +345,9 @@ def test_any_line_against_any_allocation_gives_a_packet_that_verifies(case: Case
             packet = json.loads(json.dumps(build_dispute(store, "acme", "INV-1", SIGNER)))
             checked = verify_dispute(packet, SIGNER.verifier)
             # The packet's findings are the whole ledger's: nothing that mattered was left out.
-            whole = json.loads(json.dumps(reconcile_store(store, tenant="acme", invoice="INV-1").as_json()))
+            whole = json.loads(
+                json.dumps(reconcile_store(store, tenant="acme", invoice="INV-1").as_json())
+            )
         finally:
             store.close()
     assert checked.findings == packet["findings"] == whole
@@ -244,32 +361,59 @@ def test_any_line_against_any_allocation_gives_a_packet_that_verifies(case: Case
 
 # -- a tenant naming its job after a fault code moves no money ----------------------------
 
+
 def test_a_job_named_after_a_fault_code_hides_no_fault(tmp_path: Path, db_url: str) -> None:
     """zeta names its job `xid-79`. acme (1 GPU on n1, 10:00-10:20, 12.00) stalls from
     10:02 to 10:12 while a critical xid-79 is open on n1 (10:03-10:11). By hand: startup
     10:00-10:01, productive 10:01-10:02 and 10:12-10:13, stalled_fault 10:02-10:12 (600 s
     over the 300 s threshold, with the fault open): 600 GPU-s, 12.00 × 600 / 1200 = 6.00,
     the provider's; idle_reserved 10:13-10:20."""
-    zeta = [tenant_event("zeta", "allocation.granted", "zg", 0, "slurm://z", allocation_id="xid-79", gpus=1,
-                         node="n9"),
-            tenant_event("zeta", "job.started", "zs", 0, "slurm://z", job_id="xid-79", allocation_id="xid-79")]
-    acme = [tenant_event("acme", "allocation.granted", "g", 0, allocation_id="A-1", gpus=1, node="n1"),
-            tenant_event("acme", "job.started", "s", 30, job_id="j", allocation_id="A-1"),
-            tenant_event("acme", "job.progress", "p1", 60, job_id="j", step=1),
-            tenant_event("acme", "job.progress", "p2", 120, job_id="j", step=2),
-            event("health.fault", "x", {"node": "n1", "code": "xid-79", "severity": "critical"}, source="dcgm://n1",
-                  time=at(180)),
-            event("health.cleared", "xc", {"node": "n1", "code": "xid-79"}, source="dcgm://n1", time=at(660)),
-            tenant_event("acme", "job.progress", "p3", 720, job_id="j", step=3),
-            tenant_event("acme", "job.completed", "c", 780, job_id="j"),
-            tenant_event("acme", "allocation.released", "r", 1200, allocation_id="A-1"),
-            line("acme", "l", "INV-1", "L-1", "A-1", 0, 1200, 1, "12.00")]
+    zeta = [
+        tenant_event(
+            "zeta",
+            "allocation.granted",
+            "zg",
+            0,
+            "slurm://z",
+            allocation_id="xid-79",
+            gpus=1,
+            node="n9",
+        ),
+        tenant_event(
+            "zeta", "job.started", "zs", 0, "slurm://z", job_id="xid-79", allocation_id="xid-79"
+        ),
+    ]
+    acme = [
+        tenant_event("acme", "allocation.granted", "g", 0, allocation_id="A-1", gpus=1, node="n1"),
+        tenant_event("acme", "job.started", "s", 30, job_id="j", allocation_id="A-1"),
+        tenant_event("acme", "job.progress", "p1", 60, job_id="j", step=1),
+        tenant_event("acme", "job.progress", "p2", 120, job_id="j", step=2),
+        event(
+            "health.fault",
+            "x",
+            {"node": "n1", "code": "xid-79", "severity": "critical"},
+            source="dcgm://n1",
+            time=at(180),
+        ),
+        event(
+            "health.cleared",
+            "xc",
+            {"node": "n1", "code": "xid-79"},
+            source="dcgm://n1",
+            time=at(660),
+        ),
+        tenant_event("acme", "job.progress", "p3", 720, job_id="j", step=3),
+        tenant_event("acme", "job.completed", "c", 780, job_id="j"),
+        tenant_event("acme", "allocation.released", "r", 1200, allocation_id="A-1"),
+        line("acme", "l", "INV-1", "L-1", "A-1", 0, 1200, 1, "12.00"),
+    ]
     url = ledger_of(tmp_path, db_url, zeta + acme)
     code, out, err = dispute(tmp_path, url)
     assert (code, err) == (0, ""), err
     packet = json.loads((tmp_path / "packet.json").read_text())
-    assert [(c["category"], c["bearer"], c["gpu_seconds"], c["amount"]) for c in packet["claims"]] == \
-        [("stalled_fault", "provider", 600, "6.00")]
+    assert [
+        (c["category"], c["bearer"], c["gpu_seconds"], c["amount"]) for c in packet["claims"]
+    ] == [("stalled_fault", "provider", 600, "6.00")]
     assert "withheld" not in packet["bundle"]
     assert verify(tmp_path, "--tenant", "acme", "--invoice", "INV-1")[0] == 0
 
@@ -325,36 +469,86 @@ def fleets(draw: st.DrawFn) -> tuple[list[Tenant], list[tuple[str, int, int]]]:
         name = pick(draw, "tenant", index, taken)
         if name in [t.name for t in tenants]:
             name = f"tenant-{index}"
-        tenant = Tenant(name, pick(draw, "job", index, taken), pick(draw, "alloc", index, taken),
-                        pick(draw, "INV", index, taken), draw(st.sampled_from(NODES)), draw(st.integers(1, 2)))
+        tenant = Tenant(
+            name,
+            pick(draw, "job", index, taken),
+            pick(draw, "alloc", index, taken),
+            pick(draw, "INV", index, taken),
+            draw(st.sampled_from(NODES)),
+            draw(st.integers(1, 2)),
+        )
         tenants.append(tenant)
         taken += [tenant.name, tenant.job, tenant.allocation, tenant.invoice]
-    faults = draw(st.lists(st.tuples(st.sampled_from(NODES), st.integers(0, 1500), st.integers(1, 900)),
-                           max_size=3))
+    faults = draw(
+        st.lists(
+            st.tuples(st.sampled_from(NODES), st.integers(0, 1500), st.integers(1, 900)),
+            max_size=3,
+        )
+    )
     return tenants, faults
 
 
-def fleet_events(tenants: list[Tenant], faults: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
+def fleet_events(
+    tenants: list[Tenant], faults: list[tuple[str, int, int]]
+) -> list[dict[str, Any]]:
     records = []
     for i, t in enumerate(tenants):
         src = f"slurm://c{i}"
         records += [
-            tenant_event(t.name, "allocation.granted", "g", 0, src, allocation_id=t.allocation, gpus=t.gpus,
-                         node=t.node),
-            tenant_event(t.name, "job.started", "s", 30, src, job_id=t.job, allocation_id=t.allocation),
+            tenant_event(
+                t.name,
+                "allocation.granted",
+                "g",
+                0,
+                src,
+                allocation_id=t.allocation,
+                gpus=t.gpus,
+                node=t.node,
+            ),
+            tenant_event(
+                t.name, "job.started", "s", 30, src, job_id=t.job, allocation_id=t.allocation
+            ),
             tenant_event(t.name, "job.progress", "p1", 60, src, job_id=t.job, step=1),
             tenant_event(t.name, "job.progress", "p2", 1000, src, job_id=t.job, step=2),
             tenant_event(t.name, "job.completed", "c", 1100, src, job_id=t.job),
-            tenant_event(t.name, "allocation.released", "r", 1200, src, allocation_id=t.allocation),
-            tenant_event(t.name, "billing.line", "l", 1200, f"billing://c{i}", invoice_id=t.invoice, line_id="L-1",
-                         allocation_id=t.allocation, period_start=at(0), period_end=at(1200), gpus=t.gpus,
-                         amount="12.00", currency="USD"),
+            tenant_event(
+                t.name, "allocation.released", "r", 1200, src, allocation_id=t.allocation
+            ),
+            tenant_event(
+                t.name,
+                "billing.line",
+                "l",
+                1200,
+                f"billing://c{i}",
+                invoice_id=t.invoice,
+                line_id="L-1",
+                allocation_id=t.allocation,
+                period_start=at(0),
+                period_end=at(1200),
+                gpus=t.gpus,
+                amount="12.00",
+                currency="USD",
+            ),
         ]
     for k, (node, opened, lasting) in enumerate(faults):
-        records.append(event("health.fault", f"f{k}", {"node": node, "code": "xid-79", "severity": "critical"},
-                             source=f"dcgm://{node}", time=at(opened)))
-        records.append(event("health.cleared", f"f{k}c", {"node": node, "code": "xid-79"},
-                             source=f"dcgm://{node}", time=at(opened + lasting)))
+        records.append(
+            event(
+                "health.fault",
+                f"f{k}",
+                {"node": node, "code": "xid-79", "severity": "critical"},
+                source=f"dcgm://{node}",
+                time=at(opened),
+            )
+        )
+        records.append(
+            event(
+                "health.cleared",
+                f"f{k}c",
+                {"node": node, "code": "xid-79"},
+                source=f"dcgm://{node}",
+                time=at(opened + lasting),
+            )
+        )
     return records
 
 
@@ -375,7 +569,8 @@ def strings_of(value: Any) -> set[str]:
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fleet=fleets())
 def test_every_packet_verifies_holds_no_other_tenants_id_and_omits_no_touching_fault(
-        fleet: tuple[list[Tenant], list[tuple[str, int, int]]]) -> None:
+    fleet: tuple[list[Tenant], list[tuple[str, int, int]]],
+) -> None:
     tenants, faults = fleet
     with tempfile.TemporaryDirectory() as folder:
         store = ingested(Path(folder), fleet_events(tenants, faults))
@@ -383,16 +578,30 @@ def test_every_packet_verifies_holds_no_other_tenants_id_and_omits_no_touching_f
             for t in tenants:
                 packet = json.loads(json.dumps(build_dispute(store, t.name, t.invoice, SIGNER)))
                 checked = verify_dispute(packet, SIGNER.verifier)
-                whole = json.loads(json.dumps(reconcile_store(store, tenant=t.name, invoice=t.invoice).as_json()))
+                whole = json.loads(
+                    json.dumps(reconcile_store(store, tenant=t.name, invoice=t.invoice).as_json())
+                )
                 assert (checked.tenant, checked.invoice_id) == (t.name, t.invoice)
-                assert checked.findings == packet["findings"] == whole  # no money moved by what is carried
+                assert (
+                    checked.findings == packet["findings"] == whole
+                )  # no money moved by what is carried
                 own = {t.name, t.job, t.allocation, t.invoice}
-                foreign = {i for o in tenants if o != t for i in (o.name, o.job, o.allocation, o.invoice)}
+                foreign = {
+                    i for o in tenants if o != t for i in (o.name, o.job, o.allocation, o.invoice)
+                }
                 held = strings_of(packet)
                 assert sorted((foreign - own - set(VOCABULARY)) & held) == [], t
-                carried = {(e["source"], e["id"]) for e in packet["bundle"]["entries"] if e["tenant"] is None}
-                touching = {(f"dcgm://{node}", f"f{k}{end}") for k, (node, _, _) in enumerate(faults)
-                            for end in ("", "c") if node == t.node}
+                carried = {
+                    (e["source"], e["id"])
+                    for e in packet["bundle"]["entries"]
+                    if e["tenant"] is None
+                }
+                touching = {
+                    (f"dcgm://{node}", f"f{k}{end}")
+                    for k, (node, _, _) in enumerate(faults)
+                    for end in ("", "c")
+                    if node == t.node
+                }
                 assert touching <= carried and "withheld" not in packet["bundle"]
         finally:
             store.close()

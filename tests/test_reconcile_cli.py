@@ -55,18 +55,28 @@ def test_csv_one_row_per_line_category_bearer_and_acceptance(tmp_path: Path) -> 
     code, out, _ = invoke("reconcile", "--db", _store(tmp_path), "--format", "csv")
     assert code == 0
     rows = list(csv.DictReader(io.StringIO(out)))
-    got = {(r["category"], r["bearer"], r["acceptance"]): (int(r["gpu_seconds"]), r["amount"]) for r in rows}
+    got = {
+        (r["category"], r["bearer"], r["acceptance"]): (int(r["gpu_seconds"]), r["amount"])
+        for r in rows
+    }
     assert got == EXPECTED
-    assert {(r["invoice_id"], r["line_id"], r["tenant"], r["allocation_id"], r["currency"]) for r in rows} == {
-        ("INV-1", "L1", "acme", "A1", "USD")}
+    assert {
+        (r["invoice_id"], r["line_id"], r["tenant"], r["allocation_id"], r["currency"])
+        for r in rows
+    } == {("INV-1", "L1", "acme", "A1", "USD")}
 
 
 def test_parquet_file_holds_the_same_rows(tmp_path: Path) -> None:
     target = tmp_path / "out.parquet"
-    code, _, err = invoke("reconcile", "--db", _store(tmp_path), "--format", "parquet", "--out", str(target))
+    code, _, err = invoke(
+        "reconcile", "--db", _store(tmp_path), "--format", "parquet", "--out", str(target)
+    )
     assert code == 0 and "wrote 3 rows" in err
     table = pq.read_table(target).to_pylist()
-    got = {(r["category"], r["bearer"], r["acceptance"] or ""): (r["gpu_seconds"], r["amount"]) for r in table}
+    got = {
+        (r["category"], r["bearer"], r["acceptance"] or ""): (r["gpu_seconds"], r["amount"])
+        for r in table
+    }
     assert got == EXPECTED
 
 
@@ -78,8 +88,14 @@ def test_json_is_the_design_shape(tmp_path: Path) -> None:
     assert acme["billed_gpu_seconds"] == 14400 and acme["unbilled_gpu_seconds"] == 0
     assert acme["by_bearer"] == {"provider": "0.00", "customer": "14.40", "disputed": "0.00"}
     assert acme["productive_by_acceptance"] == {"accepted": 0, "rejected": 0, "pending": 9600}
-    assert acme["categories"]["productive"] == {"gpu_seconds": 9600, "amount": "9.60", "bearer": "customer"}
-    assert [(line["line_id"], line["gpu_seconds"], line["amount"]) for line in doc["lines"]] == [("L1", 14400, "14.40")]
+    assert acme["categories"]["productive"] == {
+        "gpu_seconds": 9600,
+        "amount": "9.60",
+        "bearer": "customer",
+    }
+    assert [(line["line_id"], line["gpu_seconds"], line["amount"]) for line in doc["lines"]] == [
+        ("L1", 14400, "14.40")
+    ]
 
 
 def test_table_names_the_tenant_and_each_category(tmp_path: Path) -> None:
@@ -92,7 +108,9 @@ def test_table_names_the_tenant_and_each_category(tmp_path: Path) -> None:
 
 def test_an_invoice_not_in_the_ledger_is_a_usage_error(tmp_path: Path) -> None:
     code, out, err = invoke("reconcile", "--db", _store(tmp_path), "--invoice", "NOPE")
-    assert (code, out) == (2, "") and err.startswith("Error: --invoice: no invoice 'NOPE' in the ledger (invoices: ")
+    assert (code, out) == (2, "") and err.startswith(
+        "Error: --invoice: no invoice 'NOPE' in the ledger (invoices: "
+    )
 
 
 def test_usage_errors_are_one_line_exit_2(tmp_path: Path) -> None:

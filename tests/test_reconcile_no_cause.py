@@ -22,7 +22,10 @@ from tests.reconcile_helpers import C, P, Scenario, line, run, tenant
 
 def figures(node: dict[str, Any]) -> dict[str, tuple[Any, str, str]]:
     """Every category of a line, with no time or with time: (GPU-seconds, amount, bearer)."""
-    return {name: (v["gpu_seconds"], v["amount"], v["bearer"]) for name, v in node["categories"].items()}
+    return {
+        name: (v["gpu_seconds"], v["amount"], v["bearer"])
+        for name, v in node["categories"].items()
+    }
 
 
 def attack() -> Scenario:
@@ -49,7 +52,9 @@ def test_every_kind_of_line_without_cause_beside_the_ordinary_ones(db_url: str) 
     s.grant("A1", gpus=8, at="10:00")
     s.release("A1", at="11:00")
     s.line("L1", "A1", "10:00", "11:00", gpus=8, amount="28.80")  # no job: idle_reserved
-    s.line("L0", "A1", "10:30", "10:30", gpus=8, amount="5.00")  # a granted allocation, empty window
+    s.line(
+        "L0", "A1", "10:30", "10:30", gpus=8, amount="5.00"
+    )  # a granted allocation, empty window
     s.line("LN", "A-GHOST", "10:00", "10:30", gpus=2, amount="3.60")  # never granted
     s.line("CR", "A1", "10:00", "11:00", gpus=8, amount="-1.00", category="credit")
     s.line("FEE", None, "10:00", "11:00", gpus=0, amount="10.00")
@@ -73,18 +78,24 @@ def test_every_kind_of_line_without_cause_beside_the_ordinary_ones(db_url: str) 
 def _ledger(folder: Path) -> str:
     url = f"sqlite:///{folder / 'ledger.db'}"
     assert run_cli("init", "--db", url)[0] == 0
-    code, _, err = run_cli("ingest", "--db", url, str(write_jsonl(folder / "lines.jsonl", attack().events)))
+    code, _, err = run_cli(
+        "ingest", "--db", url, str(write_jsonl(folder / "lines.jsonl", attack().events))
+    )
     assert code == 0, err
     return url
 
 
 def test_fail_on_disputed_catches_the_attack(tmp_path: Path) -> None:
     url = _ledger(tmp_path)
-    code, _, err = run_cli("reconcile", "--db", url, "--format", "json", "--fail-on-disputed", "0.01")
+    code, _, err = run_cli(
+        "reconcile", "--db", url, "--format", "json", "--fail-on-disputed", "0.01"
+    )
     # provider-borne 5000.00 > 0.01
     assert (code, err) == (1, "provider-borne and disputed money exceeds 0.01\n")
     # 5000.00 does not exceed 5000.00
-    code, _, err = run_cli("reconcile", "--db", url, "--format", "json", "--fail-on-disputed", "5000.00")
+    code, _, err = run_cli(
+        "reconcile", "--db", url, "--format", "json", "--fail-on-disputed", "5000.00"
+    )
     assert (code, err) == (0, "")
 
 
@@ -92,14 +103,34 @@ def test_the_dispute_of_the_attack_claims_it_and_verifies(tmp_path: Path) -> Non
     url = _ledger(tmp_path)
     key, out = tmp_path / "key", tmp_path / "packet.json"
     assert run_cli("keygen", "--out", str(key))[0] == 0
-    code, _, err = run_cli("dispute", "--db", url, "--tenant", "acme", "--invoice", "INV-1", "--key", str(key),
-                           "--out", str(out))
+    code, _, err = run_cli(
+        "dispute",
+        "--db",
+        url,
+        "--tenant",
+        "acme",
+        "--invoice",
+        "INV-1",
+        "--key",
+        str(key),
+        "--out",
+        str(out),
+    )
     assert code == 0, err
     packet = json.loads(out.read_text())
     # one claim: the whole 5000.00, no GPU-second, no stretch of time to show
-    assert [(c["line_id"], c["allocation_id"], c["category"], c["bearer"], c["gpu_seconds"], c["amount"],
-             c["stretches"]) for c in packet["claims"]] == [
-        ("L-EMPTY", "A-NONE", "unallocated", "provider", 0, "5000.00", [])]
+    assert [
+        (
+            c["line_id"],
+            c["allocation_id"],
+            c["category"],
+            c["bearer"],
+            c["gpu_seconds"],
+            c["amount"],
+            c["stretches"],
+        )
+        for c in packet["claims"]
+    ] == [("L-EMPTY", "A-NONE", "unallocated", "provider", 0, "5000.00", [])]
     code, said, err = run_cli("verify-packet", str(out), "--pubkey", f"{key}.pub")
     assert (code, err) == (0, "")
     assert said.startswith("ok: invoice INV-1 of acme, 1 lines;")
@@ -114,8 +145,10 @@ def test_a_gpu_line_naming_no_allocation_is_unallocated_below_the_schema() -> No
     s.line("L0", "A-X", "10:30", "10:30", gpus=8, amount="1.00")
     for e in s.events:
         del e["data"]["allocation_id"]
-    entries = [{"seq": i, "type": e["type"], "tenant": "acme", "event": json.dumps(e)}
-               for i, e in enumerate(s.events, 1)]
+    entries = [
+        {"seq": i, "type": e["type"], "tenant": "acme", "event": json.dumps(e)}
+        for i, e in enumerate(s.events, 1)
+    ]
     doc = reconcile_entries(entries).as_json()
     # LN: H empty, 2 x 1800 s = 3600 GPU-s, all unallocated; L0: no time, all its money
     assert figures(line(doc, "LN")) == {"unallocated": (3600, "3.60", P)}
@@ -123,4 +156,7 @@ def test_a_gpu_line_naming_no_allocation_is_unallocated_below_the_schema() -> No
     frame = frame_of_entries((e["seq"], e["event"]) for e in entries)
     gpu = reconcile_frame(frame)
     assert gpu == {("acme", "LN"): {"unallocated": 3600 * 10**6}, ("acme", "L0"): {}}
-    assert line_cents(frame, gpu) == {("acme", "LN"): {"unallocated": 360}, ("acme", "L0"): {"unallocated": 100}}
+    assert line_cents(frame, gpu) == {
+        ("acme", "LN"): {"unallocated": 360},
+        ("acme", "L0"): {"unallocated": 100},
+    }

@@ -65,8 +65,16 @@ class Fleet:
         self.events: list[Event] = []
 
     def add(self, type_: str, seconds: float, **data: Any) -> Fleet:
-        self.events.append({"specversion": "1.0", "id": f"e{len(self.events)}", "source": "test://oracle",
-                            "type": type_, "time": at(seconds), "data": data})
+        self.events.append(
+            {
+                "specversion": "1.0",
+                "id": f"e{len(self.events)}",
+                "source": "test://oracle",
+                "type": type_,
+                "time": at(seconds),
+                "data": data,
+            }
+        )
         return self
 
 
@@ -76,7 +84,9 @@ def ledger_of(events: list[Event]) -> Iterator[Store]:
         store = Store(f"sqlite:///{Path(folder) / 'ledger.db'}")
         store.init()
         try:
-            result = Appender(store).append([Accepted.of(validate_event(e), Origin("gen", i)) for i, e in enumerate(events, 1)])
+            result = Appender(store).append(
+                [Accepted.of(validate_event(e), Origin("gen", i)) for i, e in enumerate(events, 1)]
+            )
             assert result.appended == len(events)
             yield store
         finally:
@@ -126,14 +136,30 @@ def test_a_clean_run_is_startup_then_productive_then_idle() -> None:
         f.add("job.progress", 100 + 60 * i, tenant="t", job_id="j", step=i)
     f.add("job.completed", 500, tenant="t", job_id="j")
     f.add("work.accepted", 600, tenant="t", job_id="j", result_id="r")
-    f.add("billing.line", 700, tenant="t", invoice_id="I", line_id="L", allocation_id="A",
-          period_start=at(0), period_end=at(700), gpus=6, amount="10.00", currency="USD")
+    f.add(
+        "billing.line",
+        700,
+        tenant="t",
+        invoice_id="I",
+        line_id="L",
+        allocation_id="A",
+        period_start=at(0),
+        period_end=at(700),
+        gpus=6,
+        amount="10.00",
+        currency="USD",
+    )
     # startup [0, 160): first attempt starts its startup at the grant; productive [160, 500)
     # (the first gap, 160→220, rises; completed ends it); idle_reserved [500, 700);
     # 2 GPUs beyond the 4 held for all 700 s are unallocated.
-    assert oracle_lines(f.events) == {("t", "L"): {
-        "startup": 4 * 160 * S, "productive:accepted": 4 * 340 * S, "idle_reserved": 4 * 200 * S,
-        "unallocated": 2 * 700 * S}}
+    assert oracle_lines(f.events) == {
+        ("t", "L"): {
+            "startup": 4 * 160 * S,
+            "productive:accepted": 4 * 340 * S,
+            "idle_reserved": 4 * 200 * S,
+            "unallocated": 2 * 700 * S,
+        }
+    }
 
 
 def test_a_hardware_failure_loses_work_since_the_last_save_and_recovers_on_the_provider() -> None:
@@ -148,42 +174,100 @@ def test_a_hardware_failure_loses_work_since_the_last_save_and_recovers_on_the_p
     f.add("job.progress", 900, tenant="t", job_id="j", step=11)
     f.add("job.cancelled", 1000, tenant="t", job_id="j")
     f.add("allocation.released", 1100, tenant="t", allocation_id="A")
-    f.add("billing.line", 1200, tenant="t", invoice_id="I", line_id="L", allocation_id="A",
-          period_start=at(0), period_end=at(1200), gpus=1, amount="1.00", currency="USD")
+    f.add(
+        "billing.line",
+        1200,
+        tenant="t",
+        invoice_id="I",
+        line_id="L",
+        allocation_id="A",
+        period_start=at(0),
+        period_end=at(1200),
+        gpus=1,
+        amount="1.00",
+        currency="USD",
+    )
     # startup [0, 60); productive [60, 200) and [230, 600) (the checkpoint [200, 230) ranks
     # above); restart_lost [230, 630) outranks productive; [600, 630) is the trailing stretch
     # of a running attempt, but restart_lost covers it; recovery [630, 900); then
     # [900, 1000) running with no next mark: idle_unexplained; [1000, 1100) idle_reserved;
     # [1100, 1200) after the release: unallocated.
-    assert oracle_lines(f.events) == {("t", "L"): {
-        "startup": 60 * S, "productive:pending": 140 * S, "checkpoint": 30 * S,
-        "restart_lost:provider": 400 * S, "restart_recovery:provider": 270 * S,
-        "idle_unexplained": 100 * S, "idle_reserved": 100 * S, "unallocated": 100 * S}}
+    assert oracle_lines(f.events) == {
+        ("t", "L"): {
+            "startup": 60 * S,
+            "productive:pending": 140 * S,
+            "checkpoint": 30 * S,
+            "restart_lost:provider": 400 * S,
+            "restart_recovery:provider": 270 * S,
+            "idle_unexplained": 100 * S,
+            "idle_reserved": 100 * S,
+            "unallocated": 100 * S,
+        }
+    }
 
 
 def test_stalls_faults_terms_reclaim_and_double_billing() -> None:
-    f = Fleet().add("policy.terms", 0, tenant="t", warmup_allowance_s=30, stall_threshold_s=120, reclaim_notice_s=60)
-    f.add("allocation.granted", 0, tenant="t", allocation_id="A", gpus=2, node="n1", devices=[0, 1])
+    f = Fleet().add(
+        "policy.terms",
+        0,
+        tenant="t",
+        warmup_allowance_s=30,
+        stall_threshold_s=120,
+        reclaim_notice_s=60,
+    )
+    f.add(
+        "allocation.granted", 0, tenant="t", allocation_id="A", gpus=2, node="n1", devices=[0, 1]
+    )
     f.add("job.started", 0, tenant="t", job_id="j", allocation_id="A")
     f.add("job.progress", 100, tenant="t", job_id="j", step=1)
-    f.add("job.progress", 200, tenant="t", job_id="j", step=1)   # no rise: not productive
-    f.add("job.progress", 500, tenant="t", job_id="j", step=2)   # 300 s gap > 120: a stall
-    f.add("health.fault", 450, node="n1", device=3, code="xid-79", severity="critical")  # not A's device
-    f.add("health.fault", 460, device="1", code="xid-48", severity="critical")  # A's device 1, no node
+    f.add("job.progress", 200, tenant="t", job_id="j", step=1)  # no rise: not productive
+    f.add("job.progress", 500, tenant="t", job_id="j", step=2)  # 300 s gap > 120: a stall
+    f.add(
+        "health.fault", 450, node="n1", device=3, code="xid-79", severity="critical"
+    )  # not A's device
+    f.add(
+        "health.fault", 460, device="1", code="xid-48", severity="critical"
+    )  # A's device 1, no node
     f.add("health.cleared", 470, device="1", code="xid-48")
     f.add("job.progress", 600, tenant="t", job_id="j", step=3)
     f.add("policy.decision", 640, tenant="t", decision="preempted", job_id="j")
-    f.add("billing.line", 900, tenant="t", invoice_id="I", line_id="L1", allocation_id="A",
-          period_start=at(0), period_end=at(800), gpus=2, amount="1", currency="USD")
-    f.add("billing.line", 900, tenant="t", invoice_id="I", line_id="L2", allocation_id="A",
-          period_start=at(400), period_end=at(900), gpus=1, amount="1", currency="USD")
+    f.add(
+        "billing.line",
+        900,
+        tenant="t",
+        invoice_id="I",
+        line_id="L1",
+        allocation_id="A",
+        period_start=at(0),
+        period_end=at(800),
+        gpus=2,
+        amount="1",
+        currency="USD",
+    )
+    f.add(
+        "billing.line",
+        900,
+        tenant="t",
+        invoice_id="I",
+        line_id="L2",
+        allocation_id="A",
+        period_start=at(400),
+        period_end=at(900),
+        gpus=1,
+        amount="1",
+        currency="USD",
+    )
     lines = oracle_lines(f.events)
     # L1: startup [0, 30) (warmup 30 s); [30, 100) idle_unexplained; [100, 200) not rising;
     # [200, 500) a stall with a fault on device 1 open in it; [500, 600) productive;
     # [600, 700) running, no mark after; reclaimed from 640 + 60 = 700 to 800.
-    assert lines[("t", "L1")] == {"startup": 2 * 30 * S, "idle_unexplained": 2 * 270 * S,
-                                  "stalled_fault": 2 * 300 * S, "productive:pending": 2 * 100 * S,
-                                  "reclaimed": 2 * 100 * S}
+    assert lines[("t", "L1")] == {
+        "startup": 2 * 30 * S,
+        "idle_unexplained": 2 * 270 * S,
+        "stalled_fault": 2 * 300 * S,
+        "productive:pending": 2 * 100 * S,
+        "reclaimed": 2 * 100 * S,
+    }
     # L2 repeats [400, 800) of L1: double billed; [800, 900) is reclaimed.
     assert lines[("t", "L2")] == {"double_billed": 400 * S, "reclaimed": 100 * S}
 
@@ -192,30 +276,69 @@ def test_corrections_replace_and_credits_carry_no_time() -> None:
     f = Fleet().add("allocation.granted", 0, tenant="t", allocation_id="A", gpus=1)
     for line, corrects in (("A1", None), ("B1", "A1"), ("C1", "B1"), ("X", "nobody")):
         extra = {"corrects": corrects} if corrects else {}
-        f.add("billing.line", 10, tenant="t", invoice_id="I", line_id=line, allocation_id="A",
-              period_start=at(0), period_end=at(100), gpus=1, amount="1", currency="USD", **extra)
-    f.add("billing.line", 10, tenant="t", invoice_id="I", line_id="K", period_start=at(0),
-          period_end=at(100), gpus=0, amount="-5", currency="USD", category="credit")
+        f.add(
+            "billing.line",
+            10,
+            tenant="t",
+            invoice_id="I",
+            line_id=line,
+            allocation_id="A",
+            period_start=at(0),
+            period_end=at(100),
+            gpus=1,
+            amount="1",
+            currency="USD",
+            **extra,
+        )
+    f.add(
+        "billing.line",
+        10,
+        tenant="t",
+        invoice_id="I",
+        line_id="K",
+        period_start=at(0),
+        period_end=at(100),
+        gpus=0,
+        amount="-5",
+        currency="USD",
+        category="credit",
+    )
     # C1 replaces B1 replaces A1; X names no known line and stays (and bills [0, 100) again).
-    assert oracle_lines(f.events) == {("t", "C1"): {"idle_reserved": 100 * S},
-                                      ("t", "X"): {"double_billed": 100 * S}, ("t", "K"): {}}
+    assert oracle_lines(f.events) == {
+        ("t", "C1"): {"idle_reserved": 100 * S},
+        ("t", "X"): {"double_billed": 100 * S},
+        ("t", "K"): {},
+    }
 
 
 def test_the_oracle_imports_nothing_of_the_engine() -> None:
     tree = ast.parse(Path(bench.pandas_reconcile.__file__).read_text())
-    imported = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    imported = [
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    ]
     imported += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
-    assert imported and not [name for name in imported if name == "reconcile" or name.startswith("reconcile.")]
+    assert imported and not [
+        name for name in imported if name == "reconcile" or name.startswith("reconcile.")
+    ]
 
 
-@pytest.mark.parametrize(("text", "us"), [
-    ("1970-01-01T00:00:00Z", 0),
-    ("1970-01-01T00:00:01.5Z", 1_500_000),
-    ("1970-01-01T01:00:00+01:00", 0),  # an hour east of UTC: the same instant
-    ("1969-12-31T23:59:59.000001-00:00", -999_999),
-    ("1970-01-02T00:00:00.1234567z", 86_400 * S + 123_456),  # digits past the µs dropped
-    ("2026-01-05T10:00:00.000250Z", (20_458 * 86_400 + 36_000) * S + 250),  # 20,458 days from 1970-01-01
-])
+@pytest.mark.parametrize(
+    ("text", "us"),
+    [
+        ("1970-01-01T00:00:00Z", 0),
+        ("1970-01-01T00:00:01.5Z", 1_500_000),
+        ("1970-01-01T01:00:00+01:00", 0),  # an hour east of UTC: the same instant
+        ("1969-12-31T23:59:59.000001-00:00", -999_999),
+        ("1970-01-02T00:00:00.1234567z", 86_400 * S + 123_456),  # digits past the µs dropped
+        (
+            "2026-01-05T10:00:00.000250Z",
+            (20_458 * 86_400 + 36_000) * S + 250,
+        ),  # 20,458 days from 1970-01-01
+    ],
+)
 def test_the_oracle_reads_rfc_3339_times_as_microseconds(text: str, us: int) -> None:
     assert rfc3339_us(text) == us
 
@@ -242,23 +365,52 @@ def test_the_oracle_rounds_money_by_the_rules() -> None:
     f.add("job.progress", 100, tenant="t", job_id="j", step=1)
     f.add("job.completed", 200, tenant="t", job_id="j")
     for line, amount in (("L1", "0.0031"), ("L2", "0.0220")):
-        f.add("billing.line", 400, tenant="t", invoice_id="I", line_id=line, allocation_id="A",
-              period_start=at(0), period_end=at(300), gpus=1, amount=amount, currency="USD")
-    f.add("billing.line", 400, tenant="u", invoice_id="I", line_id="M", period_start=at(0),
-          period_end=at(300), gpus=0, amount="0.0031", currency="USD", category="credit")
+        f.add(
+            "billing.line",
+            400,
+            tenant="t",
+            invoice_id="I",
+            line_id=line,
+            allocation_id="A",
+            period_start=at(0),
+            period_end=at(300),
+            gpus=1,
+            amount=amount,
+            currency="USD",
+        )
+    f.add(
+        "billing.line",
+        400,
+        tenant="u",
+        invoice_id="I",
+        line_id="M",
+        period_start=at(0),
+        period_end=at(300),
+        gpus=0,
+        amount="0.0031",
+        currency="USD",
+        category="credit",
+    )
     with ledger_of(f.events) as store:
         frame = frame_of_entries(entries_of_store(store))
     gpu = reconcile_frame(frame)
     # L1: startup [0, 100) (from the grant to the first progress), productive [100, 200)
     # (completed ends the gap), idle_reserved [200, 300); L2 bills the same 300 s again.
-    assert gpu[("t", "L1")] == {"startup": 100 * S, "productive:pending": 100 * S, "idle_reserved": 100 * S}
+    assert gpu[("t", "L1")] == {
+        "startup": 100 * S,
+        "productive:pending": 100 * S,
+        "idle_reserved": 100 * S,
+    }
     # t's invoice I: 0.0251 -> 3 cents; lines 0.31 -> 0 and 2.20 -> 2 cents miss it by one,
     # which goes to L1 (remainder 0.31 > 0.20). L1's 1 cent: each third is 0.1033 cents,
     # all floors 0, the cent to the first of three equal remainders in category order:
     # productive (rule 6) before startup (8) and idle_reserved (9). L2 is all double_billed:
     # its 2 cents. u's invoice I is its own: 0.0031 -> 0 cents, whatever t's lines.
-    assert line_cents(frame, gpu) == {("t", "L1"): {"productive:pending": 1},
-                                      ("t", "L2"): {"double_billed": 2}, ("u", "M"): {}}
+    assert line_cents(frame, gpu) == {
+        ("t", "L1"): {"productive:pending": 1},
+        ("t", "L2"): {"double_billed": 2},
+        ("u", "M"): {},
+    }
 
 
 # ------------------------------------------------------------ where the engine differs
@@ -267,10 +419,23 @@ def test_the_oracle_rounds_money_by_the_rules() -> None:
 def _zero_length_failed_attempt() -> list[Event]:
     f = Fleet().add("allocation.granted", 0, tenant="t", allocation_id="A", gpus=1)
     f.add("job.started", 10, tenant="t", job_id="j", allocation_id="A")
-    f.add("job.failed", 10, tenant="t", job_id="j", cause="hardware")  # same instant, later in the ledger
+    f.add(
+        "job.failed", 10, tenant="t", job_id="j", cause="hardware"
+    )  # same instant, later in the ledger
     f.add("job.started", 100, tenant="t", job_id="j", allocation_id="A", attempt=2)
-    f.add("billing.line", 1000, tenant="t", invoice_id="I", line_id="L", allocation_id="A",
-          period_start=at(0), period_end=at(1000), gpus=1, amount="1", currency="USD")
+    f.add(
+        "billing.line",
+        1000,
+        tenant="t",
+        invoice_id="I",
+        line_id="L",
+        allocation_id="A",
+        period_start=at(0),
+        period_end=at(1000),
+        gpus=1,
+        amount="1",
+        currency="USD",
+    )
     return f.events
 
 
@@ -281,8 +446,19 @@ def _attempt_left_running() -> list[Event]:
     f.add("job.started", 100, tenant="t", job_id="j", allocation_id="A", attempt=2)
     f.add("job.progress", 200, tenant="t", job_id="j", step=2)
     f.add("job.completed", 260, tenant="t", job_id="j")
-    f.add("billing.line", 300, tenant="t", invoice_id="I", line_id="L", allocation_id="A",
-          period_start=at(0), period_end=at(300), gpus=1, amount="1", currency="USD")
+    f.add(
+        "billing.line",
+        300,
+        tenant="t",
+        invoice_id="I",
+        line_id="L",
+        allocation_id="A",
+        period_start=at(0),
+        period_end=at(300),
+        gpus=1,
+        amount="1",
+        currency="USD",
+    )
     return f.events
 
 
@@ -295,11 +471,21 @@ FAILED_AT_START = {("t", "L"): {"startup": 10 * S, "restart_recovery:provider": 
 # grant, then [60, 100) running with no gap closed: idle_unexplained 40. Attempt 2 runs
 # [100, 260): startup [100, 200) to its first progress, productive [200, 260) (60 s, ends in
 # the completion). Nothing runs in [260, 300): idle_reserved 40.
-LEFT_RUNNING = {("t", "L"): {"startup": 160 * S, "idle_unexplained": 40 * S, "productive:pending": 60 * S,
-                             "idle_reserved": 40 * S}}
+LEFT_RUNNING = {
+    ("t", "L"): {
+        "startup": 160 * S,
+        "idle_unexplained": 40 * S,
+        "productive:pending": 60 * S,
+        "idle_reserved": 40 * S,
+    }
+}
 SHAPES = [  # shapes the engine got wrong once (or RULES.md changed under), pinned since
-    pytest.param(_zero_length_failed_attempt, FAILED_AT_START, id="failure-at-the-instant-of-its-start"),
-    pytest.param(_attempt_left_running, LEFT_RUNNING, id="a-new-start-ends-an-attempt-left-running"),
+    pytest.param(
+        _zero_length_failed_attempt, FAILED_AT_START, id="failure-at-the-instant-of-its-start"
+    ),
+    pytest.param(
+        _attempt_left_running, LEFT_RUNNING, id="a-new-start-ends-an-attempt-left-running"
+    ),
 ]
 
 
@@ -328,28 +514,63 @@ def _stall_beside_a_fault(devices: list[Any] | None, place: dict[str, Any]) -> l
     f.add("job.completed", 960, tenant="t", job_id="j")
     f.add("allocation.released", 1200, tenant="t", allocation_id="A")
     f.add("health.fault", 360, code="xid-79", severity="critical", **place)
-    f.add("billing.line", 1200, tenant="t", invoice_id="I", line_id="L", allocation_id="A",
-          period_start=at(0), period_end=at(1200), gpus=1, amount="1.20", currency="USD")
+    f.add(
+        "billing.line",
+        1200,
+        tenant="t",
+        invoice_id="I",
+        line_id="L",
+        allocation_id="A",
+        period_start=at(0),
+        period_end=at(1200),
+        gpus=1,
+        amount="1.20",
+        currency="USD",
+    )
     return f.events
 
 
 #: (the grant's devices, where the fault is, the 640 s gap's category): the touches rule
 #: read by hand (RULES.md §Categories 7; docs/events.md: an empty list is none given).
 STALL_CASES = [
-    pytest.param(None, {"node": "n1", "device": "5"}, "stalled_fault", id="no-list-a-fault-on-the-node"),
-    pytest.param([], {"node": "n1", "device": "5"}, "stalled_fault", id="an-empty-list-is-none-given"),
-    pytest.param([], {"node": "n2"}, "idle_unexplained", id="an-empty-list-a-fault-on-another-node"),
-    pytest.param(["3"], {"node": "n1", "device": "5"}, "idle_unexplained", id="a-list-without-the-faulty-device"),
-    pytest.param(["0/13"], {"node": "n1", "device": "0"}, "stalled_fault", id="a-mig-instance-of-the-faulty-gpu"),
+    pytest.param(
+        None, {"node": "n1", "device": "5"}, "stalled_fault", id="no-list-a-fault-on-the-node"
+    ),
+    pytest.param(
+        [], {"node": "n1", "device": "5"}, "stalled_fault", id="an-empty-list-is-none-given"
+    ),
+    pytest.param(
+        [], {"node": "n2"}, "idle_unexplained", id="an-empty-list-a-fault-on-another-node"
+    ),
+    pytest.param(
+        ["3"],
+        {"node": "n1", "device": "5"},
+        "idle_unexplained",
+        id="a-list-without-the-faulty-device",
+    ),
+    pytest.param(
+        ["0/13"],
+        {"node": "n1", "device": "0"},
+        "stalled_fault",
+        id="a-mig-instance-of-the-faulty-gpu",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("devices", "place", "category"), STALL_CASES)
-def test_oracle_and_engine_read_a_grant_s_devices_alike(devices: Any, place: dict[str, Any], category: str) -> None:
+def test_oracle_and_engine_read_a_grant_s_devices_alike(
+    devices: Any, place: dict[str, Any], category: str
+) -> None:
     # startup [0, 120) to the first progress; productive [120, 240) and [880, 960) (the
     # completion closes an 80 s gap); the 640 s gap [240, 880); idle_reserved [960, 1200)
-    expected = {("t", "L"): {"startup": 120 * S, "productive:pending": 200 * S, category: 640 * S,
-                             "idle_reserved": 240 * S}}
+    expected = {
+        ("t", "L"): {
+            "startup": 120 * S,
+            "productive:pending": 200 * S,
+            category: 640 * S,
+            "idle_reserved": 240 * S,
+        }
+    }
     events = _stall_beside_a_fault(devices, place)
     assert oracle_lines(events) == expected
     with ledger_of(events) as store:
@@ -361,8 +582,18 @@ def test_oracle_and_engine_read_a_grant_s_devices_alike(devices: Any, place: dic
 TENANTS = ("acme", "beta")
 NODES = ("n1", "n2")
 CAUSES = ("hardware", "fabric", "application", "preempted", "unknown")
-DECISIONS = ("queued", "admitted", "placed", "preempted", "reclaimed", "evicted", "deactivated", "borrowed",
-             "lent", "backfilled")
+DECISIONS = (
+    "queued",
+    "admitted",
+    "placed",
+    "preempted",
+    "reclaimed",
+    "evicted",
+    "deactivated",
+    "borrowed",
+    "lent",
+    "backfilled",
+)
 #: Devices an allocation may list: whole GPUs (as numbers or text) and MIG instances of them.
 DEVICES = (0, 1, 2, 3, "4", "0/13", "0/14", "1/5")
 #: What a fault may name as its device: whole GPUs, instances, one nobody holds.
@@ -389,14 +620,25 @@ def random_fleet(rng: random.Random) -> list[Event]:
         _job(rng, f"j{j}", allocations, timed)
     for tenant in TENANTS:
         for _ in range(rng.choice((0, 0, 1, 2))):
-            timed.append((_when(rng, 0, 240 * MINUTE), "policy.terms", {
-                "tenant": tenant, "warmup_allowance_s": rng.choice((0, 60, 300, 600)),
-                "stall_threshold_s": rng.choice((60, 120, 300, 900)),
-                "reclaim_notice_s": rng.choice((0, 60, 600))}))
+            timed.append(
+                (
+                    _when(rng, 0, 240 * MINUTE),
+                    "policy.terms",
+                    {
+                        "tenant": tenant,
+                        "warmup_allowance_s": rng.choice((0, 60, 300, 600)),
+                        "stall_threshold_s": rng.choice((60, 120, 300, 900)),
+                        "reclaim_notice_s": rng.choice((0, 60, 600)),
+                    },
+                )
+            )
     _decisions_and_faults(rng, allocations, timed)
     _lines(rng, allocations, timed)
     _same_instants(rng, timed)
-    order = sorted(range(len(timed)), key=lambda i: timed[i][0] + (rng.choice((0, 1800)) if rng.random() < 0.1 else 0))
+    order = sorted(
+        range(len(timed)),
+        key=lambda i: timed[i][0] + (rng.choice((0, 1800)) if rng.random() < 0.1 else 0),
+    )
     fleet = Fleet()
     for i in order:
         seconds, type_, data = timed[i]
@@ -415,8 +657,12 @@ def _same_instants(rng: random.Random, timed: list[tuple[float, str, dict[str, A
 def _allocation(rng: random.Random, i: int, timed: list[Any]) -> dict[str, Any]:
     tenant = rng.choice(TENANTS)
     granted = _when(rng, 0, 60 * MINUTE)
-    alloc: dict[str, Any] = {"tenant": tenant, "allocation_id": f"A{i}", "gpus": rng.randint(1, 8),
-                             "node": rng.choice(NODES)}
+    alloc: dict[str, Any] = {
+        "tenant": tenant,
+        "allocation_id": f"A{i}",
+        "gpus": rng.randint(1, 8),
+        "node": rng.choice(NODES),
+    }
     devices = rng.choice(("absent", "empty", "listed", "listed"))
     if devices == "empty":
         alloc["devices"] = []  # docs/events.md: the same as none given
@@ -430,14 +676,24 @@ def _allocation(rng: random.Random, i: int, timed: list[Any]) -> dict[str, Any]:
         alloc["fabric_domain"] = rng.choice(("fd1", "fd2"))
     timed.append((granted, "allocation.granted", dict(alloc)))
     if rng.random() < 0.15:  # a second grant of the same id: the earliest one counts
-        timed.append((granted + rng.choice((-600, 600)), "allocation.granted", dict(alloc, gpus=rng.randint(1, 8))))
+        timed.append(
+            (
+                granted + rng.choice((-600, 600)),
+                "allocation.granted",
+                dict(alloc, gpus=rng.randint(1, 8)),
+            )
+        )
     if rng.random() < 0.7:
         released = _when(rng, granted - 600, granted + 240 * MINUTE)
-        timed.append((released, "allocation.released", {"tenant": tenant, "allocation_id": f"A{i}"}))
+        timed.append(
+            (released, "allocation.released", {"tenant": tenant, "allocation_id": f"A{i}"})
+        )
     return dict(alloc, granted=granted)
 
 
-def _job(rng: random.Random, job: str, allocations: list[dict[str, Any]], timed: list[Any]) -> None:
+def _job(
+    rng: random.Random, job: str, allocations: list[dict[str, Any]], timed: list[Any]
+) -> None:
     alloc = rng.choice(allocations)
     tenant = alloc["tenant"]
     clock, step = alloc["granted"] + rng.choice((-60, 0, 30, 120, 600)), 0
@@ -445,16 +701,34 @@ def _job(rng: random.Random, job: str, allocations: list[dict[str, Any]], timed:
     for attempt in range(1, attempts + 1):
         where = alloc if rng.random() < 0.85 else rng.choice(allocations)
         started = clock
-        timed.append((clock, "job.started", {"tenant": tenant, "job_id": job, "allocation_id": where["allocation_id"], "attempt": attempt}))
+        timed.append(
+            (
+                clock,
+                "job.started",
+                {
+                    "tenant": tenant,
+                    "job_id": job,
+                    "allocation_id": where["allocation_id"],
+                    "attempt": attempt,
+                },
+            )
+        )
         clock, step = _progress(rng, tenant, job, clock, step, timed)
         if clock == started and not ZERO_LENGTH_ATTEMPTS:
             clock += 30
-        ends: tuple[str | None, ...] = ("job.completed", "job.failed", "job.failed", "job.cancelled")
+        ends: tuple[str | None, ...] = (
+            "job.completed",
+            "job.failed",
+            "job.failed",
+            "job.cancelled",
+        )
         if attempt == attempts or OVERLAPPING_ATTEMPTS:
             ends += (None,)  # an attempt with no end runs on, into the next one if there is one
         end = rng.choice(ends)
         if end == "job.failed":
-            timed.append((clock, end, {"tenant": tenant, "job_id": job, "cause": rng.choice(CAUSES)}))
+            timed.append(
+                (clock, end, {"tenant": tenant, "job_id": job, "cause": rng.choice(CAUSES)})
+            )
         elif end is not None:
             timed.append((clock, end, {"tenant": tenant, "job_id": job}))
         clock += rng.choice((0, 30, 300))
@@ -463,7 +737,9 @@ def _job(rng: random.Random, job: str, allocations: list[dict[str, Any]], timed:
             timed.append((clock, kind, {"tenant": tenant, "job_id": job, "result_id": f"r-{job}"}))
 
 
-def _progress(rng: random.Random, tenant: str, job: str, clock: float, step: int, timed: list[Any]) -> tuple[float, int]:
+def _progress(
+    rng: random.Random, tenant: str, job: str, clock: float, step: int, timed: list[Any]
+) -> tuple[float, int]:
     """Progress now and then stalled or not rising, with checkpoints between marks."""
     for n in range(rng.randint(0, 12)):
         clock += rng.choice((30, 60, 60, 90, 120, 400, 1000))
@@ -474,30 +750,71 @@ def _progress(rng: random.Random, tenant: str, job: str, clock: float, step: int
         timed.append((clock, "job.progress", data))
         if rng.random() < 0.2:
             cid = f"{job}-c{n}-{rng.randint(0, 1)}"
-            timed.append((clock, "checkpoint.started", {"tenant": tenant, "job_id": job, "checkpoint_id": cid, "step": max(step, 0)}))
+            timed.append(
+                (
+                    clock,
+                    "checkpoint.started",
+                    {"tenant": tenant, "job_id": job, "checkpoint_id": cid, "step": max(step, 0)},
+                )
+            )
             if rng.random() < 0.8:
-                timed.append((clock + rng.choice((0, 30, 90)), "checkpoint.saved",
-                              {"tenant": tenant, "job_id": job, "checkpoint_id": cid, "step": max(step, 0)}))
+                timed.append(
+                    (
+                        clock + rng.choice((0, 30, 90)),
+                        "checkpoint.saved",
+                        {
+                            "tenant": tenant,
+                            "job_id": job,
+                            "checkpoint_id": cid,
+                            "step": max(step, 0),
+                        },
+                    )
+                )
     return clock + rng.choice((0, 30, 60, 600)), step
 
 
-def _decisions_and_faults(rng: random.Random, allocations: list[dict[str, Any]], timed: list[Any]) -> None:
+def _decisions_and_faults(
+    rng: random.Random, allocations: list[dict[str, Any]], timed: list[Any]
+) -> None:
     for alloc in allocations:
         if rng.random() < 0.3:
             data = {"tenant": alloc["tenant"], "decision": rng.choice(DECISIONS)}
-            data.update(rng.choice(({"allocation_id": alloc["allocation_id"]}, {"job_id": "j0"}, {"job_id": "j1"})))
-            timed.append((_when(rng, alloc["granted"], alloc["granted"] + 120 * MINUTE), "policy.decision", data))
+            data.update(
+                rng.choice(
+                    ({"allocation_id": alloc["allocation_id"]}, {"job_id": "j0"}, {"job_id": "j1"})
+                )
+            )
+            timed.append(
+                (
+                    _when(rng, alloc["granted"], alloc["granted"] + 120 * MINUTE),
+                    "policy.decision",
+                    data,
+                )
+            )
     for _ in range(rng.choice((0, 1, 2, 3))):
-        place: dict[str, Any] = rng.choice((
-            {"node": rng.choice(NODES)}, {"node": rng.choice(NODES), "device": rng.choice(FAULT_DEVICES)},
-            {"device": rng.choice(FAULT_DEVICES)}, {"fabric_domain": rng.choice(("fd1", "fd2"))},
-            {"node": rng.choice(NODES), "fabric_domain": rng.choice(("fd1", "fd2"))}))
+        place: dict[str, Any] = rng.choice(
+            (
+                {"node": rng.choice(NODES)},
+                {"node": rng.choice(NODES), "device": rng.choice(FAULT_DEVICES)},
+                {"device": rng.choice(FAULT_DEVICES)},
+                {"fabric_domain": rng.choice(("fd1", "fd2"))},
+                {"node": rng.choice(NODES), "fabric_domain": rng.choice(("fd1", "fd2"))},
+            )
+        )
         code = rng.choice(("xid-79", "nvlink-down"))
         opened = _when(rng, 0, 180 * MINUTE)
         severity = rng.choice(("critical", "critical", "warning", None))
-        timed.append((opened, "health.fault", dict(place, code=code, **({"severity": severity} if severity else {}))))
+        timed.append(
+            (
+                opened,
+                "health.fault",
+                dict(place, code=code, **({"severity": severity} if severity else {})),
+            )
+        )
         if rng.random() < 0.6:
-            timed.append((opened + rng.choice((0, 60, 600, 3600)), "health.cleared", dict(place, code=code)))
+            timed.append(
+                (opened + rng.choice((0, 60, 600, 3600)), "health.cleared", dict(place, code=code))
+            )
 
 
 def _lines(rng: random.Random, allocations: list[dict[str, Any]], timed: list[Any]) -> None:
@@ -506,13 +823,21 @@ def _lines(rng: random.Random, allocations: list[dict[str, Any]], timed: list[An
         alloc = rng.choice(allocations)
         start = _when(rng, alloc["granted"] - 1200, alloc["granted"] + 180 * MINUTE)
         data: dict[str, Any] = {
-            "tenant": alloc["tenant"], "invoice_id": rng.choice(("INV-1", "INV-1", "INV-2")), "line_id": f"L{n}",
+            "tenant": alloc["tenant"],
+            "invoice_id": rng.choice(("INV-1", "INV-1", "INV-2")),
+            "line_id": f"L{n}",
             "allocation_id": alloc["allocation_id"] if rng.random() < 0.9 else "A-unknown",
-            "period_start": at(start), "period_end": at(start + rng.choice((0, 600, 1800, 3600, 4 * 3600))),
-            "gpus": rng.choice((0, 1, 2, 4, 8, 10)), "amount": rng.choice(AMOUNTS), "currency": rng.choice(CURRENCIES),
-            "category": rng.choice(("usage", "usage", "usage", "credit", "adjustment"))}
+            "period_start": at(start),
+            "period_end": at(start + rng.choice((0, 600, 1800, 3600, 4 * 3600))),
+            "gpus": rng.choice((0, 1, 2, 4, 8, 10)),
+            "amount": rng.choice(AMOUNTS),
+            "currency": rng.choice(CURRENCIES),
+            "category": rng.choice(("usage", "usage", "usage", "credit", "adjustment")),
+        }
         if made and rng.random() < 0.25:
-            data["corrects"] = rng.choice([line for tenant, line in made if tenant == alloc["tenant"]] or ["L-none"])
+            data["corrects"] = rng.choice(
+                [line for tenant, line in made if tenant == alloc["tenant"]] or ["L-none"]
+            )
         made.append((alloc["tenant"], f"L{n}"))
         timed.append((start + 3600, "billing.line", data))
 
@@ -523,13 +848,19 @@ def billed_us(events: list[Event]) -> dict[tuple[str, str], int]:
     for e in events:
         if e["type"] == "billing.line":
             d = e["data"]
-            window = datetime.fromisoformat(d["period_end"]) - datetime.fromisoformat(d["period_start"])
+            window = datetime.fromisoformat(d["period_end"]) - datetime.fromisoformat(
+                d["period_start"]
+            )
             out[(d["tenant"], d["line_id"])] = d["gpus"] * (window // timedelta(microseconds=1))
     return out
 
 
-RANDOM_SETTINGS = settings(max_examples=300 if SLOW else 40, deadline=None, derandomize=True,
-                           suppress_health_check=[HealthCheck.too_slow])
+RANDOM_SETTINGS = settings(
+    max_examples=300 if SLOW else 40,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 @RANDOM_SETTINGS
@@ -542,10 +873,15 @@ def test_the_oracle_accounts_for_every_billed_gpu_second(seed: int) -> None:
             assert sum(cells.values()) == billed[key], (key, cells)
 
 
-def differences(expected: Lines, got: Lines) -> dict[tuple[str, str], tuple[dict[str, int], dict[str, int]]]:
+def differences(
+    expected: Lines, got: Lines
+) -> dict[tuple[str, str], tuple[dict[str, int], dict[str, int]]]:
     """(oracle, engine) of each line on which they differ; a line one side lacks is {}."""
-    return {k: (expected.get(k, {}), got.get(k, {})) for k in sorted(set(expected) | set(got))
-            if expected.get(k, {}) != got.get(k, {})}
+    return {
+        k: (expected.get(k, {}), got.get(k, {}))
+        for k in sorted(set(expected) | set(got))
+        if expected.get(k, {}) != got.get(k, {})
+    }
 
 
 @RANDOM_SETTINGS
@@ -555,8 +891,12 @@ def test_engine_and_pandas_agree_line_by_line(seed: int) -> None:
     with ledger_of(events) as store:
         gpu, cents, engine_gpu, engine_cents = oracle_and_engine(store)
     assert set(engine_gpu) == set(gpu), "lines after corrections differ"
-    assert not differences(gpu, engine_gpu), f"seed {seed}: GPU-µs (oracle, engine) per line: {differences(gpu, engine_gpu)}"
-    assert not differences(cents, engine_cents), f"seed {seed}: cents (oracle, engine) per line: {differences(cents, engine_cents)}"
+    assert not differences(gpu, engine_gpu), (
+        f"seed {seed}: GPU-µs (oracle, engine) per line: {differences(gpu, engine_gpu)}"
+    )
+    assert not differences(cents, engine_cents), (
+        f"seed {seed}: cents (oracle, engine) per line: {differences(cents, engine_cents)}"
+    )
 
 
 # ------------------------------------------------------------ the benchmark's fleet
@@ -578,5 +918,15 @@ def test_the_benchmark_fleet_is_valid_and_both_implementations_agree_on_it(tmp_p
     assert by_line(cells) == expected
     assert not differences(line_cents(frame, expected), by_line(cells, money=True))
     kinds = {key for cells in expected.values() for key in cells}
-    assert {"stalled_fault", "restart_lost:provider", "restart_recovery:customer", "reclaimed", "double_billed",
-            "unallocated", "productive:rejected", "idle_unexplained", "checkpoint", "startup"} <= kinds
+    assert {
+        "stalled_fault",
+        "restart_lost:provider",
+        "restart_recovery:customer",
+        "reclaimed",
+        "double_billed",
+        "unallocated",
+        "productive:rejected",
+        "idle_unexplained",
+        "checkpoint",
+        "startup",
+    } <= kinds

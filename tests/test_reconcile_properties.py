@@ -25,8 +25,15 @@ from tests.reconcile_helpers import C, D, P, Scenario, cats, line, run, shuffled
 BASE = datetime(2026, 1, 5, 10, 0, tzinfo=timezone.utc)
 CENT = Decimal("0.01")
 FIXED_BEARER = {
-    "unallocated": P, "double_billed": P, "reclaimed": P, "stalled_fault": P,
-    "checkpoint": C, "productive": C, "startup": C, "idle_reserved": C, "idle_unexplained": D,
+    "unallocated": P,
+    "double_billed": P,
+    "reclaimed": P,
+    "stalled_fault": P,
+    "checkpoint": C,
+    "productive": C,
+    "startup": C,
+    "idle_reserved": C,
+    "idle_unexplained": D,
 }
 RESTART = {"restart_lost", "restart_recovery"}
 TIME_CATEGORIES = set(FIXED_BEARER) | RESTART
@@ -37,6 +44,7 @@ def clock(minute: int) -> str:
 
 
 # --- a hand-worked scenario with every kind of event, at distinct instants -------------------------
+
 
 def rich() -> Scenario:
     s = Scenario()
@@ -77,8 +85,10 @@ RICH_EXPECTED = {
     "startup": (60, "0.06", C),
     "restart_lost": (960, "0.96", "mixed", {P: (540, "0.54"), C: (420, "0.42")}),
     "restart_recovery": (1200, "1.20", "mixed", {P: (600, "0.60"), C: (600, "0.60")}),
-    "checkpoint": (60, "0.06", C), "productive": (720, "0.72", C),
-    "idle_reserved": (300, "0.30", C), "reclaimed": (300, "0.30", P),
+    "checkpoint": (60, "0.06", C),
+    "productive": (720, "0.72", C),
+    "idle_reserved": (300, "0.30", C),
+    "reclaimed": (300, "0.30", P),
 }
 
 
@@ -103,11 +113,14 @@ def test_events_in_any_ledger_order_give_the_same_answer(tmp_path: Path) -> None
     for seed in (1, 2, 3):
         order = shuffled(events, seed)
         assert order != in_time_order
-        assert run(f"sqlite:///{tmp_path / f'shuffled{seed}.db'}", order) == expected, f"seed {seed}"
+        assert run(f"sqlite:///{tmp_path / f'shuffled{seed}.db'}", order) == expected, (
+            f"seed {seed}"
+        )
 
 
-
-def test_progress_before_its_jobs_start_on_an_earlier_page_gives_the_same_answer(tmp_path: Path) -> None:
+def test_progress_before_its_jobs_start_on_an_earlier_page_gives_the_same_answer(
+    tmp_path: Path,
+) -> None:
     """Progress is keyed by its job's start, which may come on a later page of the ledger
     (late data): read two events a page, it must give what one page gives, and progress of
     a job that never starts keeps its tenant and job in `ev`."""
@@ -142,6 +155,7 @@ def test_progress_before_its_jobs_start_on_an_earlier_page_gives_the_same_answer
 
 
 # --- random event sets --------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Hold:
@@ -185,8 +199,14 @@ def draw_holds(draw: st.DrawFn, f: Fleet) -> None:
         alloc, granted = f"A{i + 1}", draw(st.integers(0, 60))
         released = draw(st.none() | st.integers(granted, 150))
         gpus = draw(st.integers(1, 4))
-        f.scenario.grant(alloc, gpus=gpus, at=clock(granted), node=f"n{i % 2}", devices=list(range(gpus)),
-                         fabric_domain="fd-a" if i == 0 else None)
+        f.scenario.grant(
+            alloc,
+            gpus=gpus,
+            at=clock(granted),
+            node=f"n{i % 2}",
+            devices=list(range(gpus)),
+            fabric_domain="fd-a" if i == 0 else None,
+        )
         if released is not None:
             f.scenario.release(alloc, at=clock(released))
         f.holds[alloc] = Hold(gpus, granted, released)
@@ -203,14 +223,27 @@ def draw_jobs(draw: st.DrawFn, f: Fleet) -> None:
                 s.progress(job, step=draw(st.integers(0, 6)), at=clock(t))
             if draw(st.booleans()):
                 saved = t + draw(st.integers(0, 4)) if draw(st.booleans()) else None
-                s.checkpoint(job, f"c{attempt}", step=1, started=clock(t), saved=None if saved is None else clock(saved))
+                s.checkpoint(
+                    job,
+                    f"c{attempt}",
+                    step=1,
+                    started=clock(t),
+                    saved=None if saved is None else clock(saved),
+                )
             t += draw(st.integers(0, 8))
             end = draw(st.sampled_from(["complete", "fail", "cancel", "none"]))
             if end == "complete":
                 s.complete(job, at=clock(t))
             elif end == "fail":
-                s.fail(job, at=clock(t), cause=draw(st.sampled_from(["hardware", "fabric", "application",
-                                                                      "preempted", "unknown"])))
+                s.fail(
+                    job,
+                    at=clock(t),
+                    cause=draw(
+                        st.sampled_from(
+                            ["hardware", "fabric", "application", "preempted", "unknown"]
+                        )
+                    ),
+                )
             elif end == "cancel":
                 s.cancel(job, at=clock(t))
             t += draw(st.integers(0, 6))
@@ -221,36 +254,68 @@ def draw_jobs(draw: st.DrawFn, f: Fleet) -> None:
 def draw_policy_and_health(draw: st.DrawFn, f: Fleet) -> None:
     s = f.scenario
     for _ in range(draw(st.integers(0, 2))):
-        place = draw(st.sampled_from([{"node": "n0"}, {"node": "n1"}, {"node": "n0", "device": "1"},
-                                      {"device": "0"}, {"fabric_domain": "fd-a"}]))
+        place = draw(
+            st.sampled_from(
+                [
+                    {"node": "n0"},
+                    {"node": "n1"},
+                    {"node": "n0", "device": "1"},
+                    {"device": "0"},
+                    {"fabric_domain": "fd-a"},
+                ]
+            )
+        )
         opened = draw(st.integers(0, 120))
         s.fault(at=clock(opened), severity=draw(st.sampled_from(["critical", "warning"])), **place)
         if draw(st.booleans()):
             s.cleared(at=clock(opened + draw(st.integers(0, 30))), **place)
     if draw(st.booleans()):
-        s.decision(draw(st.sampled_from(["preempted", "reclaimed", "evicted", "admitted"])),
-                   at=clock(draw(st.integers(0, 150))), alloc=draw(st.sampled_from(list(f.holds))))
+        s.decision(
+            draw(st.sampled_from(["preempted", "reclaimed", "evicted", "admitted"])),
+            at=clock(draw(st.integers(0, 150))),
+            alloc=draw(st.sampled_from(list(f.holds))),
+        )
     if draw(st.booleans()):
-        s.terms(at=clock(draw(st.integers(-60, 120))), warmup=60 * draw(st.integers(0, 15)),
-                stall=60 * draw(st.integers(1, 10)), notice=60 * draw(st.integers(0, 10)))
+        s.terms(
+            at=clock(draw(st.integers(-60, 120))),
+            warmup=60 * draw(st.integers(0, 15)),
+            stall=60 * draw(st.integers(1, 10)),
+            notice=60 * draw(st.integers(0, 10)),
+        )
 
 
 #: Whole cents, or four places as FOCUS exports have them (e.g. "0.0031").
-amounts = st.one_of(st.integers(-5_000, 20_000).map(lambda c: Decimal(c) / 100),
-                    st.integers(-500_000, 2_000_000).map(lambda c: Decimal(c) / 10_000))
+amounts = st.one_of(
+    st.integers(-5_000, 20_000).map(lambda c: Decimal(c) / 100),
+    st.integers(-500_000, 2_000_000).map(lambda c: Decimal(c) / 10_000),
+)
 
 
 def draw_bills(draw: st.DrawFn, f: Fleet) -> None:
     for k in range(draw(st.integers(1, 4))):
         start, length = draw(st.integers(-10, 120)), draw(st.integers(0, 90))
         bill = Bill(
-            line_id=f"L{k + 1}", alloc=draw(st.sampled_from([*f.holds, "A9"])), start=start, end=start + length,
-            gpus=draw(st.integers(0, 5)), amount=draw(amounts),
-            category=draw(st.sampled_from(["usage", "usage", "credit", "adjustment", "correction"])),
+            line_id=f"L{k + 1}",
+            alloc=draw(st.sampled_from([*f.holds, "A9"])),
+            start=start,
+            end=start + length,
+            gpus=draw(st.integers(0, 5)),
+            amount=draw(amounts),
+            category=draw(
+                st.sampled_from(["usage", "usage", "credit", "adjustment", "correction"])
+            ),
             corrects=draw(st.sampled_from([None, *(b.line_id for b in f.bills)])),
         )
-        f.scenario.line(bill.line_id, bill.alloc, clock(bill.start), clock(bill.end), gpus=bill.gpus,
-                        amount=format(bill.amount, "f"), category=bill.category, corrects=bill.corrects)
+        f.scenario.line(
+            bill.line_id,
+            bill.alloc,
+            clock(bill.start),
+            clock(bill.end),
+            gpus=bill.gpus,
+            amount=format(bill.amount, "f"),
+            category=bill.category,
+            corrects=bill.corrects,
+        )
         f.bills.append(bill)
 
 
@@ -293,7 +358,9 @@ def first_rules(f: Fleet) -> dict[str, tuple[int, int, int]]:
 
 
 #: More examples with GPULEDGER_SLOW=1; the default keeps the shared suite quick.
-PROPERTY_SETTINGS = settings(max_examples=200 if SLOW else 20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY_SETTINGS = settings(
+    max_examples=200 if SLOW else 20, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @PROPERTY_SETTINGS
@@ -307,7 +374,9 @@ def test_every_second_is_classified_once(f: Fleet) -> None:
         numbers = [ln["gpu_seconds"], *(v["gpu_seconds"] for v in categories.values())]
         assert all(type(n) is int for n in numbers), numbers
         assert sum(v["gpu_seconds"] for v in categories.values()) == ln["gpu_seconds"], ln
-        if ln["line_id"] not in reference:  # no time at all: money-only, or a GPU line's empty window
+        if (
+            ln["line_id"] not in reference
+        ):  # no time at all: money-only, or a GPU line's empty window
             bill = next(b for b in f.surviving() if b.line_id == ln["line_id"])
             alone = "unallocated" if bill.category != "credit" and bill.gpus > 0 else "money_only"
             assert (ln["gpu_seconds"], set(categories)) == (0, {alone}), ln
@@ -315,7 +384,10 @@ def test_every_second_is_classified_once(f: Fleet) -> None:
             continue
         billed, unallocated, double = reference[ln["line_id"]]
         assert (ln["gpu_seconds"], seconds(ln, "unallocated"), seconds(ln, "double_billed")) == (
-            billed, unallocated, double), ln
+            billed,
+            unallocated,
+            double,
+        ), ln
         assert set(categories) <= TIME_CATEGORIES, ln
         for name, v in categories.items():
             assert v["bearer"] == FIXED_BEARER.get(name, v["bearer"]), (name, v)
@@ -329,8 +401,16 @@ def assert_no_second_counted_twice(f: Fleet, doc: dict[str, Any]) -> None:
     g_a x |H ∩ (union of the windows billing it)|."""
     for alloc, hold in f.holds.items():
         lines = [ln for ln in doc["lines"] if ln["allocation_id"] == alloc and ln["gpu_seconds"]]
-        counted = sum(ln["gpu_seconds"] - seconds(ln, "unallocated") - seconds(ln, "double_billed") for ln in lines)
-        windows = {m for b in f.surviving() if b.alloc == alloc and b.bills_time for m in range(b.start, b.end)}
+        counted = sum(
+            ln["gpu_seconds"] - seconds(ln, "unallocated") - seconds(ln, "double_billed")
+            for ln in lines
+        )
+        windows = {
+            m
+            for b in f.surviving()
+            if b.alloc == alloc and b.bills_time
+            for m in range(b.start, b.end)
+        }
         assert counted <= hold.gpus * 60 * sum(1 for m in windows if hold.covers(m)), alloc
 
 
@@ -358,7 +438,9 @@ def test_money_follows_time_and_adds_up_to_the_cent(f: Fleet) -> None:
         for name, v in ln["categories"].items():  # largest remainder moves a share by under a cent
             share = exact * v["gpu_seconds"] / ln["gpu_seconds"] if ln["gpu_seconds"] else exact
             assert abs(reported[name] - share) < 2 * CENT, (name, share, ln)
-    exact_invoice = sum(amounts.values(), Decimal(0)).quantize(CENT, ROUND_HALF_EVEN)  # one invoice, INV-1
+    exact_invoice = sum(amounts.values(), Decimal(0)).quantize(
+        CENT, ROUND_HALF_EVEN
+    )  # one invoice, INV-1
     assert sum(Decimal(ln["amount"]) for ln in doc["lines"]) == exact_invoice
     for name, t in doc["tenants"].items():
         total = sum(Decimal(ln["amount"]) for ln in doc["lines"] if ln["tenant"] == name)
@@ -378,13 +460,17 @@ def distinct_times(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-@settings(max_examples=50 if SLOW else 6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=50 if SLOW else 6, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(fleets(), st.integers(0, 2**32))
 def test_random_event_sets_give_the_same_answer_in_any_ledger_order(f: Fleet, seed: int) -> None:
     events = distinct_times(f.scenario.events)
     with tempfile.TemporaryDirectory() as tmp:
         in_time_order = sorted(events, key=lambda e: str(e["time"]))
-        lines = iter([e for e in events if e["type"] == "billing.line"])  # lines keep their relative order
+        lines = iter(
+            [e for e in events if e["type"] == "billing.line"]
+        )  # lines keep their relative order
         in_time_order = [next(lines) if e["type"] == "billing.line" else e for e in in_time_order]
         expected = run(f"sqlite:///{Path(tmp) / 'a.db'}", in_time_order)
         assert run(f"sqlite:///{Path(tmp) / 'b.db'}", shuffled(events, seed)) == expected

@@ -53,7 +53,9 @@ def _truth_lines(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 @pytest.fixture(scope="module", params=[7, 20261202])
-def fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Reconciliation]:
+def fleet(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, Reconciliation]:
     out = tmp_path_factory.mktemp(f"fleet-{request.param}")
     # Fabric faults on most days, so that the grants' fabric domains and devices decide
     # what a fault touches on many lines (on these seeds, 19 and 29 lines would be
@@ -71,8 +73,11 @@ def test_every_line_every_category_exact(fleet: tuple[Path, Reconciliation]) -> 
     truth = _truth_lines(out)
     engine = _engine_lines(result)
     assert set(engine) == {k for k, v in truth.items() if v["gpu_seconds"]}
-    wrong = [(k, {c: s for c, s in truth[k]["categories"].items() if s}, engine[k])
-             for k in engine if {c: s for c, s in truth[k]["categories"].items() if s} != engine[k]]
+    wrong = [
+        (k, {c: s for c, s in truth[k]["categories"].items() if s}, engine[k])
+        for k in engine
+        if {c: s for c, s in truth[k]["categories"].items() if s} != engine[k]
+    ]
     assert not wrong, f"{len(wrong)} of {len(engine)} lines differ; first: {wrong[0]}"
 
 
@@ -80,9 +85,21 @@ def test_every_injected_category_is_exercised(fleet: tuple[Path, Reconciliation]
     """The comparison above means something only if the fleet has every category in it."""
     _, result = fleet
     seen = {key for line in _engine_lines(result).values() for key in line}
-    assert seen >= {"productive", "checkpoint", "startup", "idle_unexplained", "unallocated", "idle_reserved",
-                    "restart_lost:provider", "restart_lost:customer", "restart_recovery:provider",
-                    "restart_recovery:customer", "stalled_fault", "double_billed", "reclaimed"}
+    assert seen >= {
+        "productive",
+        "checkpoint",
+        "startup",
+        "idle_unexplained",
+        "unallocated",
+        "idle_reserved",
+        "restart_lost:provider",
+        "restart_lost:customer",
+        "restart_recovery:provider",
+        "restart_recovery:customer",
+        "stalled_fault",
+        "double_billed",
+        "reclaimed",
+    }
 
 
 def test_productive_time_by_acceptance_and_unbilled(fleet: tuple[Path, Reconciliation]) -> None:
@@ -91,18 +108,28 @@ def test_productive_time_by_acceptance_and_unbilled(fleet: tuple[Path, Reconcili
     truth_lines = _truth_lines(out)
     for line in doc["lines"]:
         expected = truth_lines[(line["tenant"], line["line_id"])]
-        assert line["productive_by_acceptance"] == expected["productive_by_acceptance"], line["line_id"]
+        assert line["productive_by_acceptance"] == expected["productive_by_acceptance"], line[
+            "line_id"
+        ]
     tenants = json.loads((out / "truth_tenants.json").read_text())
     for tenant, figures in tenants.items():
-        assert doc["tenants"][tenant]["unbilled_gpu_seconds"] == figures["unbilled_gpu_seconds"], tenant
-        assert doc["tenants"][tenant]["billed_gpu_seconds"] == figures["billed_gpu_seconds"], tenant
+        assert doc["tenants"][tenant]["unbilled_gpu_seconds"] == figures["unbilled_gpu_seconds"], (
+            tenant
+        )
+        assert doc["tenants"][tenant]["billed_gpu_seconds"] == figures["billed_gpu_seconds"], (
+            tenant
+        )
 
 
-def test_the_fleet_has_grants_with_devices_and_fabric_domains(fleet: tuple[Path, Reconciliation]) -> None:
+def test_the_fleet_has_grants_with_devices_and_fabric_domains(
+    fleet: tuple[Path, Reconciliation],
+) -> None:
     """The touches rule's branches meet the truth only if the ledger's grants list devices
     (whole GPUs and MIG instances), some list none, and some faults name a domain alone."""
     out, _ = fleet
-    records = [json.loads(text) for path in out.rglob("*.jsonl") for text in path.read_text().splitlines()]
+    records = [
+        json.loads(text) for path in out.rglob("*.jsonl") for text in path.read_text().splitlines()
+    ]
     events = [r for r in records if "specversion" in r]  # the CloudEvents files, not the truth's
     grants = [e["data"] for e in events if e["type"] == "allocation.granted"]
     assert any("/" in str(d) for g in grants for d in g.get("devices", []))

@@ -36,8 +36,11 @@ class CountReport(reports.Report):
 
     def build(self, pipe: Pipeline, tenant: str | None, **options: Any) -> dict[str, Any]:
         con = pipe.need("events")
-        found = con.execute("SELECT type, count(*) FROM ev WHERE ($kind IS NULL OR type = $kind) "
-                            "GROUP BY type ORDER BY type", {"kind": options["kind"]}).fetchall()
+        found = con.execute(
+            "SELECT type, count(*) FROM ev WHERE ($kind IS NULL OR type = $kind) "
+            "GROUP BY type ORDER BY type",
+            {"kind": options["kind"]},
+        ).fetchall()
         return {"types": [{"type": t, "events": n} for t, n in found]}
 
     def rows(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -47,17 +50,28 @@ class CountReport(reports.Report):
         return [Text(" ".join(f"{r['type']}={r['events']}" for r in doc["types"]))]
 
 
-def test_a_report_added_to_the_list_is_a_command(tmp_path: Path, sqlite_url: str,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    events = [event("allocation.granted", "g1", {"tenant": "acme", "allocation_id": "a1", "gpus": 2}),
-              event("allocation.granted", "g2", {"tenant": "acme", "allocation_id": "a2", "gpus": 1}),
-              event("job.submitted", "s1", {"tenant": "acme", "job_id": "j1"})]
-    assert run_cli("ingest", "--db", sqlite_url, str(write_jsonl(tmp_path / "e.jsonl", events)))[0] == 0
+def test_a_report_added_to_the_list_is_a_command(
+    tmp_path: Path, sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = [
+        event("allocation.granted", "g1", {"tenant": "acme", "allocation_id": "a1", "gpus": 2}),
+        event("allocation.granted", "g2", {"tenant": "acme", "allocation_id": "a2", "gpus": 1}),
+        event("job.submitted", "s1", {"tenant": "acme", "job_id": "j1"}),
+    ]
+    assert (
+        run_cli("ingest", "--db", sqlite_url, str(write_jsonl(tmp_path / "e.jsonl", events)))[0]
+        == 0
+    )
     monkeypatch.setattr(reports, "REPORT_LIST", (*reports.REPORT_LIST, CountReport()))
     command = cli.ReportGroup("report").commands["count"]
     runner = CliRunner()
     done = runner.invoke(command, ["--db", sqlite_url, "--format", "csv"])
-    assert (done.exit_code, done.output) == (0, "type,events\nallocation.granted,2\njob.submitted,1\n")
-    done = runner.invoke(command, ["--db", sqlite_url, "--kind", "job.submitted", "--format", "table"])
+    assert (done.exit_code, done.output) == (
+        0,
+        "type,events\nallocation.granted,2\njob.submitted,1\n",
+    )
+    done = runner.invoke(
+        command, ["--db", sqlite_url, "--kind", "job.submitted", "--format", "table"]
+    )
     assert (done.exit_code, done.output) == (0, "job.submitted=1\n")
     assert "(a report made for this test)" in runner.invoke(command, ["--help"]).output

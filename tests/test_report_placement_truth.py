@@ -21,11 +21,15 @@ CONFIG = SimConfig(seed=7, gpus=64, days=2, tenants=4)
 
 
 @pytest.fixture(scope="module")
-def reported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], dict[str, Any], dict[str, Any]]:
+def reported(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, dict[str, Any], dict[str, Any], dict[str, Any]]:
     out = tmp_path_factory.mktemp("truth")
     simulate(CONFIG, out / "sim")
     url = f"sqlite:///{out / 'ledger.db'}"
-    code, ingested, err = run_cli("ingest", "--db", url, "--manifest", str(out / "sim" / "manifest.json"))
+    code, ingested, err = run_cli(
+        "ingest", "--db", url, "--manifest", str(out / "sim" / "manifest.json")
+    )
     assert code == 0 and ingested.splitlines()[-1].endswith("quarantined 0"), err
     docs = []
     for args in (["placement"], ["outcomes", "--view", "serving"]):
@@ -39,8 +43,11 @@ def reported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
 def billed_amounts(sim: Path) -> dict[tuple[str, str], Decimal]:
     """Each allocation's billed amount from truth.jsonl, after corrections: a line the
     simulator corrected (anomalies.jsonl, kind `correction`) is replaced by its fix."""
-    corrected = {(a["tenant"], a["ids"]["line_id"]) for a in map(json.loads, (sim / "anomalies.jsonl").read_text().splitlines())
-                 if a["kind"] == "correction"}
+    corrected = {
+        (a["tenant"], a["ids"]["line_id"])
+        for a in map(json.loads, (sim / "anomalies.jsonl").read_text().splitlines())
+        if a["kind"] == "correction"
+    }
     amounts: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
     for line in (sim / "truth.jsonl").read_text().splitlines():
         entry = json.loads(line)
@@ -55,12 +62,20 @@ def test_each_capture_is_the_match_or_mismatch_the_truth_says(reported: Any) -> 
     for expected in truth["placement"]:
         row = rows[expected["allocation_id"]]
         assert (row["tenant"], row["placement_class"], row["gpus"], row["nodes_observed"]) == (
-            expected["tenant"], expected["placement_class"], expected["gpus"], [expected["node"]])
+            expected["tenant"],
+            expected["placement_class"],
+            expected["gpus"],
+            [expected["node"]],
+        )
         assert row["status"] == ("match" if expected["observed_match"] else "mismatch"), expected
         # the truth writes a slow pair `GPU0-GPU4 SYS`; the report, `GPU0–GPU4 over SYS, class requires NVLink`
-        slow = [f"{pair.replace('-', '–')} over {link}, class requires NVLink"
-                for pair, link in (p.split(" ") for p in expected["non_nvlink_pairs"])]
-        assert row["reasons"] == (slow or ["every pair of its %d GPUs over NVLink" % expected["gpus"]])
+        slow = [
+            f"{pair.replace('-', '–')} over {link}, class requires NVLink"
+            for pair, link in (p.split(" ") for p in expected["non_nvlink_pairs"])
+        ]
+        assert row["reasons"] == (
+            slow or ["every pair of its %d GPUs over NVLink" % expected["gpus"]]
+        )
     assert {t["observed_match"] for t in truth["placement"]} == {True, False}
 
 
@@ -71,8 +86,11 @@ def test_money_billed_on_mismatched_placements_is_the_lines_amounts(reported: An
     for t in truth["placement"]:
         if not t["observed_match"]:
             expected[t["tenant"]] += amounts[(t["tenant"], t["allocation_id"])]
-    shown = {s["tenant"]: Decimal(s["billed_on_mismatch"]["USD"]) for s in placement["summary"]
-             if s["placement_class"] == "whole" and s["billed_on_mismatch"]}
+    shown = {
+        s["tenant"]: Decimal(s["billed_on_mismatch"]["USD"])
+        for s in placement["summary"]
+        if s["placement_class"] == "whole" and s["billed_on_mismatch"]
+    }
     assert shown == {k: v.quantize(Decimal("0.01"), ROUND_HALF_EVEN) for k, v in expected.items()}
 
 
@@ -82,13 +100,17 @@ def test_busbw_step_time_and_the_rank_correlation_per_class(reported: Any) -> No
     for expected in truth["probes"]["allocations"]:
         row = rows[expected["allocation_id"]]
         assert (row["busbw_gbps"], row["busbw_size_bytes"]) == (expected["busbw_gbps"], 134217728)
-        assert Decimal(row["step_time_p50_s"]) == Decimal(expected["step_time_s"]), expected["allocation_id"]
+        assert Decimal(row["step_time_p50_s"]) == Decimal(expected["step_time_s"]), expected[
+            "allocation_id"
+        ]
     predicted = {p["placement_class"].split(":")[0]: p for p in placement["prediction"] if p["n"]}
     assert sorted(predicted) == sorted(truth["probes"]["classes"])
     for cls, expected in truth["probes"]["classes"].items():
         mine = predicted[cls]
         assert mine["n"] == expected["allocations"]
-        assert Decimal(mine["spearman"]).quantize(Decimal("0.0001")) == Decimal(expected["rank_correlation"])
+        assert Decimal(mine["spearman"]).quantize(Decimal("0.0001")) == Decimal(
+            expected["rank_correlation"]
+        )
         assert mine["predicts"] == expected["predicts_step_time"]
 
 
@@ -103,13 +125,20 @@ def test_serving_levels_are_the_windows_as_written(reported: Any) -> None:
     for key, windows in levels.items():
         row = rows[key]
         assert (row["windows"], row["requests"], row["accepted"]) == (
-            len(windows), sum(w["requests"] for w in windows), sum(w["accepted"] for w in windows))
+            len(windows),
+            sum(w["requests"] for w in windows),
+            sum(w["accepted"] for w in windows),
+        )
         # vLLM counts no cancellations: the truth writes 0, the report says none was reported
-        assert (row["failed"], row["cancelled"] or 0) == (sum(w["failed"] for w in windows),
-                                                         sum(w["cancelled"] for w in windows))
+        assert (row["failed"], row["cancelled"] or 0) == (
+            sum(w["failed"] for w in windows),
+            sum(w["cancelled"] for w in windows),
+        )
         for name in ("ttft_ms", "latency_ms"):
             assert {k: Decimal(v) for k, v in row[name].items()} == {
-                stat: max(Decimal(w[name][stat]) for w in windows) for stat in ("p50", "p95", "p99")}
+                stat: max(Decimal(w[name][stat]) for w in windows)
+                for stat in ("p50", "p95", "p99")
+            }
     # the serving allocation's money is all its lines' amounts, spread over its windows
     amounts = billed_amounts(sim)
     for tenant in {w["tenant"] for w in truth["serving"]}:
@@ -118,4 +147,7 @@ def test_serving_levels_are_the_windows_as_written(reported: Any) -> None:
         accepted = sum(w["accepted"] for w in truth["serving"] if w["tenant"] == tenant)
         assert rows[(tenant, "all")]["cost"]["USD"] == {
             "cost": str(total.quantize(Decimal("0.01"), ROUND_HALF_EVEN)),
-            "cost_per_accepted_response": str((total / accepted).quantize(Decimal("0.01"), ROUND_HALF_EVEN))}
+            "cost_per_accepted_response": str(
+                (total / accepted).quantize(Decimal("0.01"), ROUND_HALF_EVEN)
+            ),
+        }

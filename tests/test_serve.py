@@ -12,7 +12,14 @@ import pytest
 from ledger import read
 from ledger.tokens import Role, TokenError, authenticate, create, listed
 from tests.conftest import run_cli
-from tests.serve_helpers import Served, make_key, make_store, make_tokens, serving, two_tenant_events
+from tests.serve_helpers import (
+    Served,
+    make_key,
+    make_store,
+    make_tokens,
+    serving,
+    two_tenant_events,
+)
 
 BATCH = "application/cloudevents-batch+json"
 STRUCTURED = "application/cloudevents+json"
@@ -31,12 +38,25 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 # every read route, with what an operator and a tenant may ask of it
 READ_ROUTES = [
-    "/api/v1/whoami", "/api/v1/tenants", "/api/v1/reconciliation",
-    "/api/v1/reports/promises", "/api/v1/reports/capacity", "/api/v1/reports/outcomes",
-    "/api/v1/reports/serving", "/api/v1/reports/placement", "/api/v1/reports/envelope",
-    "/", "/invoices", "/invoices/acme/INV-2026-01", "/invoices/bravo/bravo-INV-2026-01",
-    "/metrics", "/api/v1/disputes/INV-2026-01?tenant=acme", "/invoices/acme/INV-2026-01/letter",
-    "/api/v1/disputes/bravo-INV-2026-01?tenant=bravo", "/promises", "/envelope",
+    "/api/v1/whoami",
+    "/api/v1/tenants",
+    "/api/v1/reconciliation",
+    "/api/v1/reports/promises",
+    "/api/v1/reports/capacity",
+    "/api/v1/reports/outcomes",
+    "/api/v1/reports/serving",
+    "/api/v1/reports/placement",
+    "/api/v1/reports/envelope",
+    "/",
+    "/invoices",
+    "/invoices/acme/INV-2026-01",
+    "/invoices/bravo/bravo-INV-2026-01",
+    "/metrics",
+    "/api/v1/disputes/INV-2026-01?tenant=acme",
+    "/invoices/acme/INV-2026-01/letter",
+    "/api/v1/disputes/bravo-INV-2026-01?tenant=bravo",
+    "/promises",
+    "/envelope",
     "/promises/acme/promise-j-100",
 ]
 
@@ -59,12 +79,16 @@ def _expected(route: str, who: str) -> set[int]:
     return {200}
 
 
-@pytest.mark.parametrize("who", ["none", "wrong", "revoked", "operator", "acme", "bravo", "collector"])
+@pytest.mark.parametrize(
+    "who", ["none", "wrong", "revoked", "operator", "acme", "bravo", "collector"]
+)
 @pytest.mark.parametrize("route", READ_ROUTES)
 def test_authorization_matrix(served: Served, route: str, who: str) -> None:
     """Every route × every role × two tenants: the status the role allows, and no byte of
     the other tenant in what a tenant receives."""
-    token = {"none": None, "wrong": "gpl_000000000000_not-a-real-secret"}.get(who, served.tokens.get(who))
+    token = {"none": None, "wrong": "gpl_000000000000_not-a-real-secret"}.get(
+        who, served.tokens.get(who)
+    )
     status, headers, body = served.call(route, token)
     assert status in _expected(route, who), (route, who, status, body[:200])
     if who in ("acme", "bravo"):
@@ -76,14 +100,24 @@ def test_authorization_matrix(served: Served, route: str, who: str) -> None:
     assert "frame-ancestors 'none'" in headers["content-security-policy"]
 
 
-def test_a_customer_downloads_its_signed_packet_and_verifies_it_offline(served: Served, tmp_path: Path) -> None:
+def test_a_customer_downloads_its_signed_packet_and_verifies_it_offline(
+    served: Served, tmp_path: Path
+) -> None:
     assert served.key is not None
     status, headers, body = served.call("/api/v1/disputes/INV-2026-01", served.tokens["acme"])
     assert status == 200 and headers["content-disposition"].startswith("attachment;")
     packet = tmp_path / "dispute.json"
     packet.write_bytes(body)
-    code, out, err = run_cli("verify-packet", str(packet), "--pubkey", f"{served.key}.pub",
-                             "--tenant", "acme", "--invoice", "INV-2026-01")
+    code, out, err = run_cli(
+        "verify-packet",
+        str(packet),
+        "--pubkey",
+        f"{served.key}.pub",
+        "--tenant",
+        "acme",
+        "--invoice",
+        "INV-2026-01",
+    )
     assert code == 0, (out, err)
     assert b"bravo" not in body
     status, headers, body = served.call("/invoices/acme/INV-2026-01/letter", served.tokens["acme"])
@@ -93,8 +127,11 @@ def test_a_customer_downloads_its_signed_packet_and_verifies_it_offline(served: 
 
 
 def test_a_tenant_naming_another_tenant_is_refused(served: Served) -> None:
-    for path in ("/api/v1/reconciliation?tenant=bravo", "/api/v1/reports/promises?tenant=bravo",
-                 "/invoices?tenant=bravo"):
+    for path in (
+        "/api/v1/reconciliation?tenant=bravo",
+        "/api/v1/reports/promises?tenant=bravo",
+        "/invoices?tenant=bravo",
+    ):
         status, _, body = served.call(path, served.tokens["acme"])
         assert status == 403 and b"bravo-" not in body
 
@@ -111,8 +148,17 @@ def test_an_operator_reads_every_tenant_and_a_tenant_its_own(served: Served) -> 
 def test_the_api_returns_the_commands_documents(served: Served, tmp_path: Path) -> None:
     """The reconciliation the API returns is `reconcile --format json`'s, figure for figure."""
     out = tmp_path / "r.json"
-    code, _, _ = run_cli("reconcile", "--db", served.store.url, "--tenant", "acme", "--format", "json",
-                         "--out", str(out))
+    code, _, _ = run_cli(
+        "reconcile",
+        "--db",
+        served.store.url,
+        "--tenant",
+        "acme",
+        "--format",
+        "json",
+        "--out",
+        str(out),
+    )
     assert code == 0
     _, _, body = served.call("/api/v1/reconciliation?tenant=acme", served.tokens["operator"])
     assert json.loads(body) == json.loads(out.read_text())
@@ -128,8 +174,13 @@ def test_an_entry_comes_with_a_proof_that_checks(served: Served) -> None:
     doc = json.loads(body)
     assert status == 200 and doc["type"] == "billing.line"
     proof = doc["inclusion"]
-    verify_inclusion(doc["seq"] - 1, proof["tree_size"], b64decode(doc["leaf_hash"]),
-                     [b64decode(h) for h in proof["proof"]], b64decode(proof["root"]))
+    verify_inclusion(
+        doc["seq"] - 1,
+        proof["tree_size"],
+        b64decode(doc["leaf_hash"]),
+        [b64decode(h) for h in proof["proof"]],
+        b64decode(proof["root"]),
+    )
     bravo = read.entries(served.store, tenant="bravo")[0]
     status, _, body = served.call(f"/api/v1/entries/{bravo.seq}", served.tokens["acme"])
     assert status == 404 and b"bravo" not in body  # another tenant's entry: as if missing
@@ -147,13 +198,16 @@ def test_posted_events_give_the_same_ledger_as_the_file(tmp_path: Path) -> None:
     token = create(by_http, Role.parse("operator"))[1]
     with serving(by_http) as base:
         served = Served(base, by_http, {})
-        status, _, body = served.call("/api/v1/events", token, "POST",
-                                      json.dumps(events).encode(), BATCH)
+        status, _, body = served.call(
+            "/api/v1/events", token, "POST", json.dumps(events).encode(), BATCH
+        )
         assert status == 200, body
         answer = json.loads(body)
         assert answer["appended"] == len(events) and answer["quarantined"] == 0
         # polled again: nothing twice
-        status, _, body = served.call("/api/v1/events", token, "POST", json.dumps(events).encode(), BATCH)
+        status, _, body = served.call(
+            "/api/v1/events", token, "POST", json.dumps(events).encode(), BATCH
+        )
         assert json.loads(body)["duplicate"] == len(events)
 
     def rows(store: object) -> list[tuple[object, ...]]:
@@ -163,43 +217,80 @@ def test_posted_events_give_the_same_ledger_as_the_file(tmp_path: Path) -> None:
 
 
 def test_a_collector_writes_only_under_its_source_and_as_its_owner(served: Served) -> None:
-    ok: dict[str, Any] = {"specversion": "1.0", "id": "c-1", "source": "app://acme/trainer", "type": "job.progress",
-          "time": "2026-01-05T11:00:00Z", "data": {"tenant": "acme", "job_id": "j-1", "step": 9}}
+    ok: dict[str, Any] = {
+        "specversion": "1.0",
+        "id": "c-1",
+        "source": "app://acme/trainer",
+        "type": "job.progress",
+        "time": "2026-01-05T11:00:00Z",
+        "data": {"tenant": "acme", "job_id": "j-1", "step": 9},
+    }
     foreign = ok | {"id": "c-2", "source": "scheduler://neocloud/eu-west"}
     other_tenant = ok | {"id": "c-3", "data": ok["data"] | {"tenant": "bravo"}}
-    fleet = ok | {"id": "c-4", "type": "health.fault", "data": {"node": "gpu-node-07", "code": "xid-79"}}
+    fleet = ok | {
+        "id": "c-4",
+        "type": "health.fault",
+        "data": {"node": "gpu-node-07", "code": "xid-79"},
+    }
     quarantined_before = read.quarantined_count(served.store)
-    status, _, body = served.call("/api/v1/events", served.tokens["collector"], "POST",
-                                  json.dumps([ok, foreign, other_tenant, fleet, {"no": "event"}]).encode(),
-                                  BATCH)
+    status, _, body = served.call(
+        "/api/v1/events",
+        served.tokens["collector"],
+        "POST",
+        json.dumps([ok, foreign, other_tenant, fleet, {"no": "event"}]).encode(),
+        BATCH,
+    )
     assert status == 200
     answer = json.loads(body)
-    assert [e["status"] for e in answer["events"]] == ["appended", "quarantined", "quarantined",
-                                                       "quarantined", "quarantined"]
+    assert [e["status"] for e in answer["events"]] == [
+        "appended",
+        "quarantined",
+        "quarantined",
+        "quarantined",
+        "quarantined",
+    ]
     assert answer["events"][1]["field"] == "source"
     assert read.quarantined_count(served.store) == quarantined_before + 4
     # one event, structured mode: the same key again is a duplicate
-    status, _, body = served.call("/api/v1/events", served.tokens["collector"], "POST",
-                                  json.dumps(ok).encode(), STRUCTURED)
-    assert json.loads(body)["events"] == [{"id": "c-1", "source": "app://acme/trainer",
-                                           "status": "duplicate", "seq": answer["events"][0]["seq"]}]
+    status, _, body = served.call(
+        "/api/v1/events", served.tokens["collector"], "POST", json.dumps(ok).encode(), STRUCTURED
+    )
+    assert json.loads(body)["events"] == [
+        {
+            "id": "c-1",
+            "source": "app://acme/trainer",
+            "status": "duplicate",
+            "seq": answer["events"][0]["seq"],
+        }
+    ]
     # the same key with other content: a conflict, quarantined, the stored one kept
     changed = ok | {"data": ok["data"] | {"step": 10}}
-    status, _, body = served.call("/api/v1/events", served.tokens["collector"], "POST",
-                                  json.dumps(changed).encode(), STRUCTURED)
+    status, _, body = served.call(
+        "/api/v1/events",
+        served.tokens["collector"],
+        "POST",
+        json.dumps(changed).encode(),
+        STRUCTURED,
+    )
     assert json.loads(body)["events"][0]["status"] == "quarantined"
 
 
-@pytest.mark.parametrize("content_type,body,status", [
-    ("application/json", b"[]", 415),
-    (None, b"[]", 415),
-    (BATCH, b"[{", 400),
-    (BATCH, b"{}", 400),
-])
-def test_bad_posts_get_one_line_and_append_nothing(served: Served, content_type: str | None,
-                                                    body: bytes, status: int) -> None:
+@pytest.mark.parametrize(
+    "content_type,body,status",
+    [
+        ("application/json", b"[]", 415),
+        (None, b"[]", 415),
+        (BATCH, b"[{", 400),
+        (BATCH, b"{}", 400),
+    ],
+)
+def test_bad_posts_get_one_line_and_append_nothing(
+    served: Served, content_type: str | None, body: bytes, status: int
+) -> None:
     size = read.head(served.store)
-    got, _, answer = served.call("/api/v1/events", served.tokens["collector"], "POST", body, content_type)
+    got, _, answer = served.call(
+        "/api/v1/events", served.tokens["collector"], "POST", body, content_type
+    )
     assert got == status and list(json.loads(answer)) == ["error"]
     assert b"Traceback" not in answer and read.head(served.store) == size
 
@@ -210,8 +301,14 @@ def test_readers_cannot_write_and_writers_cannot_read(served: Served) -> None:
     status, _, _ = served.call("/api/v1/reconciliation", served.tokens["collector"])
     assert status == 403
     # a signed-in browser's cookie never writes
-    status, _, _ = served.call("/api/v1/events", None, "POST", b"[]", BATCH,
-                               cookie=f"gpuledger_token={served.tokens['operator']}")
+    status, _, _ = served.call(
+        "/api/v1/events",
+        None,
+        "POST",
+        b"[]",
+        BATCH,
+        cookie=f"gpuledger_token={served.tokens['operator']}",
+    )
     assert status == 401
 
 
@@ -229,8 +326,12 @@ def test_openapi_lists_every_api_route(served: Served) -> None:
     status, _, body = served.call("/api/v1/openapi.json")
     doc = json.loads(body)
     assert status == 200 and doc["openapi"].startswith("3.1")
-    assert {"/api/v1/events", "/api/v1/reconciliation", "/api/v1/reports/{name}",
-            "/api/v1/entries/{seq}"} <= set(doc["paths"])
+    assert {
+        "/api/v1/events",
+        "/api/v1/reconciliation",
+        "/api/v1/reports/{name}",
+        "/api/v1/entries/{seq}",
+    } <= set(doc["paths"])
 
 
 def test_tokens_are_stored_hashed_and_revocation_holds(tmp_path: Path) -> None:
@@ -241,7 +342,9 @@ def test_tokens_are_stored_hashed_and_revocation_holds(tmp_path: Path) -> None:
 
     url = f"sqlite:///{tmp_path / 't.db'}"
     assert run_cli("init", "--db", url)[0] == 0
-    code, out, _ = run_cli("token", "create", "--db", url, "--role", "tenant:acme", "--label", "acme's CI")
+    code, out, _ = run_cli(
+        "token", "create", "--db", url, "--role", "tenant:acme", "--label", "acme's CI"
+    )
     assert code == 0
     text = out.strip().splitlines()[-1]
     store = Store(url)
@@ -276,11 +379,24 @@ def test_the_app_serves_while_a_collector_posts_on_postgresql(pg_url: str, tmp_p
 
         def post() -> None:
             for n in range(20):
-                batch = [{"specversion": "1.0", "id": f"live-{n}-{k}", "source": "app://acme/live",
-                          "type": "job.progress", "time": "2026-01-05T11:00:00Z",
-                          "data": {"tenant": "acme", "job_id": "j-1", "step": n * 10 + k}} for k in range(10)]
-                status, _, body = served.call("/api/v1/events", tokens["collector"], "POST",
-                                              json.dumps(batch).encode(), BATCH)
+                batch = [
+                    {
+                        "specversion": "1.0",
+                        "id": f"live-{n}-{k}",
+                        "source": "app://acme/live",
+                        "type": "job.progress",
+                        "time": "2026-01-05T11:00:00Z",
+                        "data": {"tenant": "acme", "job_id": "j-1", "step": n * 10 + k},
+                    }
+                    for k in range(10)
+                ]
+                status, _, body = served.call(
+                    "/api/v1/events",
+                    tokens["collector"],
+                    "POST",
+                    json.dumps(batch).encode(),
+                    BATCH,
+                )
                 if status != 200 or json.loads(body)["appended"] != 10:
                     failures.append(f"post {n}: {status} {body[:200]!r}")
 
@@ -298,18 +414,33 @@ def test_the_app_serves_while_a_collector_posts_on_postgresql(pg_url: str, tmp_p
 
 def test_an_append_is_seen_by_the_next_read(served: Served) -> None:
     """Documents are cached per ledger size: one appended event and the answer changes."""
+
     def promise_ids() -> set[str]:
         _, _, body = served.call("/api/v1/reports/promises?tenant=acme", served.tokens["operator"])
         return {p["promise_id"] for p in json.loads(body)["promises"]}
 
     before = promise_ids()
     assert promise_ids() == before  # the cached answer
-    promise = {"specversion": "1.0", "id": "late-promise", "source": "scheduler://neocloud/eu-west",
-               "type": "policy.promise", "time": "2026-01-05T09:00:00Z",
-               "data": {"tenant": "acme", "promise_id": "promise-late", "job_id": "j-late",
-                        "start_by": "2026-01-05T10:00:00Z"}}
-    status, _, body = served.call("/api/v1/events", served.tokens["operator"], "POST",
-                                  json.dumps(promise).encode(), STRUCTURED)
+    promise = {
+        "specversion": "1.0",
+        "id": "late-promise",
+        "source": "scheduler://neocloud/eu-west",
+        "type": "policy.promise",
+        "time": "2026-01-05T09:00:00Z",
+        "data": {
+            "tenant": "acme",
+            "promise_id": "promise-late",
+            "job_id": "j-late",
+            "start_by": "2026-01-05T10:00:00Z",
+        },
+    }
+    status, _, body = served.call(
+        "/api/v1/events",
+        served.tokens["operator"],
+        "POST",
+        json.dumps(promise).encode(),
+        STRUCTURED,
+    )
     assert json.loads(body)["appended"] == 1
     assert promise_ids() == before | {"promise-late"}
 
@@ -317,11 +448,17 @@ def test_an_append_is_seen_by_the_next_read(served: Served) -> None:
 def test_the_grafana_dashboard_reads_metrics_the_server_exposes(served: Served) -> None:
     import re
 
-    dashboard = json.loads((Path(__file__).parent.parent / "docs/grafana/gpuledger.json").read_text())
+    dashboard = json.loads(
+        (Path(__file__).parent.parent / "docs/grafana/gpuledger.json").read_text()
+    )
     _, _, body = served.call("/metrics", served.tokens["operator"])
     exposed = {line.split()[2] for line in body.decode().splitlines() if line.startswith("# TYPE")}
-    used = {name for p in dashboard["panels"] for t in p["targets"]
-            for name in re.findall(r"gpuledger_[a-z_]+", t["expr"])}
+    used = {
+        name
+        for p in dashboard["panels"]
+        for t in p["targets"]
+        for name in re.findall(r"gpuledger_[a-z_]+", t["expr"])
+    }
     assert used and used <= exposed, used - exposed
 
 
@@ -355,7 +492,9 @@ def test_hostile_bytes_in_ids_never_control_a_page_or_the_metrics(tmp_path: Path
         for route in ("/", "/invoices", "/promises"):
             status, headers, body = served.call(route, token)
             assert status == 200, route
-            assert b"<script>" not in body and "\u202e".encode() not in body and b"\x1b" not in body
+            assert (
+                b"<script>" not in body and "\u202e".encode() not in body and b"\x1b" not in body
+            )
             assert "script-src 'self'" in headers["content-security-policy"]
         status, _, body = served.call("/metrics", token)
         lines = body.decode().splitlines()

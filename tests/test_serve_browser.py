@@ -15,7 +15,8 @@ CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None or DRIVER is None,
     reason="chromium or chromedriver is not on PATH (Debian packages `chromium` and `chromium-driver`; "
-           ".ci/run installs them)")
+    ".ci/run installs them)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +36,14 @@ def browser(tmp_path: Path) -> Iterator[object]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 f"--user-data-dir={tmp_path / 'profile'}", "--window-size=420,900"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--window-size=420,900",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(options=options, service=Service(executable_path=str(DRIVER)))
     driver.implicitly_wait(10)  # an element the next page brings is waited for, not missed
@@ -61,7 +68,9 @@ def _sign_in(driver: object, base: str, token: str) -> None:
     WebDriverWait(driver, 30).until(expected_conditions.staleness_of(page))
 
 
-def test_finance_clicks_from_an_invoice_down_to_an_entrys_proof(served: Served, browser: object) -> None:
+def test_finance_clicks_from_an_invoice_down_to_an_entrys_proof(
+    served: Served, browser: object
+) -> None:
     from selenium.webdriver.common.by import By
 
     driver = browser
@@ -85,7 +94,8 @@ def test_finance_clicks_from_an_invoice_down_to_an_entrys_proof(served: Served, 
     for window in (420, 1366):
         driver.set_window_size(window, 900)  # type: ignore[attr-defined]
         width = driver.execute_script(  # type: ignore[attr-defined]
-            "return [document.documentElement.scrollWidth, window.innerWidth]")
+            "return [document.documentElement.scrollWidth, window.innerWidth]"
+        )
         assert width[0] <= width[1], window
         assert driver.find_element(By.ID, "root").text == root  # type: ignore[attr-defined]
 

@@ -39,13 +39,16 @@ RATES = replace(Rates(), fabric_fault=0.5, reclaim=0.3)
 @pytest.fixture(scope="module", params=[7, 20261205])
 def fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Fleet:
     out = tmp_path_factory.mktemp(f"mn-{request.param}")
-    simulate(SimConfig(seed=request.param, gpus=32, days=3, tenants=4, rates=RATES, multinode=True), out)
+    simulate(
+        SimConfig(seed=request.param, gpus=32, days=3, tenants=4, rates=RATES, multinode=True), out
+    )
     store = ledger.Store(f"sqlite:///{out / 'ledger.db'}")
     store.init()
     appender = ledger.Appender(store)
     for item in json.loads((out / "manifest.json").read_text())["files"]:
-        report = ledger.append_stream(appender, ingest.extract(out / item["path"], item["format"], **item["options"]),
-                                      5000)
+        report = ledger.append_stream(
+            appender, ingest.extract(out / item["path"], item["format"], **item["options"]), 5000
+        )
         assert (report.quarantined, report.problems) == (0, []), item
     frame = frame_of_entries(entries_of_store(store))
     engine = reconcile_store(store).as_json()
@@ -55,7 +58,9 @@ def fleet(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
 def _truth(out: Path) -> dict[tuple[str, str], dict[str, Any]]:
     lines = (json.loads(text) for text in (out / "truth.jsonl").read_text().splitlines())
-    return {(line["tenant"], line["line_id"]): line for line in lines if not line.get("replaced_by")}
+    return {
+        (line["tenant"], line["line_id"]): line for line in lines if not line.get("replaced_by")
+    }
 
 
 def _oracle_as_truth(cells: dict[str, int]) -> tuple[dict[str, int], dict[str, int]]:
@@ -89,20 +94,35 @@ def test_the_pool_exercises_every_reading(fleet: Fleet) -> None:
     """Rules 11-13 meet their cases: faults off the first node stalling and failing jobs
     on the provider, notice owed, gangs restarted elsewhere, every placement state."""
     out, _, _ = fleet
-    kinds = Counter(json.loads(text)["kind"] for text in (out / "anomalies.jsonl").read_text().splitlines())
+    kinds = Counter(
+        json.loads(text)["kind"] for text in (out / "anomalies.jsonl").read_text().splitlines()
+    )
     for kind in ("node_stall", "fabric_stall", "gang_fault", "reclaim_inside_notice"):
         assert kinds[f"multinode_{kind}"], kind
     placement = json.loads((out / "truth_placement.json").read_text())
-    assert {line["state"] for line in placement["lines"]} == {"as_sold", "not_as_sold", "unobserved"}
+    assert {line["state"] for line in placement["lines"]} == {
+        "as_sold",
+        "not_as_sold",
+        "unobserved",
+    }
     pool = {(line["tenant"], line["line_id"]) for line in placement["lines"]}
     truth = _truth(out)
     seen = Counter(k for key in pool for k in truth[key]["categories"])
-    for category in ("stalled_fault", "restart_lost:provider", "restart_recovery:provider", "reclaimed"):
+    for category in (
+        "stalled_fault",
+        "restart_lost:provider",
+        "restart_recovery:provider",
+        "reclaimed",
+    ):
         assert seen[category], category
-    events = [json.loads(text) for text in (out / "multinode" / "events.jsonl").read_text().splitlines()]
+    events = [
+        json.loads(text) for text in (out / "multinode" / "events.jsonl").read_text().splitlines()
+    ]
     grants = [e["data"] for e in events if e["type"] == "allocation.granted"]
     assert any(len(g.get("nodes", [])) >= 3 for g in grants)
-    starts = Counter((e["data"]["job_id"], e["data"]["attempt"]) for e in events if e["type"] == "job.started")
+    starts = Counter(
+        (e["data"]["job_id"], e["data"]["attempt"]) for e in events if e["type"] == "job.started"
+    )
     assert max(starts.values()) == 2  # gangs of two pods
 
 
@@ -113,7 +133,11 @@ def test_each_pool_line_s_placement_state_and_claim(fleet: Fleet) -> None:
     for line in truth["lines"]:
         got = oracle[(line["tenant"], line["line_id"])]
         assert (got.state, got.claim, got.gpu_us // S, got.amount) == (
-            line["state"], Fraction(line["claim"]), line["gpu_seconds"], Fraction(line["amount"])), line
+            line["state"],
+            Fraction(line["claim"]),
+            line["gpu_seconds"],
+            Fraction(line["amount"]),
+        ), line
     shares = {t: v["claim"] for t, v in truth["tenants"].items()}
     assert any(Fraction(c) > 0 for c in shares.values()), shares
 
@@ -130,8 +154,11 @@ def test_the_engine_gives_every_line_the_truth_s_categories(fleet: Fleet) -> Non
                 if name != "money_only" and part["gpu_seconds"]:
                     cells[key] += part["gpu_seconds"]
         got[(line["tenant"], line["line_id"])] = dict(cells)
-    wrong = {k: (truth[k]["categories"], got.get(k)) for k in truth
-             if {c: s for c, s in truth[k]["categories"].items() if s} != got.get(k, {})}
+    wrong = {
+        k: (truth[k]["categories"], got.get(k))
+        for k in truth
+        if {c: s for c, s in truth[k]["categories"].items() if s} != got.get(k, {})
+    }
     assert not wrong, list(wrong.items())[:3]
 
 
@@ -147,7 +174,9 @@ def test_the_engine_gives_each_tenant_the_oracle_s_placement(fleet: Fleet) -> No
         for state in ("as_sold", "not_as_sold", "unobserved"):
             amount = round(sum(figures[state]["amount"].values(), Fraction(0)), 2)
             assert (got[state]["gpu_seconds"], Fraction(got[state]["amount"])) == (
-                figures[state]["gpu_us"] // S, amount), (tenant, state)
+                figures[state]["gpu_us"] // S,
+                amount,
+            ), (tenant, state)
         claim = round(sum(figures["claim"].values(), Fraction(0)), 2)
         assert Fraction(got["not_as_sold"]["claim"]) == claim, tenant
         claimed += claim > 0
@@ -163,7 +192,10 @@ def test_without_the_knob_nothing_of_it_is_written(tmp_path: Path) -> None:
     assert "placement_credit_share" not in terms
     on = simulate(replace(config, multinode=True), tmp_path / "on")
     # the fleet's own allocations are the same with it on: the pool only adds
-    assert on.counts["allocations"] - on.counts["allocations.multinode"] == manifest.counts["allocations"]
+    assert (
+        on.counts["allocations"] - on.counts["allocations.multinode"]
+        == manifest.counts["allocations"]
+    )
 
 
 def test_the_same_seed_writes_the_same_pool(tmp_path: Path) -> None:
@@ -171,5 +203,9 @@ def test_the_same_seed_writes_the_same_pool(tmp_path: Path) -> None:
     digests = []
     for name in ("a", "b"):
         simulate(config, tmp_path / name)
-        digests.append(hashlib.sha256((tmp_path / name / "multinode" / "events.jsonl").read_bytes()).hexdigest())
+        digests.append(
+            hashlib.sha256(
+                (tmp_path / name / "multinode" / "events.jsonl").read_bytes()
+            ).hexdigest()
+        )
     assert digests[0] == digests[1]

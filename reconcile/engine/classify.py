@@ -27,8 +27,10 @@ BILLS_GPUS = "l.g_b > 0 AND l.category IS DISTINCT FROM 'credit'"
 GPU_LINE = f"{BILLS_GPUS} AND l.pe > l.ps"
 
 #: A billing line's columns as the engine names them (`lines`, and `gpu_lines`'s source).
-LINE_COLUMNS = ("seq, tenant, invoice_id, line_id, allocation_id AS aid, ps, pe, gpus AS g_b, amount, currency, "
-                "category")
+LINE_COLUMNS = (
+    "seq, tenant, invoice_id, line_id, allocation_id AS aid, ps, pe, gpus AS g_b, amount, currency, "
+    "category"
+)
 
 LINES = f"""
 -- A line another line `corrects` is replaced. The few replaced lines are a table, and
@@ -107,7 +109,7 @@ WITH pts AS (
 running AS (
     SELECT t, lead(t) OVER w AS t_next, sum(d) OVER w AS mask, sum(o) OVER w AS owner
     FROM pts WINDOW w AS (PARTITION BY alloc_key ORDER BY t))
-SELECT CAST(owner AS BIGINT) AS owner, sum(t_next - t) AS us, {winner_sql('mask')} AS label
+SELECT CAST(owner AS BIGINT) AS owner, sum(t_next - t) AS us, {winner_sql("mask")} AS label
 FROM running WHERE t_next > t AND owner <> 0
 GROUP BY ALL;
 """
@@ -120,17 +122,17 @@ WITH every_cell AS (
     FROM owned o JOIN gpu_lines gl ON gl.seq = o.owner
     UNION ALL
     -- double_billed: the clipped window less the pieces it owns; a window alone owns all of it
-    SELECT c.seq, {code('double_billed')}, (CAST(c.clamped_end - c.clamped_start AS HUGEINT) - coalesce(sum(p.e - p.s), 0)) * c.gpus
+    SELECT c.seq, {code("double_billed")}, (CAST(c.clamped_end - c.clamped_start AS HUGEINT) - coalesce(sum(p.e - p.s), 0)) * c.gpus
     FROM clipped c LEFT JOIN pieces p ON p.owner = c.seq
     WHERE NOT c.alone GROUP BY c.seq, c.clamped_start, c.clamped_end, c.gpus
     UNION ALL
-    SELECT gl.seq, {code('unallocated')}, CAST(gl.g_b - gl.gpus AS HUGEINT) * gl.w_us
+    SELECT gl.seq, {code("unallocated")}, CAST(gl.g_b - gl.gpus AS HUGEINT) * gl.w_us
                       + CAST(gl.gpus AS HUGEINT) * (gl.w_us - greatest(coalesce(gl.clamped_end - gl.clamped_start, 0), 0))
     FROM gpu_lines gl)
 -- empty cells are never written, but a line of no GPU-µs keeps one: its whole amount
 SELECT * FROM every_cell WHERE gpu_us <> 0
 UNION ALL
-SELECT l.seq, CASE WHEN coalesce({BILLS_GPUS}, false) THEN {code('unallocated')} ELSE {code('money_only')} END, 0
+SELECT l.seq, CASE WHEN coalesce({BILLS_GPUS}, false) THEN {code("unallocated")} ELSE {code("money_only")} END, 0
 FROM lines l WHERE NOT coalesce({GPU_LINE}, false);
 """
 

@@ -44,8 +44,10 @@ def percentiles_sql(expr: str, name: str) -> str:
 def placement_sql(cls: str, profile: str) -> str:
     """SQL: the placement class key: `whole`, `mig:<profile>` (`mig` when the profile is
     unknown), `timeslice`, or `unknown`."""
-    return (f"CASE WHEN {cls} IS NULL THEN 'unknown' "
-            f"WHEN {cls} = 'mig' AND {profile} IS NOT NULL THEN 'mig:' || {profile} ELSE {cls} END")
+    return (
+        f"CASE WHEN {cls} IS NULL THEN 'unknown' "
+        f"WHEN {cls} = 'mig' AND {profile} IS NOT NULL THEN 'mig:' || {profile} ELSE {cls} END"
+    )
 
 
 def iso(us: int | None) -> str | None:

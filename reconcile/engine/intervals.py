@@ -26,11 +26,19 @@ from reconcile.engine.rules import (
 )
 from schemas.events import DEFAULT_STALL_S, DEFAULT_WARMUP_S
 
-__all__ = ["DEFAULT_TERMS", "INF", "SECOND", "build_spans"]  # INF and SECOND: rules.py's, kept importable here
+__all__ = [
+    "DEFAULT_TERMS",
+    "INF",
+    "SECOND",
+    "build_spans",
+]  # INF and SECOND: rules.py's, kept importable here
 
 #: The terms before a tenant's first policy.terms: schemas/events.py's defaults, in µs.
-DEFAULT_TERMS = {"warmup_us": DEFAULT_WARMUP_S * SECOND, "stall_us": DEFAULT_STALL_S * SECOND,
-                 "notice_us": 0}
+DEFAULT_TERMS = {
+    "warmup_us": DEFAULT_WARMUP_S * SECOND,
+    "stall_us": DEFAULT_STALL_S * SECOND,
+    "notice_us": 0,
+}
 
 
 FACTS = f"""
@@ -198,10 +206,10 @@ CREATE TABLE first_progress AS SELECT att, min(e) AS t FROM mark_notes WHERE is_
 -- The gaps that are not productive: no rise, or longer than the threshold in force at their start.
 CREATE TABLE odd_gaps AS
 SELECT g.att, g.s, g.e, a.tenant, a.aid, a.job,
-       g.e - g.s > coalesce(tm.stall_us, {DEFAULT_TERMS['stall_us']}) AS long
+       g.e - g.s > coalesce(tm.stall_us, {DEFAULT_TERMS["stall_us"]}) AS long
 FROM mark_notes g JOIN attempts a ON a.sseq = g.att
 ASOF LEFT JOIN terms tm ON tm.tenant = a.tenant AND g.s >= tm.t
-WHERE g.is_gap AND (NOT g.rose OR g.e - g.s > coalesce(tm.stall_us, {DEFAULT_TERMS['stall_us']}));
+WHERE g.is_gap AND (NOT g.rose OR g.e - g.s > coalesce(tm.stall_us, {DEFAULT_TERMS["stall_us"]}));
 
 -- Productive runs: from an attempt's first progress to its last mark, less the odd gaps.
 CREATE TABLE productive_runs AS
@@ -230,7 +238,7 @@ WITH targets AS (
     SELECT d.tenant, j.aid, d.t FROM ev_rest d JOIN (SELECT DISTINCT tenant, job, aid FROM attempts) j
       ON j.tenant = d.tenant AND j.job = d.job_id
     WHERE d.type = 'policy.decision' AND d.decision IN ('preempted', 'reclaimed', 'evicted'))
-SELECT tenant, aid, min(b), {INF}, {code('reclaimed')}
+SELECT tenant, aid, min(b), {INF}, {code("reclaimed")}
 FROM (SELECT tg.tenant, tg.aid, tg.t + coalesce(tm.notice_us, 0) AS b
       FROM targets tg ASOF LEFT JOIN terms tm ON tm.tenant = tg.tenant AND tg.t >= tm.t
       UNION ALL  -- RULES.md 12: notice owed, on every allocation of the gang from t_f
@@ -247,7 +255,7 @@ WITH ckpt AS (
      AND saved.checkpoint_id = started.checkpoint_id AND saved.t >= started.t
     WHERE started.type = 'checkpoint.started'
     GROUP BY started.tenant, started.job_id, started.seq, started.t)
-SELECT a.tenant, a.aid, greatest(c.s, a.s), least(c.e, a.e), {code('checkpoint')}
+SELECT a.tenant, a.aid, greatest(c.s, a.s), least(c.e, a.e), {code("checkpoint")}
 FROM ckpt c JOIN attempts a ON a.tenant = c.tenant AND a.job = c.job AND c.s < a.e AND c.e > a.s;
 
 -- 4, 5 restart_lost and restart_recovery, by cause
@@ -261,10 +269,10 @@ FROM attempts a ASOF LEFT JOIN saves sv ON sv.tenant = a.tenant AND sv.job = a.j
 WHERE a.kind = 'job.failed';
 
 INSERT INTO spans
-SELECT tenant, aid, lost_from, failed_at, {by_bearer_sql('restart_lost', 'provider')} FROM failures;
+SELECT tenant, aid, lost_from, failed_at, {by_bearer_sql("restart_lost", "provider")} FROM failures;
 
 INSERT INTO spans
-SELECT f.tenant, f.aid, f.failed_at, coalesce(fp.t, n.e), {by_bearer_sql('restart_recovery', 'f.provider')}
+SELECT f.tenant, f.aid, f.failed_at, coalesce(fp.t, n.e), {by_bearer_sql("restart_recovery", "f.provider")}
 FROM failures f
 JOIN attempts n ON n.tenant = f.tenant AND n.aid = f.aid AND n.job = f.job
  AND (n.s > f.failed_at OR (n.s = f.failed_at AND n.sseq > f.eseq))
@@ -273,12 +281,12 @@ QUALIFY row_number() OVER (PARTITION BY f.att ORDER BY n.s, n.sseq) = 1;
 
 -- 6 productive: short gaps that end in a rise, by the job's acceptance
 INSERT INTO spans
-SELECT r.tenant, r.aid, r.s, r.e, {by_acceptance_sql('ac.state')}
+SELECT r.tenant, r.aid, r.s, r.e, {by_acceptance_sql("ac.state")}
 FROM productive_runs r LEFT JOIN acceptance ac ON ac.tenant = r.tenant AND ac.job = r.job;
 
 -- 7 stalled_fault: long gaps with a critical fault touching the allocation open in them
 INSERT INTO spans
-SELECT g.tenant, g.aid, g.s, g.e, {code('stalled_fault')} FROM odd_gaps g
+SELECT g.tenant, g.aid, g.s, g.e, {code("stalled_fault")} FROM odd_gaps g
 WHERE g.long AND EXISTS (
     SELECT 1 FROM attempt_touches near WHERE near.att = g.att AND near.open_t < g.e AND near.close_t > g.s);
 
@@ -289,12 +297,12 @@ WITH origin AS (
            CASE WHEN a.first_on_alloc AND al.granted <= a.s THEN al.granted ELSE a.s END AS s0
     FROM attempts a LEFT JOIN allocs al ON al.tenant = a.tenant AND al.aid = a.aid)
 SELECT o.tenant, o.aid, o.s0,
-       least(coalesce(fp.t, {INF}), o.s0 + coalesce(tm.warmup_us, {DEFAULT_TERMS['warmup_us']}), o.e), {code('startup')}
+       least(coalesce(fp.t, {INF}), o.s0 + coalesce(tm.warmup_us, {DEFAULT_TERMS["warmup_us"]}), o.e), {code("startup")}
 FROM origin o LEFT JOIN first_progress fp ON fp.att = o.sseq
 ASOF LEFT JOIN terms tm ON tm.tenant = o.tenant AND o.s0 >= tm.t;
 
 -- 10 idle_unexplained: an attempt running, nothing else to say
-INSERT INTO spans SELECT tenant, aid, s, e, {code('idle_unexplained')} FROM attempts;
+INSERT INTO spans SELECT tenant, aid, s, e, {code("idle_unexplained")} FROM attempts;
 
 DELETE FROM spans WHERE e <= s;
 
@@ -327,5 +335,7 @@ def _gaps_sql(con: duckdb.DuckDBPyConnection) -> str:
     """GAPS with the smallest stall threshold of any tenant's terms written in: a constant
     the filter over every progress mark compares with, not a subquery it joins."""
     default = DEFAULT_TERMS["stall_us"]
-    row = con.execute(f"SELECT least(coalesce(min(stall_us), {default}), {default}) FROM terms").fetchone()
+    row = con.execute(
+        f"SELECT least(coalesce(min(stall_us), {default}), {default}) FROM terms"
+    ).fetchone()
     return GAPS.replace("$shortest_stall_us", str(int(row[0] if row else default)))

@@ -21,9 +21,23 @@ import duckdb
 from schemas.errors import BadInput
 from schemas.money import MINOR_UNITS, Money, minor_unit
 
-__all__ = ["EXACT_PLACES", "MINOR_UNITS", "Money", "MoneyOverflow", "allocate", "decimal_text_sql",
-           "exact_shares", "exact_shares_sql", "exact_sum", "exact_text", "longest_line_sql",
-           "major_units", "minor_unit", "places_of", "round_minor"]
+__all__ = [
+    "EXACT_PLACES",
+    "MINOR_UNITS",
+    "Money",
+    "MoneyOverflow",
+    "allocate",
+    "decimal_text_sql",
+    "exact_shares",
+    "exact_shares_sql",
+    "exact_sum",
+    "exact_text",
+    "longest_line_sql",
+    "major_units",
+    "minor_unit",
+    "places_of",
+    "round_minor",
+]
 
 _HUGEINT_BITS = 126  # headroom below DuckDB's signed 128-bit HUGEINT
 _BIGINT_BITS = 62  # and below its signed 64-bit BIGINT
@@ -42,7 +56,7 @@ class MoneyOverflow(BadInput, ValueError):
 def _amount_int(scale: int | str, column: str = "amount") -> str:
     """The decimal text as an integer of 10^-scale units, exactly (digits, not a cast);
     `scale` a number or an SQL expression (each row's own)."""
-    return (f"CAST(split_part({column}, '.', 1) || rpad(split_part({column}, '.', 2), {scale}, '0') AS HUGEINT)")
+    return f"CAST(split_part({column}, '.', 1) || rpad(split_part({column}, '.', 2), {scale}, '0') AS HUGEINT)"
 
 
 def _scale_and_type(con: duckdb.DuckDBPyConnection) -> tuple[int, str]:
@@ -60,23 +74,36 @@ def _scale_and_type(con: duckdb.DuckDBPyConnection) -> tuple[int, str]:
         SELECT max(abs({_amount_int(scale)})),
                max(CAST(g_b AS HUGEINT) * (pe - ps)) FROM lines""").fetchone()
     biggest_amount, biggest_line = (int(v or 0) for v in (row or (0, 0)))
-    bits = max((biggest_amount * max(biggest_line, 1) * 10**4).bit_length(),
-               (max(biggest_line, 1) * 10**scale).bit_length())
+    bits = max(
+        (biggest_amount * max(biggest_line, 1) * 10**4).bit_length(),
+        (max(biggest_line, 1) * 10**scale).bit_length(),
+    )
     if bits > _HUGEINT_BITS:
-        raise MoneyOverflow(f"amounts of {scale} decimal places over lines this long exceed exact 128-bit arithmetic")
+        raise MoneyOverflow(
+            f"amounts of {scale} decimal places over lines this long exceed exact 128-bit arithmetic"
+        )
     if biggest_amount * 10**4 >= 2**_BIGINT_BITS * 10**scale:  # cells report cents as BIGINT
-        raise MoneyOverflow(f"an amount of {Decimal(biggest_amount).scaleb(-scale, _EXACT):f} is too large to report "
-                            f"in minor units (at most {2**_BIGINT_BITS // 10**4:,} in any currency)")
+        raise MoneyOverflow(
+            f"an amount of {Decimal(biggest_amount).scaleb(-scale, _EXACT):f} is too large to report "
+            f"in minor units (at most {2**_BIGINT_BITS // 10**4:,} in any currency)"
+        )
     return scale, "BIGINT" if bits <= _BIGINT_BITS else "HUGEINT"
 
 
 def allocate(con: duckdb.DuckDBPyConnection) -> None:
     """Make `money`: each cell with its cents, adding up to its line's amount, the lines to the invoice's total."""
     scale, num = _scale_and_type(con)
-    minor = "CASE l.currency " + " ".join(f"WHEN '{c}' THEN {m}" for c, m in MINOR_UNITS.items()) + " ELSE 2 END"
+    minor = (
+        "CASE l.currency "
+        + " ".join(f"WHEN '{c}' THEN {m}" for c, m in MINOR_UNITS.items())
+        + " ELSE 2 END"
+    )
     # 10^minor written as an integer literal per currency: a power in DuckDB is floating point
-    per_unit = ("CASE l.currency " + " ".join(f"WHEN '{c}' THEN {10 ** m}" for c, m in MINOR_UNITS.items())
-                + f" ELSE {10 ** minor_unit(None)} END")
+    per_unit = (
+        "CASE l.currency "
+        + " ".join(f"WHEN '{c}' THEN {10**m}" for c, m in MINOR_UNITS.items())
+        + f" ELSE {10 ** minor_unit(None)} END"
+    )
     con.execute(f"""
 -- Each billed line's amount read as an integer once; cells and lines both start from it.
 CREATE TABLE line_amounts AS
@@ -86,13 +113,15 @@ SELECT l.seq, l.tenant, l.invoice_id, l.currency, {minor} AS minor, CAST({per_un
 FROM lines l;  -- every line has a cell: its GPU-µs add up to g_b × (pe - ps), or it has no GPU time
 """)
     totals = _invoice_totals(con, scale)
-    con.execute("CREATE TABLE invoice_cents (tenant VARCHAR, invoice_id VARCHAR, currency VARCHAR, cents HUGEINT)")
+    con.execute(
+        "CREATE TABLE invoice_cents (tenant VARCHAR, invoice_id VARCHAR, currency VARCHAR, cents HUGEINT)"
+    )
     if totals:  # executemany refuses an empty list: a ledger with no billing line
         con.executemany("INSERT INTO invoice_cents VALUES (?, ?, ?, ?)", totals)
     con.execute(f"""
 CREATE TABLE line_cents AS
 WITH quotients AS (
-    SELECT *, amount_units * minor_per_unit AS numerator, CAST({10 ** scale} AS {num}) AS divisor FROM line_amounts),
+    SELECT *, amount_units * minor_per_unit AS numerator, CAST({10**scale} AS {num}) AS divisor FROM line_amounts),
 with_remainder AS (SELECT *, ((numerator % divisor) + divisor) % divisor AS remainder FROM quotients),
 halfeven AS (
     SELECT seq, tenant, invoice_id, currency, (numerator - remainder) // divisor AS floor_cents, remainder, divisor,
@@ -133,7 +162,7 @@ WITH quotients AS (
            a.amount_units * CASE WHEN c.gpu_us = 0 THEN CAST(1 AS {num}) ELSE CAST(c.gpu_us AS {num}) END
                           * a.minor_per_unit AS numerator,
            CASE WHEN c.gpu_us = 0 THEN CAST(1 AS {num}) ELSE a.line_us END
-               * CAST({10 ** scale} AS {num}) AS divisor
+               * CAST({10**scale} AS {num}) AS divisor
     FROM cells c JOIN line_amounts a ON a.seq = c.seq JOIN line_total t ON t.seq = c.seq),
 floored AS (
     SELECT *, (numerator - remainder) // divisor AS floor_cents
@@ -160,8 +189,10 @@ def exact_shares_sql(cells: str) -> str:
     (r0 × 10^k) ÷ line, so no product is wider than line × 10^EXACT_PLACES; the units the
     floors leave go to the largest remainders, ties by label (the order `exact_shares`
     sorts the cells in), the same integer ranking as `allocate`'s cents."""
-    tens = "CAST([" + ", ".join(str(10 ** k) for k in range(EXACT_PLACES + 1)) + "] AS HUGEINT[])"
-    terminates = f"WHEN {10 ** EXACT_PLACES} % d <> 0 THEN {EXACT_PLACES + 1} " + " ".join(f"WHEN {10 ** k} % d = 0 THEN {k}" for k in range(EXACT_PLACES + 1))
+    tens = "CAST([" + ", ".join(str(10**k) for k in range(EXACT_PLACES + 1)) + "] AS HUGEINT[])"
+    terminates = f"WHEN {10**EXACT_PLACES} % d <> 0 THEN {EXACT_PLACES + 1} " + " ".join(
+        f"WHEN {10**k} % d = 0 THEN {k}" for k in range(EXACT_PLACES + 1)
+    )
     return f"""
 WITH lines AS (
     SELECT tenant, invoice_id, line_id, arg_min(billed_amount, label) AS billed, arg_min(minor, label) AS minor,
@@ -216,8 +247,10 @@ EXACT_LINE_US = 2**_HUGEINT_BITS // 10**EXACT_PLACES
 def decimal_text_sql(units: str, places: str, least: str, negative_zero: str = "false") -> str:
     """SQL: integer `units` of 10^-places as decimal text with at least `least` places and
     more only where it has them: `exact_text` (and `str(Money)` when least = places)."""
-    digits = (f"lpad(CAST(abs({units}) AS VARCHAR), "
-              f"CAST(greatest(length(CAST(abs({units}) AS VARCHAR)), {places} + 1) AS INTEGER), '0')")
+    digits = (
+        f"lpad(CAST(abs({units}) AS VARCHAR), "
+        f"CAST(greatest(length(CAST(abs({units}) AS VARCHAR)), {places} + 1) AS INTEGER), '0')"
+    )
     whole = f"left({digits}, length({digits}) - {places})"
     trimmed = f"rtrim(right({digits}, {places}), '0')"
     fraction = f"CASE WHEN length({trimmed}) >= {least} THEN {trimmed} ELSE rpad({trimmed}, CAST({least} AS INTEGER), '0') END"
@@ -225,7 +258,9 @@ def decimal_text_sql(units: str, places: str, least: str, negative_zero: str = "
     return f"{sign} || {whole} || CASE WHEN {least} = 0 AND {trimmed} = '' THEN '' ELSE '.' || {fraction} END"
 
 
-def _invoice_totals(con: duckdb.DuckDBPyConnection, scale: int) -> list[tuple[str, str, str | None, int]]:
+def _invoice_totals(
+    con: duckdb.DuckDBPyConnection, scale: int
+) -> list[tuple[str, str, str | None, int]]:
     """Each invoice's exact total rounded half-even to its currency's minor unit. An invoice
     is one tenant's: two tenants' invoices of one id never share a cent (a tenant's figures
     rest on its own data only)."""
@@ -234,7 +269,14 @@ def _invoice_totals(con: duckdb.DuckDBPyConnection, scale: int) -> list[tuple[st
         FROM line_amounts GROUP BY tenant, invoice_id, currency""").fetchall()
     out = []
     for tenant, invoice_id, currency, total in rows:
-        out.append((tenant, invoice_id, currency, round_minor(Decimal(int(total)).scaleb(-scale, _EXACT), minor_unit(currency))))
+        out.append(
+            (
+                tenant,
+                invoice_id,
+                currency,
+                round_minor(Decimal(int(total)).scaleb(-scale, _EXACT), minor_unit(currency)),
+            )
+        )
     return out
 
 

@@ -59,13 +59,16 @@ def capture_gpus(topology: dict[str, Any], devices: list[str] | None) -> set[str
     """A capture's GPUs of an allocation: those its devices name (`3` or `GPU3`; a MIG
     instance `<gpu>/<gi>` names its GPU) when all are in the capture, else all of them."""
     names = {str(gpu.get("name")) for gpu in topology.get("gpus") or ()}
-    wanted = {d if d.startswith("GPU") else f"GPU{d}"
-              for d in (str(x).split("/", 1)[0] for x in devices or ())}
+    wanted = {
+        d if d.startswith("GPU") else f"GPU{d}"
+        for d in (str(x).split("/", 1)[0] for x in devices or ())
+    }
     return wanted if wanted and wanted <= names else names
 
 
-def allocation_state(g_a: int | None, devices: list[str] | None, cls: str,
-                     captures: list[dict[str, Any]]) -> str:
+def allocation_state(
+    g_a: int | None, devices: list[str] | None, cls: str, captures: list[dict[str, Any]]
+) -> str:
     """RULES.md 13: as_sold, not_as_sold or unobserved, from the grant and its captures."""
     if not captures:
         return UNOBSERVED
@@ -75,9 +78,11 @@ def allocation_state(g_a: int | None, devices: list[str] | None, cls: str,
     for topology in captures:
         mine = capture_gpus(topology, devices)
         seen += len(mine)
-        slow = slow or any({str(link.get("a")), str(link.get("b"))} <= mine
-                           and not _NVLINK.fullmatch(str(link.get("link")))
-                           for link in topology.get("links") or ())
+        slow = slow or any(
+            {str(link.get("a")), str(link.get("b"))} <= mine
+            and not _NVLINK.fullmatch(str(link.get("link")))
+            for link in topology.get("links") or ()
+        )
     if g_a is None or seen > g_a:
         return UNOBSERVED
     return NOT_AS_SOLD if seen < g_a or slow else AS_SOLD
@@ -103,13 +108,20 @@ def build_placement(con: duckdb.DuckDBPyConnection) -> None:
         parsed = json.loads(topology) if topology else None
         if isinstance(parsed, dict):
             captures.setdefault((tenant, aid), []).append(parsed)
-    states = [(tenant, aid, allocation_state(g_a, devices, cls, captures.get((tenant, aid), [])))
-              for tenant, aid, g_a, devices, cls in con.execute(GRANTS).fetchall()]
-    page = pa.table({"tenant": pa.array([r[0] for r in states], pa.string()),
-                     "aid": pa.array([r[1] for r in states], pa.string()),
-                     "state": pa.array([r[2] for r in states], pa.string())})
+    states = [
+        (tenant, aid, allocation_state(g_a, devices, cls, captures.get((tenant, aid), [])))
+        for tenant, aid, g_a, devices, cls in con.execute(GRANTS).fetchall()
+    ]
+    page = pa.table(
+        {
+            "tenant": pa.array([r[0] for r in states], pa.string()),
+            "aid": pa.array([r[1] for r in states], pa.string()),
+            "state": pa.array([r[2] for r in states], pa.string()),
+        }
+    )
     con.register("allocation_placement_page", page)
-    con.execute("CREATE OR REPLACE TABLE allocation_placement AS "
-                "SELECT * FROM allocation_placement_page")
+    con.execute(
+        "CREATE OR REPLACE TABLE allocation_placement AS SELECT * FROM allocation_placement_page"
+    )
     con.unregister("allocation_placement_page")
     con.execute(LINES)

@@ -38,11 +38,32 @@ from reconcile.engine.rules import ACCEPTANCE, BEARERS, CATEGORY_ORDER, INF, LAB
 from schemas.documents.reconciliation import ReconciliationDocument
 from schemas.money import Money
 
-__all__ = ["ACCEPTANCE", "BEARERS", "CATEGORY_ORDER", "Cell", "InvoiceTotal", "Reconciliation", "gpu_seconds"]
+__all__ = [
+    "ACCEPTANCE",
+    "BEARERS",
+    "CATEGORY_ORDER",
+    "Cell",
+    "InvoiceTotal",
+    "Reconciliation",
+    "gpu_seconds",
+]
 
 
-CELL_COLUMNS = ("invoice_id", "line_id", "tenant", "allocation_id", "currency", "minor", "label", "gpu_us", "cents",
-                "billed_amount", "ps", "pe", "description")
+CELL_COLUMNS = (
+    "invoice_id",
+    "line_id",
+    "tenant",
+    "allocation_id",
+    "currency",
+    "minor",
+    "label",
+    "gpu_us",
+    "cents",
+    "billed_amount",
+    "ps",
+    "pe",
+    "description",
+)
 
 
 @dataclass(frozen=True)
@@ -143,10 +164,14 @@ class _Tally:
                 "bearer": keys[0][1] if len(keys) == 1 else "mixed",
             }
             if len(keys) > 1:
-                entry["by_bearer"] = {k[1]: {"gpu_seconds": gpu_seconds(self.gpu_us[k]),
-                                             "amount": self.text(self.cents[k]),
-                                             **self._exact([k])}
-                                      for k in sorted(keys, key=lambda k: BEARERS.index(k[1]))}
+                entry["by_bearer"] = {
+                    k[1]: {
+                        "gpu_seconds": gpu_seconds(self.gpu_us[k]),
+                        "amount": self.text(self.cents[k]),
+                        **self._exact([k]),
+                    }
+                    for k in sorted(keys, key=lambda k: BEARERS.index(k[1]))
+                }
             out[category] = entry
         return out
 
@@ -154,7 +179,11 @@ class _Tally:
         """`amount_exact` of these keys, for a line's tally (a tenant's has none)."""
         if self.exact is None:
             return {}
-        return {"amount_exact": exact_text(exact_sum(v for k in keys for v in self.exact[k]), self.exact_places)}
+        return {
+            "amount_exact": exact_text(
+                exact_sum(v for k in keys for v in self.exact[k]), self.exact_places
+            )
+        }
 
     def by_bearer(self) -> dict[str, str]:
         return {b: self.text(sum(c for k, c in self.cents.items() if k[1] == b)) for b in BEARERS}
@@ -177,19 +206,26 @@ class PlacementSums:
     claim: Fraction = Fraction(0)
 
     def __add__(self, other: PlacementSums) -> PlacementSums:
-        return PlacementSums(self.minor, {s: self.gpu_us[s] + other.gpu_us[s] for s in STATES},
-                             {s: self.amount[s] + other.amount[s] for s in STATES},
-                             self.claim + other.claim)
+        return PlacementSums(
+            self.minor,
+            {s: self.gpu_us[s] + other.gpu_us[s] for s in STATES},
+            {s: self.amount[s] + other.amount[s] for s in STATES},
+            self.claim + other.claim,
+        )
 
     def money(self, value: Fraction) -> Money:
         """An exact amount as reported: rounded half-even to the minor unit."""
         return Money.of(round(value * 10**self.minor), self.minor)
 
     def as_json(self) -> dict[str, Any]:
-        return {s: {"gpu_seconds": gpu_seconds(self.gpu_us[s]),
-                    "amount": str(self.money(self.amount[s])),
-                    **({"claim": str(self.money(self.claim))} if s == NOT_AS_SOLD else {})}
-                for s in STATES}
+        return {
+            s: {
+                "gpu_seconds": gpu_seconds(self.gpu_us[s]),
+                "amount": str(self.money(self.amount[s])),
+                **({"claim": str(self.money(self.claim))} if s == NOT_AS_SOLD else {}),
+            }
+            for s in STATES
+        }
 
 
 @dataclass
@@ -206,12 +242,19 @@ class InvoiceTotal:
 
     def bearer_totals(self) -> dict[str, tuple[int, int]]:
         """GPU-µs and cents per bearer."""
-        return {b: (sum(us for k, us in self.tally.gpu_us.items() if k[1] == b),
-                    sum(c for k, c in self.tally.cents.items() if k[1] == b)) for b in BEARERS}
+        return {
+            b: (
+                sum(us for k, us in self.tally.gpu_us.items() if k[1] == b),
+                sum(c for k, c in self.tally.cents.items() if k[1] == b),
+            )
+            for b in BEARERS
+        }
 
     def category_totals(self) -> list[tuple[str, str, int, int]]:
         """(category, bearer, GPU-µs, cents) in RULES.md's category order."""
-        keys = sorted(self.tally.gpu_us, key=lambda k: (CATEGORY_ORDER.index(k[0]), BEARERS.index(k[1])))
+        keys = sorted(
+            self.tally.gpu_us, key=lambda k: (CATEGORY_ORDER.index(k[0]), BEARERS.index(k[1]))
+        )
         return [(k[0], k[1], self.tally.gpu_us[k], self.tally.cents[k]) for k in keys]
 
 
@@ -246,9 +289,13 @@ class Reconciliation:
             by_line[cell.line_key].append(index)
         out = [Decimal(0)] * len(self.cells)
         for indices in by_line.values():
-            indices.sort(key=lambda i: self.cells[i].label)  # ties in category order: the label codes'
+            indices.sort(
+                key=lambda i: self.cells[i].label
+            )  # ties in category order: the label codes'
             first = self.cells[indices[0]]
-            shares = exact_shares(first.billed_amount, [self.cells[i].gpu_us for i in indices], first.minor)
+            shares = exact_shares(
+                first.billed_amount, [self.cells[i].gpu_us for i in indices], first.minor
+            )
             for index, share in zip(indices, shares):
                 out[index] = share
         return out
@@ -261,7 +308,9 @@ class Reconciliation:
         per_alloc: dict[tuple[str, str, str | None], Fraction] = defaultdict(Fraction)
         for cell, exact in zip(self.cells, self.exact_amounts):
             if cell.allocation_id is not None:
-                per_alloc[(cell.tenant, cell.allocation_id, cell.currency)] += Fraction(exact) * 10 ** cell.minor
+                per_alloc[(cell.tenant, cell.allocation_id, cell.currency)] += (
+                    Fraction(exact) * 10**cell.minor
+                )
         return per_alloc
 
     def lines(self) -> dict[tuple[str, str, str], tuple[Cell, _Tally]]:
@@ -278,7 +327,9 @@ class Reconciliation:
         counted: set[tuple[str, str, str]] = set()
         for cell in self.cells:
             key = (cell.tenant, cell.invoice_id, cell.currency or "")
-            total = out.setdefault(key, InvoiceTotal(cell.tenant, cell.invoice_id, cell.currency, cell.minor))
+            total = out.setdefault(
+                key, InvoiceTotal(cell.tenant, cell.invoice_id, cell.currency, cell.minor)
+            )
             total.tally.add(cell)
             if cell.line_key not in counted:  # a line's billed amount counts once, not per cell
                 counted.add(cell.line_key)
@@ -309,8 +360,10 @@ class Reconciliation:
         (placement_credit_share x each line's customer-borne amount)."""
         placed: dict[tuple[str, str, str], tuple[str, str | None]] = {}
         if self.placement is not None:
-            columns = [self.placement.column(c).to_pylist()
-                       for c in ("tenant", "invoice_id", "line_id", "state", "share")]
+            columns = [
+                self.placement.column(c).to_pylist()
+                for c in ("tenant", "invoice_id", "line_id", "state", "share")
+            ]
             placed = {(t, i, line): (state, share) for t, i, line, state, share in zip(*columns)}
         out: dict[tuple[str, str], PlacementSums] = {}
         for key, (first, tally) in (self.lines() if lines is None else lines).items():
@@ -319,8 +372,15 @@ class Reconciliation:
             sums.gpu_us[state] += tally.billed_us
             sums.amount[state] += Fraction(first.billed_amount)
             if state == NOT_AS_SOLD:
-                borne = sum((Fraction(v) for (_c, bearer), values in (tally.exact or {}).items()
-                             if bearer == "customer" for v in values), Fraction(0))
+                borne = sum(
+                    (
+                        Fraction(v)
+                        for (_c, bearer), values in (tally.exact or {}).items()
+                        if bearer == "customer"
+                        for v in values
+                    ),
+                    Fraction(0),
+                )
                 sums.claim += share_of(share) * borne
         return dict(sorted(out.items()))
 
@@ -331,8 +391,9 @@ class Reconciliation:
         per_tenant: dict[str, PlacementSums] = {}
         for (tenant, _currency), sums in self.placement_sums(lines).items():
             per_tenant[tenant] = per_tenant[tenant] + sums if tenant in per_tenant else sums
-        return {tenant: per_tenant.get(tenant, PlacementSums()).as_json()
-                for tenant in self.tenants()}
+        return {
+            tenant: per_tenant.get(tenant, PlacementSums()).as_json() for tenant in self.tenants()
+        }
 
     def as_json(self) -> dict[str, Any]:
         by_line = self.lines()
@@ -349,12 +410,21 @@ class Reconciliation:
             for tenant, tally in self.tenants().items()
         }
         lines = [
-            {"invoice_id": first.invoice_id, "line_id": first.line_id, "tenant": first.tenant,
-             "allocation_id": first.allocation_id, "gpu_seconds": gpu_seconds(tally.billed_us),
-             "amount": tally.text(tally.total_cents), "currency": first.currency,
-             "billed_amount": first.billed_amount, "period_start": _iso(first.ps), "period_end": _iso(first.pe),
-             "description": first.description,
-             "categories": tally.categories(), "productive_by_acceptance": tally.productive_by_acceptance()}
+            {
+                "invoice_id": first.invoice_id,
+                "line_id": first.line_id,
+                "tenant": first.tenant,
+                "allocation_id": first.allocation_id,
+                "gpu_seconds": gpu_seconds(tally.billed_us),
+                "amount": tally.text(tally.total_cents),
+                "currency": first.currency,
+                "billed_amount": first.billed_amount,
+                "period_start": _iso(first.ps),
+                "period_end": _iso(first.pe),
+                "description": first.description,
+                "categories": tally.categories(),
+                "productive_by_acceptance": tally.productive_by_acceptance(),
+            }
             for first, tally in by_line.values()
         ]
         return {"tenants": tenants, "lines": lines}
@@ -367,14 +437,20 @@ class Reconciliation:
     def frame(self) -> pa.Table:
         """One row per line, category, bearer and acceptance: for CSV and Parquet. Computed
         column-wise in DuckDB over `table` (no Python object per cell), in the order of `cells`."""
-        return pa.concat_tables(self.frame_batches()) if self.table.num_rows else self._frame_of(self.table)
+        return (
+            pa.concat_tables(self.frame_batches())
+            if self.table.num_rows
+            else self._frame_of(self.table)
+        )
 
     def frame_batches(self, rows: int = FRAME_ROWS) -> Iterator[pa.Table]:
         """`frame()` a part at a time, each of whole lines and about `rows` rows (more when
         one line has more), so a writer holds one part, not the whole frame. The engine
         gives a line's cells together; cells that are not (a table built otherwise) come
         as one part."""
-        fractional = bool(pc.any(pc.not_equal(pc.remainder(self.table.column("gpu_us"), SECOND), 0)).as_py())
+        fractional = bool(
+            pc.any(pc.not_equal(pc.remainder(self.table.column("gpu_us"), SECOND), 0)).as_py()
+        )
         starts = self._line_starts()
         if starts is None:
             yield self._frame_of(self.table, fractional)
@@ -393,41 +469,64 @@ class Reconciliation:
         changed = np.zeros(max(table.num_rows - 1, 0), dtype=bool)
         for name in ("tenant", "invoice_id", "line_id"):
             column = pc.fill_null(table.column(name), "")
-            changed |= pc.not_equal(column.slice(1), column.slice(0, table.num_rows - 1)).to_numpy(zero_copy_only=False)
+            changed |= pc.not_equal(column.slice(1), column.slice(0, table.num_rows - 1)).to_numpy(
+                zero_copy_only=False
+            )
         starts = np.flatnonzero(changed) + 1
         lines = table.group_by(["tenant", "invoice_id", "line_id"]).aggregate([]).num_rows
         return starts if len(starts) + 1 == lines else None
 
     def _frame_of(self, table: pa.Table, fractional: bool | None = None) -> pa.Table:
         ones = pa.repeat(pa.scalar(1, pa.int64()), table.num_rows)
-        cells = table.append_column("row_no", pc.cumulative_sum(ones))  # the order of `cells`, from 1
-        labels = pa.table({"code": list(LABEL_BY_CODE), "category": [v.category for v in LABEL_BY_CODE.values()],
-                           "bearer": [v.bearer for v in LABEL_BY_CODE.values()],
-                           "acceptance": [v.acceptance for v in LABEL_BY_CODE.values()]})
+        cells = table.append_column(
+            "row_no", pc.cumulative_sum(ones)
+        )  # the order of `cells`, from 1
+        labels = pa.table(
+            {
+                "code": list(LABEL_BY_CODE),
+                "category": [v.category for v in LABEL_BY_CODE.values()],
+                "bearer": [v.bearer for v in LABEL_BY_CODE.values()],
+                "acceptance": [v.acceptance for v in LABEL_BY_CODE.values()],
+            }
+        )
         with duckdb.connect() as con:
             con.register("cells", cells)
             con.register("labels", labels)
             longest = int(con.execute(longest_line_sql("cells")).fetchall()[0][0])
             if longest >= EXACT_LINE_US:
-                raise MoneyOverflow(f"a line of {longest} GPU-µs is too long for exact shares in 128 bits")
+                raise MoneyOverflow(
+                    f"a line of {longest} GPU-µs is too long for exact shares in 128 bits"
+                )
             if fractional is None:
-                fractional = bool(con.execute(f"SELECT bool_or(gpu_us % {SECOND} <> 0) FROM cells").fetchall()[0][0])
+                fractional = bool(
+                    con.execute(f"SELECT bool_or(gpu_us % {SECOND} <> 0) FROM cells").fetchall()[
+                        0
+                    ][0]
+                )
             # GPU-seconds are time, not money: DuckDB's `/` is true division, as `gpu_seconds` is
-            derived = con.sql(_FRAME_SQL.format(shares=exact_shares_sql("cells"),
-                                                gpu_seconds=f"c.gpu_us / {SECOND}" if fractional
-                                                else f"c.gpu_us // {SECOND}")).to_arrow_table()
+            derived = con.sql(
+                _FRAME_SQL.format(
+                    shares=exact_shares_sql("cells"),
+                    gpu_seconds=f"c.gpu_us / {SECOND}" if fractional else f"c.gpu_us // {SECOND}",
+                )
+            ).to_arrow_table()
         schema = _frame_schema(fractional)
         # what the frame shows as the cells have it comes from `table` as it is, with no copy
-        columns = [table.column(name) if name in CELL_COLUMNS else derived.column(name) for name in schema.names]
+        columns = [
+            table.column(name) if name in CELL_COLUMNS else derived.column(name)
+            for name in schema.names
+        ]
         return pa.Table.from_arrays(columns, names=schema.names).cast(schema)
 
 
 def _period_sql(us: str) -> str:
     """SQL: `_iso` column-wise (None, and +∞, stay NULL)."""
     stamp = f"make_timestamp({us})"
-    return (f"CASE WHEN {us} IS NULL OR {us} >= {INF} THEN NULL "
-            f"WHEN {us} % {SECOND} = 0 THEN strftime({stamp}, '%Y-%m-%dT%H:%M:%SZ') "
-            f"ELSE strftime({stamp}, '%Y-%m-%dT%H:%M:%S.%fZ') END")
+    return (
+        f"CASE WHEN {us} IS NULL OR {us} >= {INF} THEN NULL "
+        f"WHEN {us} % {SECOND} = 0 THEN strftime({stamp}, '%Y-%m-%dT%H:%M:%SZ') "
+        f"ELSE strftime({stamp}, '%Y-%m-%dT%H:%M:%S.%fZ') END"
+    )
 
 
 _FRAME_SQL = f"""
@@ -441,11 +540,22 @@ ORDER BY c.row_no
 
 
 def _frame_schema(fractional: bool) -> pa.Schema:
-    return pa.schema([
-        ("invoice_id", pa.string()), ("line_id", pa.string()), ("tenant", pa.string()),
-        ("allocation_id", pa.string()), ("period_start", pa.string()), ("period_end", pa.string()),
-        ("description", pa.string()), ("billed_amount", pa.string()),
-        ("category", pa.string()), ("bearer", pa.string()), ("acceptance", pa.string()),
-        ("gpu_seconds", pa.float64() if fractional else pa.int64()),
-        ("amount", pa.string()), ("amount_exact", pa.string()), ("currency", pa.string()),
-    ])
+    return pa.schema(
+        [
+            ("invoice_id", pa.string()),
+            ("line_id", pa.string()),
+            ("tenant", pa.string()),
+            ("allocation_id", pa.string()),
+            ("period_start", pa.string()),
+            ("period_end", pa.string()),
+            ("description", pa.string()),
+            ("billed_amount", pa.string()),
+            ("category", pa.string()),
+            ("bearer", pa.string()),
+            ("acceptance", pa.string()),
+            ("gpu_seconds", pa.float64() if fractional else pa.int64()),
+            ("amount", pa.string()),
+            ("amount_exact", pa.string()),
+            ("currency", pa.string()),
+        ]
+    )

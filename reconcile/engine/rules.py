@@ -36,7 +36,9 @@ import duckdb
 
 INF: Final = 2**62  # +∞ on the engine's integer µs timeline
 SECOND: Final = 1_000_000
-FAULT_LOOKBACK_US: Final = 300 * SECOND  # a critical fault this close before a failure makes it the provider's
+FAULT_LOOKBACK_US: Final = (
+    300 * SECOND
+)  # a critical fault this close before a failure makes it the provider's
 CRITICAL: Final = "critical"
 
 SPAN: Final = "span"
@@ -55,13 +57,17 @@ class Label:
     @property
     def name(self) -> str:
         """`stalled_fault`, `restart_lost.provider`, `productive.accepted`: unique in the table."""
-        qualifier = self.acceptance or (self.bearer if self.category.startswith("restart_") else None)
+        qualifier = self.acceptance or (
+            self.bearer if self.category.startswith("restart_") else None
+        )
         return f"{self.category}.{qualifier}" if qualifier else self.category
 
     @property
     def bit(self) -> int:
         if self.way != SPAN:
-            raise ValueError(f"{self.name} is given per line or where no span is open: it has no bit")
+            raise ValueError(
+                f"{self.name} is given per line or where no span is open: it has no bit"
+            )
         return 1 << self.code
 
 
@@ -144,8 +150,10 @@ def by_acceptance_sql(state: str) -> str:
 def device_held_sql(device: str, devices: str) -> str:
     """SQL: `device` is one of `devices`, or the whole GPU one of them (a MIG instance
     `<gpu>/<instance>`) is carved from."""
-    return (f"(list_contains({devices}, {device}) "
-            f"OR list_contains(list_transform({devices}, lambda held: split_part(held, '/', 1)), {device}))")
+    return (
+        f"(list_contains({devices}, {device}) "
+        f"OR list_contains(list_transform({devices}, lambda held: split_part(held, '/', 1)), {device}))"
+    )
 
 
 def holds_sql(device: str, devices: str) -> str:
@@ -161,16 +169,20 @@ def touches_sql(fault: str, alloc: str) -> str:
     allocation's `nodes` are its grant's `nodes` and its `node` (RULES.md 11):
     `nodes_sql` makes them."""
     held = device_held_sql(f"{fault}.device", f"{alloc}.devices")
-    return (f"coalesce(({fault}.fabric_domain IS NOT NULL AND {fault}.fabric_domain = {alloc}.fabric_domain)"
-            f" OR (list_contains({alloc}.nodes, {fault}.node) AND ({fault}.device IS NULL"
-            f" OR {holds_sql(f'{fault}.device', f'{alloc}.devices')}))"
-            f" OR ({fault}.node IS NULL AND {fault}.device IS NOT NULL AND {held}), false)")
+    return (
+        f"coalesce(({fault}.fabric_domain IS NOT NULL AND {fault}.fabric_domain = {alloc}.fabric_domain)"
+        f" OR (list_contains({alloc}.nodes, {fault}.node) AND ({fault}.device IS NULL"
+        f" OR {holds_sql(f'{fault}.device', f'{alloc}.devices')}))"
+        f" OR ({fault}.node IS NULL AND {fault}.device IS NOT NULL AND {held}), false)"
+    )
 
 
 def nodes_sql(nodes: str, node: str) -> str:
     """SQL: an allocation's nodes (RULES.md 11), its grant's `nodes` list and its `node`."""
-    return (f"list_distinct(list_concat(coalesce({nodes}, []), "
-            f"CASE WHEN {node} IS NULL THEN [] ELSE [{node}] END))")
+    return (
+        f"list_distinct(list_concat(coalesce({nodes}, []), "
+        f"CASE WHEN {node} IS NULL THEN [] ELSE [{node}] END))"
+    )
 
 
 def touching_sql(allocs: str, faults: str, columns: str) -> str:
@@ -204,7 +216,9 @@ WHERE f.type = 'health.fault' {critical}
 GROUP BY f.seq, f.node, f.device, f.fabric_domain, f.code, f.severity, f.t"""
 
 
-def touching_health(grants: Sequence[Mapping[str, Any]], health: Sequence[tuple[int, Mapping[str, Any]]]) -> list[int]:
+def touching_health(
+    grants: Sequence[Mapping[str, Any]], health: Sequence[tuple[int, Mapping[str, Any]]]
+) -> list[int]:
     """The seqs of the health events (seq, event data) that touch one of the allocations
     `grants` (allocation.granted data), by `touches_sql` itself: the dispute chooses its
     fleet entries by the rule the engine classifies with."""
@@ -212,14 +226,26 @@ def touching_health(grants: Sequence[Mapping[str, Any]], health: Sequence[tuple[
         return []
     con = duckdb.connect()
     try:
-        con.execute("CREATE TABLE allocs (nodes VARCHAR[], devices VARCHAR[], fabric_domain VARCHAR)")
-        con.execute("CREATE TABLE faults (seq BIGINT, node VARCHAR, device VARCHAR, fabric_domain VARCHAR)")
-        con.executemany("INSERT INTO allocs VALUES (?, ?, ?)",
-                        [(_nodes(g), _texts(g.get("devices")), _text(g.get("fabric_domain"))) for g in grants])
-        con.executemany("INSERT INTO faults VALUES (?, ?, ?, ?)",
-                        [(seq, _text(d.get("node")), _text(d.get("device")), _text(d.get("fabric_domain")))
-                         for seq, d in health])
-        rows = con.execute(f"SELECT DISTINCT seq FROM ({touching_sql('allocs', 'faults', 'f.seq')}) ORDER BY seq")
+        con.execute(
+            "CREATE TABLE allocs (nodes VARCHAR[], devices VARCHAR[], fabric_domain VARCHAR)"
+        )
+        con.execute(
+            "CREATE TABLE faults (seq BIGINT, node VARCHAR, device VARCHAR, fabric_domain VARCHAR)"
+        )
+        con.executemany(
+            "INSERT INTO allocs VALUES (?, ?, ?)",
+            [(_nodes(g), _texts(g.get("devices")), _text(g.get("fabric_domain"))) for g in grants],
+        )
+        con.executemany(
+            "INSERT INTO faults VALUES (?, ?, ?, ?)",
+            [
+                (seq, _text(d.get("node")), _text(d.get("device")), _text(d.get("fabric_domain")))
+                for seq, d in health
+            ],
+        )
+        rows = con.execute(
+            f"SELECT DISTINCT seq FROM ({touching_sql('allocs', 'faults', 'f.seq')}) ORDER BY seq"
+        )
         return [int(seq) for (seq,) in rows.fetchall()]
     finally:
         con.close()

@@ -53,7 +53,7 @@ def items(text: str | None = None) -> list[Item]:
             section = line.lstrip("#").strip()
         elif start:
             number = start.group(1)
-            lines.append(line[start.end():])
+            lines.append(line[start.end() :])
         elif line.strip():
             if not lines:
                 number = None
@@ -71,13 +71,18 @@ def section(title: str, every: list[Item] | None = None) -> list[Item]:
     """The items of one `##` section; RulesPageError when the page has no such section."""
     chosen = [i for i in (items() if every is None else every) if i.section == title]
     if not chosen:
-        raise RulesPageError(f"{RULES}: no section '## {title}': this RULES.md is not the engine's")
+        raise RulesPageError(
+            f"{RULES}: no section '## {title}': this RULES.md is not the engine's"
+        )
     return chosen
 
 
 def bearers_paragraph(every: list[Item] | None = None) -> str:
     """The "Bearers: …" paragraph, which says who bears each category."""
-    return next((i.text for i in (items() if every is None else every) if i.text.startswith("Bearers:")), "")
+    return next(
+        (i.text for i in (items() if every is None else every) if i.text.startswith("Bearers:")),
+        "",
+    )
 
 
 def category_rules() -> dict[str, tuple[str, str]]:

@@ -24,20 +24,27 @@ def check_scope(store: Store, tenant: str | None = None, invoice: str | None = N
     """Raise ScopeError unless `tenant` (when given) and `invoice` (when given, of `tenant`
     when that is given too) are in the ledger."""
     if tenant is not None and not read.has_tenant(store, tenant):
-        raise ScopeError(f"no tenant {tenant!r} in the ledger ({_listed('tenants', read.tenants(store))})",
-                         option="tenant")
+        raise ScopeError(
+            f"no tenant {tenant!r} in the ledger ({_listed('tenants', read.tenants(store))})",
+            option="tenant",
+        )
     if invoice is not None:
         found = invoices(store, tenant)
         if invoice not in found:
             whose = f" of tenant {tenant!r}" if tenant is not None else ""
-            raise ScopeError(f"no invoice {invoice!r}{whose} in the ledger ({_listed('invoices', found)})",
-                             option="invoice")
+            raise ScopeError(
+                f"no invoice {invoice!r}{whose} in the ledger ({_listed('invoices', found)})",
+                option="invoice",
+            )
 
 
 def invoices(store: Store, tenant: str | None = None) -> list[str]:
     """The invoice ids of the billing lines (of `tenant`), sorted."""
-    lines = (read.entries(store, type="billing.line") if tenant is None
-             else read.entries(store, type="billing.line", tenant=tenant))
+    lines = (
+        read.entries(store, type="billing.line")
+        if tenant is None
+        else read.entries(store, type="billing.line", tenant=tenant)
+    )
     found = {orjson.loads(entry.event)["data"].get("invoice_id") for entry in lines}
     return sorted(str(i) for i in found if i is not None)
 

@@ -35,29 +35,71 @@ from ledger.sealed import read_sealed
 
 #: Every `data` field the engine or the reports read, with its DuckDB type.
 _DATA_FIELDS: dict[str, str] = {
-    "job_id": "VARCHAR", "allocation_id": "VARCHAR", "attempt": "BIGINT", "step": "BIGINT",
-    "units": "BIGINT", "checkpoint_id": "VARCHAR", "cause": "VARCHAR", "decision": "VARCHAR",
-    "node": "VARCHAR", "device": "VARCHAR", "devices": "VARCHAR[]", "fabric_domain": "VARCHAR",
-    "code": "VARCHAR", "severity": "VARCHAR", "gpus": "BIGINT", "placement_class": "VARCHAR",
-    "profile": "VARCHAR", "invoice_id": "VARCHAR", "line_id": "VARCHAR", "period_start": "VARCHAR",
-    "period_end": "VARCHAR", "amount": "VARCHAR", "currency": "VARCHAR", "category": "VARCHAR",
-    "corrects": "VARCHAR", "warmup_allowance_s": "BIGINT", "stall_threshold_s": "BIGINT",
-    "reclaim_notice_s": "BIGINT", "promise_id": "VARCHAR", "start_by": "VARCHAR",
-    "complete_by": "VARCHAR", "result_id": "VARCHAR", "reason": "VARCHAR", "queue": "VARCHAR",
-    "notice_s": "BIGINT", "model": "VARCHAR", "by": "VARCHAR",
+    "job_id": "VARCHAR",
+    "allocation_id": "VARCHAR",
+    "attempt": "BIGINT",
+    "step": "BIGINT",
+    "units": "BIGINT",
+    "checkpoint_id": "VARCHAR",
+    "cause": "VARCHAR",
+    "decision": "VARCHAR",
+    "node": "VARCHAR",
+    "device": "VARCHAR",
+    "devices": "VARCHAR[]",
+    "fabric_domain": "VARCHAR",
+    "code": "VARCHAR",
+    "severity": "VARCHAR",
+    "gpus": "BIGINT",
+    "placement_class": "VARCHAR",
+    "profile": "VARCHAR",
+    "invoice_id": "VARCHAR",
+    "line_id": "VARCHAR",
+    "period_start": "VARCHAR",
+    "period_end": "VARCHAR",
+    "amount": "VARCHAR",
+    "currency": "VARCHAR",
+    "category": "VARCHAR",
+    "corrects": "VARCHAR",
+    "warmup_allowance_s": "BIGINT",
+    "stall_threshold_s": "BIGINT",
+    "reclaim_notice_s": "BIGINT",
+    "promise_id": "VARCHAR",
+    "start_by": "VARCHAR",
+    "complete_by": "VARCHAR",
+    "result_id": "VARCHAR",
+    "reason": "VARCHAR",
+    "queue": "VARCHAR",
+    "notice_s": "BIGINT",
+    "model": "VARCHAR",
+    "by": "VARCHAR",
     "pod": "VARCHAR",  # kept on a Kubernetes job.started: ties a Pod's scheduler decisions to its job
     "placement_credit_share": "VARCHAR",  # policy.terms (RULES.md 13), a decimal kept as text
 }
 #: start.receipt and fleet.change (report capacity); `kind` is stored as `change_kind`,
 #: since reports alias `type AS kind`.
 _DATA_FIELDS |= {
-    "launched_at": "VARCHAR", "submitted_at": "VARCHAR", "driver": "VARCHAR", "decision_seq": "BIGINT",
-    "change_id": "VARCHAR", "kind": "VARCHAR", "nodes": "VARCHAR[]", "started_at": "VARCHAR", "ended_at": "VARCHAR",
+    "launched_at": "VARCHAR",
+    "submitted_at": "VARCHAR",
+    "driver": "VARCHAR",
+    "decision_seq": "BIGINT",
+    "change_id": "VARCHAR",
+    "kind": "VARCHAR",
+    "nodes": "VARCHAR[]",
+    "started_at": "VARCHAR",
+    "ended_at": "VARCHAR",
 }
 #: a receipt's outcome and a quota's pool (the device timeline and the causes of misses)
 _DATA_FIELDS |= {"outcome": "VARCHAR", "pool": "VARCHAR"}
-_TIME_FIELDS = ("period_start", "period_end", "start_by", "complete_by", "launched_at", "submitted_at", "started_at",
-                "ended_at")
+_TIME_FIELDS = (
+    "period_start",
+    "period_end",
+    "start_by",
+    "complete_by",
+    "launched_at",
+    "submitted_at",
+    "started_at",
+    "ended_at",
+)
 _RENAMED = {"period_start": "ps", "period_end": "pe", "kind": "change_kind"}
 
 #: The CloudEvents `source` (who told the event: a cluster, a provider's export) is kept for
@@ -65,7 +107,9 @@ _RENAMED = {"period_start": "ps", "period_end": "pe", "kind": "change_kind"}
 #: jobs by it. Billing lines, checkpoints and progress have it NULL in `ev`.
 SOURCE_COLUMN = "source"
 
-EV_COLUMNS = ["seq", "type", "tenant", "t"] + [_RENAMED.get(f, f) for f in _DATA_FIELDS] + [SOURCE_COLUMN]
+EV_COLUMNS = (
+    ["seq", "type", "tenant", "t"] + [_RENAMED.get(f, f) for f in _DATA_FIELDS] + [SOURCE_COLUMN]
+)
 
 #: The common event types beside progress, each with a narrow table of the fields docs/events.md
 #: gives them (other data fields are never interpreted). Every column of a table is written
@@ -73,10 +117,25 @@ EV_COLUMNS = ["seq", "type", "tenant", "t"] + [_RENAMED.get(f, f) for f in _DATA
 #: times faster into a few columns than into the 40 of `ev_other`, the table of all
 #: remaining types.
 NARROW_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "lines_ev": (("billing.line",), ("invoice_id", "line_id", "allocation_id", "period_start", "period_end",
-                                     "gpus", "amount", "currency", "category", "corrects")),
-    "checkpoints_ev": (("checkpoint.started", "checkpoint.saved", "checkpoint.restored"),
-                       ("job_id", "checkpoint_id", "step")),
+    "lines_ev": (
+        ("billing.line",),
+        (
+            "invoice_id",
+            "line_id",
+            "allocation_id",
+            "period_start",
+            "period_end",
+            "gpus",
+            "amount",
+            "currency",
+            "category",
+            "corrects",
+        ),
+    ),
+    "checkpoints_ev": (
+        ("checkpoint.started", "checkpoint.saved", "checkpoint.restored"),
+        ("job_id", "checkpoint_id", "step"),
+    ),
 }
 _PROGRESS_FIELDS = ("job_id", "step", "units")
 
@@ -95,26 +154,43 @@ _LINE_TEXT_COLUMN = ", coalesce(j.data.description, j.data.focus.ChargeDescripti
 
 def _structure(fields: Iterable[str], extra: str = "", source: bool = False) -> str:
     data = ",".join(f'"{name}":"{_DATA_FIELDS[name]}"' for name in fields)
-    return '{"time":"VARCHAR",' + ('"source":"VARCHAR",' if source else "") + '"data":{' + data + extra + "}}"
+    return (
+        '{"time":"VARCHAR",'
+        + ('"source":"VARCHAR",' if source else "")
+        + '"data":{'
+        + data
+        + extra
+        + "}}"
+    )
 
 
 def _us(expr: str) -> str:
     return f"epoch_us(CAST({expr} AS TIMESTAMPTZ))"
 
 
-def _projection(source: str, fields: Iterable[str] = tuple(_DATA_FIELDS), line_text: bool = False,
-                event_source: bool = False) -> str:
+def _projection(
+    source: str,
+    fields: Iterable[str] = tuple(_DATA_FIELDS),
+    line_text: bool = False,
+    event_source: bool = False,
+) -> str:
     """Typed columns of `fields` (times as µs) from each event of `source`, parsed once;
     with `line_text`, a billing line's `description` last; with `event_source`, the
     event's CloudEvents `source` last."""
     fields = tuple(fields)
-    columns = "".join(
-        f', {_us(f"j.data.{name}") if name in _TIME_FIELDS else f"j.data.{name}"} AS "{_RENAMED.get(name, name)}"'
-        for name in fields) + (_LINE_TEXT_COLUMN if line_text else "") + (
-        f', j.source AS "{SOURCE_COLUMN}"' if event_source else "")
+    columns = (
+        "".join(
+            f', {_us(f"j.data.{name}") if name in _TIME_FIELDS else f"j.data.{name}"} AS "{_RENAMED.get(name, name)}"'
+            for name in fields
+        )
+        + (_LINE_TEXT_COLUMN if line_text else "")
+        + (f', j.source AS "{SOURCE_COLUMN}"' if event_source else "")
+    )
     structure = _structure(fields, _LINE_TEXT_STRUCTURE if line_text else "", event_source)
-    return (f"SELECT seq, type, tenant, {_us('j.time')} AS t{columns} "
-            f"FROM (SELECT seq, type, tenant, json_transform(event, '{structure}') AS j FROM {source})")
+    return (
+        f"SELECT seq, type, tenant, {_us('j.time')} AS t{columns} "
+        f"FROM (SELECT seq, type, tenant, json_transform(event, '{structure}') AS j FROM {source})"
+    )
 
 
 _PROGRESS_PATHS = "['$.time', " + ", ".join(f"'$.data.{name}'" for name in _PROGRESS_FIELDS) + "]"
@@ -124,20 +200,28 @@ def _progress_projection(source: str) -> str:
     """Progress events are most of a ledger: they get a narrow table of their own, read
     with one parse per event into four strings (faster here than a typed struct), keyed
     by their job's `jid` where the job has started (its strings are then not stored)."""
-    parsed = (f"SELECT seq, tenant, {_us('x[1]')} AS t, x[2] AS job_id, CAST(x[3] AS BIGINT) AS step, "
-              f"CAST(x[4] AS BIGINT) AS units FROM (SELECT seq, tenant, json_extract_string(event, {_PROGRESS_PATHS}) AS x "
-              f"FROM {source} WHERE type = 'job.progress')")
-    return (f"SELECT p.seq, p.t, p.step, p.units, j.jid, CASE WHEN j.jid IS NULL THEN p.tenant END AS tenant, "
-            f"CASE WHEN j.jid IS NULL THEN p.job_id END AS job_id "
-            f"FROM ({parsed}) p LEFT JOIN jobs j ON j.tenant = p.tenant AND j.job = p.job_id")
+    parsed = (
+        f"SELECT seq, tenant, {_us('x[1]')} AS t, x[2] AS job_id, CAST(x[3] AS BIGINT) AS step, "
+        f"CAST(x[4] AS BIGINT) AS units FROM (SELECT seq, tenant, json_extract_string(event, {_PROGRESS_PATHS}) AS x "
+        f"FROM {source} WHERE type = 'job.progress')"
+    )
+    return (
+        f"SELECT p.seq, p.t, p.step, p.units, j.jid, CASE WHEN j.jid IS NULL THEN p.tenant END AS tenant, "
+        f"CASE WHEN j.jid IS NULL THEN p.job_id END AS job_id "
+        f"FROM ({parsed}) p LEFT JOIN jobs j ON j.tenant = p.tenant AND j.job = p.job_id"
+    )
 
 
 def _new_jobs(source: str) -> str:
     """The jobs `source` starts that `jobs` does not hold yet, numbered on from its last."""
-    started = (f"SELECT DISTINCT tenant, json_extract_string(event, '$.data.job_id') AS job FROM {source} "
-               f"WHERE type = 'job.started'")
-    return (f"SELECT (SELECT coalesce(max(jid), 0) FROM jobs) + row_number() OVER (ORDER BY tenant, job) AS jid, tenant, job "
-            f"FROM ({started} EXCEPT SELECT tenant, job FROM jobs)")
+    started = (
+        f"SELECT DISTINCT tenant, json_extract_string(event, '$.data.job_id') AS job FROM {source} "
+        f"WHERE type = 'job.started'"
+    )
+    return (
+        f"SELECT (SELECT coalesce(max(jid), 0) FROM jobs) + row_number() OVER (ORDER BY tenant, job) AS jid, tenant, job "
+        f"FROM ({started} EXCEPT SELECT tenant, job FROM jobs)"
+    )
 
 
 #: Progress that came before its job's start (a later page, or late data) gets its key.
@@ -154,11 +238,26 @@ def _types_in(types: Iterable[str]) -> str:
 def _loads(source: str) -> list[tuple[str, str]]:
     """Each engine table with the SELECT that fills it from `source` (seq, type, tenant, event)."""
     narrow_types = [t for types, _ in NARROW_TABLES.values() for t in types] + ["job.progress"]
-    loads = [(table, _projection(f"(SELECT * FROM {source} WHERE type IN {_types_in(types)})", fields,
-                                 table == "lines_ev"))
-             for table, (types, fields) in NARROW_TABLES.items()]
-    loads.append(("ev_other", _projection(f"(SELECT * FROM {source} WHERE type NOT IN {_types_in(narrow_types)})",
-                                          event_source=True)))
+    loads = [
+        (
+            table,
+            _projection(
+                f"(SELECT * FROM {source} WHERE type IN {_types_in(types)})",
+                fields,
+                table == "lines_ev",
+            ),
+        )
+        for table, (types, fields) in NARROW_TABLES.items()
+    ]
+    loads.append(
+        (
+            "ev_other",
+            _projection(
+                f"(SELECT * FROM {source} WHERE type NOT IN {_types_in(narrow_types)})",
+                event_source=True,
+            ),
+        )
+    )
     # progress last: it looks its jobs up in `jobs`, which has this source's starts by then
     loads += [("jobs", _new_jobs(source)), ("progress", _progress_projection(source))]
     return [*loads, ("evidence", _evidence_projection(source))]
@@ -167,8 +266,10 @@ def _loads(source: str) -> list[tuple[str, str]]:
 def _evidence_projection(source: str) -> str:
     """The `EVIDENCE_TYPES` events of `source` with their `data` whole, as JSON."""
     time = _us("json_extract_string(event, '$.time')")
-    return (f"SELECT seq, type, tenant, {time} AS t, json_extract(event, '$.data') AS data "
-            f"FROM {source} WHERE type IN {_types_in(EVIDENCE_TYPES)}")
+    return (
+        f"SELECT seq, type, tenant, {time} AS t, json_extract(event, '$.data') AS data "
+        f"FROM {source} WHERE type IN {_types_in(EVIDENCE_TYPES)}"
+    )
 
 
 _FIELD_OF_COLUMN = {_RENAMED.get(f, f): f for f in _DATA_FIELDS}
@@ -188,8 +289,12 @@ def _padded(table: str, fields: Iterable[str], type_: str | None = None) -> str:
     return f"SELECT {', '.join(columns)} FROM {table}"
 
 
-def open_engine(threads: int | None = None, memory_limit: str | None = None,
-                temp_directory: Path | None = None, database: Path | None = None) -> duckdb.DuckDBPyConnection:
+def open_engine(
+    threads: int | None = None,
+    memory_limit: str | None = None,
+    temp_directory: Path | None = None,
+    database: Path | None = None,
+) -> duckdb.DuckDBPyConnection:
     """A private DuckDB with empty tables, one per kind of event (`progress`, the
     `NARROW_TABLES`, `ev_other`) and `jobs` (progress's job keys), the view `ev_rest` of
     all but progress, the view `ev` of all, with every typed column, and the view
@@ -217,11 +322,17 @@ def open_engine(threads: int | None = None, memory_limit: str | None = None,
         if table != "jobs":
             con.execute(f"CREATE TABLE {table} AS {select}")
     rest = [_padded("ev_other", [*_DATA_FIELDS, SOURCE_COLUMN])] + [
-        _padded(table, fields, types[0] if len(types) == 1 else None) for table, (types, fields) in NARROW_TABLES.items()]
+        _padded(table, fields, types[0] if len(types) == 1 else None)
+        for table, (types, fields) in NARROW_TABLES.items()
+    ]
     con.execute(f"CREATE VIEW ev_rest AS {' UNION ALL '.join(rest)}")
-    progress = ("(SELECT p.seq, coalesce(p.tenant, j.tenant) AS tenant, p.t, coalesce(p.job_id, j.job) AS job_id, p.step, p.units "
-                "FROM progress p LEFT JOIN jobs j ON j.jid = p.jid)")
-    con.execute(f"CREATE VIEW ev AS SELECT * FROM ev_rest UNION ALL {_padded(progress, _PROGRESS_FIELDS, 'job.progress')}")
+    progress = (
+        "(SELECT p.seq, coalesce(p.tenant, j.tenant) AS tenant, p.t, coalesce(p.job_id, j.job) AS job_id, p.step, p.units "
+        "FROM progress p LEFT JOIN jobs j ON j.jid = p.jid)"
+    )
+    con.execute(
+        f"CREATE VIEW ev AS SELECT * FROM ev_rest UNION ALL {_padded(progress, _PROGRESS_FIELDS, 'job.progress')}"
+    )
     con.execute(HORIZONS)
     return con
 
@@ -262,8 +373,12 @@ def load_pages(con: duckdb.DuckDBPyConnection, pages: Iterable[pa.Table]) -> int
 SEALED_GROUP = 16
 
 
-def load_store(con: duckdb.DuckDBPyConnection, conn: Connection, tenant: str | None = None,
-               upto_seq: int | None = None) -> None:
+def load_store(
+    con: duckdb.DuckDBPyConnection,
+    conn: Connection,
+    tenant: str | None = None,
+    upto_seq: int | None = None,
+) -> None:
     """Project the store's entries (one snapshot: `conn`'s), as `store_pages` selects
     them: the sealed pages' Parquet read by DuckDB as it reads an exported file, then the
     entries after the last usable page as pages of rows, read one page ahead."""
@@ -286,7 +401,11 @@ def load_store(con: duckdb.DuckDBPyConnection, conn: Connection, tenant: str | N
 def _load_files(con: duckdb.DuckDBPyConnection, files: list[Path], tenant: str | None) -> None:
     """Project Parquet files of entries (seq, type, tenant, event), then remove them."""
     names = ", ".join(f"'{_quoted(path)}'" for path in files)
-    where = "" if tenant is None else f" WHERE tenant = '{tenant.replace(chr(39), chr(39) * 2)}' OR tenant IS NULL"
+    where = (
+        ""
+        if tenant is None
+        else f" WHERE tenant = '{tenant.replace(chr(39), chr(39) * 2)}' OR tenant IS NULL"
+    )
     _load(con, f"(SELECT seq, type, tenant, event FROM read_parquet([{names}]){where})")
     for path in files:
         path.unlink()
@@ -367,7 +486,9 @@ def read_ahead(pages: Iterable[pa.Table]) -> Generator[pa.Table, None, None]:
         worker.join()
 
 
-def entry_pages(entries: Iterable[dict[str, Any]], page_rows: int = PAGE_ROWS) -> Iterator[pa.Table]:
+def entry_pages(
+    entries: Iterable[dict[str, Any]], page_rows: int = PAGE_ROWS
+) -> Iterator[pa.Table]:
     """Entries given as dicts (a packet's, an export's) as Arrow pages."""
     batch: list[tuple[Any, ...]] = []
     for entry in entries:
@@ -381,16 +502,22 @@ def entry_pages(entries: Iterable[dict[str, Any]], page_rows: int = PAGE_ROWS) -
 
 def page_of(columns: list[tuple[Any, ...]]) -> pa.Table:
     seq, type_, tenant, event = columns
-    return pa.table({
-        "seq": pa.array(seq, pa.int64()), "type": pa.array(type_, pa.string()),
-        "tenant": pa.array(tenant, pa.string()), "event": pa.array(event, pa.string()),
-    })
+    return pa.table(
+        {
+            "seq": pa.array(seq, pa.int64()),
+            "type": pa.array(type_, pa.string()),
+            "tenant": pa.array(tenant, pa.string()),
+            "event": pa.array(event, pa.string()),
+        }
+    )
 
 
 def _count(con: duckdb.DuckDBPyConnection) -> int:
     """Events held, counted table by table (the view `ev` would join progress to `jobs`)."""
     tables = ["progress", "ev_other", *NARROW_TABLES]
-    row = con.execute("SELECT " + " + ".join(f"(SELECT count(*) FROM {table})" for table in tables)).fetchone()
+    row = con.execute(
+        "SELECT " + " + ".join(f"(SELECT count(*) FROM {table})" for table in tables)
+    ).fetchone()
     return int(row[0]) if row else 0
 
 

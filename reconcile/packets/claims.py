@@ -45,8 +45,9 @@ class ClaimMismatch(CheckFailed, AssertionError):
 
 def _cites_sql() -> str:
     """(owner, label, seq): the entries each claim cites, per the module's table."""
-    double_billed, reclaimed, stalled, unexplained = (code(name) for name in (
-        "double_billed", "reclaimed", "stalled_fault", "idle_unexplained"))
+    double_billed, reclaimed, stalled, unexplained = (
+        code(name) for name in ("double_billed", "reclaimed", "stalled_fault", "idle_unexplained")
+    )
     lost, recovery = code("restart_lost.provider"), code("restart_recovery.provider")
     terms = """SELECT k.owner, k.label, (SELECT max_by(tm.seq, tm.t) FROM terms tm
                    WHERE tm.tenant = k.tenant AND tm.t <= k.first_s) FROM claim_bounds k WHERE k.label IN ({labels})"""
@@ -68,7 +69,7 @@ SELECT k.owner, k.label, d.seq FROM claim_bounds k JOIN ev_rest d
  AND d.t <= k.first_s
  AND (d.allocation_id = k.aid OR d.job_id IN (SELECT job FROM attempts a WHERE a.tenant = k.tenant AND a.aid = k.aid))
 WHERE k.label = {reclaimed}
-UNION ALL {terms.format(labels=f'{reclaimed}, {stalled}, {unexplained}')}
+UNION ALL {terms.format(labels=f"{reclaimed}, {stalled}, {unexplained}")}
 UNION ALL  -- restart_lost: the failures whose loss [lost_from, t_f) meets the claim
 SELECT k.owner, k.label, unnest([f.eseq, f.att]) FROM claim_bounds k JOIN failures f
   ON f.tenant = k.tenant AND f.aid = k.aid AND f.provider AND f.lost_from <= k.last_e AND f.failed_at >= k.first_s
@@ -136,30 +137,53 @@ def claims(pipe: Pipeline, invoice: str) -> list[dict[str, Any]]:
     for owner, label, seq in con.execute(_cites_sql()).fetchall():
         cites[(int(owner), int(label))].add(int(seq))
     stretches: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
-    for owner, label, s, e, gpus in con.execute("SELECT owner, label, s, e, gpus FROM claim_stretches ORDER BY s, e, gpus").fetchall():
+    for owner, label, s, e, gpus in con.execute(
+        "SELECT owner, label, s, e, gpus FROM claim_stretches ORDER BY s, e, gpus"
+    ).fetchall():
         stretches[(int(owner), int(label))].append((int(s), int(e), int(gpus)))
-    cells = con.execute(f"""
+    cells = con.execute(
+        f"""
         SELECT m.seq, m.label, l.line_id, l.allocation_id, l.currency, m.minor, CAST(m.gpu_us AS BIGINT), CAST(m.cents AS BIGINT)
         FROM money m JOIN lines_ev l ON l.seq = m.seq
         WHERE l.invoice_id = ? AND m.label IN ({codes_sql(CLAIM_LABELS)})
-        ORDER BY m.seq""", [invoice]).fetchall()
-    ordered = sorted(cells, key=lambda row: (int(row[0]), int(row[1])))  # label codes follow the category order
-    return [_claim(row, stretches[(int(row[0]), int(row[1]))], cites[(int(row[0]), int(row[1]))]) for row in ordered]
+        ORDER BY m.seq""",
+        [invoice],
+    ).fetchall()
+    ordered = sorted(
+        cells, key=lambda row: (int(row[0]), int(row[1]))
+    )  # label codes follow the category order
+    return [
+        _claim(row, stretches[(int(row[0]), int(row[1]))], cites[(int(row[0]), int(row[1]))])
+        for row in ordered
+    ]
 
 
-def _claim(row: tuple[Any, ...], stretches: list[tuple[int, int, int]], cites: set[int]) -> dict[str, Any]:
+def _claim(
+    row: tuple[Any, ...], stretches: list[tuple[int, int, int]], cites: set[int]
+) -> dict[str, Any]:
     seq, label, line_id, allocation_id, currency, minor, gpu_us, cents = row
     explained = sum((e - s) * g for s, e, g in stretches)
     if explained != gpu_us:
-        raise ClaimMismatch(f"line seq {seq}, label {label}: stretches give {explained} GPU-µs, the cell {gpu_us}")
+        raise ClaimMismatch(
+            f"line seq {seq}, label {label}: stretches give {explained} GPU-µs, the cell {gpu_us}"
+        )
     kind = LABEL_BY_CODE[int(label)]
-    return {"line_id": line_id, "allocation_id": allocation_id, "category": kind.category, "bearer": kind.bearer,
-            "gpu_seconds": gpu_seconds(int(gpu_us)),
-            "amount": str(Money.of(int(cents), int(minor))), "currency": currency,
-            "stretches": [[iso(s), iso(e), g] for s, e, g in stretches], "cites": sorted(cites)}
+    return {
+        "line_id": line_id,
+        "allocation_id": allocation_id,
+        "category": kind.category,
+        "bearer": kind.bearer,
+        "gpu_seconds": gpu_seconds(int(gpu_us)),
+        "amount": str(Money.of(int(cents), int(minor))),
+        "currency": currency,
+        "stretches": [[iso(s), iso(e), g] for s, e, g in stretches],
+        "cites": sorted(cites),
+    }
 
 
-def reconcile_claims(entries: Iterable[dict[str, Any]], invoice: str) -> tuple[Reconciliation, list[dict[str, Any]]]:
+def reconcile_claims(
+    entries: Iterable[dict[str, Any]], invoice: str
+) -> tuple[Reconciliation, list[dict[str, Any]]]:
     """The invoice's reconciliation and its claims, from one run of the engine on `entries`."""
     with Pipeline.of_entries(entries) as pipe:
         return pipe.reconciliation(invoice), claims(pipe, invoice)

@@ -71,15 +71,20 @@ LEGEND = (
     ("lane-path wait-startup", "start-up: placed → started"),
     ("lane-path wait-first-progress", "started → first progress mark"),
     ("lane-allocation held", "allocation held (grant → release)"),
-    ("lane-attempts completed", "attempt completed"), ("lane-attempts failed", "attempt failed"),
-    ("lane-attempts cancelled", "attempt cancelled"), ("lane-attempts running", "attempt still running"),
+    ("lane-attempts completed", "attempt completed"),
+    ("lane-attempts failed", "attempt failed"),
+    ("lane-attempts cancelled", "attempt cancelled"),
+    ("lane-attempts running", "attempt still running"),
     ("lane-progress density", "progress marks (height: how many)"),
-    ("lane-checkpoints saved", "checkpoint saved"), ("lane-checkpoints restored", "checkpoint restored"),
+    ("lane-checkpoints saved", "checkpoint saved"),
+    ("lane-checkpoints restored", "checkpoint restored"),
     ("lane-decisions decision-admitted", "decision: admitted / placed"),
     ("lane-decisions decision-preempted", "decision: preempted / reclaimed / evicted"),
     ("lane-decisions", "other decision (queued, ...)"),
-    ("lane-faults fault-critical", "critical fault (open → cleared)"), ("lane-faults fault-warning", "warning fault"),
-    ("lane-billed line", "billed period"), ("lane-billed replaced", "billed period replaced by a correction"),
+    ("lane-faults fault-critical", "critical fault (open → cleared)"),
+    ("lane-faults fault-warning", "warning fault"),
+    ("lane-billed line", "billed period"),
+    ("lane-billed replaced", "billed period replaced by a correction"),
 )
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -91,16 +96,26 @@ class PromiseNotFound(BadInput, LookupError):
 def find_promise_tenant(store: Store, promise_id: str, tenant: str | None = None) -> str:
     """The tenant whose `policy.promise` has `promise_id` (`tenant`, when given, must be one)."""
     promises = read.entries(store, type="policy.promise")
-    tenants = sorted({str(e.tenant) for e in promises if orjson.loads(e.event)["data"].get("promise_id") == promise_id})
+    tenants = sorted(
+        {
+            str(e.tenant)
+            for e in promises
+            if orjson.loads(e.event)["data"].get("promise_id") == promise_id
+        }
+    )
     if tenant is not None:
         tenants = [t for t in tenants if t == tenant]
     if not tenants:
         whose = f" of tenant {tenant!r}" if tenant is not None else ""
-        raise PromiseNotFound(f"no policy.promise{whose} with promise_id {promise_id!r} in the ledger "
-                          "(`gpuledger report promises` lists them)", option="promise")
+        raise PromiseNotFound(
+            f"no policy.promise{whose} with promise_id {promise_id!r} in the ledger "
+            "(`gpuledger report promises` lists them)",
+            option="promise",
+        )
     if len(tenants) > 1:
-        raise PromiseNotFound(f"{promise_id!r} is promised by {', '.join(tenants)}: name one",
-                              option="tenant")
+        raise PromiseNotFound(
+            f"{promise_id!r} is promised by {', '.join(tenants)}: name one", option="tenant"
+        )
     found: str = tenants[0]
     return found
 
@@ -112,14 +127,22 @@ def build_packet(store: Store, promise_id: str, tenant: str | None = None) -> di
         packet = assemble(data, tenant, promise_id)
         job = {"tenant": tenant, "job": packet["job"]["job_id"]}
         submitted = data.con.execute(SUBMITTED, job).fetchone()
-        steps = story.path(packet, None if submitted is None else (iso(submitted[0]) or "", int(submitted[1])))
+        steps = story.path(
+            packet, None if submitted is None else (iso(submitted[0]) or "", int(submitted[1]))
+        )
         zoom = story.zoom(packet, steps)
         zoom["progress_histogram"] = _zoom_histogram(data.con, job, zoom)
     cause = _cause(store, packet["promise"])
-    packet["evidence"] = evidence(store, _cited(packet) | {s["seq"] for s in steps if s["seq"] is not None})
+    packet["evidence"] = evidence(
+        store, _cited(packet) | {s["seq"] for s in steps if s["seq"] is not None}
+    )
     _details(packet)
-    told = {"promise": packet["promise"], "why": story.why(packet, steps, cause), "path": steps,
-            "zoom": zoom}
+    told = {
+        "promise": packet["promise"],
+        "why": story.why(packet, steps, cause),
+        "path": steps,
+        "zoom": zoom,
+    }
     return told | packet  # the story first: what an operator reads before the sections
 
 
@@ -136,15 +159,22 @@ def _cause(store: Store, promise: dict[str, Any]) -> dict[str, Any] | None:
     return found
 
 
-def _zoom_histogram(con: duckdb.DuckDBPyConnection, job: dict[str, Any], zoom: dict[str, Any]) -> dict[str, Any]:
+def _zoom_histogram(
+    con: duckdb.DuckDBPyConnection, job: dict[str, Any], zoom: dict[str, Any]
+) -> dict[str, Any]:
     """The progress marks in the zoom, in bins of its own (the whole window's may be wider than it)."""
     w0, w1 = parse_time(zoom["from"]), parse_time(zoom["to"])
     params = job | {"w0": w0, "w1": w1, "bins": HISTOGRAM_BINS}
-    return {"bins": HISTOGRAM_BINS, "bin_seconds": seconds(max(1, (w1 - w0) // HISTOGRAM_BINS)),
-            "counts": _histogram(con, params)}
+    return {
+        "bins": HISTOGRAM_BINS,
+        "bin_seconds": seconds(max(1, (w1 - w0) // HISTOGRAM_BINS)),
+        "counts": _histogram(con, params),
+    }
 
 
-def write_packet(store: Store, promise_id: str, out_dir: Path, tenant: str | None = None) -> list[Path]:
+def write_packet(
+    store: Store, promise_id: str, out_dir: Path, tenant: str | None = None
+) -> list[Path]:
     """`packet.json` and `packet.html` of the promise under `out_dir` (created)."""
     packet = build_packet(store, promise_id, tenant)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -156,13 +186,21 @@ def write_packet(store: Store, promise_id: str, out_dir: Path, tenant: str | Non
 
 def render_html(packet: dict[str, Any]) -> str:
     env = environment(TEMPLATES, trim_blocks=True, lstrip_blocks=True)
-    return env.get_template("packet.html.j2").render(p=packet, tl=timeline(packet), zoom=timeline(packet, packet["zoom"]),
-                                                     zoom_span=packet["zoom"], legend=LEGEND)
+    return env.get_template("packet.html.j2").render(
+        p=packet,
+        tl=timeline(packet),
+        zoom=timeline(packet, packet["zoom"]),
+        zoom_span=packet["zoom"],
+        legend=LEGEND,
+    )
 
 
 # -- assembly ---------------------------------------------------------------------------
 
-def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+
+def _rows(
+    con: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]
+) -> list[dict[str, Any]]:
     cursor = con.execute(sql, {k: v for k, v in params.items() if f"${k}" in sql})
     names = [d[0] for d in cursor.description]
     return [dict(zip(names, row)) for row in cursor.fetchall()]
@@ -180,17 +218,30 @@ def assemble(data: Pipeline, tenant: str, promise_id: str) -> dict[str, Any]:
     w0, w1 = con.execute("SELECT w0, w1 FROM packet_window").fetchone() or (0, 1)
     params |= {"w0": w0, "w1": w1, "bins": HISTOGRAM_BINS}
     data.need("job_facts")  # ATTEMPTS reads its job_attempts
-    decisions = [_times(r, "t") | {"order": i} for i, r in enumerate(_rows(con, DECISIONS, params), 1)]
+    decisions = [
+        _times(r, "t") | {"order": i} for i, r in enumerate(_rows(con, DECISIONS, params), 1)
+    ]
     return {
         "promise": promise,
-        "job": {"tenant": tenant, "job_id": promise["job_id"],
-                "pods": [p for (p,) in con.execute("SELECT pod FROM packet_pods ORDER BY pod").fetchall()]},
+        "job": {
+            "tenant": tenant,
+            "job_id": promise["job_id"],
+            "pods": [
+                p for (p,) in con.execute("SELECT pod FROM packet_pods ORDER BY pod").fetchall()
+            ],
+        },
         "window": {"from": iso(w0), "to": iso(w1), "seconds": seconds(w1 - w0)},
         "decisions": decisions,
-        "reservations": [_times(r, "granted", "released") for r in _rows(con, ALLOCATIONS, params)],
-        "preemptions": [d for d in decisions if d["decision"] in ("preempted", "reclaimed", "evicted")],
-        "health": {"devices": _rows(con, DEVICES, params),
-                   "faults": [_times(r, "opened", "cleared") for r in _rows(con, FAULTS, params)]},
+        "reservations": [
+            _times(r, "granted", "released") for r in _rows(con, ALLOCATIONS, params)
+        ],
+        "preemptions": [
+            d for d in decisions if d["decision"] in ("preempted", "reclaimed", "evicted")
+        ],
+        "health": {
+            "devices": _rows(con, DEVICES, params),
+            "faults": [_times(r, "opened", "cleared") for r in _rows(con, FAULTS, params)],
+        },
         "application": _application(con, params),
         "checkpoints": _checkpoints(con, params),
         "billing": _billing(data, params),
@@ -199,26 +250,41 @@ def assemble(data: Pipeline, tenant: str, promise_id: str) -> dict[str, Any]:
 
 def _application(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> dict[str, Any]:
     attempts = [_times(r, "started", "ended") for r in _rows(con, ATTEMPTS, params)]
-    progress = [{
-        "attempt_seq": r["attempt_seq"], "marks": r["marks"], "first": iso(r["first"]), "last": iso(r["last"]),
-        "first_step": r["first_step"], "last_step": r["last_step"], "units": r["units"],
-        "step_time_p50_s": seconds(r["step_time_p50"]), "step_time_p95_s": seconds(r["step_time_p95"]),
-        "longest_gap_s": seconds(r["longest_gap"]), "longest_gap_end": iso(r["longest_gap_end"]),
-    } for r in _rows(con, PROGRESS, params)]
+    progress = [
+        {
+            "attempt_seq": r["attempt_seq"],
+            "marks": r["marks"],
+            "first": iso(r["first"]),
+            "last": iso(r["last"]),
+            "first_step": r["first_step"],
+            "last_step": r["last_step"],
+            "units": r["units"],
+            "step_time_p50_s": seconds(r["step_time_p50"]),
+            "step_time_p95_s": seconds(r["step_time_p95"]),
+            "longest_gap_s": seconds(r["longest_gap"]),
+            "longest_gap_end": iso(r["longest_gap_end"]),
+        }
+        for r in _rows(con, PROGRESS, params)
+    ]
     bin_us = max(1, (params["w1"] - params["w0"]) // HISTOGRAM_BINS)
     return {
         "attempts": attempts,
         "restarts": max(0, len(attempts) - 1),
         "failures": [a for a in attempts if a["outcome"] == "failed"],
         "progress": progress,
-        "progress_histogram": {"bins": HISTOGRAM_BINS, "bin_seconds": seconds(bin_us),
-                               "counts": _histogram(con, params)},
+        "progress_histogram": {
+            "bins": HISTOGRAM_BINS,
+            "bin_seconds": seconds(bin_us),
+            "counts": _histogram(con, params),
+        },
     }
 
 
 def _histogram(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> list[int]:
     counts = [0] * HISTOGRAM_BINS
-    for b, n in con.execute(HISTOGRAM, {k: params[k] for k in ("tenant", "job", "w0", "w1", "bins")}).fetchall():
+    for b, n in con.execute(
+        HISTOGRAM, {k: params[k] for k in ("tenant", "job", "w0", "w1", "bins")}
+    ).fetchall():
         counts[min(max(int(b), 0), HISTOGRAM_BINS - 1)] += int(n)
     return counts
 
@@ -227,8 +293,11 @@ def _checkpoints(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> dict
     saves = [_times(r, "started", "saved") for r in _rows(con, CHECKPOINTS, params)]
     restores = [_times(r, "t") for r in _rows(con, RESTORES, params)]
     saved = [c for c in saves if c["saved"] is not None]
-    return {"checkpoints": saves, "restores": restores,
-            "last_saved": max(saved, key=lambda c: (c["saved"], c["saved_seq"])) if saved else None}
+    return {
+        "checkpoints": saves,
+        "restores": restores,
+        "last_saved": max(saved, key=lambda c: (c["saved"], c["saved_seq"])) if saved else None,
+    }
 
 
 def _billing(data: Pipeline, params: dict[str, Any]) -> dict[str, Any]:
@@ -243,6 +312,7 @@ def _billing(data: Pipeline, params: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- evidence -----------------------------------------------------------------------------
+
 
 def _cited(packet: dict[str, Any]) -> set[int]:
     """Every `seq` (and `*_seq`) the sections cite."""
@@ -268,8 +338,16 @@ def evidence(store: Store, seqs: Iterable[int]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for entry in read.entries(store, seqs=seqs):
         doc = orjson.loads(entry.event)
-        out.append({"seq": entry.seq, "source": entry.source, "id": entry.id, "type": doc["type"],
-                    "time": doc["time"], "data": doc["data"]})
+        out.append(
+            {
+                "seq": entry.seq,
+                "source": entry.source,
+                "id": entry.id,
+                "type": doc["type"],
+                "time": doc["time"],
+                "data": doc["data"],
+            }
+        )
     return out
 
 
@@ -277,6 +355,8 @@ def _details(packet: dict[str, Any]) -> None:
     """Failure details and fault details, which `ev` does not carry, from the evidence."""
     data = {e["seq"]: e["data"] for e in packet["evidence"]}
     for attempt in packet["application"]["attempts"]:
-        attempt["detail"] = data.get(attempt["end_seq"], {}).get("detail") if attempt["end_seq"] else None
+        attempt["detail"] = (
+            data.get(attempt["end_seq"], {}).get("detail") if attempt["end_seq"] else None
+        )
     for fault in packet["health"]["faults"]:
         fault["detail"] = data.get(fault["seq"], {}).get("detail")

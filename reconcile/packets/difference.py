@@ -29,7 +29,11 @@ def first_difference(claimed: Any, actual: Any, path: str) -> str | None:
             count = f"{len(claimed)} items" if isinstance(claimed, list) else show(claimed)
             return f"{path}: the packet has {count}, recomputed {len(actual)} items"
         for i, (mine, theirs) in enumerate(zip(claimed, actual)):
-            label = f" (line {theirs['line_id']})" if isinstance(theirs, dict) and "line_id" in theirs else ""
+            label = (
+                f" (line {theirs['line_id']})"
+                if isinstance(theirs, dict) and "line_id" in theirs
+                else ""
+            )
             found = first_difference(mine, theirs, f"{path}[{i}]{label}")
             if found is not None:
                 return found

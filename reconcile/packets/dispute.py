@@ -61,14 +61,33 @@ from reconcile.engine import MoneyOverflow, Reconciliation
 from reconcile.engine.rules import touching_health
 from reconcile.packets.claims import ClaimMismatch, reconcile_claims
 from reconcile.packets.difference import first_difference
-from reconcile.packets.isolation import Isolation, IsolationError, Leak, check_packet, tenant_identifiers
+from reconcile.packets.isolation import (
+    Isolation,
+    IsolationError,
+    Leak,
+    check_packet,
+    tenant_identifiers,
+)
 from schemas.documents.base import InvalidDocument, show
 from schemas.documents.bundle import Entry
 from schemas.documents.dispute import PACKET_KIND, PACKET_VERSION, DisputePacket
 
-__all__ = ["IsolationError", "PacketError", "PacketUnreadable", "VerifiedPacket", "build_dispute", "check_pinned",
-           "check_writable", "choose_fleet", "explaining_fleet_seqs", "read_packet", "read_previous",
-           "touches", "verify_dispute", "write_packet"]
+__all__ = [
+    "IsolationError",
+    "PacketError",
+    "PacketUnreadable",
+    "VerifiedPacket",
+    "build_dispute",
+    "check_pinned",
+    "check_writable",
+    "choose_fleet",
+    "explaining_fleet_seqs",
+    "read_packet",
+    "read_previous",
+    "touches",
+    "verify_dispute",
+    "write_packet",
+]
 
 FLEET_TYPES = ("health.fault", "health.cleared")
 
@@ -90,7 +109,9 @@ class VerifiedPacket:
     tenant_entries: int
     fleet_entries: int
     checkpoint: Checkpoint
-    withheld: int = 0  # fleet entries proven by leaf hash alone: they hold another tenant's identifiers
+    withheld: int = (
+        0  # fleet entries proven by leaf hash alone: they hold another tenant's identifiers
+    )
     previous_size: int | None = None  # the tree size of the previous checkpoint this one extends
     # the verifier's own recomputation from the packet's entries (what the letter is written from)
     findings: dict[str, Any] = field(default_factory=dict)
@@ -101,8 +122,14 @@ class VerifiedPacket:
 # -- building -------------------------------------------------------------------------
 
 
-def build_dispute(store: Store, tenant: str, invoice: str, signer: Signer, since_size: int | None = None,
-                  stored_checkpoint: bool = False) -> dict[str, Any]:
+def build_dispute(
+    store: Store,
+    tenant: str,
+    invoice: str,
+    signer: Signer,
+    since_size: int | None = None,
+    stored_checkpoint: bool = False,
+) -> dict[str, Any]:
     """Bundle the tenant's entries with the clean fleet faults that touch its allocations,
     sign the head (or, with `stored_checkpoint`, take the stored checkpoint of the head with
     its witnesses' cosignatures), and reconcile `invoice` from exactly what the packet carries.
@@ -113,35 +140,65 @@ def build_dispute(store: Store, tenant: str, invoice: str, signer: Signer, since
     _require_invoice(store, tenant, invoice)
     before = _head_size(store)
     if since_size is not None and not 0 < since_size <= before:
-        raise LedgerError(f"{since_size} is not a tree size of this ledger, [1, {before}]", option="since_size")
+        raise LedgerError(
+            f"{since_size} is not a tree size of this ledger, [1, {before}]", option="since_size"
+        )
     isolation = Isolation(tenant_identifiers(store, before), tenant)
     _check_material(store, isolation, before)
     # Sign last: the findings and claims of the material as it stands are computed, and
     # gated, before anything is signed, so a dispute that cannot finish signs nothing.
     material = _material(store, tenant, choose_fleet(store, isolation, before)[0], before)
     findings, claims = _findings(material, tenant, invoice, before)
-    check_packet(isolation, {"tenant": tenant, "invoice_id": invoice, "findings": findings.as_json(), "claims": claims})
-    signed = latest_cosigned_checkpoint(store) if stored_checkpoint else sign_checkpoint(store, signer)
+    check_packet(
+        isolation,
+        {
+            "tenant": tenant,
+            "invoice_id": invoice,
+            "findings": findings.as_json(),
+            "claims": claims,
+        },
+    )
+    signed = (
+        latest_cosigned_checkpoint(store) if stored_checkpoint else sign_checkpoint(store, signer)
+    )
     size = signed.body.size
     if size != before:  # appends landed in between: what they add is checked by the gate below
         isolation = Isolation(tenant_identifiers(store, size), tenant)
     carried, withheld = choose_fleet(store, isolation, size)
-    bundle = build_bundle(store, tenant, carried, signed.checkpoint_seq, withheld_seqs=withheld, since_size=since_size)
+    bundle = build_bundle(
+        store,
+        tenant,
+        carried,
+        signed.checkpoint_seq,
+        withheld_seqs=withheld,
+        since_size=since_size,
+    )
     if [e["seq"] for e in bundle["entries"]] != [e["seq"] for e in material]:
         findings, claims = _findings(bundle["entries"], tenant, invoice, size)
     bundle["checkpoint"] = signed.note  # the signed note, with any cosignatures gathered for it
-    packet = {"version": PACKET_VERSION, "kind": PACKET_KIND, "tenant": tenant, "invoice_id": invoice,
-              "findings": json.loads(json.dumps(findings.as_json())), "claims": claims, "bundle": bundle}
+    packet = {
+        "version": PACKET_VERSION,
+        "kind": PACKET_KIND,
+        "tenant": tenant,
+        "invoice_id": invoice,
+        "findings": json.loads(json.dumps(findings.as_json())),
+        "claims": claims,
+        "bundle": bundle,
+    }
     check_packet(isolation, packet)
     return packet
 
 
-def _findings(entries: list[dict[str, Any]], tenant: str, invoice: str,
-              size: int) -> tuple[Reconciliation, list[dict[str, Any]]]:
+def _findings(
+    entries: list[dict[str, Any]], tenant: str, invoice: str, size: int
+) -> tuple[Reconciliation, list[dict[str, Any]]]:
     findings, claims = reconcile_claims(entries, invoice)
     if not findings.cells:
-        raise LedgerError(f"tenant {tenant!r} has no billing line left on invoice {invoice!r} "
-                          f"after corrections, up to seq {size}", option="invoice")
+        raise LedgerError(
+            f"tenant {tenant!r} has no billing line left on invoice {invoice!r} "
+            f"after corrections, up to seq {size}",
+            option="invoice",
+        )
     return findings, claims
 
 
@@ -161,9 +218,15 @@ def _head_size(store: Store) -> int:
 def _check_material(store: Store, isolation: Isolation, size: int) -> None:
     """The tenant's own entries up to `size` hold no other tenant's identifier (the fleet
     entries are chosen clean): checked before a checkpoint is signed for the packet."""
-    for e in read.each_entry(store, tenant=isolation.tenant, last_seq=size):  # seq order: tenant_seq's
-        _raise_leak(isolation, isolation.leak_in_entry({"seq": e.seq, "source": e.source, "id": e.id,
-                                                        "event": e.event}))
+    for e in read.each_entry(
+        store, tenant=isolation.tenant, last_seq=size
+    ):  # seq order: tenant_seq's
+        _raise_leak(
+            isolation,
+            isolation.leak_in_entry(
+                {"seq": e.seq, "source": e.source, "id": e.id, "event": e.event}
+            ),
+        )
 
 
 def _raise_leak(isolation: Isolation, leak: Leak | None) -> None:
@@ -193,14 +256,19 @@ def _require_invoice(store: Store, tenant: str, invoice: str) -> None:
     for entry in read.each_entry(store, tenant=tenant, type="billing.line"):
         if json.loads(entry.event).get("data", {}).get("invoice_id") == invoice:
             return
-    raise LedgerError(f"tenant {tenant!r} has no billing line on invoice {invoice!r}", option="invoice")
+    raise LedgerError(
+        f"tenant {tenant!r} has no billing line on invoice {invoice!r}", option="invoice"
+    )
 
 
 def explaining_fleet_seqs(store: Store, tenant: str, size: int) -> list[int]:
     """Seqs (≤ size) of the fleet's health entries that touch one of `tenant`'s allocations."""
+
     def rows(tenant: str | None, types: str | tuple[str, ...]) -> list[tuple[int, dict[str, Any]]]:
-        return [(e.seq, json.loads(e.event).get("data", {}))
-                for e in read.each_entry(store, tenant=tenant, type=types, last_seq=size)]
+        return [
+            (e.seq, json.loads(e.event).get("data", {}))
+            for e in read.each_entry(store, tenant=tenant, type=types, last_seq=size)
+        ]
 
     grants = [data for _, data in rows(tenant, "allocation.granted")]
     health = rows(None, FLEET_TYPES)
@@ -265,7 +333,9 @@ def read_previous(path: Path) -> str:
     except OSError as exc:
         raise PacketUnreadable(f"{path}: cannot read: {exc.strerror}", option="previous") from None
     except UnicodeDecodeError as exc:
-        raise PacketUnreadable(f"{path}: byte {exc.start}: not UTF-8 text", option="previous") from None
+        raise PacketUnreadable(
+            f"{path}: byte {exc.start}: not UTF-8 text", option="previous"
+        ) from None
     if not text.lstrip().startswith("{"):
         return text
     try:
@@ -273,7 +343,10 @@ def read_previous(path: Path) -> str:
     except (json.JSONDecodeError, AttributeError, RecursionError):
         note = None
     if not isinstance(note, str):
-        raise PacketUnreadable(f"{path}: neither a checkpoint note nor a packet with bundle.checkpoint", option="previous")
+        raise PacketUnreadable(
+            f"{path}: neither a checkpoint note nor a packet with bundle.checkpoint",
+            option="previous",
+        )
     return note
 
 
@@ -296,28 +369,47 @@ def verify_dispute(packet: Any, verifier: Verifier, previous: str | None = None)
     _check_scope(parsed, tenant, invoice)
     findings = parsed.findings.to_dict()
     recomputed, claims = _recompute(items, invoice)
-    difference = (first_difference(findings["lines"], recomputed["lines"], "findings.lines")
-                  or first_difference(findings, _as_written(recomputed, findings), "findings")
-                  or ("claims" in parsed.model_fields_set
-                      and first_difference([c.to_dict() for c in parsed.claims], claims, "claims"))
-                  or None)
+    difference = (
+        first_difference(findings["lines"], recomputed["lines"], "findings.lines")
+        or first_difference(findings, _as_written(recomputed, findings), "findings")
+        or (
+            "claims" in parsed.model_fields_set
+            and first_difference([c.to_dict() for c in parsed.claims], claims, "claims")
+        )
+        or None
+    )
     if difference is not None:
         raise PacketError(f"{difference} (recomputed from the packet's own entries)")
     fleet = sum(1 for e in items if e["tenant"] is None)
     previous_size = None if previous is None else Checkpoint.parse(verifier.verify(previous)).size
     cites = {seq for claim in claims for seq in claim["cites"]}
-    return VerifiedPacket(tenant, invoice, len(findings["lines"]), len(items) - fleet, fleet, checkpoint,
-                          len(parsed.bundle.withheld), previous_size, recomputed, claims,
-                          {e.seq: e for e in parsed.bundle.entries if e.seq in cites})
+    return VerifiedPacket(
+        tenant,
+        invoice,
+        len(findings["lines"]),
+        len(items) - fleet,
+        fleet,
+        checkpoint,
+        len(parsed.bundle.withheld),
+        previous_size,
+        recomputed,
+        claims,
+        {e.seq: e for e in parsed.bundle.entries if e.seq in cites},
+    )
 
 
 def _as_written(recomputed: dict[str, Any], findings: dict[str, Any]) -> dict[str, Any]:
     """The recomputed findings as a packet written before lines had a placement state
     (RULES.md 13) states them: without `placement` where its tenant has none. The letter
     and the verification's result keep the recomputed placement either way."""
-    tenants = {name: {k: v for k, v in tenant.items()
-                      if k != "placement" or "placement" in findings["tenants"].get(name, {})}
-               for name, tenant in recomputed["tenants"].items()}
+    tenants = {
+        name: {
+            k: v
+            for k, v in tenant.items()
+            if k != "placement" or "placement" in findings["tenants"].get(name, {})
+        }
+        for name, tenant in recomputed["tenants"].items()
+    }
     return recomputed | {"tenants": tenants}
 
 
@@ -325,7 +417,10 @@ def check_pinned(checked: VerifiedPacket, tenant: str | None, invoice: str | Non
     """What the customer expects (`verify-packet --tenant --invoice`), compared exactly: a
     look-alike is another tenant or invoice. Values are shown escaped (`ascii`), so that
     `'INV-\\u0430cme'` and `'INV-acme'` differ on the screen too."""
-    for name, expected, found in (("tenant", tenant, checked.tenant), ("invoice_id", invoice, checked.invoice_id)):
+    for name, expected, found in (
+        ("tenant", tenant, checked.tenant),
+        ("invoice_id", invoice, checked.invoice_id),
+    ):
         if expected is not None and expected != found:
             raise PacketError(f"packet.{name}: expected {ascii(expected)}, found {ascii(found)}")
 
@@ -339,7 +434,9 @@ def _parse(packet: Any) -> DisputePacket:
     except InvalidDocument as exc:
         raise PacketError(str(exc)) from None
     if parsed.bundle.tenant != parsed.tenant:
-        raise PacketError(f"packet.tenant: {parsed.tenant!r}, but the bundle is for {parsed.bundle.tenant!r}")
+        raise PacketError(
+            f"packet.tenant: {parsed.tenant!r}, but the bundle is for {parsed.bundle.tenant!r}"
+        )
     return parsed
 
 
@@ -348,8 +445,10 @@ def _check_events(entries: list[Entry]) -> None:
     for entry in entries:
         where = f"seq {entry.seq}"
         if entry.tenant is None and entry.type not in KEYED_TYPES:
-            raise PacketError(f"{where}: a fleet entry of type {entry.type!r}; "
-                              f"a packet's fleet entries are {', '.join(KEYED_TYPES)}")
+            raise PacketError(
+                f"{where}: a fleet entry of type {entry.type!r}; "
+                f"a packet's fleet entries are {', '.join(KEYED_TYPES)}"
+            )
         try:
             event = json.loads(entry.event)
         except json.JSONDecodeError as exc:
@@ -358,7 +457,9 @@ def _check_events(entries: list[Entry]) -> None:
         if not isinstance(data, dict) or event.get("type") != entry.type:
             raise PacketError(f"{where}: event: not an event of type {entry.type!r}")
         if data.get("tenant") != entry.tenant:
-            raise PacketError(f"{where}: event: data.tenant {data.get('tenant')!r} is not the entry's tenant")
+            raise PacketError(
+                f"{where}: event: data.tenant {data.get('tenant')!r} is not the entry's tenant"
+            )
 
 
 def _check_scope(packet: DisputePacket, tenant: str, invoice: str) -> None:
@@ -367,7 +468,9 @@ def _check_scope(packet: DisputePacket, tenant: str, invoice: str) -> None:
     for i, line in enumerate(packet.findings.lines):
         where = f"findings.lines[{i}]"
         if line.invoice_id != invoice:
-            raise PacketError(f"{where}.invoice_id: {show(line.invoice_id)}, the packet is about {invoice!r}")
+            raise PacketError(
+                f"{where}.invoice_id: {show(line.invoice_id)}, the packet is about {invoice!r}"
+            )
         if line.tenant != tenant:
             raise PacketError(f"{where}.tenant: {show(line.tenant)}, the packet is for {tenant!r}")
 
@@ -376,5 +479,7 @@ def _recompute(items: Iterable[dict[str, Any]], invoice: str) -> tuple[Any, list
     try:
         result, claims = reconcile_claims(items, invoice)
     except (duckdb.Error, MoneyOverflow, ClaimMismatch) as exc:
-        raise PacketError(f"findings: the engine cannot reconcile the packet's entries: {str(exc)[:200]}") from None
+        raise PacketError(
+            f"findings: the engine cannot reconcile the packet's entries: {str(exc)[:200]}"
+        ) from None
     return json.loads(json.dumps(result.as_json())), claims

@@ -56,8 +56,14 @@ IDENTIFIER_PATHS: dict[str, tuple[str, ...]] = {
 #: The keys whose values are identifiers wherever they appear in an event, the findings or
 #: the claims, with their kind. `dcgm_job` is what per-job dcgmi faults once carried.
 IDENTIFIER_KEYS: dict[str, str] = {
-    "tenant": "tenant", "job_id": "job", "dcgm_job": "job", "allocation_id": "allocation",
-    "pod": "pod", "invoice_id": "invoice", "user": "user", "User": "user",
+    "tenant": "tenant",
+    "job_id": "job",
+    "dcgm_job": "job",
+    "allocation_id": "allocation",
+    "pod": "pod",
+    "invoice_id": "invoice",
+    "user": "user",
+    "User": "user",
 }
 _KINDS = [kind for kind, paths in IDENTIFIER_PATHS.items() for _ in paths]
 _PATHS = [path for paths in IDENTIFIER_PATHS.values() for path in paths]
@@ -65,8 +71,16 @@ _SQL_PATHS = "[" + ", ".join(f"'{path}'" for path in _PATHS) + "]"
 
 #: Default-ignorable code points that are not of category Cf (those are all dropped):
 #: variation selectors, the combining grapheme joiner, Hangul fillers, Khmer inherent vowels.
-_IGNORABLE_RANGES = ((0x034F, 0x034F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F),
-                     (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0xE0000, 0xE0FFF))
+_IGNORABLE_RANGES = (
+    (0x034F, 0x034F),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFFA0, 0xFFA0),
+    (0xE0000, 0xE0FFF),
+)
 #: Cyrillic and Greek letters that Unicode's confusables (UTS #39) map to a Latin letter.
 _CONFUSABLES = str.maketrans(
     "АВЕЅІЈКМНОРСТХУҮԁаеһіјӏорԛсѕԝхуүΑΒΕΖΗΙΚΜΝΟΡΤΥΧαιοκνρυ",
@@ -84,8 +98,9 @@ def normalise(value: str) -> str:
 
 def _ignorable(char: str) -> bool:
     point = ord(char)
-    return (unicodedata.category(char) == "Cf"
-            or any(low <= point <= high for low, high in _IGNORABLE_RANGES))
+    return unicodedata.category(char) == "Cf" or any(
+        low <= point <= high for low, high in _IGNORABLE_RANGES
+    )
 
 
 #: Identifiers by tenant: tenant -> {identifier: kind}.
@@ -107,19 +122,26 @@ class Leak:
     found: str = ""  # the value found, when it is a look-alike of `identifier`
 
     def message(self, tenant: str) -> str:
-        held = (f"{self.identifier!r}," if not self.found or self.found == self.identifier
-                else f"{self.found!r}, a look-alike of {self.identifier!r},")
-        return (f"{self.where}: the packet for {tenant!r} would hold {held} "
-                f"a {self.kind} id of tenant {self.owner!r}; nothing written")
+        held = (
+            f"{self.identifier!r},"
+            if not self.found or self.found == self.identifier
+            else f"{self.found!r}, a look-alike of {self.identifier!r},"
+        )
+        return (
+            f"{self.where}: the packet for {tenant!r} would hold {held} "
+            f"a {self.kind} id of tenant {self.owner!r}; nothing written"
+        )
 
 
 def tenant_identifiers(store: Store, upto_seq: int | None = None) -> TenantIdentifiers:
     """Every tenant's identifiers in the store (entries up to `upto_seq`), one JSON parse an entry."""
-    sql = (f"SELECT DISTINCT tenant, kind_index, identifier FROM (SELECT tenant, "
-           f"unnest(range(1, {len(_PATHS) + 2})) AS kind_index, "
-           f"unnest([tenant] || json_extract_string(event, {_SQL_PATHS})) AS identifier "
-           f"FROM page WHERE tenant IS NOT NULL) "
-           f"WHERE identifier IS NOT NULL AND identifier <> ''")
+    sql = (
+        f"SELECT DISTINCT tenant, kind_index, identifier FROM (SELECT tenant, "
+        f"unnest(range(1, {len(_PATHS) + 2})) AS kind_index, "
+        f"unnest([tenant] || json_extract_string(event, {_SQL_PATHS})) AS identifier "
+        f"FROM page WHERE tenant IS NOT NULL) "
+        f"WHERE identifier IS NOT NULL AND identifier <> ''"
+    )
     found: TenantIdentifiers = {}
     with store.reading() as conn, duckdb.connect() as con:
         for page in entry_tables(conn, None, upto_seq=upto_seq):
@@ -127,11 +149,16 @@ def tenant_identifiers(store: Store, upto_seq: int | None = None) -> TenantIdent
     return found
 
 
-def _add_identifiers(found: TenantIdentifiers, con: duckdb.DuckDBPyConnection, page: pa.Table,
-                     sql: str) -> None:
+def _add_identifiers(
+    found: TenantIdentifiers, con: duckdb.DuckDBPyConnection, page: pa.Table, sql: str
+) -> None:
     con.register("page", page)
-    for tenant, index, value in sorted(con.execute(sql).fetchall()):  # by kind order: the first kind names a value
-        found.setdefault(tenant, {}).setdefault(value, "tenant" if index == 1 else _KINDS[index - 2])
+    for tenant, index, value in sorted(
+        con.execute(sql).fetchall()
+    ):  # by kind order: the first kind names a value
+        found.setdefault(tenant, {}).setdefault(
+            value, "tenant" if index == 1 else _KINDS[index - 2]
+        )
     con.unregister("page")
 
 
@@ -171,7 +198,10 @@ class Isolation:
             for key, inner in value.items():
                 path = f"{where}.{key}" if where else str(key)
                 leak = (self._leak_in_field(inner, path) if key in IDENTIFIER_KEYS else None) or (
-                    self.leak_in_event(inner, path) if key == "event" else self.leak_in(inner, path))
+                    self.leak_in_event(inner, path)
+                    if key == "event"
+                    else self.leak_in(inner, path)
+                )
                 if leak is not None:
                     return leak
         elif isinstance(value, list):
@@ -210,7 +240,9 @@ class Isolation:
         if leak is None:
             return None
         seq = entry.get("seq")
-        return replace(leak, where=f"{leak.where} (seq {seq})" if where else f"seq {seq} {leak.where}")
+        return replace(
+            leak, where=f"{leak.where} (seq {seq})" if where else f"seq {seq} {leak.where}"
+        )
 
     def _leak(self, value: str, where: str) -> Leak:
         kind, owner = self._foreign[value]

@@ -30,7 +30,16 @@ TEMPLATES = Path(__file__).parent / "templates"
 
 #: The event fields that tell what an entry says, by type (others are left out of the letter).
 FIELDS: dict[str, tuple[str, ...]] = {
-    "billing.line": ("line_id", "allocation_id", "period_start", "period_end", "gpus", "amount", "currency", "corrects"),
+    "billing.line": (
+        "line_id",
+        "allocation_id",
+        "period_start",
+        "period_end",
+        "gpus",
+        "amount",
+        "currency",
+        "corrects",
+    ),
     "allocation.granted": ("allocation_id", "gpus", "node", "devices", "fabric_domain"),
     "allocation.released": ("allocation_id",),
     "job.started": ("job_id", "allocation_id"),
@@ -51,7 +60,7 @@ WHY = {
     "double_billed": "These GPU-seconds were already billed on an earlier line of the same allocation.",
     "reclaimed": "The provider preempted, reclaimed or evicted the allocation; the time after the notice is the provider's.",
     "restart_lost": "Work lost when the job failed for a hardware or fabric cause, or just after a critical fault on its "
-                    "GPUs, counted back to its last saved checkpoint.",
+    "GPUs, counted back to its last saved checkpoint.",
     "restart_recovery": "Time the job took to get going again after that failure, up to its first progress.",
     "stalled_fault": "The job made no progress for longer than the stall threshold while a critical fault touched its GPUs.",
     "idle_unexplained": "The job was running but made no progress, and nothing in the ledger explains why.",
@@ -141,22 +150,41 @@ class Letter:
         tenant, invoice = ("data", self.tenant), ("data", self.invoice_id)
         if not self.findings:
             billed = _joined([("text", t.text(t.billed)) for t in self.totals], " and ")
-            return [tenant, ("text", " disputes nothing on invoice "), invoice,
-                    ("text", ": the ledger puts all "), *billed, ("text", " on "), tenant,
-                    ("text", ".")]
+            return [
+                tenant,
+                ("text", " disputes nothing on invoice "),
+                invoice,
+                ("text", ": the ledger puts all "),
+                *billed,
+                ("text", " on "),
+                tenant,
+                ("text", "."),
+            ]
         counted = f"{len(self.findings)} finding{'s' if len(self.findings) != 1 else ''} below"
         parts = [self._part(t) for t in self.totals if t.claimed]
-        return [tenant, ("text", " disputes "), *_joined_runs(parts, "; and "),
-                ("text", f" ({counted}).")]
+        return [
+            tenant,
+            ("text", " disputes "),
+            *_joined_runs(parts, "; and "),
+            ("text", f" ({counted})."),
+        ]
 
     def _part(self, t: Totals) -> list[tuple[str, str]]:
         provider = " that the provider's own records put on the provider"
         disputed = " billed while its jobs ran idle with nothing in the ledger to explain it"
-        why = [[("text", t.text(t.provider) + provider)] if t.provider else [],
-               [("text", t.text(t.disputed) + disputed)] if t.disputed else []]
-        return [("text", t.text(t.claimed)), ("text", " of the "), ("text", t.text(t.billed)),
-                ("text", " billed on invoice "), ("data", self.invoice_id), ("text", ": "),
-                *_joined_runs([w for w in why if w], " and ")]
+        why = [
+            [("text", t.text(t.provider) + provider)] if t.provider else [],
+            [("text", t.text(t.disputed) + disputed)] if t.disputed else [],
+        ]
+        return [
+            ("text", t.text(t.claimed)),
+            ("text", " of the "),
+            ("text", t.text(t.billed)),
+            ("text", " billed on invoice "),
+            ("data", self.invoice_id),
+            ("text", ": "),
+            *_joined_runs([w for w in why if w], " and "),
+        ]
 
 
 def _joined(runs: list[tuple[str, str]], between: str) -> list[tuple[str, str]]:
@@ -181,16 +209,27 @@ def build_letter(checked: VerifiedPacket, signer: str) -> Letter:
         for category, amount in _customer_borne(line["categories"]):
             tally.accepted[category] = tally.accepted.get(category, Decimal(0)) + amount
     findings = []
-    periods = {line["line_id"]: (line["period_start"], line["period_end"]) for line in checked.findings["lines"]}
+    periods = {
+        line["line_id"]: (line["period_start"], line["period_end"])
+        for line in checked.findings["lines"]
+    }
     for number, claim in enumerate(checked.claims, 1):
         tally = totals.setdefault(claim["currency"] or "", Totals(claim["currency"] or ""))
         amount = Decimal(claim["amount"])
         tally.provider += amount if claim["bearer"] == "provider" else 0
         tally.disputed += amount if claim["bearer"] == "disputed" else 0
         findings.append(_finding(number, claim, checked.cited, periods))
-    return Letter(checked.tenant, checked.invoice_id, signer, checked.checkpoint.size, checked.lines,
-                  checked.tenant_entries + checked.fleet_entries, checked.withheld,
-                  [totals[c] for c in sorted(totals)], findings)
+    return Letter(
+        checked.tenant,
+        checked.invoice_id,
+        signer,
+        checked.checkpoint.size,
+        checked.lines,
+        checked.tenant_entries + checked.fleet_entries,
+        checked.withheld,
+        [totals[c] for c in sorted(totals)],
+        findings,
+    )
 
 
 def _customer_borne(categories: dict[str, Any]) -> list[tuple[str, Decimal]]:
@@ -204,25 +243,47 @@ def _customer_borne(categories: dict[str, Any]) -> list[tuple[str, Decimal]]:
     return out
 
 
-def _finding(number: int, claim: dict[str, Any], entries: dict[int, Entry],
-             periods: dict[str, tuple[str, str]]) -> Finding:
+def _finding(
+    number: int,
+    claim: dict[str, Any],
+    entries: dict[int, Entry],
+    periods: dict[str, tuple[str, str]],
+) -> Finding:
     stretches = [(s, e, g) for s, e, g in claim["stretches"]]
     place, rule = rule_for(claim["category"], claim["bearer"])
     # a claim of no GPU time (a GPU line's empty window, RULES.md §Unallocated) has no
     # stretch: it is dated by its line's period
-    start, end = ((min(s for s, _, _ in stretches), max(e for _, e, _ in stretches)) if stretches
-                  else periods[claim["line_id"]])
-    return Finding(number, claim["line_id"], claim["allocation_id"], claim["category"], claim["bearer"],
-                   claim["amount"], claim["currency"] or "", claim["gpu_seconds"],
-                   start, end, stretches, rule, place,
-                   [_cited(entries[seq]) for seq in claim["cites"]])
+    start, end = (
+        (min(s for s, _, _ in stretches), max(e for _, e, _ in stretches))
+        if stretches
+        else periods[claim["line_id"]]
+    )
+    return Finding(
+        number,
+        claim["line_id"],
+        claim["allocation_id"],
+        claim["category"],
+        claim["bearer"],
+        claim["amount"],
+        claim["currency"] or "",
+        claim["gpu_seconds"],
+        start,
+        end,
+        stretches,
+        rule,
+        place,
+        [_cited(entries[seq]) for seq in claim["cites"]],
+    )
 
 
 def _cited(entry: Entry) -> Cited:
     event = json.loads(entry.event)
     data = event.get("data", {})
-    shown = [(name, _show(data[name])) for name in FIELDS.get(entry.type, ())
-             if data.get(name) is not None]
+    shown = [
+        (name, _show(data[name]))
+        for name in FIELDS.get(entry.type, ())
+        if data.get(name) is not None
+    ]
     return Cited(entry.seq, entry.type, str(event.get("time", "")), shown)
 
 
@@ -254,12 +315,16 @@ def summary(letter: Letter) -> str:
     for the terminal (a newline or U+202E in an id adds no line and reverses no figure)."""
     out = [letter.sentence()]
     for t in letter.totals:
-        out.append(f"  billed {t.text(t.billed)} · provider-borne {t.text(t.provider)} · disputed {t.text(t.disputed)}"
-                   f" · we dispute {t.text(t.claimed)}")
+        out.append(
+            f"  billed {t.text(t.billed)} · provider-borne {t.text(t.provider)} · disputed {t.text(t.disputed)}"
+            f" · we dispute {t.text(t.claimed)}"
+        )
     for f in letter.findings:
-        out.append(f"  {f.number}. {f.start} → {f.end}  {f.category} ({f.bearer})  {f.amount} {f.currency}  "
-                   f"line {f.line_id}, allocation {f.allocation_id}; {f.rule_place}; "
-                   f"cites seq {', '.join(str(c.seq) for c in f.cited)}")
+        out.append(
+            f"  {f.number}. {f.start} → {f.end}  {f.category} ({f.bearer})  {f.amount} {f.currency}  "
+            f"line {f.line_id}, allocation {f.allocation_id}; {f.rule_place}; "
+            f"cites seq {', '.join(str(c.seq) for c in f.cited)}"
+        )
     return "\n".join(terminal_safe(line) for line in out)
 
 
@@ -303,14 +368,41 @@ def timeline(letter: Letter) -> dict[str, Any]:
         for s, e, g in f.stretches:
             x0 = LEFT + (parse_time(s) - t0) / span * plot
             x1 = LEFT + (parse_time(e) - t0) / span * plot
-            bars.append({"x": x0, "y": y + 3, "w": max(2.0, x1 - x0), "h": ROW - 6, "number": f.number,
-                         "kind": f"{f.category} {f.bearer}", "title": f"finding {f.number}: {f.category}, {s} → {e}, {g} GPU(s)"})
+            bars.append(
+                {
+                    "x": x0,
+                    "y": y + 3,
+                    "w": max(2.0, x1 - x0),
+                    "h": ROW - 6,
+                    "number": f.number,
+                    "kind": f"{f.category} {f.bearer}",
+                    "title": f"finding {f.number}: {f.category}, {s} → {e}, {g} GPU(s)",
+                }
+            )
     height = TOP + len(rows) * ROW + 24
-    ticks = [{"x": LEFT + plot * i / 4, "label": _tick(t0 + span * i // 4),
-              "anchor": "start" if i == 0 else "end" if i == 4 else "middle"} for i in range(5)]
-    return {"width": WIDTH, "height": height, "rows": [{"label": r if len(r) <= 30 else r[:29] + "…", "title": r, "y": TOP + i * ROW + ROW / 2}
-                     for i, r in enumerate(rows)],
-            "bars": bars, "ticks": ticks, "axis_y": height - 8}
+    ticks = [
+        {
+            "x": LEFT + plot * i / 4,
+            "label": _tick(t0 + span * i // 4),
+            "anchor": "start" if i == 0 else "end" if i == 4 else "middle",
+        }
+        for i in range(5)
+    ]
+    return {
+        "width": WIDTH,
+        "height": height,
+        "rows": [
+            {
+                "label": r if len(r) <= 30 else r[:29] + "…",
+                "title": r,
+                "y": TOP + i * ROW + ROW / 2,
+            }
+            for i, r in enumerate(rows)
+        ],
+        "bars": bars,
+        "ticks": ticks,
+        "axis_y": height - 8,
+    }
 
 
 def _tick(us: int) -> str:

@@ -63,7 +63,7 @@ marks AS (
     ASOF LEFT JOIN starts s ON p.t >= s.t),
 gaps AS (SELECT *, t - lag(t) OVER (PARTITION BY att ORDER BY t, seq) AS gap FROM marks)
 SELECT att AS attempt_seq, count(*) AS marks, min(t) AS first, max(t) AS last, min(step) AS first_step,
-       max(step) AS last_step, max(units) AS units, {percentiles_sql('gap', 'step_time')},
+       max(step) AS last_step, max(units) AS units, {percentiles_sql("gap", "step_time")},
        max(gap) AS longest_gap, max_by(t, gap) AS longest_gap_end
 FROM gaps GROUP BY att ORDER BY first
 """

@@ -30,8 +30,13 @@ from reconcile.engine.rules import SECOND
 
 MINUTE = 60 * SECOND
 #: (step, label, the name of the wait that ends at it)
-STEPS = (("submitted", "submitted", ""), ("admitted", "admitted", "queue wait"), ("placed", "placed", "placement"),
-         ("started", "started", "start-up"), ("first_progress", "first progress", "wait for first progress"))
+STEPS = (
+    ("submitted", "submitted", ""),
+    ("admitted", "admitted", "queue wait"),
+    ("placed", "placed", "placement"),
+    ("started", "started", "start-up"),
+    ("first_progress", "first progress", "wait for first progress"),
+)
 NO_ADMISSION = "no scheduling decision names the job (Slurm writes none)"
 
 
@@ -63,15 +68,34 @@ def path(packet: dict[str, Any], submitted: tuple[str, int] | None) -> list[dict
     previous: dict[str, Any] | None = None
     for step, label, _ in STEPS:
         t, seq = found[step]
-        status = "recorded" if t else ("not needed" if step in ("admitted", "placed") and not decided else "not recorded")
-        row: dict[str, Any] = {"step": step, "label": label, "t": t, "seq": seq, "status": status,
-                               "wait": None, "wait_s": None, "wait_text": None, "since": None,
-                               "note": NO_ADMISSION if status == "not needed" else None}
+        status = (
+            "recorded"
+            if t
+            else (
+                "not needed" if step in ("admitted", "placed") and not decided else "not recorded"
+            )
+        )
+        row: dict[str, Any] = {
+            "step": step,
+            "label": label,
+            "t": t,
+            "seq": seq,
+            "status": status,
+            "wait": None,
+            "wait_s": None,
+            "wait_text": None,
+            "since": None,
+            "note": NO_ADMISSION if status == "not needed" else None,
+        }
         out.append(row)
         if t and previous:
             wait_us = parse_time(t) - parse_time(previous["t"])
-            row |= {"wait": _wait_name(out, previous["step"], step), "wait_s": seconds(wait_us),
-                    "wait_text": duration(seconds(wait_us)), "since": previous["step"]}
+            row |= {
+                "wait": _wait_name(out, previous["step"], step),
+                "wait_s": seconds(wait_us),
+                "wait_text": duration(seconds(wait_us)),
+                "since": previous["step"],
+            }
         previous = row if t else previous
     return out
 
@@ -79,7 +103,7 @@ def path(packet: dict[str, Any], submitted: tuple[str, int] | None) -> list[dict
 def open_wait(steps: list[dict[str, Any]]) -> tuple[dict[str, Any], str] | None:
     """The wait still open after the last step recorded before the start: that step and the
     wait's name (the next step's: the queue wait when admission was not needed or never came)."""
-    before_start = steps[:[s["step"] for s in steps].index("started")]
+    before_start = steps[: [s["step"] for s in steps].index("started")]
     recorded = [i for i, s in enumerate(before_start) if s["t"]]
     if not recorded:
         return None
@@ -106,15 +130,20 @@ def _first_start(packet: dict[str, Any]) -> tuple[str | None, int | None]:
 def _first_progress(packet: dict[str, Any], started: str | None) -> tuple[str | None, int | None]:
     if started is None:
         return None, None
-    firsts = [g["first"] for g in packet["application"]["progress"]
-              if g["first"] and parse_time(g["first"]) >= parse_time(started)]
+    firsts = [
+        g["first"]
+        for g in packet["application"]["progress"]
+        if g["first"] and parse_time(g["first"]) >= parse_time(started)
+    ]
     return (min(firsts, key=parse_time), None) if firsts else (None, None)
 
 
 # -- the sentence ------------------------------------------------------------------------
 
-def why(packet: dict[str, Any], steps: list[dict[str, Any]],
-        cause: dict[str, Any] | None = None) -> str:
+
+def why(
+    packet: dict[str, Any], steps: list[dict[str, Any]], cause: dict[str, Any] | None = None
+) -> str:
     """One sentence (or two: start, then completion) saying why the promise was missed; a
     missed start's `cause` (promises.miss_detail) follows its sentence, with its figures."""
     p = packet["promise"]
@@ -130,27 +159,42 @@ def why(packet: dict[str, Any], steps: list[dict[str, Any]],
         return " ".join(parts)
     if "pending" in (p["start_status"], p["completion_status"]):
         return "Not missed yet: the ledger does not reach the promised time."
-    return (f"Kept: started at {clock(p['started'])}, by {clock(p['start_by'])}"
-            + (f"; completed at {clock(p['completed'])}, by {clock(p['complete_by'])}." if p["complete_by"] else "."))
+    return f"Kept: started at {clock(p['started'])}, by {clock(p['start_by'])}" + (
+        f"; completed at {clock(p['completed'])}, by {clock(p['complete_by'])}."
+        if p["complete_by"]
+        else "."
+    )
 
 
-def _why_start(p: dict[str, Any], steps: list[dict[str, Any]], clock: Callable[[str | None], str]) -> str:
+def _why_start(
+    p: dict[str, Any], steps: list[dict[str, Any]], clock: Callable[[str | None], str]
+) -> str:
     recorded = [s for s in steps if s["t"] and s["step"] != "first_progress"]
     if p["start_status"] == "not_started":
         last = recorded[-1] if recorded else None
         told = f"{last['label']} at {clock(last['t'])}" if last else "nothing recorded of the job"
         admitted = steps[1]["status"] != "not recorded"
         waiting = "waiting to start" if admitted else "waiting for admission"
-        return (f"Never started (promised by {clock(p['start_by'])}): {told}, then no "
-                f"{'start' if admitted else 'admission'} in the ledger; it was {waiting} when start_by passed.")
+        return (
+            f"Never started (promised by {clock(p['start_by'])}): {told}, then no "
+            f"{'start' if admitted else 'admission'} in the ledger; it was {waiting} when start_by passed."
+        )
     start_by = p["start_by"]
     crossed = next((s for s in recorded if parse_time(s["t"]) > parse_time(start_by)), None)
     text = f"Started {duration(p['start_delay_s'])} late ({clock(p['started'])}, promised by {clock(start_by)})"
     if crossed is None or crossed["wait"] is None:
-        return text + (": the job was submitted after start_by." if crossed and crossed["step"] == "submitted" else ".")
-    text += (f": start_by passed during the {crossed['wait']} ({crossed['since'].replace('_', ' ')} "
-             f"{clock(_at(steps, crossed['since']))} → {crossed['label']} {clock(crossed['t'])}, {crossed['wait_text']})")
-    longest = max((s for s in recorded if s["wait_s"] is not None), key=lambda s: float(s["wait_s"]))
+        return text + (
+            ": the job was submitted after start_by."
+            if crossed and crossed["step"] == "submitted"
+            else "."
+        )
+    text += (
+        f": start_by passed during the {crossed['wait']} ({crossed['since'].replace('_', ' ')} "
+        f"{clock(_at(steps, crossed['since']))} → {crossed['label']} {clock(crossed['t'])}, {crossed['wait_text']})"
+    )
+    longest = max(
+        (s for s in recorded if s["wait_s"] is not None), key=lambda s: float(s["wait_s"])
+    )
     if longest is not crossed:
         text += f"; the longest wait was the {longest['wait']} ({longest['wait_text']})"
     return text + "."
@@ -173,21 +217,28 @@ def cause_sentence(c: dict[str, Any], started: bool = True) -> str:
         "held_by_tenant": "the tenant held the job (deactivated)",
         "start_failure": "the job was admitted, but its start failed or never came",
         "fleet_change": f"it would have fit but for the devices under a fleet change: {free} "
-                        f"({held})",
+        f"({held})",
         "fault": f"it would have fit but for the devices with an open critical fault: {free} "
-                 f"({held})",
-        "quota": (f"{c['tenant']} held {c['tenant_held']} of its quota of {c['quota']} {cls} "
-                  f"{unit}s, and the job needs {gpus} more"),
-        "capacity": (f"fewer than {gpus} {cls} {unit}{'s' if gpus != 1 else ''} were free in the "
-                     f"fleet: {free} ({held})" if c["class_devices"] else
-                     f"no {cls} {unit} was free: the ledger discovered none"),
+        f"({held})",
+        "quota": (
+            f"{c['tenant']} held {c['tenant_held']} of its quota of {c['quota']} {cls} "
+            f"{unit}s, and the job needs {gpus} more"
+        ),
+        "capacity": (
+            f"fewer than {gpus} {cls} {unit}{'s' if gpus != 1 else ''} were free in the "
+            f"fleet: {free} ({held})"
+            if c["class_devices"]
+            else f"no {cls} {unit} was free: the ledger discovered none"
+        ),
         "fragmentation": f"{free} ({held}), but not {gpus} in the shape the job needs",
         "scheduler": f"it fit ({free}) and was within quota; the scheduler "
-                     + ("started it later" if started else "did not start it"),
+        + ("started it later" if started else "did not start it"),
     }[name]
     spent = c["cause_seconds"].get(name, 0)
-    return (f"Cause: {name}, borne by the {c['cause_bearer']}: for {duration(spent)} of the "
-            f"{duration(c['wait_s'])} waited, {detail}.")
+    return (
+        f"Cause: {name}, borne by the {c['cause_bearer']}: for {duration(spent)} of the "
+        f"{duration(c['wait_s'])} waited, {detail}."
+    )
 
 
 def _at(steps: list[dict[str, Any]], step: str) -> str:
@@ -196,23 +247,39 @@ def _at(steps: list[dict[str, Any]], step: str) -> str:
 
 def _why_completion(packet: dict[str, Any], clock: Callable[[str | None], str]) -> str:
     p = packet["promise"]
-    head = (f"Completed {duration(p['completion_delay_s'])} late ({clock(p['completed'])}, promised by "
-            f"{clock(p['complete_by'])})" if p["completion_status"] == "late"
-            else f"Never completed (promised by {clock(p['complete_by'])})")
-    causes = [f"attempt {a['attempt']} failed at {clock(a['ended'])}"
-              + (f" ({a['cause']}{': ' + a['detail'] if a['detail'] else ''})" if a["cause"] or a["detail"] else "")
-              for a in packet["application"]["failures"]]
-    causes += [f"{d['decision']} at {clock(d['t'])}" + (f" ({d['reason']})" if d["reason"] else "")
-               for d in packet["preemptions"]]
+    head = (
+        f"Completed {duration(p['completion_delay_s'])} late ({clock(p['completed'])}, promised by "
+        f"{clock(p['complete_by'])})"
+        if p["completion_status"] == "late"
+        else f"Never completed (promised by {clock(p['complete_by'])})"
+    )
+    causes = [
+        f"attempt {a['attempt']} failed at {clock(a['ended'])}"
+        + (
+            f" ({a['cause']}{': ' + a['detail'] if a['detail'] else ''})"
+            if a["cause"] or a["detail"]
+            else ""
+        )
+        for a in packet["application"]["failures"]
+    ]
+    causes += [
+        f"{d['decision']} at {clock(d['t'])}" + (f" ({d['reason']})" if d["reason"] else "")
+        for d in packet["preemptions"]
+    ]
     restarts = packet["application"]["restarts"]
     if causes:
-        return (f"{head}: {'; '.join(causes)}"
-                + (f"; {restarts} restart{'s' if restarts != 1 else ''}" if restarts else "") + ".")
+        return (
+            f"{head}: {'; '.join(causes)}"
+            + (f"; {restarts} restart{'s' if restarts != 1 else ''}" if restarts else "")
+            + "."
+        )
     attempts = packet["application"]["attempts"]
     if p["started"] and p["completed"]:
         run = seconds(parse_time(p["completed"]) - parse_time(p["started"]))
         return f"{head}: no failure or preemption recorded; the run took {duration(run)} from its start."
-    return f"{head}: no failure or preemption recorded; {len(attempts)} attempt(s), none completed."
+    return (
+        f"{head}: no failure or preemption recorded; {len(attempts)} attempt(s), none completed."
+    )
 
 
 def _clock(packet: dict[str, Any]) -> Callable[[str | None], str]:
@@ -224,16 +291,21 @@ def _clock(packet: dict[str, Any]) -> Callable[[str | None], str]:
             return "never"
         hm = text[11:16] if text[17:19] == "00" and len(text) <= 20 else text[11:19]
         return f"{hm} UTC" if same_day else f"{text[:10]} {hm} UTC"
+
     return clock
 
 
 # -- the zoom ------------------------------------------------------------------------------
 
+
 def zoom(packet: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
     """The span around what the sentence is about (see the module docstring)."""
     p = packet["promise"]
     w0, w1 = parse_time(packet["window"]["from"]), parse_time(packet["window"]["to"])
-    start_story = p["start_status"] in ("late", "not_started") or p["completion_status"] not in ("late", "not_completed")
+    start_story = p["start_status"] in ("late", "not_started") or p["completion_status"] not in (
+        "late",
+        "not_completed",
+    )
     if start_story:
         focus = [s["t"] for s in steps if s["t"]] + [p["start_by"]]
     else:
@@ -244,5 +316,9 @@ def zoom(packet: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
     z0, z1 = max(w0, lo - pad), min(w1, hi + pad)
     if z1 <= z0:
         z1 = z0 + MINUTE
-    return {"about": "start" if start_story else "completion", "from": iso(z0), "to": iso(z1),
-            "seconds": seconds(z1 - z0)}
+    return {
+        "about": "start" if start_story else "completion",
+        "from": iso(z0),
+        "to": iso(z1),
+        "seconds": seconds(z1 - z0),
+    }

@@ -29,11 +29,23 @@ from reconcile.packets.story import open_wait
 WIDTH, LEFT, RIGHT = 1340, 150, 20
 LANE_H, BAR_H, TOP, AXIS_H = 46, 24, 30, 34
 MIN_W = 3.0
-LANES = (("path", "job's path"), ("allocation", "allocation"), ("attempts", "job attempts"), ("progress", "progress"),
-         ("checkpoints", "checkpoints"), ("decisions", "decisions"), ("faults", "faults"), ("billed", "billed periods"))
+LANES = (
+    ("path", "job's path"),
+    ("allocation", "allocation"),
+    ("attempts", "job attempts"),
+    ("progress", "progress"),
+    ("checkpoints", "checkpoints"),
+    ("decisions", "decisions"),
+    ("faults", "faults"),
+    ("billed", "billed periods"),
+)
 
-WAIT_KINDS = {"queue wait": "queue", "placement": "placement", "start-up": "startup",
-              "wait for first progress": "first-progress"}
+WAIT_KINDS = {
+    "queue wait": "queue",
+    "placement": "placement",
+    "start-up": "startup",
+    "wait for first progress": "first-progress",
+}
 
 
 @dataclass
@@ -77,8 +89,9 @@ class _Scale:
 
     def outside(self, start: str | None, end: str | None) -> bool:
         """[start, end] misses the span (None: open at that side)."""
-        return ((start is not None and parse_time(start) > self.w1)
-                or (end is not None and parse_time(end) < self.w0))
+        return (start is not None and parse_time(start) > self.w1) or (
+            end is not None and parse_time(end) < self.w0
+        )
 
 
 def timeline(packet: dict[str, Any], span: dict[str, Any] | None = None) -> Timeline:
@@ -87,7 +100,10 @@ def timeline(packet: dict[str, Any], span: dict[str, Any] | None = None) -> Time
     span = span or packet["window"]
     w0, w1 = parse_time(span["from"]), parse_time(span["to"])
     scale = _Scale(w0, w1)
-    lanes = [{"name": name, "label": label, "y": TOP + i * LANE_H, "h": LANE_H} for i, (name, label) in enumerate(LANES)]
+    lanes = [
+        {"name": name, "label": label, "y": TOP + i * LANE_H, "h": LANE_H}
+        for i, (name, label) in enumerate(LANES)
+    ]
     tl = Timeline(WIDTH, TOP + len(LANES) * LANE_H + AXIS_H, LEFT, WIDTH - LEFT - RIGHT, lanes)
     y = {name: TOP + i * LANE_H + (LANE_H - BAR_H) / 2 for i, (name, _) in enumerate(LANES)}
     _bars(tl, scale, y, packet)
@@ -98,8 +114,17 @@ def timeline(packet: dict[str, Any], span: dict[str, Any] | None = None) -> Time
     return tl
 
 
-def _bar(tl: Timeline, scale: _Scale, lane: str, y: float, start: str | None, end: str | None,
-         kind: str, title: str, start_default: float = 0.0) -> None:
+def _bar(
+    tl: Timeline,
+    scale: _Scale,
+    lane: str,
+    y: float,
+    start: str | None,
+    end: str | None,
+    kind: str,
+    title: str,
+    start_default: float = 0.0,
+) -> None:
     if scale.outside(start, end):
         return
     x0, x1 = scale.x(start, start_default), scale.x(end)
@@ -109,32 +134,87 @@ def _bar(tl: Timeline, scale: _Scale, lane: str, y: float, start: str | None, en
 def _bars(tl: Timeline, scale: _Scale, y: dict[str, float], p: dict[str, Any]) -> None:
     _path(tl, scale, y["path"], p)
     for a in p["reservations"]:
-        _bar(tl, scale, "allocation", y["allocation"], a["granted"], a["released"], "held",
-             f"allocation {a['allocation_id']}: {a['gpus']} GPU(s) on {a['node'] or '?'}, "
-             f"{a['granted'] or '?'} → {a['released'] or 'open'}")
+        _bar(
+            tl,
+            scale,
+            "allocation",
+            y["allocation"],
+            a["granted"],
+            a["released"],
+            "held",
+            f"allocation {a['allocation_id']}: {a['gpus']} GPU(s) on {a['node'] or '?'}, "
+            f"{a['granted'] or '?'} → {a['released'] or 'open'}",
+        )
     for a in p["application"]["attempts"]:
-        _bar(tl, scale, "attempts", y["attempts"], a["started"], a["ended"], a["outcome"],
-             f"attempt {a['attempt']} on {a['allocation_id']}: {a['started']} → {a['ended'] or 'running'} "
-             f"({a['outcome']}{', ' + a['cause'] if a['cause'] else ''})")
+        _bar(
+            tl,
+            scale,
+            "attempts",
+            y["attempts"],
+            a["started"],
+            a["ended"],
+            a["outcome"],
+            f"attempt {a['attempt']} on {a['allocation_id']}: {a['started']} → {a['ended'] or 'running'} "
+            f"({a['outcome']}{', ' + a['cause'] if a['cause'] else ''})",
+        )
     ckpt = p["checkpoints"]
     for c in ckpt["checkpoints"]:
-        _bar(tl, scale, "checkpoints", y["checkpoints"], c["started"] or c["saved"], c["saved"] or c["started"],
-             "saved" if c["saved"] else "unsaved", f"checkpoint {c['checkpoint_id']} (step {c['step']}): "
-             f"{c['started'] or '?'} → {c['saved'] or 'never saved'}")
+        _bar(
+            tl,
+            scale,
+            "checkpoints",
+            y["checkpoints"],
+            c["started"] or c["saved"],
+            c["saved"] or c["started"],
+            "saved" if c["saved"] else "unsaved",
+            f"checkpoint {c['checkpoint_id']} (step {c['step']}): "
+            f"{c['started'] or '?'} → {c['saved'] or 'never saved'}",
+        )
     for r in ckpt["restores"]:
-        _bar(tl, scale, "checkpoints", y["checkpoints"], r["t"], r["t"], "restored",
-             f"restored {r['checkpoint_id']} (step {r['step']}) at {r['t']}")
+        _bar(
+            tl,
+            scale,
+            "checkpoints",
+            y["checkpoints"],
+            r["t"],
+            r["t"],
+            "restored",
+            f"restored {r['checkpoint_id']} (step {r['step']}) at {r['t']}",
+        )
     for d in p["decisions"]:
-        _bar(tl, scale, "decisions", y["decisions"], d["t"], d["t"], f"decision-{d['decision']}",
-             f"#{d['order']} {d['decision']} at {d['t']}{': ' + d['reason'] if d['reason'] else ''}")
+        _bar(
+            tl,
+            scale,
+            "decisions",
+            y["decisions"],
+            d["t"],
+            d["t"],
+            f"decision-{d['decision']}",
+            f"#{d['order']} {d['decision']} at {d['t']}{': ' + d['reason'] if d['reason'] else ''}",
+        )
     for f in p["health"]["faults"]:
-        _bar(tl, scale, "faults", y["faults"], f["opened"], f["cleared"], f"fault-{f['severity'] or 'unknown'}",
-             f"{f['code']} on {f['node'] or f['fabric_domain'] or f['device']}: {f['opened']} → {f['cleared'] or 'open'}")
+        _bar(
+            tl,
+            scale,
+            "faults",
+            y["faults"],
+            f["opened"],
+            f["cleared"],
+            f"fault-{f['severity'] or 'unknown'}",
+            f"{f['code']} on {f['node'] or f['fabric_domain'] or f['device']}: {f['opened']} → {f['cleared'] or 'open'}",
+        )
     for line in p["billing"]["lines"]:
-        _bar(tl, scale, "billed", y["billed"], line["period_start"], line["period_end"],
-             "replaced" if line["replaced"] else "line",
-             f"{line['invoice_id']}/{line['line_id']}: {line['gpus']} GPU(s), {line['amount']} {line['currency']}, "
-             f"{line['period_start']} → {line['period_end']}{' (replaced by a correction)' if line['replaced'] else ''}")
+        _bar(
+            tl,
+            scale,
+            "billed",
+            y["billed"],
+            line["period_start"],
+            line["period_end"],
+            "replaced" if line["replaced"] else "line",
+            f"{line['invoice_id']}/{line['line_id']}: {line['gpus']} GPU(s), {line['amount']} {line['currency']}, "
+            f"{line['period_start']} → {line['period_end']}{' (replaced by a correction)' if line['replaced'] else ''}",
+        )
 
 
 def _path(tl: Timeline, scale: _Scale, y: float, p: dict[str, Any]) -> None:
@@ -143,16 +223,34 @@ def _path(tl: Timeline, scale: _Scale, y: float, p: dict[str, Any]) -> None:
     for s in p["path"]:
         if s["wait"] is not None:
             since = steps[s["since"]]
-            _bar(tl, scale, "path", y, since["t"], s["t"], "wait-" + WAIT_KINDS[s["wait"]],
-                 f"{s['wait']}: {since['label']} {since['t']} → {s['label']} {s['t']} ({s['wait_text']})")
+            _bar(
+                tl,
+                scale,
+                "path",
+                y,
+                since["t"],
+                s["t"],
+                "wait-" + WAIT_KINDS[s["wait"]],
+                f"{s['wait']}: {since['label']} {since['t']} → {s['label']} {s['t']} ({s['wait_text']})",
+            )
     waiting = open_wait(p["path"]) if p["promise"]["started"] is None else None
     if waiting is not None:
         since, name = waiting
-        _bar(tl, scale, "path", y, since["t"], None, "wait-" + WAIT_KINDS[name],
-             f"{name}: {since['label']} {since['t']} → still waiting at the window's end")
+        _bar(
+            tl,
+            scale,
+            "path",
+            y,
+            since["t"],
+            None,
+            "wait-" + WAIT_KINDS[name],
+            f"{name}: {since['label']} {since['t']} → still waiting at the window's end",
+        )
 
 
-def _progress(tl: Timeline, scale: _Scale, y: float, hist: dict[str, Any], span: dict[str, Any]) -> None:
+def _progress(
+    tl: Timeline, scale: _Scale, y: float, hist: dict[str, Any], span: dict[str, Any]
+) -> None:
     """One bar per non-empty bin of `hist`, the histogram of `span` (its bins split it evenly)."""
     counts: list[int] = hist["counts"]
     peak = max(counts, default=0)
@@ -165,20 +263,41 @@ def _progress(tl: Timeline, scale: _Scale, y: float, hist: dict[str, Any], span:
         if n:
             h = max(2.0, BAR_H * n / peak)
             x0, x1 = scale.x_us(b0), scale.x_us(b1)
-            tl.marks.append(Mark("progress", x0, y + BAR_H - h, max(1.0, x1 - x0 - 0.5), h, "density",
-                                 f"{n} progress mark(s) in bin {i + 1} of {hist['bins']} "
-                                 f"({hist['bin_seconds']} s each)"))
+            tl.marks.append(
+                Mark(
+                    "progress",
+                    x0,
+                    y + BAR_H - h,
+                    max(1.0, x1 - x0 - 0.5),
+                    h,
+                    "density",
+                    f"{n} progress mark(s) in bin {i + 1} of {hist['bins']} "
+                    f"({hist['bin_seconds']} s each)",
+                )
+            )
 
 
 def _markers(tl: Timeline, scale: _Scale, p: dict[str, Any]) -> None:
     promise = p["promise"]
-    for key, label, kind in (("start_by", "start by", "promised"), ("complete_by", "complete by", "promised"),
-                             ("started", "started", "actual"), ("completed", "completed", "actual")):
+    for key, label, kind in (
+        ("start_by", "start by", "promised"),
+        ("complete_by", "complete by", "promised"),
+        ("started", "started", "actual"),
+        ("completed", "completed", "actual"),
+    ):
         if promise[key] is not None and not scale.outside(promise[key], promise[key]):
             x = scale.x(promise[key])
             near_end = x > WIDTH - RIGHT - 90  # label to the left of the line, inside the picture
-            tl.markers.append({"x": x, "label": label, "kind": kind, "title": f"{label} {promise[key]}",
-                               "label_x": x - 3 if near_end else x + 3, "anchor": "end" if near_end else "start"})
+            tl.markers.append(
+                {
+                    "x": x,
+                    "label": label,
+                    "kind": kind,
+                    "title": f"{label} {promise[key]}",
+                    "label_x": x - 3 if near_end else x + 3,
+                    "anchor": "end" if near_end else "start",
+                }
+            )
 
 
 def _ticks(w0: int, w1: int, n: int = 6) -> list[dict[str, Any]]:
@@ -187,5 +306,11 @@ def _ticks(w0: int, w1: int, n: int = 6) -> list[dict[str, Any]]:
         t = w0 + (w1 - w0) * i // n
         text = iso(t) or ""
         anchor = "start" if i == 0 else "end" if i == n else "middle"
-        out.append({"x": LEFT + i * (WIDTH - LEFT - RIGHT) / n, "label": text[5:16].replace("T", " "), "anchor": anchor})
+        out.append(
+            {
+                "x": LEFT + i * (WIDTH - LEFT - RIGHT) / n,
+                "label": text[5:16].replace("T", " "),
+                "anchor": anchor,
+            }
+        )
     return out

@@ -36,7 +36,16 @@ from rich.text import Text
 
 from ledger import Store
 from reconcile.engine.pipeline import Pipeline
-from reconcile.reports import capacity, envelope, envelope_page, fleet_changes, outcomes, placement, promises, serving
+from reconcile.reports import (
+    capacity,
+    envelope,
+    envelope_page,
+    fleet_changes,
+    outcomes,
+    placement,
+    promises,
+    serving,
+)
 from schemas.display import DataTable, spreadsheet_safe, terminal_safe
 from schemas.documents.reports import REPORT_DOCUMENTS
 from schemas.errors import BadInput
@@ -49,7 +58,9 @@ Loaded = Pipeline
 
 
 @contextmanager
-def loaded(store: Store, tenant: str | None = None, threads: int | None = None) -> Iterator[Pipeline]:
+def loaded(
+    store: Store, tenant: str | None = None, threads: int | None = None
+) -> Iterator[Pipeline]:
     """One consistent snapshot of the store (with `tenant`: its entries and the fleet's), in
     memory, as a pipeline: its relations built as the reports ask for them."""
     with Pipeline.of_store(store, tenant, threads, sized=False) as pipe:
@@ -110,10 +121,12 @@ class PromisesReport(Report):
     def rows(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
         """One row per promise."""
         hidden = ("seq", "cause", "cause_seconds", "cause_bearer")
-        return [{k: v for k, v in p.items() if k not in hidden}
-                | {"packet_command": p.get("packet_command", "")}
-                | {"cause": p.get("cause") or "", "cause_bearer": p.get("cause_bearer") or ""}
-                for p in doc["promises"]]
+        return [
+            {k: v for k, v in p.items() if k not in hidden}
+            | {"packet_command": p.get("packet_command", "")}
+            | {"cause": p.get("cause") or "", "cause_bearer": p.get("cause_bearer") or ""}
+            for p in doc["promises"]
+        ]
 
     def tables(self, doc: dict[str, Any]) -> list[Table | Text]:
         return _promise_tables(doc)
@@ -123,10 +136,22 @@ class CapacityReport(Report):
     name = "capacity"
     help = """Devices discovered, jobs admitted, jobs placed, workloads started, and the gaps,
     by placement class (whole, mig:<profile>, timeslice)."""
-    options = (ReportOption("since", "--since", "Window start (inclusive; default: open).", metavar="RFC3339",
-                            time=True),
-               ReportOption("until", "--until", "Window end (exclusive; default: open).", metavar="RFC3339",
-                            time=True))
+    options = (
+        ReportOption(
+            "since",
+            "--since",
+            "Window start (inclusive; default: open).",
+            metavar="RFC3339",
+            time=True,
+        ),
+        ReportOption(
+            "until",
+            "--until",
+            "Window end (exclusive; default: open).",
+            metavar="RFC3339",
+            time=True,
+        ),
+    )
 
     def build(self, pipe: Pipeline, tenant: str | None, **options: Any) -> dict[str, Any]:
         return capacity.report(pipe, tenant, options.get("since"), options.get("until"))
@@ -145,8 +170,15 @@ class OutcomesReport(Report):
     completed-run time, cost per completed run and per accepted result; for serving jobs,
     per concurrency level: request rate, TTFT and latency, output tokens/s, cancellations
     and cost per accepted response."""
-    options = (ReportOption("view", "--view", "serving: only the serving view (CSV: its rows instead of the jobs').",
-                            choices=("all", "serving"), default="all"),)
+    options = (
+        ReportOption(
+            "view",
+            "--view",
+            "serving: only the serving view (CSV: its rows instead of the jobs').",
+            choices=("all", "serving"),
+            default="all",
+        ),
+    )
 
     def build(self, pipe: Pipeline, tenant: str | None, **options: Any) -> dict[str, Any]:
         if options.get("view") == "serving":  # the serving view alone
@@ -160,7 +192,11 @@ class OutcomesReport(Report):
     def tables(self, doc: dict[str, Any]) -> list[Table | Text]:
         if "jobs" not in doc:
             return [_serving_table(doc)]
-        return [_outcome_table(doc), _serving_table(doc)] if doc.get("serving") else [_outcome_table(doc)]
+        return (
+            [_outcome_table(doc), _serving_table(doc)]
+            if doc.get("serving")
+            else [_outcome_table(doc)]
+        )
 
 
 class PlacementReport(Report):
@@ -174,8 +210,11 @@ class PlacementReport(Report):
 
     def rows(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
         """One row per allocation and currency of its billed money."""
-        return [_flat(_placement_row(row)) | {"currency": currency, "billed": amount}
-                for row in doc["allocations"] for currency, amount in _currencies(row["billed"], "")]
+        return [
+            _flat(_placement_row(row)) | {"currency": currency, "billed": amount}
+            for row in doc["allocations"]
+            for currency, amount in _currencies(row["billed"], "")
+        ]
 
     def tables(self, doc: dict[str, Any]) -> list[Table | Text]:
         return _placement_tables(doc)
@@ -188,8 +227,15 @@ class EnvelopeReport(Report):
     result (definitions: docs/envelope.md)."""
     tenant_help = "Only this tenant's jobs and money."
     formats = (*FORMATS, "html")
-    options = (ReportOption("by", "--by", "Group by source (the provider), by placement class, or by both.",
-                            choices=tuple(envelope.GROUPINGS), default="both"),)
+    options = (
+        ReportOption(
+            "by",
+            "--by",
+            "Group by source (the provider), by placement class, or by both.",
+            choices=tuple(envelope.GROUPINGS),
+            default="both",
+        ),
+    )
     options_first = True
 
     def build(self, pipe: Pipeline, tenant: str | None, **options: Any) -> dict[str, Any]:
@@ -208,8 +254,13 @@ class EnvelopeReport(Report):
 
 #: Every report, in the order `gpuledger report` and `demo` give them. A new report is one
 #: more class here: the command line makes its command, formats and help from it.
-REPORT_LIST: tuple[Report, ...] = (PromisesReport(), CapacityReport(), OutcomesReport(), PlacementReport(),
-                                   EnvelopeReport())
+REPORT_LIST: tuple[Report, ...] = (
+    PromisesReport(),
+    CapacityReport(),
+    OutcomesReport(),
+    PlacementReport(),
+    EnvelopeReport(),
+)
 REPORTS = tuple(r.name for r in REPORT_LIST)
 
 
@@ -227,7 +278,9 @@ def report_or_view(name: str) -> Report | None:
     return report_of(_VIEWS.get(name, (name, {}))[0])
 
 
-def build_report(data: Pipeline, name: str, tenant: str | None = None, **options: Any) -> dict[str, Any]:
+def build_report(
+    data: Pipeline, name: str, tenant: str | None = None, **options: Any
+) -> dict[str, Any]:
     """One report by name, as plain dicts and lists; `options` are its own (ReportOption:
     capacity's since and until, outcomes' view, envelope's by), others are not its."""
     name, fixed = _VIEWS.get(name, (name, {}))
@@ -270,7 +323,9 @@ def write_reports(store: Store, out_dir: Path) -> Written:
         paths[-1].write_text(report_json(kind, doc))
         paths.append(out_dir / f"{name}.csv")
         paths[-1].write_text(to_csv(kind, doc))
-    paths.append(out_dir / "serving.csv")  # outcomes' serving view: rows of another shape than its jobs'
+    paths.append(
+        out_dir / "serving.csv"
+    )  # outcomes' serving view: rows of another shape than its jobs'
     paths[-1].write_text(to_csv("serving", docs["outcomes"]))
     paths.append(out_dir / "capacity_changes.csv")
     paths[-1].write_text(to_csv("capacity_changes", docs["capacity"]))
@@ -304,6 +359,7 @@ def render(name: str, doc: dict[str, Any], fmt: str) -> str | list[Table | Text]
 
 # -- CSV: the rows finance would load ---------------------------------------------------
 
+
 def csv_rows(name: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
     """A report's rows (`Report.rows`), or rows of another shape from its document:
     serving, one per tenant, concurrency level and currency (from outcomes');
@@ -319,8 +375,11 @@ def csv_rows(name: str, doc: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _serving_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    return [_flat({k: v for k, v in row.items() if k != "cost"}) | {"currency": currency} | figures
-            for row in doc["serving"] for currency, figures in _currencies(row["cost"], SERVING_COST)]
+    return [
+        _flat({k: v for k, v in row.items() if k != "cost"}) | {"currency": currency} | figures
+        for row in doc["serving"]
+        for currency, figures in _currencies(row["cost"], SERVING_COST)
+    ]
 
 
 def _job_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -343,7 +402,9 @@ def _currencies(by_currency: dict[str, Any], empty: Any) -> list[tuple[str, Any]
 def _placement_row(row: dict[str, Any]) -> dict[str, Any]:
     """An allocation's row as CSV columns: links as `NV12:6 SYS:2`, the one-line reason."""
     links = " ".join(f"{link}:{n}" for link, n in row["links_observed"].items())
-    return {k: v for k, v in row.items() if k not in ("billed", "reasons")} | {"links_observed": links}
+    return {k: v for k, v in row.items() if k not in ("billed", "reasons")} | {
+        "links_observed": links
+    }
 
 
 def _flat(row: dict[str, Any]) -> dict[str, Any]:
@@ -364,7 +425,9 @@ def to_csv(name: str, doc: dict[str, Any], delimiter: str = ",") -> str:
     if not rows:
         return ""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n", delimiter=delimiter)
+    writer = csv.DictWriter(
+        buffer, fieldnames=list(rows[0]), lineterminator="\n", delimiter=delimiter
+    )
     writer.writeheader()
     writer.writerows({k: _cell(v) for k, v in row.items()} for row in rows)
     return buffer.getvalue()
@@ -379,6 +442,7 @@ def _cell(value: Any) -> Any:
 
 
 # -- terminal tables ----------------------------------------------------------------------
+
 
 def tables(name: str, doc: dict[str, Any]) -> list[Table | Text]:
     if name == "serving":
@@ -398,21 +462,64 @@ def _text(value: Any) -> str:
 
 
 def _promise_tables(doc: dict[str, Any]) -> list[Table | Text]:
-    summary = DataTable("tenant", "class", "promises", "met", "missed", "pending", "p50 start delay s",
-                    "p95 start delay s", title="promises: start delay against start_by (negative: early)")
+    summary = DataTable(
+        "tenant",
+        "class",
+        "promises",
+        "met",
+        "missed",
+        "pending",
+        "p50 start delay s",
+        "p95 start delay s",
+        title="promises: start delay against start_by (negative: early)",
+    )
     for row in doc["summary"]:
-        summary.add_row(row["tenant"], row["placement_class"], *(_text(row[k]) for k in (
-            "promises", "met", "missed", "pending", "start_delay_p50_s", "start_delay_p95_s")),
-            style="red" if row["missed"] else "")
-    misses = DataTable("tenant", "promise", "job", "start_by", "started", "complete_by", "completed", "missed",
-                       "cause", title=f"missed promises: {len(doc['misses'])}")
+        summary.add_row(
+            row["tenant"],
+            row["placement_class"],
+            *(
+                _text(row[k])
+                for k in (
+                    "promises",
+                    "met",
+                    "missed",
+                    "pending",
+                    "start_delay_p50_s",
+                    "start_delay_p95_s",
+                )
+            ),
+            style="red" if row["missed"] else "",
+        )
+    misses = DataTable(
+        "tenant",
+        "promise",
+        "job",
+        "start_by",
+        "started",
+        "complete_by",
+        "completed",
+        "missed",
+        "cause",
+        title=f"missed promises: {len(doc['misses'])}",
+    )
     for m in doc["misses"]:
-        misses.add_row(m["tenant"], m["promise_id"], m["job_id"], _text(m["start_by"]), _text(m["started"]),
-                       _text(m["complete_by"]), _text(m["completed"]), _what_missed(m),
-                       _text(m.get("cause")))
-    commands = Text("\n".join(["packets:", *(f"  {terminal_safe(m['packet_command'])}" for m in doc["misses"])]))
-    causes = DataTable("cause", "bearer", "misses", "seconds",
-                       title="missed starts by cause")
+        misses.add_row(
+            m["tenant"],
+            m["promise_id"],
+            m["job_id"],
+            _text(m["start_by"]),
+            _text(m["started"]),
+            _text(m["complete_by"]),
+            _text(m["completed"]),
+            _what_missed(m),
+            _text(m.get("cause")),
+        )
+    commands = Text(
+        "\n".join(
+            ["packets:", *(f"  {terminal_safe(m['packet_command'])}" for m in doc["misses"])]
+        )
+    )
+    causes = DataTable("cause", "bearer", "misses", "seconds", title="missed starts by cause")
     for row in doc.get("causes", []):
         causes.add_row(row["cause"], row["cause_bearer"], str(row["misses"]), str(row["seconds"]))
     return [summary, misses, causes, commands] if doc["misses"] else [summary, misses]
@@ -434,15 +541,35 @@ def _what_missed(m: dict[str, Any]) -> str:
 def _capacity_table(doc: dict[str, Any]) -> Table:
     """Counts, then each rate as a share with the counts it divides (reconcile/reports/capacity.py)."""
     window = doc["window"]
-    table = DataTable("class", "devices", "jobs admitted", "placed", "started", "started, no admission needed",
-                  "devices admitted", "devices placed", "devices started", "admitted jobs started",
-                  title=f"capacity [{window['since'] or '-∞'}, {window['until'] or '+∞'}): "
-                        "shares of devices discovered, and of jobs admitted")
+    table = DataTable(
+        "class",
+        "devices",
+        "jobs admitted",
+        "placed",
+        "started",
+        "started, no admission needed",
+        "devices admitted",
+        "devices placed",
+        "devices started",
+        "admitted jobs started",
+        title=f"capacity [{window['since'] or '-∞'}, {window['until'] or '+∞'}): "
+        "shares of devices discovered, and of jobs admitted",
+    )
     for row in [*doc["classes"], doc["total"]]:
-        counts = [str(row[k]) for k in ("devices_discovered", "jobs_admitted", "jobs_placed", "workloads_started",
-                                        "started_without_admission")]
+        counts = [
+            str(row[k])
+            for k in (
+                "devices_discovered",
+                "jobs_admitted",
+                "jobs_placed",
+                "workloads_started",
+                "started_without_admission",
+            )
+        ]
         shares = [_share(row[name], row[part], row[whole]) for name, part, whole in capacity.RATES]
-        table.add_row(row["placement_class"], *counts, *shares, style="bold" if row is doc["total"] else "")
+        table.add_row(
+            row["placement_class"], *counts, *shares, style="bold" if row is doc["total"] else ""
+        )
     return table
 
 
@@ -451,38 +578,94 @@ def _share(share: float | None, part: int, whole: int) -> str:
 
 
 def _outcome_table(doc: dict[str, Any]) -> Table:
-    table = DataTable("tenant", "jobs", "completed", "first usable p50/p95 s", "step p50/p95 s", "checkpoint overhead",
-                  "run time p50/p95 s", "cost / completed run", "cost / accepted result", title="outcomes")
+    table = DataTable(
+        "tenant",
+        "jobs",
+        "completed",
+        "first usable p50/p95 s",
+        "step p50/p95 s",
+        "checkpoint overhead",
+        "run time p50/p95 s",
+        "cost / completed run",
+        "cost / accepted result",
+        title="outcomes",
+    )
     for t in doc["tenants"]:
+
         def pair(d: dict[str, Any]) -> str:
             return f"{_text(d['p50'])} / {_text(d['p95'])}"
+
         ratio = t["checkpoint_overhead"]["ratio"]
         costs = t["cost"].items()
-        table.add_row(t["tenant"], str(t["jobs"]), str(t["completed_runs"]), pair(t["time_to_first_usable_allocation_s"]),
-                      pair(t["step_time_s"]), "–" if ratio is None else f"{ratio:.2%}", pair(t["completed_run_time_s"]),
-                      " ".join(f"{_text(c['cost_per_completed_run'])} {cur}" for cur, c in costs),
-                      " ".join(f"{_text(c['cost_per_accepted_result'])} {cur}" for cur, c in costs))
+        table.add_row(
+            t["tenant"],
+            str(t["jobs"]),
+            str(t["completed_runs"]),
+            pair(t["time_to_first_usable_allocation_s"]),
+            pair(t["step_time_s"]),
+            "–" if ratio is None else f"{ratio:.2%}",
+            pair(t["completed_run_time_s"]),
+            " ".join(f"{_text(c['cost_per_completed_run'])} {cur}" for cur, c in costs),
+            " ".join(f"{_text(c['cost_per_accepted_result'])} {cur}" for cur, c in costs),
+        )
     return table
 
 
 def _placement_tables(doc: dict[str, Any]) -> list[Table | Text]:
     """Each allocation's class sold against its topology; the mismatches' money; ρ per class."""
-    rows = DataTable("tenant", "allocation", "class sold", "from", "nodes", "GPU links", "status", "why", "billed",
-                 title="placement: class sold against nvidia-smi topo -m")
+    rows = DataTable(
+        "tenant",
+        "allocation",
+        "class sold",
+        "from",
+        "nodes",
+        "GPU links",
+        "status",
+        "why",
+        "billed",
+        title="placement: class sold against nvidia-smi topo -m",
+    )
     for a in doc["allocations"]:
-        rows.add_row(a["tenant"], a["allocation_id"], a["placement_class"], _text(a["class_from"]),
-                     " ".join(a["nodes_observed"]) or "–",
-                     " ".join(f"{k}×{n}" for k, n in a["links_observed"].items()) or "–", a["status"], a["reason"],
-                     " ".join(f"{v} {c}" for c, v in a["billed"].items()) or "–",
-                     style="red" if a["status"] == "mismatch" else "")
-    summary = DataTable("tenant", "class", "allocations", "match", "mismatch", "undetermined", "unobserved",
-                    "billed on mismatch", title="placement by tenant and class")
+        rows.add_row(
+            a["tenant"],
+            a["allocation_id"],
+            a["placement_class"],
+            _text(a["class_from"]),
+            " ".join(a["nodes_observed"]) or "–",
+            " ".join(f"{k}×{n}" for k, n in a["links_observed"].items()) or "–",
+            a["status"],
+            a["reason"],
+            " ".join(f"{v} {c}" for c, v in a["billed"].items()) or "–",
+            style="red" if a["status"] == "mismatch" else "",
+        )
+    summary = DataTable(
+        "tenant",
+        "class",
+        "allocations",
+        "match",
+        "mismatch",
+        "undetermined",
+        "unobserved",
+        "billed on mismatch",
+        title="placement by tenant and class",
+    )
     for s in doc["summary"]:
-        summary.add_row(s["tenant"], s["placement_class"], *(str(s[k]) for k in (
-            "allocations", "match", "mismatch", "undetermined", "unobserved")),
-            " ".join(f"{v} {c}" for c, v in s["billed_on_mismatch"].items()) or "–")
-    rho = DataTable("class", "n", "Spearman ρ", "reading",
-                title="does all_reduce busbw (largest size) rank the step-time p50? (ρ < 0: more bandwidth, shorter steps)")
+        summary.add_row(
+            s["tenant"],
+            s["placement_class"],
+            *(
+                str(s[k])
+                for k in ("allocations", "match", "mismatch", "undetermined", "unobserved")
+            ),
+            " ".join(f"{v} {c}" for c, v in s["billed_on_mismatch"].items()) or "–",
+        )
+    rho = DataTable(
+        "class",
+        "n",
+        "Spearman ρ",
+        "reading",
+        title="does all_reduce busbw (largest size) rank the step-time p50? (ρ < 0: more bandwidth, shorter steps)",
+    )
     for p in doc["prediction"]:
         rho.add_row(p["placement_class"], str(p["n"]), _text(p["spearman"]), p["reading"])
     return [rows, summary, rho]
@@ -490,16 +673,40 @@ def _placement_tables(doc: dict[str, Any]) -> list[Table | Text]:
 
 def _serving_table(doc: dict[str, Any]) -> Table:
     """Per tenant and concurrency: rates, the worst window's TTFT and latency, the cost of an accepted response."""
-    table = DataTable("tenant", "concurrency", "windows", "requests", "accepted", "cancelled", "req/s", "TTFT p50/p95/p99 ms",
-                  "latency p50/p95/p99 ms", "output tok/s", "cost / accepted response",
-                  title="serving: per concurrency level (percentiles: the worst window's)")
+    table = DataTable(
+        "tenant",
+        "concurrency",
+        "windows",
+        "requests",
+        "accepted",
+        "cancelled",
+        "req/s",
+        "TTFT p50/p95/p99 ms",
+        "latency p50/p95/p99 ms",
+        "output tok/s",
+        "cost / accepted response",
+        title="serving: per concurrency level (percentiles: the worst window's)",
+    )
     for r in doc["serving"]:
+
         def triple(d: dict[str, Any]) -> str:
             return " / ".join(_text(d[k]) for k in ("p50", "p95", "p99"))
-        table.add_row(r["tenant"], "none stated" if r["concurrency"] is None else str(r["concurrency"]),
-                      str(r["windows"]), str(r["requests"]), str(r["accepted"]), _text(r["cancelled"]),
-                      _text(r["request_rate_per_s"]), triple(r["ttft_ms"]), triple(r["latency_ms"]),
-                      _text(r["output_tokens_per_s"]),
-                      " ".join(f"{_text(c['cost_per_accepted_response'])} {cur}" for cur, c in r["cost"].items()) or "–",
-                      style="bold" if r["concurrency"] == "all" else "")
+
+        table.add_row(
+            r["tenant"],
+            "none stated" if r["concurrency"] is None else str(r["concurrency"]),
+            str(r["windows"]),
+            str(r["requests"]),
+            str(r["accepted"]),
+            _text(r["cancelled"]),
+            _text(r["request_rate_per_s"]),
+            triple(r["ttft_ms"]),
+            triple(r["latency_ms"]),
+            _text(r["output_tokens_per_s"]),
+            " ".join(
+                f"{_text(c['cost_per_accepted_response'])} {cur}" for cur, c in r["cost"].items()
+            )
+            or "–",
+            style="bold" if r["concurrency"] == "all" else "",
+        )
     return table

@@ -47,13 +47,21 @@ from reconcile.reports import capacity_time, fleet_changes
 from schemas.display import DataTable
 
 STEPS = ("devices_discovered", "jobs_admitted", "jobs_placed", "workloads_started")
-COUNTS = (*STEPS, "started_without_admission", "devices_admitted", "devices_placed", "devices_started",
-          "admitted_started")
+COUNTS = (
+    *STEPS,
+    "started_without_admission",
+    "devices_admitted",
+    "devices_placed",
+    "devices_started",
+    "admitted_started",
+)
 #: Each rate: (name, numerator, denominator), all counts of COUNTS.
-RATES = (("devices_admitted_share", "devices_admitted", "devices_discovered"),
-         ("devices_placed_share", "devices_placed", "devices_discovered"),
-         ("devices_started_share", "devices_started", "devices_discovered"),
-         ("admitted_started_share", "admitted_started", "jobs_admitted"))
+RATES = (
+    ("devices_admitted_share", "devices_admitted", "devices_discovered"),
+    ("devices_placed_share", "devices_placed", "devices_discovered"),
+    ("devices_started_share", "devices_started", "devices_discovered"),
+    ("admitted_started_share", "admitted_started", "jobs_admitted"),
+)
 
 #: The first grant of each allocation, and each discovered device (before `until`) with its class.
 DEVICE_CTES = f"""grant_ AS (
@@ -65,11 +73,15 @@ device AS (
     WHERE type = 'device.discovered' AND t < $until
     QUALIFY row_number() OVER (PARTITION BY node, device ORDER BY t, seq) = 1),
 device_class AS (
-    SELECT d.node, d.device, {placement_sql('coalesce(d.cls, g.cls)',
-                                            'coalesce(d.profile, CASE WHEN coalesce(d.cls, g.cls) = g.cls THEN g.profile END)')}
+    SELECT d.node, d.device, {
+    placement_sql(
+        "coalesce(d.cls, g.cls)",
+        "coalesce(d.profile, CASE WHEN coalesce(d.cls, g.cls) = g.cls THEN g.profile END)",
+    )
+}
            AS placement
     FROM device d LEFT JOIN grant_ g
-      ON g.node = d.node AND {holds_sql('d.device', 'g.devices')}
+      ON g.node = d.node AND {holds_sql("d.device", "g.devices")}
      AND (d.cls IS NULL OR d.cls = g.cls)
     QUALIFY row_number() OVER (PARTITION BY d.node, d.device ORDER BY g.t NULLS LAST, g.seq) = 1)"""
 
@@ -103,7 +115,7 @@ started AS (
     WHERE type = 'job.started' AND t >= $since AND t < $until AND ($tenant IS NULL OR tenant = $tenant)),
 jobs AS (
     SELECT x.tenant, x.decision, x.job,
-           {placement_sql('coalesce(g.cls, x.promised)', 'CASE WHEN g.cls IS NOT NULL THEN g.profile END')} AS placement
+           {placement_sql("coalesce(g.cls, x.promised)", "CASE WHEN g.cls IS NOT NULL THEN g.profile END")} AS placement
     FROM (SELECT * FROM decided UNION ALL SELECT * FROM started) x
     LEFT JOIN grant_ g ON g.tenant = x.tenant AND g.allocation_id = x.allocation_id
     QUALIFY row_number() OVER (PARTITION BY x.tenant, x.decision, x.job ORDER BY x.t, x.seq) = 1),
@@ -111,7 +123,7 @@ held AS (
     SELECT DISTINCT x.decision, dc.node, dc.device, dc.placement
     FROM (SELECT * FROM decided UNION ALL SELECT * FROM started) x
     JOIN grant_ g ON g.tenant = x.tenant AND g.allocation_id = x.allocation_id
-    JOIN device_class dc ON dc.node = g.node AND {holds_sql('dc.device', 'g.devices')}),
+    JOIN device_class dc ON dc.node = g.node AND {holds_sql("dc.device", "g.devices")}),
 named AS (
     SELECT d.tenant, coalesce(pd.job_id, d.job_id) AS job FROM ev d
     LEFT JOIN pod pd ON pd.tenant = d.tenant AND pd.pod = d.job_id
@@ -142,13 +154,13 @@ SELECT placement, 'devices_' || decision, count(*) FROM held GROUP BY ALL
 RECEIPTS = f"""
 WITH {DEVICE_CTES},
 receipt AS (
-    SELECT tenant, job_id, node, devices, {placement_sql('placement_class', 'profile')} AS placement
+    SELECT tenant, job_id, node, devices, {placement_sql("placement_class", "profile")} AS placement
     FROM ev WHERE type = 'start.receipt' AND launched_at >= $since AND launched_at < $until
       AND ($tenant IS NULL OR tenant = $tenant)
     QUALIFY row_number() OVER (PARTITION BY tenant, job_id ORDER BY t, seq) = 1),
 receipted AS (
     SELECT DISTINCT dc.node, dc.device, dc.placement FROM receipt r
-    JOIN device_class dc ON (r.node IS NULL OR dc.node = r.node) AND {device_held_sql('dc.device', 'r.devices')})
+    JOIN device_class dc ON (r.node IS NULL OR dc.node = r.node) AND {device_held_sql("dc.device", "r.devices")})
 SELECT placement, 'receipts' AS step, count(*) AS n FROM receipt GROUP BY placement
 UNION ALL
 SELECT placement, 'devices_receipted', count(*) FROM receipted GROUP BY placement
@@ -158,18 +170,26 @@ SELECT placement, 'devices_receipted', count(*) FROM receipted GROUP BY placemen
 RECEIPT_COUNTS = ("receipts", "devices_receipted", "devices_without_receipt")
 
 
-def report(pipe: Pipeline, tenant: str | None = None, since: int | None = None,
-           until: int | None = None) -> dict[str, Any]:
+def report(
+    pipe: Pipeline, tenant: str | None = None, since: int | None = None, until: int | None = None
+) -> dict[str, Any]:
     """The four capacities of [since, until) (µs; open when None), by placement class; the
     start receipts per class; the windows of each fleet change (fleet_changes.py)."""
-    bounds = {"tenant": tenant, "since": since if since is not None else -INF, "until": until if until is not None else INF}
+    bounds = {
+        "tenant": tenant,
+        "since": since if since is not None else -INF,
+        "until": until if until is not None else INF,
+    }
     con = pipe.need("events")
     counts: dict[str, dict[str, int]] = {}
     for placement, step, n in con.execute(CAPACITY, bounds).fetchall():
         counts.setdefault(placement, dict.fromkeys(COUNTS, 0))[step] = int(n)
     total = {step: sum(c[step] for c in counts.values()) for step in COUNTS}
     return {
-        "window": {"since": iso(since) if since is not None else None, "until": iso(until) if until is not None else None},
+        "window": {
+            "since": iso(since) if since is not None else None,
+            "until": iso(until) if until is not None else None,
+        },
         "tenant": tenant,
         "classes": [_with_rates({"placement_class": p, **counts[p]}) for p in sorted(counts)],
         "total": _with_rates({"placement_class": "all", **total}),
@@ -179,8 +199,9 @@ def report(pipe: Pipeline, tenant: str | None = None, since: int | None = None,
     }
 
 
-def _receipts(con: duckdb.DuckDBPyConnection, bounds: dict[str, Any],
-              counts: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
+def _receipts(
+    con: duckdb.DuckDBPyConnection, bounds: dict[str, Any], counts: dict[str, dict[str, int]]
+) -> list[dict[str, Any]]:
     """Per class (of the receipt; of the device for devices_receipted): receipts beside the
     devices discovered and the workloads started; the gap is the devices without a receipt."""
     found: dict[str, dict[str, int]] = {}
@@ -193,10 +214,16 @@ def _receipts(con: duckdb.DuckDBPyConnection, bounds: dict[str, Any],
         mine = found.get(placement, {"receipts": 0, "devices_receipted": 0})
         theirs = counts.get(placement, {})
         discovered = theirs.get("devices_discovered", 0)
-        out.append({"placement_class": placement, "devices_discovered": discovered, "receipts": mine["receipts"],
-                    "devices_receipted": mine["devices_receipted"],
-                    "devices_without_receipt": discovered - mine["devices_receipted"],
-                    "workloads_started": theirs.get("workloads_started", 0)})
+        out.append(
+            {
+                "placement_class": placement,
+                "devices_discovered": discovered,
+                "receipts": mine["receipts"],
+                "devices_receipted": mine["devices_receipted"],
+                "devices_without_receipt": discovered - mine["devices_receipted"],
+                "workloads_started": theirs.get("workloads_started", 0),
+            }
+        )
     return out
 
 
@@ -218,11 +245,29 @@ def extra_tables(doc: dict[str, Any]) -> list[Table]:
     """The receipts table and the change windows table, where the ledger has any."""
     out: list[Table] = []
     if doc.get("receipts"):
-        receipts = DataTable("class", "devices discovered", "receipts", "devices receipted", "devices without receipt",
-                         "workloads started", title="start receipts: inventory against deliverable starts")
+        receipts = DataTable(
+            "class",
+            "devices discovered",
+            "receipts",
+            "devices receipted",
+            "devices without receipt",
+            "workloads started",
+            title="start receipts: inventory against deliverable starts",
+        )
         for r in doc["receipts"]:
-            receipts.add_row(r["placement_class"], *(str(r[k]) for k in (
-                "devices_discovered", "receipts", "devices_receipted", "devices_without_receipt", "workloads_started")))
+            receipts.add_row(
+                r["placement_class"],
+                *(
+                    str(r[k])
+                    for k in (
+                        "devices_discovered",
+                        "receipts",
+                        "devices_receipted",
+                        "devices_without_receipt",
+                        "workloads_started",
+                    )
+                ),
+            )
         out.append(receipts)
     if doc.get("changes"):
         out.append(fleet_changes.table(doc["changes"]))

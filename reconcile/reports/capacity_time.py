@@ -52,21 +52,35 @@ def in_time(pipe: Pipeline, since: int | None, until: int | None) -> dict[str, A
     groups: dict[tuple[str, str], dict[str, Any]] = {}
     rows = con.execute(IN_TIME, {"lo": lo, "hi": hi}).fetchall()
     for cls, domain, discovered, state, us in rows:
-        row = groups.setdefault((cls, domain), {
-            "placement_class": cls, "fabric_domain": domain or None,
-            "discovered_gpu_s": seconds(int(discovered)),
-            **{f"{s}_gpu_s": 0 for s in STATES}})
+        row = groups.setdefault(
+            (cls, domain),
+            {
+                "placement_class": cls,
+                "fabric_domain": domain or None,
+                "discovered_gpu_s": seconds(int(discovered)),
+                **{f"{s}_gpu_s": 0 for s in STATES},
+            },
+        )
         if state is not None:
             row[f"{state}_gpu_s"] = seconds(int(us))
     return {"since": iso(lo), "until": iso(hi), "groups": list(groups.values())}
 
 
 def table(doc: dict[str, Any]) -> Table:
-    out = DataTable("class", "fabric domain", "discovered GPU-h", "allocated", "free", "faulted",
-                    "under change",
-                    title=f"capacity in time [{doc['since']}, {doc['until']}): GPU-hours")
+    out = DataTable(
+        "class",
+        "fabric domain",
+        "discovered GPU-h",
+        "allocated",
+        "free",
+        "faulted",
+        "under change",
+        title=f"capacity in time [{doc['since']}, {doc['until']}): GPU-hours",
+    )
     for g in doc["groups"]:
-        out.add_row(g["placement_class"], g["fabric_domain"] or "–",
-                    *(f"{g[k] / 3600:.1f}" for k in ("discovered_gpu_s", *(f"{s}_gpu_s"
-                                                                           for s in STATES))))
+        out.add_row(
+            g["placement_class"],
+            g["fabric_domain"] or "–",
+            *(f"{g[k] / 3600:.1f}" for k in ("discovered_gpu_s", *(f"{s}_gpu_s" for s in STATES))),
+        )
     return out

@@ -59,7 +59,9 @@ from schemas.money import Money
 
 #: `--by` choices, each with the columns of the group key.
 GROUPINGS: dict[str, tuple[str, ...]] = {
-    "both": ("source", "placement_class"), "source": ("source",), "placement_class": ("placement_class",),
+    "both": ("source", "placement_class"),
+    "source": ("source",),
+    "placement_class": ("placement_class",),
 }
 _COLUMN = {"source": "source", "placement_class": "placement"}
 
@@ -82,9 +84,12 @@ GROUP BY ALL
 
 #: Each promise figure: its name and the SQL of its value in µs (promise_outcomes columns).
 PROMISE_DURATIONS = (
-    ("start_delay_s", "p.start_delay"), ("completion_delay_s", "p.completion_delay"),
-    ("promised_start_s", "p.start_by - p.made"), ("observed_start_s", "p.started - p.made"),
-    ("promised_completion_s", "p.complete_by - p.made"), ("observed_completion_s", "p.completed - p.made"),
+    ("start_delay_s", "p.start_delay"),
+    ("completion_delay_s", "p.completion_delay"),
+    ("promised_start_s", "p.start_by - p.made"),
+    ("observed_start_s", "p.started - p.made"),
+    ("promised_completion_s", "p.complete_by - p.made"),
+    ("observed_completion_s", "p.completed - p.made"),
 )
 
 
@@ -98,9 +103,14 @@ def report(pipe: Pipeline, tenant: str | None = None, by: str = "both") -> dict[
     for key, figures in _promise_figures(con, keys, tenant).items():
         groups.setdefault(key, _empty(keys, key))["promises"] = figures
     unassigned = _add_money(pipe, recon, keys, tenant, groups)
-    return {"by": list(keys), "tenant": tenant, "groups": [groups[k] for k in sorted(groups)],
-            "unassigned": {c: str(Money.of(Fraction(v), currency=c))
-                           for c, v in sorted(unassigned.items())}}
+    return {
+        "by": list(keys),
+        "tenant": tenant,
+        "groups": [groups[k] for k in sorted(groups)],
+        "unassigned": {
+            c: str(Money.of(Fraction(v), currency=c)) for c, v in sorted(unassigned.items())
+        },
+    }
 
 
 def _key_sql(keys: tuple[str, ...]) -> str:
@@ -110,13 +120,27 @@ def _key_sql(keys: tuple[str, ...]) -> str:
 def _empty(keys: tuple[str, ...], key: tuple[str, ...]) -> dict[str, Any]:
     """A group with no job (an allocation no job ran on): its money only."""
     none = {"n": 0, "p50": None, "p95": None}
-    return {**dict(zip(keys, key)), "jobs": 0, "started": 0, "completed": 0, "start_wait_s": none,
-            "completed_run_time_s": none, "promises": None, "restarts": 0, "jobs_restarted": 0,
-            "restart_rate": None, "accepted_results": 0}
+    return {
+        **dict(zip(keys, key)),
+        "jobs": 0,
+        "started": 0,
+        "completed": 0,
+        "start_wait_s": none,
+        "completed_run_time_s": none,
+        "promises": None,
+        "restarts": 0,
+        "jobs_restarted": 0,
+        "restart_rate": None,
+        "accepted_results": 0,
+    }
 
 
 def _dist(row: dict[str, Any], name: str) -> dict[str, Any]:
-    return {"n": int(row[f"{name}_n"] or 0), "p50": seconds(row[f"{name}_p50"]), "p95": seconds(row[f"{name}_p95"])}
+    return {
+        "n": int(row[f"{name}_n"] or 0),
+        "p50": seconds(row[f"{name}_p50"]),
+        "p95": seconds(row[f"{name}_p95"]),
+    }
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, tenant: str | None) -> list[dict[str, Any]]:
@@ -125,51 +149,78 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str, tenant: str | None) -> list[
     return [dict(zip(names, row)) for row in cursor.fetchall()]
 
 
-def _job_figures(con: duckdb.DuckDBPyConnection, keys: tuple[str, ...],
-                 tenant: str | None) -> dict[tuple[str, ...], dict[str, Any]]:
-    sql = JOB_FIGURES.format(keys=_key_sql(keys), wait=percentiles_sql("j.first_start - j.submitted", "wait"),
-                             run=percentiles_sql("j.run_time", "run"))
+def _job_figures(
+    con: duckdb.DuckDBPyConnection, keys: tuple[str, ...], tenant: str | None
+) -> dict[tuple[str, ...], dict[str, Any]]:
+    sql = JOB_FIGURES.format(
+        keys=_key_sql(keys),
+        wait=percentiles_sql("j.first_start - j.submitted", "wait"),
+        run=percentiles_sql("j.run_time", "run"),
+    )
     out = {}
     for r in _rows(con, sql, tenant):
         key = tuple(r[k] for k in keys)
         started, restarts = int(r["started"]), int(r["restarts"])
         out[key] = {
-            **dict(zip(keys, key)), "jobs": int(r["jobs"]), "started": started, "completed": int(r["completed"]),
-            "start_wait_s": _dist(r, "wait"), "completed_run_time_s": _dist(r, "run"), "promises": None,
-            "restarts": restarts, "jobs_restarted": int(r["jobs_restarted"]),
+            **dict(zip(keys, key)),
+            "jobs": int(r["jobs"]),
+            "started": started,
+            "completed": int(r["completed"]),
+            "start_wait_s": _dist(r, "wait"),
+            "completed_run_time_s": _dist(r, "run"),
+            "promises": None,
+            "restarts": restarts,
+            "jobs_restarted": int(r["jobs_restarted"]),
             "restart_rate": round(restarts / started, 4) if started else None,
             "accepted_results": int(r["accepted_results"]),
         }
     return out
 
 
-def _promise_figures(con: duckdb.DuckDBPyConnection, keys: tuple[str, ...],
-                     tenant: str | None) -> dict[tuple[str, ...], dict[str, Any]]:
+def _promise_figures(
+    con: duckdb.DuckDBPyConnection, keys: tuple[str, ...], tenant: str | None
+) -> dict[tuple[str, ...], dict[str, Any]]:
     figures = ", ".join(percentiles_sql(expr, name[:-2]) for name, expr in PROMISE_DURATIONS)
-    sql = PROMISE_FIGURES.format(keys=_key_sql(keys), counts=promises.STATUS_COUNTS, figures=figures)
+    sql = PROMISE_FIGURES.format(
+        keys=_key_sql(keys), counts=promises.STATUS_COUNTS, figures=figures
+    )
     out = {}
     for r in _rows(con, sql, tenant):
         out[tuple(r[k] for k in keys)] = {
-            "promises": int(r["promises"]), "met": int(r["met"]), "missed": int(r["missed"]),
-            "pending": int(r["pending"]), **{name: _dist(r, name[:-2]) for name, _ in PROMISE_DURATIONS},
+            "promises": int(r["promises"]),
+            "met": int(r["met"]),
+            "missed": int(r["missed"]),
+            "pending": int(r["pending"]),
+            **{name: _dist(r, name[:-2]) for name, _ in PROMISE_DURATIONS},
         }
     return out
 
 
-def _group_of_allocation(con: duckdb.DuckDBPyConnection, keys: tuple[str, ...]) -> dict[tuple[str, str], tuple[str, ...]]:
+def _group_of_allocation(
+    con: duckdb.DuckDBPyConnection, keys: tuple[str, ...]
+) -> dict[tuple[str, str], tuple[str, ...]]:
     columns = ", ".join(_COLUMN[k] for k in keys)
-    rows = con.execute(f"SELECT tenant, allocation_id, {columns} FROM allocation_groups").fetchall()
+    rows = con.execute(
+        f"SELECT tenant, allocation_id, {columns} FROM allocation_groups"
+    ).fetchall()
     return {(r[0], r[1]): tuple(r[2:]) for r in rows}
 
 
-def _group_of_job(con: duckdb.DuckDBPyConnection, keys: tuple[str, ...]) -> dict[tuple[str, str], tuple[str, ...]]:
+def _group_of_job(
+    con: duckdb.DuckDBPyConnection, keys: tuple[str, ...]
+) -> dict[tuple[str, str], tuple[str, ...]]:
     columns = ", ".join(_COLUMN[k] for k in keys)
     rows = con.execute(f"SELECT tenant, job_id, {columns} FROM job_groups").fetchall()
     return {(r[0], r[1]): tuple(r[2:]) for r in rows}
 
 
-def _add_money(pipe: Pipeline, recon: Reconciliation, keys: tuple[str, ...], tenant: str | None,
-               groups: dict[tuple[str, ...], dict[str, Any]]) -> dict[str, int]:
+def _add_money(
+    pipe: Pipeline,
+    recon: Reconciliation,
+    keys: tuple[str, ...],
+    tenant: str | None,
+    groups: dict[tuple[str, ...], dict[str, Any]],
+) -> dict[str, int]:
     """Checkpoint overhead and costs of each group (from the reconciliation's cells and
     outcomes.job_costs); returns the money of lines in no group, per currency."""
     of_allocation = _group_of_allocation(pipe.need("envelope_groups"), keys)
@@ -180,7 +231,11 @@ def _add_money(pipe: Pipeline, recon: Reconciliation, keys: tuple[str, ...], ten
     for cell in recon.cells:
         if tenant is not None and cell.tenant != tenant:
             continue
-        key = of_allocation.get((cell.tenant, cell.allocation_id)) if cell.allocation_id is not None else None
+        key = (
+            of_allocation.get((cell.tenant, cell.allocation_id))
+            if cell.allocation_id is not None
+            else None
+        )
         if key is None:
             unassigned[cell.currency or ""] += cell.cents
             continue
@@ -192,18 +247,27 @@ def _add_money(pipe: Pipeline, recon: Reconciliation, keys: tuple[str, ...], ten
     for key in set(billed) | set(completed):
         groups.setdefault(key, _empty(keys, key))
     for key, group in groups.items():
-        group["checkpoint_overhead"] = outcomes.checkpoint_overhead(checkpoint_us[key], billed_us[key])
-        group["cost"] = outcomes.cost_figures(completed.get(key, []), billed.get(key, {}), group["accepted_results"])
+        group["checkpoint_overhead"] = outcomes.checkpoint_overhead(
+            checkpoint_us[key], billed_us[key]
+        )
+        group["cost"] = outcomes.cost_figures(
+            completed.get(key, []), billed.get(key, {}), group["accepted_results"]
+        )
     return unassigned
 
 
-def _completed_costs(pipe: Pipeline, keys: tuple[str, ...], tenant: str | None) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+def _completed_costs(
+    pipe: Pipeline, keys: tuple[str, ...], tenant: str | None
+) -> dict[tuple[str, ...], list[dict[str, Any]]]:
     """Each group's completed jobs, each with its exact cost (`_cost`, outcomes.job_costs)."""
     con = pipe.need("envelope_groups")
     of_job = _group_of_job(con, keys)
     costs = outcomes.job_costs(pipe)
-    rows = con.execute("SELECT tenant, job_id FROM job_outcomes WHERE completed IS NOT NULL "
-                       "AND ($tenant IS NULL OR tenant = $tenant)", {"tenant": tenant}).fetchall()
+    rows = con.execute(
+        "SELECT tenant, job_id FROM job_outcomes WHERE completed IS NOT NULL "
+        "AND ($tenant IS NULL OR tenant = $tenant)",
+        {"tenant": tenant},
+    ).fetchall()
     out: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
     for job_tenant, job_id in rows:
         out[of_job[(job_tenant, job_id)]].append({"_cost": costs.get((job_tenant, job_id), {})})
@@ -214,7 +278,12 @@ def _completed_costs(pipe: Pipeline, keys: tuple[str, ...], tenant: str | None) 
 
 DISTRIBUTIONS = ("start_wait_s", "completed_run_time_s")
 PROMISE_COUNTS = ("promises", "met", "missed", "pending")
-COST_FIGURES = ("completed_runs_cost", "cost_per_completed_run", "billed", "cost_per_accepted_result")
+COST_FIGURES = (
+    "completed_runs_cost",
+    "cost_per_completed_run",
+    "billed",
+    "cost_per_accepted_result",
+)
 
 
 def csv_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -231,8 +300,13 @@ def csv_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
         base |= {f"promise_{k}": made.get(k) for k in PROMISE_COUNTS}
         for name, _ in PROMISE_DURATIONS:
             base |= _flat(f"promise_{name}", made.get(name) or {})
-        base |= {k: group[k] for k in ("restarts", "jobs_restarted", "restart_rate", "accepted_results")}
-        base |= {f"checkpoint_{k}" if k == "ratio" else k: v for k, v in group["checkpoint_overhead"].items()}
+        base |= {
+            k: group[k] for k in ("restarts", "jobs_restarted", "restart_rate", "accepted_results")
+        }
+        base |= {
+            f"checkpoint_{k}" if k == "ratio" else k: v
+            for k, v in group["checkpoint_overhead"].items()
+        }
         for currency, figures in (group["cost"] or {"": dict.fromkeys(COST_FIGURES)}).items():
             rows.append(base | {"currency": currency} | {k: figures[k] for k in COST_FIGURES})
     return rows
@@ -244,33 +318,55 @@ def _flat(name: str, dist: dict[str, Any]) -> dict[str, Any]:
 
 def tables(doc: dict[str, Any]) -> list[Table | Text]:
     """One row per group: observed figures, with the promised beside them as `promised → observed`."""
-    table = DataTable(*[k.replace("_", " ") for k in doc["by"]], "jobs started/completed", "start wait p95 s",
-                  "start p95 s promised → observed", "completion p95 s promised → observed", "missed/promises",
-                  "restarts/started", "checkpoint overhead", "cost / completed run", "cost / accepted result",
-                  title="envelope: observed against promised, per " + " and ".join(k.replace("_", " ") for k in doc["by"]))
+    table = DataTable(
+        *[k.replace("_", " ") for k in doc["by"]],
+        "jobs started/completed",
+        "start wait p95 s",
+        "start p95 s promised → observed",
+        "completion p95 s promised → observed",
+        "missed/promises",
+        "restarts/started",
+        "checkpoint overhead",
+        "cost / completed run",
+        "cost / accepted result",
+        title="envelope: observed against promised, per "
+        + " and ".join(k.replace("_", " ") for k in doc["by"]),
+    )
     for g in doc["groups"]:
         made = g["promises"]
         ratio = g["checkpoint_overhead"]["ratio"]
         costs = g["cost"].items()
         table.add_row(
-            *(g[k] for k in doc["by"]), f"{g['jobs']} {g['started']}/{g['completed']}", _text(g["start_wait_s"]["p95"]),
-            _side_by_side(made, "start"), _side_by_side(made, "completion"),
+            *(g[k] for k in doc["by"]),
+            f"{g['jobs']} {g['started']}/{g['completed']}",
+            _text(g["start_wait_s"]["p95"]),
+            _side_by_side(made, "start"),
+            _side_by_side(made, "completion"),
             "–" if made is None else f"{made['missed']}/{made['promises']}",
-            "–" if g["restart_rate"] is None else f"{g['restart_rate']} ({g['restarts']}/{g['started']})",
+            "–"
+            if g["restart_rate"] is None
+            else f"{g['restart_rate']} ({g['restarts']}/{g['started']})",
             "–" if ratio is None else f"{ratio:.2%}",
             " ".join(f"{_text(c['cost_per_completed_run'])} {cur}" for cur, c in costs) or "–",
-            " ".join(f"{_text(c['cost_per_accepted_result'])} {cur}" for cur, c in costs) or "–")
+            " ".join(f"{_text(c['cost_per_accepted_result'])} {cur}" for cur, c in costs) or "–",
+        )
     parts: list[Table | Text] = [table]
     if doc["unassigned"]:
-        parts.append(data_text("in no group (lines naming no allocation): "
-                               + ", ".join(f"{v} {c}" for c, v in doc["unassigned"].items())))
+        parts.append(
+            data_text(
+                "in no group (lines naming no allocation): "
+                + ", ".join(f"{v} {c}" for c, v in doc["unassigned"].items())
+            )
+        )
     return parts
 
 
 def _side_by_side(made: dict[str, Any] | None, what: str) -> str:
     if made is None:
         return "–"
-    return f"{_text(made[f'promised_{what}_s']['p95'])} → {_text(made[f'observed_{what}_s']['p95'])}"
+    return (
+        f"{_text(made[f'promised_{what}_s']['p95'])} → {_text(made[f'observed_{what}_s']['p95'])}"
+    )
 
 
 def _text(value: Any) -> str:

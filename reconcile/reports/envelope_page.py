@@ -59,7 +59,9 @@ def _chart(title: str, unit: str, rows: list[tuple[str, list[tuple[str, Any]]]])
     biggest = max([v for v in values if v > 0], default=Fraction(0))
     chart = Chart(title, unit)
     for label, bars in rows:
-        drawn = [Bar(kind, str(v), _px(Fraction(str(v)), biggest)) for kind, v in bars if v is not None]
+        drawn = [
+            Bar(kind, str(v), _px(Fraction(str(v)), biggest)) for kind, v in bars if v is not None
+        ]
         if drawn:
             chart.rows.append(Row(label, drawn))
     return chart
@@ -73,29 +75,71 @@ def charts(doc: dict[str, Any]) -> list[Chart]:
     groups = doc["groups"]
     made = [(g, g["promises"]) for g in groups if g["promises"]]
     out = [
-        _chart("Start, p95: from the promise to the job's first start", "s",
-               [(_label(doc, g), [("promised", p["promised_start_s"]["p95"]), ("observed", p["observed_start_s"]["p95"])])
-                for g, p in made]),
-        _chart("Completion, p95: from the promise to the job's first completion", "s",
-               [(_label(doc, g), [("promised", p["promised_completion_s"]["p95"]),
-                                  ("observed", p["observed_completion_s"]["p95"])]) for g, p in made]),
-        _chart("Start wait, p95: submission to first start (every job)", "s",
-               [(_label(doc, g), [("observed", g["start_wait_s"]["p95"])]) for g in groups]),
-        _chart("Restart rate: restarts per started job", "",
-               [(_label(doc, g), [("observed", g["restart_rate"])]) for g in groups]),
-        _chart("Checkpoint overhead: checkpoint GPU-seconds ÷ billed", "",
-               [(_label(doc, g), [("observed", g["checkpoint_overhead"]["ratio"])]) for g in groups]),
+        _chart(
+            "Start, p95: from the promise to the job's first start",
+            "s",
+            [
+                (
+                    _label(doc, g),
+                    [
+                        ("promised", p["promised_start_s"]["p95"]),
+                        ("observed", p["observed_start_s"]["p95"]),
+                    ],
+                )
+                for g, p in made
+            ],
+        ),
+        _chart(
+            "Completion, p95: from the promise to the job's first completion",
+            "s",
+            [
+                (
+                    _label(doc, g),
+                    [
+                        ("promised", p["promised_completion_s"]["p95"]),
+                        ("observed", p["observed_completion_s"]["p95"]),
+                    ],
+                )
+                for g, p in made
+            ],
+        ),
+        _chart(
+            "Start wait, p95: submission to first start (every job)",
+            "s",
+            [(_label(doc, g), [("observed", g["start_wait_s"]["p95"])]) for g in groups],
+        ),
+        _chart(
+            "Restart rate: restarts per started job",
+            "",
+            [(_label(doc, g), [("observed", g["restart_rate"])]) for g in groups],
+        ),
+        _chart(
+            "Checkpoint overhead: checkpoint GPU-seconds ÷ billed",
+            "",
+            [(_label(doc, g), [("observed", g["checkpoint_overhead"]["ratio"])]) for g in groups],
+        ),
     ]
     for currency in sorted({c for g in groups for c in g["cost"]}):
-        for name, title in (("cost_per_completed_run", "Cost per completed run"),
-                            ("cost_per_accepted_result", "Cost per accepted result")):
-            out.append(_chart(f"{title} ({currency or 'no currency'})", currency,
-                              [(_label(doc, g), [("observed", (g["cost"].get(currency) or {}).get(name))])
-                               for g in groups]))
+        for name, title in (
+            ("cost_per_completed_run", "Cost per completed run"),
+            ("cost_per_accepted_result", "Cost per accepted result"),
+        ):
+            out.append(
+                _chart(
+                    f"{title} ({currency or 'no currency'})",
+                    currency,
+                    [
+                        (_label(doc, g), [("observed", (g["cost"].get(currency) or {}).get(name))])
+                        for g in groups
+                    ],
+                )
+            )
     return [c for c in out if c.rows]
 
 
 def html(doc: dict[str, Any]) -> str:
     env = environment(TEMPLATES)
     geometry = {"label_w": LABEL_W, "plot_w": PLOT_W, "bar_h": BAR_H, "gap": GAP}
-    return env.get_template("envelope.html.j2").render(doc=doc, charts=charts(doc), geometry=geometry)
+    return env.get_template("envelope.html.j2").render(
+        doc=doc, charts=charts(doc), geometry=geometry
+    )

@@ -26,11 +26,11 @@ from schemas.errors import BadInput
 #: each one bears, not what bearing is).
 BEARER_MEANING = {
     "provider": "the provider's cost: time the customer was billed for but should not pay "
-                "(the provider's failure, reclaim, double billing or billing beyond the allocation).",
+    "(the provider's failure, reclaim, double billing or billing beyond the allocation).",
     "customer": "the customer's cost: time it used, spent on its own overhead (startup, checkpoints, "
-                "its own failures), or held idle.",
+    "its own failures), or held idle.",
     "disputed": "no one's yet: the evidence names no cause (a job ran but made no progress and nothing "
-                "explains why); to be settled between provider and customer.",
+    "explains why); to be settled between provider and customer.",
 }
 
 #: Terms explained beside the billed categories: time that no line bills.
@@ -58,7 +58,9 @@ def terms() -> tuple[str, ...]:
 def explain(term: str, rules_text: str | None = None) -> Explanation:
     """The explanation of one category or term; UnknownTerm for anything else."""
     if term not in terms():
-        raise UnknownTerm(f"CATEGORY: unknown {term!r}; one of: {', '.join(terms())}, or a bearer: {', '.join(BEARER_MEANING)}")
+        raise UnknownTerm(
+            f"CATEGORY: unknown {term!r}; one of: {', '.join(terms())}, or a bearer: {', '.join(BEARER_MEANING)}"
+        )
     every = items(rules_text)
     rules = [i for i in every if not i.text.startswith("Bearers:")]
     named = f"`{term}`"
@@ -69,7 +71,9 @@ def explain(term: str, rules_text: str | None = None) -> Explanation:
         first = next((i.section for i in rules if named in i.text), None)
         chosen = [i for i in rules if i.section == first and named in i.text]
     bearers = tuple(dict.fromkeys(label.bearer for label in LABELS if label.category == term))
-    return Explanation(term, bearers, _place(chosen), tuple(i.text for i in chosen), _bearer_clauses(every, named))
+    return Explanation(
+        term, bearers, _place(chosen), tuple(i.text for i in chosen), _bearer_clauses(every, named)
+    )
 
 
 def _place(chosen: list[Item]) -> str:
@@ -90,7 +94,11 @@ def _bearer_clauses(every: list[Item], named: str) -> tuple[str, ...]:
 
 def bearer_categories(bearer: str) -> tuple[str, ...]:
     """The categories a bearer bears, from the label table."""
-    return tuple(c for c in terms() if any(label.category == c and label.bearer == bearer for label in LABELS))
+    return tuple(
+        c
+        for c in terms()
+        if any(label.category == c and label.bearer == bearer for label in LABELS)
+    )
 
 
 def render(term: str | None = None, width: int = 88) -> str:
@@ -100,20 +108,28 @@ def render(term: str | None = None, width: int = 88) -> str:
     chosen = terms() if term is None else (term,)
     parts = [_term_text(explain(t), width) for t in chosen]
     if term is None:
-        parts.append("Bearers (who carries the cost of a category):\n"
-                     + "\n".join(_bearer_text(b, width) for b in BEARER_MEANING))
+        parts.append(
+            "Bearers (who carries the cost of a category):\n"
+            + "\n".join(_bearer_text(b, width) for b in BEARER_MEANING)
+        )
     return "\n".join(parts)
 
 
 def _term_text(e: Explanation, width: int) -> str:
-    head = e.term + (f"  (bearer: {' or '.join(e.bearers)})" if e.bearers else "  (not billed: no bearer)")
+    head = e.term + (
+        f"  (bearer: {' or '.join(e.bearers)})" if e.bearers else "  (not billed: no bearer)"
+    )
     body = [f"decided by {e.rule_place}:"] + [f"  {r}" for r in e.rule]
     if e.bearer_rule:
         body += ["borne by:"] + [f"  {c}" for c in e.bearer_rule]
-    wrapped = [textwrap.fill(b, width, initial_indent="  ", subsequent_indent="      ") for b in body]
+    wrapped = [
+        textwrap.fill(b, width, initial_indent="  ", subsequent_indent="      ") for b in body
+    ]
     return "\n".join([head, *wrapped, ""])
 
 
 def _bearer_text(bearer: str, width: int) -> str:
-    text = f"{bearer}: {BEARER_MEANING[bearer]} Categories: {', '.join(bearer_categories(bearer))}."
+    text = (
+        f"{bearer}: {BEARER_MEANING[bearer]} Categories: {', '.join(bearer_categories(bearer))}."
+    )
     return textwrap.fill(text, width, initial_indent="  ", subsequent_indent="    ") + "\n"

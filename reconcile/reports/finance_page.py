@@ -46,9 +46,18 @@ LABEL_W, PLOT_W, TOTAL_W, BAR_H, GAP = 210, 540, 170, 18, 6
 #: A colour per category: the provider's in reds, the customer's in blues and greens,
 #: disputed in amber, money with no GPU time in grey.
 COLOURS = {
-    "unallocated": "#8e1b16", "double_billed": "#c0392b", "reclaimed": "#e0645a", "restart_lost": "#f08a5d",
-    "restart_recovery": "#f6b38e", "stalled_fault": "#b3261e", "checkpoint": "#6b8fd6", "productive": "#2e9d57",
-    "startup": "#56a3e8", "idle_reserved": "#9cc3ea", "idle_unexplained": "#e8a33d", "money_only": "#9aa5b1",
+    "unallocated": "#8e1b16",
+    "double_billed": "#c0392b",
+    "reclaimed": "#e0645a",
+    "restart_lost": "#f08a5d",
+    "restart_recovery": "#f6b38e",
+    "stalled_fault": "#b3261e",
+    "checkpoint": "#6b8fd6",
+    "productive": "#2e9d57",
+    "startup": "#56a3e8",
+    "idle_reserved": "#9cc3ea",
+    "idle_unexplained": "#e8a33d",
+    "money_only": "#9aa5b1",
 }
 
 
@@ -101,8 +110,16 @@ class Finding:
 Stack = dict[str, Fraction]  # category -> value in the chart's unit (GPU-µs or minor units)
 
 
-def _bar(label: str, stack: Stack, biggest: Fraction, total: str, key: str, unit: str,
-         show: dict[str, str], anchor: str | None = None) -> Bar:
+def _bar(
+    label: str,
+    stack: Stack,
+    biggest: Fraction,
+    total: str,
+    key: str,
+    unit: str,
+    show: dict[str, str],
+    anchor: str | None = None,
+) -> Bar:
     """A bar of the categories in RULES.md's order; lengths scale to `biggest`. Only the
     positive parts are drawn (a credit is negative money: it is in the figures, not the bar)."""
     bar, reach = Bar(label, total, key, anchor=anchor), Fraction(0)
@@ -111,8 +128,14 @@ def _bar(label: str, stack: Stack, biggest: Fraction, total: str, key: str, unit
         if value <= 0:
             continue
         start, reach = _px(reach, biggest), reach + value
-        bar.segments.append(Segment(category, LABEL_W + start, max(_px(reach, biggest) - start, 1),
-                                    f"{label}: {category} {show[category]} {unit}"))
+        bar.segments.append(
+            Segment(
+                category,
+                LABEL_W + start,
+                max(_px(reach, biggest) - start, 1),
+                f"{label}: {category} {show[category]} {unit}",
+            )
+        )
     return bar
 
 
@@ -121,26 +144,52 @@ def _px(value: Fraction, biggest: Fraction) -> int:
 
 
 def _biggest(stacks: list[Stack]) -> Fraction:
-    return max((sum((v for v in s.values() if v > 0), Fraction(0)) for s in stacks), default=Fraction(0))
+    return max(
+        (sum((v for v in s.values() if v > 0), Fraction(0)) for s in stacks), default=Fraction(0)
+    )
 
 
-def _hours_chart(title: str, rows: dict[str, Stack], anchors: dict[str, str] | None = None) -> Chart:
+def _hours_chart(
+    title: str, rows: dict[str, Stack], anchors: dict[str, str] | None = None
+) -> Chart:
     biggest = _biggest(list(rows.values()))
-    bars = [_bar(label, stack, biggest, f"{_hours(sum(stack.values(), Fraction(0)))} GPU-h", f"hours/{label}", "GPU-h",
-                 {c: _hours(v) for c, v in stack.items()}, (anchors or {}).get(label))
-            for label, stack in rows.items()]
+    bars = [
+        _bar(
+            label,
+            stack,
+            biggest,
+            f"{_hours(sum(stack.values(), Fraction(0)))} GPU-h",
+            f"hours/{label}",
+            "GPU-h",
+            {c: _hours(v) for c, v in stack.items()},
+            (anchors or {}).get(label),
+        )
+        for label, stack in rows.items()
+    ]
     return Chart(title, bars)
 
 
-def _money_chart(title: str, rows: dict[str, Stack], minor: int, currency: str,
-                 anchors: dict[str, str] | None = None) -> Chart:
+def _money_chart(
+    title: str,
+    rows: dict[str, Stack],
+    minor: int,
+    currency: str,
+    anchors: dict[str, str] | None = None,
+) -> Chart:
     biggest = _biggest(list(rows.values()))
-    bars = [_bar(label, stack, biggest,
-                 f"{Money.of(sum(stack.values(), Fraction(0)), minor).grouped()} {currency}",
-                 f"money/{currency}/{label}", currency,
-                 {c: Money.of(v, minor).grouped() for c, v in stack.items()},
-                 (anchors or {}).get(label))
-            for label, stack in rows.items()]
+    bars = [
+        _bar(
+            label,
+            stack,
+            biggest,
+            f"{Money.of(sum(stack.values(), Fraction(0)), minor).grouped()} {currency}",
+            f"money/{currency}/{label}",
+            currency,
+            {c: Money.of(v, minor).grouped() for c, v in stack.items()},
+            (anchors or {}).get(label),
+        )
+        for label, stack in rows.items()
+    ]
     return Chart(title, bars)
 
 
@@ -156,13 +205,17 @@ def _decimal(value: Fraction) -> Decimal:
 
 # -- the page's figures ------------------------------------------------------------------
 
+
 def _days(cell: Cell) -> list[tuple[str, Fraction]]:
     """The UTC days of the cell's line period, each with its share of the period."""
     ps, pe = cell.ps or 0, cell.pe or 0
     first = ps - ps % DAY_US
     if pe <= ps or pe <= first + DAY_US:  # within one day (or an empty window: its start's)
         return [(_day(first), Fraction(1))]
-    return [(_day(d), Fraction(min(pe, d + DAY_US) - max(ps, d), pe - ps)) for d in range(first, pe, DAY_US)]
+    return [
+        (_day(d), Fraction(min(pe, d + DAY_US) - max(ps, d), pe - ps))
+        for d in range(first, pe, DAY_US)
+    ]
 
 
 def _day(us: int) -> str:
@@ -179,12 +232,24 @@ OWED_BY = ("provider", "disputed")
 
 @dataclass
 class Figures:
-    hours_by_day: dict[str, Stack] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Fraction)))
-    money_by_day: dict[tuple[str, str], Stack] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Fraction)))
-    hours_by_tenant: dict[str, Stack] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Fraction)))
-    money_by_tenant: dict[tuple[str, str], Stack] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Fraction)))
-    money_by_invoice: dict[tuple[str, str], Stack] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Fraction)))
-    owed_by_invoice: dict[tuple[str, str], Stack] = field(default_factory=lambda: defaultdict(lambda: defaultdict(Fraction)))
+    hours_by_day: dict[str, Stack] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(Fraction))
+    )
+    money_by_day: dict[tuple[str, str], Stack] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(Fraction))
+    )
+    hours_by_tenant: dict[str, Stack] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(Fraction))
+    )
+    money_by_tenant: dict[tuple[str, str], Stack] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(Fraction))
+    )
+    money_by_invoice: dict[tuple[str, str], Stack] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(Fraction))
+    )
+    owed_by_invoice: dict[tuple[str, str], Stack] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(Fraction))
+    )
     minor: dict[str, int] = field(default_factory=dict)
 
     def add(self, cell: Cell) -> None:
@@ -195,9 +260,13 @@ class Figures:
             self.money_by_day[(currency, day)][cell.category] += share * cell.cents
         self.hours_by_tenant[cell.tenant][cell.category] += cell.gpu_us
         self.money_by_tenant[(currency, cell.tenant)][cell.category] += cell.cents
-        self.money_by_invoice[(currency, f"{cell.tenant} / {cell.invoice_id}")][cell.category] += cell.cents
+        self.money_by_invoice[(currency, f"{cell.tenant} / {cell.invoice_id}")][cell.category] += (
+            cell.cents
+        )
         if cell.bearer in OWED_BY:
-            self.owed_by_invoice[(currency, f"{cell.tenant} / {cell.invoice_id}")][cell.category] += cell.cents
+            self.owed_by_invoice[(currency, f"{cell.tenant} / {cell.invoice_id}")][
+                cell.category
+            ] += cell.cents
 
 
 def _by_currency(stacks: dict[tuple[str, str], Stack]) -> dict[str, dict[str, Stack]]:
@@ -211,38 +280,100 @@ def charts(result: Reconciliation) -> list[Chart]:
     figures = Figures()
     for cell in result.cells:
         figures.add(cell)
-    out = [_hours_chart("GPU-hours by category, per day (UTC)", dict(sorted(figures.hours_by_day.items())))]
+    out = [
+        _hours_chart(
+            "GPU-hours by category, per day (UTC)", dict(sorted(figures.hours_by_day.items()))
+        )
+    ]
     for currency, rows in _by_currency(figures.money_by_day).items():
-        out.append(_money_chart(f"Money by category, per day ({currency})", rows, figures.minor[currency], currency))
-    out.append(_hours_chart("GPU-hours by category, per tenant", dict(sorted(figures.hours_by_tenant.items()))))
+        out.append(
+            _money_chart(
+                f"Money by category, per day ({currency})", rows, figures.minor[currency], currency
+            )
+        )
+    out.append(
+        _hours_chart(
+            "GPU-hours by category, per tenant", dict(sorted(figures.hours_by_tenant.items()))
+        )
+    )
     for currency, rows in _by_currency(figures.money_by_tenant).items():
-        out.append(_money_chart(f"Money by category, per tenant ({currency})", rows, figures.minor[currency], currency))
+        out.append(
+            _money_chart(
+                f"Money by category, per tenant ({currency})",
+                rows,
+                figures.minor[currency],
+                currency,
+            )
+        )
     for currency, rows in _by_currency(figures.money_by_invoice).items():
-        anchors = {label: f"#invoice-{safe_name(label.replace(' / ', '-'))}-{safe_name(currency)}" for label in rows}
-        out.append(_money_chart(f"Money by category, per invoice ({currency})", rows, figures.minor[currency], currency,
-                                anchors))
+        anchors = {
+            label: f"#invoice-{safe_name(label.replace(' / ', '-'))}-{safe_name(currency)}"
+            for label in rows
+        }
+        out.append(
+            _money_chart(
+                f"Money by category, per invoice ({currency})",
+                rows,
+                figures.minor[currency],
+                currency,
+                anchors,
+            )
+        )
         # what finance looks for, drawn on its own scale (beside productive time it is a sliver)
         owed = {label: figures.owed_by_invoice.get((currency, label), {}) for label in rows}
-        out.append(_money_chart(f"Provider-borne and disputed money, per invoice ({currency})", owed,
-                                figures.minor[currency], currency, anchors))
+        out.append(
+            _money_chart(
+                f"Provider-borne and disputed money, per invoice ({currency})",
+                owed,
+                figures.minor[currency],
+                currency,
+                anchors,
+            )
+        )
     return out
 
 
 def dispute_command(tenant: str, invoice_id: str, db: str | None = None) -> str:
     """The command that writes the customer's dispute packet for this invoice."""
-    words = ["gpuledger", "dispute"] + (["--db", db] if db else []) + [
-        "--tenant", tenant, "--invoice", invoice_id, "--key", "KEY",
-        "--out", f"dispute-{safe_name(tenant)}-{safe_name(invoice_id)}.json"]
+    words = (
+        ["gpuledger", "dispute"]
+        + (["--db", db] if db else [])
+        + [
+            "--tenant",
+            tenant,
+            "--invoice",
+            invoice_id,
+            "--key",
+            "KEY",
+            "--out",
+            f"dispute-{safe_name(tenant)}-{safe_name(invoice_id)}.json",
+        ]
+    )
     return " ".join(shlex.quote(w) for w in words)
 
 
-def largest_findings(result: Reconciliation, db: str | None = None, count: int = LARGEST_FINDINGS) -> list[Finding]:
+def largest_findings(
+    result: Reconciliation, db: str | None = None, count: int = LARGEST_FINDINGS
+) -> list[Finding]:
     """The line categories with the most provider-borne or disputed money."""
-    cells = sorted((c for c in result.cells if c.bearer in OWED_BY and c.cents > 0),
-                   key=lambda c: (-c.cents, c.tenant, c.invoice_id, c.line_id, c.label))[:count]
-    return [Finding(c.tenant, c.invoice_id, c.line_id, c.category, c.bearer, hours(c.gpu_us),
-                    Money.of(c.cents, c.minor).grouped(),
-                    _currency(c), dispute_command(c.tenant, c.invoice_id, db)) for c in cells]
+    cells = sorted(
+        (c for c in result.cells if c.bearer in OWED_BY and c.cents > 0),
+        key=lambda c: (-c.cents, c.tenant, c.invoice_id, c.line_id, c.label),
+    )[:count]
+    return [
+        Finding(
+            c.tenant,
+            c.invoice_id,
+            c.line_id,
+            c.category,
+            c.bearer,
+            hours(c.gpu_us),
+            Money.of(c.cents, c.minor).grouped(),
+            _currency(c),
+            dispute_command(c.tenant, c.invoice_id, db),
+        )
+        for c in cells
+    ]
 
 
 @dataclass
@@ -263,9 +394,16 @@ def tenant_rows(result: Reconciliation) -> list[TenantRow]:
         for bearer, (_, c) in invoice.bearer_totals().items():
             cents[bearer] += c
         rows[key] = (us + invoice.tally.billed_us, cents, minor)
-    return [TenantRow(tenant, currency, hours(us), hours(result.unbilled_us.get(tenant, 0)),
-                      {b: Money.of(c, minor).grouped() for b, c in cents.items()})
-            for (tenant, currency), (us, cents, minor) in sorted(rows.items())]
+    return [
+        TenantRow(
+            tenant,
+            currency,
+            hours(us),
+            hours(result.unbilled_us.get(tenant, 0)),
+            {b: Money.of(c, minor).grouped() for b, c in cents.items()},
+        )
+        for (tenant, currency), (us, cents, minor) in sorted(rows.items())
+    ]
 
 
 @dataclass
@@ -302,8 +440,16 @@ def render_page(result: Reconciliation, db: str | None = None) -> str:
     env.filters["rule"] = rule_html
     env.globals.update(hours=hours, Money=Money, exact_number=exact_number, safe_name=safe_name)
     return env.get_template("finance.html.j2").render(
-        invoices=result.invoices(), tenants=tenant_rows(result), charts=charts(result),
-        placement=placement_rows(result), placement_states=STATES,
-        findings=largest_findings(result, db), colours=COLOURS, categories=[t for t in terms() if t in COLOURS],
-        meanings={t: explain(t) for t in terms()}, bearer_meaning=BEARER_MEANING,
-        bearers=BEARERS, geometry={"label_w": LABEL_W, "plot_w": PLOT_W, "bar_h": BAR_H, "gap": GAP})
+        invoices=result.invoices(),
+        tenants=tenant_rows(result),
+        charts=charts(result),
+        placement=placement_rows(result),
+        placement_states=STATES,
+        findings=largest_findings(result, db),
+        colours=COLOURS,
+        categories=[t for t in terms() if t in COLOURS],
+        meanings={t: explain(t) for t in terms()},
+        bearer_meaning=BEARER_MEANING,
+        bearers=BEARERS,
+        geometry={"label_w": LABEL_W, "plot_w": PLOT_W, "bar_h": BAR_H, "gap": GAP},
+    )

@@ -61,7 +61,7 @@ s AS (SELECT p.change_id, p.phase, count(*) FILTER (WHERE s.what = 'job') AS job
       FROM fleet_change_windows p JOIN starts s ON s.at >= p.lo AND s.at < p.hi GROUP BY ALL),
 w AS (SELECT p.change_id, p.phase, count(*) AS submitted, count(*) FILTER (WHERE w.began IS NULL) AS not_started,
              count(*) FILTER (WHERE w.began >= p.hi) AS started_after_window,
-             {percentiles_sql('w.began - w.asked', 'delay')}
+             {percentiles_sql("w.began - w.asked", "delay")}
       FROM fleet_change_windows p JOIN waits w ON w.asked >= p.lo AND w.asked < p.hi GROUP BY ALL),
 i AS (SELECT p.change_id, p.phase, count(DISTINCT (i.tenant, i.job_id)) AS interrupted
       FROM fleet_change_windows p JOIN interrupts i ON i.at >= p.lo AND i.at < p.hi
@@ -87,39 +87,70 @@ ORDER BY c.change_id, w.asked, w.tenant, w.job_id
 """
 
 
-def report(pipe: Pipeline, tenant: str | None = None, since: int | None = None,
-           until: int | None = None) -> list[dict[str, Any]]:
+def report(
+    pipe: Pipeline, tenant: str | None = None, since: int | None = None, until: int | None = None
+) -> list[dict[str, Any]]:
     """Each fleet change overlapping [since, until) with its three windows; [] when the ledger
     has none (the pipeline's `fleet_changes`: reconcile/engine/sql/fleet_changes.sql)."""
-    count = pipe.need("events").execute("SELECT count(*) FROM ev_rest WHERE type = 'fleet.change'").fetchone()
+    count = (
+        pipe.need("events")
+        .execute("SELECT count(*) FROM ev_rest WHERE type = 'fleet.change'")
+        .fetchone()
+    )
     if not count or not count[0]:
         return []  # outcomes' facts cost a pass over the ledger: not made for nothing
-    bounds = {"since": since if since is not None else -INF, "until": until if until is not None else INF}
+    bounds = {
+        "since": since if since is not None else -INF,
+        "until": until if until is not None else INF,
+    }
     con = pipe.need("fleet_changes", **bounds)
     windows = _windows(con, tenant)
     held = _held(con, tenant)
-    rows = con.execute("SELECT change_id, kind, nodes, started_at, ended_at, window_end FROM fleet_changes "
-                       "ORDER BY started_at, change_id").fetchall()
-    return [{
-        "change_id": change_id, "kind": kind, "nodes": nodes, "started_at": iso(started), "ended_at": iso(ended),
-        "open": ended is None, "window_s": seconds(end - started),
-        "windows": [windows[(change_id, phase)] for phase in PHASES if (change_id, phase) in windows],
-        "held_past_end": held.get(change_id, []),
-    } for change_id, kind, nodes, started, ended, end in rows]
+    rows = con.execute(
+        "SELECT change_id, kind, nodes, started_at, ended_at, window_end FROM fleet_changes "
+        "ORDER BY started_at, change_id"
+    ).fetchall()
+    return [
+        {
+            "change_id": change_id,
+            "kind": kind,
+            "nodes": nodes,
+            "started_at": iso(started),
+            "ended_at": iso(ended),
+            "open": ended is None,
+            "window_s": seconds(end - started),
+            "windows": [
+                windows[(change_id, phase)] for phase in PHASES if (change_id, phase) in windows
+            ],
+            "held_past_end": held.get(change_id, []),
+        }
+        for change_id, kind, nodes, started, ended, end in rows
+    ]
 
 
-def _windows(con: duckdb.DuckDBPyConnection, tenant: str | None) -> dict[tuple[str, str], dict[str, Any]]:
+def _windows(
+    con: duckdb.DuckDBPyConnection, tenant: str | None
+) -> dict[tuple[str, str], dict[str, Any]]:
     cursor = con.execute(WINDOWS, {"tenant": tenant})
     names = [d[0] for d in cursor.description]
     out = {}
     for row in cursor.fetchall():
         r = dict(zip(names, row))
         out[(r["change_id"], r["phase"])] = {
-            "phase": r["phase"], "from": iso(r["lo"]), "to": iso(r["hi"]),
-            "starts": r["job_starts"] + r["receipt_starts"], "job_starts": r["job_starts"],
-            "receipt_starts": r["receipt_starts"], "submitted": r["submitted"],
-            "queue_delay_s": {"n": int(r["delay_n"] or 0), "p50": seconds(r["delay_p50"]), "p95": seconds(r["delay_p95"])},
-            "not_started": r["not_started"], "started_after_window": r["started_after_window"],
+            "phase": r["phase"],
+            "from": iso(r["lo"]),
+            "to": iso(r["hi"]),
+            "starts": r["job_starts"] + r["receipt_starts"],
+            "job_starts": r["job_starts"],
+            "receipt_starts": r["receipt_starts"],
+            "submitted": r["submitted"],
+            "queue_delay_s": {
+                "n": int(r["delay_n"] or 0),
+                "p50": seconds(r["delay_p50"]),
+                "p95": seconds(r["delay_p95"]),
+            },
+            "not_started": r["not_started"],
+            "started_after_window": r["started_after_window"],
             "interrupted": r["interrupted"],
         }
     return out
@@ -127,9 +158,17 @@ def _windows(con: duckdb.DuckDBPyConnection, tenant: str | None) -> dict[tuple[s
 
 def _held(con: duckdb.DuckDBPyConnection, tenant: str | None) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
-    for change_id, job_tenant, job_id, asked, began in con.execute(HELD, {"tenant": tenant}).fetchall():
+    for change_id, job_tenant, job_id, asked, began in con.execute(
+        HELD, {"tenant": tenant}
+    ).fetchall():
         out.setdefault(change_id, []).append(
-            {"tenant": job_tenant, "job_id": job_id, "submitted": iso(asked), "started": iso(began)})
+            {
+                "tenant": job_tenant,
+                "job_id": job_id,
+                "submitted": iso(asked),
+                "started": iso(began),
+            }
+        )
     return out
 
 
@@ -139,31 +178,63 @@ def csv_rows(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     `during` row; 0 on the others)."""
     rows = []
     for change in changes:
-        base = {"change_id": change["change_id"], "kind": change["kind"], "nodes": " ".join(change["nodes"] or []),
-                "started_at": change["started_at"], "ended_at": change["ended_at"], "open": change["open"],
-                "window_s": change["window_s"]}
+        base = {
+            "change_id": change["change_id"],
+            "kind": change["kind"],
+            "nodes": " ".join(change["nodes"] or []),
+            "started_at": change["started_at"],
+            "ended_at": change["ended_at"],
+            "open": change["open"],
+            "window_s": change["window_s"],
+        }
         for w in change["windows"]:
             delay = w["queue_delay_s"]
-            rows.append(base | {k: v for k, v in w.items() if k != "queue_delay_s"}
-                        | {"queue_delay_n": delay["n"], "queue_delay_p50_s": delay["p50"],
-                           "queue_delay_p95_s": delay["p95"],
-                           "held_past_end": len(change["held_past_end"]) if w["phase"] == "during" else 0})
+            rows.append(
+                base
+                | {k: v for k, v in w.items() if k != "queue_delay_s"}
+                | {
+                    "queue_delay_n": delay["n"],
+                    "queue_delay_p50_s": delay["p50"],
+                    "queue_delay_p95_s": delay["p95"],
+                    "held_past_end": len(change["held_past_end"]) if w["phase"] == "during" else 0,
+                }
+            )
     return rows
 
 
 def table(changes: list[dict[str, Any]]) -> Table:
     """One row per change and window."""
-    out = DataTable("change", "kind", "window", "from", "to", "starts (jobs + receipts)", "submitted",
-                "queue delay p50/p95 s", "started after window", "not started", "interrupted",
-                title="fleet changes: before, during and after (windows as long as the change)")
+    out = DataTable(
+        "change",
+        "kind",
+        "window",
+        "from",
+        "to",
+        "starts (jobs + receipts)",
+        "submitted",
+        "queue delay p50/p95 s",
+        "started after window",
+        "not started",
+        "interrupted",
+        title="fleet changes: before, during and after (windows as long as the change)",
+    )
     for change in changes:
         for w in change["windows"]:
             delay = w["queue_delay_s"]
-            out.add_row(change["change_id"], change["kind"], w["phase"], w["from"], w["to"],
-                        f"{w['starts']} ({w['job_starts']} + {w['receipt_starts']})", str(w["submitted"]),
-                        f"{_text(delay['p50'])} / {_text(delay['p95'])}", str(w["started_after_window"]),
-                        str(w["not_started"]), str(w["interrupted"]),
-                        style="bold" if w["phase"] == "during" else "")
+            out.add_row(
+                change["change_id"],
+                change["kind"],
+                w["phase"],
+                w["from"],
+                w["to"],
+                f"{w['starts']} ({w['job_starts']} + {w['receipt_starts']})",
+                str(w["submitted"]),
+                f"{_text(delay['p50'])} / {_text(delay['p95'])}",
+                str(w["started_after_window"]),
+                str(w["not_started"]),
+                str(w["interrupted"]),
+                style="bold" if w["phase"] == "during" else "",
+            )
     return out
 
 

@@ -43,14 +43,27 @@ from schemas.money import Money
 TENANT_FIGURES = f"""
 WITH job_figures AS (
     SELECT tenant, count(*) AS jobs, count(completed) AS completed_runs, sum(accepted) AS accepted_results,
-           {percentiles_sql('ttfua', 'ttfua')}, {percentiles_sql('run_time', 'run')}
+           {percentiles_sql("ttfua", "ttfua")}, {percentiles_sql("run_time", "run")}
     FROM job_outcomes WHERE ($tenant IS NULL OR tenant = $tenant) GROUP BY tenant),
-step_figures AS (SELECT tenant, {percentiles_sql('gap', 'step')} FROM step_gaps GROUP BY tenant)
+step_figures AS (SELECT tenant, {percentiles_sql("gap", "step")} FROM step_gaps GROUP BY tenant)
 SELECT * FROM job_figures LEFT JOIN step_figures USING (tenant) ORDER BY tenant
 """
 
-JOB_COLUMNS = ("tenant", "job_id", "submitted", "first_start", "first_allocation", "granted", "first_progress",
-               "completed", "attempts", "ttfua", "run_time", "accepted", "rejected")
+JOB_COLUMNS = (
+    "tenant",
+    "job_id",
+    "submitted",
+    "first_start",
+    "first_allocation",
+    "granted",
+    "first_progress",
+    "completed",
+    "attempts",
+    "ttfua",
+    "run_time",
+    "accepted",
+    "rejected",
+)
 
 #: money of each allocation (from the reconciliation) spread over the jobs that ran on it
 APPORTIONED = """
@@ -77,7 +90,9 @@ def job_costs(pipe: Pipeline) -> dict[tuple[str, str], dict[str, Fraction]]:
     out: dict[tuple[str, str], dict[str, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
     for tenant, job, currency, num, den, us, total in con.execute(APPORTIONED).fetchall():
         if total:
-            out[(tenant, job)][currency or ""] += Fraction(int(num) * int(us), int(den) * int(total))
+            out[(tenant, job)][currency or ""] += Fraction(
+                int(num) * int(us), int(den) * int(total)
+            )
     return out
 
 
@@ -87,29 +102,51 @@ def allocation_money(recon: Reconciliation) -> dict[tuple[str, str, str | None],
     return recon.allocation_money()
 
 
-def _jobs(con: duckdb.DuckDBPyConnection, tenant: str | None,
-          costs: dict[tuple[str, str], dict[str, Fraction]]) -> list[dict[str, Any]]:
-    rows = con.execute(f"SELECT {', '.join(JOB_COLUMNS)} FROM job_outcomes WHERE ($tenant IS NULL OR tenant = $tenant) "
-                       "ORDER BY tenant, coalesce(submitted, first_start), job_id", {"tenant": tenant}).fetchall()
+def _jobs(
+    con: duckdb.DuckDBPyConnection,
+    tenant: str | None,
+    costs: dict[tuple[str, str], dict[str, Fraction]],
+) -> list[dict[str, Any]]:
+    rows = con.execute(
+        f"SELECT {', '.join(JOB_COLUMNS)} FROM job_outcomes WHERE ($tenant IS NULL OR tenant = $tenant) "
+        "ORDER BY tenant, coalesce(submitted, first_start), job_id",
+        {"tenant": tenant},
+    ).fetchall()
     out = []
     for row in rows:
         r = dict(zip(JOB_COLUMNS, row))
         cost = costs.get((r["tenant"], r["job_id"]), {})
-        out.append({
-            "tenant": r["tenant"], "job_id": r["job_id"], "submitted": iso(r["submitted"]),
-            "first_start": iso(r["first_start"]), "first_allocation": r["first_allocation"],
-            "granted": iso(r["granted"]), "first_progress": iso(r["first_progress"]), "completed": iso(r["completed"]),
-            "attempts": r["attempts"], "time_to_first_usable_allocation_s": seconds(r["ttfua"]),
-            "completed_run_time_s": seconds(r["run_time"]),
-            "result": "accepted" if r["accepted"] else "rejected" if r["rejected"] else "pending",
-            "cost": {c: str(Money.of(v, currency=c)) for c, v in sorted(cost.items())},
-            "_cost": cost,
-        })
+        out.append(
+            {
+                "tenant": r["tenant"],
+                "job_id": r["job_id"],
+                "submitted": iso(r["submitted"]),
+                "first_start": iso(r["first_start"]),
+                "first_allocation": r["first_allocation"],
+                "granted": iso(r["granted"]),
+                "first_progress": iso(r["first_progress"]),
+                "completed": iso(r["completed"]),
+                "attempts": r["attempts"],
+                "time_to_first_usable_allocation_s": seconds(r["ttfua"]),
+                "completed_run_time_s": seconds(r["run_time"]),
+                "result": "accepted"
+                if r["accepted"]
+                else "rejected"
+                if r["rejected"]
+                else "pending",
+                "cost": {c: str(Money.of(v, currency=c)) for c, v in sorted(cost.items())},
+                "_cost": cost,
+            }
+        )
     return out
 
 
-def _tenants(con: duckdb.DuckDBPyConnection, recon: Reconciliation, tenant: str | None,
-             jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _tenants(
+    con: duckdb.DuckDBPyConnection,
+    recon: Reconciliation,
+    tenant: str | None,
+    jobs: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
     cursor = con.execute(TENANT_FIGURES, {"tenant": tenant})
     names = [d[0] for d in cursor.description]
     tallies = recon.tenants()
@@ -119,24 +156,39 @@ def _tenants(con: duckdb.DuckDBPyConnection, recon: Reconciliation, tenant: str 
         r = dict(zip(names, row))
         name = r["tenant"]
         tally = tallies.get(name)
-        ckpt_us = sum(us for (category, _), us in tally.gpu_us.items() if category == "checkpoint") if tally else 0
+        ckpt_us = (
+            sum(us for (category, _), us in tally.gpu_us.items() if category == "checkpoint")
+            if tally
+            else 0
+        )
         billed_us = tally.billed_us if tally else 0
         completed = [j for j in jobs if j["tenant"] == name and j["completed"] is not None]
-        out.append({
-            "tenant": name, "jobs": r["jobs"], "completed_runs": r["completed_runs"],
-            "accepted_results": int(r["accepted_results"] or 0),
-            "time_to_first_usable_allocation_s": _dist(r, "ttfua"), "step_time_s": _dist(r, "step"),
-            "completed_run_time_s": _dist(r, "run"),
-            "checkpoint_overhead": checkpoint_overhead(ckpt_us, billed_us),
-            "cost": cost_figures(completed, billed.get(name, {}), int(r["accepted_results"] or 0)),
-        })
+        out.append(
+            {
+                "tenant": name,
+                "jobs": r["jobs"],
+                "completed_runs": r["completed_runs"],
+                "accepted_results": int(r["accepted_results"] or 0),
+                "time_to_first_usable_allocation_s": _dist(r, "ttfua"),
+                "step_time_s": _dist(r, "step"),
+                "completed_run_time_s": _dist(r, "run"),
+                "checkpoint_overhead": checkpoint_overhead(ckpt_us, billed_us),
+                "cost": cost_figures(
+                    completed, billed.get(name, {}), int(r["accepted_results"] or 0)
+                ),
+            }
+        )
     for job in jobs:
         del job["_cost"]
     return out
 
 
 def _dist(row: dict[str, Any], name: str) -> dict[str, Any]:
-    return {"n": int(row[f"{name}_n"] or 0), "p50": seconds(row[f"{name}_p50"]), "p95": seconds(row[f"{name}_p95"])}
+    return {
+        "n": int(row[f"{name}_n"] or 0),
+        "p50": seconds(row[f"{name}_p50"]),
+        "p95": seconds(row[f"{name}_p95"]),
+    }
 
 
 def _billed_money(recon: Reconciliation) -> dict[str, dict[str, int]]:
@@ -148,11 +200,16 @@ def _billed_money(recon: Reconciliation) -> dict[str, dict[str, int]]:
 
 def checkpoint_overhead(checkpoint_us: int, billed_us: int) -> dict[str, Any]:
     """`checkpoint` GPU-seconds, billed GPU-seconds, and their ratio (six places; None when nothing was billed)."""
-    return {"checkpoint_gpu_seconds": gpu_seconds(checkpoint_us), "billed_gpu_seconds": gpu_seconds(billed_us),
-            "ratio": round(checkpoint_us / billed_us, 6) if billed_us else None}
+    return {
+        "checkpoint_gpu_seconds": gpu_seconds(checkpoint_us),
+        "billed_gpu_seconds": gpu_seconds(billed_us),
+        "ratio": round(checkpoint_us / billed_us, 6) if billed_us else None,
+    }
 
 
-def cost_figures(completed: list[dict[str, Any]], billed: dict[str, int], accepted: int) -> dict[str, dict[str, Any]]:
+def cost_figures(
+    completed: list[dict[str, Any]], billed: dict[str, int], accepted: int
+) -> dict[str, dict[str, Any]]:
     """Per currency: completed runs' cost, cost per completed run, billed total, cost per accepted result.
     `completed`: the completed jobs, each with `_cost` (currency -> exact minor units, job_costs);
     `billed`: currency -> minor units billed; `accepted`: the accepted results they are shared by."""
@@ -170,7 +227,8 @@ def cost_figures(completed: list[dict[str, Any]], billed: dict[str, int], accept
             "completed_runs_cost": str(Money.of(runs[currency], currency=currency)),
             "cost_per_completed_run": per_run,
             "billed": str(Money.of(total, currency=currency)),
-            "cost_per_accepted_result": (str(Money.of(total / accepted, currency=currency))
-                                         if accepted else None),
+            "cost_per_accepted_result": (
+                str(Money.of(total / accepted, currency=currency)) if accepted else None
+            ),
         }
     return out

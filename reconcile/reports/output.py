@@ -31,16 +31,30 @@ def tables(result: Reconciliation) -> list[Table]:
     invoices = result.invoices()
     out: list[Table] = []
     for tenant, tally in result.tenants().items():
-        rows = [row for invoice in invoices if invoice.tenant == tenant for row in _invoice_rows(invoice)]
+        rows = [
+            row
+            for invoice in invoices
+            if invoice.tenant == tenant
+            for row in _invoice_rows(invoice)
+        ]
         # figures are never cut short: the number columns are as wide as their widest figure
         # (a narrow terminal folds the names instead)
-        widths = [max([len(r[0][k]) for r in rows if r[0]] + [len(h)]) for k, h in ((4, "GPU-hours"), (5, "amount"))]
-        table = DataTable(Column("invoice", overflow="fold"), "currency", "", "bearer",
-                      Column("GPU-hours", justify="right", no_wrap=True, min_width=widths[0]),
-                      Column("amount", justify="right", no_wrap=True, min_width=widths[1]), title=f"tenant {tenant}",
-                      caption=f"billed {hours(tally.billed_us)} GPU-h · unbilled (held, billed by no line) "
-                              f"{hours(result.unbilled_us.get(tenant, 0))} GPU-h · "
-                              "`gpuledger explain CATEGORY` says what each category and bearer means")
+        widths = [
+            max([len(r[0][k]) for r in rows if r[0]] + [len(h)])
+            for k, h in ((4, "GPU-hours"), (5, "amount"))
+        ]
+        table = DataTable(
+            Column("invoice", overflow="fold"),
+            "currency",
+            "",
+            "bearer",
+            Column("GPU-hours", justify="right", no_wrap=True, min_width=widths[0]),
+            Column("amount", justify="right", no_wrap=True, min_width=widths[1]),
+            title=f"tenant {tenant}",
+            caption=f"billed {hours(tally.billed_us)} GPU-h · unbilled (held, billed by no line) "
+            f"{hours(result.unbilled_us.get(tenant, 0))} GPU-h · "
+            "`gpuledger explain CATEGORY` says what each category and bearer means",
+        )
         for cells, style in rows:
             if cells:
                 table.add_row(*cells, style=style)
@@ -57,9 +71,29 @@ def _invoice_rows(invoice: InvoiceTotal) -> list[Row]:
     name, currency, minor = invoice.invoice_id, invoice.currency or "", invoice.minor
     billed_us = invoice.tally.billed_us
     rows: list[Row] = [
-        ((name, currency, "total billed", "", hours(billed_us), exact_number(invoice.billed_exact, minor)), "bold"),
-        ((name, currency, "classified", "", hours(billed_us),
-          Money.of(invoice.tally.total_cents, minor).grouped()), "")]
+        (
+            (
+                name,
+                currency,
+                "total billed",
+                "",
+                hours(billed_us),
+                exact_number(invoice.billed_exact, minor),
+            ),
+            "bold",
+        ),
+        (
+            (
+                name,
+                currency,
+                "classified",
+                "",
+                hours(billed_us),
+                Money.of(invoice.tally.total_cents, minor).grouped(),
+            ),
+            "",
+        ),
+    ]
     for bearer, (us, cents) in invoice.bearer_totals().items():
         shown = Money.of(cents, minor).grouped()
         row = (name, currency, "bearer total", bearer, hours(us), shown)
@@ -101,11 +135,14 @@ def for_spreadsheets(part: pa.Table) -> pa.Table:
     are. Column-wise in Arrow: a scan of each text column's first characters, and the
     figure test only in a column where some cell starts like a formula."""
     for number, column_field in enumerate(part.schema):
-        if not (pa.types.is_string(column_field.type)
-                or pa.types.is_large_string(column_field.type)):
+        if not (
+            pa.types.is_string(column_field.type) or pa.types.is_large_string(column_field.type)
+        ):
             continue
         column = part.column(number)
-        starts = pc.is_in(pc.utf8_slice_codeunits(column, 0, 1), value_set=pa.array(FORMULA_STARTS))
+        starts = pc.is_in(
+            pc.utf8_slice_codeunits(column, 0, 1), value_set=pa.array(FORMULA_STARTS)
+        )
         if not pc.any(starts).as_py():  # the common case: one pass over first characters
             continue
         risky = pc.and_kleene(starts, pc.invert(pc.match_substring_regex(column, FIGURE_RE2)))

@@ -44,7 +44,12 @@ def _marked(char: str) -> str:
 
 def environment(templates: Path, **options: Any) -> jinja2.Environment:
     """The pages' Jinja environment over the folder `templates` (`options`: whitespace control)."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(templates), autoescape=True,
-                             undefined=jinja2.StrictUndefined, finalize=shown, **options)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(templates),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        finalize=shown,
+        **options,
+    )
     env.filters["bdi"] = bdi
     return env

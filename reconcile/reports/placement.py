@@ -76,7 +76,7 @@ jobs AS (SELECT tenant, allocation_id, list(job_id ORDER BY first_start, job_id)
 keys AS (SELECT tenant, allocation_id FROM grant_ UNION SELECT tenant, allocation_id FROM named)
 SELECT k.tenant, k.allocation_id, g.gpus, g.devices, g.fabric_domain, g.cls AS granted_class, g.profile,
        p.promise_id, p.cls AS promised_class,
-       {placement_sql('coalesce(p.cls, g.cls)', 'CASE WHEN coalesce(p.cls, g.cls) = g.cls THEN g.profile END')}
+       {placement_sql("coalesce(p.cls, g.cls)", "CASE WHEN coalesce(p.cls, g.cls) = g.cls THEN g.profile END")}
            AS sold,
        coalesce(j.jobs, []::VARCHAR[]) AS jobs
 FROM keys k
@@ -86,8 +86,19 @@ LEFT JOIN jobs j USING (tenant, allocation_id)
 WHERE ($tenant IS NULL OR k.tenant = $tenant)
 ORDER BY k.tenant, k.allocation_id
 """
-ALLOCATION_COLUMNS = ("tenant", "allocation_id", "gpus", "devices", "fabric_domain", "granted_class", "profile",
-                      "promise_id", "promised_class", "sold", "jobs")
+ALLOCATION_COLUMNS = (
+    "tenant",
+    "allocation_id",
+    "gpus",
+    "devices",
+    "fabric_domain",
+    "granted_class",
+    "profile",
+    "promise_id",
+    "promised_class",
+    "sold",
+    "jobs",
+)
 
 #: every capture and probe, oldest first (a later one of the same node or test replaces it)
 EVIDENCE = """
@@ -115,12 +126,21 @@ def report(pipe: Pipeline, tenant: str | None = None) -> dict[str, Any]:
     for (owner, allocation_id, currency), value in pipe.recon.allocation_money().items():
         billed[(owner, allocation_id)][currency or ""] = value
     cursor = con.execute(ALLOCATIONS, {"tenant": tenant})
-    allocations = [_allocation(dict(zip(ALLOCATION_COLUMNS, row)), evidence, billed) for row in cursor.fetchall()]
+    allocations = [
+        _allocation(dict(zip(ALLOCATION_COLUMNS, row)), evidence, billed)
+        for row in cursor.fetchall()
+    ]
     _step_times(con, allocations)
-    return {"allocations": allocations, "summary": _summary(allocations), "prediction": _prediction(allocations)}
+    return {
+        "allocations": allocations,
+        "summary": _summary(allocations),
+        "prediction": _prediction(allocations),
+    }
 
 
-def _evidence(con: duckdb.DuckDBPyConnection, tenant: str | None) -> dict[tuple[str, str], Evidence]:
+def _evidence(
+    con: duckdb.DuckDBPyConnection, tenant: str | None
+) -> dict[tuple[str, str], Evidence]:
     out: dict[tuple[str, str], Evidence] = defaultdict(Evidence)
     for owner, allocation_id, kind, text in con.execute(EVIDENCE, {"tenant": tenant}).fetchall():
         data = json.loads(text)
@@ -128,7 +148,10 @@ def _evidence(con: duckdb.DuckDBPyConnection, tenant: str | None) -> dict[tuple[
         if kind == "placement.observed":
             found.captures[data["node"]] = data["topology"]
         elif data.get("probe") == "nccl-tests" and data.get("test") == PROBE_TEST:
-            found.busbw_size, found.busbw = _largest_busbw(data["figures"]) or (found.busbw_size, found.busbw)
+            found.busbw_size, found.busbw = _largest_busbw(data["figures"]) or (
+                found.busbw_size,
+                found.busbw,
+            )
     return out
 
 
@@ -146,8 +169,15 @@ def _step_times(con: duckdb.DuckDBPyConnection, allocations: list[dict[str, Any]
     busbw reading, exact (seconds per step as a fraction). Marks that advance no step
     measure none and are left out."""
     probed = [a for a in allocations if a["busbw_gbps"] is not None]
-    con.register("pl_probed", pa.table({"tenant": pa.array([a["tenant"] for a in probed], pa.string()),
-                                        "allocation_id": pa.array([a["allocation_id"] for a in probed], pa.string())}))
+    con.register(
+        "pl_probed",
+        pa.table(
+            {
+                "tenant": pa.array([a["tenant"] for a in probed], pa.string()),
+                "allocation_id": pa.array([a["allocation_id"] for a in probed], pa.string()),
+            }
+        ),
+    )
     times: dict[tuple[str, str], list[Fraction]] = defaultdict(list)
     for tenant, allocation_id, gap, dstep in con.execute(STEP_TIMES).fetchall():
         times[(tenant, allocation_id)].append(Fraction(int(gap), int(dstep) * SECOND))
@@ -172,30 +202,51 @@ def decimal_text(value: Fraction, places: int = SHOWN_PLACES) -> str:
 def _largest_busbw(figures: list[dict[str, Any]]) -> tuple[int, Decimal] | None:
     """The out-of-place busbw at the run's largest message size (bandwidth-bound, unlike
     the average over a sweep whose small sizes measure latency)."""
-    rows = [(f["size_bytes"], Decimal(f["value"])) for f in figures
-            if f["name"] == "busbw" and f.get("placement", "out-of-place") == "out-of-place" and "size_bytes" in f]
+    rows = [
+        (f["size_bytes"], Decimal(f["value"]))
+        for f in figures
+        if f["name"] == "busbw"
+        and f.get("placement", "out-of-place") == "out-of-place"
+        and "size_bytes" in f
+    ]
     return max(rows) if rows else None
 
 
 # -- one allocation -------------------------------------------------------------------------
 
-def _allocation(row: dict[str, Any], evidence: dict[tuple[str, str], Evidence],
-                billed: dict[tuple[str, str], dict[str, Fraction]]) -> dict[str, Any]:
+
+def _allocation(
+    row: dict[str, Any],
+    evidence: dict[tuple[str, str], Evidence],
+    billed: dict[tuple[str, str], dict[str, Fraction]],
+) -> dict[str, Any]:
     found = evidence.get((row["tenant"], row["allocation_id"]), Evidence())
     status, reasons = verdict(row, found.captures)
     money_of = billed.get((row["tenant"], row["allocation_id"]), {})
     return {
-        "tenant": row["tenant"], "allocation_id": row["allocation_id"], "jobs": list(row["jobs"]),
-        "gpus": row["gpus"], "placement_class": row["sold"],
-        "class_from": "promise" if row["promised_class"] else "allocation" if row["granted_class"] else None,
-        "promise_id": row["promise_id"], "granted_class": row["granted_class"],
+        "tenant": row["tenant"],
+        "allocation_id": row["allocation_id"],
+        "jobs": list(row["jobs"]),
+        "gpus": row["gpus"],
+        "placement_class": row["sold"],
+        "class_from": "promise"
+        if row["promised_class"]
+        else "allocation"
+        if row["granted_class"]
+        else None,
+        "promise_id": row["promise_id"],
+        "granted_class": row["granted_class"],
         "nodes_observed": sorted(found.captures),
         "links_observed": _links_seen(found.captures, row),
-        "status": status, "reason": _one_line(reasons), "reasons": reasons,
+        "status": status,
+        "reason": _one_line(reasons),
+        "reasons": reasons,
         "billed": {c: str(Money.of(v, currency=c)) for c, v in sorted(money_of.items())},
         "_money": money_of,
-        "busbw_gbps": None if found.busbw is None else str(found.busbw), "busbw_size_bytes": found.busbw_size,
-        "step_time_p50_s": None, "step_times": 0,
+        "busbw_gbps": None if found.busbw is None else str(found.busbw),
+        "busbw_size_bytes": found.busbw_size,
+        "step_time_p50_s": None,
+        "step_times": 0,
     }
 
 
@@ -205,28 +256,43 @@ def verdict(row: dict[str, Any], captures: dict[str, dict[str, Any]]) -> tuple[s
     base = sold.split(":")[0]
     reasons: list[str] = []
     if row["promised_class"] and granted and row["promised_class"] != granted:
-        reasons.append(f"sold {row['promised_class']} (promise {row['promise_id']}), granted {granted}")
+        reasons.append(
+            f"sold {row['promised_class']} (promise {row['promise_id']}), granted {granted}"
+        )
     if not captures:
-        return ("mismatch" if reasons else "unobserved"), reasons or ["no nvidia-smi topo -m capture"]
+        return ("mismatch" if reasons else "unobserved"), reasons or [
+            "no nvidia-smi topo -m capture"
+        ]
     if base == "unknown":
         return "undetermined", ["no grant or promise names the class sold"]
     nodes = sorted(captures)
     spread = base != "whole" or row["gpus"] is None or row["gpus"] > 1
     if len(nodes) > 1 and not (base == "whole" and row["fabric_domain"]):
         needs = "one NVLink domain" if base == "whole" else "one GPU"
-        reasons.append(f"GPUs on {len(nodes)} nodes ({', '.join(nodes)}), class {sold} requires {needs} on one node")
-    chosen = {node: _allocation_gpus(topology, row["devices"]) for node, topology in captures.items()}
+        reasons.append(
+            f"GPUs on {len(nodes)} nodes ({', '.join(nodes)}), class {sold} requires {needs} on one node"
+        )
+    chosen = {
+        node: _allocation_gpus(topology, row["devices"]) for node, topology in captures.items()
+    }
     seen = sum(len(gpus) for gpus in chosen.values())
     if base == "whole" and row["gpus"] is not None:
         if seen < row["gpus"]:
-            reasons.append(f"capture shows {seen} GPU{'s' * (seen != 1)}, the allocation has {row['gpus']}")
+            reasons.append(
+                f"capture shows {seen} GPU{'s' * (seen != 1)}, the allocation has {row['gpus']}"
+            )
         elif seen > row["gpus"] and not reasons:
-            return "undetermined", [f"capture shows {seen} GPUs, the allocation has {row['gpus']} and its devices "
-                                    "do not say which are its own"]
+            return "undetermined", [
+                f"capture shows {seen} GPUs, the allocation has {row['gpus']} and its devices "
+                "do not say which are its own"
+            ]
     if base == "whole" and spread:
-        reasons += [f"{link['a']}–{link['b']} over {link['link']}, class requires NVLink"
-                    for node in nodes for link in captures[node]["links"]
-                    if {link["a"], link["b"]} <= chosen[node] and not link["link"].startswith("NV")]
+        reasons += [
+            f"{link['a']}–{link['b']} over {link['link']}, class requires NVLink"
+            for node in nodes
+            for link in captures[node]["links"]
+            if {link["a"], link["b"]} <= chosen[node] and not link["link"].startswith("NV")
+        ]
     if reasons:
         return "mismatch", reasons
     return "match", [_why_match(sold, base, seen)]
@@ -268,6 +334,7 @@ def _one_line(reasons: list[str]) -> str:
 
 # -- per tenant and class ------------------------------------------------------------------
 
+
 def _summary(allocations: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per tenant and class: counts by status, and the money billed on mismatches."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
@@ -280,10 +347,20 @@ def _summary(allocations: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if a["status"] == "mismatch":
                 for currency, value in a["_money"].items():
                     mismatched[currency] += value
-        out.append({"tenant": tenant, "placement_class": cls, "allocations": len(rows),
-                    **{s: sum(a["status"] == s for a in rows) for s in ("match", "mismatch", "undetermined", "unobserved")},
-                    "billed_on_mismatch": {c: str(Money.of(v, currency=c))
-                                           for c, v in sorted(mismatched.items())}})
+        out.append(
+            {
+                "tenant": tenant,
+                "placement_class": cls,
+                "allocations": len(rows),
+                **{
+                    s: sum(a["status"] == s for a in rows)
+                    for s in ("match", "mismatch", "undetermined", "unobserved")
+                },
+                "billed_on_mismatch": {
+                    c: str(Money.of(v, currency=c)) for c, v in sorted(mismatched.items())
+                },
+            }
+        )
     for a in allocations:
         del a["_money"]
     return out
@@ -302,21 +379,34 @@ def _prediction(allocations: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _correlation(cls: str, points: list[tuple[Decimal, Fraction]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"placement_class": cls, "n": len(points), "spearman": None, "spearman_squared": None,
-                           "predicts": None}
+    out: dict[str, Any] = {
+        "placement_class": cls,
+        "n": len(points),
+        "spearman": None,
+        "spearman_squared": None,
+        "predicts": None,
+    }
     if len(points) < MIN_POINTS:
         return out | {"reading": "not enough data"}
     rho_squared, sign = spearman([x for x, _ in points], [y for _, y in points])
     if sign == 0 and rho_squared is None:
         return out | {"reading": "undefined: every bus bandwidth or every step time is the same"}
     assert rho_squared is not None
-    predicts = sign < 0 and rho_squared >= PREDICTS_AT ** 2
-    return out | {"spearman": shown(rho_squared, sign), "spearman_squared": str(rho_squared), "predicts": predicts,
-                  "reading": ("more bus bandwidth, shorter steps" if predicts
-                              else "bus bandwidth does not predict step time here")}
+    predicts = sign < 0 and rho_squared >= PREDICTS_AT**2
+    return out | {
+        "spearman": shown(rho_squared, sign),
+        "spearman_squared": str(rho_squared),
+        "predicts": predicts,
+        "reading": (
+            "more bus bandwidth, shorter steps"
+            if predicts
+            else "bus bandwidth does not predict step time here"
+        ),
+    }
 
 
 # -- the arithmetic ----------------------------------------------------------------------
+
 
 def average_ranks(values: list[Any]) -> list[Fraction]:
     """1-based ranks of `values` ascending, tied values sharing the mean of their ranks."""
@@ -327,7 +417,7 @@ def average_ranks(values: list[Any]) -> list[Fraction]:
         end = start
         while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
             end += 1
-        for i in order[start:end + 1]:
+        for i in order[start : end + 1]:
             ranks[i] = Fraction(start + end + 2, 2)
         start = end + 1
     return ranks
@@ -352,7 +442,7 @@ def shown(rho_squared: Fraction, sign: int, places: int = SHOWN_PLACES) -> str:
     root_n, root_d = math.isqrt(rho_squared.numerator), math.isqrt(rho_squared.denominator)
     with localcontext() as ctx:
         ctx.prec = 60
-        if root_n ** 2 == rho_squared.numerator and root_d ** 2 == rho_squared.denominator:
+        if root_n**2 == rho_squared.numerator and root_d**2 == rho_squared.denominator:
             value = Decimal(root_n) / Decimal(root_d)
         else:
             value = (Decimal(rho_squared.numerator) / Decimal(rho_squared.denominator)).sqrt()

@@ -33,10 +33,28 @@ from reconcile.engine.causes import BEARER, ORDER
 from reconcile.engine.figures import iso, percentiles_sql, safe_name, seconds
 from reconcile.engine.pipeline import Pipeline
 
-COLUMNS = ("seq", "tenant", "promise_id", "job_id", "made", "start_by", "complete_by", "gpus", "started",
-           "allocation_id", "completed", "placement", "same_id", "start_status", "completion_status",
-           "start_delay", "completion_delay")
-MISSED = "(start_status IN ('late', 'not_started') OR completion_status IN ('late', 'not_completed'))"
+COLUMNS = (
+    "seq",
+    "tenant",
+    "promise_id",
+    "job_id",
+    "made",
+    "start_by",
+    "complete_by",
+    "gpus",
+    "started",
+    "allocation_id",
+    "completed",
+    "placement",
+    "same_id",
+    "start_status",
+    "completion_status",
+    "start_delay",
+    "completion_delay",
+)
+MISSED = (
+    "(start_status IN ('late', 'not_started') OR completion_status IN ('late', 'not_completed'))"
+)
 
 #: Columns promises, met, missed and pending of a group of `promise_outcomes` rows.
 STATUS_COUNTS = f"""count(*) AS promises,
@@ -46,21 +64,27 @@ STATUS_COUNTS = f"""count(*) AS promises,
 
 SUMMARY = f"""
 SELECT tenant, placement, {STATUS_COUNTS},
-       {percentiles_sql('start_delay', 'delay')}
+       {percentiles_sql("start_delay", "delay")}
 FROM promise_outcomes WHERE ($tenant IS NULL OR tenant = $tenant)
 GROUP BY tenant, placement ORDER BY tenant, placement
 """
 
 
-def promise_rows(pipe: Pipeline, tenant: str | None = None,
-                 promise_id: str | None = None, causes: bool = True) -> list[dict[str, Any]]:
+def promise_rows(
+    pipe: Pipeline, tenant: str | None = None, promise_id: str | None = None, causes: bool = True
+) -> list[dict[str, Any]]:
     """Every promise (of `tenant`, or with `promise_id`) in time order, as plain dicts
     (the pipeline's `promise_outcomes`: reconcile/engine/sql/promise_outcomes.sql); with
     `causes`, a missed start's cause from the pipeline's `miss_causes`."""
-    rows = pipe.need("promise_outcomes").execute(
-        f"SELECT {', '.join(COLUMNS)} FROM promise_outcomes WHERE ($tenant IS NULL OR tenant = $tenant) "
-        "AND ($pid IS NULL OR promise_id = $pid) ORDER BY start_by, tenant, promise_id",
-        {"tenant": tenant, "pid": promise_id}).fetchall()
+    rows = (
+        pipe.need("promise_outcomes")
+        .execute(
+            f"SELECT {', '.join(COLUMNS)} FROM promise_outcomes WHERE ($tenant IS NULL OR tenant = $tenant) "
+            "AND ($pid IS NULL OR promise_id = $pid) ORDER BY start_by, tenant, promise_id",
+            {"tenant": tenant, "pid": promise_id},
+        )
+        .fetchall()
+    )
     out = [_promise(dict(zip(COLUMNS, row))) for row in rows]
     if causes and any(p["start_status"] in ("late", "not_started") for p in out):
         by_promise = miss_causes(pipe)
@@ -74,13 +98,19 @@ def promise_rows(pipe: Pipeline, tenant: str | None = None,
 def miss_causes(pipe: Pipeline) -> dict[tuple[str, str], dict[str, Any]]:
     """Per (tenant, promise_id) of a missed start: cause, cause_seconds (per cause, in
     seconds) and cause_bearer (the pipeline's `miss_causes`)."""
-    rows = pipe.need("miss_causes").execute(
-        "SELECT tenant, promise_id, cause, cause_seconds, cause_bearer FROM miss_causes"
-    ).fetchall()
-    return {(tenant, pid): {"cause": cause,
-                            "cause_seconds": {k: seconds(v) for k, v in json.loads(spent).items()},
-                            "cause_bearer": bearer}
-            for tenant, pid, cause, spent, bearer in rows}
+    rows = (
+        pipe.need("miss_causes")
+        .execute("SELECT tenant, promise_id, cause, cause_seconds, cause_bearer FROM miss_causes")
+        .fetchall()
+    )
+    return {
+        (tenant, pid): {
+            "cause": cause,
+            "cause_seconds": {k: seconds(v) for k, v in json.loads(spent).items()},
+            "cause_bearer": bearer,
+        }
+        for tenant, pid, cause, spent, bearer in rows
+    }
 
 
 def miss_detail(pipe: Pipeline, tenant: str, promise_id: str) -> dict[str, Any] | None:
@@ -90,15 +120,18 @@ def miss_detail(pipe: Pipeline, tenant: str, promise_id: str) -> dict[str, Any] 
     `wait_s`, the seconds of its wait."""
     cursor = pipe.need("miss_causes").execute(
         "SELECT * FROM miss_causes WHERE tenant = $tenant AND promise_id = $pid",
-        {"tenant": tenant, "pid": promise_id})
+        {"tenant": tenant, "pid": promise_id},
+    )
     names = [d[0] for d in cursor.description]
     row = cursor.fetchone()
     if row is None:
         return None
     found = dict(zip(names, row))
     spent = {k: seconds(v) for k, v in json.loads(found.pop("cause_seconds")).items()}
-    return found | {"cause_seconds": spent,
-                    "wait_s": seconds(found["wait_until"] - found["wait_from"])}
+    return found | {
+        "cause_seconds": spent,
+        "wait_s": seconds(found["wait_until"] - found["wait_from"]),
+    }
 
 
 def cause_rows(misses: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -109,24 +142,45 @@ def cause_rows(misses: list[dict[str, Any]]) -> list[dict[str, Any]]:
         mine = [m for m in misses if m.get("cause") == cause]
         spent = sum(m.get("cause_seconds", {}).get(cause, 0) for m in misses)
         if mine or spent:
-            out.append({"cause": cause, "cause_bearer": BEARER[cause], "misses": len(mine),
-                        "seconds": spent})
+            out.append(
+                {
+                    "cause": cause,
+                    "cause_bearer": BEARER[cause],
+                    "misses": len(mine),
+                    "seconds": spent,
+                }
+            )
     return out
 
 
 def _promise(row: dict[str, Any]) -> dict[str, Any]:
-    missed = row["start_status"] in ("late", "not_started") or row["completion_status"] in ("late", "not_completed")
+    missed = row["start_status"] in ("late", "not_started") or row["completion_status"] in (
+        "late",
+        "not_completed",
+    )
     out = {
-        "tenant": row["tenant"], "promise_id": row["promise_id"], "job_id": row["job_id"],
-        "placement_class": row["placement"], "gpus": row["gpus"], "promised_at": iso(row["made"]),
-        "start_by": iso(row["start_by"]), "started": iso(row["started"]), "start_status": row["start_status"],
+        "tenant": row["tenant"],
+        "promise_id": row["promise_id"],
+        "job_id": row["job_id"],
+        "placement_class": row["placement"],
+        "gpus": row["gpus"],
+        "promised_at": iso(row["made"]),
+        "start_by": iso(row["start_by"]),
+        "started": iso(row["started"]),
+        "start_status": row["start_status"],
         "start_delay_s": seconds(row["start_delay"]),
-        "complete_by": iso(row["complete_by"]), "completed": iso(row["completed"]),
-        "completion_status": row["completion_status"], "completion_delay_s": seconds(row["completion_delay"]),
-        "allocation_id": row["allocation_id"], "missed": missed, "seq": row["seq"],
+        "complete_by": iso(row["complete_by"]),
+        "completed": iso(row["completed"]),
+        "completion_status": row["completion_status"],
+        "completion_delay_s": seconds(row["completion_delay"]),
+        "allocation_id": row["allocation_id"],
+        "missed": missed,
+        "seq": row["seq"],
     }
     if missed:
-        out["packet_command"] = packet_command(row["promise_id"], row["tenant"] if row["same_id"] > 1 else None)
+        out["packet_command"] = packet_command(
+            row["promise_id"], row["tenant"] if row["same_id"] > 1 else None
+        )
     return out
 
 
@@ -147,11 +201,19 @@ def summary_rows(pipe: Pipeline, tenant: str | None = None) -> list[dict[str, An
     out = []
     for row in cursor.fetchall():
         r = dict(zip(names, row))
-        out.append({
-            "tenant": r["tenant"], "placement_class": r["placement"], "promises": r["promises"],
-            "met": r["met"], "missed": r["missed"], "pending": r["pending"], "started": r["delay_n"],
-            "start_delay_p50_s": seconds(r["delay_p50"]), "start_delay_p95_s": seconds(r["delay_p95"]),
-        })
+        out.append(
+            {
+                "tenant": r["tenant"],
+                "placement_class": r["placement"],
+                "promises": r["promises"],
+                "met": r["met"],
+                "missed": r["missed"],
+                "pending": r["pending"],
+                "started": r["delay_n"],
+                "start_delay_p50_s": seconds(r["delay_p50"]),
+                "start_delay_p95_s": seconds(r["delay_p95"]),
+            }
+        )
     return out
 
 

@@ -56,9 +56,14 @@ ORDER BY w.tenant, w.ws, w.seq
 
 def view(pipe: Pipeline, tenant: str | None = None) -> list[dict[str, Any]]:
     """One row per tenant and concurrency level, then the tenant's `all` row."""
-    windows = [_window(*row) for row in pipe.need("events").execute(WINDOWS, {"tenant": tenant}).fetchall()]
+    windows = [
+        _window(*row)
+        for row in pipe.need("events").execute(WINDOWS, {"tenant": tenant}).fetchall()
+    ]
     _share_money(windows, pipe.recon.allocation_money())
-    levels: dict[str, dict[int | None, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    levels: dict[str, dict[int | None, list[dict[str, Any]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
     for w in windows:
         levels[w["tenant"]][w["concurrency"]].append(w)
     out = []
@@ -69,13 +74,24 @@ def view(pipe: Pipeline, tenant: str | None = None) -> list[dict[str, Any]]:
     return out
 
 
-def _window(tenant: str, job_id: str, allocation_id: str | None, ws: int, we: int, text: str) -> dict[str, Any]:
+def _window(
+    tenant: str, job_id: str, allocation_id: str | None, ws: int, we: int, text: str
+) -> dict[str, Any]:
     data = json.loads(text)
-    return {"tenant": tenant, "job_id": job_id, "allocation_id": allocation_id, "us": we - ws,
-            "concurrency": data.get("concurrency"), "data": data, "money": {}}
+    return {
+        "tenant": tenant,
+        "job_id": job_id,
+        "allocation_id": allocation_id,
+        "us": we - ws,
+        "concurrency": data.get("concurrency"),
+        "data": data,
+        "money": {},
+    }
 
 
-def _share_money(windows: list[dict[str, Any]], per_alloc: dict[tuple[str, str, str | None], Fraction]) -> None:
+def _share_money(
+    windows: list[dict[str, Any]], per_alloc: dict[tuple[str, str, str | None], Fraction]
+) -> None:
     """Each window's share of its allocation's money, by length (see the module docstring)."""
     on: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for w in windows:
@@ -86,10 +102,14 @@ def _share_money(windows: list[dict[str, Any]], per_alloc: dict[tuple[str, str, 
         total = sum(w["us"] for w in for_alloc)
         for w in for_alloc:
             share = Fraction(w["us"], total) if total else Fraction(1, len(for_alloc))
-            w["money"][currency or ""] = w["money"].get(currency or "", Fraction(0)) + value * share
+            w["money"][currency or ""] = (
+                w["money"].get(currency or "", Fraction(0)) + value * share
+            )
 
 
-def _level(tenant: str, concurrency: int | str | None, windows: list[dict[str, Any]]) -> dict[str, Any]:
+def _level(
+    tenant: str, concurrency: int | str | None, windows: list[dict[str, Any]]
+) -> dict[str, Any]:
     data = [w["data"] for w in windows]
     us = sum(w["us"] for w in windows)
     accepted = sum(d["accepted"] for d in data)
@@ -103,18 +123,31 @@ def _level(tenant: str, concurrency: int | str | None, windows: list[dict[str, A
         for currency, value in w["money"].items():
             cost[currency] += value
     return {
-        "tenant": tenant, "concurrency": concurrency, "windows": len(windows),
-        "jobs": sorted({w["job_id"] for w in windows}), "seconds": seconds(us),
-        "requests": requests, "accepted": accepted,
-        "failed": sum(failed) if failed else None, "cancelled": sum(cancelled) if cancelled else None,
+        "tenant": tenant,
+        "concurrency": concurrency,
+        "windows": len(windows),
+        "jobs": sorted({w["job_id"] for w in windows}),
+        "seconds": seconds(us),
+        "requests": requests,
+        "accepted": accepted,
+        "failed": sum(failed) if failed else None,
+        "cancelled": sum(cancelled) if cancelled else None,
         "request_rate_per_s": rate(Fraction(requests * SECOND, us)) if us else None,
-        "output_tokens_per_s": (rate(Fraction(sum(w["data"]["output_tokens"] for w in counted) * SECOND, token_us))
-                                if token_us else None),
+        "output_tokens_per_s": (
+            rate(Fraction(sum(w["data"]["output_tokens"] for w in counted) * SECOND, token_us))
+            if token_us
+            else None
+        ),
         **{name: worst(data, name) for name in DISTRIBUTIONS},
-        "cost": {c: {"cost": str(Money.of(v, currency=c)),
-                     "cost_per_accepted_response": (str(Money.of(v / accepted, currency=c))
-                                                    if accepted else None)}
-                 for c, v in sorted(cost.items())},
+        "cost": {
+            c: {
+                "cost": str(Money.of(v, currency=c)),
+                "cost_per_accepted_response": (
+                    str(Money.of(v / accepted, currency=c)) if accepted else None
+                ),
+            }
+            for c, v in sorted(cost.items())
+        },
     }
 
 

@@ -62,9 +62,12 @@ async def tenants(request: Request) -> Response:
 def reconciliation_doc(request: Request, info: TokenInfo) -> dict[str, Any]:
     tenant = tenant_scope(info.role, request.query_params.get("tenant"))
     invoice = request.query_params.get("invoice") or None
-    return dict(request.app.state.documents.get(
-        ("reconciliation", tenant, invoice),
-        lambda: reconcile.reconcile_store(request.app.state.store, tenant, invoice).as_json()))
+    return dict(
+        request.app.state.documents.get(
+            ("reconciliation", tenant, invoice),
+            lambda: reconcile.reconcile_store(request.app.state.store, tenant, invoice).as_json(),
+        )
+    )
 
 
 async def reconciliation(request: Request) -> Response:
@@ -88,11 +91,17 @@ def report_doc(request: Request, info: TokenInfo, name: str) -> str:
         if option.choices and value not in option.choices:
             raise HTTPException(400, f"{option.name}: one of {', '.join(option.choices)}")
         options[option.name] = _time(value, option.name) if option.time else value
-    def compute() -> str:
-        return reports.report_json(name, reports.report(request.app.state.store, name, tenant, **options))
 
-    return str(request.app.state.documents.get(("report", name, tenant, tuple(sorted(options.items()))),
-                                               compute))
+    def compute() -> str:
+        return reports.report_json(
+            name, reports.report(request.app.state.store, name, tenant, **options)
+        )
+
+    return str(
+        request.app.state.documents.get(
+            ("report", name, tenant, tuple(sorted(options.items()))), compute
+        )
+    )
 
 
 async def report(request: Request) -> Response:
@@ -106,16 +115,27 @@ def entry_doc(request: Request, info: TokenInfo, seq: int) -> dict[str, Any]:
     store = request.app.state.store
     found = read.entries(store, seqs=[seq])
     # another tenant's entry is answered as a missing one: its existence is not told
-    if not found or (info.role.tenant is not None and found[0].tenant not in (None, info.role.tenant)):
+    if not found or (
+        info.role.tenant is not None and found[0].tenant not in (None, info.role.tenant)
+    ):
         raise HTTPException(404, f"no entry {seq}")
     entry = found[0]
     proof = read.entry_proof(store, seq)
     assert proof is not None
-    return {"seq": entry.seq, "source": entry.source, "id": entry.id, "type": entry.type,
-            "tenant": entry.tenant, "event": orjson.loads(entry.event),
-            "leaf_hash": base64.b64encode(proof.leaf_hash).decode(),
-            "inclusion": {"tree_size": proof.size, "root": base64.b64encode(proof.root).decode(),
-                          "proof": [base64.b64encode(h).decode() for h in proof.proof]}}
+    return {
+        "seq": entry.seq,
+        "source": entry.source,
+        "id": entry.id,
+        "type": entry.type,
+        "tenant": entry.tenant,
+        "event": orjson.loads(entry.event),
+        "leaf_hash": base64.b64encode(proof.leaf_hash).decode(),
+        "inclusion": {
+            "tree_size": proof.size,
+            "root": base64.b64encode(proof.root).decode(),
+            "proof": [base64.b64encode(h).decode() for h in proof.proof],
+        },
+    }
 
 
 async def entry(request: Request) -> Response:
@@ -124,15 +144,18 @@ async def entry(request: Request) -> Response:
     return JSON(await run_in_threadpool(entry_doc, request, info, seq))
 
 
-def dispute_packet(request: Request, info: TokenInfo, tenant_asked: str | None,
-                   invoice: str) -> dict[str, Any]:
+def dispute_packet(
+    request: Request, info: TokenInfo, tenant_asked: str | None, invoice: str
+) -> dict[str, Any]:
     """The signed dispute packet of one invoice of one tenant (`dispute`'s), signed with
     the server's key (`serve --key`)."""
     from reconcile.packets.dispute import build_dispute
 
     signer = request.app.state.signer
     if signer is None:
-        raise HTTPException(404, "this server signs no packets: it was started without a signing key")
+        raise HTTPException(
+            404, "this server signs no packets: it was started without a signing key"
+        )
     tenant = tenant_scope(info.role, tenant_asked)
     if tenant is None:
         raise HTTPException(400, "tenant: an operator names the tenant of the packet")
@@ -145,11 +168,15 @@ async def dispute(request: Request) -> Response:
 
     info = await run_in_threadpool(_reader, request)
     invoice = request.path_params["invoice"]
-    packet = await run_in_threadpool(dispute_packet, request, info,
-                                     request.query_params.get("tenant"), invoice)
+    packet = await run_in_threadpool(
+        dispute_packet, request, info, request.query_params.get("tenant"), invoice
+    )
     name = "".join(c if c.isalnum() or c in "-_." else "_" for c in invoice)[:80]
-    return Response(packet_json(packet), media_type="application/json", headers={
-        "Content-Disposition": f'attachment; filename="dispute-{name}.json"'})
+    return Response(
+        packet_json(packet),
+        media_type="application/json",
+        headers={"Content-Disposition": f'attachment; filename="dispute-{name}.json"'},
+    )
 
 
 def _seq(text: str) -> int:

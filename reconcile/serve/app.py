@@ -34,8 +34,10 @@ from schemas.errors import BadInput, CheckFailed
 log = logging.getLogger("gpuledger.serve")
 
 #: No inline script or style, nothing from another origin, never framed.
-CSP = ("default-src 'none'; style-src 'self'; img-src 'self' data:; script-src 'self'; "
-       "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self' data:; script-src 'self'; "
+    "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
 SECURITY_HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-content-type-options", b"nosniff"),
@@ -74,8 +76,10 @@ async def post_events(request: Request) -> Response:
     records = records_of_body(body, mode, f"http:{info.token_id}", owner, source)
     writer: Writer = request.app.state.writer
     answers = await run_in_threadpool(writer.append, records)
-    counts = {status: sum(a["status"] == status for a in answers)
-              for status in ("appended", "duplicate", "quarantined")}
+    counts = {
+        status: sum(a["status"] == status for a in answers)
+        for status in ("appended", "duplicate", "quarantined")
+    }
     return JSONResponse({"events": answers, **counts})
 
 
@@ -123,8 +127,9 @@ async def _server_error(request: Request, exc: Exception) -> Response:
 
 
 def _wants_html(request: Request) -> bool:
-    return not request.url.path.startswith(("/api/", "/metrics")) and \
-        "text/html" in request.headers.get("accept", "")
+    return not request.url.path.startswith(
+        ("/api/", "/metrics")
+    ) and "text/html" in request.headers.get("accept", "")
 
 
 def create_app(store: Store, key: Path | None = None) -> Starlette:
@@ -141,8 +146,12 @@ def create_app(store: Store, key: Path | None = None) -> Starlette:
     app = Starlette(
         routes=routes,
         middleware=[Middleware(SecurityHeaders)],
-        exception_handlers={HTTPException: _http_error, BadInput: _bad_input, CheckFailed: _check_failed,
-                            Exception: _server_error},
+        exception_handlers={
+            HTTPException: _http_error,
+            BadInput: _bad_input,
+            CheckFailed: _check_failed,
+            Exception: _server_error,
+        },
     )
     app.state.store = store
     app.state.signer = read_signer(key) if key is not None else None

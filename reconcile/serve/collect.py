@@ -34,8 +34,9 @@ class Counters:
     """What the collector endpoint did since the server started (for /metrics)."""
 
     requests: int = 0
-    by_status: dict[str, int] = field(default_factory=lambda: {
-        "appended": 0, "duplicate": 0, "quarantined": 0})
+    by_status: dict[str, int] = field(
+        default_factory=lambda: {"appended": 0, "duplicate": 0, "quarantined": 0}
+    )
 
 
 class Writer:
@@ -49,8 +50,9 @@ class Writer:
     def append(self, records: Sequence[Record]) -> list[dict[str, Any]]:
         with self.lock:
             result = self.appender.append(records)
-            stored = read.stored_keys(self.appender.store, [_key(r) for r in records
-                                                             if isinstance(r, Accepted)])
+            stored = read.stored_keys(
+                self.appender.store, [_key(r) for r in records if isinstance(r, Accepted)]
+            )
             answers = _answers(records, stored, result.first_seq, result.last_seq)
             self.counters.requests += 1
             for answer in answers:
@@ -70,22 +72,36 @@ def _key(record: Accepted) -> EventKey:
     return (record.tenant, record.source, record.id)
 
 
-def _answers(records: Sequence[Record], stored: dict[EventKey, tuple[int, str]],
-             first: int | None, last: int | None) -> list[dict[str, Any]]:
+def _answers(
+    records: Sequence[Record],
+    stored: dict[EventKey, tuple[int, str]],
+    first: int | None,
+    last: int | None,
+) -> list[dict[str, Any]]:
     seen: set[EventKey] = set()
     answers = []
     for record in records:
         if isinstance(record, Rejected):
-            answers.append({"status": "quarantined", "field": record.field, "reason": record.reason})
+            answers.append(
+                {"status": "quarantined", "field": record.field, "reason": record.reason}
+            )
             continue
         key = _key(record)
         seq, body = stored.get(key, (None, None))
         answer: dict[str, Any] = {"id": record.id, "source": record.source}
         if body is None or body.encode() != record.body:
-            answer |= {"status": "quarantined", "field": "id",
-                       "reason": "the ledger holds this source and id with other content (a conflict)"}
-        elif key not in seen and seq is not None and first is not None and last is not None \
-                and first <= seq <= last:
+            answer |= {
+                "status": "quarantined",
+                "field": "id",
+                "reason": "the ledger holds this source and id with other content (a conflict)",
+            }
+        elif (
+            key not in seen
+            and seq is not None
+            and first is not None
+            and last is not None
+            and first <= seq <= last
+        ):
             answer |= {"status": "appended", "seq": seq}
         else:
             answer |= {"status": "duplicate", "seq": seq}

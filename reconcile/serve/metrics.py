@@ -60,14 +60,20 @@ def ledger_metrics(store: Store, cache: Cache) -> str:
 
 def _ledger_text(store: Store, size: int) -> str:
     out: list[str] = []
-    _family(out, "gpuledger_ledger_size", "gauge", "Entries in the ledger (the tree size).",
-            {(): size})
+    _family(
+        out, "gpuledger_ledger_size", "gauge", "Entries in the ledger (the tree size).", {(): size}
+    )
     by_type: dict[Labels, float] = defaultdict(float)
     for (_tenant, type_), n in read.counts_by_type(store).items():
         by_type[(("type", type_),)] += n
     _family(out, "gpuledger_entries", "gauge", "Entries in the ledger by event type.", by_type)
-    _family(out, "gpuledger_quarantined_records", "gauge", "Records held in quarantine.",
-            {(): read.quarantined_count(store)})
+    _family(
+        out,
+        "gpuledger_quarantined_records",
+        "gauge",
+        "Records held in quarantine.",
+        {(): read.quarantined_count(store)},
+    )
     if size:
         _reconciliation(out, store)
         _promises(out, store)
@@ -79,12 +85,22 @@ def _reconciliation(out: list[str], store: Store) -> None:
     amounts: dict[Labels, Decimal] = defaultdict(Decimal)
     seconds: dict[Labels, float] = defaultdict(float)
     for row in frame:
-        amounts[(("tenant", row["tenant"]), ("category", row["category"]),
-                 ("bearer", row["bearer"]), ("currency", row["currency"] or ""))] += Decimal(row["amount"])
+        amounts[
+            (
+                ("tenant", row["tenant"]),
+                ("category", row["category"]),
+                ("bearer", row["bearer"]),
+                ("currency", row["currency"] or ""),
+            )
+        ] += Decimal(row["amount"])
         seconds[(("tenant", row["tenant"]),)] += float(row["gpu_seconds"])
-    _family(out, "gpuledger_amount", "gauge",
-            "Reconciled money by tenant, category, bearer and currency.",
-            {k: float(v) for k, v in amounts.items()})
+    _family(
+        out,
+        "gpuledger_amount",
+        "gauge",
+        "Reconciled money by tenant, category, bearer and currency.",
+        {k: float(v) for k, v in amounts.items()},
+    )
     _family(out, "gpuledger_billed_gpu_seconds", "gauge", "Billed GPU-seconds by tenant.", seconds)
 
 
@@ -93,29 +109,50 @@ def _promises(out: list[str], store: Store) -> None:
     counts: dict[Labels, float] = {}
     for row in doc["summary"]:
         for outcome in ("met", "missed", "pending"):
-            counts[(("tenant", row["tenant"]), ("placement_class", row["placement_class"]),
-                    ("outcome", outcome))] = row[outcome]
-    _family(out, "gpuledger_promises", "gauge",
-            "Start and completion promises by tenant, placement class and outcome.", counts)
+            counts[
+                (
+                    ("tenant", row["tenant"]),
+                    ("placement_class", row["placement_class"]),
+                    ("outcome", outcome),
+                )
+            ] = row[outcome]
+    _family(
+        out,
+        "gpuledger_promises",
+        "gauge",
+        "Start and completion promises by tenant, placement class and outcome.",
+        counts,
+    )
 
 
 def collector_metrics(counters: Counters) -> str:
     out: list[str] = []
-    _family(out, "gpuledger_collector_requests_total", "counter",
-            "POST /api/v1/events requests answered since the server started.",
-            {(): counters.requests})
-    _family(out, "gpuledger_collector_events_total", "counter",
-            "Events posted since the server started, by what became of them.",
-            {(("status", s),): n for s, n in counters.by_status.items()})
+    _family(
+        out,
+        "gpuledger_collector_requests_total",
+        "counter",
+        "POST /api/v1/events requests answered since the server started.",
+        {(): counters.requests},
+    )
+    _family(
+        out,
+        "gpuledger_collector_events_total",
+        "counter",
+        "Events posted since the server started, by what became of them.",
+        {(("status", s),): n for s, n in counters.by_status.items()},
+    )
     return "".join(out)
 
 
-def _family(out: list[str], name: str, kind: str, help_text: str,
-            samples: Mapping[Labels, float]) -> None:
+def _family(
+    out: list[str], name: str, kind: str, help_text: str, samples: Mapping[Labels, float]
+) -> None:
     out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
     for labels, value in sorted(samples.items()):
         rendered = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
-        out.append(f"{name}{{{rendered}}} {_number(value)}\n" if labels else f"{name} {_number(value)}\n")
+        out.append(
+            f"{name}{{{rendered}}} {_number(value)}\n" if labels else f"{name} {_number(value)}\n"
+        )
 
 
 def _escape(value: str) -> str:

@@ -33,8 +33,10 @@ from schemas.money import Money
 PAGE_SIZE = 50
 #: The letter, the envelope and a promise's story are self-contained pages with their style
 #: inline (they are also written as files): styles, never script.
-LETTER_CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
-              "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+LETTER_CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
 _HERE = Path(str(resources.files("reconcile.serve")))
 _ENV = environment(_HERE / "templates")
 _CSS = (_HERE / "static" / "app.css").read_bytes()
@@ -44,8 +46,7 @@ def _page(template: str, status: int = 200, **context: Any) -> HTMLResponse:
     return HTMLResponse(_ENV.get_template(template).render(**context), status)
 
 
-def error_page(request: Request, status: int, detail: str,
-               headers: dict[str, str]) -> Response:
+def error_page(request: Request, status: int, detail: str, headers: dict[str, str]) -> Response:
     body = _ENV.get_template("error.html.j2").render(who=None, status=status, detail=detail)
     return HTMLResponse(body, status, headers)
 
@@ -65,8 +66,9 @@ async def login(request: Request) -> Response:
     if info is None or info.role.kind == "collector":
         return _page("login.html.j2", 401, who=None, problem="That token is not valid here.")
     response = RedirectResponse("/", 303)
-    response.set_cookie(COOKIE, token, httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https")
+    response.set_cookie(
+        COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https"
+    )
     return response
 
 
@@ -81,15 +83,27 @@ def home(request: Request) -> Response:
     invoices = _invoice_rows(request, who, None)
     totals: dict[str, dict[str, int]] = {}
     for row in invoices:
-        t = totals.setdefault(row["currency"], {"provider": 0, "disputed": 0, "minor": row["minor"]})
+        t = totals.setdefault(
+            row["currency"], {"provider": 0, "disputed": 0, "minor": row["minor"]}
+        )
         t["provider"] += row["cents"]["provider"]
         t["disputed"] += row["cents"]["disputed"]
     cards = [{"label": "invoices", "value": len(invoices), "kind": ""}]
     for currency, t in sorted(totals.items()):
-        cards.append({"label": f"credit due ({currency})", "kind": "provider",
-                      "value": str(Money.of(t["provider"], t["minor"]))})
-        cards.append({"label": f"in dispute ({currency})", "kind": "disputed",
-                      "value": str(Money.of(t["disputed"], t["minor"]))})
+        cards.append(
+            {
+                "label": f"credit due ({currency})",
+                "kind": "provider",
+                "value": str(Money.of(t["provider"], t["minor"])),
+            }
+        )
+        cards.append(
+            {
+                "label": f"in dispute ({currency})",
+                "kind": "disputed",
+                "value": str(Money.of(t["disputed"], t["minor"])),
+            }
+        )
     return _page("home.html.j2", who=who, cards=cards)
 
 
@@ -115,8 +129,15 @@ def invoice(request: Request) -> Response:
     for line in lines:
         line["seq"] = seqs.get(line["line_id"])
     signs = request.app.state.signer is not None
-    return _page("invoice.html.j2", who=who, tenant=tenant, invoice_id=invoice_id, lines=lines,
-                 signs=signs, key_name=request.app.state.verifier.name if signs else "")
+    return _page(
+        "invoice.html.j2",
+        who=who,
+        tenant=tenant,
+        invoice_id=invoice_id,
+        lines=lines,
+        signs=signs,
+        key_name=request.app.state.verifier.name if signs else "",
+    )
 
 
 def letter(request: Request) -> Response:
@@ -126,7 +147,9 @@ def letter(request: Request) -> Response:
     from reconcile.packets.letter import build_letter, render_html
 
     who = caller(request, "operator", "tenant")
-    packet = dispute_packet(request, who, request.path_params["tenant"], request.path_params["invoice"])
+    packet = dispute_packet(
+        request, who, request.path_params["tenant"], request.path_params["invoice"]
+    )
     verifier = request.app.state.verifier
     html = render_html(build_letter(verify_dispute(packet, verifier), verifier.name))
     return HTMLResponse(html, headers={"Content-Security-Policy": LETTER_CSP})
@@ -137,15 +160,27 @@ def promises(request: Request) -> Response:
     who = caller(request, "operator", "tenant")
     tenant = tenant_scope(who.role, request.query_params.get("tenant"))
     doc = request.app.state.documents.get(
-        ("promises", tenant), lambda: reports.report(request.app.state.store, "promises", tenant))
+        ("promises", tenant), lambda: reports.report(request.app.state.store, "promises", tenant)
+    )
     chosen = request.query_params.get("class") or None
     classes = sorted({s["placement_class"] for s in doc["summary"]})
     summary = [s for s in doc["summary"] if chosen in (None, s["placement_class"])]
-    misses = [m | {"what": _what_missed(m)} for m in doc["misses"]
-              if chosen in (None, m["placement_class"])]
+    misses = [
+        m | {"what": _what_missed(m)}
+        for m in doc["misses"]
+        if chosen in (None, m["placement_class"])
+    ]
     shown, page = _paginate(request, misses)
-    return _page("promises.html.j2", who=who, tenant=tenant, summary=summary, rows=shown,
-                 page=page, classes=classes, chosen_class=chosen)
+    return _page(
+        "promises.html.j2",
+        who=who,
+        tenant=tenant,
+        summary=summary,
+        rows=shown,
+        page=page,
+        classes=classes,
+        chosen_class=chosen,
+    )
 
 
 def story(request: Request) -> Response:
@@ -154,8 +189,9 @@ def story(request: Request) -> Response:
     from reconcile.packets.diagnostic import build_packet, render_html
 
     caller(request, "operator")
-    packet = build_packet(request.app.state.store, request.path_params["promise"],
-                          request.path_params["tenant"])
+    packet = build_packet(
+        request.app.state.store, request.path_params["promise"], request.path_params["tenant"]
+    )
     return HTMLResponse(render_html(packet), headers={"Content-Security-Policy": LETTER_CSP})
 
 
@@ -198,14 +234,22 @@ def entry(request: Request) -> Response:
 def _invoice_rows(request: Request, who: TokenInfo, tenant: str | None) -> list[dict[str, Any]]:
     tenant = tenant if tenant is not None else who.role.tenant
     result = request.app.state.documents.get(
-        ("reconciled", tenant), lambda: reconcile.reconcile_store(request.app.state.store, tenant))
+        ("reconciled", tenant), lambda: reconcile.reconcile_store(request.app.state.store, tenant)
+    )
     rows = []
     for total in result.invoices():
         bearers = {b: cents for b, (_, cents) in total.bearer_totals().items()}
-        rows.append({"tenant": total.tenant, "invoice_id": total.invoice_id,
-                     "currency": total.currency or "", "minor": total.minor, "cents": bearers,
-                     "billed": str(Money.of(sum(bearers.values()), total.minor)),
-                     **{b: str(Money.of(c, total.minor)) for b, c in bearers.items()}})
+        rows.append(
+            {
+                "tenant": total.tenant,
+                "invoice_id": total.invoice_id,
+                "currency": total.currency or "",
+                "minor": total.minor,
+                "cents": bearers,
+                "billed": str(Money.of(sum(bearers.values()), total.minor)),
+                **{b: str(Money.of(c, total.minor)) for b, c in bearers.items()},
+            }
+        )
     return rows
 
 
@@ -219,8 +263,9 @@ def _billing_seqs(request: Request, tenant: str, invoice_id: str) -> dict[str, i
     return found
 
 
-def _paginate(request: Request, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]],
-                                                                     dict[str, Any]]:
+def _paginate(
+    request: Request, rows: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     text = request.query_params.get("page", "1")
     number = int(text) if text.isdigit() and 0 < int(text) < 10**9 else 1
     start = (number - 1) * PAGE_SIZE
@@ -229,17 +274,22 @@ def _paginate(request: Request, rows: list[dict[str, Any]]) -> tuple[list[dict[s
     def link(n: int) -> str:
         return f"{request.url.path}?{urlencode(params | {'page': str(n)})}"
 
-    return rows[start:start + PAGE_SIZE], {
-        "first": min(start + 1, len(rows)), "last": min(start + PAGE_SIZE, len(rows)),
-        "total": len(rows), "previous": link(number - 1) if number > 1 else None,
-        "next": link(number + 1) if start + PAGE_SIZE < len(rows) else None}
+    return rows[start : start + PAGE_SIZE], {
+        "first": min(start + 1, len(rows)),
+        "last": min(start + PAGE_SIZE, len(rows)),
+        "total": len(rows),
+        "previous": link(number - 1) if number > 1 else None,
+        "next": link(number + 1) if start + PAGE_SIZE < len(rows) else None,
+    }
 
 
 def _sync(handler: Any) -> Any:
     """A page handler run in the thread pool (it reads the store and reconciles)."""
+
     async def endpoint(request: Request) -> Response:
         response: Response = await run_in_threadpool(handler, request)
         return response
+
     return endpoint
 
 
