@@ -25,7 +25,9 @@ import reconcile
 from ledger import read
 from ledger.tokens import TokenInfo, authenticate
 from reconcile import reports
+from reconcile.engine.rules import BEARERS, CATEGORY_ORDER
 from reconcile.reports.pages import environment
+from reconcile.serve import filters, finance
 from reconcile.serve.access import COOKIE, caller, tenant_scope
 from reconcile.serve.api import dispute_packet, entry_doc
 from schemas.money import Money
@@ -42,8 +44,32 @@ _ENV = environment(_HERE / "templates")
 _CSS = (_HERE / "static" / "app.css").read_bytes()
 
 
+def href(path: str, **params: Any) -> str:
+    """`path` with `params` in its query string, each escaped (an id may hold `/`, `?`, `&`)."""
+    given = {k: str(v) for k, v in params.items() if v is not None and v != ""}
+    return f"{path}?{urlencode(given)}" if given else path
+
+
+_ENV.globals["href"] = href
+
+
 def _page(template: str, status: int = 200, **context: Any) -> HTMLResponse:
     return HTMLResponse(_ENV.get_template(template).render(**context), status)
+
+
+def _filter_form(
+    action: str, f: filters.Filters, fields: tuple[str, ...], **hidden: str | None
+) -> dict[str, Any]:
+    """What filters.html.j2 needs: the form's action, its fields and the values chosen."""
+    return {
+        "action": action,
+        "f": f,
+        "fields": fields,
+        "classes": filters.CLASSES,
+        "categories": CATEGORY_ORDER,
+        "bearers": BEARERS,
+        "hidden": [(k, v) for k, v in hidden.items() if v],
+    }
 
 
 def error_page(request: Request, status: int, detail: str, headers: dict[str, str]) -> Response:
@@ -109,17 +135,32 @@ def home(request: Request) -> Response:
 
 def invoices(request: Request) -> Response:
     who = caller(request, "operator", "tenant")
-    tenant = tenant_scope(who.role, request.query_params.get("tenant"))
-    rows = _invoice_rows(request, who, tenant)
-    shown, page = _paginate(request, rows)
-    return _page("invoices.html.j2", who=who, rows=shown, page=page, tenant=tenant)
+    f = filters.parse(request, who.role)
+    rows = _invoice_rows(request, who, f.tenant)
+    if f.period or f.since or f.until or f.placement_class or f.category or f.bearer:
+        kept = {(line["tenant"], line["invoice_id"]) for line in finance.lines(request, f)}
+        rows = [r for r in rows if (r["tenant"], r["invoice_id"]) in kept]
+    shown, page = f.paginate("/invoices", rows)
+    form = _filter_form("/invoices", f, ("class", "category", "bearer"))
+    return _page("invoices.html.j2", who=who, rows=shown, page=page, tenant=f.tenant, **form)
+
+
+def invoice_q(request: Request) -> Response:
+    """An invoice named in the query string (`?tenant=…&invoice=…`): any id works."""
+    return _invoice(
+        request, request.query_params.get("tenant"), finance.needed(request, "invoice")
+    )
 
 
 def invoice(request: Request) -> Response:
+    return _invoice(request, request.path_params["tenant"], request.path_params["invoice"])
+
+
+def _invoice(request: Request, tenant_asked: str | None, invoice_id: str) -> Response:
     who = caller(request, "operator", "tenant")
-    tenant = tenant_scope(who.role, request.path_params["tenant"])
-    assert tenant is not None
-    invoice_id = request.path_params["invoice"]
+    tenant = tenant_scope(who.role, tenant_asked)
+    if tenant is None:
+        raise HTTPException(400, "tenant: an operator names the invoice's tenant")
     store = request.app.state.store
     doc = reconcile.reconcile_store(store, tenant, invoice_id).as_json()
     lines = [line for line in doc["lines"] if line["tenant"] == tenant]
@@ -141,18 +182,71 @@ def invoice(request: Request) -> Response:
 
 
 def letter(request: Request) -> Response:
+    return _letter(request, request.path_params["tenant"], request.path_params["invoice"])
+
+
+def letter_q(request: Request) -> Response:
+    return _letter(request, request.query_params.get("tenant"), finance.needed(request, "invoice"))
+
+
+def _letter(request: Request, tenant: str | None, invoice_id: str) -> Response:
     """The dispute letter of an invoice, from its signed packet's verification (as
     `dispute` writes it beside the packet); its own inline styles, no script."""
     from reconcile.packets.dispute import verify_dispute
     from reconcile.packets.letter import build_letter, render_html
 
     who = caller(request, "operator", "tenant")
-    packet = dispute_packet(
-        request, who, request.path_params["tenant"], request.path_params["invoice"]
-    )
+    packet = dispute_packet(request, who, tenant, invoice_id)
     verifier = request.app.state.verifier
     html = render_html(build_letter(verify_dispute(packet, verifier), verifier.name))
     return HTMLResponse(html, headers={"Content-Security-Policy": LETTER_CSP})
+
+
+def findings_page(request: Request) -> Response:
+    """Every finding in scope, filtered; `invoice=` keeps one invoice's."""
+    who = caller(request, "operator", "tenant")
+    f = filters.parse(request, who.role)
+    invoice_id = request.query_params.get("invoice") or None
+    shown, page = f.paginate("/findings", finance.findings(request, f, invoice_id))
+    form = _filter_form("/findings", f, ("class", "category", "bearer"), invoice=invoice_id)
+    return _page("findings.html.j2", who=who, rows=shown, page=page, **form)
+
+
+def line_page(request: Request) -> Response:
+    """One line: what each of its GPU-seconds was, its billing entry, and its findings."""
+    who = caller(request, "operator", "tenant")
+    tenant = _named_tenant(who, request)
+    invoice_id, line_id = finance.needed(request, "invoice"), finance.needed(request, "line")
+    line = finance.one_line(request, tenant, invoice_id, line_id)
+    found = finance.line_findings(request, tenant, invoice_id, line_id)
+    return _page("line.html.j2", who=who, tenant=tenant, line=line, findings=found)
+
+
+def finding_page(request: Request) -> Response:
+    """One finding: its stretches, and the entries it cites, each linking to its proof."""
+    from reconcile.packets.letter import WHY
+
+    who = caller(request, "operator", "tenant")
+    tenant = _named_tenant(who, request)
+    category = finance.needed(request, "category")
+    x = finance.one_finding(
+        request,
+        tenant,
+        finance.needed(request, "invoice"),
+        finance.needed(request, "line"),
+        category,
+    )
+    entries = finance.cited(request, who, x)
+    return _page(
+        "finding.html.j2", who=who, tenant=tenant, x=x, entries=entries, why=WHY.get(category)
+    )
+
+
+def _named_tenant(who: TokenInfo, request: Request) -> str:
+    tenant = tenant_scope(who.role, request.query_params.get("tenant"))
+    if tenant is None:
+        raise HTTPException(400, "tenant: an operator names the tenant")
+    return tenant
 
 
 def promises(request: Request) -> Response:
@@ -160,7 +254,9 @@ def promises(request: Request) -> Response:
     who = caller(request, "operator", "tenant")
     tenant = tenant_scope(who.role, request.query_params.get("tenant"))
     doc = request.app.state.documents.get(
-        ("promises", tenant), lambda: reports.report(request.app.state.store, "promises", tenant)
+        tenant,
+        ("promises", tenant),
+        lambda: reports.report(request.app.state.store, "promises", tenant),
     )
     chosen = request.query_params.get("class") or None
     classes = sorted({s["placement_class"] for s in doc["summary"]})
@@ -234,7 +330,9 @@ def entry(request: Request) -> Response:
 def _invoice_rows(request: Request, who: TokenInfo, tenant: str | None) -> list[dict[str, Any]]:
     tenant = tenant if tenant is not None else who.role.tenant
     result = request.app.state.documents.get(
-        ("reconciled", tenant), lambda: reconcile.reconcile_store(request.app.state.store, tenant)
+        tenant,
+        ("reconciled", tenant),
+        lambda: reconcile.reconcile_store(request.app.state.store, tenant),
     )
     rows = []
     for total in result.invoices():
@@ -303,6 +401,11 @@ def routes() -> list[Route]:
         Route("/invoices", _sync(invoices)),
         Route("/invoices/{tenant}/{invoice}", _sync(invoice)),
         Route("/invoices/{tenant}/{invoice}/letter", _sync(letter)),
+        Route("/invoice", _sync(invoice_q)),
+        Route("/letter", _sync(letter_q)),
+        Route("/findings", _sync(findings_page)),
+        Route("/line", _sync(line_page)),
+        Route("/finding", _sync(finding_page)),
         Route("/entries/{seq}", _sync(entry)),
         Route("/promises", _sync(promises)),
         Route("/promises/{tenant}/{promise}", _sync(story)),
