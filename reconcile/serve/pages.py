@@ -27,7 +27,7 @@ from ledger.tokens import TokenInfo, authenticate
 from reconcile import reports
 from reconcile.engine.rules import BEARERS, CATEGORY_ORDER
 from reconcile.reports.pages import environment
-from reconcile.serve import filters, finance
+from reconcile.serve import filters, finance, operator
 from reconcile.serve.access import COOKIE, caller, tenant_scope
 from reconcile.serve.api import dispute_packet, entry_doc
 from schemas.money import Money
@@ -250,45 +250,89 @@ def _named_tenant(who: TokenInfo, request: Request) -> str:
 
 
 def promises(request: Request) -> Response:
-    """Promises by tenant and class, and the misses, each (for an operator) with its story."""
+    """Promises by tenant and class; the misses grouped by cause, then listed (`cause=`
+    keeps one cause's), each (for an operator) with its story and device timeline."""
     who = caller(request, "operator", "tenant")
-    tenant = tenant_scope(who.role, request.query_params.get("tenant"))
-    doc = request.app.state.documents.get(
-        tenant,
-        ("promises", tenant),
-        lambda: reports.report(request.app.state.store, "promises", tenant),
-    )
-    chosen = request.query_params.get("class") or None
-    classes = sorted({s["placement_class"] for s in doc["summary"]})
-    summary = [s for s in doc["summary"] if chosen in (None, s["placement_class"])]
-    misses = [
-        m | {"what": _what_missed(m)}
-        for m in doc["misses"]
-        if chosen in (None, m["placement_class"])
-    ]
-    shown, page = _paginate(request, misses)
+    f = filters.parse(request, who.role)
+    cause = operator.cause_of(request)
+    doc = operator.promises_doc(request, f.tenant)
+    summary = [s for s in doc["summary"] if operator.class_matches(f, s["placement_class"])]
+    kept = operator.misses(request, f, None)
+    rows = [m | {"what": _what_missed(m)} for m in kept if cause in (None, m.get("cause"))]
+    shown, page = f.paginate("/promises", rows)
+    form = _filter_form("/promises", f, ("class", "bearer"), cause=cause)
     return _page(
         "promises.html.j2",
         who=who,
-        tenant=tenant,
         summary=summary,
+        causes=operator.by_cause(kept),
+        cause=cause,
         rows=shown,
         page=page,
-        classes=classes,
-        chosen_class=chosen,
+        **form,
     )
 
 
 def story(request: Request) -> Response:
+    return _story(request, request.path_params["tenant"], request.path_params["promise"])
+
+
+def story_q(request: Request) -> Response:
+    return _story(request, finance.needed(request, "tenant"), finance.needed(request, "promise"))
+
+
+def _story(request: Request, tenant: str, promise: str) -> Response:
     """A missed promise's diagnostic packet page (`packet`'s): operators only, since it
     shows the fleet around the job."""
     from reconcile.packets.diagnostic import build_packet, render_html
 
     caller(request, "operator")
-    packet = build_packet(
-        request.app.state.store, request.path_params["promise"], request.path_params["tenant"]
-    )
+    packet = build_packet(request.app.state.store, promise, tenant)
     return HTMLResponse(render_html(packet), headers={"Content-Security-Policy": LETTER_CSP})
+
+
+def devices(request: Request) -> Response:
+    return _devices(request, request.path_params["tenant"], request.path_params["promise"])
+
+
+def devices_q(request: Request) -> Response:
+    return _devices(request, finance.needed(request, "tenant"), finance.needed(request, "promise"))
+
+
+def _devices(request: Request, tenant: str, promise: str) -> Response:
+    """The device timeline around a missed start: operators only (every tenant's grants)."""
+    who = caller(request, "operator")
+    miss = operator.one_miss(request, tenant, promise)
+    timeline = operator.device_timeline(request, miss)
+    return _page("devices.html.j2", who=who, miss=miss, timeline=timeline)
+
+
+def capacity(request: Request) -> Response:
+    """Capacity in time per class and fabric domain over the period, and day by day:
+    operators only (it is the fleet's)."""
+    who = caller(request, "operator")
+    f = filters.parse(request, who.role)
+    domain = request.query_params.get("domain") or None
+    answer = operator.capacity(request, f)
+    doc = answer["report"]
+    in_time = doc.get("in_time") or {"since": "–", "until": "–", "groups": []}
+    rows, page = f.paginate("/capacity", operator.kept_groups(f, answer["days"], domain))
+    return _page(
+        "capacity.html.j2",
+        who=who,
+        f=f,
+        report=doc,
+        since=in_time["since"],
+        until=in_time["until"],
+        groups=operator.kept_groups(f, in_time["groups"], domain),
+        rows=rows,
+        page=page,
+        domain=domain,
+        classes=filters.CLASSES,
+        states=operator.STATE_ORDER,
+        request_since=request.query_params.get("since", ""),
+        request_until=request.query_params.get("until", ""),
+    )
 
 
 def envelope(request: Request) -> Response:
@@ -361,26 +405,6 @@ def _billing_seqs(request: Request, tenant: str, invoice_id: str) -> dict[str, i
     return found
 
 
-def _paginate(
-    request: Request, rows: list[dict[str, Any]]
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    text = request.query_params.get("page", "1")
-    number = int(text) if text.isdigit() and 0 < int(text) < 10**9 else 1
-    start = (number - 1) * PAGE_SIZE
-    params = dict(request.query_params)
-
-    def link(n: int) -> str:
-        return f"{request.url.path}?{urlencode(params | {'page': str(n)})}"
-
-    return rows[start : start + PAGE_SIZE], {
-        "first": min(start + 1, len(rows)),
-        "last": min(start + PAGE_SIZE, len(rows)),
-        "total": len(rows),
-        "previous": link(number - 1) if number > 1 else None,
-        "next": link(number + 1) if start + PAGE_SIZE < len(rows) else None,
-    }
-
-
 def _sync(handler: Any) -> Any:
     """A page handler run in the thread pool (it reads the store and reconciles)."""
 
@@ -409,5 +433,9 @@ def routes() -> list[Route]:
         Route("/entries/{seq}", _sync(entry)),
         Route("/promises", _sync(promises)),
         Route("/promises/{tenant}/{promise}", _sync(story)),
+        Route("/promises/{tenant}/{promise}/devices", _sync(devices)),
+        Route("/story", _sync(story_q)),
+        Route("/devices", _sync(devices_q)),
+        Route("/capacity", _sync(capacity)),
         Route("/envelope", _sync(envelope)),
     ]
