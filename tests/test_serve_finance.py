@@ -220,3 +220,46 @@ def test_a_finding_page_links_every_cited_entry(served: Served) -> None:
     assert status == 404
     status, _, body = served.call("/line?tenant=acme&invoice=INV-2026-01", served.tokens["acme"])
     assert status == 400 and json.loads(body)["error"] == "line: needed"
+
+
+def test_the_lists_are_their_documents_and_openapi_references_their_schemas(
+    served: Served,
+) -> None:
+    from schemas.documents import DOCUMENTS
+
+    for path, name in (("/api/v1/lines", "serve.lines"), ("/api/v1/findings", "serve.findings")):
+        status, _, body = served.call(path, served.tokens["operator"])
+        assert status == 200
+        DOCUMENTS[name].from_json(body)  # InvalidDocument if not of the format
+    status, _, body = served.call("/api/v1/openapi.json")
+    doc = json.loads(body)
+    refs: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            ref = value.get("$ref")
+            if isinstance(ref, str) and not ref.startswith("#"):
+                refs.add(ref)
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk(doc["paths"])
+    assert {
+        "/api/v1/schemas/reconciliation.json",
+        "/api/v1/schemas/dispute-packet.json",
+        "/api/v1/schemas/serve.lines.json",
+        "/api/v1/schemas/serve.findings.json",
+        "/api/v1/schemas/report.promises.json",
+        "/api/v1/schemas/report.capacity.json",
+    } <= refs
+    root = Path(__file__).parent.parent / "schemas" / "json" / "documents"
+    for ref in refs:  # each is served, with no token, byte for byte as in the repository
+        status, headers, body = served.call(ref)
+        assert status == 200, ref
+        assert body == (root / ref.rsplit("/", 1)[1]).read_bytes()
+    for bad in ("../events.json", "..%2F..%2Fpyproject.toml", "nope.json", "reconciliation"):
+        status, _, _ = served.call(f"/api/v1/schemas/{bad}")
+        assert status == 404, bad
