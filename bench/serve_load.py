@@ -3,9 +3,10 @@ real uvicorn, beside its baseline (the same document computed in-process, no HTT
 
 Routes exercised, round robin per client: a tenant's reconciliation, its promises report,
 its invoices page, and a collector posting a batch of 10 events (the one write path).
-Reported: requests, errors (any status but 200), p50/p95/p99 latency per route, and the
+Reported: requests, errors (any status but 200), p50/p95/p99 latency per route, the
 ratio of the API's p50 to the in-process p50 of the same document (what HTTP, auth and
-JSON add).
+JSON add), and the CPUs and the 1-minute load average before and after the run (a shared
+machine's other work slows every figure).
 
     python -m bench.serve_load                 # 50 clients × 30 s on the demo fleet
     python -m bench.serve_load --clients 8 --seconds 5
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import threading
@@ -125,6 +127,7 @@ def main() -> None:
         latencies: dict[str, list[float]] = defaultdict(list)
         errors: dict[str, int] = defaultdict(int)
         lock = threading.Lock()
+        load_before = os.getloadavg()[0]
         with serving(store) as base:
             stop = time.monotonic() + args.seconds
             clients = [
@@ -137,6 +140,7 @@ def main() -> None:
                 c.start()
             for c in clients:
                 c.join()
+        load_after = os.getloadavg()[0]
         store.close()
     every = [x for values in latencies.values() for x in values]
     reads = latencies["reconciliation"] + latencies["promises"]
@@ -159,6 +163,10 @@ def main() -> None:
         },
         "in_process_document_p50_ms": round(1000 * statistics.median(baseline), 1),
         "api_read_p50_ms": round(1000 * _percentile(reads, 0.5), 1),
+        # the machine is not the bench's alone (other processes share its CPUs): the load
+        # average either side of the run says how much was the bench's
+        "cpus": os.cpu_count(),
+        "load_average_1m": [round(load_before, 2), round(load_after, 2)],
     }
     result["ratio_api_to_in_process_p50"] = round(
         result["api_read_p50_ms"] / max(result["in_process_document_p50_ms"], 0.001), 2

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     tmp = tmp_path_factory.mktemp("browse")
-    store = make_store(f"sqlite:///{tmp / 'ledger.db'}", tmp)
+    store = make_store(f"sqlite:///{tmp / 'ledger.db'}", tmp, late=True)
     tokens = make_tokens(store)
     with serving(store) as base:
         yield Served(base, store, tokens)
@@ -186,3 +186,31 @@ def test_finance_filters_findings_and_shares_the_link(served: Served, browser: A
     driver.get(served.base + "/")
     driver.get(shared)
     assert [a.text for a in driver.find_elements(By.CSS_SELECTOR, "a.finding")] == shown
+
+
+def test_an_operator_goes_from_the_misses_by_cause_to_the_devices_around_one(
+    served: Served, browser: Any
+) -> None:
+    """Promises → a cause → the device timeline around one of its misses → its story."""
+    from selenium.webdriver.common.by import By
+
+    driver = browser
+    _sign_in(driver, served.base, served.tokens["operator"])
+    _follow(driver, By.LINK_TEXT, "Promises")
+    causes = [a.text for a in driver.find_elements(By.CSS_SELECTOR, "a.cause")]
+    assert causes == ["fault", "capacity"]  # RULES.md's order
+    _follow(driver, By.LINK_TEXT, "capacity")
+    assert "cause=capacity" in driver.current_url
+    misses = driver.find_elements(By.CSS_SELECTOR, "table.misses a.story")
+    assert [a.text for a in misses] == ["promise-j-200", "bravo-promise-j-200"]
+    _follow(driver, By.CSS_SELECTOR, "table.misses a.devices")
+    assert driver.find_element(By.TAG_NAME, "h1").text == "Devices around promise-j-200"
+    assert driver.find_element(By.TAG_NAME, "h2").text.startswith("Why: capacity")
+    states = [
+        td.text for td in driver.find_elements(By.CSS_SELECTOR, "table.device td:nth-child(4)")
+    ]
+    assert set(states) == {"faulted"}
+    _follow(driver, By.CSS_SELECTOR, "p.sub a.story")
+    assert "promise-j-200" in driver.find_element(By.TAG_NAME, "h1").text
+    driver.get(served.base + "/capacity")
+    assert driver.find_element(By.TAG_NAME, "h1").text == "Capacity in time"

@@ -263,3 +263,25 @@ def test_the_lists_are_their_documents_and_openapi_references_their_schemas(
     for bad in ("../events.json", "..%2F..%2Fpyproject.toml", "nope.json", "reconciliation"):
         status, _, _ = served.call(f"/api/v1/schemas/{bad}")
         assert status == 404, bad
+
+
+def test_an_invoice_page_lists_its_lines_a_page_at_a_time_and_filters_them(
+    served: Served,
+) -> None:
+    status, _, body = served.call("/invoices/acme/INV-2026-01", served.tokens["acme"])
+    assert status == 200 and b"Lines (1)" in body and b"1\xe2\x80\x931 of 1" in body
+    # the one line has disputed time but no unallocated time
+    status, _, body = served.call(
+        "/invoice?tenant=acme&invoice=INV-2026-01&bearer=disputed", served.tokens["acme"]
+    )
+    assert status == 200 and b"Lines (1)" in body
+    status, _, body = served.call(
+        "/invoice?tenant=acme&invoice=INV-2026-01&category=unallocated", served.tokens["acme"]
+    )
+    assert status == 200 and b"Lines (0)" in body
+    status, _, _ = served.call(
+        "/invoice?tenant=acme&invoice=INV-2026-01&page=x", served.tokens["acme"]
+    )
+    assert status == 400
+    status, _, _ = served.call("/invoice?tenant=acme&invoice=nope", served.tokens["acme"])
+    assert status == 404

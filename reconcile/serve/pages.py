@@ -9,6 +9,7 @@ link can be shared: the one who opens it sees what their own token allows.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,6 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 import reconcile
-from ledger import read
 from ledger.tokens import TokenInfo, authenticate
 from reconcile import reports
 from reconcile.engine.rules import BEARERS, CATEGORY_ORDER
@@ -161,23 +161,28 @@ def _invoice(request: Request, tenant_asked: str | None, invoice_id: str) -> Res
     tenant = tenant_scope(who.role, tenant_asked)
     if tenant is None:
         raise HTTPException(400, "tenant: an operator names the invoice's tenant")
-    store = request.app.state.store
-    doc = reconcile.reconcile_store(store, tenant, invoice_id).as_json()
-    lines = [line for line in doc["lines"] if line["tenant"] == tenant]
-    if not lines:
+    if not any(line["invoice_id"] == invoice_id for line in finance.tenant_lines(request, tenant)):
         raise HTTPException(404, "no such invoice")
-    seqs = _billing_seqs(request, tenant, invoice_id)
-    for line in lines:
-        line["seq"] = seqs.get(line["line_id"])
+    # the invoice's lines, filtered and a page at a time (an invoice may hold thousands)
+    f = replace(filters.parse(request, who.role), tenant=tenant)
+    shown, page = f.paginate(request.url.path, finance.lines(request, f, invoice_id))
     signs = request.app.state.signer is not None
+    form = _filter_form(
+        request.url.path,
+        f,
+        ("class", "category", "bearer"),
+        **({"invoice": invoice_id} if request.url.path == "/invoice" else {}),
+    )
     return _page(
         "invoice.html.j2",
         who=who,
         tenant=tenant,
         invoice_id=invoice_id,
-        lines=lines,
+        lines=shown,
+        page=page,
         signs=signs,
         key_name=request.app.state.verifier.name if signs else "",
+        **form,
     )
 
 
@@ -393,16 +398,6 @@ def _invoice_rows(request: Request, who: TokenInfo, tenant: str | None) -> list[
             }
         )
     return rows
-
-
-def _billing_seqs(request: Request, tenant: str, invoice_id: str) -> dict[str, int]:
-    """Each line id of the invoice with the seq of its (last) billing.line entry."""
-    found: dict[str, int] = {}
-    for e in read.entries(request.app.state.store, tenant=tenant, type="billing.line"):
-        data = orjson.loads(e.event).get("data") or {}
-        if data.get("invoice_id") == invoice_id:
-            found[str(data.get("line_id"))] = e.seq
-    return found
 
 
 def _sync(handler: Any) -> Any:
