@@ -285,3 +285,13 @@ def test_an_invoice_page_lists_its_lines_a_page_at_a_time_and_filters_them(
     assert status == 400
     status, _, _ = served.call("/invoice?tenant=acme&invoice=nope", served.tokens["acme"])
     assert status == 404
+
+
+def test_the_tenants_list_paginates_and_a_tenant_sees_itself(served: Served) -> None:
+    doc = _json(served, "/api/v1/tenants", "operator")
+    assert doc["tenants"] == ["acme", "bravo", "carol"]
+    assert (doc["page"]["total"], doc["page"]["next"]) == (3, None)
+    assert _json(served, "/api/v1/tenants?page=2", "operator")["tenants"] == []
+    assert _json(served, "/api/v1/tenants", "bravo")["tenants"] == ["bravo"]
+    status, _, _ = served.call("/api/v1/tenants?page=0", served.tokens["operator"])
+    assert status == 400

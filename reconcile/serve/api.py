@@ -1,7 +1,7 @@
 """The JSON API under /api/v1: the documents the commands write, scoped to the caller.
 
 - `GET /api/v1/whoami`: the caller's role;
-- `GET /api/v1/tenants`: the tenants the caller may read;
+- `GET /api/v1/tenants`: the tenants the caller may read, a page at a time;
 - `GET /api/v1/reconciliation?tenant=&invoice=`: `reconcile --format json`;
 - `GET /api/v1/reports/{name}?tenant=&since=&until=&by=`: `report NAME --format json`;
 - `GET /api/v1/entries/{seq}`: one entry as stored, with its inclusion proof;
@@ -55,11 +55,23 @@ async def whoami(request: Request) -> Response:
     return JSON({"role": str(info.role), "token_id": info.token_id})
 
 
-async def tenants(request: Request) -> Response:
-    info = await run_in_threadpool(_reader, request)
+def tenants_doc(request: Request) -> dict[str, Any]:
+    """The tenants the caller may read, a page at a time (`page`, as every list)."""
+    from reconcile.serve import filters
+
+    info = _reader(request)
+    f = filters.parse(request, info.role)
     if info.role.tenant is not None:
-        return JSON({"tenants": [info.role.tenant]})
-    return JSON({"tenants": await run_in_threadpool(read.tenants, request.app.state.store)})
+        names = [info.role.tenant]
+    else:
+        names = read.tenants(request.app.state.store)
+        names = [n for n in names if f.tenant in (None, n)]
+    shown, page = f.paginate(request.url.path, names)
+    return {"tenants": shown, "page": page}
+
+
+async def tenants(request: Request) -> Response:
+    return JSON(await run_in_threadpool(tenants_doc, request))
 
 
 def reconciliation_doc(request: Request, info: TokenInfo) -> dict[str, Any]:

@@ -126,7 +126,10 @@ def document() -> dict[str, Any]:
         "security": [{"bearer": []}],
         "paths": {
             "/api/v1/whoami": _get("The caller's role", roles="any"),
-            "/api/v1/tenants": _get("The tenants the caller may read"),
+            "/api/v1/tenants": _get(
+                "The tenants the caller may read, a page at a time",
+                [_query("page", "the page, from 1", {"type": "integer", "minimum": 1})],
+            ),
             "/api/v1/reconciliation": _get(
                 "What every billed GPU-second was (reconcile --format json)",
                 [_TENANT, {"name": "invoice", "in": "query", "schema": {"type": "string"}}],
