@@ -10,6 +10,10 @@ machine's other work slows every figure).
 
     python -m bench.serve_load                 # 50 clients × 30 s on the demo fleet
     python -m bench.serve_load --clients 8 --seconds 5
+    python -m bench.serve_load --collector-tenant other   # the collector posts another's
+
+With `--collector-tenant same` (the default) every post renews the reading tenant's
+documents (its head moved); with `other` they stay cached (reconcile/serve/cache.py).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ def _percentile(values: list[float], q: float) -> float:
 def _client(
     base: str,
     tokens: dict[str, str],
+    poster: str,
     stop: float,
     n: int,
     latencies: dict[str, list[float]],
@@ -53,10 +58,10 @@ def _client(
                 {
                     "specversion": "1.0",
                     "id": f"load-{n}-{k}-{i}",
-                    "source": "app://acme/load",
+                    "source": f"app://{poster}/load",
                     "type": "job.progress",
                     "time": "2026-01-05T11:00:00Z",
-                    "data": {"tenant": "acme", "job_id": "load", "step": k * 10 + i},
+                    "data": {"tenant": poster, "job_id": "load", "step": k * 10 + i},
                 }
                 for i in range(10)
             ]
@@ -92,11 +97,18 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--days", type=int, default=3, help="days of the simulated fleet")
+    parser.add_argument(
+        "--collector-tenant",
+        choices=("same", "other"),
+        default="same",
+        help="whose events the collector posts: the reading tenant's (each post renews its "
+        "documents), or another tenant's (recorded as serve_load_other_tenant)",
+    )
     args = parser.parse_args()
 
     import reconcile
     from fixtures.sim import SimConfig, simulate
-    from ledger import Store
+    from ledger import Store, read
     from ledger.tokens import Role, create
     from reconcile import reports
     from schemas.owners import Owner
@@ -112,9 +124,11 @@ def main() -> None:
         del manifest
         store = Store(url)
         tenant = reconcile.reconcile_store(store).invoices()[0].tenant
+        others = [t for t in read.tenants(store) if t != tenant]
+        poster = tenant if args.collector_tenant == "same" else others[0]
         tokens = {
             "tenant": create(store, Role("tenant", tenant))[1],
-            "collector": create(store, Role("collector", "app://acme"), Owner("acme"))[1],
+            "collector": create(store, Role("collector", f"app://{poster}"), Owner(poster))[1],
         }
         baseline: list[float] = []
         for _ in range(
@@ -132,7 +146,8 @@ def main() -> None:
             stop = time.monotonic() + args.seconds
             clients = [
                 threading.Thread(
-                    target=_client, args=(base, tokens, stop, n, latencies, errors, lock)
+                    target=_client,
+                    args=(base, tokens, poster, stop, n, latencies, errors, lock),
                 )
                 for n in range(args.clients)
             ]
@@ -148,6 +163,8 @@ def main() -> None:
         "clients": args.clients,
         "seconds": args.seconds,
         "fleet_days": args.days,
+        "collector_posts_for": f"{args.collector_tenant} tenant",
+        "tenants": {"reads": tenant, "posts": poster},
         "requests": len(every),
         "errors": sum(errors.values()),
         "requests_per_s": round(len(every) / args.seconds, 1),
@@ -171,7 +188,7 @@ def main() -> None:
     result["ratio_api_to_in_process_p50"] = round(
         result["api_read_p50_ms"] / max(result["in_process_document_p50_ms"], 0.001), 2
     )
-    record("serve_load", result)
+    record("serve_load" if args.collector_tenant == "same" else "serve_load_other_tenant", result)
     print(json.dumps(result, indent=2))
 
 
