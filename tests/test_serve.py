@@ -429,7 +429,20 @@ def test_hostile_bytes_in_ids_never_control_a_page_or_the_metrics(tmp_path: Path
     token = create(store, Role.parse("operator"))[1]
     with serving(store) as base:
         served = Served(base, store, {})
-        for route in ("/", "/invoices", "/promises"):
+        from urllib.parse import urlencode
+
+        q = {"tenant": tenants[0], "invoice": "INV-2026-01", "line": "INV-2026-01:A-100"}
+        routes = (
+            "/",
+            "/invoices",
+            "/promises",
+            "/findings",
+            "/capacity",
+            "/invoice?" + urlencode(q),
+            "/line?" + urlencode(q),
+            "/finding?" + urlencode(q | {"category": "restart_lost"}),
+        )
+        for route in routes:
             status, headers, body = served.call(route, token)
             assert status == 200, route
             assert (
