@@ -3,18 +3,24 @@ real uvicorn, beside its baseline (the same document computed in-process, no HTT
 
 Routes exercised, round robin per client: a tenant's reconciliation, its promises report,
 its invoices page, and a collector posting a batch of 10 events (the one write path).
-Reported: requests, errors (any status but 200), p50/p95/p99 latency per route, and the
+Reported: requests, errors (any status but 200), p50/p95/p99 latency per route, the
 ratio of the API's p50 to the in-process p50 of the same document (what HTTP, auth and
-JSON add).
+JSON add), and the CPUs and the 1-minute load average before and after the run (a shared
+machine's other work slows every figure).
 
     python -m bench.serve_load                 # 50 clients × 30 s on the demo fleet
     python -m bench.serve_load --clients 8 --seconds 5
+    python -m bench.serve_load --collector-tenant other   # the collector posts another's
+
+With `--collector-tenant same` (the default) every post renews the reading tenant's
+documents (its head moved); with `other` they stay cached (reconcile/serve/cache.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import threading
@@ -35,6 +41,7 @@ def _percentile(values: list[float], q: float) -> float:
 def _client(
     base: str,
     tokens: dict[str, str],
+    poster: str,
     stop: float,
     n: int,
     latencies: dict[str, list[float]],
@@ -51,10 +58,10 @@ def _client(
                 {
                     "specversion": "1.0",
                     "id": f"load-{n}-{k}-{i}",
-                    "source": "app://acme/load",
+                    "source": f"app://{poster}/load",
                     "type": "job.progress",
                     "time": "2026-01-05T11:00:00Z",
-                    "data": {"tenant": "acme", "job_id": "load", "step": k * 10 + i},
+                    "data": {"tenant": poster, "job_id": "load", "step": k * 10 + i},
                 }
                 for i in range(10)
             ]
@@ -90,11 +97,18 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--days", type=int, default=3, help="days of the simulated fleet")
+    parser.add_argument(
+        "--collector-tenant",
+        choices=("same", "other"),
+        default="same",
+        help="whose events the collector posts: the reading tenant's (each post renews its "
+        "documents), or another tenant's (recorded as serve_load_other_tenant)",
+    )
     args = parser.parse_args()
 
     import reconcile
     from fixtures.sim import SimConfig, simulate
-    from ledger import Store
+    from ledger import Store, read
     from ledger.tokens import Role, create
     from reconcile import reports
     from schemas.owners import Owner
@@ -110,9 +124,11 @@ def main() -> None:
         del manifest
         store = Store(url)
         tenant = reconcile.reconcile_store(store).invoices()[0].tenant
+        others = [t for t in read.tenants(store) if t != tenant]
+        poster = tenant if args.collector_tenant == "same" else others[0]
         tokens = {
             "tenant": create(store, Role("tenant", tenant))[1],
-            "collector": create(store, Role("collector", "app://acme"), Owner("acme"))[1],
+            "collector": create(store, Role("collector", f"app://{poster}"), Owner(poster))[1],
         }
         baseline: list[float] = []
         for _ in range(
@@ -125,11 +141,13 @@ def main() -> None:
         latencies: dict[str, list[float]] = defaultdict(list)
         errors: dict[str, int] = defaultdict(int)
         lock = threading.Lock()
+        load_before = os.getloadavg()[0]
         with serving(store) as base:
             stop = time.monotonic() + args.seconds
             clients = [
                 threading.Thread(
-                    target=_client, args=(base, tokens, stop, n, latencies, errors, lock)
+                    target=_client,
+                    args=(base, tokens, poster, stop, n, latencies, errors, lock),
                 )
                 for n in range(args.clients)
             ]
@@ -137,6 +155,7 @@ def main() -> None:
                 c.start()
             for c in clients:
                 c.join()
+        load_after = os.getloadavg()[0]
         store.close()
     every = [x for values in latencies.values() for x in values]
     reads = latencies["reconciliation"] + latencies["promises"]
@@ -144,6 +163,8 @@ def main() -> None:
         "clients": args.clients,
         "seconds": args.seconds,
         "fleet_days": args.days,
+        "collector_posts_for": f"{args.collector_tenant} tenant",
+        "tenants": {"reads": tenant, "posts": poster},
         "requests": len(every),
         "errors": sum(errors.values()),
         "requests_per_s": round(len(every) / args.seconds, 1),
@@ -159,11 +180,15 @@ def main() -> None:
         },
         "in_process_document_p50_ms": round(1000 * statistics.median(baseline), 1),
         "api_read_p50_ms": round(1000 * _percentile(reads, 0.5), 1),
+        # the machine is not the bench's alone (other processes share its CPUs): the load
+        # average either side of the run says how much was the bench's
+        "cpus": os.cpu_count(),
+        "load_average_1m": [round(load_before, 2), round(load_after, 2)],
     }
     result["ratio_api_to_in_process_p50"] = round(
         result["api_read_p50_ms"] / max(result["in_process_document_p50_ms"], 0.001), 2
     )
-    record("serve_load", result)
+    record("serve_load" if args.collector_tenant == "same" else "serve_load_other_tenant", result)
     print(json.dumps(result, indent=2))
 
 

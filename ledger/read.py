@@ -12,6 +12,8 @@ column or backend is made in one place:
 - `tenants(store)`, `has_tenant(store, name)`: the tenants that own entries;
 - `recorded_event(store, source, id, tenant)`: one event by its key;
 - `head(store)`: the tree size, the last `seq` appended (0 for an empty ledger);
+- `heads(store, tenant)`: what a tenant's documents stand on: its own last `tenant_seq`
+  and the fleet's last `seq` (each 0 when there is none);
 - `checkpoints(store)`: the signed checkpoints, oldest first.
 
 Reads take the store's reading connection; none of them writes.
@@ -157,6 +159,21 @@ def head(store: Store) -> int:
         return int(
             conn.execute(select(func.coalesce(func.max(entries_table.c.seq), 0))).scalar_one()
         )
+
+
+def heads(store: Store, tenant: str) -> tuple[int, int]:
+    """(the tenant's last tenant_seq, the fleet's last seq), read together: a document
+    computed from a tenant's entries and the fleet's is the same while both stand, whatever
+    other tenants append."""
+    t = entries_table.c
+    with store.reading() as conn:
+        own = conn.execute(
+            select(func.coalesce(func.max(t.tenant_seq), 0)).where(t.tenant == tenant)
+        ).scalar_one()
+        fleet = conn.execute(
+            select(func.coalesce(func.max(t.seq), 0)).where(t.tenant.is_(None))
+        ).scalar_one()
+    return int(own), int(fleet)
 
 
 def checkpoints(store: Store) -> list[StoredCheckpoint]:

@@ -35,9 +35,63 @@ ID_FIELDS = (
 )
 
 
-def two_tenant_events() -> list[dict[str, Any]]:
-    """acme's sample, then bravo's: the same events with the tenant and every id renamed."""
+def late_start_events() -> list[dict[str, Any]]:
+    """acme's job j-200: 1 whole GPU, submitted at 11:30 and promised to start by 11:35, on
+    the sample's one node, whose 2 GPUs A-100 holds until 14:00; granted A-200 (device 0) at
+    14:05, started at 14:10: 9300 s late. The sample's XID 79 fault of 10:52 names the fabric
+    domain, so it faults both GPUs, and stays open (its health.cleared names no domain: not
+    the same place, RULES.md). So the wait [11:30, 14:10) is, by RULES.md's causes:
+    11:30-14:00 `capacity` (9000 s: no device free, and the faulted ones are held by another
+    grant), 14:00-14:10 `fault` (600 s: it fits once the faulted devices are added)."""
+    where = {"node": "gpu-node-07", "fabric_domain": "nvl-eu-west-1", "placement_class": "whole"}
+    rows: list[tuple[str, str, str, dict[str, Any]]] = [
+        ("j-200:submitted", "job.submitted", "11:30", {"job_id": "j-200", "gpus": 1}),
+        (
+            "promise-j-200",
+            "policy.promise",
+            "11:30",
+            {
+                "promise_id": "promise-j-200",
+                "job_id": "j-200",
+                "start_by": "2026-01-07T11:35:00Z",
+                "placement_class": "whole",
+                "gpus": 1,
+            },
+        ),
+        (
+            "A-200:granted",
+            "allocation.granted",
+            "14:05",
+            {"allocation_id": "A-200", "gpus": 1, "devices": [0], **where},
+        ),
+        (
+            "j-200:started:1",
+            "job.started",
+            "14:10",
+            {"job_id": "j-200", "allocation_id": "A-200", "attempt": 1},
+        ),
+        ("j-200:completed", "job.completed", "14:50", {"job_id": "j-200"}),
+        ("A-200:released", "allocation.released", "14:55", {"allocation_id": "A-200"}),
+    ]
+    return [
+        {
+            "specversion": "1.0",
+            "id": event_id,
+            "source": "scheduler://neocloud/eu-west",
+            "type": type_,
+            "time": f"2026-01-07T{clock}:00Z",
+            "data": {"tenant": "acme", **data},
+        }
+        for event_id, type_, clock, data in rows
+    ]
+
+
+def two_tenant_events(late: bool = False) -> list[dict[str, Any]]:
+    """acme's sample, then bravo's: the same events with the tenant and every id renamed;
+    with `late`, each tenant also has the late start of `late_start_events`."""
     events = [json.loads(line) for line in SAMPLE.read_text().splitlines() if line.strip()]
+    if late:
+        events += late_start_events()
     bravo = []
     for e in events:
         if e["data"].get("tenant") != "acme":
@@ -81,9 +135,9 @@ class Served:
             return error.code, dict(error.headers), error.read()
 
 
-def make_store(url: str, tmp: Path) -> Store:
+def make_store(url: str, tmp: Path, late: bool = False) -> Store:
     path = tmp / "two-tenants.jsonl"
-    path.write_text("".join(json.dumps(e) + "\n" for e in two_tenant_events()))
+    path.write_text("".join(json.dumps(e) + "\n" for e in two_tenant_events(late)))
     assert run_cli("init", "--db", url)[0] == 0
     assert run_cli("ingest", "--db", url, str(path))[0] == 0
     return Store(url)

@@ -1,10 +1,13 @@
 """The JSON API under /api/v1: the documents the commands write, scoped to the caller.
 
 - `GET /api/v1/whoami`: the caller's role;
-- `GET /api/v1/tenants`: the tenants the caller may read;
+- `GET /api/v1/tenants`: the tenants the caller may read, a page at a time;
 - `GET /api/v1/reconciliation?tenant=&invoice=`: `reconcile --format json`;
 - `GET /api/v1/reports/{name}?tenant=&since=&until=&by=`: `report NAME --format json`;
-- `GET /api/v1/entries/{seq}`: one entry as stored, with its inclusion proof.
+- `GET /api/v1/entries/{seq}`: one entry as stored, with its inclusion proof;
+- `GET /api/v1/lines`, `GET /api/v1/findings`: the reconciled lines and the findings
+  (reconcile/serve/finance.py), filtered as the pages are and paginated;
+- `GET /api/v1/disputes/{invoice}` or `/api/v1/dispute?invoice=`: the signed packet.
 
 A tenant token reads its own tenant whatever it names (access.tenant_scope), and the
 documents are computed from that tenant's entries and the fleet's only, so no other
@@ -52,11 +55,23 @@ async def whoami(request: Request) -> Response:
     return JSON({"role": str(info.role), "token_id": info.token_id})
 
 
-async def tenants(request: Request) -> Response:
-    info = await run_in_threadpool(_reader, request)
+def tenants_doc(request: Request) -> dict[str, Any]:
+    """The tenants the caller may read, a page at a time (`page`, as every list)."""
+    from reconcile.serve import filters
+
+    info = _reader(request)
+    f = filters.parse(request, info.role)
     if info.role.tenant is not None:
-        return JSON({"tenants": [info.role.tenant]})
-    return JSON({"tenants": await run_in_threadpool(read.tenants, request.app.state.store)})
+        names = [info.role.tenant]
+    else:
+        names = read.tenants(request.app.state.store)
+        names = [n for n in names if f.tenant in (None, n)]
+    shown, page = f.paginate(request.url.path, names)
+    return {"tenants": shown, "page": page}
+
+
+async def tenants(request: Request) -> Response:
+    return JSON(await run_in_threadpool(tenants_doc, request))
 
 
 def reconciliation_doc(request: Request, info: TokenInfo) -> dict[str, Any]:
@@ -64,6 +79,7 @@ def reconciliation_doc(request: Request, info: TokenInfo) -> dict[str, Any]:
     invoice = request.query_params.get("invoice") or None
     return dict(
         request.app.state.documents.get(
+            tenant,
             ("reconciliation", tenant, invoice),
             lambda: reconcile.reconcile_store(request.app.state.store, tenant, invoice).as_json(),
         )
@@ -99,7 +115,7 @@ def report_doc(request: Request, info: TokenInfo, name: str) -> str:
 
     return str(
         request.app.state.documents.get(
-            ("report", name, tenant, tuple(sorted(options.items()))), compute
+            tenant, ("report", name, tenant, tuple(sorted(options.items()))), compute
         )
     )
 
@@ -164,10 +180,22 @@ def dispute_packet(
 
 
 async def dispute(request: Request) -> Response:
+    return await _dispute(request, request.path_params["invoice"])
+
+
+async def dispute_q(request: Request) -> Response:
+    """The packet of `?invoice=…` (any id, `/` included) of `?tenant=…`."""
+    invoice = request.query_params.get("invoice")
+    if not invoice:
+        await run_in_threadpool(_reader, request)
+        raise HTTPException(400, "invoice: needed")
+    return await _dispute(request, invoice)
+
+
+async def _dispute(request: Request, invoice: str) -> Response:
     from reconcile.packets.dispute import packet_json
 
     info = await run_in_threadpool(_reader, request)
-    invoice = request.path_params["invoice"]
     packet = await run_in_threadpool(
         dispute_packet, request, info, request.query_params.get("tenant"), invoice
     )
@@ -177,6 +205,27 @@ async def dispute(request: Request) -> Response:
         media_type="application/json",
         headers={"Content-Disposition": f'attachment; filename="dispute-{name}.json"'},
     )
+
+
+def _listed(request: Request, what: str) -> dict[str, Any]:
+    """A list of lines or findings, filtered (reconcile/serve/filters.py) and paginated:
+    `items` (a page of them) and `page` (number, size, total, the links either side)."""
+    from reconcile.serve import filters, finance
+
+    info = _reader(request)
+    f = filters.parse(request, info.role)
+    invoice = request.query_params.get("invoice") or None
+    rows = (finance.lines if what == "lines" else finance.findings)(request, f, invoice)
+    items, page = f.paginate(request.url.path, rows)
+    return {"items": items, "page": page}
+
+
+async def lines(request: Request) -> Response:
+    return JSON(await run_in_threadpool(_listed, request, "lines"))
+
+
+async def findings(request: Request) -> Response:
+    return JSON(await run_in_threadpool(_listed, request, "findings"))
 
 
 def _seq(text: str) -> int:
@@ -202,4 +251,7 @@ def routes() -> list[Route]:
         Route("/api/v1/reports/{name}", report),
         Route("/api/v1/entries/{seq}", entry),
         Route("/api/v1/disputes/{invoice}", dispute),
+        Route("/api/v1/dispute", dispute_q),
+        Route("/api/v1/lines", lines),
+        Route("/api/v1/findings", findings),
     ]

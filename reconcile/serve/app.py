@@ -139,7 +139,7 @@ def create_app(store: Store, key: Path | None = None) -> Starlette:
         Route("/healthz", healthz),
         Route("/metrics", metrics.endpoint),
         Route("/api/v1/events", post_events, methods=["POST"]),
-        Route("/api/v1/openapi.json", openapi.endpoint),
+        *openapi.routes(),
         *api.routes(),
         *pages.routes(),
     ]

@@ -9,6 +9,7 @@ link can be shared: the one who opens it sees what their own token allows.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,11 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 import reconcile
-from ledger import read
 from ledger.tokens import TokenInfo, authenticate
 from reconcile import reports
+from reconcile.engine.rules import BEARERS, CATEGORY_ORDER
 from reconcile.reports.pages import environment
+from reconcile.serve import filters, finance, operator
 from reconcile.serve.access import COOKIE, caller, tenant_scope
 from reconcile.serve.api import dispute_packet, entry_doc
 from schemas.money import Money
@@ -42,8 +44,32 @@ _ENV = environment(_HERE / "templates")
 _CSS = (_HERE / "static" / "app.css").read_bytes()
 
 
+def href(path: str, **params: Any) -> str:
+    """`path` with `params` in its query string, each escaped (an id may hold `/`, `?`, `&`)."""
+    given = {k: str(v) for k, v in params.items() if v is not None and v != ""}
+    return f"{path}?{urlencode(given)}" if given else path
+
+
+_ENV.globals["href"] = href
+
+
 def _page(template: str, status: int = 200, **context: Any) -> HTMLResponse:
     return HTMLResponse(_ENV.get_template(template).render(**context), status)
+
+
+def _filter_form(
+    action: str, f: filters.Filters, fields: tuple[str, ...], **hidden: str | None
+) -> dict[str, Any]:
+    """What filters.html.j2 needs: the form's action, its fields and the values chosen."""
+    return {
+        "action": action,
+        "f": f,
+        "fields": fields,
+        "classes": filters.CLASSES,
+        "categories": CATEGORY_ORDER,
+        "bearers": BEARERS,
+        "hidden": [(k, v) for k, v in hidden.items() if v],
+    }
 
 
 def error_page(request: Request, status: int, detail: str, headers: dict[str, str]) -> Response:
@@ -109,90 +135,209 @@ def home(request: Request) -> Response:
 
 def invoices(request: Request) -> Response:
     who = caller(request, "operator", "tenant")
-    tenant = tenant_scope(who.role, request.query_params.get("tenant"))
-    rows = _invoice_rows(request, who, tenant)
-    shown, page = _paginate(request, rows)
-    return _page("invoices.html.j2", who=who, rows=shown, page=page, tenant=tenant)
+    f = filters.parse(request, who.role)
+    rows = _invoice_rows(request, who, f.tenant)
+    if f.period or f.since or f.until or f.placement_class or f.category or f.bearer:
+        kept = {(line["tenant"], line["invoice_id"]) for line in finance.lines(request, f)}
+        rows = [r for r in rows if (r["tenant"], r["invoice_id"]) in kept]
+    shown, page = f.paginate("/invoices", rows)
+    form = _filter_form("/invoices", f, ("class", "category", "bearer"))
+    return _page("invoices.html.j2", who=who, rows=shown, page=page, tenant=f.tenant, **form)
+
+
+def invoice_q(request: Request) -> Response:
+    """An invoice named in the query string (`?tenant=…&invoice=…`): any id works."""
+    return _invoice(
+        request, request.query_params.get("tenant"), finance.needed(request, "invoice")
+    )
 
 
 def invoice(request: Request) -> Response:
+    return _invoice(request, request.path_params["tenant"], request.path_params["invoice"])
+
+
+def _invoice(request: Request, tenant_asked: str | None, invoice_id: str) -> Response:
     who = caller(request, "operator", "tenant")
-    tenant = tenant_scope(who.role, request.path_params["tenant"])
-    assert tenant is not None
-    invoice_id = request.path_params["invoice"]
-    store = request.app.state.store
-    doc = reconcile.reconcile_store(store, tenant, invoice_id).as_json()
-    lines = [line for line in doc["lines"] if line["tenant"] == tenant]
-    if not lines:
+    tenant = tenant_scope(who.role, tenant_asked)
+    if tenant is None:
+        raise HTTPException(400, "tenant: an operator names the invoice's tenant")
+    if not any(line["invoice_id"] == invoice_id for line in finance.tenant_lines(request, tenant)):
         raise HTTPException(404, "no such invoice")
-    seqs = _billing_seqs(request, tenant, invoice_id)
-    for line in lines:
-        line["seq"] = seqs.get(line["line_id"])
+    # the invoice's lines, filtered and a page at a time (an invoice may hold thousands)
+    f = replace(filters.parse(request, who.role), tenant=tenant)
+    shown, page = f.paginate(request.url.path, finance.lines(request, f, invoice_id))
     signs = request.app.state.signer is not None
+    form = _filter_form(
+        request.url.path,
+        f,
+        ("class", "category", "bearer"),
+        **({"invoice": invoice_id} if request.url.path == "/invoice" else {}),
+    )
     return _page(
         "invoice.html.j2",
         who=who,
         tenant=tenant,
         invoice_id=invoice_id,
-        lines=lines,
+        lines=shown,
+        page=page,
         signs=signs,
         key_name=request.app.state.verifier.name if signs else "",
+        **form,
     )
 
 
 def letter(request: Request) -> Response:
+    return _letter(request, request.path_params["tenant"], request.path_params["invoice"])
+
+
+def letter_q(request: Request) -> Response:
+    return _letter(request, request.query_params.get("tenant"), finance.needed(request, "invoice"))
+
+
+def _letter(request: Request, tenant: str | None, invoice_id: str) -> Response:
     """The dispute letter of an invoice, from its signed packet's verification (as
     `dispute` writes it beside the packet); its own inline styles, no script."""
     from reconcile.packets.dispute import verify_dispute
     from reconcile.packets.letter import build_letter, render_html
 
     who = caller(request, "operator", "tenant")
-    packet = dispute_packet(
-        request, who, request.path_params["tenant"], request.path_params["invoice"]
-    )
+    packet = dispute_packet(request, who, tenant, invoice_id)
     verifier = request.app.state.verifier
     html = render_html(build_letter(verify_dispute(packet, verifier), verifier.name))
     return HTMLResponse(html, headers={"Content-Security-Policy": LETTER_CSP})
 
 
-def promises(request: Request) -> Response:
-    """Promises by tenant and class, and the misses, each (for an operator) with its story."""
+def findings_page(request: Request) -> Response:
+    """Every finding in scope, filtered; `invoice=` keeps one invoice's."""
     who = caller(request, "operator", "tenant")
-    tenant = tenant_scope(who.role, request.query_params.get("tenant"))
-    doc = request.app.state.documents.get(
-        ("promises", tenant), lambda: reports.report(request.app.state.store, "promises", tenant)
+    f = filters.parse(request, who.role)
+    invoice_id = request.query_params.get("invoice") or None
+    shown, page = f.paginate("/findings", finance.findings(request, f, invoice_id))
+    form = _filter_form("/findings", f, ("class", "category", "bearer"), invoice=invoice_id)
+    return _page("findings.html.j2", who=who, rows=shown, page=page, **form)
+
+
+def line_page(request: Request) -> Response:
+    """One line: what each of its GPU-seconds was, its billing entry, and its findings."""
+    who = caller(request, "operator", "tenant")
+    tenant = _named_tenant(who, request)
+    invoice_id, line_id = finance.needed(request, "invoice"), finance.needed(request, "line")
+    line = finance.one_line(request, tenant, invoice_id, line_id)
+    found = finance.line_findings(request, tenant, invoice_id, line_id)
+    return _page("line.html.j2", who=who, tenant=tenant, line=line, findings=found)
+
+
+def finding_page(request: Request) -> Response:
+    """One finding: its stretches, and the entries it cites, each linking to its proof."""
+    from reconcile.packets.letter import WHY
+
+    who = caller(request, "operator", "tenant")
+    tenant = _named_tenant(who, request)
+    category = finance.needed(request, "category")
+    x = finance.one_finding(
+        request,
+        tenant,
+        finance.needed(request, "invoice"),
+        finance.needed(request, "line"),
+        category,
     )
-    chosen = request.query_params.get("class") or None
-    classes = sorted({s["placement_class"] for s in doc["summary"]})
-    summary = [s for s in doc["summary"] if chosen in (None, s["placement_class"])]
-    misses = [
-        m | {"what": _what_missed(m)}
-        for m in doc["misses"]
-        if chosen in (None, m["placement_class"])
-    ]
-    shown, page = _paginate(request, misses)
+    entries = finance.cited(request, who, x)
+    return _page(
+        "finding.html.j2", who=who, tenant=tenant, x=x, entries=entries, why=WHY.get(category)
+    )
+
+
+def _named_tenant(who: TokenInfo, request: Request) -> str:
+    tenant = tenant_scope(who.role, request.query_params.get("tenant"))
+    if tenant is None:
+        raise HTTPException(400, "tenant: an operator names the tenant")
+    return tenant
+
+
+def promises(request: Request) -> Response:
+    """Promises by tenant and class; the misses grouped by cause, then listed (`cause=`
+    keeps one cause's), each (for an operator) with its story and device timeline."""
+    who = caller(request, "operator", "tenant")
+    f = filters.parse(request, who.role)
+    cause = operator.cause_of(request)
+    doc = operator.promises_doc(request, f.tenant)
+    summary = [s for s in doc["summary"] if operator.class_matches(f, s["placement_class"])]
+    kept = operator.misses(request, f, None)
+    rows = [m | {"what": _what_missed(m)} for m in kept if cause in (None, m.get("cause"))]
+    shown, page = f.paginate("/promises", rows)
+    form = _filter_form("/promises", f, ("class", "bearer"), cause=cause)
     return _page(
         "promises.html.j2",
         who=who,
-        tenant=tenant,
         summary=summary,
+        causes=operator.by_cause(kept),
+        cause=cause,
         rows=shown,
         page=page,
-        classes=classes,
-        chosen_class=chosen,
+        **form,
     )
 
 
 def story(request: Request) -> Response:
+    return _story(request, request.path_params["tenant"], request.path_params["promise"])
+
+
+def story_q(request: Request) -> Response:
+    return _story(request, finance.needed(request, "tenant"), finance.needed(request, "promise"))
+
+
+def _story(request: Request, tenant: str, promise: str) -> Response:
     """A missed promise's diagnostic packet page (`packet`'s): operators only, since it
     shows the fleet around the job."""
     from reconcile.packets.diagnostic import build_packet, render_html
 
     caller(request, "operator")
-    packet = build_packet(
-        request.app.state.store, request.path_params["promise"], request.path_params["tenant"]
-    )
+    packet = build_packet(request.app.state.store, promise, tenant)
     return HTMLResponse(render_html(packet), headers={"Content-Security-Policy": LETTER_CSP})
+
+
+def devices(request: Request) -> Response:
+    return _devices(request, request.path_params["tenant"], request.path_params["promise"])
+
+
+def devices_q(request: Request) -> Response:
+    return _devices(request, finance.needed(request, "tenant"), finance.needed(request, "promise"))
+
+
+def _devices(request: Request, tenant: str, promise: str) -> Response:
+    """The device timeline around a missed start: operators only (every tenant's grants)."""
+    who = caller(request, "operator")
+    miss = operator.one_miss(request, tenant, promise)
+    timeline = operator.device_timeline(request, miss)
+    return _page("devices.html.j2", who=who, miss=miss, timeline=timeline)
+
+
+def capacity(request: Request) -> Response:
+    """Capacity in time per class and fabric domain over the period, and day by day:
+    operators only (it is the fleet's)."""
+    who = caller(request, "operator")
+    f = filters.parse(request, who.role)
+    domain = request.query_params.get("domain") or None
+    answer = operator.capacity(request, f)
+    doc = answer["report"]
+    in_time = doc.get("in_time") or {"since": "–", "until": "–", "groups": []}
+    rows, page = f.paginate("/capacity", operator.kept_groups(f, answer["days"], domain))
+    return _page(
+        "capacity.html.j2",
+        who=who,
+        f=f,
+        report=doc,
+        since=in_time["since"],
+        until=in_time["until"],
+        groups=operator.kept_groups(f, in_time["groups"], domain),
+        rows=rows,
+        page=page,
+        domain=domain,
+        classes=filters.CLASSES,
+        states=operator.STATE_ORDER,
+        request_since=request.query_params.get("since", ""),
+        request_until=request.query_params.get("until", ""),
+    )
 
 
 def envelope(request: Request) -> Response:
@@ -234,7 +379,9 @@ def entry(request: Request) -> Response:
 def _invoice_rows(request: Request, who: TokenInfo, tenant: str | None) -> list[dict[str, Any]]:
     tenant = tenant if tenant is not None else who.role.tenant
     result = request.app.state.documents.get(
-        ("reconciled", tenant), lambda: reconcile.reconcile_store(request.app.state.store, tenant)
+        tenant,
+        ("reconciled", tenant),
+        lambda: reconcile.reconcile_store(request.app.state.store, tenant),
     )
     rows = []
     for total in result.invoices():
@@ -251,36 +398,6 @@ def _invoice_rows(request: Request, who: TokenInfo, tenant: str | None) -> list[
             }
         )
     return rows
-
-
-def _billing_seqs(request: Request, tenant: str, invoice_id: str) -> dict[str, int]:
-    """Each line id of the invoice with the seq of its (last) billing.line entry."""
-    found: dict[str, int] = {}
-    for e in read.entries(request.app.state.store, tenant=tenant, type="billing.line"):
-        data = orjson.loads(e.event).get("data") or {}
-        if data.get("invoice_id") == invoice_id:
-            found[str(data.get("line_id"))] = e.seq
-    return found
-
-
-def _paginate(
-    request: Request, rows: list[dict[str, Any]]
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    text = request.query_params.get("page", "1")
-    number = int(text) if text.isdigit() and 0 < int(text) < 10**9 else 1
-    start = (number - 1) * PAGE_SIZE
-    params = dict(request.query_params)
-
-    def link(n: int) -> str:
-        return f"{request.url.path}?{urlencode(params | {'page': str(n)})}"
-
-    return rows[start : start + PAGE_SIZE], {
-        "first": min(start + 1, len(rows)),
-        "last": min(start + PAGE_SIZE, len(rows)),
-        "total": len(rows),
-        "previous": link(number - 1) if number > 1 else None,
-        "next": link(number + 1) if start + PAGE_SIZE < len(rows) else None,
-    }
 
 
 def _sync(handler: Any) -> Any:
@@ -303,8 +420,17 @@ def routes() -> list[Route]:
         Route("/invoices", _sync(invoices)),
         Route("/invoices/{tenant}/{invoice}", _sync(invoice)),
         Route("/invoices/{tenant}/{invoice}/letter", _sync(letter)),
+        Route("/invoice", _sync(invoice_q)),
+        Route("/letter", _sync(letter_q)),
+        Route("/findings", _sync(findings_page)),
+        Route("/line", _sync(line_page)),
+        Route("/finding", _sync(finding_page)),
         Route("/entries/{seq}", _sync(entry)),
         Route("/promises", _sync(promises)),
         Route("/promises/{tenant}/{promise}", _sync(story)),
+        Route("/promises/{tenant}/{promise}/devices", _sync(devices)),
+        Route("/story", _sync(story_q)),
+        Route("/devices", _sync(devices_q)),
+        Route("/capacity", _sync(capacity)),
         Route("/envelope", _sync(envelope)),
     ]

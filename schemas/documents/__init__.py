@@ -14,6 +14,7 @@ from schemas.documents.reports import (
     PlacementReport,
     PromisesReport,
 )
+from schemas.documents.serve import FindingsPage, LinesPage
 
 #: Every document, by the name of its JSON Schema (schemas/json/documents/<name>.json).
 DOCUMENTS: dict[str, type[Document]] = {
@@ -26,6 +27,8 @@ DOCUMENTS: dict[str, type[Document]] = {
     "report.outcomes": OutcomesReport,
     "report.placement": PlacementReport,
     "report.envelope": EnvelopeReport,
+    "serve.lines": LinesPage,
+    "serve.findings": FindingsPage,
 }
 
 __all__ = [
@@ -38,7 +41,9 @@ __all__ = [
     "Document",
     "Entry",
     "EnvelopeReport",
+    "FindingsPage",
     "InvalidDocument",
+    "LinesPage",
     "OutcomesReport",
     "PlacementReport",
     "PromisesReport",

@@ -58,7 +58,8 @@ class TenantFigures(Document):
     by_bearer: dict[str, Str]
     productive_by_acceptance: dict[str, Number]
     placement: PlacementStates | None = Field(
-        default=None, description="the lines by placement state (RULES.md 13)")
+        default=None, description="the lines by placement state (RULES.md 13)"
+    )
 
 
 class LineFigures(Document):
