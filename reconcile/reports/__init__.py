@@ -36,6 +36,7 @@ from rich.text import Text
 
 from ledger import Store
 from reconcile.engine.pipeline import Pipeline
+from reconcile.engine.scope import ALL_TIME, Period
 from reconcile.reports import (
     capacity,
     envelope,
@@ -59,11 +60,15 @@ Loaded = Pipeline
 
 @contextmanager
 def loaded(
-    store: Store, tenant: str | None = None, threads: int | None = None
+    store: Store,
+    tenant: str | None = None,
+    threads: int | None = None,
+    period: Period = ALL_TIME,
 ) -> Iterator[Pipeline]:
     """One consistent snapshot of the store (with `tenant`: its entries and the fleet's), in
-    memory, as a pipeline: its relations built as the reports ask for them."""
-    with Pipeline.of_store(store, tenant, threads, sized=False) as pipe:
+    memory, as a pipeline: its relations built as the reports ask for them, its lines, jobs
+    and promises those of `period` (scope.Period)."""
+    with Pipeline.of_store(store, tenant, threads, sized=False, period=period) as pipe:
         yield pipe
 
 
@@ -291,9 +296,16 @@ def build_report(
     return spec.build(data, tenant, **{o.name: given.get(o.name, o.default) for o in spec.options})
 
 
-def report(store: Store, name: str, tenant: str | None = None, **options: Any) -> dict[str, Any]:
-    """One report of the store (`name`: one of REPORTS, or serving, outcomes' serving view)."""
-    with loaded(store, tenant) as data:
+def report(
+    store: Store,
+    name: str,
+    tenant: str | None = None,
+    period: Period = ALL_TIME,
+    **options: Any,
+) -> dict[str, Any]:
+    """One report of the store (`name`: one of REPORTS, or serving, outcomes' serving view),
+    of the jobs, promises and lines of `period` (capacity's window is its own options)."""
+    with loaded(store, tenant, period=period) as data:
         return build_report(data, name, tenant, **options)
 
 
