@@ -230,11 +230,13 @@ def _allocation_money(pipe: Pipeline, params: Mapping[str, Any]) -> None:
 
 
 def _provider(source: str) -> str:
-    """SQL: a CloudEvents source cut to its URI scheme and authority (the emitting system and
-    cluster); a source that is not such a URI stays whole."""
+    """SQL: the provider of a CloudEvents source, as DESIGN §2 names it: the source's
+    authority (the cluster), so that `gpu-binding://k8s-a` and `kueue://k8s-a` are one
+    provider `k8s-a` (the tools that wrote the events are not providers); a source that is
+    not such a URI, or has no authority, stays whole."""
     return (
-        f"CASE WHEN regexp_matches({source}, '^[A-Za-z][A-Za-z0-9+.-]*://') "
-        f"THEN regexp_extract({source}, '^([A-Za-z][A-Za-z0-9+.-]*://[^/?#]*)', 1) "
+        f"CASE WHEN regexp_matches({source}, '^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]') "
+        f"THEN regexp_extract({source}, '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)', 1) "
         f"ELSE {source} END"
     )
 

@@ -43,21 +43,23 @@ LARGEST_FINDINGS = 10
 #: Bar geometry (SVG user units): label column, plot, room for the total on the right.
 LABEL_W, PLOT_W, TOTAL_W, BAR_H, GAP = 210, 540, 170, 18, 6
 
-#: A colour per category: the provider's in reds, the customer's in blues and greens,
-#: disputed in amber, money with no GPU time in grey.
+#: A colour per category, distinct for colour-blind readers: the Okabe–Ito palette (black,
+#: vermillion, reddish purple, orange, blue, bluish green, sky blue, yellow) with Paul Tol's
+#: wine and teal, and greys for time held idle and money with no GPU time. No two categories
+#: share a hue family; each also has its name in the legend, so colour is never the only cue.
 COLOURS = {
-    "unallocated": "#8e1b16",
-    "double_billed": "#c0392b",
-    "reclaimed": "#e0645a",
-    "restart_lost": "#f08a5d",
-    "restart_recovery": "#f6b38e",
-    "stalled_fault": "#b3261e",
-    "checkpoint": "#6b8fd6",
-    "productive": "#2e9d57",
-    "startup": "#56a3e8",
-    "idle_reserved": "#9cc3ea",
-    "idle_unexplained": "#e8a33d",
-    "money_only": "#9aa5b1",
+    "unallocated": "#000000",
+    "double_billed": "#D55E00",
+    "reclaimed": "#CC79A7",
+    "restart_lost": "#E69F00",
+    "restart_recovery": "#882255",
+    "stalled_fault": "#44AA99",
+    "checkpoint": "#0072B2",
+    "productive": "#009E73",
+    "startup": "#56B4E9",
+    "idle_reserved": "#999999",
+    "idle_unexplained": "#F0E442",
+    "money_only": "#DDDDDD",
 }
 
 
