@@ -329,12 +329,15 @@ def test_csv_table_and_html(providers: str) -> None:
         and "@import" not in page
         and "url(" not in page
     )
-    # promised beside observed: alpha's p95 start, 600 promised, 1200 observed
-    assert (
-        'data-figure="promised">600 s</text>' in page
-        and 'data-figure="observed">1200 s</text>' in page
-    )
-    assert page.count("<svg") >= 5
+    # promised beside observed in the table, in people's units: alpha's p95 start, 600 s
+    # promised, 1200 s observed
+    assert "10 min → 20 min" in page
+    # the miss rate first: alpha started A4 at 09:20, 1200 s after the promise, past its
+    # 600 s: 1 of 4 missed, 25.00 %, over fewer than 20 promises (the caveat marker)
+    assert 'data-figure="missed/alpha/whole">1 of 4</span>' in page
+    assert 'data-figure="missed">25.00 % (1 of 4) †</text>' in page
+    assert page.index('data-chart="miss_rate"') < page.index('data-chart="start_wait"')
+    assert page.count("<svg") >= 5 and page.count('class="axis-title"') == page.count("<svg")
 
 
 # -- capacity: receipts and a change window ------------------------------------------------
