@@ -689,7 +689,7 @@ def test_the_letter_as_chromium_renders_it(folder: Path, tmp_path: Path, width: 
         re.S,
     )
     # in time order (the claims are in line order): by each one's first stretch
-    in_time = sorted(CLAIMS, key=lambda c: c[5][0][0])
+    in_time = sorted(CLAIMS, key=lambda c: str(c[5][0][0]))
     assert [(s[0], s[3], s[2], s[4]) for s in shown] == [
         (c[2], c[1], c[4], f"{c[4]} USD") for c in in_time
     ]
