@@ -47,7 +47,8 @@ from reconcile.reports import (
     promises,
     serving,
 )
-from schemas.display import DataTable, spreadsheet_safe, terminal_safe
+from reconcile.reports.numbers import percent
+from schemas.display import DataTable, data_text, spreadsheet_safe, terminal_safe
 from schemas.documents.reports import REPORT_DOCUMENTS
 from schemas.errors import BadInput
 
@@ -586,7 +587,7 @@ def _capacity_table(doc: dict[str, Any]) -> Table:
 
 
 def _share(share: float | None, part: int, whole: int) -> str:
-    return "–" if share is None else f"{share:.0%} ({part}/{whole})"
+    return "–" if share is None else f"{percent(share)} ({part}/{whole})"
 
 
 def _outcome_table(doc: dict[str, Any]) -> Table:
@@ -615,7 +616,7 @@ def _outcome_table(doc: dict[str, Any]) -> Table:
             str(t["completed_runs"]),
             pair(t["time_to_first_usable_allocation_s"]),
             pair(t["step_time_s"]),
-            "–" if ratio is None else f"{ratio:.2%}",
+            percent(ratio),
             pair(t["completed_run_time_s"]),
             " ".join(f"{_text(c['cost_per_completed_run'])} {cur}" for cur, c in costs),
             " ".join(f"{_text(c['cost_per_accepted_result'])} {cur}" for cur, c in costs),
@@ -678,9 +679,19 @@ def _placement_tables(doc: dict[str, Any]) -> list[Table | Text]:
         "reading",
         title="does all_reduce busbw (largest size) rank the step-time p50? (ρ < 0: more bandwidth, shorter steps)",
     )
+    few = placement.FEW_POINTS
     for p in doc["prediction"]:
-        rho.add_row(p["placement_class"], str(p["n"]), _text(p["spearman"]), p["reading"])
-    return [rows, summary, rho]
+        small = p["spearman"] is not None and p["n"] < few
+        rho.add_row(
+            p["placement_class"],
+            str(p["n"]),
+            _text(p["spearman"]) + (" †" if small else ""),
+            p["reading"],
+        )
+    parts: list[Table | Text] = [rows, summary, rho]
+    if any(p["spearman"] is not None and p["n"] < few for p in doc["prediction"]):
+        parts.append(data_text(f"† over fewer than {few} points: a hint, not a measure"))
+    return parts
 
 
 def _serving_table(doc: dict[str, Any]) -> Table:
