@@ -766,6 +766,26 @@ def quarantine_command(db_url: str | None, fmt: str) -> None:
     stdout.print(table)
 
 
+#: --since and --until of reconcile and of every report (capacity has its own window).
+PERIOD_OPTIONS = (
+    click.option(
+        "--since",
+        "period_since",
+        default=None,
+        metavar="RFC3339",
+        help="Period start (inclusive; default: open): lines by their billed interval's "
+        "start, jobs by their submission, promises by their promised start.",
+    ),
+    click.option(
+        "--until",
+        "period_until",
+        default=None,
+        metavar="RFC3339",
+        help="Period end (exclusive; default: open).",
+    ),
+)
+
+
 @main.command("reconcile")
 @db_option
 @click.option("--tenant", default=None, help="Only this tenant.")
@@ -787,6 +807,8 @@ def quarantine_command(db_url: str | None, fmt: str) -> None:
     default=None,
     help="Output file (default: standard output; Parquet needs a file).",
 )
+@PERIOD_OPTIONS[0]
+@PERIOD_OPTIONS[1]
 @click.option(
     "--fail-on-disputed",
     "fail_on",
@@ -801,6 +823,8 @@ def reconcile_command(
     invoice: str | None,
     fmt: str,
     out: Path | None,
+    period_since: str | None,
+    period_until: str | None,
     fail_on: str | None,
 ) -> None:
     """Say what every billed GPU-second was: productive, overhead, restart, reclaimed, idle,
@@ -813,7 +837,8 @@ def reconcile_command(
     limit = _decimal_option("--fail-on-disputed", fail_on)
     store = ledger.Store(db_url)
     _require_store(store, tenant, invoice)
-    result = reconcile.reconcile_store(store, tenant, invoice)
+    period = _period(period_since, period_until)
+    result = reconcile.reconcile_store(store, tenant, invoice, period=period)
     if fmt == "table":
         for table in reconcile_render.tables(result):
             stdout.print(table)
@@ -1078,13 +1103,16 @@ def _report_command(spec: reconcile_reports.Report) -> click.Command:
     def callback(
         db_url: str | None, tenant: str | None, fmt: str, out: Path | None, **given: Any
     ) -> None:
+        period = _period(given.pop("period_since", None), given.pop("period_until", None))
         options = {
             o.name: _time_option(o.flag, given[o.name]) if o.time else given[o.name]
             for o in spec.options
         }
-        _emit_report(spec.name, db_url, tenant, fmt, out, options)
+        _emit_report(spec.name, db_url, tenant, fmt, out, options, period)
 
     own = [_report_option(o) for o in spec.options]
+    if not any(o.name == "since" for o in spec.options):  # capacity's window is its period
+        own = [*PERIOD_OPTIONS, *own]
     shared = [
         click.option(
             "--format", "fmt", type=click.Choice(spec.formats), default="table", show_default=True
@@ -1122,16 +1150,19 @@ def _emit_report(
     fmt: str,
     out: Path | None,
     options: dict[str, Any],
+    period: Any = None,
 ) -> None:
     import ledger
     import reconcile.reports as reports
+    from reconcile.engine.scope import ALL_TIME
 
     since, until = options.get("since"), options.get("until")
     if since is not None and until is not None and since >= until:
         raise InputError("--since: not before --until: the time range is empty")
     store = ledger.Store(db_url)
     _require_store(store, tenant)
-    rendered = reports.render(name, reports.report(store, name, tenant, **options), fmt)
+    doc = reports.report(store, name, tenant, period or ALL_TIME, **options)
+    rendered = reports.render(name, doc, fmt)
     if isinstance(rendered, str):
         if out is None:
             click.echo(_for_terminal(rendered) if sys.stdout.isatty() else rendered, nl=False)
@@ -1165,6 +1196,16 @@ def _print_all(console: Console, parts: Sequence[Table | Text]) -> None:
         console.print(
             part, soft_wrap=not isinstance(part, Table)
         )  # commands stay whole on one line
+
+
+def _period(since: str | None, until: str | None) -> Any:
+    """The scope.Period of --since and --until (an empty one is an error naming --since)."""
+    from reconcile.engine.scope import Period
+
+    start, end = _time_option("--since", since), _time_option("--until", until)
+    if start is not None and end is not None and start >= end:
+        raise InputError("--since: not before --until: the time range is empty")
+    return Period(start, end)
 
 
 def _time_option(name: str, text: str | None) -> int | None:

@@ -120,6 +120,8 @@ def report(url: str, *args: str) -> dict[str, Any]:
 # -- the envelope -------------------------------------------------------------------------
 
 A, B = "slurm://alpha", "k8s://beta"
+#: their providers: each source's authority (DESIGN §2), the cluster, not the tool
+PA, PB = "alpha", "beta"
 
 
 def two_providers() -> Log:
@@ -208,8 +210,8 @@ def _dist(n: int, p50: Any, p95: Any) -> dict[str, Any]:
 def test_two_providers_side_by_side(providers: str) -> None:
     doc = report(providers, "envelope")
     groups = {(g["source"], g["placement_class"]): g for g in doc["groups"]}
-    assert list(groups) == [(B, "timeslice"), (B, "whole"), (A, "whole")]  # ordered by the key
-    alpha = groups[(A, "whole")]
+    assert list(groups) == [(PA, "whole"), (PB, "timeslice"), (PB, "whole")]  # by the key
+    alpha = groups[(PA, "whole")]
     # first starts 120, 240, 360, 1200 s after submission and promise (09:00): p50 rank 2 = 240,
     # p95 rank ⌈3.8⌉ = 4 = 1200; runs 1800 s each (A2's restart inside its 30 minutes)
     assert (alpha["jobs"], alpha["started"], alpha["completed"]) == (4, 4, 4)
@@ -248,7 +250,7 @@ def test_two_providers_side_by_side(providers: str) -> None:
         }
     }
 
-    beta = groups[(B, "whole")]
+    beta = groups[(PB, "whole")]
     # starts 60 and 180 s after 09:00: p95 rank 2 = 180, below alpha's 1200
     assert beta["start_wait_s"] == _dist(2, 60, 180)
     assert beta["promises"]["observed_start_s"] == _dist(2, 60, 180)
@@ -259,7 +261,7 @@ def test_two_providers_side_by_side(providers: str) -> None:
     assert beta["cost"]["USD"]["cost_per_completed_run"] == "2.00"
     assert beta["cost"]["USD"]["cost_per_accepted_result"] == "2.00"  # 4.00 over r4, r5
 
-    slice_ = groups[(B, "timeslice")]
+    slice_ = groups[(PB, "timeslice")]
     assert slice_["promises"] is None  # a class sold without promises: observed figures only
     assert (slice_["start_wait_s"], slice_["restart_rate"]) == (_dist(1, 900, 900), 0.0)
     assert slice_["cost"]["USD"] == {
@@ -274,7 +276,7 @@ def test_two_providers_side_by_side(providers: str) -> None:
 
 def test_grouped_by_source_or_by_class(providers: str) -> None:
     by_source = {g["source"]: g for g in report(providers, "envelope", "--by", "source")["groups"]}
-    beta = by_source[B]
+    beta = by_source[PB]
     # waits 60 180 900: p50 rank 2 = 180, p95 rank 3 = 900; restarts 2 of 3 started jobs
     assert (beta["jobs"], beta["start_wait_s"], beta["restart_rate"]) == (
         3,
@@ -302,16 +304,16 @@ def test_csv_table_and_html(providers: str) -> None:
     code, out, _ = run_cli("report", "envelope", "--db", providers, "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(out)))
     assert code == 0 and [(r["source"], r["placement_class"], r["currency"]) for r in rows] == [
-        (B, "timeslice", "USD"),
-        (B, "whole", "USD"),
-        (A, "whole", "USD"),
+        (PA, "whole", "USD"),
+        (PB, "timeslice", "USD"),
+        (PB, "whole", "USD"),
     ]
     assert (
-        rows[2]["promise_observed_start_s_p95"],
-        rows[2]["restart_rate"],
-        rows[2]["cost_per_accepted_result"],
+        rows[0]["promise_observed_start_s_p95"],
+        rows[0]["restart_rate"],
+        rows[0]["cost_per_accepted_result"],
     ) == ("1200", "0.25", "4.00")
-    assert rows[0]["promise_promises"] == "" and rows[0]["cost_per_accepted_result"] == ""
+    assert rows[1]["promise_promises"] == "" and rows[1]["cost_per_accepted_result"] == ""
     code, out, _ = run_cli("report", "envelope", "--db", providers)
     assert (
         code == 0
@@ -327,12 +329,15 @@ def test_csv_table_and_html(providers: str) -> None:
         and "@import" not in page
         and "url(" not in page
     )
-    # promised beside observed: alpha's p95 start, 600 promised, 1200 observed
-    assert (
-        'data-figure="promised">600 s</text>' in page
-        and 'data-figure="observed">1200 s</text>' in page
-    )
-    assert page.count("<svg") >= 5
+    # promised beside observed in the table, in people's units: alpha's p95 start, 600 s
+    # promised, 1200 s observed
+    assert "10 min → 20 min" in page
+    # the miss rate first: alpha started A4 at 09:20, 1200 s after the promise, past its
+    # 600 s: 1 of 4 missed, 25.00 %, over fewer than 20 promises (the caveat marker)
+    assert 'data-figure="missed/alpha/whole">1 of 4</span>' in page
+    assert 'data-figure="missed">25.00 % (1 of 4) †</text>' in page
+    assert page.index('data-chart="miss_rate"') < page.index('data-chart="start_wait"')
+    assert page.count("<svg") >= 5 and page.count('class="axis-title"') == page.count("<svg")
 
 
 # -- capacity: receipts and a change window ------------------------------------------------
@@ -629,8 +634,8 @@ def test_capacity_agrees_with_the_simulators_truth(tmp_path: Path) -> None:
 def test_the_provider_is_the_grants_system_and_cluster_not_the_tenants_log(tmp_path: Path) -> None:
     """J1's grant comes from `kueue://k8s-a/queues/gpu` and its start from the tenant's own
     log `app://acme/J1`; J2's grant from `gpu-binding://k8s-a/node-2`. The provider is the
-    grant's source cut to scheme and authority: `kueue://k8s-a` and `gpu-binding://k8s-a`,
-    never `app://acme`. J3 has no grant: its start's source, cut likewise, `slurm://alpha`."""
+    grant's source cut to its authority (DESIGN §2): both are the one provider `k8s-a`,
+    never `acme`. J3 has no grant: its start's source, cut likewise, `alpha`."""
     log = Log()
     for job, grant_source in (
         ("J1", "kueue://k8s-a/queues/gpu"),
@@ -650,7 +655,6 @@ def test_the_provider_is_the_grants_system_and_cluster_not_the_tenants_log(tmp_p
     log.add("slurm://alpha/jobs", "job.started", "09:30", job_id="J3", allocation_id="G-J3")
     groups = report(ledger(tmp_path, log), "envelope", "--by", "source")["groups"]
     assert sorted((g["source"], g["jobs"]) for g in groups) == [
-        ("gpu-binding://k8s-a", 1),
-        ("kueue://k8s-a", 1),
-        ("slurm://alpha", 1),
+        ("alpha", 1),
+        ("k8s-a", 2),
     ]

@@ -289,7 +289,9 @@ def test_table_numbers_have_one_format(tmp_path: Path) -> None:
     s.line("L1", "A1", "10:00", "11:00", gpus=4, amount="12345.675")
     code, out, _ = invoke("reconcile", "--db", _url(tmp_path, s))
     assert code == 0
-    # billed exactly 12,345.675, classified 12,345.68 (67.5 cents → 68, half-even); productive
+    # billed exactly 12,345.675, shown to the cent as people read it (issue 30: never
+    # "12,345.675" beside "12,345.68"): 67.5 cents → 68, half-even, billed and classified
+    # alike (JSON keeps the exact amount); productive
     # is 4/6 of it: 8,230.45; startup and idle_reserved 2,057.6125 each, and the one cent
     # their floors leave goes to startup (equal remainders: RULES.md's order)
     rows = [
@@ -298,7 +300,7 @@ def test_table_numbers_have_one_format(tmp_path: Path) -> None:
         if line.startswith("│")
     ]
     assert rows == [
-        ["total billed", "", "4.00", "12,345.675"],
+        ["total billed", "", "4.00", "12,345.68"],
         ["classified", "", "4.00", "12,345.68"],
         ["bearer total", "provider", "0.00", "0.00"],
         ["bearer total", "customer", "4.00", "12,345.68"],
@@ -344,14 +346,16 @@ def test_an_invoice_id_two_tenants_use_is_rounded_per_tenant(tmp_path: Path) -> 
     assert code == 0
     acme, beta = out.split("tenant beta")
     for part in (acme, beta):
-        assert re.search(r"total billed .* 0\.004 │", part) and re.search(
+        # 0.004 billed shows as 0.00: people read amounts to the cent (JSON keeps 0.004)
+        assert re.search(r"total billed .* 0\.00 │", part) and re.search(
             r"classified .* 0\.00 │", part
         )
         assert not re.search(r"classified .* 0\.01 │", part)
 
 
-def test_total_billed_drops_trailing_zeros_past_the_minor_unit(tmp_path: Path) -> None:
-    """Billed 0.123400 and 1.000000 (six places, as some exports write): exactly 1.1234 in all."""
+def test_total_billed_is_shown_to_the_cent(tmp_path: Path) -> None:
+    """Billed 0.123400 and 1.000000 (six places, as some exports write): 1.1234 in all, shown
+    to the cent as 1.12 beside the classified 1.12 (issue 30)."""
     s = Scenario()
     s.line("M1", None, "10:00", "11:00", gpus=0, amount="0.123400", category="adjustment")
     s.line("M2", None, "10:00", "11:00", gpus=0, amount="1.000000", category="adjustment")
@@ -362,7 +366,7 @@ def test_total_billed_drops_trailing_zeros_past_the_minor_unit(tmp_path: Path) -
         for line in out.splitlines()
         if line.startswith("│")
     ]
-    assert rows[0][-1] == "1.1234" and rows[1][-1] == "1.12"
+    assert rows[0][-1] == "1.12" and rows[1][-1] == "1.12"
 
 
 # -- explain --------------------------------------------------------------------------
@@ -454,8 +458,11 @@ def test_page_says_what_each_category_means_in_rules_md_words(
 ) -> None:
     html = _page(findings, tmp_path).read_text()
     # RULES.md rule 10, its code spans as HTML
+    # a plain sentence first, then the rule
     assert (
-        "<dd><code>idle_unexplained</code>: anything else: a job running with no progress" in html
+        '<dd><span class="plain">GPU time a job ran without making progress, with nothing in the '
+        'evidence to say why.</span> <span class="note">The rule:</span> '
+        "<code>idle_unexplained</code>: anything else: a job running with no progress" in html
     )
     assert '<dt>idle_unexplained <span class="note">bearer: disputed · rule 10 of RULES.md' in html
 
@@ -711,7 +718,8 @@ def test_amounts_past_28_digits_are_shown_whole(tmp_path: Path) -> None:
     amounts = [
         r[-1] for r in rows if r[-1]
     ]  # (at 80 columns the labels wrap; the figures may not)
-    assert amounts[:2] == ["123,456,789,012,345.12345678901234", "123,456,789,012,345.12"]
+    # billed and classified alike to the cent in the table (JSON keeps the exact amount)
+    assert amounts[:2] == ["123,456,789,012,345.12", "123,456,789,012,345.12"]
     code, out, _ = invoke("reconcile", "--db", url, "--format", "json")
     assert json.loads(out)["lines"][0]["categories"]["money_only"] == {
         "gpu_seconds": 0,

@@ -364,6 +364,13 @@ def test_verify_packet_prints_the_letter(folder: Path) -> None:
     said = out.splitlines()
     assert said[0].startswith("ok: invoice INV-1 of acme, 3 lines;")
     assert said[1] == SENTENCE
+    # the request: the claim, the invoice, and a date 30 days after its last billed period
+    # (L3 ends 2026-01-05T10:50Z)
+    assert said[2] == (
+        "Please credit 7.00 USD against invoice INV-1 by 2026-02-04, or answer each finding "
+        "below with the evidence you rely on."
+    )
+    said = said[:2] + said[3:]
     assert (
         said[2]
         == "  billed 11.00 USD · provider-borne 5.60 USD · disputed 1.40 USD · we dispute 7.00 USD"
@@ -518,15 +525,19 @@ def test_restarts_and_a_reclaim_worked_by_hand(folder: Path) -> None:
         "verify-packet", str(folder / "inv4.json"), "--pubkey", str(folder / "key.pub")
     )
     said = out.splitlines()
+    assert said[2].startswith("Please credit 1.20 USD against invoice INV-4 by ")
+    said = said[:2] + said[3:]  # the request read, the totals follow
     assert (
         code == 0
         and said[2]
         == "  billed 2.20 USD · provider-borne 1.10 USD · disputed 0.10 USD · we dispute 1.20 USD"
     )
     # the restart categories quote their rule and the bearer rule (the failure's cause decides)
-    assert (
+    # (the findings in time order: whichever line holds restart_lost's)
+    assert any(
         "; RULES.md, Categories, rule 4; RULES.md, Categories, Bearers; cites seq 33, 34, 38, 40, 45, 46"
-        in said[3]
+        in line
+        for line in said[3:]
     )
     page = (folder / "inv4.letter.html").read_text()
     assert (
@@ -569,11 +580,13 @@ def test_the_rule_is_quoted_from_rules_md(folder: Path) -> None:
     quoted = re.findall(
         r'<blockquote class="rule"><strong>([^<]*):</strong> (.*?)</blockquote>', page, re.S
     )
+    # the findings in time order: 10:07 stalled, 10:23 idle, 10:30 double billed, 10:40
+    # unallocated
     assert [place for place, _ in quoted] == [
         "RULES.md, Categories, rule 7",
         "RULES.md, Categories, rule 10",
-        "RULES.md, Unallocated",
         "RULES.md, Categories, rule 1",
+        "RULES.md, Unallocated",
     ]
     quotes = [_text(quote) for _, quote in quoted]
     assert quotes[0].startswith(
@@ -600,6 +613,9 @@ OVERFLOW_CHECK = """<script>
   var bad = [];
   document.querySelectorAll("body *").forEach(function (el) {
     if (el.closest("svg") || el.clientWidth === 0) return;
+    // a scroll box on purpose (page.css: a table, a chart) scrolls; the page may not
+    var x = getComputedStyle(el).overflowX;
+    if (x === "auto" || x === "scroll") return;
     if (el.scrollWidth > el.clientWidth + 1) bad.push(el.tagName + "." + el.className + " " + el.scrollWidth + ">" + el.clientWidth);
   });
   if (document.documentElement.scrollWidth > window.innerWidth) bad.push("page " + document.documentElement.scrollWidth + ">" + window.innerWidth);
@@ -672,14 +688,21 @@ def test_the_letter_as_chromium_renders_it(folder: Path, tmp_path: Path, width: 
         dom,
         re.S,
     )
+    # in time order (the claims are in line order): by each one's first stretch
+    in_time = sorted(CLAIMS, key=lambda c: str(c[5][0][0]))
     assert [(s[0], s[3], s[2], s[4]) for s in shown] == [
-        (c[2], c[1], c[4], f"{c[4]} USD") for c in CLAIMS
+        (c[2], c[1], c[4], f"{c[4]} USD") for c in in_time
     ]
-    assert [(c["bearer"], c["category"], c["amount"]) for c in packet(folder)["claims"]] == [
+    claims = sorted(packet(folder)["claims"], key=lambda c: c["stretches"][0][0])
+    assert [(c["bearer"], c["category"], c["amount"]) for c in claims] == [
         (s[0], s[3], s[2]) for s in shown
     ]
     cited = [[int(n) for n in re.findall(r'<tr><td class="num">(\d+)</td>', s[5])] for s in shown]
-    assert cited == [c[6] for c in CLAIMS]
+    assert cited == [c[6] for c in in_time]
+    # the request, and the summary with the largest first: 2.60, 2.00, 1.40, 1.00
+    assert "Please credit 7.00 USD against invoice INV-1 by 2026-02-04" in dom
+    largest = re.findall(r'data-largest="(\d+)">([^<]*)<', dom)
+    assert [amount for _, amount in largest] == ["2.60 USD", "2.00 USD", "1.40 USD", "1.00 USD"]
     # the timeline: one bar per stretch, each linked to its finding
     assert re.findall(r'<rect class="bar [\w ]+" data-finding="(\d+)"', dom) == [
         "1",

@@ -248,7 +248,7 @@ def test_capacity_counts_jobs_that_need_no_admission(tmp_path: Path) -> None:
     table = render("capacity", doc, "table")
     assert isinstance(table, list) and isinstance(table[0], Table)
     assert [str(cell) for cell in table[0].columns[5].cells] == ["1", "1"]
-    assert [str(cell) for cell in table[0].columns[6].cells] == ["50% (1/2)", "50% (1/2)"]
+    assert [str(cell) for cell in table[0].columns[6].cells] == ["50.00 % (1/2)", "50.00 % (1/2)"]
 
 
 def test_capacity_reads_a_grant_s_devices_as_the_touches_rule_does(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from reconcile.engine.pipeline import (
     parquet_rows,
 )
 from reconcile.engine.result import Cell, Reconciliation
+from reconcile.engine.scope import ALL_TIME, Period
 
 
 def run(con: duckdb.DuckDBPyConnection, invoice: str | None = None) -> Reconciliation:
@@ -42,10 +43,12 @@ def reconcile_store(
     invoice: str | None = None,
     threads: int | None = None,
     upto_seq: int | None = None,
+    period: Period = ALL_TIME,
 ) -> Reconciliation:
     """Reconcile the ledger in `store` (one consistent snapshot), optionally one tenant's
-    entries (with the fleet's), one invoice's lines, and only entries up to `upto_seq`."""
-    with Pipeline.of_store(store, tenant, threads, upto_seq) as pipe:
+    entries (with the fleet's), one invoice's lines, only entries up to `upto_seq`, and
+    only the lines billed in `period` (scope.Period)."""
+    with Pipeline.of_store(store, tenant, threads, upto_seq, period=period) as pipe:
         return pipe.reconciliation(invoice)
 
 
@@ -75,6 +78,8 @@ __all__ = [
     "UNBILLED",
     "Cell",
     "MoneyOverflow",
+    "ALL_TIME",
+    "Period",
     "Pipeline",
     "Reconciliation",
     "engine",

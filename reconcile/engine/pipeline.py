@@ -65,6 +65,7 @@ from reconcile.engine.rules import (
     nodes_sql,
     winner_sql,
 )
+from reconcile.engine.scope import ALL_TIME, Period
 from reconcile.engine.snapshot import (
     entry_pages,
     load_pages,
@@ -91,14 +92,65 @@ SELECT held.tenant, CAST(held.us - coalesce(billed.us, 0) AS VARCHAR)
 FROM held LEFT JOIN billed USING (tenant)
 """
 
-CELLS = """
+_CELLS = """
 SELECT l.invoice_id, l.line_id, l.tenant, l.allocation_id, l.currency, m.minor, m.label,
        CAST(m.gpu_us AS BIGINT) AS gpu_us, CAST(m.cents AS BIGINT) AS cents,
        l.amount AS billed_amount, l.ps, l.pe, l.description
 FROM money m JOIN lines_ev l ON l.seq = m.seq  -- money holds no replaced line
-WHERE ($invoice IS NULL OR l.invoice_id = $invoice)
+WHERE ($invoice IS NULL OR l.invoice_id = $invoice) AND ({in_period})
 ORDER BY l.seq, m.label
 """
+
+#: The cells of every period (`cells_sql` gives one period's).
+CELLS = _CELLS.replace("{in_period}", "TRUE")
+
+
+def cells_sql(period: Period = ALL_TIME) -> str:
+    """CELLS of the lines whose billed interval starts in `period` (scope.Period)."""
+    return _CELLS.replace("{in_period}", period.sql("l.ps"))
+
+
+def unbilled_sql(period: Period = ALL_TIME) -> str:
+    """UNBILLED with held and billed time clipped to `period` (open: UNBILLED itself)."""
+    if period.open:
+        return UNBILLED
+    lo = "-9223372036854775807" if period.since is None else str(int(period.since))
+    hi = "9223372036854775807" if period.until is None else str(int(period.until))
+    return (
+        UNBILLED.replace("least(a.released, h.h)", f"least(a.released, h.h, {hi})")
+        .replace("- a.granted", f"- greatest(a.granted, {lo})")
+        .replace("least(p.e, h.h)", f"least(p.e, h.h, {hi})")
+        .replace("- p.s", f"- greatest(p.s, {lo})")
+    )
+
+
+#: The job tables a period keeps only its jobs in (each has tenant and job_id).
+PERIOD_JOB_TABLES = ("job_outcomes", "job_attempts", "step_gaps", "job_allocation_time")
+
+#: A job's own time: when it was asked for, else its first start, else its first grant.
+JOB_TIME = "coalesce(submitted, first_start, granted)"
+
+#: A promise's own time: the start it promised.
+PROMISE_TIME = "start_by"
+
+
+def _apply_period(pipe: Pipeline, stage: str) -> None:
+    """Keep in `stage`'s relations only the jobs and promises of the pipeline's period."""
+    period = pipe.period
+    if period.open:
+        return
+    if stage == "job_facts":
+        pipe.con.execute(
+            "CREATE OR REPLACE TEMP TABLE period_jobs AS SELECT tenant, job_id "
+            f"FROM job_outcomes WHERE {period.sql(JOB_TIME)}"
+        )
+        for table in PERIOD_JOB_TABLES:
+            pipe.con.execute(
+                f"DELETE FROM {table} WHERE (tenant, job_id) NOT IN "
+                "(SELECT (tenant, job_id) FROM period_jobs)"
+            )
+    elif stage == "promise_outcomes":
+        pipe.con.execute(f"DELETE FROM promise_outcomes WHERE NOT ({period.sql(PROMISE_TIME)})")
 
 
 PLACED = """
@@ -178,11 +230,13 @@ def _allocation_money(pipe: Pipeline, params: Mapping[str, Any]) -> None:
 
 
 def _provider(source: str) -> str:
-    """SQL: a CloudEvents source cut to its URI scheme and authority (the emitting system and
-    cluster); a source that is not such a URI stays whole."""
+    """SQL: the provider of a CloudEvents source, as DESIGN §2 names it: the source's
+    authority (the cluster), so that `gpu-binding://k8s-a` and `kueue://k8s-a` are one
+    provider `k8s-a` (the tools that wrote the events are not providers); a source that is
+    not such a URI, or has no authority, stays whole."""
     return (
-        f"CASE WHEN regexp_matches({source}, '^[A-Za-z][A-Za-z0-9+.-]*://') "
-        f"THEN regexp_extract({source}, '^([A-Za-z][A-Za-z0-9+.-]*://[^/?#]*)', 1) "
+        f"CASE WHEN regexp_matches({source}, '^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]') "
+        f"THEN regexp_extract({source}, '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)', 1) "
         f"ELSE {source} END"
     )
 
@@ -407,6 +461,8 @@ class Pipeline:
     """The relations of one reconciliation, built on demand in the declared order."""
 
     con: duckdb.DuckDBPyConnection
+    #: the period its lines, jobs and promises are kept in (scope.Period; RULES.md "Periods")
+    period: Period = ALL_TIME
     _built: dict[str, tuple[tuple[str, Any], ...]] = field(default_factory=lambda: {"events": ()})
     _recons: dict[str | None, Reconciliation] = field(default_factory=dict)
 
@@ -424,6 +480,7 @@ class Pipeline:
         for need in stage.needs:
             self.need(need)
         stage.build(self, params)
+        _apply_period(self, name)
         self._built[name] = key
         return self.con
 
@@ -441,8 +498,12 @@ class Pipeline:
         (no Python object per cell until one is asked for) and each tenant's unbilled time."""
         if invoice not in self._recons:
             con = self.need("money")
-            unbilled = {tenant: int(us) for tenant, us in con.execute(UNBILLED).fetchall()}
-            table: pa.Table = con.sql(CELLS, params={"invoice": invoice}).to_arrow_table()
+            unbilled = {
+                tenant: int(us) for tenant, us in con.execute(unbilled_sql(self.period)).fetchall()
+            }
+            table: pa.Table = con.sql(
+                cells_sql(self.period), params={"invoice": invoice}
+            ).to_arrow_table()
             if invoice is not None:
                 tenants = set(table.column("tenant").to_pylist())
                 unbilled = {t: us for t, us in unbilled.items() if t in tenants}
@@ -466,9 +527,10 @@ class Pipeline:
         threads: int | None = None,
         upto_seq: int | None = None,
         sized: bool = True,
+        period: Period = ALL_TIME,
     ) -> Iterator[Pipeline]:
         """One consistent snapshot of the store (with `tenant`: its entries and the fleet's;
-        up to `upto_seq`). `sized`: in a scratch file when the ledger is large (`engine`);
+        up to `upto_seq`; its lines, jobs and promises of `period`). `sized`: in a scratch file when the ledger is large (`engine`);
         else always in memory."""
         with ExitStack() as stack:
             with store.reading() as conn:  # the snapshot is read, then let go
@@ -480,7 +542,7 @@ class Pipeline:
                     )
                 con = stack.enter_context(engine(int(size), threads))
                 load_store(con, conn, tenant, upto_seq)
-            yield cls(con)
+            yield cls(con, period)
 
     @classmethod
     @contextmanager

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,30 @@ class Finding:
     rule: str
     rule_place: str
     cited: list[Cited]
+    line_ids: tuple[str, ...] = ()  # every line the finding spans (merged across billing hours)
+
+    @property
+    def lines_text(self) -> str:
+        return ", ".join(self.line_ids or (self.line_id,))
+
+    def cited_runs(self) -> list[CitedRun]:
+        """The cited entries, each run of consecutive `job.progress` entries of one job
+        shown as one row (first and last, with how many): a long stall cites its first and
+        last gap, not every step in between."""
+        out: list[CitedRun] = []
+        for c in self.cited:
+            job = dict(c.fields).get("job_id")
+            last = out[-1] if out else None
+            if (
+                c.type == "job.progress"
+                and last is not None
+                and last.first.type == "job.progress"
+                and dict(last.first.fields).get("job_id") == job
+            ):
+                last.rest.append(c)
+            else:
+                out.append(CitedRun(c))
+        return out
 
     def rule_parts(self) -> list[tuple[str, str]]:
         """The rule as (kind, text) runs, kind `code`, `strong` or `text`: RULES.md's
@@ -104,6 +128,72 @@ class Finding:
             elif run:
                 parts.append(("text", run))
         return parts
+
+
+@dataclass
+class CitedRun:
+    """One cited entry, or a run of progress entries of one job shown as one row."""
+
+    first: Cited
+    rest: list[Cited] = field(default_factory=list)
+
+    @property
+    def last(self) -> Cited:
+        return self.rest[-1] if self.rest else self.first
+
+
+def merge_stretches(findings: list[Finding]) -> list[Finding]:
+    """One stall is one finding: findings of one allocation, category, bearer and currency
+    whose times touch (one ends where the next begins: a stretch split by the billing hour)
+    become one, their amounts, GPU-seconds, stretches, lines and cited entries added up.
+    The result is in time order (start, then allocation and category), numbered from 1."""
+    ordered = sorted(findings, key=lambda f: (f.start, f.allocation_id or "", f.category))
+    merged: list[Finding] = []
+    for f in ordered:
+        into = next(
+            (
+                m
+                for m in reversed(merged)
+                if m.end == f.start
+                and (m.allocation_id, m.category, m.bearer, m.currency)
+                == (f.allocation_id, f.category, f.bearer, f.currency)
+            ),
+            None,
+        )
+        if into is None:
+            merged.append(replace(f, line_ids=f.line_ids or (f.line_id,)))
+            continue
+        cited = {c.seq: c for c in [*into.cited, *f.cited]}
+        lines = tuple(dict.fromkeys([*into.line_ids, *(f.line_ids or (f.line_id,))]))
+        merged[merged.index(into)] = replace(
+            into,
+            amount=str(Decimal(into.amount) + Decimal(f.amount)),
+            gpu_seconds=into.gpu_seconds + f.gpu_seconds,
+            end=f.end,
+            stretches=_joined_stretches(into.stretches, f.stretches),
+            cited=[cited[k] for k in sorted(cited)],
+            line_ids=lines,
+            line_id=", ".join(lines),
+        )
+    return [replace(f, number=n) for n, f in enumerate(merged, 1)]
+
+
+def _joined_stretches(
+    a: list[tuple[str, str, int]], b: list[tuple[str, str, int]]
+) -> list[tuple[str, str, int]]:
+    """Stretches in order, one that ends where the next (of as many GPUs) begins made one."""
+    out: list[tuple[str, str, int]] = []
+    for s, e, g in sorted([*a, *b]):
+        if out and out[-1][1] == s and out[-1][2] == g:
+            out[-1] = (out[-1][0], e, g)
+        else:
+            out.append((s, e, g))
+    return out
+
+
+#: How long the provider is asked to take to credit the claim, after the invoice's last
+#: billed period.
+DUE_DAYS = 30
 
 
 @dataclass
@@ -124,7 +214,7 @@ class Totals:
 
     def text(self, value: Decimal) -> str:
         money = Money.of(int(value.scaleb(minor_unit(self.currency))), currency=self.currency)
-        return f"{money} {self.currency}".strip()
+        return f"{money.grouped()} {self.currency}".strip()  # the pages' one money format
 
 
 @dataclass
@@ -138,6 +228,22 @@ class Letter:
     withheld: int
     totals: list[Totals]
     findings: list[Finding] = field(default_factory=list)
+    due: str = ""  # the date the credit is asked for by (DUE_DAYS after the last billed period)
+
+    def request(self) -> str:
+        """What the letter asks for: the credit, against which invoice, by when."""
+        asked = [t.text(t.claimed) for t in self.totals if t.claimed]
+        if not asked:
+            return ""
+        by = f" by {self.due}" if self.due else ""
+        return (
+            f"Please credit {' and '.join(asked)} against invoice {self.invoice_id}{by}, "
+            "or answer each finding below with the evidence you rely on."
+        )
+
+    def largest(self) -> list[Finding]:
+        """The findings, the largest amount first (ties: in time order)."""
+        return sorted(self.findings, key=lambda f: (-Decimal(f.amount), f.number))
 
     def sentence(self) -> str:
         """The letter's one sentence: how much of the invoice is disputed, and why in short."""
@@ -219,6 +325,8 @@ def build_letter(checked: VerifiedPacket, signer: str) -> Letter:
         tally.provider += amount if claim["bearer"] == "provider" else 0
         tally.disputed += amount if claim["bearer"] == "disputed" else 0
         findings.append(_finding(number, claim, checked.cited, periods))
+    ends = [parse_time(e) for _, e in periods.values() if e]
+    due = (iso(max(ends) + DUE_DAYS * 86_400_000_000) or "")[:10] if ends else ""
     return Letter(
         checked.tenant,
         checked.invoice_id,
@@ -228,7 +336,8 @@ def build_letter(checked: VerifiedPacket, signer: str) -> Letter:
         checked.tenant_entries + checked.fleet_entries,
         checked.withheld,
         [totals[c] for c in sorted(totals)],
-        findings,
+        merge_stretches(findings),
+        due,
     )
 
 
@@ -314,6 +423,8 @@ def summary(letter: Letter) -> str:
     """The letter as text: its sentence, totals and one line per finding, each line escaped
     for the terminal (a newline or U+202E in an id adds no line and reverses no figure)."""
     out = [letter.sentence()]
+    if letter.request():
+        out.append(letter.request())
     for t in letter.totals:
         out.append(
             f"  billed {t.text(t.billed)} · provider-borne {t.text(t.provider)} · disputed {t.text(t.disputed)}"
@@ -322,7 +433,7 @@ def summary(letter: Letter) -> str:
     for f in letter.findings:
         out.append(
             f"  {f.number}. {f.start} → {f.end}  {f.category} ({f.bearer})  {f.amount} {f.currency}  "
-            f"line {f.line_id}, allocation {f.allocation_id}; {f.rule_place}; "
+            f"line {f.lines_text}, allocation {f.allocation_id}; {f.rule_place}; "
             f"cites seq {', '.join(str(c.seq) for c in f.cited)}"
         )
     return "\n".join(terminal_safe(line) for line in out)

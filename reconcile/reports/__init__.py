@@ -36,6 +36,7 @@ from rich.text import Text
 
 from ledger import Store
 from reconcile.engine.pipeline import Pipeline
+from reconcile.engine.scope import ALL_TIME, Period
 from reconcile.reports import (
     capacity,
     envelope,
@@ -46,7 +47,8 @@ from reconcile.reports import (
     promises,
     serving,
 )
-from schemas.display import DataTable, spreadsheet_safe, terminal_safe
+from reconcile.reports.numbers import percent
+from schemas.display import DataTable, data_text, spreadsheet_safe, terminal_safe
 from schemas.documents.reports import REPORT_DOCUMENTS
 from schemas.errors import BadInput
 
@@ -59,11 +61,15 @@ Loaded = Pipeline
 
 @contextmanager
 def loaded(
-    store: Store, tenant: str | None = None, threads: int | None = None
+    store: Store,
+    tenant: str | None = None,
+    threads: int | None = None,
+    period: Period = ALL_TIME,
 ) -> Iterator[Pipeline]:
     """One consistent snapshot of the store (with `tenant`: its entries and the fleet's), in
-    memory, as a pipeline: its relations built as the reports ask for them."""
-    with Pipeline.of_store(store, tenant, threads, sized=False) as pipe:
+    memory, as a pipeline: its relations built as the reports ask for them, its lines, jobs
+    and promises those of `period` (scope.Period)."""
+    with Pipeline.of_store(store, tenant, threads, sized=False, period=period) as pipe:
         yield pipe
 
 
@@ -291,9 +297,16 @@ def build_report(
     return spec.build(data, tenant, **{o.name: given.get(o.name, o.default) for o in spec.options})
 
 
-def report(store: Store, name: str, tenant: str | None = None, **options: Any) -> dict[str, Any]:
-    """One report of the store (`name`: one of REPORTS, or serving, outcomes' serving view)."""
-    with loaded(store, tenant) as data:
+def report(
+    store: Store,
+    name: str,
+    tenant: str | None = None,
+    period: Period = ALL_TIME,
+    **options: Any,
+) -> dict[str, Any]:
+    """One report of the store (`name`: one of REPORTS, or serving, outcomes' serving view),
+    of the jobs, promises and lines of `period` (capacity's window is its own options)."""
+    with loaded(store, tenant, period=period) as data:
         return build_report(data, name, tenant, **options)
 
 
@@ -574,7 +587,7 @@ def _capacity_table(doc: dict[str, Any]) -> Table:
 
 
 def _share(share: float | None, part: int, whole: int) -> str:
-    return "–" if share is None else f"{share:.0%} ({part}/{whole})"
+    return "–" if share is None else f"{percent(share)} ({part}/{whole})"
 
 
 def _outcome_table(doc: dict[str, Any]) -> Table:
@@ -603,7 +616,7 @@ def _outcome_table(doc: dict[str, Any]) -> Table:
             str(t["completed_runs"]),
             pair(t["time_to_first_usable_allocation_s"]),
             pair(t["step_time_s"]),
-            "–" if ratio is None else f"{ratio:.2%}",
+            percent(ratio),
             pair(t["completed_run_time_s"]),
             " ".join(f"{_text(c['cost_per_completed_run'])} {cur}" for cur, c in costs),
             " ".join(f"{_text(c['cost_per_accepted_result'])} {cur}" for cur, c in costs),
@@ -666,9 +679,19 @@ def _placement_tables(doc: dict[str, Any]) -> list[Table | Text]:
         "reading",
         title="does all_reduce busbw (largest size) rank the step-time p50? (ρ < 0: more bandwidth, shorter steps)",
     )
+    few = placement.FEW_POINTS
     for p in doc["prediction"]:
-        rho.add_row(p["placement_class"], str(p["n"]), _text(p["spearman"]), p["reading"])
-    return [rows, summary, rho]
+        small = p["spearman"] is not None and p["n"] < few
+        rho.add_row(
+            p["placement_class"],
+            str(p["n"]),
+            _text(p["spearman"]) + (" †" if small else ""),
+            p["reading"],
+        )
+    parts: list[Table | Text] = [rows, summary, rho]
+    if any(p["spearman"] is not None and p["n"] < few for p in doc["prediction"]):
+        parts.append(data_text(f"† over fewer than {few} points: a hint, not a measure"))
+    return parts
 
 
 def _serving_table(doc: dict[str, Any]) -> Table:

@@ -54,6 +54,7 @@ from reconcile.engine.figures import percentiles_sql, seconds
 from reconcile.engine.pipeline import Pipeline
 from reconcile.engine.result import Reconciliation
 from reconcile.reports import outcomes, promises
+from reconcile.reports.numbers import percent, rate
 from schemas.display import DataTable, data_text
 from schemas.money import Money
 
@@ -345,8 +346,8 @@ def tables(doc: dict[str, Any]) -> list[Table | Text]:
             "–" if made is None else f"{made['missed']}/{made['promises']}",
             "–"
             if g["restart_rate"] is None
-            else f"{g['restart_rate']} ({g['restarts']}/{g['started']})",
-            "–" if ratio is None else f"{ratio:.2%}",
+            else f"{rate(g['restart_rate'])} ({g['restarts']}/{g['started']})",
+            percent(ratio),
             " ".join(f"{_text(c['cost_per_completed_run'])} {cur}" for cur, c in costs) or "–",
             " ".join(f"{_text(c['cost_per_accepted_result'])} {cur}" for cur, c in costs) or "–",
         )

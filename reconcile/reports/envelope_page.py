@@ -1,30 +1,46 @@
 """`gpuledger report envelope --format html`: the envelope as one self-contained page.
 
-Bar charts are inline SVG drawn by templates/envelope.html.j2 (no script, nothing
-fetched): per group, the promised figure beside the observed one where promises exist.
-Only a bar's length in pixels is rounded; every figure shown is the report's own text.
+What a buyer asks first comes first: how often each provider missed its promises (the
+miss rate) and by how much (the signed start delay: late is positive, early negative),
+then the waits, restarts, checkpoint overhead and costs. Bar charts are inline SVG drawn
+by templates/envelope.html.j2 (no script, nothing fetched), each with an axis, its ticks
+and its unit, and narrow enough (CHART_W) to be read at 420 px without shrinking its text.
+
+A figure over a small sample (a p95 or a rate over fewer than SMALL_SAMPLE promises or
+jobs) carries the caveat marker CAVEAT, on the chart and in the table, with the reason.
+Durations are shown as people read them (numbers.duration), ratios as percentages; only a
+bar's length in pixels is rounded.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from reconcile.reports.numbers import duration, percent, rate
 from reconcile.reports.pages import environment
 
 TEMPLATES = Path(__file__).with_name("templates")
 
-#: Chart geometry (SVG user units): label column, plot, room for the figure on the right.
-LABEL_W, PLOT_W, VALUE_W, BAR_H, GAP = 260, 420, 140, 14, 10
+#: Chart geometry (SVG user units = CSS px): a row's label sits above its bars, so the chart
+#: is only as wide as its plot and the figure beside the longest bar.
+CHART_W, PLOT_X, PLOT_W, LABEL_H, BAR_H, GAP, AXIS_H = 400, 8, 250, 16, 16, 8, 40
+
+#: Fewer promises (or jobs) than this, and a p95 or a rate is flagged as a small sample.
+SMALL_SAMPLE = 20
+CAVEAT = "†"
 
 
 @dataclass
 class Bar:
-    kind: str  # "promised" or "observed"
-    text: str
+    kind: str  # "observed", "promised" or "missed"
+    text: str  # the figure as shown
+    x: int
     width: int
+    small: bool = False  # over a small sample: flagged with CAVEAT
 
 
 @dataclass
@@ -34,89 +50,224 @@ class Row:
 
 
 @dataclass
+class Tick:
+    x: int
+    text: str
+
+
+@dataclass
 class Chart:
+    key: str  # what the chart shows, for a reader of the page's DOM (data-chart)
     title: str
-    unit: str
+    axis: str  # the axis's title, with its unit
     rows: list[Row] = field(default_factory=list)
+    ticks: list[Tick] = field(default_factory=list)
+    zero: int = PLOT_X
+
+    width: int = CHART_W
+    label_h: int = LABEL_H
+    bar_h: int = BAR_H
+    gap: int = GAP
 
     @property
-    def width(self) -> int:
-        return LABEL_W + PLOT_W + VALUE_W
+    def plot_top(self) -> int:
+        return GAP
+
+    @property
+    def axis_y(self) -> int:
+        return GAP + sum(LABEL_H + len(r.bars) * BAR_H + GAP for r in self.rows)
 
     @property
     def height(self) -> int:
-        return sum(len(r.bars) * BAR_H + GAP for r in self.rows) + GAP
+        return self.axis_y + AXIS_H
+
+    def row_y(self, index: int) -> int:
+        """The top of row `index` (its label's line)."""
+        return GAP + sum(LABEL_H + len(r.bars) * BAR_H + GAP for r in self.rows[:index])
+
+
+Value = tuple[str, Fraction | None, str, bool]  # kind, value, its text, small sample
 
 
 def _label(doc: dict[str, Any], group: dict[str, Any]) -> str:
     return " · ".join(str(group[k]) for k in doc["by"])
 
 
-def _chart(title: str, unit: str, rows: list[tuple[str, list[tuple[str, Any]]]]) -> Chart:
-    """Bars scaled to the largest value of the chart; a value of None has no bar (and no row if
-    all its values are None); negative values draw as an empty bar with their figure."""
-    values = [Fraction(str(v)) for _, bars in rows for _, v in bars if v is not None]
-    biggest = max([v for v in values if v > 0], default=Fraction(0))
-    chart = Chart(title, unit)
+def _chart(
+    key: str,
+    title: str,
+    axis: str,
+    rows: list[tuple[str, list[Value]]],
+    shown: Callable[[Fraction], str],
+) -> Chart:
+    """Bars on one scale from min(0, lowest) to max(0, highest), each from zero to its value
+    (a negative one to the left of the zero line); a row whose values are all None is left
+    out. The axis has ticks at its ends and at zero, in the chart's own format."""
+    values = [v for _, bars in rows for _, v, _, _ in bars if v is not None]
+    lo, hi = min([Fraction(0), *values]), max([Fraction(0), *values])
+    span = hi - lo or Fraction(1)
+
+    def px(v: Fraction) -> int:
+        return PLOT_X + round((v - lo) * PLOT_W / span)
+
+    zero = px(Fraction(0))
+    chart = Chart(key, title, axis, zero=zero)
     for label, bars in rows:
-        drawn = [
-            Bar(kind, str(v), _px(Fraction(str(v)), biggest)) for kind, v in bars if v is not None
-        ]
+        drawn = []
+        for kind, v, text, small in bars:
+            if v is None:
+                continue
+            end = px(v)
+            x, width = min(zero, end), abs(end - zero)
+            drawn.append(Bar(kind, text, x, max(width, 1) if v != 0 else 0, small))
         if drawn:
             chart.rows.append(Row(label, drawn))
+    ends = sorted({lo, Fraction(0), hi})
+    chart.ticks = [Tick(px(v), shown(v)) for v in ends]
     return chart
 
 
-def _px(value: Fraction, biggest: Fraction) -> int:
-    return 0 if biggest <= 0 or value <= 0 else max(int(value * PLOT_W / biggest), 1)
+def _f(value: Any) -> Fraction | None:
+    return None if value is None else Fraction(str(value))
+
+
+def _dur(value: Fraction) -> str:
+    return duration(value)
+
+
+def miss_rate(promises: dict[str, Any]) -> Fraction | None:
+    """Missed over promises decided (met or missed; pending ones are not yet either)."""
+    decided = promises["met"] + promises["missed"]
+    return Fraction(promises["missed"], decided) if decided else None
 
 
 def charts(doc: dict[str, Any]) -> list[Chart]:
     groups = doc["groups"]
     made = [(g, g["promises"]) for g in groups if g["promises"]]
+
+    def small_p(p: dict[str, Any]) -> bool:
+        return bool(p["promises"] < SMALL_SAMPLE)
+
     out = [
         _chart(
-            "Start, p95: from the promise to the job's first start",
-            "s",
+            "miss_rate",
+            "Promises missed: missed ÷ (met + missed)",
+            "share of promises missed (%)",
             [
                 (
                     _label(doc, g),
                     [
-                        ("promised", p["promised_start_s"]["p95"]),
-                        ("observed", p["observed_start_s"]["p95"]),
+                        (
+                            "missed",
+                            miss_rate(p),
+                            f"{percent(miss_rate(p))} ({p['missed']} of {p['met'] + p['missed']})",
+                            small_p(p),
+                        )
                     ],
                 )
                 for g, p in made
             ],
+            lambda v: percent(v, 0),
         ),
         _chart(
-            "Completion, p95: from the promise to the job's first completion",
-            "s",
+            "start_delay",
+            "Start delay, p95: the job's first start minus the promised start (late is positive)",
+            "delay (d, h, min, s; negative: early)",
             [
                 (
                     _label(doc, g),
                     [
-                        ("promised", p["promised_completion_s"]["p95"]),
-                        ("observed", p["observed_completion_s"]["p95"]),
+                        (
+                            "observed",
+                            _f(p["start_delay_s"]["p95"]),
+                            duration(p["start_delay_s"]["p95"]),
+                            p["start_delay_s"]["n"] < SMALL_SAMPLE,
+                        )
                     ],
                 )
                 for g, p in made
             ],
+            _dur,
         ),
         _chart(
+            "completion_delay",
+            "Completion delay, p95: first completion minus the promised one (late is positive)",
+            "delay (d, h, min, s; negative: early)",
+            [
+                (
+                    _label(doc, g),
+                    [
+                        (
+                            "observed",
+                            _f(p["completion_delay_s"]["p95"]),
+                            duration(p["completion_delay_s"]["p95"]),
+                            p["completion_delay_s"]["n"] < SMALL_SAMPLE,
+                        )
+                    ],
+                )
+                for g, p in made
+            ],
+            _dur,
+        ),
+        _chart(
+            "start_wait",
             "Start wait, p95: submission to first start (every job)",
-            "s",
-            [(_label(doc, g), [("observed", g["start_wait_s"]["p95"])]) for g in groups],
+            "wait (d, h, min, s)",
+            [
+                (
+                    _label(doc, g),
+                    [
+                        (
+                            "observed",
+                            _f(g["start_wait_s"]["p95"]),
+                            duration(g["start_wait_s"]["p95"]),
+                            g["start_wait_s"]["n"] < SMALL_SAMPLE,
+                        )
+                    ],
+                )
+                for g in groups
+            ],
+            _dur,
         ),
         _chart(
+            "restart_rate",
             "Restart rate: restarts per started job",
-            "",
-            [(_label(doc, g), [("observed", g["restart_rate"])]) for g in groups],
+            "restarts per started job",
+            [
+                (
+                    _label(doc, g),
+                    [
+                        (
+                            "observed",
+                            _f(g["restart_rate"]),
+                            rate(g["restart_rate"]),
+                            g["started"] < SMALL_SAMPLE,
+                        )
+                    ],
+                )
+                for g in groups
+            ],
+            lambda v: rate(v, 2),
         ),
         _chart(
-            "Checkpoint overhead: checkpoint GPU-seconds ÷ billed",
-            "",
-            [(_label(doc, g), [("observed", g["checkpoint_overhead"]["ratio"])]) for g in groups],
+            "checkpoint_overhead",
+            "Checkpoint overhead: checkpoint GPU-seconds ÷ billed GPU-seconds",
+            "share of billed GPU time (%)",
+            [
+                (
+                    _label(doc, g),
+                    [
+                        (
+                            "observed",
+                            _f(g["checkpoint_overhead"]["ratio"]),
+                            percent(g["checkpoint_overhead"]["ratio"]),
+                            False,
+                        )
+                    ],
+                )
+                for g in groups
+            ],
+            lambda v: percent(v, 1),
         ),
     ]
     for currency in sorted({c for g in groups for c in g["cost"]}):
@@ -126,12 +277,24 @@ def charts(doc: dict[str, Any]) -> list[Chart]:
         ):
             out.append(
                 _chart(
+                    f"{name}/{currency}",
                     f"{title} ({currency or 'no currency'})",
-                    currency,
+                    f"amount ({currency or 'no currency'})",
                     [
-                        (_label(doc, g), [("observed", (g["cost"].get(currency) or {}).get(name))])
+                        (
+                            _label(doc, g),
+                            [
+                                (
+                                    "observed",
+                                    _f((g["cost"].get(currency) or {}).get(name)),
+                                    f"{(g['cost'].get(currency) or {}).get(name)} {currency}",
+                                    False,
+                                )
+                            ],
+                        )
                         for g in groups
                     ],
+                    lambda v: f"{v.numerator // v.denominator:,}",
                 )
             )
     return [c for c in out if c.rows]
@@ -139,7 +302,14 @@ def charts(doc: dict[str, Any]) -> list[Chart]:
 
 def html(doc: dict[str, Any]) -> str:
     env = environment(TEMPLATES)
-    geometry = {"label_w": LABEL_W, "plot_w": PLOT_W, "bar_h": BAR_H, "gap": GAP}
-    return env.get_template("envelope.html.j2").render(
-        doc=doc, charts=charts(doc), geometry=geometry
+    env.globals.update(
+        duration=duration,
+        percent=percent,
+        rate=rate,
+        miss_rate=miss_rate,
+        small=SMALL_SAMPLE,
+        caveat=CAVEAT,
+        group_label=_label,
+        group_key=lambda doc, g: "/".join(str(g[k]) for k in doc["by"]),
     )
+    return env.get_template("envelope.html.j2").render(doc=doc, charts=charts(doc))

@@ -33,6 +33,30 @@ BEARER_MEANING = {
     "explains why); to be settled between provider and customer.",
 }
 
+#: Each term in one sentence a non-specialist can read, said before the rule that decides it.
+PLAIN = {
+    "unallocated": "Billed GPU time the customer was never given: more GPUs than it was "
+    "granted, or time outside its allocation.",
+    "double_billed": "GPU time billed twice: an earlier line already bills it.",
+    "reclaimed": "GPU time billed after the provider took the GPUs back (a preemption, "
+    "reclaim or eviction) and its notice had run out.",
+    "checkpoint": "GPU time the job spent saving its checkpoints.",
+    "restart_lost": "Work done since the last checkpoint before a failure, lost with it and "
+    "done again.",
+    "restart_recovery": "GPU time from a failure until the job was working again.",
+    "productive": "GPU time the job was making progress: the time the customer pays for.",
+    "stalled_fault": "GPU time the job stood still while a critical fault was open on its "
+    "GPUs, node or fabric.",
+    "startup": "GPU time from the grant to the job's first progress, within the agreed "
+    "warm-up allowance.",
+    "idle_reserved": "GPU time the customer held with no job running on it.",
+    "idle_unexplained": "GPU time a job ran without making progress, with nothing in the "
+    "evidence to say why.",
+    "money_only": "Money billed on a line that bills no GPU time (a fee or a credit).",
+    "unbilled": "GPU time the customer held that no billing line bills: revenue the provider "
+    "is missing, not part of any invoice.",
+}
+
 #: Terms explained beside the billed categories: time that no line bills.
 EXTRA_TERMS = ("unbilled",)
 
@@ -44,6 +68,7 @@ class Explanation:
     rule_place: str  # where RULES.md decides it
     rule: tuple[str, ...]  # the rule's text, as RULES.md words it
     bearer_rule: tuple[str, ...]  # the Bearers clauses that name it
+    plain: str = ""  # the term in one plain sentence (PLAIN), said first
 
 
 class UnknownTerm(BadInput, ValueError):
@@ -72,7 +97,12 @@ def explain(term: str, rules_text: str | None = None) -> Explanation:
         chosen = [i for i in rules if i.section == first and named in i.text]
     bearers = tuple(dict.fromkeys(label.bearer for label in LABELS if label.category == term))
     return Explanation(
-        term, bearers, _place(chosen), tuple(i.text for i in chosen), _bearer_clauses(every, named)
+        term,
+        bearers,
+        _place(chosen),
+        tuple(i.text for i in chosen),
+        _bearer_clauses(every, named),
+        PLAIN.get(term, ""),
     )
 
 
@@ -119,7 +149,8 @@ def _term_text(e: Explanation, width: int) -> str:
     head = e.term + (
         f"  (bearer: {' or '.join(e.bearers)})" if e.bearers else "  (not billed: no bearer)"
     )
-    body = [f"decided by {e.rule_place}:"] + [f"  {r}" for r in e.rule]
+    body = ([e.plain] if e.plain else []) + [f"the rule, decided by {e.rule_place}:"]
+    body += [f"  {r}" for r in e.rule]
     if e.bearer_rule:
         body += ["borne by:"] + [f"  {c}" for c in e.bearer_rule]
     wrapped = [

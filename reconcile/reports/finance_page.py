@@ -32,7 +32,7 @@ from reconcile.engine.placement import PLACEMENT_STATES as STATES
 from reconcile.engine.result import BEARERS, Cell, Reconciliation
 from reconcile.engine.rules import SECOND
 from reconcile.reports.explain import BEARER_MEANING, explain, terms
-from reconcile.reports.numbers import HOUR_US, exact_number, hours, number
+from reconcile.reports.numbers import HOUR_US, hours, number, percent
 from reconcile.reports.pages import environment
 from schemas.money import Money
 
@@ -43,21 +43,23 @@ LARGEST_FINDINGS = 10
 #: Bar geometry (SVG user units): label column, plot, room for the total on the right.
 LABEL_W, PLOT_W, TOTAL_W, BAR_H, GAP = 210, 540, 170, 18, 6
 
-#: A colour per category: the provider's in reds, the customer's in blues and greens,
-#: disputed in amber, money with no GPU time in grey.
+#: A colour per category, distinct for colour-blind readers: the Okabe–Ito palette (black,
+#: vermillion, reddish purple, orange, blue, bluish green, sky blue, yellow) with Paul Tol's
+#: wine and teal, and greys for time held idle and money with no GPU time. No two categories
+#: share a hue family; each also has its name in the legend, so colour is never the only cue.
 COLOURS = {
-    "unallocated": "#8e1b16",
-    "double_billed": "#c0392b",
-    "reclaimed": "#e0645a",
-    "restart_lost": "#f08a5d",
-    "restart_recovery": "#f6b38e",
-    "stalled_fault": "#b3261e",
-    "checkpoint": "#6b8fd6",
-    "productive": "#2e9d57",
-    "startup": "#56a3e8",
-    "idle_reserved": "#9cc3ea",
-    "idle_unexplained": "#e8a33d",
-    "money_only": "#9aa5b1",
+    "unallocated": "#000000",
+    "double_billed": "#D55E00",
+    "reclaimed": "#CC79A7",
+    "restart_lost": "#E69F00",
+    "restart_recovery": "#882255",
+    "stalled_fault": "#44AA99",
+    "checkpoint": "#0072B2",
+    "productive": "#009E73",
+    "startup": "#56B4E9",
+    "idle_reserved": "#999999",
+    "idle_unexplained": "#F0E442",
+    "money_only": "#DDDDDD",
 }
 
 
@@ -428,6 +430,74 @@ def placement_rows(result: Reconciliation) -> list[PlacementRow]:
     return rows
 
 
+@dataclass
+class Headline:
+    """What finance reads first, for one currency (or one invoice, or one month): the money
+    billed, the credit due (provider-borne: the provider should not have charged it) and
+    the amount in dispute (disputed: the rules cannot say whose), in cents."""
+
+    label: str
+    currency: str
+    minor: int
+    billed: int = 0
+    credit_due: int = 0
+    in_dispute: int = 0
+    tenant: str = ""
+    invoice_id: str = ""
+
+    def add(self, cell: Cell) -> None:
+        self.minor = cell.minor
+        self.billed += cell.cents
+        if cell.bearer == "provider":
+            self.credit_due += cell.cents
+        elif cell.bearer == "disputed":
+            self.in_dispute += cell.cents
+
+    def shown(self, cents: int) -> str:
+        return Money.of(cents, self.minor).grouped()
+
+    @property
+    def share(self) -> str:
+        """Credit due and in dispute as a share of billed, as a percentage."""
+        return percent(Fraction(self.credit_due + self.in_dispute, self.billed or 1))
+
+
+@dataclass
+class Headlines:
+    currencies: list[Headline]
+    invoices: list[Headline]
+    months: dict[str, list[Headline]]  # currency -> its months, oldest first
+
+
+def headlines(result: Reconciliation) -> Headlines:
+    """Per currency, per invoice and per month (UTC, of each line's billed interval start):
+    billed, credit due and in dispute. Cells' cents add up to each line's rounded amount, so
+    these are the invoices' own rounded figures, added."""
+    per_currency: dict[str, Headline] = {}
+    per_invoice: dict[tuple[str, str, str], Headline] = {}
+    per_month: dict[tuple[str, str], Headline] = {}
+    for cell in result.cells:
+        cur = _currency(cell)
+        per_currency.setdefault(cur, Headline(cur, cur, cell.minor)).add(cell)
+        key = (cell.tenant, cell.invoice_id, cur)
+        per_invoice.setdefault(
+            key,
+            Headline(
+                cell.invoice_id, cur, cell.minor, tenant=cell.tenant, invoice_id=cell.invoice_id
+            ),
+        ).add(cell)
+        month = _day(cell.ps)[:7] if cell.ps is not None else "no period"
+        per_month.setdefault((cur, month), Headline(month, cur, cell.minor)).add(cell)
+    months: dict[str, list[Headline]] = defaultdict(list)
+    for cur, month in sorted(per_month):
+        months[cur].append(per_month[(cur, month)])
+    return Headlines(
+        [per_currency[c] for c in sorted(per_currency)],
+        sorted(per_invoice.values(), key=lambda h: (-(h.credit_due + h.in_dispute), h.label)),
+        dict(months),
+    )
+
+
 def rule_html(text: str) -> str:
     """RULES.md text, escaped, with its `code` spans and **bold** as HTML (the template
     marks the result safe: everything from the text itself is escaped here)."""
@@ -438,8 +508,9 @@ def rule_html(text: str) -> str:
 def render_page(result: Reconciliation, db: str | None = None) -> str:
     env = environment(TEMPLATES, trim_blocks=True, lstrip_blocks=True)
     env.filters["rule"] = rule_html
-    env.globals.update(hours=hours, Money=Money, exact_number=exact_number, safe_name=safe_name)
+    env.globals.update(hours=hours, Money=Money, number=number, safe_name=safe_name)
     return env.get_template("finance.html.j2").render(
+        headlines=headlines(result),
         invoices=result.invoices(),
         tenants=tenant_rows(result),
         charts=charts(result),

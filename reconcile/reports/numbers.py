@@ -5,6 +5,7 @@ page (finance_page.py) alike, so neither imports the other for its number format
 from __future__ import annotations
 
 from decimal import ROUND_HALF_EVEN, Decimal, localcontext
+from fractions import Fraction
 
 from reconcile.engine.money import exact_text, places_of
 
@@ -28,3 +29,65 @@ def exact_number(value: Decimal, minor: int) -> str:
 
 def hours(gpu_us: int) -> str:
     return number(Decimal(gpu_us) / HOUR_US, 2)
+
+
+# -- the one format of each other kind of figure, for people (terminal tables and pages) ---
+#
+# Machine outputs (JSON, CSV, Parquet) keep ratios as ratios, in fields named *_ratio or
+# *_rate, and durations in seconds (*_s); what people read shows a ratio as a percentage
+# with PERCENT_PLACES decimals, a rate with RATE_PLACES, and a duration in days, hours,
+# minutes and seconds (docs/reports.md, "Number formats").
+
+PERCENT_PLACES = 2
+RATE_PLACES = 4
+
+
+def percent(ratio: Decimal | Fraction | float | int | None, places: int = PERCENT_PLACES) -> str:
+    """A ratio as people read it: 0.023444 -> "2.34 %" (half-even); None -> "–"."""
+    if ratio is None:
+        return "–"
+    value = _exact(ratio) * 100
+    return f"{number(value, places)} %"
+
+
+def rate(value: Decimal | Fraction | float | int | None, places: int = RATE_PLACES) -> str:
+    """A rate (restarts per run, …) with fixed decimals: 0 -> "0.0000", 0.11666 -> "0.1167"."""
+    if value is None:
+        return "–"
+    return number(_exact(value), places)
+
+
+def duration(seconds: Decimal | Fraction | float | int | None) -> str:
+    """Seconds as people read them, the two largest units: 128303 -> "1 d 11 h",
+    4320 -> "1 h 12 min", 95 -> "1 min 35 s", 7.5 -> "7.5 s"; a negative duration
+    (early) keeps its sign: -300 -> "−5 min"."""
+    if seconds is None:
+        return "–"
+    value = _exact(seconds)
+    sign = "−" if value < 0 else ""
+    value = abs(value)
+    if value < 60:
+        shown = number(value, 0 if value == value.to_integral_value() else 1)
+        return f"{sign}{shown} s"
+    whole = int(value.to_integral_value(ROUND_HALF_EVEN))
+    parts: list[str] = []
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60), ("s", 1)):
+        count, whole = divmod(whole, size)
+        if count or parts:
+            parts.append(f"{count} {unit}")
+        if len(parts) == 2:
+            break
+    parts = [p for p in parts if not p.startswith("0 ")] or parts[:1]
+    return sign + " ".join(parts)
+
+
+def _exact(value: Decimal | Fraction | float | int) -> Decimal:
+    if isinstance(value, Decimal):
+        return value
+    if isinstance(value, Fraction):
+        with localcontext() as ctx:
+            ctx.prec = 60
+            return Decimal(value.numerator) / Decimal(value.denominator)
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    return Decimal(value)

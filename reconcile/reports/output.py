@@ -15,7 +15,8 @@ from rich.table import Column, Table
 
 from reconcile.engine.result import InvoiceTotal, Reconciliation
 from reconcile.reports.finance_page import render_page
-from reconcile.reports.numbers import exact_number, hours
+from reconcile.reports.numbers import hours
+from reconcile.reports.numbers import number as grouped
 from schemas.display import FIGURE_RE2, FORMULA_STARTS, DataTable
 from schemas.errors import BadInput
 from schemas.money import Money
@@ -78,7 +79,7 @@ def _invoice_rows(invoice: InvoiceTotal) -> list[Row]:
                 "total billed",
                 "",
                 hours(billed_us),
-                exact_number(invoice.billed_exact, minor),
+                grouped(invoice.billed_exact, minor),
             ),
             "bold",
         ),

@@ -42,6 +42,19 @@ def _marked(char: str) -> str:
     return f'<span class="ctl">{visible_escape(char)}</span>'
 
 
+#: The one stylesheet of every page (page.css), inlined in each page's <style>.
+PAGE_CSS = Path(__file__).with_name("page.css")
+
+
+def page_css() -> Markup:
+    """page.css's text, for a template's `<style>{{ page_css }}</style>` (our own file, so
+    it is markup; it holds no `</style>`)."""
+    text = PAGE_CSS.read_text()
+    if "</" in text:
+        raise ValueError(f"{PAGE_CSS}: a stylesheet may not hold '</'")
+    return Markup(text)
+
+
 def environment(templates: Path, **options: Any) -> jinja2.Environment:
     """The pages' Jinja environment over the folder `templates` (`options`: whitespace control)."""
     env = jinja2.Environment(
@@ -52,4 +65,5 @@ def environment(templates: Path, **options: Any) -> jinja2.Environment:
         **options,
     )
     env.filters["bdi"] = bdi
+    env.globals["page_css"] = page_css()
     return env

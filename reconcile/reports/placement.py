@@ -52,6 +52,8 @@ PROBE_TEST = "all_reduce_perf"
 #: ρ at or below this reads "predicts": more bus bandwidth, shorter steps
 PREDICTS_AT = Fraction(-1, 2)
 MIN_POINTS = 3
+#: Fewer points than this, and a ρ shown is flagged as a small sample (†).
+FEW_POINTS = 10
 #: places of the correlation as shown (its exact square is given beside it)
 SHOWN_PLACES = 6
 #: pairs named in the one-line reason before "and N more"
