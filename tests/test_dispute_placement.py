@@ -20,11 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from ledger import Store
 from ledger.note import Signer
 from reconcile.packets.dispute import PacketError, build_dispute, verify_dispute
 from reconcile.packets.letter import build_letter, render_html, summary
+from schemas.canonical import canonical_event
+from schemas.events import validate_event
 from tests import multinode_scenarios as sc
 from tests.reconcile_helpers import ingest
 
@@ -172,3 +175,41 @@ def test_a_letter_without_placement_claims_has_no_such_section(tmp_path: Path) -
     assert packet["placement_claims"] == []
     page = render_html(build_letter(verify_dispute(packet, signer.verifier), "k"))
     assert "Placement not as sold" not in page
+
+
+# -- placement_credit_share, a declared field of policy.terms (DESIGN §2) ----------------
+
+
+def terms(share: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {"tenant": "acme"}
+    if share is not None:
+        data["placement_credit_share"] = share
+    return {
+        "specversion": "1.0",
+        "id": "t1",
+        "source": "billing://x",
+        "type": "policy.terms",
+        "time": "2026-01-05T09:00:00Z",
+        "data": data,
+    }
+
+
+@pytest.mark.parametrize("share", ["0", "0.5", "1", "1.00", "0.125", 0, 1])
+def test_placement_credit_share_in_zero_to_one_is_accepted(share: Any) -> None:
+    stored = json.loads(canonical_event(validate_event(terms(share))))
+    assert stored["data"]["placement_credit_share"] == str(share)
+
+
+@pytest.mark.parametrize("share", ["1.5", "-0.1", "2", 0.5, "half", "0.123456789012"])
+def test_placement_credit_share_out_of_bounds_or_not_decimal_text_is_refused(
+    share: Any,
+) -> None:
+    with pytest.raises(ValidationError, match="placement_credit_share"):
+        validate_event(terms(share))
+
+
+def test_terms_without_a_share_keep_their_bytes() -> None:
+    """Absent means "1" (DESIGN §2), and is not filled in: terms written before the field
+    was declared are stored as they were."""
+    stored = json.loads(canonical_event(validate_event(terms(None))))
+    assert "placement_credit_share" not in stored["data"]
