@@ -1359,6 +1359,7 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
         category_table,
         change_lines,
         envelope_table,
+        placement_claim_line,
         placement_lines,
         receipts_line,
         run_demo_outputs,
@@ -1366,7 +1367,7 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
         totals_line,
     )
 
-    config = SimConfig(seed=seed)
+    config = SimConfig(seed=seed, multinode=True)
     out.mkdir(parents=True, exist_ok=True)
     manifest = _demo_simulate(config, out / "sim")
     _say(
@@ -1418,6 +1419,7 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
         _say(f"  {line}")
     first, rho = placement_lines(done.reports["placement"])
     _say(f"10 placement: {first}")
+    _say(f"  {placement_claim_line(done.result)}")
     _say(f"  {rho}")
     _say(f"11 serving: {reports / 'serving.csv'}")
     stdout.print(serving_table(done.reports["outcomes"]))
