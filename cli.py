@@ -1273,6 +1273,7 @@ def _sim_config(
     scale: float,
     start: str,
     rates: dict[str, float | None],
+    multinode: bool = False,
 ) -> SimConfig:
     try:
         chosen = Rates(**{k: v for k, v in rates.items() if v is not None})
@@ -1284,6 +1285,7 @@ def _sim_config(
             scale=scale,
             start=start,
             rates=chosen,
+            multinode=multinode,
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None
@@ -1300,10 +1302,19 @@ def _sim_config(
     ),
 )
 @click.option("--dry-run", is_flag=True, help="Count what would be written, and write nothing.")
+@click.option(
+    "--multinode",
+    is_flag=True,
+    help=(
+        "Add a pool of multi-node jobs and gangs, placement captures and credit shares "
+        "(reconcile/RULES.md 11-13), with their truth."
+    ),
+)
 @sim_options
 def simulate_command(
     out: Path,
     dry_run: bool,
+    multinode: bool,
     gpus: int,
     days: int,
     tenants: int,
@@ -1315,7 +1326,7 @@ def simulate_command(
     """Simulate a fleet in the real source formats, with its ground truth (see manifest.json)."""
     from fixtures.sim import count_events, simulate
 
-    config = _sim_config(gpus, days, tenants, seed, scale, start, rates)
+    config = _sim_config(gpus, days, tenants, seed, scale, start, rates, multinode)
     if dry_run:
         for name, count in count_events(config).items():
             click.echo(f"{name}: {count}")
