@@ -1314,6 +1314,7 @@ def _sim_config(
     scale: float,
     start: str,
     rates: dict[str, float | None],
+    multinode: bool = False,
 ) -> SimConfig:
     try:
         chosen = Rates(**{k: v for k, v in rates.items() if v is not None})
@@ -1325,6 +1326,7 @@ def _sim_config(
             scale=scale,
             start=start,
             rates=chosen,
+            multinode=multinode,
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None
@@ -1341,10 +1343,19 @@ def _sim_config(
     ),
 )
 @click.option("--dry-run", is_flag=True, help="Count what would be written, and write nothing.")
+@click.option(
+    "--multinode",
+    is_flag=True,
+    help=(
+        "Add a pool of multi-node jobs and gangs, placement captures and credit shares "
+        "(reconcile/RULES.md 11-13), with their truth."
+    ),
+)
 @sim_options
 def simulate_command(
     out: Path,
     dry_run: bool,
+    multinode: bool,
     gpus: int,
     days: int,
     tenants: int,
@@ -1356,7 +1367,7 @@ def simulate_command(
     """Simulate a fleet in the real source formats, with its ground truth (see manifest.json)."""
     from fixtures.sim import count_events, simulate
 
-    config = _sim_config(gpus, days, tenants, seed, scale, start, rates)
+    config = _sim_config(gpus, days, tenants, seed, scale, start, rates, multinode)
     if dry_run:
         for name, count in count_events(config).items():
             click.echo(f"{name}: {count}")
@@ -1400,6 +1411,7 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
         category_table,
         change_lines,
         envelope_table,
+        placement_claim_line,
         placement_lines,
         receipts_line,
         run_demo_outputs,
@@ -1407,7 +1419,7 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
         totals_line,
     )
 
-    config = SimConfig(seed=seed)
+    config = SimConfig(seed=seed, multinode=True)
     out.mkdir(parents=True, exist_ok=True)
     manifest = _demo_simulate(config, out / "sim")
     _say(
@@ -1459,6 +1471,7 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
         _say(f"  {line}")
     first, rho = placement_lines(done.reports["placement"])
     _say(f"10 placement: {first}")
+    _say(f"  {placement_claim_line(done.result)}")
     _say(f"  {rho}")
     _say(f"11 serving: {reports / 'serving.csv'}")
     stdout.print(serving_table(done.reports["outcomes"]))

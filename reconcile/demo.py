@@ -29,6 +29,7 @@ from ledger import Store
 from ledger.note import Signer, Verifier
 from reconcile.engine import reconcile_store
 from reconcile.engine.money import major_units
+from reconcile.engine.placement import NOT_AS_SOLD
 from reconcile.engine.result import Reconciliation
 from reconcile.engine.rules import CATEGORY_ORDER
 from reconcile.packets.diagnostic import write_packet
@@ -255,6 +256,17 @@ def change_lines(capacity: dict[str, Any]) -> list[str]:
 def _each(windows: list[dict[str, Any]], name: str, part: str | None = None) -> str:
     """One figure of every window, as `before / during / after`."""
     return " / ".join(_text(w[name] if part is None else w[name][part]) for w in windows)
+
+
+def placement_claim_line(result: Reconciliation) -> str:
+    """RULES.md 13: the claim on the lines whose placement was not as sold, per currency
+    (each tenant's rounded as `reconcile --format json` reports it), and how many lines."""
+    money: dict[str, Decimal] = defaultdict(Decimal)
+    for (_tenant, currency), sums in result.placement_sums().items():
+        money[currency] += Decimal(str(sums.money(sums.claim)))
+    lines = sum(1 for state, _share in result.placed().values() if state == NOT_AS_SOLD)
+    claimed = ", ".join(f"{v:,} {c}" for c, v in sorted(money.items()) if v) or "nothing"
+    return f"placement claim: {claimed} on {lines} line(s)"
 
 
 def placement_lines(doc: dict[str, Any]) -> list[str]:

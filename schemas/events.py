@@ -46,6 +46,7 @@ from schemas.types import (
     PositiveGpuCount,
     SafeInt,
     Seconds,
+    Share,
     UtcTime,
     format_money,
     parse_money,
@@ -174,6 +175,15 @@ class PolicyTerms(TenantData):
     warmup_allowance_s: Seconds = DEFAULT_WARMUP_S
     stall_threshold_s: Seconds = DEFAULT_STALL_S
     reclaim_notice_s: Seconds = 0
+    #: RULES.md 13: the share of a not_as_sold line's customer-borne money claimed. Absent
+    #: means "1" (DESIGN §2); it is not filled in, so terms written without it keep their
+    #: canonical bytes.
+    placement_credit_share: Share | None = Field(
+        default=None,
+        description="the share in [0, 1] of a line's customer-borne money claimed when its "
+        'placement was not as sold (RULES.md 13); absent means "1"',
+        json_schema_extra={"default": "1"},
+    )
 
 
 class PolicyPromise(TenantData):

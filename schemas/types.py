@@ -185,6 +185,33 @@ Money = Annotated[
 ]
 #: Money the engine computes with: a billing line's amount.
 Amount = Annotated[Money, AfterValidator(computable_amount), WithJsonSchema(_AMOUNT_SCHEMA)]
+
+
+def unit_share(value: Decimal) -> Decimal:
+    """A share in [0, 1] (placement_credit_share), with at most AMOUNT_DECIMAL_PLACES places."""
+    if not 0 <= value <= 1:
+        raise ValueError(f"{_preview(value)} is not a share in [0, 1]")
+    places = max(0, -int(value.as_tuple().exponent))
+    if places > AMOUNT_DECIMAL_PLACES:
+        raise ValueError(
+            f"{places} decimal places; the engine computes exactly with at most "
+            f"{AMOUNT_DECIMAL_PLACES}"
+        )
+    return value
+
+
+_SHARE_SCHEMA = {
+    "type": "string",
+    "pattern": r"^\+?0*(1(\.0*)?|0?\.\d{1,11}|0(\.\d{0,11})?)$",
+}
+#: A share in [0, 1] as a decimal string (placement_credit_share): "0", "0.5", "1".
+Share = Annotated[
+    Decimal,
+    BeforeValidator(parse_money),
+    AfterValidator(unit_share),
+    PlainSerializer(format_money, return_type=str, when_used="json"),
+    WithJsonSchema(_SHARE_SCHEMA),
+]
 SafeInt = Annotated[int, Strict(), Field(ge=-MAX_SAFE_INT, le=MAX_SAFE_INT)]
 Count = Annotated[int, Strict(), Field(ge=0, le=MAX_SAFE_INT)]
 PositiveCount = Annotated[int, Strict(), Field(ge=1, le=MAX_SAFE_INT)]

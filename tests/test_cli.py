@@ -7,8 +7,11 @@ import io
 import json
 import subprocess
 import sys
+from collections import defaultdict
 from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -350,18 +353,30 @@ def _check_demo_evidence(out_dir: Path, out: str) -> None:
         for t in truth["fleet_changes"]
         for phase in ("before", "during", "after")
     ]
-    # placement: the captures the simulator made without NVLink are the mismatches; rho per class
+    # placement (RULES.md 13, truth_placement.json): the allocations the truth says were not
+    # placed as sold (the pilots' captures without NVLink, and the multi-node pool's) are
+    # the report's mismatches, and their lines the claim; rho per class
     placement = json.loads((reports / "placement.json").read_text())
+    placed = json.loads((out_dir / "sim" / manifest["truth"]["placement"]).read_text())["lines"]
+    not_as_sold = {
+        (p["tenant"], p["allocation_id"]) for p in placed if p["state"] == "not_as_sold"
+    }
+    observed = {(p["tenant"], p["allocation_id"]) for p in placed if p["state"] != "unobserved"}
     assert {
         (a["tenant"], a["allocation_id"])
         for a in placement["allocations"]
         if a["status"] == "mismatch"
-    } == {(p["tenant"], p["allocation_id"]) for p in truth["placement"] if not p["observed_match"]}
-    mismatched = sum(not p["observed_match"] for p in truth["placement"])
+    } == not_as_sold
+    pilots = {(p["tenant"], p["allocation_id"]) for p in truth["placement"]}
+    assert pilots <= observed
+    assert {
+        (p["tenant"], p["allocation_id"]) for p in truth["placement"] if not p["observed_match"]
+    } <= not_as_sold
     assert (
-        f"10 placement: {len(truth['placement'])} of " in out
-        and f" observed, {mismatched} mismatched, " in out
+        f"10 placement: {len(observed)} of {manifest['counts']['allocations']} allocations "
+        f"observed, {len(not_as_sold)} mismatched, " in out
     )
+    _check_demo_placement_claims(out_dir, out, placed)
     rho = {
         p["placement_class"].split(":")[0]: (p["n"], Decimal(p["spearman"]))
         for p in placement["prediction"]
@@ -383,3 +398,48 @@ def _check_demo_evidence(out_dir: Path, out: str) -> None:
     for w in truth["serving"]:
         assert f"│ {w['requests']} ({w['accepted']}) " in out, w
     assert (reports / "serving.csv").exists() and (reports / "placement.csv").exists()
+
+
+def _cents(value: Fraction) -> Decimal:
+    """An exact amount rounded half-even to cents, as reports show it."""
+    return Decimal(round(value * 100)) / 100
+
+
+def _check_demo_placement_claims(out_dir: Path, out: str, placed: list[dict[str, Any]]) -> None:
+    """The multi-node pool and the placement claims, against the simulator's truth: the
+    claim per tenant (rounded as reported) in reconcile.json, the demo's line, and the
+    dispute packet's placement claims, line by line."""
+    manifest = json.loads((out_dir / "sim" / "manifest.json").read_text())
+    counts = manifest["counts"]
+    assert manifest["config"]["multinode"] is True
+    assert f"1 simulate: {counts['allocations']} allocations, " in out
+    pool = [
+        json.loads(text)["data"]
+        for text in (out_dir / "sim" / "multinode" / "events.jsonl").read_text().splitlines()
+        if json.loads(text)["type"] == "allocation.granted"
+    ]
+    assert counts["allocations.multinode"] == len(pool)
+    assert any(len(g.get("nodes", [])) >= 2 for g in pool)  # jobs across nodes, and gangs
+    claims: dict[str, Fraction] = defaultdict(Fraction)
+    for p in placed:
+        claims[p["tenant"]] += Fraction(p["claim"])
+    doc = json.loads((out_dir / "reconcile.json").read_text())
+    for tenant, claim in claims.items():
+        got = doc["tenants"][tenant]["placement"]["not_as_sold"]["claim"]
+        assert Decimal(got) == _cents(claim), tenant
+    total = sum((_cents(c) for c in claims.values()), Decimal(0))
+    lines = sum(p["state"] == "not_as_sold" for p in placed)
+    assert total > 0 and f"  placement claim: {total:,} USD on {lines} line(s)\n" in out
+    # the dispute packet's placement claims are the truth's not_as_sold lines of its invoice
+    packet = json.loads(next(out_dir.glob("dispute-*.json")).read_text())
+    truth_lines = (out_dir / "sim" / manifest["truth"]["lines"]).read_text().splitlines()
+    invoice = {(r["tenant"], r["line_id"]): r["invoice_id"] for r in map(json.loads, truth_lines)}
+    expected = {
+        p["line_id"]: _cents(Fraction(p["claim"]))
+        for p in placed
+        if p["state"] == "not_as_sold"
+        and p["tenant"] == packet["tenant"]
+        and invoice[(p["tenant"], p["line_id"])] == packet["invoice_id"]
+    }
+    assert expected
+    assert {c["line_id"]: Decimal(c["amount"]) for c in packet["placement_claims"]} == expected

@@ -5,10 +5,12 @@ instances, whole, MIG or time-sliced on shared nodes; jobs with attempts, progre
 stalls and steps that do not rise, checkpoints, failures with causes, faults on nodes,
 devices, MIG instances and fabric domains with and without clears, terms changes, every
 scheduler decision, events at the same instant, lines that overlap, correct, credit or
-run past the release) go into a SQLite ledger. The engine reconciles the store; the
+run past the release; RULES.md 11-13: grants on several nodes, gangs of one attempt on
+several allocations, preempted failures inside and outside the notice promised, placement
+credit shares and topology captures as sold or not) go into a SQLite ledger. The engine reconciles the store; the
 oracle reads the same entries as stored (a plain SELECT of `entries`) and parses every
 event itself, never the engine's projection. Both must agree on every line's GPU-µs and
-cents per category key. The oracle itself is pinned first, on scenarios worked out by
+cents per category key, and on its placement state and claim. The oracle itself is pinned first, on scenarios worked out by
 hand from RULES.md.
 """
 
@@ -21,6 +23,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +39,14 @@ from bench.pandas_reconcile import (
     entries_of_store,
     frame_of_entries,
     line_cents,
+    placement_lines,
     reconcile_entries,
     reconcile_frame,
     rfc3339_us,
 )
 from ledger import Appender, Store, export_entries
 from reconcile import reconcile_store
-from reconcile.engine.result import Cell
+from reconcile.engine.result import Cell, customer_borne, placement_claim
 from schemas import Accepted, Origin, validate_event
 from tests.conftest import SLOW
 
@@ -581,6 +585,12 @@ def test_oracle_and_engine_read_a_grant_s_devices_alike(
 
 TENANTS = ("acme", "beta")
 NODES = ("n1", "n2")
+#: Nodes a multi-node grant may list besides (or instead of) its `node` (RULES.md 11).
+MORE_NODES = ("n2", "n3", "n4")
+#: placement_credit_share of a terms event (RULES.md 13); None: the field left out.
+SHARES = (None, "0", "0.5", "1", "0.25", "0.333")
+#: Links of a capture between two GPUs: NVLink or not.
+LINKS = ("NV18", "NV18", "NV4", "SYS", "NODE", "PIX")
 CAUSES = ("hardware", "fabric", "application", "preempted", "unknown")
 DECISIONS = (
     "queued",
@@ -629,10 +639,13 @@ def random_fleet(rng: random.Random) -> list[Event]:
                         "warmup_allowance_s": rng.choice((0, 60, 300, 600)),
                         "stall_threshold_s": rng.choice((60, 120, 300, 900)),
                         "reclaim_notice_s": rng.choice((0, 60, 600)),
+                        **_share(rng),
                     },
                 )
             )
     _decisions_and_faults(rng, allocations, timed)
+    _notice(rng, allocations, timed)
+    _captures(rng, allocations, timed)
     _lines(rng, allocations, timed)
     _same_instants(rng, timed)
     order = sorted(
@@ -674,6 +687,10 @@ def _allocation(rng: random.Random, i: int, timed: list[Any]) -> dict[str, Any]:
         alloc["profile"] = "1g.18gb"
     if rng.random() < 0.5:
         alloc["fabric_domain"] = rng.choice(("fd1", "fd2"))
+    if rng.random() < 0.3:  # on several nodes (RULES.md 11), its `node` kept or not
+        alloc["nodes"] = rng.sample(MORE_NODES, rng.randint(1, 3))
+        if rng.random() < 0.5:
+            del alloc["node"]
     timed.append((granted, "allocation.granted", dict(alloc)))
     if rng.random() < 0.15:  # a second grant of the same id: the earliest one counts
         timed.append(
@@ -701,18 +718,21 @@ def _job(
     for attempt in range(1, attempts + 1):
         where = alloc if rng.random() < 0.85 else rng.choice(allocations)
         started = clock
-        timed.append(
-            (
-                clock,
-                "job.started",
-                {
-                    "tenant": tenant,
-                    "job_id": job,
-                    "allocation_id": where["allocation_id"],
-                    "attempt": attempt,
-                },
+        # a gang (RULES.md 11): the attempt started on several allocations, the same number
+        gang = [where] + [a for a in allocations if a is not where and rng.random() < 0.25]
+        for member in gang:
+            timed.append(
+                (
+                    clock,
+                    "job.started",
+                    {
+                        "tenant": tenant,
+                        "job_id": job,
+                        "allocation_id": member["allocation_id"],
+                        "attempt": attempt,
+                    },
+                )
             )
-        )
         clock, step = _progress(rng, tenant, job, clock, step, timed)
         if clock == started and not ZERO_LENGTH_ATTEMPTS:
             clock += 30
@@ -817,6 +837,75 @@ def _decisions_and_faults(
             )
 
 
+def _share(rng: random.Random) -> dict[str, str]:
+    share = rng.choice(SHARES)
+    return {} if share is None else {"placement_credit_share": share}
+
+
+def _notice(rng: random.Random, allocations: list[dict[str, Any]], timed: list[Any]) -> None:
+    """RULES.md 12: a preemption, reclaim or eviction, and a preempted failure of the job
+    soon after: inside the notice the terms promise, at its edge, or past it."""
+    for _ in range(rng.choice((0, 0, 1, 2))):
+        alloc = rng.choice(allocations)
+        job = rng.choice(("j0", "j1", "j2"))
+        decided = _when(rng, alloc["granted"], alloc["granted"] + 120 * MINUTE)
+        target = rng.choice(({"allocation_id": alloc["allocation_id"]}, {"job_id": job}))
+        decision = rng.choice(("preempted", "reclaimed", "evicted"))
+        timed.append(
+            (
+                decided,
+                "policy.decision",
+                {"tenant": alloc["tenant"], "decision": decision, **target},
+            )
+        )
+        failed = decided + rng.choice((0, 30, 59, 60, 300, 600, 900))
+        timed.append(
+            (
+                failed,
+                "job.failed",
+                {"tenant": alloc["tenant"], "job_id": job, "cause": "preempted"},
+            )
+        )
+
+
+def _captures(rng: random.Random, allocations: list[dict[str, Any]], timed: list[Any]) -> None:
+    """RULES.md 13: `nvidia-smi topo -m` captures on an allocation's nodes (or another),
+    of about as many GPUs as granted, linked over NVLink or not; some taken again later."""
+    for alloc in allocations:
+        if rng.random() < 0.4:
+            continue
+        nodes = [n for n in (alloc.get("node"), *alloc.get("nodes", ())) if n] or list(NODES)
+        for node in rng.sample(nodes, rng.randint(1, len(nodes))):
+            for _ in range(rng.choice((1, 1, 2))):
+                gpus = max(1, alloc["gpus"] // len(nodes) + rng.choice((-1, 0, 0, 0, 1, 4)))
+                pairs = [(a, b) for a in range(gpus) for b in range(a + 1, gpus)]
+                slow = rng.random() < 0.4
+                topology = {
+                    "gpus": [{"name": f"GPU{i}"} for i in range(gpus)],
+                    "nics": [],
+                    "links": [
+                        {
+                            "a": f"GPU{a}",
+                            "b": f"GPU{b}",
+                            "link": rng.choice(LINKS) if slow else "NV18",
+                        }
+                        for a, b in pairs
+                    ],
+                }
+                timed.append(
+                    (
+                        _when(rng, alloc["granted"], alloc["granted"] + 60 * MINUTE),
+                        "placement.observed",
+                        {
+                            "tenant": alloc["tenant"],
+                            "allocation_id": alloc["allocation_id"],
+                            "node": node,
+                            "topology": topology,
+                        },
+                    )
+                )
+
+
 def _lines(rng: random.Random, allocations: list[dict[str, Any]], timed: list[Any]) -> None:
     made: list[tuple[str, str]] = []
     for n in range(rng.randint(1, 6)):
@@ -897,6 +986,102 @@ def test_engine_and_pandas_agree_line_by_line(seed: int) -> None:
     assert not differences(cents, engine_cents), (
         f"seed {seed}: cents (oracle, engine) per line: {differences(cents, engine_cents)}"
     )
+
+
+def engine_placement(store: Store) -> dict[tuple[str, str], tuple[str, Fraction]]:
+    """Each line's placement state and exact claim as the engine gives them: its
+    `line_placement` and the one rule for a claim (`placement_claim`)."""
+    result = reconcile_store(store)
+    placed = result.placed()
+    out: dict[tuple[str, str], tuple[str, Fraction]] = {}
+    for key, (first, tally) in result.lines().items():
+        state, share = placed.get(key, ("unobserved", None))
+        claim = (
+            placement_claim(share, customer_borne(tally.exact))
+            if state == "not_as_sold"
+            else Fraction(0)
+        )
+        out[(first.tenant, first.line_id)] = (state, claim)
+    return out
+
+
+@RANDOM_SETTINGS
+@given(seed=st.integers(0, 2**32 - 1))
+def test_engine_and_pandas_agree_on_each_line_s_placement_and_claim(seed: int) -> None:
+    """RULES.md 13 on random fleets with captures and credit shares: the same state for
+    every line, and claims within 1e-12 (both are exact; the bound only guards a reading
+    through floats)."""
+    events = random_fleet(random.Random(seed))
+    with ledger_of(events) as store:
+        frame = frame_of_entries(entries_of_store(store))
+        oracle = placement_lines(frame)
+        engine = engine_placement(store)
+    assert set(engine) == set(oracle), f"seed {seed}: lines after corrections differ"
+    for key, (state, claim) in engine.items():
+        expected = oracle[key]
+        assert state == expected.state, (seed, key, state, expected)
+        assert abs(claim - expected.claim) <= Fraction(1, 10**12), (seed, key, claim, expected)
+
+
+def test_the_random_fleets_meet_rules_11_to_13() -> None:
+    """The draws above reach every reading: grants on several nodes, gangs, preempted
+    failures inside the notice, and each placement state with a claim above zero."""
+    seen: set[str] = set()
+    for seed in range(60):
+        events = random_fleet(random.Random(seed))
+        grants = [e["data"] for e in events if e["type"] == "allocation.granted"]
+        if any(len(g.get("nodes", [])) >= 2 for g in grants):
+            seen.add("nodes")
+        starts = [
+            (e["data"]["job_id"], e["data"]["attempt"], e["data"]["allocation_id"])
+            for e in events
+            if e["type"] == "job.started"
+        ]
+        gangs = defaultdict(set)
+        for job, attempt, aid in starts:
+            gangs[(job, attempt)].add(aid)
+        if any(len(a) > 1 for a in gangs.values()):
+            seen.add("gang")
+        if _owes_notice(events):
+            seen.add("notice")
+        with ledger_of(events) as store:
+            lines = placement_lines(frame_of_entries(entries_of_store(store)))
+        seen |= {p.state for p in lines.values()}
+        if any(p.claim > 0 for p in lines.values()):
+            seen.add("claim")
+    assert seen >= {"nodes", "gang", "notice", "as_sold", "not_as_sold", "unobserved", "claim"}, (
+        seen
+    )
+
+
+def _owes_notice(events: list[Event]) -> bool:
+    """A preempted failure of a job in [t_r, t_r + notice) of a decision naming that job
+    (RULES.md 12, the job's own decisions only; notice: the tenant's terms at t_r)."""
+    timed = sorted((datetime.fromisoformat(e["time"]), i, e) for i, e in enumerate(events))
+    for t_r, _, d in timed:
+        data = d["data"]
+        if d["type"] != "policy.decision" or data["decision"] not in (
+            "preempted",
+            "reclaimed",
+            "evicted",
+        ):
+            continue
+        terms = [
+            e["data"]
+            for t, _, e in timed
+            if e["type"] == "policy.terms" and e["data"]["tenant"] == data["tenant"] and t <= t_r
+        ]
+        notice = timedelta(seconds=terms[-1]["reclaim_notice_s"] if terms else 0)
+        for t_f, _, f in timed:
+            if (
+                f["type"] == "job.failed"
+                and f["data"]["cause"] == "preempted"
+                and f["data"]["tenant"] == data["tenant"]
+                and f["data"]["job_id"] == data.get("job_id")
+                and t_r <= t_f < t_r + notice
+            ):
+                return True
+    return False
 
 
 # ------------------------------------------------------------ the benchmark's fleet

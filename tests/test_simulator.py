@@ -34,7 +34,7 @@ from fixtures.sim.model import (
     Terms,
 )
 from fixtures.sim.truth import line_truths, replaced_lines, unbilled_gpu_seconds
-from tests.conftest import ROOT, SLOW
+from tests.conftest import ROOT, SLOW, run_cli
 
 #: Every rate at 0: a quiet fleet, into which one anomaly at a time is forced.
 QUIET = Rates(**dict.fromkeys(Rates.names(), 0.0))
@@ -473,3 +473,21 @@ def test_corrections_replace_lines_to_the_end_of_a_chain() -> None:
     # window was billed by them, so it is classified as L1 was.
     assert truths["L1c"]["categories"]["restart_lost:provider"] == 1960
     assert sum(truths["L1c"]["categories"].values()) == 8000 and b.line_id in truths
+
+
+def test_dry_run_counts_the_multinode_pool_too(tmp_path: Path) -> None:
+    config = replace(SMALL, multinode=True)
+    manifest = simulate(config, tmp_path)
+    assert count_events(config) == manifest.counts
+    assert manifest.counts["allocations.multinode"] > 0
+
+
+def test_simulate_multinode_flag_turns_the_knob_on(tmp_path: Path) -> None:
+    code, out, err = run_cli(
+        "simulate", "--out", str(tmp_path), "--gpus", "16", "--days", "1", "--multinode"
+    )
+    assert code == 0, err
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["config"]["multinode"] is True
+    assert manifest["truth"]["placement"] == "truth_placement.json"
+    assert str(tmp_path / "truth_placement.json") in out

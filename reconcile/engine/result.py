@@ -46,7 +46,29 @@ __all__ = [
     "InvoiceTotal",
     "Reconciliation",
     "gpu_seconds",
+    "placement_claim",
 ]
+
+
+def placement_claim(share: str | None, borne: Fraction) -> Fraction:
+    """RULES.md 13, the one place it is computed: a not_as_sold line's claim is its
+    placement_credit_share (`share`, the terms' text; None: the default) x its
+    customer-borne amount, exact. The reconciliation, the dispute's placement claims and
+    `verify-packet` all take it from here."""
+    return share_of(share) * borne
+
+
+def customer_borne(exact: dict[tuple[str, str], list[Decimal]] | None) -> Fraction:
+    """A line's customer-borne amount (its cells whose bearer is `customer`), exact."""
+    return sum(
+        (
+            Fraction(v)
+            for (_c, bearer), values in (exact or {}).items()
+            if bearer == "customer"
+            for v in values
+        ),
+        Fraction(0),
+    )
 
 
 CELL_COLUMNS = (
@@ -352,19 +374,24 @@ class Reconciliation:
                 cents[(cell.currency or "", cell.minor)] += cell.cents
         return {currency: major_units(total, minor) for (currency, minor), total in cents.items()}
 
+    def placed(self) -> dict[tuple[str, str, str], tuple[str, str | None]]:
+        """(tenant, invoice, line) → its placement state and the share text of the terms
+        in force at its period_start (None: the default; given for not_as_sold lines)."""
+        if self.placement is None:
+            return {}
+        columns = [
+            self.placement.column(c).to_pylist()
+            for c in ("tenant", "invoice_id", "line_id", "state", "share")
+        ]
+        return {(t, i, line): (state, share) for t, i, line, state, share in zip(*columns)}
+
     def placement_sums(
         self, lines: LineTallies | None = None
     ) -> dict[tuple[str, str], PlacementSums]:
         """Per (tenant, currency), RULES.md 13: per placement state the lines' billed GPU-µs
         and exact amount, and the exact claim on the not_as_sold ones
         (placement_credit_share x each line's customer-borne amount)."""
-        placed: dict[tuple[str, str, str], tuple[str, str | None]] = {}
-        if self.placement is not None:
-            columns = [
-                self.placement.column(c).to_pylist()
-                for c in ("tenant", "invoice_id", "line_id", "state", "share")
-            ]
-            placed = {(t, i, line): (state, share) for t, i, line, state, share in zip(*columns)}
+        placed = self.placed()
         out: dict[tuple[str, str], PlacementSums] = {}
         for key, (first, tally) in (self.lines() if lines is None else lines).items():
             state, share = placed.get(key, (UNOBSERVED, None))
@@ -372,16 +399,7 @@ class Reconciliation:
             sums.gpu_us[state] += tally.billed_us
             sums.amount[state] += Fraction(first.billed_amount)
             if state == NOT_AS_SOLD:
-                borne = sum(
-                    (
-                        Fraction(v)
-                        for (_c, bearer), values in (tally.exact or {}).items()
-                        if bearer == "customer"
-                        for v in values
-                    ),
-                    Fraction(0),
-                )
-                sums.claim += share_of(share) * borne
+                sums.claim += placement_claim(share, customer_borne(tally.exact))
         return dict(sorted(out.items()))
 
     def placement_states(self, lines: LineTallies | None = None) -> dict[str, dict[str, Any]]:

@@ -35,6 +35,7 @@ from reconcile.engine.figures import iso
 from reconcile.engine.pipeline import CLAIM_LABELS, Pipeline
 from reconcile.engine.result import gpu_seconds
 from reconcile.engine.rules import FAULT_LOOKBACK_US, LABEL_BY_CODE, code, codes_sql
+from reconcile.packets.placement_claims import placement_claims
 from schemas.errors import CheckFailed
 from schemas.money import Money
 
@@ -187,3 +188,16 @@ def reconcile_claims(
     """The invoice's reconciliation and its claims, from one run of the engine on `entries`."""
     with Pipeline.of_entries(entries) as pipe:
         return pipe.reconciliation(invoice), claims(pipe, invoice)
+
+
+def reconcile_packet(
+    entries: Iterable[dict[str, Any]], invoice: str
+) -> tuple[Reconciliation, list[dict[str, Any]], list[dict[str, Any]]]:
+    """The invoice's reconciliation, its claims and its placement claims
+    (reconcile/packets/placement_claims.py), from one run of the engine on `entries`."""
+    with Pipeline.of_entries(entries) as pipe:
+        return (
+            pipe.reconciliation(invoice),
+            claims(pipe, invoice),
+            placement_claims(pipe, invoice),
+        )

@@ -12,6 +12,11 @@ A packet is one JSON object:
     claims      each provider-borne or disputed cell of the findings with its time stretches
                 and the seqs of the entries that decided it (reconcile/packets/claims.py); optional,
                 so packets written before it still verify; checked like the findings
+    placement_claims
+                each line whose placement was not as sold (RULES.md 13) with its share,
+                customer-borne amount and claim, citing the line, the grant, the topology
+                captures and the terms (reconcile/packets/placement_claims.py); optional, so
+                packets written before it still verify; checked like the findings
     bundle      ledger.evidence's bundle: the signed checkpoint; every entry of the tenant up
                 to it (canonical event, salt, all hashed columns); every fleet entry (faults,
                 clearings, fleet changes) of the fleet keys of the tenant's allocations
@@ -59,7 +64,7 @@ from ledger.proofs import Checkpoint, ProofError
 from ledger.witness import latest_cosigned_checkpoint
 from reconcile.engine import MoneyOverflow, Reconciliation
 from reconcile.engine.rules import touching_health
-from reconcile.packets.claims import ClaimMismatch, reconcile_claims
+from reconcile.packets.claims import ClaimMismatch, reconcile_packet
 from reconcile.packets.difference import first_difference
 from reconcile.packets.isolation import (
     Isolation,
@@ -117,6 +122,7 @@ class VerifiedPacket:
     findings: dict[str, Any] = field(default_factory=dict)
     claims: list[dict[str, Any]] = field(default_factory=list)
     cited: dict[int, Entry] = field(default_factory=dict)  # the claims' entries, by seq
+    placement_claims: list[dict[str, Any]] = field(default_factory=list)
 
 
 # -- building -------------------------------------------------------------------------
@@ -148,7 +154,7 @@ def build_dispute(
     # Sign last: the findings and claims of the material as it stands are computed, and
     # gated, before anything is signed, so a dispute that cannot finish signs nothing.
     material = _material(store, tenant, choose_fleet(store, isolation, before)[0], before)
-    findings, claims = _findings(material, tenant, invoice, before)
+    findings, claims, placed = _findings(material, tenant, invoice, before)
     check_packet(
         isolation,
         {
@@ -156,6 +162,7 @@ def build_dispute(
             "invoice_id": invoice,
             "findings": findings.as_json(),
             "claims": claims,
+            "placement_claims": placed,
         },
     )
     signed = (
@@ -174,7 +181,7 @@ def build_dispute(
         since_size=since_size,
     )
     if [e["seq"] for e in bundle["entries"]] != [e["seq"] for e in material]:
-        findings, claims = _findings(bundle["entries"], tenant, invoice, size)
+        findings, claims, placed = _findings(bundle["entries"], tenant, invoice, size)
     bundle["checkpoint"] = signed.note  # the signed note, with any cosignatures gathered for it
     packet = {
         "version": PACKET_VERSION,
@@ -183,6 +190,7 @@ def build_dispute(
         "invoice_id": invoice,
         "findings": json.loads(json.dumps(findings.as_json())),
         "claims": claims,
+        "placement_claims": placed,
         "bundle": bundle,
     }
     check_packet(isolation, packet)
@@ -191,15 +199,15 @@ def build_dispute(
 
 def _findings(
     entries: list[dict[str, Any]], tenant: str, invoice: str, size: int
-) -> tuple[Reconciliation, list[dict[str, Any]]]:
-    findings, claims = reconcile_claims(entries, invoice)
+) -> tuple[Reconciliation, list[dict[str, Any]], list[dict[str, Any]]]:
+    findings, claims, placed = reconcile_packet(entries, invoice)
     if not findings.cells:
         raise LedgerError(
             f"tenant {tenant!r} has no billing line left on invoice {invoice!r} "
             f"after corrections, up to seq {size}",
             option="invoice",
         )
-    return findings, claims
+    return findings, claims, placed
 
 
 def _material(store: Store, tenant: str, fleet_seqs: list[int], size: int) -> list[dict[str, Any]]:
@@ -368,7 +376,7 @@ def verify_dispute(packet: Any, verifier: Verifier, previous: str | None = None)
     _check_events(parsed.bundle.entries)
     _check_scope(parsed, tenant, invoice)
     findings = parsed.findings.to_dict()
-    recomputed, claims = _recompute(items, invoice)
+    recomputed, claims, placed = _recompute(items, invoice)
     difference = (
         first_difference(findings["lines"], recomputed["lines"], "findings.lines")
         or first_difference(findings, _as_written(recomputed, findings), "findings")
@@ -376,13 +384,19 @@ def verify_dispute(packet: Any, verifier: Verifier, previous: str | None = None)
             "claims" in parsed.model_fields_set
             and first_difference([c.to_dict() for c in parsed.claims], claims, "claims")
         )
+        or (
+            "placement_claims" in parsed.model_fields_set
+            and first_difference(
+                [c.to_dict() for c in parsed.placement_claims], placed, "placement_claims"
+            )
+        )
         or None
     )
     if difference is not None:
         raise PacketError(f"{difference} (recomputed from the packet's own entries)")
     fleet = sum(1 for e in items if e["tenant"] is None)
     previous_size = None if previous is None else Checkpoint.parse(verifier.verify(previous)).size
-    cites = {seq for claim in claims for seq in claim["cites"]}
+    cites = {seq for claim in [*claims, *placed] for seq in claim["cites"]}
     return VerifiedPacket(
         tenant,
         invoice,
@@ -395,6 +409,7 @@ def verify_dispute(packet: Any, verifier: Verifier, previous: str | None = None)
         recomputed,
         claims,
         {e.seq: e for e in parsed.bundle.entries if e.seq in cites},
+        placed,
     )
 
 
@@ -475,11 +490,13 @@ def _check_scope(packet: DisputePacket, tenant: str, invoice: str) -> None:
             raise PacketError(f"{where}.tenant: {show(line.tenant)}, the packet is for {tenant!r}")
 
 
-def _recompute(items: Iterable[dict[str, Any]], invoice: str) -> tuple[Any, list[dict[str, Any]]]:
+def _recompute(
+    items: Iterable[dict[str, Any]], invoice: str
+) -> tuple[Any, list[dict[str, Any]], list[dict[str, Any]]]:
     try:
-        result, claims = reconcile_claims(items, invoice)
+        result, claims, placed = reconcile_packet(items, invoice)
     except (duckdb.Error, MoneyOverflow, ClaimMismatch) as exc:
         raise PacketError(
             f"findings: the engine cannot reconcile the packet's entries: {str(exc)[:200]}"
         ) from None
-    return json.loads(json.dumps(result.as_json())), claims
+    return json.loads(json.dumps(result.as_json())), claims, placed

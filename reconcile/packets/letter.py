@@ -49,9 +49,15 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "job.progress": ("job_id", "step", "units"),
     "checkpoint.saved": ("job_id", "checkpoint_id", "step"),
     "policy.decision": ("decision", "job_id", "allocation_id", "reason"),
-    "policy.terms": ("warmup_allowance_s", "stall_threshold_s", "reclaim_notice_s"),
+    "policy.terms": (
+        "warmup_allowance_s",
+        "stall_threshold_s",
+        "reclaim_notice_s",
+        "placement_credit_share",
+    ),
     "health.fault": ("code", "severity", "node", "device", "fabric_domain"),
     "health.cleared": ("code", "node", "device", "fabric_domain"),
+    "placement.observed": ("allocation_id", "node"),
 }
 
 #: Why a category is not the customer's to pay, in plain words (RULES.md's are quoted beside them).
@@ -130,6 +136,20 @@ class Finding:
         return parts
 
 
+@dataclass(frozen=True)
+class PlacementFinding:
+    """A line whose placement was not as sold (RULES.md 13), as the verifier recomputed it."""
+
+    line_id: str
+    allocation_id: str | None
+    share: str
+    customer_amount: str
+    amount: str
+    currency: str
+    links: str  # the captures' links between the allocation's GPUs, e.g. "NODE 2 · NV18 4"
+    cited: list[Cited]
+
+
 @dataclass
 class CitedRun:
     """One cited entry, or a run of progress entries of one job shown as one row."""
@@ -203,6 +223,7 @@ class Totals:
     provider: Decimal = Decimal(0)
     disputed: Decimal = Decimal(0)
     accepted: dict[str, Decimal] = field(default_factory=dict)  # customer-borne money by category
+    placement: Decimal = Decimal(0)  # claimed for placement not as sold (RULES.md 13)
 
     @property
     def claimed(self) -> Decimal:
@@ -232,7 +253,7 @@ class Letter:
 
     def request(self) -> str:
         """What the letter asks for: the credit, against which invoice, by when."""
-        asked = [t.text(t.claimed) for t in self.totals if t.claimed]
+        asked = [t.text(t.claimed + t.placement) for t in self.totals if t.claimed + t.placement]
         if not asked:
             return ""
         by = f" by {self.due}" if self.due else ""
@@ -244,6 +265,9 @@ class Letter:
     def largest(self) -> list[Finding]:
         """The findings, the largest amount first (ties: in time order)."""
         return sorted(self.findings, key=lambda f: (-Decimal(f.amount), f.number))
+
+    placements: list[PlacementFinding] = field(default_factory=list)
+    placement_rule: str = ""  # RULES.md 13's words on the claim
 
     def sentence(self) -> str:
         """The letter's one sentence: how much of the invoice is disputed, and why in short."""
@@ -325,6 +349,11 @@ def build_letter(checked: VerifiedPacket, signer: str) -> Letter:
         tally.provider += amount if claim["bearer"] == "provider" else 0
         tally.disputed += amount if claim["bearer"] == "disputed" else 0
         findings.append(_finding(number, claim, checked.cited, periods))
+    placements = []
+    for placed in checked.placement_claims:
+        tally = totals.setdefault(placed["currency"] or "", Totals(placed["currency"] or ""))
+        tally.placement += Decimal(placed["amount"])
+        placements.append(_placement(placed, checked.cited))
     ends = [parse_time(e) for _, e in periods.values() if e]
     due = (iso(max(ends) + DUE_DAYS * 86_400_000_000) or "")[:10] if ends else ""
     return Letter(
@@ -338,6 +367,8 @@ def build_letter(checked: VerifiedPacket, signer: str) -> Letter:
         [totals[c] for c in sorted(totals)],
         merge_stretches(findings),
         due,
+        placements,
+        PLACEMENT_RULE if placements else "",
     )
 
 
@@ -382,6 +413,37 @@ def _finding(
         rule,
         place,
         [_cited(entries[seq]) for seq in claim["cites"]],
+    )
+
+
+#: RULES.md 13 on a not_as_sold line's claim, in plain words
+PLACEMENT_RULE = (
+    "RULES.md 13: a line whose allocation was not placed as sold (a pair of its GPUs not "
+    "over NVLink, or fewer GPUs seen than granted, in the topology captured on it) is "
+    "claimed at placement_credit_share (the terms in force at the line's period start) "
+    "times the line's customer-borne amount."
+)
+
+
+def _placement(claim: dict[str, Any], entries: dict[int, Entry]) -> PlacementFinding:
+    cited = [entries[seq] for seq in claim["cites"]]
+    links: dict[str, int] = {}
+    for entry in cited:
+        if entry.type != "placement.observed":
+            continue
+        topology = json.loads(entry.event).get("data", {}).get("topology") or {}
+        for link in topology.get("links") or ():
+            name = str(link.get("link"))
+            links[name] = links.get(name, 0) + 1
+    return PlacementFinding(
+        claim["line_id"],
+        claim["allocation_id"],
+        claim["share"],
+        claim["customer_amount"],
+        claim["amount"],
+        claim["currency"] or "",
+        " · ".join(f"{name} {count}" for name, count in sorted(links.items())),
+        [_cited(entry) for entry in cited],
     )
 
 
@@ -435,6 +497,12 @@ def summary(letter: Letter) -> str:
             f"  {f.number}. {f.start} → {f.end}  {f.category} ({f.bearer})  {f.amount} {f.currency}  "
             f"line {f.lines_text}, allocation {f.allocation_id}; {f.rule_place}; "
             f"cites seq {', '.join(str(c.seq) for c in f.cited)}"
+        )
+    for p in letter.placements:
+        out.append(
+            f"  placement not as sold: line {p.line_id}, allocation {p.allocation_id}: "
+            f"{p.share} x {p.customer_amount} = {p.amount} {p.currency}; "
+            f"cites seq {', '.join(str(c.seq) for c in p.cited)}"
         )
     return "\n".join(terminal_safe(line) for line in out)
 

@@ -9,11 +9,13 @@ Rules (docs/placement.md gives them with examples):
   `placement_class` (the schema's default `whole`); `mig:<profile>` with the allocation's
   profile. Terms (`policy.terms`) carry no class.
 - **Observed**: the latest `placement.observed` of each node of the allocation.
-- **Requirement** of the class: `whole` of two or more GPUs is one NVLink domain: every
-  pair of its GPUs joined by `NV<n>`, all of them on one node unless the grant names a
-  `fabric_domain`, and as many GPUs seen as granted. `whole` of one GPU, `mig` and
-  `timeslice` (a share of one GPU) need one node and no link. A promise's class other
-  than the granted one is a mismatch by itself.
+- **Requirement** of the class: `whole` of two or more GPUs is judged per node, as
+  reconcile/RULES.md 13 judges it (so that the report and the dispute's placement claims
+  agree): every pair of its GPUs that one capture shows joined by `NV<n>`, and as many
+  GPUs seen, over its nodes' captures, as granted; pairs on different nodes are in no
+  capture and are not judged, so an allocation across nodes is not a mismatch by itself.
+  `whole` of one GPU, `mig` and `timeslice` (a share of one GPU) need one node and no
+  link. A promise's class other than the granted one is a mismatch by itself.
 - **Status**: `match`, `mismatch` (with the reasons in words), `unobserved` (no capture)
   or `undetermined` (the capture shows more GPUs than granted and the grant's devices do
   not say which are the allocation's; or nothing names the class sold).
@@ -269,10 +271,10 @@ def verdict(row: dict[str, Any], captures: dict[str, dict[str, Any]]) -> tuple[s
         return "undetermined", ["no grant or promise names the class sold"]
     nodes = sorted(captures)
     spread = base != "whole" or row["gpus"] is None or row["gpus"] > 1
-    if len(nodes) > 1 and not (base == "whole" and row["fabric_domain"]):
-        needs = "one NVLink domain" if base == "whole" else "one GPU"
+    if len(nodes) > 1 and base != "whole":  # whole is judged per node (RULES.md 13)
         reasons.append(
-            f"GPUs on {len(nodes)} nodes ({', '.join(nodes)}), class {sold} requires {needs} on one node"
+            f"GPUs on {len(nodes)} nodes ({', '.join(nodes)}), class {sold} requires one GPU "
+            "on one node"
         )
     chosen = {
         node: _allocation_gpus(topology, row["devices"]) for node, topology in captures.items()

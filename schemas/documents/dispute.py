@@ -9,6 +9,11 @@ evidence for one invoice, checked offline with the ledger's public key alone.
     claims      each provider-borne or disputed cell of the findings with its time stretches
                 and the seqs of the entries that decided it; optional (packets written
                 before claims still verify)
+    placement_claims
+                each line whose placement was not as sold (RULES.md 13): its share, its
+                customer-borne amount and the claim, with the seqs of the line, the grant,
+                the topology captures and the terms; optional (packets written before
+                placement claims still verify)
     bundle      the evidence bundle (schemas/documents/bundle.py)
 
 It is written compact (it is for machines; the letter beside it is for people)."""
@@ -47,6 +52,21 @@ class Claim(Document):
     cites: Annotated[list[LedgerInt], kind(list)]
 
 
+class PlacementClaim(Document):
+    """One line whose placement was not as sold (RULES.md 13): placement_credit_share x
+    its customer-borne amount, with the seqs of the entries that decided it."""
+
+    line_id: Str
+    allocation_id: OptStr
+    state: Str
+    share: Str = Field(description="placement_credit_share of the terms in force")
+    customer_amount: Str = Field(description="the line's customer-borne amount, exact")
+    amount: Str = Field(description="the claim, rounded half-even to the minor unit")
+    amount_exact: Str = Field(description="the claim, exact")
+    currency: OptStr
+    cites: Annotated[list[LedgerInt], kind(list)]
+
+
 class DisputePacket(Document):
     ROOT = "packet"
     JSON_STYLE: ClassVar[dict[str, Any]] = {"ensure_ascii": False, "separators": (",", ":")}
@@ -57,6 +77,7 @@ class DisputePacket(Document):
     invoice_id: Str
     findings: ReconciliationDocument
     claims: Annotated[list[Claim], kind(list)] = Field(default_factory=list)
+    placement_claims: Annotated[list[PlacementClaim], kind(list)] = Field(default_factory=list)
     bundle: Bundle
 
     @field_validator("version")
