@@ -93,6 +93,9 @@ class Report(ABC):
     formats: ClassVar[tuple[str, ...]] = FORMATS
     options: ClassVar[tuple[ReportOption, ...]] = ()
     options_first: ClassVar[bool] = False  # its options come before --format on the command line
+    #: Built on the whole fleet's snapshot even for one tenant (its build keeps only that
+    #: tenant's rows): what it judges depends on every tenant's grants (a missed start's cause).
+    whole_fleet: ClassVar[bool] = False
 
     @abstractmethod
     def build(self, pipe: Pipeline, tenant: str | None, **options: Any) -> dict[str, Any]:
@@ -112,6 +115,7 @@ class Report(ABC):
 
 class PromisesReport(Report):
     name = "promises"
+    whole_fleet = True  # a miss's cause is judged on every tenant's grants (DESIGN §4)
     help = """Promised against actual start and completion; p50/p95 start delay by tenant and
     placement class; every miss with the command that writes its packet."""
 
@@ -293,7 +297,9 @@ def build_report(
 
 def report(store: Store, name: str, tenant: str | None = None, **options: Any) -> dict[str, Any]:
     """One report of the store (`name`: one of REPORTS, or serving, outcomes' serving view)."""
-    with loaded(store, tenant) as data:
+    spec = report_or_view(name)
+    scope = None if spec is not None and spec.whole_fleet else tenant
+    with loaded(store, scope) as data:
         return build_report(data, name, tenant, **options)
 
 

@@ -85,7 +85,12 @@ def promise_rows(
         )
         .fetchall()
     )
-    out = [_promise(dict(zip(COLUMNS, row))) for row in rows]
+    # Built on the whole fleet (causes need every tenant's grants): for one tenant, whether
+    # another tenant uses the same promise id is not the tenant's to learn.
+    out = [
+        _promise(dict(zip(COLUMNS, row)) | ({"same_id": 1} if tenant is not None else {}))
+        for row in rows
+    ]
     if causes and any(p["start_status"] in ("late", "not_started") for p in out):
         by_promise = miss_causes(pipe)
         for p in out:
