@@ -1366,7 +1366,7 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
         totals_line,
     )
 
-    config = SimConfig(seed=seed)
+    config = SimConfig(seed=seed, causes=True)
     out.mkdir(parents=True, exist_ok=True)
     manifest = _demo_simulate(config, out / "sim")
     _say(

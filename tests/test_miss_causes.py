@@ -377,7 +377,7 @@ def test_a_tenants_report_judges_the_cause_on_the_whole_fleet(tmp_path: Path) ->
     path.write_text("\n".join(lines) + "\n")
     db = f"sqlite:///{tmp_path / 'ledger.db'}"
     assert run_cli("ingest", "--db", db, str(path))[0] == 0
-    outputs = {}
+    outputs: dict[tuple[str, ...], str] = {}
     for scope in ((), ("--tenant", "acme")):
         code, out, err = run_cli("report", "promises", "--db", db, *scope, "--format", "json")
         assert code == 0, err

@@ -75,9 +75,11 @@ class Promise(Document):
     packet_command: Str = Field(default="", description="a missed promise's only")
     cause: OptStr = Field(default=None, description="a missed start's only: DESIGN §4's cause")
     cause_seconds: Annotated[dict[str, Number], kind(dict)] = Field(
-        default_factory=dict, description="a missed start's only: seconds of its wait per cause")
+        default_factory=dict, description="a missed start's only: seconds of its wait per cause"
+    )
     cause_bearer: OptStr = Field(
-        default=None, description="a missed start's only: its cause's bearer")
+        default=None, description="a missed start's only: its cause's bearer"
+    )
 
 
 class CauseGroup(Document):
@@ -132,6 +134,8 @@ class ClassReceipts(Document):
     devices_receipted: Int
     devices_without_receipt: Int
     workloads_started: Int
+    start_attempts: Int = 0  # every receipt, failed ones included
+    failed_starts: Int = 0  # receipts with outcome failed
 
 
 class ChangeWindow(Document):
