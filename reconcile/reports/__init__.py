@@ -124,11 +124,12 @@ class PromisesReport(Report):
 
     def rows(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
         """One row per promise."""
-        hidden = ("seq", "cause", "cause_seconds", "cause_bearer")
+        hidden = ("seq", "cause", "cause_seconds", "cause_bearer", "ahead")
         return [
             {k: v for k, v in p.items() if k not in hidden}
             | {"packet_command": p.get("packet_command", "")}
             | {"cause": p.get("cause") or "", "cause_bearer": p.get("cause_bearer") or ""}
+            | {"jobs_ahead": (p.get("ahead") or {}).get("jobs", "")}
             for p in doc["promises"]
         ]
 
@@ -226,6 +227,7 @@ class PlacementReport(Report):
 
 class EnvelopeReport(Report):
     name = "envelope"
+    whole_fleet = True  # misses by cause are judged on every tenant's grants (DESIGN §4)
     help = """Per source (provider) and placement class: p95 start and completion against the
     promises, restart rate, checkpoint overhead, cost per completed run and per accepted
     result (definitions: docs/envelope.md)."""
@@ -506,6 +508,7 @@ def _promise_tables(doc: dict[str, Any]) -> list[Table | Text]:
         "completed",
         "missed",
         "cause",
+        "later jobs ahead",
         title=f"missed promises: {len(doc['misses'])}",
     )
     for m in doc["misses"]:
@@ -519,6 +522,7 @@ def _promise_tables(doc: dict[str, Any]) -> list[Table | Text]:
             _text(m["completed"]),
             _what_missed(m),
             _text(m.get("cause")),
+            _ahead(m.get("ahead")),
         )
     commands = Text(
         "\n".join(
@@ -528,7 +532,42 @@ def _promise_tables(doc: dict[str, Any]) -> list[Table | Text]:
     causes = DataTable("cause", "bearer", "misses", "seconds", title="missed starts by cause")
     for row in doc.get("causes", []):
         causes.add_row(row["cause"], row["cause_bearer"], str(row["misses"]), str(row["seconds"]))
-    return [summary, misses, causes, commands] if doc["misses"] else [summary, misses]
+    estimates = DataTable(
+        "queue",
+        "jobs",
+        "requested h",
+        "ran h",
+        "used",
+        "optimistic",
+        "pessimistic",
+        "accurate",
+        title="estimates per queue: time limit asked for against time run",
+    )
+    for e in doc.get("estimates", []):
+        estimates.add_row(
+            e["queue"] or "–",
+            str(e["jobs"]),
+            f"{e['requested_s'] / 3600:.1f}",
+            f"{e['elapsed_s'] / 3600:.1f}",
+            "–" if e["used_share"] is None else f"{e['used_share']:.1%}",
+            *(str(e[k]) for k in ("optimistic", "pessimistic", "accurate")),
+        )
+    tail = [estimates] if doc.get("estimates") else []
+    if not doc["misses"]:
+        return [summary, misses, *tail]
+    return [summary, misses, causes, *tail, commands]
+
+
+def _ahead(ahead: dict[str, Any] | None) -> str:
+    """`2 (1 backfilled): beta/k, 1 other tenant's` (the miss's later jobs started first)."""
+    if not ahead or not ahead["jobs"]:
+        return "–"
+    named = [f"{j['tenant']}/{j['job_id']}" for j in ahead["seen"][:3]]
+    if len(ahead["seen"]) > 3:
+        named.append(f"{len(ahead['seen']) - 3} more")
+    if ahead["others"]:
+        named.append(f"{ahead['others']} of other tenants")
+    return f"{ahead['jobs']} ({ahead['backfilled']} backfilled): {', '.join(named)}"
 
 
 def _what_missed(m: dict[str, Any]) -> str:

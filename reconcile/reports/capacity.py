@@ -32,7 +32,8 @@ Definitions (docs/reports.md repeats them):
 - **start receipts** per class (`receipts`): `start_attempts`, every `start.receipt`
   launched in the window; `failed_starts`, those with outcome `failed`; `receipts`, the
   others (deliverable starts), and the devices they name (`devices_receipted`).
-- **capacity in time** (`in_time`): GPU-seconds per class and fabric domain in the window,
+- **capacity in time** (`in_time`): GPU-seconds per class and fabric domain in the window
+  (and per class, reserved by quotas and unused),
   discovered, allocated, free, faulted and under a change (capacity_time.py).
 """
 
@@ -157,8 +158,8 @@ SELECT placement, 'devices_' || decision, count(*) FROM held GROUP BY ALL
 RECEIPTS = f"""
 WITH {DEVICE_CTES},
 attempt AS (
-    SELECT tenant, job_id, node, devices, {placement_sql("placement_class", "profile")} AS placement,
-           coalesce(outcome, 'started') = 'failed' AS failed
+    SELECT tenant, job_id, node, devices,
+           {placement_sql("placement_class", "profile")} AS placement, coalesce(outcome, 'started') = 'failed' AS failed
     FROM ev WHERE type = 'start.receipt' AND launched_at >= $since AND launched_at < $until
       AND ($tenant IS NULL OR tenant = $tenant)
     QUALIFY row_number() OVER (PARTITION BY tenant, job_id ORDER BY t, seq) = 1),
@@ -295,6 +296,8 @@ def extra_tables(doc: dict[str, Any]) -> list[Table]:
         out.append(fleet_changes.table(doc["changes"]))
     if doc.get("in_time"):
         out.append(capacity_time.table(doc["in_time"]))
+        if doc["in_time"].get("quota"):
+            out.append(capacity_time.quota_table(doc["in_time"]))
     return out
 
 
