@@ -336,6 +336,7 @@ def test_capacity_in_time_adds_up() -> None:
                 "under_change_gpu_s": 4800,
             }
         ],
+        "quota": [],  # no tenant has a quota
     }
     (g,) = doc["in_time"]["groups"]
     states = ("allocated_gpu_s", "free_gpu_s", "faulted_gpu_s", "under_change_gpu_s")
