@@ -1419,7 +1419,7 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
         totals_line,
     )
 
-    config = SimConfig(seed=seed, multinode=True)
+    config = SimConfig(seed=seed, multinode=True, causes=True)
     out.mkdir(parents=True, exist_ok=True)
     manifest = _demo_simulate(config, out / "sim")
     _say(

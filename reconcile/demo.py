@@ -232,7 +232,15 @@ def receipts_line(capacity: dict[str, Any]) -> str:
         for r in rows
     )
     gap = sum(r["devices_without_receipt"] for r in rows)
-    return f"start receipts per class (devices receipted/discovered): {each}; {gap} devices without a receipt"
+    failed = ", ".join(
+        f"{r['placement_class']} {r['failed_starts']} of {r['start_attempts']}"
+        for r in rows
+        if r.get("failed_starts")
+    )
+    return (
+        f"start receipts per class (devices receipted/discovered): {each}; {gap} devices "
+        f"without a receipt; failed starts of attempts: {failed or 'none'}"
+    )
 
 
 def change_lines(capacity: dict[str, Any]) -> list[str]:

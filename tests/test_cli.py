@@ -288,6 +288,8 @@ def _check_demo_evidence(out_dir: Path, out: str) -> None:
     """Steps 8-9 against the simulator's own truth (truth_evidence.json, read here as written)."""
     manifest = json.loads((out_dir / "sim" / "manifest.json").read_text())
     truth = json.loads((out_dir / "sim" / manifest["truth"]["evidence"]).read_text())
+    causes = json.loads((out_dir / "sim" / manifest["truth"]["causes"]).read_text())
+    truth["fleet_changes"] = causes["fleet_changes"] + truth["fleet_changes"]  # the day first
     reports = out_dir / "reports"
     for name in (
         "envelope.json",
@@ -308,17 +310,30 @@ def _check_demo_evidence(out_dir: Path, out: str) -> None:
     assert "8 envelope: " in out and "the envelope per placement class" in out
     # receipts per class: the simulator's class `mig` is the report's `mig:<profile>`
     capacity = json.loads((reports / "capacity.json").read_text())
+    # (start attempts and failures: the fleet's, and the causes day's failed start)
     found: dict[str, dict[str, int]] = {}
+    keys = ("receipts", "devices_discovered", "start_attempts", "failed_starts")
     for row in capacity["receipts"]:
-        family = found.setdefault(
-            row["placement_class"].split(":")[0], {"receipts": 0, "devices_discovered": 0}
-        )
-        family["receipts"] += row["receipts"]
-        family["devices_discovered"] += row["devices_discovered"]
+        family = found.setdefault(row["placement_class"].split(":")[0], dict.fromkeys(keys, 0))
+        for key in keys:
+            family[key] += row[key]
+    day = causes["failed_start_receipts"]
     assert found == {
-        cls: {"receipts": t["receipts"], "devices_discovered": t["devices_discovered"]}
+        cls: {
+            "receipts": t["receipts"],
+            "devices_discovered": t["devices_discovered"],
+            "start_attempts": t["attempted"] + day.get(cls, {}).get("attempted", 0),
+            "failed_starts": t["failed_to_start"] + day.get(cls, {}).get("failed", 0),
+        }
         for cls, t in truth["receipts"]["classes"].items()
     }
+    # every miss of the causes day is named with the truth's cause and seconds
+    named = {
+        m["promise_id"]: (m["cause"], m["cause_seconds"])
+        for m in json.loads((reports / "promises.json").read_text())["misses"]
+    }
+    for m in causes["misses"]:
+        assert named[m["promise_id"]] == (m["cause"], m["cause_seconds"]), m["situation"]
     receipts_line = next(
         line
         for line in out.splitlines()

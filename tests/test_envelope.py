@@ -433,6 +433,8 @@ def test_receipts_fewer_than_devices(changed: str) -> None:
             "devices_receipted": 1,
             "devices_without_receipt": 1,
             "workloads_started": 1,
+            "start_attempts": 2,  # every receipt started: none failed
+            "failed_starts": 0,
         },  # R3 on n2/0; R4 on n9 (never discovered)
         {
             "placement_class": "whole",
@@ -441,6 +443,8 @@ def test_receipts_fewer_than_devices(changed: str) -> None:
             "devices_receipted": 2,
             "devices_without_receipt": 2,
             "workloads_started": 5,
+            "start_attempts": 2,
+            "failed_starts": 0,
         },
     ]
     code, out, _ = run_cli("report", "capacity", "--db", changed, "--format", "csv")

@@ -13,10 +13,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from reconcile.engine.pipeline import Pipeline
 from reconcile.reports import promises
+from tests.conftest import run_cli
 
 DAY = "2026-01-05"
 
@@ -334,6 +336,7 @@ def test_capacity_in_time_adds_up() -> None:
                 "under_change_gpu_s": 4800,
             }
         ],
+        "quota": [],  # no tenant has a quota
     }
     (g,) = doc["in_time"]["groups"]
     states = ("allocated_gpu_s", "free_gpu_s", "faulted_gpu_s", "under_change_gpu_s")
@@ -355,3 +358,39 @@ def test_capacity_in_time_adds_up_on_the_report_scenario(tmp_path: Any) -> None:
     # n1's two whole GPUs were faulted by the node fault [10:30, 10:59): 2 × 1740 s
     (whole,) = [g for g in groups if g["placement_class"] == "whole"]
     assert whole["faulted_gpu_s"] == 3480
+
+
+def test_a_tenants_report_judges_the_cause_on_the_whole_fleet(tmp_path: Path) -> None:
+    # The capacity scenario (beta holds 6 of 8 until 10:20: capacity 1200 s, then scheduler
+    # 600 s), ingested and reported for acme alone. Judged on acme's entries only, beta's
+    # grants would be missing and every second would be `scheduler`; judged on the whole
+    # fleet, as the unscoped report does, it is `capacity`. acme's output names no id of
+    # beta's (its tenant, allocations): the figures are counts.
+    fleet = Fleet()
+    fleet.job(gpus=4)
+    fleet.grant("B1-beta-secret", "beta", 4, "n1", "09:00", "10:20", devices=["0", "1", "2", "3"])
+    fleet.grant("B2-beta-secret", "beta", 2, "n2", "09:00", "10:30")
+    lines = [
+        json.dumps({"specversion": "1.0", "id": f"e{i}", "source": "slurm://a", **event})
+        for i, (_, _, event) in enumerate(fleet.events)
+    ]
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    db = f"sqlite:///{tmp_path / 'ledger.db'}"
+    assert run_cli("ingest", "--db", db, str(path))[0] == 0
+    outputs: dict[tuple[str, ...], str] = {}
+    for scope in ((), ("--tenant", "acme")):
+        code, out, err = run_cli("report", "promises", "--db", db, *scope, "--format", "json")
+        assert code == 0, err
+        outputs[scope] = out
+    whole, mine = (json.loads(outputs[s]) for s in ((), ("--tenant", "acme")))
+    (m,) = mine["misses"]
+    assert (m["cause"], m["cause_seconds"]) == ("capacity", {"capacity": 1200, "scheduler": 600})
+    assert [(w["cause"], w["cause_seconds"]) for w in whole["misses"]] == [
+        (m["cause"], m["cause_seconds"])
+    ]
+    for scope in ((), ("--tenant", "acme")):
+        code, out, _ = run_cli("report", "promises", "--db", db, *scope, "--format", "csv")
+        outputs[scope + ("csv",)] = out
+    for key in (("--tenant", "acme"), ("--tenant", "acme", "csv")):
+        assert "beta" not in outputs[key] and "secret" not in outputs[key]

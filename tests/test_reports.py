@@ -498,6 +498,7 @@ def test_an_empty_ledger_reports_nothing(tmp_path: Path) -> None:
             "misses": [],
             "promises": [],
             "causes": [],
+            "estimates": [],
         }
         assert report(empty, "outcomes") == {"tenants": [], "jobs": [], "serving": []}
         assert report(empty, "placement") == {"allocations": [], "summary": [], "prediction": []}

@@ -78,9 +78,7 @@ def _sign_in(driver: Any, base: str, token: str) -> None:
     driver.find_element(By.CSS_SELECTOR, "form[action='/login'] button").click()
     # the click only submits: wait until the answer has replaced the sign-in page, or the next
     # read may still see the form (CI once read the old page before the POST's answer arrived)
-    WebDriverWait(driver, 30).until(  # type: ignore[type-var]
-        expected_conditions.staleness_of(page)
-    )
+    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(page))
 
 
 def test_finance_clicks_from_an_invoice_down_to_an_entrys_proof(

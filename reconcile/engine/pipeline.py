@@ -400,6 +400,13 @@ STAGES: tuple[Stage, ...] = (
         _engine(build_miss_causes),
         doc="the cause of every missed start promise, with its figures (causes.py)",
     ),
+    Stage(
+        "backfill",
+        ("promise_outcomes",),
+        ("job_estimates", "jobs_ahead"),
+        run_sql("backfill", grant_placement=placement_sql("placement_class", "profile")),
+        doc="time limits against run times; the later jobs started ahead of a miss (promises.py)",
+    ),
 )
 
 #: Readable names for the relations a newcomer (and the next features) ask for first:

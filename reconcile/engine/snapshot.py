@@ -90,6 +90,8 @@ _DATA_FIELDS |= {
 }
 #: a receipt's outcome and a quota's pool (the device timeline and the causes of misses)
 _DATA_FIELDS |= {"outcome": "VARCHAR", "pool": "VARCHAR"}
+#: a job's requested time limit and run time, as sacct gives them on its end (backfill.sql)
+_DATA_FIELDS |= {"timelimit_s": "BIGINT", "elapsed_s": "BIGINT"}
 _TIME_FIELDS = (
     "period_start",
     "period_end",

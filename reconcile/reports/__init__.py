@@ -99,6 +99,9 @@ class Report(ABC):
     formats: ClassVar[tuple[str, ...]] = FORMATS
     options: ClassVar[tuple[ReportOption, ...]] = ()
     options_first: ClassVar[bool] = False  # its options come before --format on the command line
+    #: Built on the whole fleet's snapshot even for one tenant (its build keeps only that
+    #: tenant's rows): what it judges depends on every tenant's grants (a missed start's cause).
+    whole_fleet: ClassVar[bool] = False
 
     @abstractmethod
     def build(self, pipe: Pipeline, tenant: str | None, **options: Any) -> dict[str, Any]:
@@ -118,6 +121,7 @@ class Report(ABC):
 
 class PromisesReport(Report):
     name = "promises"
+    whole_fleet = True  # a miss's cause is judged on every tenant's grants (DESIGN §4)
     help = """Promised against actual start and completion; p50/p95 start delay by tenant and
     placement class; every miss with the command that writes its packet."""
 
@@ -126,11 +130,12 @@ class PromisesReport(Report):
 
     def rows(self, doc: dict[str, Any]) -> list[dict[str, Any]]:
         """One row per promise."""
-        hidden = ("seq", "cause", "cause_seconds", "cause_bearer")
+        hidden = ("seq", "cause", "cause_seconds", "cause_bearer", "ahead")
         return [
             {k: v for k, v in p.items() if k not in hidden}
             | {"packet_command": p.get("packet_command", "")}
             | {"cause": p.get("cause") or "", "cause_bearer": p.get("cause_bearer") or ""}
+            | {"jobs_ahead": (p.get("ahead") or {}).get("jobs", "")}
             for p in doc["promises"]
         ]
 
@@ -228,6 +233,7 @@ class PlacementReport(Report):
 
 class EnvelopeReport(Report):
     name = "envelope"
+    whole_fleet = True  # misses by cause are judged on every tenant's grants (DESIGN §4)
     help = """Per source (provider) and placement class: p95 start and completion against the
     promises, restart rate, checkpoint overhead, cost per completed run and per accepted
     result (definitions: docs/envelope.md)."""
@@ -305,8 +311,12 @@ def report(
     **options: Any,
 ) -> dict[str, Any]:
     """One report of the store (`name`: one of REPORTS, or serving, outcomes' serving view),
-    of the jobs, promises and lines of `period` (capacity's window is its own options)."""
-    with loaded(store, tenant, period=period) as data:
+    of the jobs, promises and lines of `period` (capacity's window is its own options). A
+    report that judges on the whole fleet (promises' causes) loads every tenant's events and
+    shows only `tenant`'s."""
+    spec = report_or_view(name)
+    scope = None if spec is not None and spec.whole_fleet else tenant
+    with loaded(store, scope, period=period) as data:
         return build_report(data, name, tenant, **options)
 
 
@@ -513,6 +523,7 @@ def _promise_tables(doc: dict[str, Any]) -> list[Table | Text]:
         "completed",
         "missed",
         "cause",
+        "later jobs ahead",
         title=f"missed promises: {len(doc['misses'])}",
     )
     for m in doc["misses"]:
@@ -526,6 +537,7 @@ def _promise_tables(doc: dict[str, Any]) -> list[Table | Text]:
             _text(m["completed"]),
             _what_missed(m),
             _text(m.get("cause")),
+            _ahead(m.get("ahead")),
         )
     commands = Text(
         "\n".join(
@@ -535,7 +547,42 @@ def _promise_tables(doc: dict[str, Any]) -> list[Table | Text]:
     causes = DataTable("cause", "bearer", "misses", "seconds", title="missed starts by cause")
     for row in doc.get("causes", []):
         causes.add_row(row["cause"], row["cause_bearer"], str(row["misses"]), str(row["seconds"]))
-    return [summary, misses, causes, commands] if doc["misses"] else [summary, misses]
+    estimates = DataTable(
+        "queue",
+        "jobs",
+        "requested h",
+        "ran h",
+        "used",
+        "optimistic",
+        "pessimistic",
+        "accurate",
+        title="estimates per queue: time limit asked for against time run",
+    )
+    for e in doc.get("estimates", []):
+        estimates.add_row(
+            e["queue"] or "–",
+            str(e["jobs"]),
+            f"{e['requested_s'] / 3600:.1f}",
+            f"{e['elapsed_s'] / 3600:.1f}",
+            "–" if e["used_share"] is None else f"{e['used_share']:.1%}",
+            *(str(e[k]) for k in ("optimistic", "pessimistic", "accurate")),
+        )
+    tail = [estimates] if doc.get("estimates") else []
+    if not doc["misses"]:
+        return [summary, misses, *tail]
+    return [summary, misses, causes, *tail, commands]
+
+
+def _ahead(ahead: dict[str, Any] | None) -> str:
+    """`2 (1 backfilled): beta/k, 1 other tenant's` (the miss's later jobs started first)."""
+    if not ahead or not ahead["jobs"]:
+        return "–"
+    named = [f"{j['tenant']}/{j['job_id']}" for j in ahead["seen"][:3]]
+    if len(ahead["seen"]) > 3:
+        named.append(f"{len(ahead['seen']) - 3} more")
+    if ahead["others"]:
+        named.append(f"{ahead['others']} of other tenants")
+    return f"{ahead['jobs']} ({ahead['backfilled']} backfilled): {', '.join(named)}"
 
 
 def _what_missed(m: dict[str, Any]) -> str:

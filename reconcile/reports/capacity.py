@@ -29,7 +29,11 @@ Definitions (docs/reports.md repeats them):
   allocation granted on it (its node, and its device when the grant lists devices); a
   job's from the allocation its decision names, else the allocation of its first
   `job.started`, else its promise's class.
-- **capacity in time** (`in_time`): GPU-seconds per class and fabric domain in the window,
+- **start receipts** per class (`receipts`): `start_attempts`, every `start.receipt`
+  launched in the window; `failed_starts`, those with outcome `failed`; `receipts`, the
+  others (deliverable starts), and the devices they name (`devices_receipted`).
+- **capacity in time** (`in_time`): GPU-seconds per class and fabric domain in the window
+  (and per class, reserved by quotas and unused),
   discovered, allocated, free, faulted and under a change (capacity_time.py).
 """
 
@@ -153,21 +157,33 @@ SELECT placement, 'devices_' || decision, count(*) FROM held GROUP BY ALL
 
 RECEIPTS = f"""
 WITH {DEVICE_CTES},
-receipt AS (
-    SELECT tenant, job_id, node, devices, {placement_sql("placement_class", "profile")} AS placement
+attempt AS (
+    SELECT tenant, job_id, node, devices,
+           {placement_sql("placement_class", "profile")} AS placement, coalesce(outcome, 'started') = 'failed' AS failed
     FROM ev WHERE type = 'start.receipt' AND launched_at >= $since AND launched_at < $until
       AND ($tenant IS NULL OR tenant = $tenant)
     QUALIFY row_number() OVER (PARTITION BY tenant, job_id ORDER BY t, seq) = 1),
+receipt AS (SELECT * FROM attempt WHERE NOT failed),
 receipted AS (
     SELECT DISTINCT dc.node, dc.device, dc.placement FROM receipt r
     JOIN device_class dc ON (r.node IS NULL OR dc.node = r.node) AND {device_held_sql("dc.device", "r.devices")})
 SELECT placement, 'receipts' AS step, count(*) AS n FROM receipt GROUP BY placement
 UNION ALL
+SELECT placement, 'start_attempts', count(*) FROM attempt GROUP BY placement
+UNION ALL
+SELECT placement, 'failed_starts', count(*) FROM attempt WHERE failed GROUP BY placement
+UNION ALL
 SELECT placement, 'devices_receipted', count(*) FROM receipted GROUP BY placement
 """
 
 #: The receipt columns of a class row (csv_rows), after the counts and rates.
-RECEIPT_COUNTS = ("receipts", "devices_receipted", "devices_without_receipt")
+RECEIPT_COUNTS = (
+    "receipts",
+    "devices_receipted",
+    "devices_without_receipt",
+    "start_attempts",
+    "failed_starts",
+)
 
 
 def report(
@@ -205,13 +221,14 @@ def _receipts(
     """Per class (of the receipt; of the device for devices_receipted): receipts beside the
     devices discovered and the workloads started; the gap is the devices without a receipt."""
     found: dict[str, dict[str, int]] = {}
+    zero = {"receipts": 0, "devices_receipted": 0, "start_attempts": 0, "failed_starts": 0}
     for placement, step, n in con.execute(RECEIPTS, bounds).fetchall():
-        found.setdefault(placement, {"receipts": 0, "devices_receipted": 0})[step] = int(n)
+        found.setdefault(placement, dict(zero))[step] = int(n)
     if not found:
         return []
     out = []
     for placement in sorted(set(found) | set(counts)):
-        mine = found.get(placement, {"receipts": 0, "devices_receipted": 0})
+        mine = found.get(placement, zero)
         theirs = counts.get(placement, {})
         discovered = theirs.get("devices_discovered", 0)
         out.append(
@@ -222,6 +239,8 @@ def _receipts(
                 "devices_receipted": mine["devices_receipted"],
                 "devices_without_receipt": discovered - mine["devices_receipted"],
                 "workloads_started": theirs.get("workloads_started", 0),
+                "start_attempts": mine["start_attempts"],
+                "failed_starts": mine["failed_starts"],
             }
         )
     return out
@@ -252,6 +271,8 @@ def extra_tables(doc: dict[str, Any]) -> list[Table]:
             "devices receipted",
             "devices without receipt",
             "workloads started",
+            "start attempts",
+            "failed starts",
             title="start receipts: inventory against deliverable starts",
         )
         for r in doc["receipts"]:
@@ -265,6 +286,8 @@ def extra_tables(doc: dict[str, Any]) -> list[Table]:
                         "devices_receipted",
                         "devices_without_receipt",
                         "workloads_started",
+                        "start_attempts",
+                        "failed_starts",
                     )
                 ),
             )
@@ -273,6 +296,8 @@ def extra_tables(doc: dict[str, Any]) -> list[Table]:
         out.append(fleet_changes.table(doc["changes"]))
     if doc.get("in_time"):
         out.append(capacity_time.table(doc["in_time"]))
+        if doc["in_time"].get("quota"):
+            out.append(capacity_time.quota_table(doc["in_time"]))
     return out
 
 

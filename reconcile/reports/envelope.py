@@ -34,6 +34,8 @@ README repeat these definitions; percentiles are nearest-rank (reconcile/engine/
   attempt; **restart rate**: restarts ÷ started jobs (four places).
 - **checkpoint overhead**: `checkpoint` GPU-seconds ÷ billed GPU-seconds of the group's
   allocations, both from the reconciliation (outcomes.checkpoint_overhead).
+- **misses by cause** (`miss_causes`): the group's missed starts counted by their cause
+  (DESIGN §4, promises.py's `cause`), judged on the whole fleet even for one tenant.
 - **cost per completed run**: outcomes.py's apportioned cost of the group's completed jobs
   ÷ their number; **cost per accepted result**: the money billed on the group's
   allocations (waste included) ÷ the distinct accepted results of its jobs; per currency,
@@ -50,6 +52,7 @@ import duckdb
 from rich.table import Table
 from rich.text import Text
 
+from reconcile.engine.causes import ORDER as CAUSE_ORDER
 from reconcile.engine.figures import percentiles_sql, seconds
 from reconcile.engine.pipeline import Pipeline
 from reconcile.engine.result import Reconciliation
@@ -103,7 +106,11 @@ def report(pipe: Pipeline, tenant: str | None = None, by: str = "both") -> dict[
     groups = _job_figures(con, keys, tenant)
     for key, figures in _promise_figures(con, keys, tenant).items():
         groups.setdefault(key, _empty(keys, key))["promises"] = figures
+    for key, causes in miss_causes(pipe, keys, tenant).items():
+        groups.setdefault(key, _empty(keys, key))["miss_causes"] = causes
     unassigned = _add_money(pipe, recon, keys, tenant, groups)
+    for group in groups.values():
+        group.setdefault("miss_causes", {})
     return {
         "by": list(keys),
         "tenant": tenant,
@@ -111,6 +118,28 @@ def report(pipe: Pipeline, tenant: str | None = None, by: str = "both") -> dict[
         "unassigned": {
             c: str(Money.of(Fraction(v), currency=c)) for c, v in sorted(unassigned.items())
         },
+    }
+
+
+MISS_CAUSES = """
+SELECT {keys}, m.cause, count(*) AS misses
+FROM miss_causes m JOIN job_groups e USING (tenant, job_id)
+WHERE ($tenant IS NULL OR m.tenant = $tenant)
+GROUP BY ALL
+"""
+
+
+def miss_causes(
+    pipe: Pipeline, keys: tuple[str, ...], tenant: str | None
+) -> dict[tuple[str, ...], dict[str, int]]:
+    """Per group: its missed starts by cause (DESIGN §4's order), judged on the whole fleet."""
+    pipe.need("miss_causes")
+    con = pipe.need("envelope_groups")
+    found: dict[tuple[str, ...], dict[str, int]] = defaultdict(dict)
+    for r in _rows(con, MISS_CAUSES.format(keys=_key_sql(keys)), tenant):
+        found[tuple(r[k] for k in keys)][r["cause"]] = int(r["misses"])
+    return {
+        key: {c: causes[c] for c in CAUSE_ORDER if c in causes} for key, causes in found.items()
     }
 
 
@@ -299,6 +328,7 @@ def csv_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
             base |= _flat(name, group[name])
         made = group["promises"] or {}
         base |= {f"promise_{k}": made.get(k) for k in PROMISE_COUNTS}
+        base |= {f"missed_{c}": group.get("miss_causes", {}).get(c, 0) for c in CAUSE_ORDER}
         for name, _ in PROMISE_DURATIONS:
             base |= _flat(f"promise_{name}", made.get(name) or {})
         base |= {
@@ -326,6 +356,7 @@ def tables(doc: dict[str, Any]) -> list[Table | Text]:
         "start p95 s promised → observed",
         "completion p95 s promised → observed",
         "missed/promises",
+        "misses by cause",
         "restarts/started",
         "checkpoint overhead",
         "cost / completed run",
@@ -344,6 +375,7 @@ def tables(doc: dict[str, Any]) -> list[Table | Text]:
             _side_by_side(made, "start"),
             _side_by_side(made, "completion"),
             "–" if made is None else f"{made['missed']}/{made['promises']}",
+            ", ".join(f"{c} {n}" for c, n in g.get("miss_causes", {}).items()) or "–",
             "–"
             if g["restart_rate"] is None
             else f"{rate(g['restart_rate'])} ({g['restarts']}/{g['started']})",

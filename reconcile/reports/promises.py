@@ -21,6 +21,17 @@ Definitions (docs/reports.md repeats them):
   wait) and `cause_bearer`, by DESIGN §4's rule (reconcile/RULES.md "Causes of a missed
   start"; the pipeline's `miss_causes`, reconcile/engine/causes.py). `causes` groups the
   misses by cause: per cause, the misses it is the cause of and its seconds over all misses.
+- **Ahead** (a missed start only): the jobs of its placement class (any MIG profile for a
+  MIG class; `unknown` is `whole`) submitted after its job and started before it (before
+  the horizon when it never started): how many, how many of them a `policy.decision`
+  `backfilled` names, and the miss's `scheduler` seconds when there is any (0 otherwise).
+  An operator sees each one's tenant and job id; a tenant sees only its own, the other
+  tenants' counted in `others`.
+- **Estimates** per queue (the pipeline's `backfill` stage: reconcile/engine/sql/backfill.sql):
+  the ended jobs with a requested time limit (`timelimit_s`, sacct's Timelimit) and their
+  run time (`elapsed_s`, else end − first start): `requested_s`, `elapsed_s`, their ratio
+  `used_share`, and the jobs whose estimate was `optimistic` (ran its whole limit),
+  `pessimistic` (ran less than half of it) or `accurate` (the rest).
 """
 
 from __future__ import annotations
@@ -85,7 +96,12 @@ def promise_rows(
         )
         .fetchall()
     )
-    out = [_promise(dict(zip(COLUMNS, row))) for row in rows]
+    # Built on the whole fleet (causes need every tenant's grants): for one tenant, whether
+    # another tenant uses the same promise id is not the tenant's to learn.
+    out = [
+        _promise(dict(zip(COLUMNS, row)) | ({"same_id": 1} if tenant is not None else {}))
+        for row in rows
+    ]
     if causes and any(p["start_status"] in ("late", "not_started") for p in out):
         by_promise = miss_causes(pipe)
         for p in out:
@@ -217,13 +233,86 @@ def summary_rows(pipe: Pipeline, tenant: str | None = None) -> list[dict[str, An
     return out
 
 
+ESTIMATES = """
+SELECT queue, count(*) AS jobs, sum(timelimit_s) AS requested_s, sum(elapsed_s) AS elapsed_s,
+       count(*) FILTER (WHERE elapsed_s >= timelimit_s) AS optimistic,
+       count(*) FILTER (WHERE 2 * elapsed_s < timelimit_s) AS pessimistic
+FROM job_estimates WHERE ($tenant IS NULL OR tenant = $tenant)
+GROUP BY queue ORDER BY queue
+"""
+
+AHEAD = """
+SELECT tenant, promise_id, ahead_tenant, ahead_job_id, ahead_submitted, ahead_started, backfilled
+FROM jobs_ahead WHERE ($tenant IS NULL OR tenant = $tenant)
+"""
+
+
+def estimate_rows(pipe: Pipeline, tenant: str | None = None) -> list[dict[str, Any]]:
+    """Per queue (of the tenant's jobs, or all): the time limits asked for against the time
+    the jobs ran. `optimistic`: jobs that ran their whole limit (elapsed ≥ limit: the
+    estimate was too short); `pessimistic`: jobs that ran less than half of it; `used_share`:
+    elapsed ÷ requested, to four places."""
+    cursor = pipe.need("backfill").execute(ESTIMATES, {"tenant": tenant})
+    names = [d[0] for d in cursor.description]
+    out = []
+    for row in cursor.fetchall():
+        r = dict(zip(names, row))
+        requested, elapsed = int(r["requested_s"]), int(r["elapsed_s"])
+        out.append(
+            {
+                "queue": r["queue"],
+                "jobs": int(r["jobs"]),
+                "requested_s": requested,
+                "elapsed_s": elapsed,
+                "used_share": round(elapsed / requested, 4) if requested else None,
+                "optimistic": int(r["optimistic"]),
+                "pessimistic": int(r["pessimistic"]),
+                "accurate": int(r["jobs"]) - int(r["optimistic"]) - int(r["pessimistic"]),
+            }
+        )
+    return out
+
+
+def ahead_of(pipe: Pipeline, misses: list[dict[str, Any]], tenant: str | None = None) -> None:
+    """Sets `ahead` on each missed start: the jobs of its class submitted after its job and
+    started before it (backfilled or not), with its `scheduler` seconds. For one tenant
+    (`tenant`), another tenant's job is counted in `others`, never named."""
+    found: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
+    for row in pipe.need("backfill").execute(AHEAD, {"tenant": tenant}).fetchall():
+        found.setdefault((row[0], row[1]), []).append(row[2:])
+    for m in misses:
+        if m["start_status"] not in ("late", "not_started"):
+            continue
+        jobs = found.get((m["tenant"], m["promise_id"]), [])
+        seen = [j for j in jobs if tenant is None or j[0] == tenant]
+        m["ahead"] = {
+            "jobs": len(jobs),
+            "backfilled": sum(1 for j in jobs if j[4]),
+            "seen": [
+                {
+                    "tenant": who,
+                    "job_id": job_id,
+                    "submitted": iso(submitted),
+                    "started": iso(started),
+                    "backfilled": bool(backfilled),
+                }
+                for who, job_id, submitted, started, backfilled in seen
+            ],
+            "others": len(jobs) - len(seen),
+            "scheduler_s": m.get("cause_seconds", {}).get("scheduler", 0) if jobs else 0,
+        }
+
+
 def report(pipe: Pipeline, tenant: str | None = None) -> dict[str, Any]:
-    """The promises report: summary by tenant and class, every promise, every miss."""
+    """The promises report: summary by tenant and class, every promise, every miss, the
+    misses by cause, the jobs ahead of each missed start, and the estimates per queue."""
     promises = promise_rows(pipe, tenant)
     misses = [p for p in promises if p["missed"]]
+    ahead_of(pipe, misses, tenant)
     return {
         "summary": summary_rows(pipe, tenant),
         "misses": misses,
         "promises": promises,
         "causes": cause_rows(misses),
+        "estimates": estimate_rows(pipe, tenant),
     }

@@ -52,6 +52,37 @@ class PromiseSummary(Document):
     start_delay_p95_s: OptNumber
 
 
+class AheadJob(Document):
+    tenant: Str
+    job_id: Str
+    submitted: OptStr
+    started: OptStr
+    backfilled: Bool
+
+
+class Ahead(Document):
+    """The jobs of a missed start's class submitted after it and started before it."""
+
+    jobs: Int
+    backfilled: Int
+    seen: Annotated[list[AheadJob], kind(list)]
+    others: Int  # another tenant's, counted only (a tenant's report)
+    scheduler_s: Number
+
+
+class QueueEstimates(Document):
+    """One queue's time limits asked for against the time its jobs ran."""
+
+    queue: Str
+    jobs: Int
+    requested_s: Number
+    elapsed_s: Number
+    used_share: OptNumber
+    optimistic: Int
+    pessimistic: Int
+    accurate: Int
+
+
 class Promise(Document):
     """One promise, kept or not; a missed one names the command of its diagnostic packet."""
 
@@ -80,6 +111,9 @@ class Promise(Document):
     cause_bearer: OptStr = Field(
         default=None, description="a missed start's only: its cause's bearer"
     )
+    ahead: Annotated[Ahead | None, kind(dict, type(None))] = Field(
+        default=None, description="a missed start's only: the later jobs started before it"
+    )
 
 
 class CauseGroup(Document):
@@ -98,6 +132,7 @@ class PromisesReport(Document):
     misses: Annotated[list[Promise], kind(list)]
     promises: Annotated[list[Promise], kind(list)]
     causes: Annotated[list[CauseGroup], kind(list)] = Field(default_factory=list)
+    estimates: Annotated[list[QueueEstimates], kind(list)] = Field(default_factory=list)
 
 
 # -- capacity ---------------------------------------------------------------------------
@@ -134,6 +169,8 @@ class ClassReceipts(Document):
     devices_receipted: Int
     devices_without_receipt: Int
     workloads_started: Int
+    start_attempts: Int = 0  # every receipt, failed ones included
+    failed_starts: Int = 0  # receipts with outcome failed
 
 
 class ChangeWindow(Document):
@@ -186,10 +223,20 @@ class CapacityGroup(Document):
     under_change_gpu_s: Number
 
 
+class QuotaUse(Document):
+    """One class over the period: GPU-seconds reserved by tenants' quotas, used, unused."""
+
+    placement_class: Str
+    reserved_gpu_s: Number
+    used_gpu_s: Number
+    unused_gpu_s: Number
+
+
 class CapacityInTime(Document):
     since: Str
     until: Str
     groups: Annotated[list[CapacityGroup], kind(list)]
+    quota: Annotated[list[QuotaUse], kind(list)] = Field(default_factory=list)
 
 
 class CapacityReport(Document):
@@ -369,6 +416,9 @@ class EnvelopeGroup(Document):
     accepted_results: Int
     checkpoint_overhead: CheckpointOverhead
     cost: CostByCurrency
+    miss_causes: Annotated[dict[str, Int], kind(dict)] = Field(
+        default_factory=dict, description="the group's missed starts by cause (DESIGN §4)"
+    )
 
 
 class EnvelopeReport(Document):
