@@ -931,6 +931,44 @@ def dispute_command(
     )
 
 
+@main.command("answer")
+@db_option
+@click.option("--tenant", required=True, help="The tenant whose dispute is answered.")
+@click.option("--invoice", required=True, help="The invoice disputed.")
+@click.option(
+    "--key",
+    "key_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help="Private key file written by keygen: each answer is signed with it.",
+)
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def answer_command(
+    db_url: str | None, tenant: str, invoice: str, key_path: Path, file: Path
+) -> None:
+    """Record the provider's signed answers to a dispute's findings (docs/answers.md).
+
+    FILE holds {"answers": [{"line_id", "category", "state", ...}]}: state `accepted`,
+    `rejected` (with `reason` and `evidence`, the seqs of the entries cited) or `partly`
+    (with `amount`, the part accepted). An answer already recorded is not appended again;
+    a different one is the finding's next revision.
+    """
+    import ledger
+    from ledger.note import read_signer
+    from reconcile.packets.answers import read_answer_file, record_answers
+
+    store = ledger.Store(db_url)
+    signer = read_signer(key_path)
+    _require_store(store)
+    asked = read_answer_file(file)
+    done = record_answers(store, tenant, invoice, signer, asked, origin=str(file))
+    counted = ", ".join(f"{state} {n}" for state, n in sorted(done.states.items()))
+    _echo(
+        f"answered {len(asked)} findings of invoice {invoice} of {tenant} ({counted}): "
+        f"{done.appended} appended, {done.unchanged} unchanged, signed by {signer.name}"
+    )
+
+
 @main.command("verify-packet")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from ledger.note import Verifier
 from reconcile.engine.figures import iso, parse_time
 from reconcile.engine.rules import CATEGORY_ORDER
 from reconcile.engine.rules_text import RulesPageError, category_rules
+from reconcile.packets.answers import states
 from reconcile.packets.dispute import VerifiedPacket, verify_dispute
 from reconcile.reports.pages import environment
 from schemas.display import terminal_safe
@@ -91,6 +92,10 @@ class Finding:
     rule: str
     rule_place: str
     cited: list[Cited]
+    #: the provider's answer (docs/answers.md): `open`, `accepted`, `rejected` or `partly`
+    state: str = "open"
+    #: the state in words: "rejected: <reason> (cites seq 4, 9)", "partly: 1.20 USD accepted"
+    state_text: str = "open: the provider has not answered"
 
     def rule_parts(self) -> list[tuple[str, str]]:
         """The rule as (kind, text) runs, kind `code`, `strong` or `text`: RULES.md's
@@ -213,12 +218,15 @@ def build_letter(checked: VerifiedPacket, signer: str) -> Letter:
         line["line_id"]: (line["period_start"], line["period_end"])
         for line in checked.findings["lines"]
     }
+    answered = states(checked.answers)
     for number, claim in enumerate(checked.claims, 1):
         tally = totals.setdefault(claim["currency"] or "", Totals(claim["currency"] or ""))
         amount = Decimal(claim["amount"])
         tally.provider += amount if claim["bearer"] == "provider" else 0
         tally.disputed += amount if claim["bearer"] == "disputed" else 0
-        findings.append(_finding(number, claim, checked.cited, periods))
+        state, state_text = answer_state(answered.get((claim["line_id"], claim["category"])))
+        finding = _finding(number, claim, checked.cited, periods)
+        findings.append(replace(finding, state=state, state_text=state_text))
     return Letter(
         checked.tenant,
         checked.invoice_id,
@@ -230,6 +238,28 @@ def build_letter(checked: VerifiedPacket, signer: str) -> Letter:
         [totals[c] for c in sorted(totals)],
         findings,
     )
+
+
+def answer_state(answer: dict[str, Any] | None) -> tuple[str, str]:
+    """A finding's state, and in words, from its answer that is not superseded (if any)."""
+    if answer is None:
+        return "open", "open: the provider has not answered"
+    if answer["status"] == "stale":
+        return "open", (
+            f"open: the provider's answer ({answer['state']}, revision {answer['revision']}) "
+            f"was to figures that have changed ({answer['finding_amount']} then)"
+        )
+    currency = f" {answer['currency']}" if answer.get("currency") else ""
+    if answer["state"] == "accepted":
+        return "accepted", f"accepted by the provider: {answer['finding_amount']}{currency}"
+    if answer["state"] == "partly":
+        return "partly", (
+            f"partly accepted by the provider: {answer['amount']}{currency} of "
+            f"{answer['finding_amount']}{currency}"
+        )
+    cites = answer.get("evidence") or []
+    cited = f" (cites seq {', '.join(str(s) for s in cites)})" if cites else ""
+    return "rejected", f"rejected by the provider: {answer['reason']}{cited}"
 
 
 def _customer_borne(categories: dict[str, Any]) -> list[tuple[str, Decimal]]:
@@ -323,7 +353,7 @@ def summary(letter: Letter) -> str:
         out.append(
             f"  {f.number}. {f.start} → {f.end}  {f.category} ({f.bearer})  {f.amount} {f.currency}  "
             f"line {f.line_id}, allocation {f.allocation_id}; {f.rule_place}; "
-            f"cites seq {', '.join(str(c.seq) for c in f.cited)}"
+            f"cites seq {', '.join(str(c.seq) for c in f.cited)}; {f.state_text}"
         )
     return "\n".join(terminal_safe(line) for line in out)
 
