@@ -969,6 +969,44 @@ def answer_command(
     )
 
 
+@main.command("credit-note")
+@db_option
+@click.option("--tenant", required=True, help="The tenant credited.")
+@click.option("--invoice", required=True, help="The invoice the credit corrects.")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The CSV file to write (FinOps FOCUS 1.2 rows).",
+)
+@click.option(
+    "--provider",
+    default=None,
+    help=(
+        "The provider issuing the credit (InvoiceIssuerName, ProviderName); default: the "
+        "source line's FOCUS InvoiceIssuerName, else its source's authority."
+    ),
+)
+def credit_note_command(
+    db_url: str | None, tenant: str, invoice: str, out: Path, provider: str | None
+) -> None:
+    """Write the credit note of a dispute's accepted money: FOCUS 1.2 rows (ChargeCategory
+    Credit, ChargeClass Correction), one per finding accepted whole or partly
+    (docs/answers.md).
+    """
+    import ledger
+    from reconcile.packets.credit_note import build_credit_note, write_credit_note
+
+    store = ledger.Store(db_url)
+    _require_store(store)
+    note = build_credit_note(store, tenant, invoice, provider)
+    write_credit_note(note, out)
+    _echo(
+        f"wrote {out}: credit note for invoice {invoice} of {tenant}, {len(note.rows)} rows, "
+        f"{-note.total} {note.currency}".rstrip()
+    )
+
+
 @main.command("verify-packet")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
