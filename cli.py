@@ -1083,6 +1083,11 @@ def verify_packet_command(
         f"{checked.checkpoint.size} and {checked.fleet_entries} fleet entries, signed by "
         f"{verifier.name}; findings recomputed and equal"
         + (
+            f"; {len(checked.answers)} answers of the provider, signatures checked"
+            if checked.answers
+            else ""
+        )
+        + (
             f"; {checked.withheld} fleet entries withheld (leaf hash only: they name another "
             "tenant)"
             if checked.withheld

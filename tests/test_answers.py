@@ -104,6 +104,9 @@ def test_answers_are_recorded_once_signed_and_stated_in_packet_and_letter(
         ("2.00", "1200"),
     ]
     packet, text = dispute(folder, url, "INV-1")
+    assert text.splitlines()[0].endswith(
+        "findings recomputed and equal; 3 answers of the provider, signatures checked"
+    )
     assert [(a["line_id"], a["status"], a["state"]) for a in packet["answers"]] == [
         ("L1", "current", "accepted"),
         ("L1", "current", "rejected"),
