@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint schemas golden cli-docs typecheck bench bench-quick clean
+.PHONY: demo test lint schemas golden cli-docs typecheck bench bench-quick clean focus-validator
 
 $(STAMP): pyproject.toml ledger/_digests.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,5 +46,17 @@ bench: $(STAMP)
 bench-quick: $(STAMP)
 	$(BIN)/python -m bench.run --quick
 
+# focus-validator 2.x (FinOps FOCUS 1.2 conformance, PyPI) in a venv of its own: it needs
+# Python 3.12, numpy<2 and pyarrow<20; tests/test_credit_note.py runs it on credit notes
+FOCUS_PYTHON ?= /root/.pyenv/versions/3.12.1/bin/python
+FOCUS_VENV := .venv-focus
+
+focus-validator: $(FOCUS_VENV)/.installed
+
+$(FOCUS_VENV)/.installed:
+	test -x $(FOCUS_VENV)/bin/python || $(FOCUS_PYTHON) -m venv $(FOCUS_VENV)
+	$(FOCUS_VENV)/bin/pip install --quiet 'focus-validator>=2,<3' 'numpy<2' 'pyarrow<20'
+	touch $@
+
 clean:
-	rm -rf $(VENV) demo-out .pytest_cache
+	rm -rf $(VENV) $(FOCUS_VENV) demo-out .pytest_cache

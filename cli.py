@@ -956,6 +956,82 @@ def dispute_command(
     )
 
 
+@main.command("answer")
+@db_option
+@click.option("--tenant", required=True, help="The tenant whose dispute is answered.")
+@click.option("--invoice", required=True, help="The invoice disputed.")
+@click.option(
+    "--key",
+    "key_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help="Private key file written by keygen: each answer is signed with it.",
+)
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def answer_command(
+    db_url: str | None, tenant: str, invoice: str, key_path: Path, file: Path
+) -> None:
+    """Record the provider's signed answers to a dispute's findings (docs/answers.md).
+
+    FILE holds {"answers": [{"line_id", "category", "state", ...}]}: state `accepted`,
+    `rejected` (with `reason` and `evidence`, the seqs of the entries cited) or `partly`
+    (with `amount`, the part accepted). An answer already recorded is not appended again;
+    a different one is the finding's next revision.
+    """
+    import ledger
+    from ledger.note import read_signer
+    from reconcile.packets.answers import read_answer_file, record_answers
+
+    store = ledger.Store(db_url)
+    signer = read_signer(key_path)
+    _require_store(store)
+    asked = read_answer_file(file)
+    done = record_answers(store, tenant, invoice, signer, asked, origin=str(file))
+    counted = ", ".join(f"{state} {n}" for state, n in sorted(done.states.items()))
+    _echo(
+        f"answered {len(asked)} findings of invoice {invoice} of {tenant} ({counted}): "
+        f"{done.appended} appended, {done.unchanged} unchanged, signed by {signer.name}"
+    )
+
+
+@main.command("credit-note")
+@db_option
+@click.option("--tenant", required=True, help="The tenant credited.")
+@click.option("--invoice", required=True, help="The invoice the credit corrects.")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The CSV file to write (FinOps FOCUS 1.2 rows).",
+)
+@click.option(
+    "--provider",
+    default=None,
+    help=(
+        "The provider issuing the credit (InvoiceIssuerName, ProviderName); default: the "
+        "source line's FOCUS InvoiceIssuerName, else its source's authority."
+    ),
+)
+def credit_note_command(
+    db_url: str | None, tenant: str, invoice: str, out: Path, provider: str | None
+) -> None:
+    """Write the credit note of a dispute's accepted money: FOCUS 1.2 rows (ChargeCategory
+    Credit, ChargeClass Correction), one per finding accepted whole or partly
+    (docs/answers.md).
+    """
+    import ledger
+    from reconcile.packets.credit_note import build_credit_note, write_credit_note
+
+    store = ledger.Store(db_url)
+    _require_store(store)
+    note = build_credit_note(store, tenant, invoice, provider)
+    write_credit_note(note, out)
+    _echo(
+        f"wrote {out}: credit note for invoice {invoice} of {tenant}, {len(note.rows)} rows, "
+        f"{-note.total} {note.currency}".rstrip()
+    )
+
+
 @main.command("verify-packet")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
@@ -1031,6 +1107,11 @@ def verify_packet_command(
         f"{checked.tenant_entries} entries of {checked.tenant} complete up to tree size "
         f"{checked.checkpoint.size} and {checked.fleet_entries} fleet entries, signed by "
         f"{verifier.name}; findings recomputed and equal"
+        + (
+            f"; {len(checked.answers)} answers of the provider, signatures checked"
+            if checked.answers
+            else ""
+        )
         + (
             f"; {checked.withheld} fleet entries withheld (leaf hash only: they name another "
             "tenant)"

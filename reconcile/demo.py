@@ -4,7 +4,9 @@ user of each kind takes away, and summarise the findings for the terminal.
     finance   reconcile.json / .csv / .parquet     the invoices, line by line and category;
               reconcile.html                       the finance page, with pictures
     customers dispute-<tenant>-<invoice>.json      verified here with the public key alone,
-              ….letter.html                        and the dispute letter beside it
+              ….letter.html                        and the dispute letter beside it, after
+                                                   the provider's answers (`demo_answers`)
+              credit-note-<tenant>-<invoice>.csv   the accepted money as FOCUS credit rows
     operators packet-<promise>/packet.{json,html}  for the first missed promise
     everyone  reports/promises|capacity|outcomes|placement|envelope.{json,csv}
               reports/serving.csv                  outcomes' serving view, per concurrency
@@ -32,8 +34,10 @@ from reconcile.engine.money import major_units
 from reconcile.engine.placement import NOT_AS_SOLD
 from reconcile.engine.result import Reconciliation
 from reconcile.engine.rules import CATEGORY_ORDER
+from reconcile.packets.answers import Asked, record_answers
+from reconcile.packets.credit_note import build_credit_note, write_credit_note
 from reconcile.packets.diagnostic import write_packet
-from reconcile.packets.dispute import build_dispute, verify_dispute
+from reconcile.packets.dispute import build_dispute, current_findings, verify_dispute
 from reconcile.packets.dispute import write_packet as write_dispute
 from reconcile.packets.letter import write_letter_beside
 from reconcile.reports import write_reports
@@ -92,6 +96,12 @@ def _dispute(
     if not owed:
         return "no invoice has provider-borne or disputed money: no dispute to file"
     tenant, invoice = max(owed, key=lambda k: (owed[k], k))
+    asked = demo_answers(current_findings(store, tenant, invoice)[1])
+    answered = record_answers(store, tenant, invoice, signer, asked, origin="demo")
+    note = build_credit_note(store, tenant, invoice)
+    credit = out / f"credit-note-{tenant}-{invoice}.csv"
+    write_credit_note(note, credit)
+    files.append(credit)
     packet = build_dispute(store, tenant, invoice, signer)
     path = out / f"dispute-{tenant}-{invoice}.json"
     write_dispute(packet, path)
@@ -102,8 +112,35 @@ def _dispute(
     return (
         f"dispute packet for {tenant} / {invoice}: {path} — verified with the public key alone: "
         f"{checked.tenant_entries} entries, {checked.fleet_entries} fleet faults, findings recomputed\n"
-        f"  the dispute letter: {letter}"
+        f"  the dispute letter: {letter}\n"
+        f"  the provider's answers: "
+        + ", ".join(f"{state} {n}" for state, n in sorted(answered.states.items()))
+        + f", {len(packet['claims']) - len(asked)} open; credit note {credit}: "
+        f"{len(note.rows)} rows, {-note.total} {note.currency}"
     )
+
+
+def demo_answers(claims: list[dict[str, Any]]) -> list[Asked]:
+    """The provider's answers in the demo: every provider-borne finding accepted but the
+    last, which is rejected citing the entries it was decided from; the largest disputed
+    finding accepted half (rounded down to the cent); the other disputed ones left open."""
+    provider = [c for c in claims if c["bearer"] == "provider"]
+    disputed = [c for c in claims if c["bearer"] == "disputed" and Decimal(c["amount"]) > 0]
+    asked = [Asked(c["line_id"], c["category"], "accepted") for c in provider[:-1]]
+    if provider:
+        last = provider[-1]
+        reason = "the provider's records put this time on the customer's own job"
+        asked.append(
+            Asked(last["line_id"], last["category"], "rejected", reason, tuple(last["cites"][:2]))
+        )
+    if disputed:
+        largest = max(disputed, key=lambda c: (Decimal(c["amount"]), c["line_id"]))
+        half = (Decimal(largest["amount"]) / 2).quantize(Decimal("0.01"), rounding="ROUND_DOWN")
+        if 0 < half < Decimal(largest["amount"]):
+            asked.append(
+                Asked(largest["line_id"], largest["category"], "partly", None, None, str(half))
+            )
+    return asked
 
 
 def category_table(result: Reconciliation) -> Table:

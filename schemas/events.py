@@ -584,6 +584,56 @@ class FleetChange(EventData):
         return self
 
 
+AnswerState = Literal["accepted", "rejected", "partly"]
+#: A signature as the signed notes write one: base64 of the key id (4 bytes) and the
+#: Ed25519 signature (64 bytes).
+SIGNATURE_PATTERN = r"^[A-Za-z0-9+/]{91}=$"
+
+
+class DisputeAnswer(TenantData):
+    """The provider's answer to one finding of a dispute (docs/answers.md): the finding is
+    the invoice's line and category; `state` `accepted`, `rejected` (with `reason` and the
+    seqs of the entries it cites as `evidence`) or `partly` (with the `amount` accepted).
+    `finding_amount` and `finding_gpu_seconds` are the finding's figures as answered: when
+    they change, the answer is stale. `revision` counts the answers to the finding (a later
+    one supersedes). `signature` is the provider's Ed25519 signature, by the key `signer`,
+    over the canonical JSON of every other field (reconcile/packets/answers.py)."""
+
+    invoice_id: Name
+    line_id: Name
+    category: Name
+    state: AnswerState
+    reason: str | None = None
+    evidence: list[PositiveCount] | None = None
+    amount: Money | None = None
+    currency: Currency | None = None
+    finding_amount: Money
+    finding_gpu_seconds: Measure
+    revision: PositiveCount
+    signer: Name
+    signature: Annotated[str, Strict(), Field(pattern=SIGNATURE_PATTERN)]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DisputeAnswer:
+        if self.state == "rejected" and not (self.reason or "").strip():
+            raise ValueError("a rejected finding needs a reason")
+        if self.state != "rejected" and (self.reason is not None or self.evidence is not None):
+            raise ValueError(f"reason and evidence belong to a rejection, not to {self.state}")
+        if self.state == "partly":
+            if self.amount is None:
+                raise ValueError("a finding accepted partly needs the amount accepted")
+            if not 0 < self.amount < self.finding_amount:
+                raise ValueError(
+                    f"amount {self.amount} is not between 0 and the finding's "
+                    f"{self.finding_amount} (accept or reject the whole instead)"
+                )
+        elif self.amount is not None:
+            raise ValueError(f"an amount belongs to a finding accepted partly, not {self.state}")
+        if self.finding_amount < 0:
+            raise ValueError(f"finding_amount {self.finding_amount} is negative")
+        return self
+
+
 #: Every event type and its `data` model: the one list the rest of the code reads.
 DATA_MODELS: dict[str, type[EventData]] = {
     "device.discovered": DeviceDiscovered,
@@ -612,6 +662,7 @@ DATA_MODELS: dict[str, type[EventData]] = {
     "probe.result": ProbeResult,
     "start.receipt": StartReceipt,
     "fleet.change": FleetChange,
+    "dispute.answer": DisputeAnswer,
 }
 
 #: Types whose events belong to the fleet, not to one tenant (their `tenant` is null).

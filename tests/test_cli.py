@@ -282,6 +282,36 @@ def test_demo_simulates_ingests_signs_and_verifies(tmp_path: Path) -> None:
         doc = json.loads((out_dir / "reconcile.json").read_text())
         assert len(doc["tenants"]) == 4
         _check_demo_evidence(out_dir, out)
+        _check_demo_answers(out_dir, out)
+
+
+def _check_demo_answers(out_dir: Path, out: str) -> None:
+    """The demo's answers (reconcile/demo.py `demo_answers`), worked out here from the
+    packet's claims: every provider-borne finding accepted but the last (rejected), the
+    largest disputed one accepted half (rounded down to the cent), the rest open; the
+    credit note is the accepted money, one row per finding, negative."""
+    packet_path = next(out_dir.glob("dispute-*.json"))
+    claims = json.loads(packet_path.read_text())["claims"]
+    answers = json.loads(packet_path.read_text())["answers"]
+    provider = [c for c in claims if c["bearer"] == "provider"]
+    disputed = [c for c in claims if c["bearer"] == "disputed" and Decimal(c["amount"]) > 0]
+    largest = max(disputed, key=lambda c: (Decimal(c["amount"]), c["line_id"]))
+    half = (Decimal(largest["amount"]) / 2).quantize(Decimal("0.01"), rounding="ROUND_DOWN")
+    expected = {(c["line_id"], c["category"]): "accepted" for c in provider[:-1]}
+    expected[(provider[-1]["line_id"], provider[-1]["category"])] = "rejected"
+    expected[(largest["line_id"], largest["category"])] = "partly"
+    assert {(a["line_id"], a["category"]): a["state"] for a in answers} == expected
+    assert all(a["status"] == "current" for a in answers)
+    total = sum((Decimal(c["amount"]) for c in provider[:-1]), Decimal(0)) + half
+    rows = list(csv.DictReader(io.StringIO(next(out_dir.glob("credit-note-*.csv")).read_text())))
+    assert len(rows) == len(provider)  # the accepted ones and the partly one
+    assert sum(Decimal(r["BilledCost"]) for r in rows) == -total
+    assert {r["ChargeCategory"] for r in rows} == {"Credit"}
+    assert (
+        f"  the provider's answers: accepted {len(provider) - 1}, partly 1, rejected 1, "
+        f"{len(claims) - len(provider) - 1} open; credit note "
+    ) in out
+    assert f": {len(provider)} rows, {-total} USD" in out
 
 
 def _check_demo_evidence(out_dir: Path, out: str) -> None:

@@ -377,7 +377,8 @@ def test_verify_packet_prints_the_letter(folder: Path) -> None:
     )
     assert said[3] == (
         "  1. 2026-01-05T10:07:00Z → 2026-01-05T10:20:00Z  stalled_fault (provider)  2.60 USD  "
-        "line L1, allocation A1; RULES.md, Categories, rule 7; cites seq 1, 5, 6, 7, 8, 13, 14"
+        "line L1, allocation A1; RULES.md, Categories, rule 7; cites seq 1, 5, 6, 7, 8, 13, 14; "
+        "open: the provider has not answered"
     )
     assert said[4].startswith(
         "  2. 2026-01-05T10:23:00Z → 2026-01-05T10:30:00Z  idle_unexplained (disputed)  1.40 USD"
@@ -683,7 +684,7 @@ def test_the_letter_as_chromium_renders_it(folder: Path, tmp_path: Path, width: 
     )
     # each finding as shown equals the packet's claim and the hand-worked one
     shown = re.findall(
-        r'<section class="finding (\w+)" id="finding-(\d+)" data-amount="([^"]*)" data-category="(\w+)">'
+        r'<section class="finding (\w+)" id="finding-(\d+)" data-amount="([^"]*)" data-category="(\w+)" data-state="open">'
         r'.*?<dd class="amount">([^<]*)</dd>(.*?)</section>',
         dom,
         re.S,

@@ -83,6 +83,18 @@ MINIMAL: dict[str, dict[str, Any]] = {
         "kind": "driver-upgrade",
         "started_at": "2026-01-05T10:00:00Z",
     },
+    "dispute.answer": {
+        "tenant": "t",
+        "invoice_id": "i",
+        "line_id": "l",
+        "category": "unallocated",
+        "state": "accepted",
+        "finding_amount": "1.00",
+        "finding_gpu_seconds": "3600",
+        "revision": 1,
+        "signer": "provider",
+        "signature": "A" * 91 + "=",
+    },
 }
 
 

@@ -17,6 +17,10 @@ A packet is one JSON object:
                 customer-borne amount and claim, citing the line, the grant, the topology
                 captures and the terms (reconcile/packets/placement_claims.py); optional, so
                 packets written before it still verify; checked like the findings
+    answers     the provider's signed answers to the findings (reconcile/packets/answers.py),
+                each with its entry's seq and its status (current, superseded, stale);
+                optional, so packets written before answers still verify; recomputed from the
+                bundle's dispute.answer entries and each signature checked
     bundle      ledger.evidence's bundle: the signed checkpoint; every entry of the tenant up
                 to it (canonical event, salt, all hashed columns); every fleet entry (faults,
                 clearings, fleet changes) of the fleet keys of the tenant's allocations
@@ -64,6 +68,7 @@ from ledger.proofs import Checkpoint, ProofError
 from ledger.witness import latest_cosigned_checkpoint
 from reconcile.engine import MoneyOverflow, Reconciliation
 from reconcile.engine.rules import touching_health
+from reconcile.packets.answers import answer_problems, derive_answers
 from reconcile.packets.claims import ClaimMismatch, reconcile_packet
 from reconcile.packets.difference import first_difference
 from reconcile.packets.isolation import (
@@ -86,6 +91,7 @@ __all__ = [
     "check_pinned",
     "check_writable",
     "choose_fleet",
+    "current_findings",
     "explaining_fleet_seqs",
     "read_packet",
     "read_previous",
@@ -123,6 +129,8 @@ class VerifiedPacket:
     claims: list[dict[str, Any]] = field(default_factory=list)
     cited: dict[int, Entry] = field(default_factory=dict)  # the claims' entries, by seq
     placement_claims: list[dict[str, Any]] = field(default_factory=list)
+    # the provider's answers, recomputed from the bundle (reconcile/packets/answers.py)
+    answers: list[dict[str, Any]] = field(default_factory=list)
 
 
 # -- building -------------------------------------------------------------------------
@@ -191,10 +199,23 @@ def build_dispute(
         "findings": json.loads(json.dumps(findings.as_json())),
         "claims": claims,
         "placement_claims": placed,
+        "answers": derive_answers(bundle["entries"], invoice, claims),
         "bundle": bundle,
     }
     check_packet(isolation, packet)
     return packet
+
+
+def current_findings(
+    store: Store, tenant: str, invoice: str
+) -> tuple[int, list[dict[str, Any]], set[int]]:
+    """The invoice's claims as a packet made now would hold them, the tree size they are
+    of, and the seqs of the entries such a packet carries (the tenant's and its fleet's)."""
+    _require_invoice(store, tenant, invoice)
+    size = _head_size(store)
+    material = _material(store, tenant, covering_seqs(store, tenant, size), size)
+    _, claims, _ = _findings(material, tenant, invoice, size)
+    return size, claims, {int(e["seq"]) for e in material}
 
 
 def _findings(
@@ -392,8 +413,14 @@ def verify_dispute(packet: Any, verifier: Verifier, previous: str | None = None)
         )
         or None
     )
+    answers = derive_answers(items, invoice, claims)
+    if difference is None and "answers" in parsed.model_fields_set:
+        difference = first_difference([a.to_dict() for a in parsed.answers], answers, "answers")
     if difference is not None:
         raise PacketError(f"{difference} (recomputed from the packet's own entries)")
+    signatures = answer_problems(items, invoice, verifier)
+    if signatures:
+        raise PacketError(f"answers: {signatures[0]}")
     fleet = sum(1 for e in items if e["tenant"] is None)
     previous_size = None if previous is None else Checkpoint.parse(verifier.verify(previous)).size
     cites = {seq for claim in [*claims, *placed] for seq in claim["cites"]}
@@ -410,6 +437,7 @@ def verify_dispute(packet: Any, verifier: Verifier, previous: str | None = None)
         claims,
         {e.seq: e for e in parsed.bundle.entries if e.seq in cites},
         placed,
+        answers,
     )
 
 

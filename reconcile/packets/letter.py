@@ -20,6 +20,7 @@ from ledger.note import Verifier
 from reconcile.engine.figures import iso, parse_time
 from reconcile.engine.rules import CATEGORY_ORDER
 from reconcile.engine.rules_text import RulesPageError, category_rules
+from reconcile.packets.answers import states
 from reconcile.packets.dispute import VerifiedPacket, verify_dispute
 from reconcile.reports.pages import environment
 from schemas.display import terminal_safe
@@ -98,6 +99,10 @@ class Finding:
     rule_place: str
     cited: list[Cited]
     line_ids: tuple[str, ...] = ()  # every line the finding spans (merged across billing hours)
+    #: the provider's answer (docs/answers.md): `open`, `accepted`, `rejected` or `partly`
+    state: str = "open"
+    #: the state in words: "rejected: <reason> (cites seq 4, 9)", "partly: 1.20 USD accepted"
+    state_text: str = "open: the provider has not answered"
 
     @property
     def lines_text(self) -> str:
@@ -166,7 +171,8 @@ def merge_stretches(findings: list[Finding]) -> list[Finding]:
     """One stall is one finding: findings of one allocation, category, bearer and currency
     whose times touch (one ends where the next begins: a stretch split by the billing hour)
     become one, their amounts, GPU-seconds, stretches, lines and cited entries added up.
-    The result is in time order (start, then allocation and category), numbered from 1."""
+    Findings the provider answered differently stay apart. The result is in time order
+    (start, then allocation and category), numbered from 1."""
     ordered = sorted(findings, key=lambda f: (f.start, f.allocation_id or "", f.category))
     merged: list[Finding] = []
     for f in ordered:
@@ -175,8 +181,8 @@ def merge_stretches(findings: list[Finding]) -> list[Finding]:
                 m
                 for m in reversed(merged)
                 if m.end == f.start
-                and (m.allocation_id, m.category, m.bearer, m.currency)
-                == (f.allocation_id, f.category, f.bearer, f.currency)
+                and (m.allocation_id, m.category, m.bearer, m.currency, m.state_text)
+                == (f.allocation_id, f.category, f.bearer, f.currency, f.state_text)
             ),
             None,
         )
@@ -343,12 +349,15 @@ def build_letter(checked: VerifiedPacket, signer: str) -> Letter:
         line["line_id"]: (line["period_start"], line["period_end"])
         for line in checked.findings["lines"]
     }
+    answered = states(checked.answers)
     for number, claim in enumerate(checked.claims, 1):
         tally = totals.setdefault(claim["currency"] or "", Totals(claim["currency"] or ""))
         amount = Decimal(claim["amount"])
         tally.provider += amount if claim["bearer"] == "provider" else 0
         tally.disputed += amount if claim["bearer"] == "disputed" else 0
-        findings.append(_finding(number, claim, checked.cited, periods))
+        state, state_text = answer_state(answered.get((claim["line_id"], claim["category"])))
+        finding = _finding(number, claim, checked.cited, periods)
+        findings.append(replace(finding, state=state, state_text=state_text))
     placements = []
     for placed in checked.placement_claims:
         tally = totals.setdefault(placed["currency"] or "", Totals(placed["currency"] or ""))
@@ -370,6 +379,28 @@ def build_letter(checked: VerifiedPacket, signer: str) -> Letter:
         placements,
         PLACEMENT_RULE if placements else "",
     )
+
+
+def answer_state(answer: dict[str, Any] | None) -> tuple[str, str]:
+    """A finding's state, and in words, from its answer that is not superseded (if any)."""
+    if answer is None:
+        return "open", "open: the provider has not answered"
+    if answer["status"] == "stale":
+        return "open", (
+            f"open: the provider's answer ({answer['state']}, revision {answer['revision']}) "
+            f"was to figures that have changed ({answer['finding_amount']} then)"
+        )
+    currency = f" {answer['currency']}" if answer.get("currency") else ""
+    if answer["state"] == "accepted":
+        return "accepted", f"accepted by the provider: {answer['finding_amount']}{currency}"
+    if answer["state"] == "partly":
+        return "partly", (
+            f"partly accepted by the provider: {answer['amount']}{currency} of "
+            f"{answer['finding_amount']}{currency}"
+        )
+    cites = answer.get("evidence") or []
+    cited = f" (cites seq {', '.join(str(s) for s in cites)})" if cites else ""
+    return "rejected", f"rejected by the provider: {answer['reason']}{cited}"
 
 
 def _customer_borne(categories: dict[str, Any]) -> list[tuple[str, Decimal]]:
@@ -496,7 +527,7 @@ def summary(letter: Letter) -> str:
         out.append(
             f"  {f.number}. {f.start} → {f.end}  {f.category} ({f.bearer})  {f.amount} {f.currency}  "
             f"line {f.lines_text}, allocation {f.allocation_id}; {f.rule_place}; "
-            f"cites seq {', '.join(str(c.seq) for c in f.cited)}"
+            f"cites seq {', '.join(str(c.seq) for c in f.cited)}; {f.state_text}"
         )
     for p in letter.placements:
         out.append(

@@ -5,7 +5,7 @@ exported as JSON Schema beside the events' (schemas/export.py)."""
 from schemas.documents.base import Document, InvalidDocument
 from schemas.documents.bundle import Bundle, Entry
 from schemas.documents.diagnostic import DiagnosticPacket
-from schemas.documents.dispute import Claim, DisputePacket
+from schemas.documents.dispute import Answer, Claim, DisputePacket
 from schemas.documents.reconciliation import ReconciliationDocument
 from schemas.documents.reports import (
     CapacityReport,
@@ -33,6 +33,7 @@ DOCUMENTS: dict[str, type[Document]] = {
 
 __all__ = [
     "DOCUMENTS",
+    "Answer",
     "Bundle",
     "CapacityReport",
     "Claim",

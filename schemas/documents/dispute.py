@@ -14,13 +14,16 @@ evidence for one invoice, checked offline with the ledger's public key alone.
                 customer-borne amount and the claim, with the seqs of the line, the grant,
                 the topology captures and the terms; optional (packets written before
                 placement claims still verify)
+    answers     the provider's signed answers to the findings, each as its dispute.answer
+                entry's data with the entry's seq, time and status; optional (packets written
+                before answers still verify)
     bundle      the evidence bundle (schemas/documents/bundle.py)
 
 It is written compact (it is for machines; the letter beside it is for people)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
@@ -67,6 +70,33 @@ class PlacementClaim(Document):
     cites: Annotated[list[LedgerInt], kind(list)]
 
 
+AnswerStatus = Literal["current", "superseded", "stale"]
+
+
+class Answer(Document):
+    """The provider's answer to one finding (docs/answers.md): its dispute.answer entry's
+    data, with the entry's `seq` and `time`, and its `status`: `current`, `superseded` by a
+    later answer to the finding, or `stale` (the finding's figures changed since)."""
+
+    seq: LedgerInt
+    time: Str
+    status: Annotated[AnswerStatus, kind(str)]
+    tenant: Str
+    invoice_id: Str
+    line_id: Str
+    category: Str
+    state: Annotated[Literal["accepted", "rejected", "partly"], kind(str)]
+    reason: OptStr = None
+    evidence: Annotated[list[LedgerInt], kind(list)] | None = None
+    amount: OptStr = None
+    currency: OptStr = None
+    finding_amount: Str
+    finding_gpu_seconds: Str
+    revision: LedgerInt
+    signer: Str
+    signature: Str
+
+
 class DisputePacket(Document):
     ROOT = "packet"
     JSON_STYLE: ClassVar[dict[str, Any]] = {"ensure_ascii": False, "separators": (",", ":")}
@@ -78,6 +108,7 @@ class DisputePacket(Document):
     findings: ReconciliationDocument
     claims: Annotated[list[Claim], kind(list)] = Field(default_factory=list)
     placement_claims: Annotated[list[PlacementClaim], kind(list)] = Field(default_factory=list)
+    answers: Annotated[list[Answer], kind(list)] = Field(default_factory=list)
     bundle: Bundle
 
     @field_validator("version")
