@@ -795,6 +795,15 @@ def quarantine_command(db_url: str | None, fmt: str) -> None:
     metavar="AMOUNT",
     help="Exit 1 when provider-borne plus disputed money exceeds AMOUNT (in any currency).",
 )
+@click.option(
+    "--cluster",
+    default=None,
+    metavar="local[N]|ray://HOST:PORT",
+    help=(
+        "Run the partitions (by tenant) on a Ray cluster: N local workers, or a running "
+        "cluster (docs/scale.md). The answer is the single process's, byte for byte."
+    ),
+)
 def reconcile_command(
     db_url: str | None,
     tenant: str | None,
@@ -802,6 +811,7 @@ def reconcile_command(
     fmt: str,
     out: Path | None,
     fail_on: str | None,
+    cluster: str | None,
 ) -> None:
     """Say what every billed GPU-second was: productive, overhead, restart, reclaimed, idle,
     unallocated.
@@ -813,7 +823,15 @@ def reconcile_command(
     limit = _decimal_option("--fail-on-disputed", fail_on)
     store = ledger.Store(db_url)
     _require_store(store, tenant, invoice)
-    result = reconcile.reconcile_store(store, tenant, invoice)
+    if cluster is None:
+        result = reconcile.reconcile_store(store, tenant, invoice)
+    else:
+        from reconcile.cluster import ClusterError, parse_cluster, reconcile_on_cluster
+
+        try:
+            result = reconcile_on_cluster(store, parse_cluster(cluster), tenant, invoice)
+        except ClusterError as exc:
+            raise InputError(f"--cluster: {exc}") from None
     if fmt == "table":
         for table in reconcile_render.tables(result):
             stdout.print(table)

@@ -91,14 +91,18 @@ SELECT held.tenant, CAST(held.us - coalesce(billed.us, 0) AS VARCHAR)
 FROM held LEFT JOIN billed USING (tenant)
 """
 
-CELLS = """
-SELECT l.invoice_id, l.line_id, l.tenant, l.allocation_id, l.currency, m.minor, m.label,
+_CELLS = """
+SELECT {key}l.invoice_id, l.line_id, l.tenant, l.allocation_id, l.currency, m.minor, m.label,
        CAST(m.gpu_us AS BIGINT) AS gpu_us, CAST(m.cents AS BIGINT) AS cents,
        l.amount AS billed_amount, l.ps, l.pe, l.description
 FROM money m JOIN lines_ev l ON l.seq = m.seq  -- money holds no replaced line
 WHERE ($invoice IS NULL OR l.invoice_id = $invoice)
 ORDER BY l.seq, m.label
 """
+CELLS = _CELLS.format(key="")
+#: CELLS with each cell's line seq first (`line_seq`): a partition's cells, merged in ledger
+#: order with the other partitions' (partitions.py)
+KEYED_CELLS = _CELLS.format(key="l.seq AS line_seq, ")
 
 
 PLACED = """
@@ -462,7 +466,7 @@ class Pipeline:
     def of_store(
         cls,
         store: Store,
-        tenant: str | None = None,
+        tenant: str | tuple[str, ...] | None = None,
         threads: int | None = None,
         upto_seq: int | None = None,
         sized: bool = True,
