@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -85,6 +86,7 @@ def command_vs_engine(shape: Shape, folder: Path, repeats: int) -> dict[str, Any
         out[f"command_{fmt}"] = run
         out[f"command_{fmt}_bytes"] = target.stat().st_size
         out[f"ratio_{fmt}"] = round(run["wall_s"] / engine["seconds"], 2)
+        out[f"ratio_{fmt}_cpu"] = round(run["cpu_s"] / engine["cpu_seconds"], 2)
         target.unlink()
     out["loadavg_before"] = [round(x, 2) for x in load_before]
     out["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
@@ -107,6 +109,11 @@ def _child(kind: str, url: str, repeats: int) -> dict[str, Any]:
         raise RuntimeError(f"{kind} on {url} failed:\n{done.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _child_main(kind: str, url: str, repeats: int) -> dict[str, Any]:
@@ -143,9 +150,15 @@ def _child_main(kind: str, url: str, repeats: int) -> dict[str, Any]:
         layout = plan(store, parts)
         timed = []
         for part in layout.partitions:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), _cpu()
             reconcile_partition(store.url, part.tenants, layout.upto_seq, 1)
-            timed.append({"entries": part.entries, "seconds": round(time.perf_counter() - t0, 2)})
+            timed.append(
+                {
+                    "entries": part.entries,
+                    "seconds": round(time.perf_counter() - t0, 2),
+                    "cpu_seconds": round(_cpu() - c0, 2),
+                }
+            )
         out[str(parts)] = {"fleet_entries": layout.fleet_entries, "partitions": timed}
     return out
 

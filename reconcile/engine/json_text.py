@@ -24,7 +24,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from reconcile.engine.money import EXACT_LINE_US, decimal_text_sql, exact_shares_sql
+from reconcile.engine.money import (
+    EXACT_LINE_US,
+    _amount_int,
+    decimal_text_sql,
+    exact_shares_sql,
+)
 from reconcile.engine.placement import NOT_AS_SOLD, UNOBSERVED, share_of
 from reconcile.engine.result import (
     ACCEPTANCE,
@@ -53,65 +58,76 @@ _TEXT_COLUMNS = (
 def _q(expr: str) -> str:
     """SQL: a printable-ASCII text as a JSON string (only `\\` and `"` escaped), NULL as null."""
     escaped = f"replace(replace({expr}, '\\', '\\\\'), '\"', '\\\"')"
-    return f"CASE WHEN {expr} IS NULL THEN 'null' ELSE '\"' || {escaped} || '\"' END"
+    return f"CASE WHEN {expr} IS NULL THEN 'null' ELSE concat('\"', {escaped}, '\"') END"
 
 
 def _seconds(expr: str) -> str:
     return f"CAST(({expr}) // {SECOND} AS VARCHAR)"
 
 
-def _member(indent: int, name: str, value: str, last: bool = False) -> str:
-    """SQL: `"name": value` at `indent` spaces, with its comma and newline."""
-    return f"'{' ' * indent}\"{name}\": ' || {value} || '{'' if last else ','}\n'"
+def _member(indent: int, name: str, value: str, last: bool = False) -> list[str]:
+    """SQL pieces: `"name": value` at `indent` spaces, with its comma and newline."""
+    return [f"'{' ' * indent}\"{name}\": '", value, f"'{'' if last else ','}\n'"]
 
 
-_BEARER_TEXT = (
-    "'            \"' || bearer || '\": {\n' || "
+def _quoted(expr: str) -> list[str]:
+    """SQL pieces: a text known to need no escaping, as a JSON string."""
+    return ["'\"'", expr, "'\"'"]
+
+
+def _concat(pieces: list[str]) -> str:
+    """SQL: the pieces as one text, made at once (a chain of `||` makes one text a piece)."""
+    return "concat(" + ", ".join(pieces) + ")"
+
+
+_BEARER_TEXT = _concat(
+    ["'            \"'", "bearer", "'\": {\n'"]
     + _member(14, "gpu_seconds", _seconds("us"))
-    + " || "
-    + _member(14, "amount", "'\"' || money || '\"'")
-    + " || "
-    + _member(14, "amount_exact", "'\"' || exact || '\"'", last=True)
-    + " || '            }'"
+    + _member(14, "amount", _concat(_quoted("money")))
+    + _member(14, "amount_exact", _concat(_quoted("exact")), last=True)
+    + ["'            }'"]
 )
 
-_CATEGORY_TEXT = (
-    "'        \"' || category || '\": {\n' || "
+_CATEGORY_TEXT = _concat(
+    ["'        \"'", "category", "'\": {\n'"]
     + _member(10, "gpu_seconds", _seconds("us"))
-    + " || "
-    + _member(10, "amount", "'\"' || money || '\"'")
-    + " || "
-    + _member(10, "amount_exact", "'\"' || exact || '\"'")
-    + " || '          \"bearer\": \"' || bearer || '\"' || "
-    + "CASE WHEN n > 1 THEN ',\n          \"by_bearer\": {\n' || by_bearer || '\n          }' "
-    + "ELSE '' END || '\n        }'"
+    + _member(10, "amount", _concat(_quoted("money")))
+    + _member(10, "amount_exact", _concat(_quoted("exact")))
+    + ['\'          "bearer": "\'', "bearer", "'\"'"]
+    + [
+        "CASE WHEN n > 1 THEN concat(',\n          \"by_bearer\": {\n', by_bearer, "
+        "'\n          }') ELSE '' END",
+        "'\n        }'",
+    ]
 )
 
-_LINE_TEXT = (
-    "'    {\n' || "
-    + " || ".join(
-        _member(6, name, value)
+_LINE_TEXT = _concat(
+    ["'    {\n'"]
+    + [
+        piece
         for name, value in (
             ("invoice_id", _q("invoice_id")),
             ("line_id", _q("line_id")),
             ("tenant", _q("tenant")),
             ("allocation_id", _q("allocation_id")),
             ("gpu_seconds", _seconds("us")),
-            ("amount", "'\"' || money || '\"'"),
+            ("amount", _concat(_quoted("money"))),
             ("currency", _q("currency")),
             ("billed_amount", _q("billed_amount")),
             ("period_start", _q("period_start")),
             ("period_end", _q("period_end")),
             ("description", _q("description")),
         )
-    )
-    + " || '      \"categories\": {\n' || categories || '\n      },\n'"
-    + " || '      \"productive_by_acceptance\": {\n' || "
-    + " || ".join(
-        _member(8, state, _seconds(f"acc_{state}"), last=i == len(ACCEPTANCE) - 1)
+        for piece in _member(6, name, value)
+    ]
+    + ["'      \"categories\": {\n'", "categories", "'\n      },\n'"]
+    + ["'      \"productive_by_acceptance\": {\n'"]
+    + [
+        piece
         for i, state in enumerate(ACCEPTANCE)
-    )
-    + " || '      }\n    }'"
+        for piece in _member(8, state, _seconds(f"acc_{state}"), last=i == len(ACCEPTANCE) - 1)
+    ]
+    + ["'      }\n    }'"]
 )
 
 _ACCEPTANCE_SUMS = ", ".join(
@@ -162,16 +178,30 @@ texts AS (
 SELECT string_agg({_LINE_TEXT}, ',\n' ORDER BY line_no) FROM texts
 """
 
-#: Per line, what the tenants' placement figures need (RULES.md 13).
-_LINE_FIGURES = """
-SELECT line_no, arg_min(tenant, row_no), arg_min(invoice_id, row_no), arg_min(line_id, row_no),
-       arg_min(currency, row_no), arg_max(minor, row_no), sum(gpu_us),
-       arg_min(billed_amount, row_no),
-       CAST(sum(CASE WHEN bearer = 'customer' THEN share_units ELSE 0 END) AS VARCHAR),
-       any_value(share_places)
-FROM (SELECT c.*, s.share_units, s.share_places, l.bearer FROM cells c
-      JOIN shares s ON s.row_no = c.row_no JOIN labels l ON l.code = c.label)
-GROUP BY line_no ORDER BY line_no
+#: The tenants' placement figures (RULES.md 13), a group of lines at a time: per tenant,
+#: currency, state, credit share and scales, the lines' GPU-µs, billed amounts (integers at
+#: their scale) and customer-borne exact shares (at the line's places); `first` orders the
+#: groups of a tenant and currency by their first line (whose minor unit PlacementSums keeps).
+_PLACEMENT_GROUPS = f"""
+WITH line AS (
+    SELECT line_no, arg_min(tenant, row_no) AS tenant, arg_min(invoice_id, row_no) AS invoice_id,
+           arg_min(line_id, row_no) AS line_id, coalesce(arg_min(currency, row_no), '') AS cur,
+           arg_min(minor, row_no) AS minor, sum(gpu_us) AS us,
+           arg_min(billed_amount, row_no) AS billed,
+           sum(CASE WHEN bearer = 'customer' THEN share_units ELSE 0 END) AS borne,
+           any_value(share_places) AS places
+    FROM (SELECT c.*, s.share_units, s.share_places, l.bearer FROM cells c
+          JOIN shares s ON s.row_no = c.row_no JOIN labels l ON l.code = c.label)
+    GROUP BY line_no),
+placed AS (
+    SELECT l.*, coalesce(p.state, '{UNOBSERVED}') AS state, p.share,
+           CAST(length(split_part(l.billed, '.', 2)) AS INTEGER) AS scale
+    FROM line l LEFT JOIN placed_lines p
+      ON p.tenant = l.tenant AND p.invoice_id = l.invoice_id AND p.line_id = l.line_id)
+SELECT tenant, cur, state, share, scale, places, min(line_no) AS first,
+       arg_min(minor, line_no), CAST(sum(us) AS VARCHAR),
+       CAST(sum({_amount_int("scale", "billed")}) AS VARCHAR), CAST(sum(borne) AS VARCHAR)
+FROM placed GROUP BY ALL ORDER BY tenant, cur, first
 """
 
 _TENANT_KEYS = """
@@ -270,23 +300,22 @@ def _tenants(con: duckdb.DuckDBPyConnection, result: Reconciliation) -> dict[str
 
 
 def _placement(con: duckdb.DuckDBPyConnection, result: Reconciliation) -> dict[str, PlacementSums]:
-    """`Reconciliation.placement_states`' sums per tenant, a line at a time (no cell)."""
-    placed: dict[tuple[str, str, str], tuple[str, str | None]] = {}
-    if result.placement is not None:
-        columns = [
-            result.placement.column(c).to_pylist()
-            for c in ("tenant", "invoice_id", "line_id", "state", "share")
-        ]
-        placed = {(t, i, line): (state, share) for t, i, line, state, share in zip(*columns)}
+    """`Reconciliation.placement_states`' sums per tenant, from groups of lines."""
+    placement = result.placement
+    if placement is None:
+        placement = pa.table(
+            {n: pa.array([], pa.string()) for n in ("tenant", "invoice_id", "line_id", "state")}
+            | {"share": pa.array([], pa.string())}
+        )
+    con.register("placed_lines", placement)
     out: dict[tuple[str, str], PlacementSums] = {}
-    rows = con.execute(_LINE_FIGURES).fetchall()
-    for _no, tenant, invoice, line, currency, minor, us, billed, units, places in rows:
-        state, share = placed.get((tenant, invoice, line), (UNOBSERVED, None))
-        sums = out.setdefault((tenant, currency or ""), PlacementSums(int(minor)))
+    for row in con.execute(_PLACEMENT_GROUPS).fetchall():
+        tenant, currency, state, share, scale, places, _first, minor, us, billed, borne = row
+        sums = out.setdefault((tenant, currency), PlacementSums(int(minor)))
         sums.gpu_us[state] += int(us)
-        sums.amount[state] += Fraction(billed)
+        sums.amount[state] += Fraction(int(billed), 10 ** int(scale))
         if state == NOT_AS_SOLD:
-            sums.claim += share_of(share) * Fraction(int(units), 10 ** int(places))
+            sums.claim += share_of(share) * Fraction(int(borne), 10 ** int(places))
     per_tenant: dict[str, PlacementSums] = {}
     for (tenant, _currency), sums in sorted(out.items()):
         per_tenant[tenant] = per_tenant[tenant] + sums if tenant in per_tenant else sums
