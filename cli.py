@@ -817,6 +817,15 @@ PERIOD_OPTIONS = (
     metavar="AMOUNT",
     help="Exit 1 when provider-borne plus disputed money exceeds AMOUNT (in any currency).",
 )
+@click.option(
+    "--cluster",
+    default=None,
+    metavar="local[N]|ray://HOST:PORT",
+    help=(
+        "Run the partitions (by tenant) on a Ray cluster: N local workers, or a running "
+        "cluster (docs/scale.md). The answer is the single process's, byte for byte."
+    ),
+)
 def reconcile_command(
     db_url: str | None,
     tenant: str | None,
@@ -826,6 +835,7 @@ def reconcile_command(
     period_since: str | None,
     period_until: str | None,
     fail_on: str | None,
+    cluster: str | None,
 ) -> None:
     """Say what every billed GPU-second was: productive, overhead, restart, reclaimed, idle,
     unallocated.
@@ -838,7 +848,17 @@ def reconcile_command(
     store = ledger.Store(db_url)
     _require_store(store, tenant, invoice)
     period = _period(period_since, period_until)
-    result = reconcile.reconcile_store(store, tenant, invoice, period=period)
+    if cluster is None:
+        result = reconcile.reconcile_store(store, tenant, invoice, period=period)
+    elif not period.open:
+        raise InputError("--cluster reconciles whole periods: leave out --since and --until")
+    else:
+        from reconcile.cluster import ClusterError, parse_cluster, reconcile_on_cluster
+
+        try:
+            result = reconcile_on_cluster(store, parse_cluster(cluster), tenant, invoice)
+        except ClusterError as exc:
+            raise InputError(f"--cluster: {exc}") from None
     if fmt == "table":
         for table in reconcile_render.tables(result):
             stdout.print(table)

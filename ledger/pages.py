@@ -18,13 +18,14 @@ PAGE_ROWS = 100_000
 
 def store_pages(
     conn: Connection,
-    tenant: str | None = None,
+    tenant: str | tuple[str, ...] | None = None,
     page_rows: int = PAGE_ROWS,
     upto_seq: int | None = None,
     after: int = 0,
 ) -> Iterator[pa.Table]:
     """The store's entries in seq order as Arrow pages; with `tenant`, that tenant's and
-    the fleet's only (the figures of a tenant rest on nothing else); with `upto_seq`, only
+    the fleet's only (the figures of a tenant rest on nothing else; a tuple of tenants: theirs
+    and the fleet's, a partition's); with `upto_seq`, only
     entries up to that seq (a checkpoint's tree size); only those past seq `after`.
 
     Rows come through the database driver's own cursor, on the connection (and so in the
@@ -39,9 +40,13 @@ def store_pages(
         f"SELECT seq, type, tenant, {event} FROM entries WHERE seq > {{mark}} AND seq <= {{mark}}"
     )
     params: tuple[Any, ...] = (after, upto_seq if upto_seq is not None else 2**62)
-    if tenant is not None:
+    if isinstance(tenant, str):
         sql += " AND (tenant = {mark} OR tenant IS NULL)"
         params += (tenant,)
+    elif tenant is not None:
+        marks = ", ".join(["{mark}"] * len(tenant)) or "NULL"
+        sql += f" AND (tenant IN ({marks}) OR tenant IS NULL)"
+        params += tenant
     row_type = _ROW_BLOB if sqlite else _ROW_TEXT
     for rows in driver_rows(conn, sql + " ORDER BY seq", params, page_rows):
         yield _page_of_rows(rows, row_type)

@@ -126,3 +126,23 @@ def run_cli(*args: str) -> tuple[int, str, str]:
     if result.exception and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[int]:
+    """A local Ray cluster of 2 workers, started once for the whole test session (it takes
+    seconds): `reconcile.cluster` finds Ray connected and runs its tasks there. Yields the
+    number of workers."""
+    import ray
+
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        object_store_memory=200 * 1024 * 1024,
+    )
+    try:
+        yield 2
+    finally:
+        ray.shutdown()

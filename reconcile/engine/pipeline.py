@@ -93,7 +93,7 @@ FROM held LEFT JOIN billed USING (tenant)
 """
 
 _CELLS = """
-SELECT l.invoice_id, l.line_id, l.tenant, l.allocation_id, l.currency, m.minor, m.label,
+SELECT {key}l.invoice_id, l.line_id, l.tenant, l.allocation_id, l.currency, m.minor, m.label,
        CAST(m.gpu_us AS BIGINT) AS gpu_us, CAST(m.cents AS BIGINT) AS cents,
        l.amount AS billed_amount, l.ps, l.pe, l.description
 FROM money m JOIN lines_ev l ON l.seq = m.seq  -- money holds no replaced line
@@ -101,13 +101,19 @@ WHERE ($invoice IS NULL OR l.invoice_id = $invoice) AND ({in_period})
 ORDER BY l.seq, m.label
 """
 
-#: The cells of every period (`cells_sql` gives one period's).
-CELLS = _CELLS.replace("{in_period}", "TRUE")
+
+def cells_sql(period: Period = ALL_TIME, keyed: bool = False) -> str:
+    """CELLS of the lines whose billed interval starts in `period` (scope.Period); `keyed`
+    puts each cell's line seq first (`line_seq`), so that a partition's cells merge in
+    ledger order with the other partitions' (partitions.py)."""
+    key = "l.seq AS line_seq, " if keyed else ""
+    return _CELLS.replace("{key}", key).replace("{in_period}", period.sql("l.ps"))
 
 
-def cells_sql(period: Period = ALL_TIME) -> str:
-    """CELLS of the lines whose billed interval starts in `period` (scope.Period)."""
-    return _CELLS.replace("{in_period}", period.sql("l.ps"))
+#: The cells of every period.
+CELLS = cells_sql()
+#: CELLS with each cell's line seq first.
+KEYED_CELLS = cells_sql(keyed=True)
 
 
 def unbilled_sql(period: Period = ALL_TIME) -> str:
@@ -530,7 +536,7 @@ class Pipeline:
     def of_store(
         cls,
         store: Store,
-        tenant: str | None = None,
+        tenant: str | tuple[str, ...] | None = None,
         threads: int | None = None,
         upto_seq: int | None = None,
         sized: bool = True,

@@ -452,6 +452,14 @@ class Reconciliation:
         `reconcile --format json` writes, through `to_json()`."""
         return ReconciliationDocument.parse(self.as_json())
 
+    def json_text(self) -> str:
+        """`document().to_json()`, byte for byte: built column-wise where it can be
+        (reconcile/engine/json_text.py), else through the document."""
+        from reconcile.engine.json_text import json_text
+
+        text = json_text(self)
+        return text if text is not None else self.document().to_json()
+
     def frame(self) -> pa.Table:
         """One row per line, category, bearer and acceptance: for CSV and Parquet. Computed
         column-wise in DuckDB over `table` (no Python object per cell), in the order of `cells`."""

@@ -378,7 +378,7 @@ SEALED_GROUP = 16
 def load_store(
     con: duckdb.DuckDBPyConnection,
     conn: Connection,
-    tenant: str | None = None,
+    tenant: str | tuple[str, ...] | None = None,
     upto_seq: int | None = None,
 ) -> None:
     """Project the store's entries (one snapshot: `conn`'s), as `store_pages` selects
@@ -400,14 +400,17 @@ def load_store(
     load_pages(con, read_ahead(rows) if shareable(conn) else rows)
 
 
-def _load_files(con: duckdb.DuckDBPyConnection, files: list[Path], tenant: str | None) -> None:
+def _load_files(
+    con: duckdb.DuckDBPyConnection, files: list[Path], tenant: str | tuple[str, ...] | None
+) -> None:
     """Project Parquet files of entries (seq, type, tenant, event), then remove them."""
     names = ", ".join(f"'{_quoted(path)}'" for path in files)
-    where = (
-        ""
-        if tenant is None
-        else f" WHERE tenant = '{tenant.replace(chr(39), chr(39) * 2)}' OR tenant IS NULL"
-    )
+    where = ""
+    if tenant is not None:
+        tenants = (tenant,) if isinstance(tenant, str) else tenant
+        listed = ", ".join("'" + t.replace("'", "''") + "'" for t in tenants) or "NULL"
+        where = f" WHERE tenant IN ({listed}) OR tenant IS NULL"
+
     _load(con, f"(SELECT seq, type, tenant, event FROM read_parquet([{names}]){where})")
     for path in files:
         path.unlink()

@@ -115,7 +115,7 @@ def write(result: Reconciliation, fmt: str, out: IO[str] | Path, db: str | None 
     Parquet are for spreadsheets: a text cell that starts like a formula is prefixed `'`
     (`for_spreadsheets`); JSON is exact."""
     if fmt in ("json", "html"):
-        text = result.document().to_json() if fmt == "json" else _page(result, db)
+        text = result.json_text() if fmt == "json" else _page(result, db)
         if isinstance(out, Path):
             out.write_text(text)
         else:

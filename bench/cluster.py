@@ -1,0 +1,221 @@
+"""The reconciliation on a Ray cluster against one process, and the user's command against
+the engine (`python -m bench.cluster --gpus 80 500 --days 30`).
+
+For each size, `bench.reconcile`'s fleet (50 tenants) is ingested into a SQLite store with
+`gpuledger ingest` and checkpointed (which seals the complete runs of entries), then:
+
+- the engine on the same events as a Parquet file (`reconcile_parquet`, 2 DuckDB threads,
+  the machine's cores), beside `gpuledger reconcile --format json|parquet --out FILE` from
+  the store (a process each, output written, wall time): the user's command against the
+  engine;
+- (with --cluster) `reconcile_store` in one process with 2 DuckDB threads against
+  `reconcile --cluster local[2]`'s path (2 Ray workers, 1 DuckDB thread each), threads
+  matched so that the ratio is Ray's overhead (its start is timed apart: a cluster is up
+  before a reconciliation is asked of it); and each partition timed alone on one thread,
+  the measured per-partition costs from which docs/scale.md estimates 100,000 GPUs.
+
+Each timed run is a child process of its own; the best of `--repeats` is kept. The CPU is
+shared with whatever else runs: loadavg before and after is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.e2e import run_step
+from bench.field_scale import sorted_fleet, write_jsonl
+from bench.reconcile import Shape, run_child, write_fleet
+from bench.results_file import record
+
+ROOT = Path(__file__).resolve().parent.parent
+FLEET_EVENTS_PER_GPU_MONTH = 62_472_800 / 10_000  # bench.reconcile's fleet, 30 days
+
+
+def prepare(shape: Shape, folder: Path) -> tuple[Path, str, int]:
+    """The fleet as sorted Parquet and as a checkpointed SQLite store (kept: a second run
+    reuses them)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fleet, db = folder / "fleet.parquet", folder / "ledger.db"
+    url = f"sqlite:///{db}"
+    done = folder / "prepared.json"
+    if done.exists():
+        return fleet, url, int(json.loads(done.read_text())["events"])
+    raw, jsonl = folder / "raw.parquet", folder / "fleet.jsonl"
+    events = write_fleet(raw, shape)
+    sorted_fleet(raw, fleet)
+    raw.unlink()
+    write_jsonl(fleet, jsonl)
+    run_step("ingest", ["ingest", "--db", url, str(jsonl)])
+    jsonl.unlink()
+    key = folder / "log.key"
+    run_step("keygen", ["keygen", "--out", str(key), "--name", "bench.example/log"])
+    run_step("checkpoint", ["checkpoint", "--db", url, "--key", str(key)])
+    done.write_text(json.dumps({"events": events}))
+    return fleet, url, events
+
+
+def best(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    return min(runs, key=lambda r: float(r[key]))
+
+
+def command_vs_engine(shape: Shape, folder: Path, repeats: int) -> dict[str, Any]:
+    fleet, url, events = prepare(shape, folder)
+    load_before = os.getloadavg()
+    engine = best([run_child("engine", fleet, 2) for _ in range(repeats)], "seconds")
+    out: dict[str, Any] = {"gpus": shape.gpus, "days": shape.days, "events": events}
+    out["engine_parquet"] = engine
+    for fmt in ("json", "parquet"):
+        target = folder / f"r.{fmt}"
+        runs = [
+            run_step(
+                f"reconcile {fmt}",
+                ["reconcile", "--db", url, "--format", fmt, "--out", str(target)],
+            )
+            for _ in range(repeats)
+        ]
+        run = best(runs, "wall_s")
+        out[f"command_{fmt}"] = run
+        out[f"command_{fmt}_bytes"] = target.stat().st_size
+        out[f"ratio_{fmt}"] = round(run["wall_s"] / engine["seconds"], 2)
+        out[f"ratio_{fmt}_cpu"] = round(run["cpu_s"] / engine["cpu_seconds"], 2)
+        target.unlink()
+    out["loadavg_before"] = [round(x, 2) for x in load_before]
+    out["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    out["note"] = (
+        "ratio: the command's wall time (a process: start, read the store, reconcile, write "
+        "the file) over the engine's on Parquet (in a warm child, 2 DuckDB threads); the CPU "
+        "is shared with other work"
+    )
+    return out
+
+
+def _child(kind: str, url: str, repeats: int) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.cluster", "--child", kind, url, "--repeats", str(repeats)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{kind} on {url} failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _child_main(kind: str, url: str, repeats: int) -> dict[str, Any]:
+    import ledger
+    from reconcile import reconcile_store
+    from reconcile.cluster import Cluster, connected, reconcile_on_cluster
+    from reconcile.engine.partitions import plan, reconcile_partition
+
+    store = ledger.Store(url)
+    seconds: list[float] = []
+    if kind == "single":
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            cells = reconcile_store(store, threads=2).cell_count
+            seconds.append(time.perf_counter() - t0)
+        return {"seconds": [round(s, 2) for s in seconds], "cells": cells}
+    if kind == "cluster":
+        t0 = time.perf_counter()
+        with connected(Cluster(None, 2)):
+            start = time.perf_counter() - t0
+            for _ in range(repeats + 1):  # the first warms the workers (their imports)
+                t0 = time.perf_counter()
+                cells = reconcile_on_cluster(store, Cluster(None, 2)).cell_count
+                seconds.append(time.perf_counter() - t0)
+        return {
+            "ray_start_s": round(start, 2),
+            "first_s": round(seconds[0], 2),
+            "seconds": [round(s, 2) for s in seconds[1:]],
+            "cells": cells,
+        }
+    # kind == "partitions": each partition of a 2- and a 4-way plan alone, one thread
+    out: dict[str, Any] = {}
+    for parts in (2, 4):
+        layout = plan(store, parts)
+        timed = []
+        for part in layout.partitions:
+            t0, c0 = time.perf_counter(), _cpu()
+            reconcile_partition(store.url, part.tenants, layout.upto_seq, 1)
+            timed.append(
+                {
+                    "entries": part.entries,
+                    "seconds": round(time.perf_counter() - t0, 2),
+                    "cpu_seconds": round(_cpu() - c0, 2),
+                }
+            )
+        out[str(parts)] = {"fleet_entries": layout.fleet_entries, "partitions": timed}
+    return out
+
+
+def cluster_vs_single(shape: Shape, folder: Path, repeats: int) -> dict[str, Any]:
+    _fleet, url, events = prepare(shape, folder)
+    load_before = os.getloadavg()
+    single = _child("single", url, repeats)
+    cluster = _child("cluster", url, repeats)
+    partitions = _child("partitions", url, 1)
+    ratio = round(min(cluster["seconds"]) / min(single["seconds"]), 2)
+    return {
+        "gpus": shape.gpus,
+        "days": shape.days,
+        "events": events,
+        "single_process_2_threads": single,
+        "cluster_2_workers_1_thread": cluster,
+        "ratio": ratio,
+        "goal": "at most 1.25x the single process, threads matched",
+        "per_partition_1_thread": partitions,
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "note": "best of the repeats; the CPU (2 cores) is shared with other work",
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gpus", type=int, nargs="+", default=[80, 500])
+    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--cluster",
+        type=int,
+        nargs="*",
+        default=[500],
+        help="the sizes (GPUs) at which the cluster is measured too",
+    )
+    parser.add_argument(
+        "--folder", type=Path, default=Path(tempfile.gettempdir()) / "gpuledger-bench-cluster"
+    )
+    parser.add_argument("--child", nargs=2, metavar=("KIND", "URL"), default=None)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(_child_main(args.child[0], args.child[1], args.repeats)), flush=True)
+        return
+    for gpus in args.gpus:
+        shape = Shape(gpus, args.days)
+        folder = args.folder / f"{gpus}x{args.days}"
+        result = command_vs_engine(shape, folder, args.repeats)
+        record(f"command_vs_engine_{gpus}x{args.days}", result)
+        print(json.dumps(result), flush=True)
+        if gpus in args.cluster:
+            result = cluster_vs_single(shape, folder, args.repeats)
+            record(f"cluster_{gpus}x{args.days}", result)
+            print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

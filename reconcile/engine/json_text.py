@@ -1,0 +1,322 @@
+"""`reconcile --format json`'s text built column-wise: the lines in DuckDB, the tenants
+from a few aggregates, byte for byte what `Reconciliation.document().to_json()` writes.
+
+The document's lines are most of it (tens of MB a month of a fleet); building them as
+Python objects (a Decimal an exact share, a dict a category) and validating them cost
+several times the engine's own work. Here each line's text, at the indentation json.dumps
+gives it (`indent=2`), is made by one query over the cells: exact shares by
+`exact_shares_sql` (the frame's), summed per category and bearer as integers at the line's
+places, and written as decimal text by `decimal_text_sql`, as `exact_text` would.
+
+`json_text` answers None where this writer would not give the same bytes, and the caller
+then writes the document as before: GPU-µs with a fraction of a second (numbers written
+as floats), a text that is not printable ASCII (json.dumps escapes it), cells not grouped
+by line, or no cells at all.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from reconcile.engine.money import (
+    EXACT_LINE_US,
+    _amount_int,
+    decimal_text_sql,
+    exact_shares_sql,
+)
+from reconcile.engine.placement import NOT_AS_SOLD, UNOBSERVED, share_of
+from reconcile.engine.result import (
+    ACCEPTANCE,
+    BEARERS,
+    CATEGORY_ORDER,
+    PlacementSums,
+    Reconciliation,
+    _period_sql,
+    _Tally,
+    gpu_seconds,
+)
+from reconcile.engine.rules import LABEL_BY_CODE, SECOND
+from schemas.fast_json import dumps
+
+_TEXT_COLUMNS = (
+    "invoice_id",
+    "line_id",
+    "tenant",
+    "allocation_id",
+    "currency",
+    "billed_amount",
+    "description",
+)
+
+
+def _q(expr: str) -> str:
+    """SQL: a printable-ASCII text as a JSON string (only `\\` and `"` escaped), NULL as null."""
+    escaped = f"replace(replace({expr}, '\\', '\\\\'), '\"', '\\\"')"
+    return f"CASE WHEN {expr} IS NULL THEN 'null' ELSE concat('\"', {escaped}, '\"') END"
+
+
+def _seconds(expr: str) -> str:
+    return f"CAST(({expr}) // {SECOND} AS VARCHAR)"
+
+
+def _member(indent: int, name: str, value: str, last: bool = False) -> list[str]:
+    """SQL pieces: `"name": value` at `indent` spaces, with its comma and newline."""
+    return [f"'{' ' * indent}\"{name}\": '", value, f"'{'' if last else ','}\n'"]
+
+
+def _quoted(expr: str) -> list[str]:
+    """SQL pieces: a text known to need no escaping, as a JSON string."""
+    return ["'\"'", expr, "'\"'"]
+
+
+def _concat(pieces: list[str]) -> str:
+    """SQL: the pieces as one text, made at once (a chain of `||` makes one text a piece)."""
+    return "concat(" + ", ".join(pieces) + ")"
+
+
+_BEARER_TEXT = _concat(
+    ["'            \"'", "bearer", "'\": {\n'"]
+    + _member(14, "gpu_seconds", _seconds("us"))
+    + _member(14, "amount", _concat(_quoted("money")))
+    + _member(14, "amount_exact", _concat(_quoted("exact")), last=True)
+    + ["'            }'"]
+)
+
+_CATEGORY_TEXT = _concat(
+    ["'        \"'", "category", "'\": {\n'"]
+    + _member(10, "gpu_seconds", _seconds("us"))
+    + _member(10, "amount", _concat(_quoted("money")))
+    + _member(10, "amount_exact", _concat(_quoted("exact")))
+    + ['\'          "bearer": "\'', "bearer", "'\"'"]
+    + [
+        "CASE WHEN n > 1 THEN concat(',\n          \"by_bearer\": {\n', by_bearer, "
+        "'\n          }') ELSE '' END",
+        "'\n        }'",
+    ]
+)
+
+_LINE_TEXT = _concat(
+    ["'    {\n'"]
+    + [
+        piece
+        for name, value in (
+            ("invoice_id", _q("invoice_id")),
+            ("line_id", _q("line_id")),
+            ("tenant", _q("tenant")),
+            ("allocation_id", _q("allocation_id")),
+            ("gpu_seconds", _seconds("us")),
+            ("amount", _concat(_quoted("money"))),
+            ("currency", _q("currency")),
+            ("billed_amount", _q("billed_amount")),
+            ("period_start", _q("period_start")),
+            ("period_end", _q("period_end")),
+            ("description", _q("description")),
+        )
+        for piece in _member(6, name, value)
+    ]
+    + ["'      \"categories\": {\n'", "categories", "'\n      },\n'"]
+    + ["'      \"productive_by_acceptance\": {\n'"]
+    + [
+        piece
+        for i, state in enumerate(ACCEPTANCE)
+        for piece in _member(8, state, _seconds(f"acc_{state}"), last=i == len(ACCEPTANCE) - 1)
+    ]
+    + ["'      }\n    }'"]
+)
+
+_ACCEPTANCE_SUMS = ", ".join(
+    f"sum(CASE WHEN acceptance = '{state}' THEN gpu_us ELSE 0 END) AS acc_{state}"
+    for state in ACCEPTANCE
+)
+
+_SQL = f"""
+WITH c AS (
+    SELECT c.*, s.share_units, s.share_places, s.exact_places, l.category, l.bearer,
+           l.acceptance, l.cat_rank, l.bearer_rank
+    FROM cells c JOIN shares s ON s.row_no = c.row_no JOIN labels l ON l.code = c.label),
+kb AS (
+    SELECT line_no, category, bearer, any_value(cat_rank) AS cat_rank,
+           any_value(bearer_rank) AS bearer_rank, sum(gpu_us) AS us,
+           {decimal_text_sql("sum(cents)", "any_value(minor)", "any_value(minor)")} AS money,
+           {
+    decimal_text_sql("sum(share_units)", "any_value(share_places)", "any_value(exact_places)")
+} AS exact,
+           sum(cents) AS cents, sum(share_units) AS units, any_value(share_places) AS places,
+           any_value(exact_places) AS ep, any_value(minor) AS minor
+    FROM c GROUP BY line_no, category, bearer),
+kc AS (
+    SELECT line_no, category, any_value(cat_rank) AS cat_rank, count(*) AS n,
+           CASE WHEN count(*) = 1 THEN any_value(bearer) ELSE 'mixed' END AS bearer,
+           sum(us) AS us,
+           {decimal_text_sql("sum(cents)", "any_value(minor)", "any_value(minor)")} AS money,
+           {decimal_text_sql("sum(units)", "any_value(places)", "any_value(ep)")} AS exact,
+           string_agg({_BEARER_TEXT}, ',\n' ORDER BY bearer_rank) AS by_bearer
+    FROM kb GROUP BY line_no, category),
+cats AS (
+    SELECT line_no, string_agg({_CATEGORY_TEXT}, ',\n' ORDER BY cat_rank) AS categories
+    FROM kc GROUP BY line_no),
+line AS (
+    SELECT line_no, arg_min(invoice_id, row_no) AS invoice_id, arg_min(line_id, row_no) AS line_id,
+           arg_min(tenant, row_no) AS tenant, arg_min(allocation_id, row_no) AS allocation_id,
+           arg_min(currency, row_no) AS currency, arg_min(billed_amount, row_no) AS billed_amount,
+           arg_min(description, row_no) AS description, arg_min(ps, row_no) AS ps,
+           arg_min(pe, row_no) AS pe, sum(gpu_us) AS us,
+           {decimal_text_sql("sum(cents)", "arg_max(minor, row_no)", "arg_max(minor, row_no)")}
+               AS money,
+           {_ACCEPTANCE_SUMS}
+    FROM c GROUP BY line_no),
+texts AS (
+    SELECT l.*, {_period_sql("l.ps")} AS period_start, {_period_sql("l.pe")} AS period_end,
+           k.categories
+    FROM line l JOIN cats k USING (line_no))
+SELECT string_agg({_LINE_TEXT}, ',\n' ORDER BY line_no) FROM texts
+"""
+
+#: The tenants' placement figures (RULES.md 13), a group of lines at a time: per tenant,
+#: currency, state, credit share and scales, the lines' GPU-µs, billed amounts (integers at
+#: their scale) and customer-borne exact shares (at the line's places); `first` orders the
+#: groups of a tenant and currency by their first line (whose minor unit PlacementSums keeps).
+_PLACEMENT_GROUPS = f"""
+WITH line AS (
+    SELECT line_no, arg_min(tenant, row_no) AS tenant, arg_min(invoice_id, row_no) AS invoice_id,
+           arg_min(line_id, row_no) AS line_id, coalesce(arg_min(currency, row_no), '') AS cur,
+           arg_min(minor, row_no) AS minor, sum(gpu_us) AS us,
+           arg_min(billed_amount, row_no) AS billed,
+           sum(CASE WHEN bearer = 'customer' THEN share_units ELSE 0 END) AS borne,
+           any_value(share_places) AS places
+    FROM (SELECT c.*, s.share_units, s.share_places, l.bearer FROM cells c
+          JOIN shares s ON s.row_no = c.row_no JOIN labels l ON l.code = c.label)
+    GROUP BY line_no),
+placed AS (
+    SELECT l.*, coalesce(p.state, '{UNOBSERVED}') AS state, p.share,
+           CAST(length(split_part(l.billed, '.', 2)) AS INTEGER) AS scale
+    FROM line l LEFT JOIN placed_lines p
+      ON p.tenant = l.tenant AND p.invoice_id = l.invoice_id AND p.line_id = l.line_id)
+SELECT tenant, cur, state, share, scale, places, min(line_no) AS first,
+       arg_min(minor, line_no), CAST(sum(us) AS VARCHAR),
+       CAST(sum({_amount_int("scale", "billed")}) AS VARCHAR), CAST(sum(borne) AS VARCHAR)
+FROM placed GROUP BY ALL ORDER BY tenant, cur, first
+"""
+
+_TENANT_KEYS = """
+SELECT c.tenant, l.category, l.bearer, sum(c.gpu_us), sum(c.cents)
+FROM cells c JOIN labels l ON l.code = c.label GROUP BY ALL ORDER BY min(c.row_no)
+"""
+_TENANT_ACCEPTANCE = """
+SELECT c.tenant, l.acceptance, sum(c.gpu_us) FROM cells c JOIN labels l ON l.code = c.label
+WHERE l.acceptance IS NOT NULL GROUP BY ALL
+"""
+_TENANT_MINOR = "SELECT tenant, arg_max(minor, row_no) FROM cells GROUP BY tenant"
+
+
+def _labels() -> pa.Table:
+    return pa.table(
+        {
+            "code": list(LABEL_BY_CODE),
+            "category": [v.category for v in LABEL_BY_CODE.values()],
+            "bearer": [v.bearer for v in LABEL_BY_CODE.values()],
+            "acceptance": [v.acceptance for v in LABEL_BY_CODE.values()],
+            "cat_rank": [CATEGORY_ORDER.index(v.category) for v in LABEL_BY_CODE.values()],
+            "bearer_rank": [BEARERS.index(v.bearer) for v in LABEL_BY_CODE.values()],
+        }
+    )
+
+
+def _writable(table: pa.Table) -> bool:
+    """Whether this writer gives json.dumps's bytes for these cells."""
+    if table.num_rows == 0:
+        return False
+    whole = pc.all(pc.equal(pc.remainder(table.column("gpu_us"), SECOND), 0)).as_py()
+    if not whole:
+        return False
+    for name in _TEXT_COLUMNS:
+        column = pc.fill_null(table.column(name), "")
+        if not pc.all(pc.match_substring_regex(column, "^[ -~]*$")).as_py():
+            return False
+    return True
+
+
+def json_text(result: Reconciliation) -> str | None:
+    """The document's text (ending in a newline), or None where this writer does not apply."""
+    table = result.table
+    if not _writable(table):
+        return None
+    starts = result._line_starts()
+    if starts is None:
+        return None
+    begins = np.zeros(table.num_rows, dtype=np.int64)
+    begins[0] = 1
+    begins[starts] = 1
+    cells = table.append_column("row_no", pa.array(np.arange(1, table.num_rows + 1)))
+    cells = cells.append_column("line_no", pa.array(np.cumsum(begins)))
+    with duckdb.connect() as con:
+        con.execute("SET enable_progress_bar = false")
+        con.register("cells", cells)
+        con.register("labels", _labels())
+        longest = con.execute(
+            "SELECT max(us) FROM (SELECT sum(CAST(gpu_us AS HUGEINT)) AS us FROM cells "
+            "GROUP BY line_no)"
+        ).fetchall()[0][0]
+        if int(longest) >= EXACT_LINE_US:
+            return None  # the slow path raises MoneyOverflow, as it always has
+        con.execute(f"CREATE TEMP TABLE shares AS {exact_shares_sql('cells')}")
+        row = con.execute(_SQL).fetchone()
+        lines = str(row[0]) if row else ""
+        tenants = _tenants(con, result)
+    head = dumps({"tenants": tenants}, indent=2)
+    return head[: -len("\n}")] + ',\n  "lines": [\n' + lines + "\n  ]\n}\n"
+
+
+def _tenants(con: duckdb.DuckDBPyConnection, result: Reconciliation) -> dict[str, Any]:
+    """The `tenants` member, as `Reconciliation.as_json` makes it, from aggregates."""
+    tallies: dict[str, _Tally] = {}
+    for tenant, minor in con.execute(_TENANT_MINOR).fetchall():
+        tallies[tenant] = _Tally(minor=int(minor))
+    for tenant, category, bearer, us, cents in con.execute(_TENANT_KEYS).fetchall():
+        tallies[tenant].gpu_us[(category, bearer)] = int(us)
+        tallies[tenant].cents[(category, bearer)] = int(cents)
+    for tenant, state, us in con.execute(_TENANT_ACCEPTANCE).fetchall():
+        tallies[tenant].acceptance[state] = int(us)
+    for tenant in result.unbilled_us:
+        tallies.setdefault(tenant, _Tally())
+    placement = _placement(con, result)
+    return {
+        tenant: {
+            "billed_gpu_seconds": gpu_seconds(tally.billed_us),
+            "unbilled_gpu_seconds": gpu_seconds(result.unbilled_us.get(tenant, 0)),
+            "categories": tally.categories(),
+            "by_bearer": tally.by_bearer(),
+            "productive_by_acceptance": tally.productive_by_acceptance(),
+            "placement": placement.get(tenant, PlacementSums()).as_json(),
+        }
+        for tenant, tally in sorted(tallies.items())
+    }
+
+
+def _placement(con: duckdb.DuckDBPyConnection, result: Reconciliation) -> dict[str, PlacementSums]:
+    """`Reconciliation.placement_states`' sums per tenant, from groups of lines."""
+    placement = result.placement
+    if placement is None:
+        placement = pa.table(
+            {n: pa.array([], pa.string()) for n in ("tenant", "invoice_id", "line_id", "state")}
+            | {"share": pa.array([], pa.string())}
+        )
+    con.register("placed_lines", placement)
+    out: dict[tuple[str, str], PlacementSums] = {}
+    for row in con.execute(_PLACEMENT_GROUPS).fetchall():
+        tenant, currency, state, share, scale, places, _first, minor, us, billed, borne = row
+        sums = out.setdefault((tenant, currency), PlacementSums(int(minor)))
+        sums.gpu_us[state] += int(us)
+        sums.amount[state] += Fraction(int(billed), 10 ** int(scale))
+        if state == NOT_AS_SOLD:
+            sums.claim += share_of(share) * Fraction(int(borne), 10 ** int(places))
+    per_tenant: dict[str, PlacementSums] = {}
+    for (tenant, _currency), sums in sorted(out.items()):
+        per_tenant[tenant] = per_tenant[tenant] + sums if tenant in per_tenant else sums
+    return per_tenant
