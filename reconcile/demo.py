@@ -71,7 +71,10 @@ def run_demo_outputs(store: Store, out: Path, signer: Signer, verifier: Verifier
         pages = write_packet(store, first["promise_id"], folder, first.get("tenant"))
         done.files += pages
         why = json.loads(pages[0].read_text())["why"]
-        done.packet = f"diagnostic packet for missed promise {first['promise_id']}: {folder / 'packet.html'}\n  why: {why}"
+        done.packet = (
+            f"diagnostic packet for missed promise {first['promise_id']}: "
+            f"{folder / 'packet.html'}\n  why: {why}"
+        )
     return done
 
 
@@ -100,7 +103,8 @@ def _dispute(
     files.append(letter)
     return (
         f"dispute packet for {tenant} / {invoice}: {path} — verified with the public key alone: "
-        f"{checked.tenant_entries} entries, {checked.fleet_entries} fleet faults, findings recomputed\n"
+        f"{checked.tenant_entries} entries, {checked.fleet_entries} fleet faults, findings "
+        "recomputed\n"
         f"  the dispute letter: {letter}"
     )
 
@@ -181,7 +185,8 @@ def totals_line(result: Reconciliation) -> str:
     return (
         f"billed {billed:,.1f} GPU-h, of which productive {productive:,.1f} GPU-h "
         f"({share:.1%}); money: customer {money['customer']:,}, "
-        f"provider-borne {money['provider']:,}, disputed {money['disputed']:,}; unbilled {unbilled:,.1f} GPU-h"
+        f"provider-borne {money['provider']:,}, disputed {money['disputed']:,}; unbilled "
+        f"{unbilled:,.1f} GPU-h"
     )
 
 
@@ -189,7 +194,8 @@ def totals_line(result: Reconciliation) -> str:
 
 
 def envelope_table(doc: dict[str, Any]) -> Table:
-    """The envelope per placement class (`report envelope --by placement_class`): a few key figures."""
+    """The envelope per placement class (`report envelope --by placement_class`): a few key
+    figures."""
     table = DataTable(
         "class",
         "jobs started/completed",
@@ -206,7 +212,8 @@ def envelope_table(doc: dict[str, Any]) -> Table:
         start = (
             "–"
             if made is None
-            else f"{_text(made['promised_start_s']['p95'])} → {_text(made['observed_start_s']['p95'])}"
+            else f"{_text(made['promised_start_s']['p95'])} → "
+            f"{_text(made['observed_start_s']['p95'])}"
         )
         table.add_row(
             g["placement_class"],
@@ -227,11 +234,15 @@ def receipts_line(capacity: dict[str, Any]) -> str:
     if not rows:
         return "no start receipts"
     each = ", ".join(
-        f"{r['placement_class']} {r['receipts']} ({r['devices_receipted']}/{r['devices_discovered']})"
+        f"{r['placement_class']} {r['receipts']} "
+        f"({r['devices_receipted']}/{r['devices_discovered']})"
         for r in rows
     )
     gap = sum(r["devices_without_receipt"] for r in rows)
-    return f"start receipts per class (devices receipted/discovered): {each}; {gap} devices without a receipt"
+    return (
+        f"start receipts per class (devices receipted/discovered): {each}; {gap} devices "
+        "without a receipt"
+    )
 
 
 def change_lines(capacity: dict[str, Any]) -> list[str]:
@@ -245,8 +256,10 @@ def change_lines(capacity: dict[str, Any]) -> list[str]:
             + " / ".join(w["phase"] for w in windows)
         )
         out.append(
-            f"  starts {_each(windows, 'starts')}; queue delay p50 {_each(windows, 'queue_delay_s', 'p50')} s, "
-            f"p95 {_each(windows, 'queue_delay_s', 'p95')} s; interrupted {_each(windows, 'interrupted')}; "
+            f"  starts {_each(windows, 'starts')}; queue delay p50 "
+            f"{_each(windows, 'queue_delay_s', 'p50')} s, "
+            f"p95 {_each(windows, 'queue_delay_s', 'p95')} s; interrupted "
+            f"{_each(windows, 'interrupted')}; "
             f"{len(c['held_past_end'])} held past its end"
         )
     return out
@@ -258,7 +271,8 @@ def _each(windows: list[dict[str, Any]], name: str, part: str | None = None) -> 
 
 
 def placement_lines(doc: dict[str, Any]) -> list[str]:
-    """Mismatched placements and their money; per class, whether probe bus bandwidth predicts step time."""
+    """Mismatched placements and their money; per class, whether probe bus bandwidth predicts step
+    time."""
     rows = doc["allocations"]
     observed = [a for a in rows if a["status"] != "unobserved"]
     mismatched = [a for a in rows if a["status"] == "mismatch"]
@@ -268,7 +282,8 @@ def placement_lines(doc: dict[str, Any]) -> list[str]:
             money[currency] += Decimal(amount)
     billed = ", ".join(f"{v:,} {c}" for c, v in sorted(money.items())) or "nothing"
     first = (
-        f"; first: {mismatched[0]['tenant']} {mismatched[0]['allocation_id']}: {mismatched[0]['reasons'][0]}"
+        f"; first: {mismatched[0]['tenant']} {mismatched[0]['allocation_id']}: "
+        f"{mismatched[0]['reasons'][0]}"
         if mismatched
         else ""
     )
@@ -280,7 +295,8 @@ def placement_lines(doc: dict[str, Any]) -> list[str]:
     return [
         f"{len(observed)} of {len(rows)} allocations observed, {len(mismatched)} mismatched, "
         f"billed {billed} on them{first}",
-        f"probe bus bandwidth against step time p50, Spearman's rho per class: {rho or 'no probes'}",
+        "probe bus bandwidth against step time p50, Spearman's rho per class: "
+        f"{rho or 'no probes'}",
     ]
 
 

@@ -10,8 +10,8 @@ A packet is one JSON object:
     findings    Reconciliation.as_json() of that invoice's lines (docs/cli.md), computed
                 by the engine from exactly the entries the bundle carries
     claims      each provider-borne or disputed cell of the findings with its time stretches
-                and the seqs of the entries that decided it (reconcile/packets/claims.py); optional,
-                so packets written before it still verify; checked like the findings
+                and the seqs of the entries that decided it (reconcile/packets/claims.py);
+                optional, so packets written before it still verify; checked like the findings
     bundle      ledger.evidence's bundle: the signed checkpoint; every entry of the tenant up
                 to it (canonical event, salt, all hashed columns); every fleet entry (faults,
                 clearings, fleet changes) of the fleet keys of the tenant's allocations

@@ -57,13 +57,27 @@ FIELDS: dict[str, tuple[str, ...]] = {
 #: Why a category is not the customer's to pay, in plain words (RULES.md's are quoted beside them).
 WHY = {
     "unallocated": "Billed for GPUs or time that the allocation did not hold.",
-    "double_billed": "These GPU-seconds were already billed on an earlier line of the same allocation.",
-    "reclaimed": "The provider preempted, reclaimed or evicted the allocation; the time after the notice is the provider's.",
-    "restart_lost": "Work lost when the job failed for a hardware or fabric cause, or just after a critical fault on its "
-    "GPUs, counted back to its last saved checkpoint.",
-    "restart_recovery": "Time the job took to get going again after that failure, up to its first progress.",
-    "stalled_fault": "The job made no progress for longer than the stall threshold while a critical fault touched its GPUs.",
-    "idle_unexplained": "The job was running but made no progress, and nothing in the ledger explains why.",
+    "double_billed": (
+        "These GPU-seconds were already billed on an earlier line of the same allocation."
+    ),
+    "reclaimed": (
+        "The provider preempted, reclaimed or evicted the allocation; the time after the "
+        "notice is the provider's."
+    ),
+    "restart_lost": (
+        "Work lost when the job failed for a hardware or fabric cause, or just after a "
+        "critical fault on its GPUs, counted back to its last saved checkpoint."
+    ),
+    "restart_recovery": (
+        "Time the job took to get going again after that failure, up to its first progress."
+    ),
+    "stalled_fault": (
+        "The job made no progress for longer than the stall threshold while a critical fault "
+        "touched its GPUs."
+    ),
+    "idle_unexplained": (
+        "The job was running but made no progress, and nothing in the ledger explains why."
+    ),
 }
 
 
@@ -316,12 +330,14 @@ def summary(letter: Letter) -> str:
     out = [letter.sentence()]
     for t in letter.totals:
         out.append(
-            f"  billed {t.text(t.billed)} · provider-borne {t.text(t.provider)} · disputed {t.text(t.disputed)}"
+            f"  billed {t.text(t.billed)} · provider-borne {t.text(t.provider)} · disputed "
+            f"{t.text(t.disputed)}"
             f" · we dispute {t.text(t.claimed)}"
         )
     for f in letter.findings:
         out.append(
-            f"  {f.number}. {f.start} → {f.end}  {f.category} ({f.bearer})  {f.amount} {f.currency}  "
+            f"  {f.number}. {f.start} → {f.end}  {f.category} ({f.bearer})  {f.amount} "
+            f"{f.currency}  "
             f"line {f.line_id}, allocation {f.allocation_id}; {f.rule_place}; "
             f"cites seq {', '.join(str(c.seq) for c in f.cited)}"
         )
