@@ -313,7 +313,8 @@ def entries_of_jsonl(path: Path) -> Iterator[Entry]:
 
 
 def _texts(devices: Any) -> frozenset[str] | None:
-    """An allocation's devices; None when it lists none (docs/events.md: an empty list is none given)."""
+    """An allocation's devices; None when it lists none (docs/events.md: an empty list is
+    none given)."""
     if devices is None or len(devices) == 0:
         return None
     return frozenset(devices)
@@ -1128,7 +1129,8 @@ def _customer_borne(
 
 
 def placement_tenants(lines: dict[LineKey, LinePlacement]) -> dict[str, dict[str, Any]]:
-    """Per tenant: {state: {"gpu_us": …, "amount": {currency: exact}}, "claim": {currency: exact}}."""
+    """Per tenant: {state: {"gpu_us": …, "amount": {currency: exact}},
+    "claim": {currency: exact}}."""
     out: dict[str, dict[str, Any]] = {}
     for (tenant, _line), p in sorted(lines.items()):
         node = out.setdefault(

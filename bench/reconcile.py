@@ -190,7 +190,7 @@ jt(tenant) || '}'""",
         "billing.line",
         "g + 600*f*7",
         "line(k, tenant, '-credit', g + 600*f*5, g + 600*f*6, 0, '-5.00', "
-        "',\"category\":\"credit\"')",
+        '\',"category":"credit"\')',
         "v = 13",
     ),
     (

@@ -79,14 +79,16 @@ class LocalZone:
         return moment.astimezone(timezone.utc)
 
 
-def _zone(name: str, where: str = "--timezone") -> tuple[tzinfo, str]:
+def _zone(name: str, where: str | None = None) -> tuple[tzinfo, str]:
+    """The zone `name`, given by the `timezone` option, or else read from `where`."""
     try:
         return ZoneInfo(name), name
     except (ZoneInfoNotFoundError, ValueError):
-        hint = "" if where == "--timezone" else "; name the zone with --timezone"
+        source, hint = (f"{where}: ", "; name the zone with this option") if where else ("", "")
         raise IngestError(
-            f"{where}: unknown time zone {name!r} (an IANA name such as Europe/Berlin or "
-            f"UTC){hint}"
+            f"{source}unknown time zone {name!r} (an IANA name such as Europe/Berlin or "
+            f"UTC){hint}",
+            option="timezone",
         ) from None
 
 
@@ -98,7 +100,7 @@ def _machine_zone() -> tuple[tzinfo, str]:
     localtime = Path("/etc/localtime")
     target = os.path.realpath(localtime)
     if "zoneinfo/" in target:
-        return _zone(target.split("zoneinfo/", 1)[1])
+        return _zone(target.split("zoneinfo/", 1)[1], str(localtime))
     if localtime.exists():
         with localtime.open("rb") as rules:
             return ZoneInfo.from_file(rules, key="localtime"), "localtime (/etc/localtime)"

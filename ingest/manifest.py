@@ -87,7 +87,7 @@ def ingest_plan(
     if manifest is None:
         if not files:
             raise IngestError("give the files to ingest, or a manifest", option="manifest")
-        _owner(options.get("owner"), "--owner")
+        _owner(options.get("owner"))
         entries = [ManifestEntry(regular_file(path), fmt) for path in files]
     else:
         if files or fmt:
@@ -95,8 +95,8 @@ def ingest_plan(
                 "the manifest names the files and their formats; give no files or format with it",
                 option="manifest",
             )
-        regular_file(manifest, "--manifest")
-        _owner(options.get("owner"), "--owner")
+        regular_file(manifest, option="manifest")
+        _owner(options.get("owner"))
         entries = read_manifest(manifest, format_names(), allowed)
     defaults = {k: v for k, v in options.items() if k != "owner"}
     planned = [_configured(entry, defaults, options.get("owner")) for entry in entries]
@@ -231,8 +231,9 @@ def _entry(
     return ManifestEntry(found, fmt, dict(options), where)
 
 
-def _owner(text: object, where: str) -> str | None:
-    """The owner as given, checked (schemas/owners.py)."""
+def _owner(text: object, where: str | None = None) -> str | None:
+    """The owner as given, checked (schemas/owners.py); `where` is the manifest entry that
+    gave it, None for the `owner` option."""
     if text is None:
         return None
     try:
@@ -240,6 +241,8 @@ def _owner(text: object, where: str) -> str | None:
             raise OwnerError(f"expected 'provider' or 'tenant:NAME', found {text!r}")
         return str(Owner.parse(text))
     except OwnerError as exc:
+        if where is None:
+            raise IngestError(str(exc), option="owner") from None
         raise IngestError(f"{where}: {exc}") from None
 
 
@@ -255,20 +258,22 @@ def _inside(path: Path, where: str, folders: list[Path]) -> Path:
     return regular_file(path, where)
 
 
-def regular_file(path: Path, where: str | None = None) -> Path:
+def regular_file(path: Path, where: str | None = None, option: str | None = None) -> Path:
     """`path` when it is a regular file that is not a kernel or device pseudo file;
     checked before it is opened, so a refused path is never read. `where` names the
-    manifest entry or option that gave it."""
+    manifest entry that gave it, `option` the caller's parameter."""
     real = Path(os.path.realpath(path))
     named = f"{where}: {path}" if where else str(path)
     try:
         mode = os.stat(real).st_mode
     except FileNotFoundError:
-        raise IngestError(f"{named}: no such file") from None
+        raise IngestError(f"{named}: no such file", option=option) from None
     except OSError as exc:
-        raise IngestError(f"{named}: cannot read: {exc.strerror}") from None
+        raise IngestError(f"{named}: cannot read: {exc.strerror}", option=option) from None
     if any(real.is_relative_to(root) for root in SPECIAL_ROOTS) or not stat.S_ISREG(mode):
-        raise IngestError(f"{named}: not a regular file ({_kind(real, mode)}): refused")
+        raise IngestError(
+            f"{named}: not a regular file ({_kind(real, mode)}): refused", option=option
+        )
     return path
 
 

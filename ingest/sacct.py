@@ -298,14 +298,15 @@ def sacct_field(name: str) -> str | None:
     )
 
 
-def sacct_fields(names: list[str], where: str) -> list[str]:
-    """A field list given by hand (`--fields`), in sacct's own spelling."""
+def sacct_fields(names: list[str], option: str) -> list[str]:
+    """A field list given by hand (the `option` named, `fields`), in sacct's own spelling."""
     fields = []
     for name in names:
         canonical = sacct_field(name)
         if canonical is None:
             raise IngestError(
-                f"{where}: unknown sacct field {name.strip()!r} (`sacct --helpformat` lists them)"
+                f"unknown sacct field {name.strip()!r} (`sacct --helpformat` lists them)",
+                option=option,
             )
         fields.append(canonical)
     return fields
@@ -371,12 +372,12 @@ class SacctIngestor:
             options.get("cluster") or None,
             LocalZone(options.get("timezone")),
             tenant,
-            sacct_fields([field], "--tenant-field")[0] if field else None,
+            sacct_fields([field], "tenant_field")[0] if field else None,
         )
         fields = options.get("fields")
-        field_list = sacct_fields(fields.split(","), "--fields") if fields else None
+        field_list = sacct_fields(fields.split(","), "fields") if fields else None
         if field_list is not None:
-            _check_fields(field_list, context, "--fields")
+            _check_fields(field_list, context, None)
         delimiter = options.get("delimiter") or (None if field_list else _sniffed(path)) or "|"
         with open_source(path) as stream:
             yield from _job_events(_Rows(context, stream, delimiter, field_list), context)
@@ -410,20 +411,23 @@ def _sniffed(path: Path) -> str | None:
     return header_delimiter(first)
 
 
-def _check_fields(fields: list[str], context: _Context, where: str) -> None:
+def _check_fields(fields: list[str], context: _Context, where: str | None) -> None:
+    """`where`: the header line that named the fields; None when the `fields` option did."""
+    source, option = (f"{where}: ", None) if where else ("", "fields")
     if "JobID" not in fields and "JobIDRaw" not in fields:
-        raise IngestError(f"{where}: the field list has no JobID")
+        raise IngestError(f"{source}the field list has no JobID", option=option)
     if not {"Submit", "Start", "End"} & set(fields):
         raise IngestError(
-            f"{where}: the field list has no Submit, Start or End, so no transition has a time; "
-            "add them to the fields sacct prints"
+            f"{source}the field list has no Submit, Start or End, so no transition has a time; "
+            "add them to the fields sacct prints",
+            option=option,
         )
     if context.tenant is not None:
         return
     wanted = [context.tenant_field] if context.tenant_field else list(TENANT_FIELDS)
     if not any(f in fields for f in wanted):
         raise IngestError(
-            f"{where}: no tenant column: the fields have no {' or '.join(wanted)}; "
+            f"{source}no tenant column: the fields have no {' or '.join(wanted)}; "
             "name the tenant of the whole file",
             option="tenant",
         )

@@ -82,8 +82,8 @@ def _from_child(path: Path, name: str, options: dict[str, Any]) -> Iterator[Reco
             kind, payload = pickle.loads(body)
             if kind == "records":
                 yield from (_unpack(item) for item in payload)
-            elif kind == "error":
-                raise IngestError(payload)
+            elif kind == "error":  # the message and the option it is about
+                raise IngestError(payload[0], option=payload[1])
             else:
                 return
     finally:
@@ -179,7 +179,7 @@ def _produce(path: str, name: str, options: dict[str, Any], out: IO[bytes]) -> N
         _send(out, "records", chunk)
         _send(out, "end", None)
     except IngestError as exc:
-        _send(out, "error", str(exc))
+        _send(out, "error", (str(exc), exc.option))
     out.flush()
 
 

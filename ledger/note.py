@@ -59,15 +59,17 @@ def key_id(name: str, public: bytes, alg: bytes = ED25519) -> bytes:
     return sha256(name.encode() + b"\n" + alg + public).digest()[:4]
 
 
-def check_key_name(name: str, what: str = "key name") -> None:
-    """Raise NoteError unless `name` is a key name signed notes may carry."""
+def check_key_name(name: str, what: str = "key name", option: str | None = None) -> None:
+    """Raise NoteError unless `name` is a key name signed notes may carry; `option` is the
+    caller's parameter that gave it, if any."""
     if not name:
-        raise NoteError(f"{what} must not be empty")
+        raise NoteError(f"{what} must not be empty", option=option)
     for c in name:
         if c in _SPACES or c == "+" or ord(c) < 0x20 or 0xD800 <= ord(c) <= 0xDFFF:
             raise NoteError(
                 f"{what} {name!r} holds {c!r}: a key name has no space, no '+' and no control "
-                "character"
+                "character",
+                option=option,
             )
 
 
@@ -144,7 +146,7 @@ class Signer:
 
     @classmethod
     def generate(cls, name: str, alg: bytes = ED25519) -> Signer:
-        check_key_name(name, "--name")
+        check_key_name(name, option="name")
         key = Ed25519PrivateKey.generate()
         return cls(name, key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption()), alg)
 

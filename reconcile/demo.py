@@ -76,7 +76,10 @@ def run_demo_outputs(store: Store, out: Path, signer: Signer, verifier: Verifier
         pages = write_packet(store, first["promise_id"], folder, first.get("tenant"))
         done.files += pages
         why = json.loads(pages[0].read_text())["why"]
-        done.packet = f"diagnostic packet for missed promise {first['promise_id']}: {folder / 'packet.html'}\n  why: {why}"
+        done.packet = (
+            f"diagnostic packet for missed promise {first['promise_id']}: "
+            f"{folder / 'packet.html'}\n  why: {why}"
+        )
     return done
 
 
@@ -219,7 +222,8 @@ def totals_line(result: Reconciliation) -> str:
     return (
         f"billed {billed:,.1f} GPU-h, of which productive {productive:,.1f} GPU-h "
         f"({share:.1%}); money: customer {money['customer']:,}, "
-        f"provider-borne {money['provider']:,}, disputed {money['disputed']:,}; unbilled {unbilled:,.1f} GPU-h"
+        f"provider-borne {money['provider']:,}, disputed {money['disputed']:,}; unbilled "
+        f"{unbilled:,.1f} GPU-h"
     )
 
 
@@ -227,7 +231,8 @@ def totals_line(result: Reconciliation) -> str:
 
 
 def envelope_table(doc: dict[str, Any]) -> Table:
-    """The envelope per placement class (`report envelope --by placement_class`): a few key figures."""
+    """The envelope per placement class (`report envelope --by placement_class`): a few key
+    figures."""
     table = DataTable(
         "class",
         "jobs started/completed",
@@ -244,7 +249,8 @@ def envelope_table(doc: dict[str, Any]) -> Table:
         start = (
             "–"
             if made is None
-            else f"{_text(made['promised_start_s']['p95'])} → {_text(made['observed_start_s']['p95'])}"
+            else f"{_text(made['promised_start_s']['p95'])} → "
+            f"{_text(made['observed_start_s']['p95'])}"
         )
         table.add_row(
             g["placement_class"],
@@ -265,7 +271,8 @@ def receipts_line(capacity: dict[str, Any]) -> str:
     if not rows:
         return "no start receipts"
     each = ", ".join(
-        f"{r['placement_class']} {r['receipts']} ({r['devices_receipted']}/{r['devices_discovered']})"
+        f"{r['placement_class']} {r['receipts']} "
+        f"({r['devices_receipted']}/{r['devices_discovered']})"
         for r in rows
     )
     gap = sum(r["devices_without_receipt"] for r in rows)
@@ -291,8 +298,10 @@ def change_lines(capacity: dict[str, Any]) -> list[str]:
             + " / ".join(w["phase"] for w in windows)
         )
         out.append(
-            f"  starts {_each(windows, 'starts')}; queue delay p50 {_each(windows, 'queue_delay_s', 'p50')} s, "
-            f"p95 {_each(windows, 'queue_delay_s', 'p95')} s; interrupted {_each(windows, 'interrupted')}; "
+            f"  starts {_each(windows, 'starts')}; queue delay p50 "
+            f"{_each(windows, 'queue_delay_s', 'p50')} s, "
+            f"p95 {_each(windows, 'queue_delay_s', 'p95')} s; interrupted "
+            f"{_each(windows, 'interrupted')}; "
             f"{len(c['held_past_end'])} held past its end"
         )
     return out
@@ -315,7 +324,8 @@ def placement_claim_line(result: Reconciliation) -> str:
 
 
 def placement_lines(doc: dict[str, Any]) -> list[str]:
-    """Mismatched placements and their money; per class, whether probe bus bandwidth predicts step time."""
+    """Mismatched placements and their money; per class, whether probe bus bandwidth predicts step
+    time."""
     rows = doc["allocations"]
     observed = [a for a in rows if a["status"] != "unobserved"]
     mismatched = [a for a in rows if a["status"] == "mismatch"]
@@ -325,7 +335,8 @@ def placement_lines(doc: dict[str, Any]) -> list[str]:
             money[currency] += Decimal(amount)
     billed = ", ".join(f"{v:,} {c}" for c, v in sorted(money.items())) or "nothing"
     first = (
-        f"; first: {mismatched[0]['tenant']} {mismatched[0]['allocation_id']}: {mismatched[0]['reasons'][0]}"
+        f"; first: {mismatched[0]['tenant']} {mismatched[0]['allocation_id']}: "
+        f"{mismatched[0]['reasons'][0]}"
         if mismatched
         else ""
     )
@@ -337,7 +348,8 @@ def placement_lines(doc: dict[str, Any]) -> list[str]:
     return [
         f"{len(observed)} of {len(rows)} allocations observed, {len(mismatched)} mismatched, "
         f"billed {billed} on them{first}",
-        f"probe bus bandwidth against step time p50, Spearman's rho per class: {rho or 'no probes'}",
+        "probe bus bandwidth against step time p50, Spearman's rho per class: "
+        f"{rho or 'no probes'}",
     ]
 
 

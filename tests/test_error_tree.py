@@ -93,6 +93,62 @@ def test_no_raised_message_names_a_command_line_flag() -> None:
     assert named == []
 
 
+#: Where a library string may be a flag: the declaration of a flag (a report's options,
+#: generated into the command line) and a command line the library writes out for the
+#: user to run (a function holding the word "gpuledger", e.g. `packet_command`).
+FLAG_DECLARATIONS = {"ReportOption", "option"}
+
+
+def _flag_strings(path: Path) -> Iterator[tuple[int, str]]:
+    """Every string literal (or f-string's leading text) of `path` that starts with a flag
+    (`--name`), outside a flag's declaration and a command line written for the user."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    allowed: set[int] = set()
+    for node in ast.walk(tree):
+        declares = isinstance(node, ast.Call) and (
+            getattr(node.func, "id", None) in FLAG_DECLARATIONS
+            or getattr(node.func, "attr", None) in FLAG_DECLARATIONS
+        )
+        writes_a_command = isinstance(node, ast.FunctionDef) and any(
+            isinstance(n, ast.Constant) and n.value == "gpuledger" for n in ast.walk(node)
+        )
+        if declares or writes_a_command:
+            allowed |= {id(n) for n in ast.walk(node)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr) and id(node) not in allowed and node.values:
+            node = node.values[0]
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in allowed
+            and re.match(r"--[a-z]", node.value)
+        ):
+            yield node.lineno, node.value
+
+
+def test_no_library_string_is_a_flag_not_even_one_passed_on_in_a_variable() -> None:
+    """A flag handed to a helper that puts it in a message (`where="--timezone"`) is caught
+    here: the library passes the option's name (`option="timezone"`) and the CLI adds it."""
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {text!r}"
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for line, text in _flag_strings(path)
+    ]
+    assert found == []
+
+
+def test_the_flag_scan_sees_a_flag_in_a_variable(tmp_path: Path) -> None:
+    source = tmp_path / "lib.py"
+    source.write_text(
+        'def parse(text, where="--timezone"):\n    raise ValueError(f"{where}: bad")\n'
+        'check(name, "--name")\n'
+        'ReportOption("since", "--since", "Window start.")\n'
+        'def command():\n    return ["gpuledger", "packet", "--promise"]\n'
+    )
+    assert [text for _, text in _flag_strings(source)] == ["--timezone", "--name"]
+
+
 def test_the_cli_maps_each_branch_to_its_exit_code() -> None:
     from click.testing import CliRunner
 

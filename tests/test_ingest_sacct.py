@@ -273,7 +273,7 @@ def test_field_names_are_taken_as_sacct_takes_them(tmp_path: Path) -> None:
         (
             ["--fields", "JobID,Partition,State,Submit"],
             "",
-            "Error: --tenant: --fields: no tenant column: the fields have no "
+            "Error: --tenant: no tenant column: the fields have no "
             "Account or User; name the tenant of the whole file",
         ),
         (
@@ -475,7 +475,7 @@ def test_real_file_without_tenant_columns_needs_tenant_and_then_ingests(tmp_path
     code, output = ingest(db, ISSUE59, "--fields", ISSUE59_FIELDS)
     assert (code, output.strip()) == (
         2,
-        "Error: --tenant: --fields: no tenant column: the fields have no Account or User; "
+        "Error: --tenant: no tenant column: the fields have no Account or User; "
         "name the tenant of the whole file",
     )
     events = accepted(ISSUE59, fields=ISSUE59_FIELDS, tenant="aws-hpc", timezone="UTC")
@@ -519,8 +519,8 @@ def test_a_machine_zone_that_names_no_iana_zone_asks_for_timezone(
     code, output = ingest(f"sqlite:///{tmp_path / 'l.db'}", path)
     assert (code, output.strip()) == (
         2,
-        "Error: $TZ: unknown time zone 'CET-1CEST' (an IANA name such as Europe/Berlin or UTC); "
-        "name the zone with --timezone",
+        "Error: --timezone: $TZ: unknown time zone 'CET-1CEST' (an IANA name such as "
+        "Europe/Berlin or UTC); name the zone with this option",
     )
     assert ingest(f"sqlite:///{tmp_path / 'l.db'}", path, "--timezone", "Europe/Paris")[0] == 0
 

@@ -28,7 +28,8 @@ GPU_LINE = f"{BILLS_GPUS} AND l.pe > l.ps"
 
 #: A billing line's columns as the engine names them (`lines`, and `gpu_lines`'s source).
 LINE_COLUMNS = (
-    "seq, tenant, invoice_id, line_id, allocation_id AS aid, ps, pe, gpus AS g_b, amount, currency, "
+    "seq, tenant, invoice_id, line_id, allocation_id AS aid, ps, pe, gpus AS g_b, "
+    "amount, currency, "
     "category"
 )
 
@@ -63,8 +64,10 @@ PIECES = """
 -- rest need the clusters of overlapping windows cut at every boundary.
 CREATE TABLE clipped AS
 SELECT seq, alloc_key, clamped_start, clamped_end, gpus,
-       coalesce(max(clamped_end) OVER (PARTITION BY alloc_key ORDER BY clamped_start, seq ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) <= clamped_start, true)
-       AND coalesce(lead(clamped_start) OVER (PARTITION BY alloc_key ORDER BY clamped_start, seq) >= clamped_end, true) AS alone
+       coalesce(max(clamped_end) OVER (PARTITION BY alloc_key ORDER BY clamped_start, seq
+           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) <= clamped_start, true)
+       AND coalesce(lead(clamped_start) OVER (PARTITION BY alloc_key ORDER BY clamped_start, seq)
+           >= clamped_end, true) AS alone
 FROM gpu_lines WHERE clamped_end > clamped_start;
 
 CREATE TABLE pieces AS
@@ -79,7 +82,8 @@ bounds AS (
     SELECT DISTINCT alloc_key, cluster, clamped_start AS t FROM crowded
     UNION SELECT DISTINCT alloc_key, cluster, clamped_end FROM crowded),
 segs AS (
-    SELECT alloc_key, cluster, t AS s, lead(t) OVER (PARTITION BY alloc_key, cluster ORDER BY t) AS e FROM bounds)
+    SELECT alloc_key, cluster, t AS s, lead(t) OVER (PARTITION BY alloc_key, cluster ORDER BY t)
+        AS e FROM bounds)
 SELECT seq AS owner, alloc_key, clamped_start AS s, clamped_end AS e FROM clipped WHERE alone
 UNION ALL
 SELECT min(c.seq), seg.alloc_key, seg.s, seg.e
@@ -122,17 +126,20 @@ WITH every_cell AS (
     FROM owned o JOIN gpu_lines gl ON gl.seq = o.owner
     UNION ALL
     -- double_billed: the clipped window less the pieces it owns; a window alone owns all of it
-    SELECT c.seq, {code("double_billed")}, (CAST(c.clamped_end - c.clamped_start AS HUGEINT) - coalesce(sum(p.e - p.s), 0)) * c.gpus
+    SELECT c.seq, {code("double_billed")}, (CAST(c.clamped_end - c.clamped_start AS HUGEINT) -
+        coalesce(sum(p.e - p.s), 0)) * c.gpus
     FROM clipped c LEFT JOIN pieces p ON p.owner = c.seq
     WHERE NOT c.alone GROUP BY c.seq, c.clamped_start, c.clamped_end, c.gpus
     UNION ALL
     SELECT gl.seq, {code("unallocated")}, CAST(gl.g_b - gl.gpus AS HUGEINT) * gl.w_us
-                      + CAST(gl.gpus AS HUGEINT) * (gl.w_us - greatest(coalesce(gl.clamped_end - gl.clamped_start, 0), 0))
+                      + CAST(gl.gpus AS HUGEINT) * (gl.w_us -
+                          greatest(coalesce(gl.clamped_end - gl.clamped_start, 0), 0))
     FROM gpu_lines gl)
 -- empty cells are never written, but a line of no GPU-µs keeps one: its whole amount
 SELECT * FROM every_cell WHERE gpu_us <> 0
 UNION ALL
-SELECT l.seq, CASE WHEN coalesce({BILLS_GPUS}, false) THEN {code("unallocated")} ELSE {code("money_only")} END, 0
+SELECT l.seq, CASE WHEN coalesce({BILLS_GPUS}, false) THEN {code("unallocated")}
+    ELSE {code("money_only")} END, 0
 FROM lines l WHERE NOT coalesce({GPU_LINE}, false);
 """
 

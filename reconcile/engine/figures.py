@@ -24,7 +24,10 @@ T = TypeVar("T")
 def nearest_rank(expr: str, pct: int) -> str:
     """SQL aggregate: the nearest-rank `pct`-th percentile of `expr` (NULLs left out)."""
     values = f"list_sort(list({expr}) FILTER (WHERE {expr} IS NOT NULL))"
-    return f"CASE WHEN count({expr}) = 0 THEN NULL ELSE {values}[({pct} * count({expr}) + 99) // 100] END"
+    return (
+        f"CASE WHEN count({expr}) = 0 THEN NULL ELSE {values}[({pct} * count({expr}) + "
+        "99) // 100] END"
+    )
 
 
 def nearest_rank_of(values: Sequence[T], pct: int) -> T | None:

@@ -59,7 +59,8 @@ WITH grants AS (
 held AS (
     SELECT g.*, coalesce(min(r.t), {INF}) AS released
     FROM grants g LEFT JOIN ev_rest r
-      ON r.type = 'allocation.released' AND r.tenant = g.tenant AND r.allocation_id = g.aid AND r.t >= g.granted
+      ON r.type = 'allocation.released' AND r.tenant = g.tenant AND r.allocation_id = g.aid
+          AND r.t >= g.granted
     GROUP BY ALL)
 -- an integer key: the sweep sorts and joins on it, cheaper than on (tenant, aid)
 SELECT *, row_number() OVER (ORDER BY tenant, aid) AS alloc_key FROM held;
@@ -69,16 +70,19 @@ SELECT *, row_number() OVER (ORDER BY tenant, aid) AS alloc_key FROM held;
 -- Most next starts cut; only the rest look further.
 CREATE TABLE attempts AS
 WITH numbered AS (
-    SELECT tenant, job_id AS job, allocation_id AS aid, t AS s, seq AS sseq, coalesce(attempt, 1) AS n
+    SELECT tenant, job_id AS job, allocation_id AS aid, t AS s, seq AS sseq,
+        coalesce(attempt, 1) AS n
     FROM ev_rest WHERE type = 'job.started'),
 nexts AS (
     SELECT *, lead(s) OVER w AS next_s, lead(sseq) OVER w AS next_sseq,
-           lead(aid) OVER w IS NOT DISTINCT FROM aid OR lead(n) OVER w > n OR lead(s) OVER w IS NULL AS cut_next
+           lead(aid) OVER w IS NOT DISTINCT FROM aid OR lead(n) OVER w > n
+               OR lead(s) OVER w IS NULL AS cut_next
     FROM numbered WINDOW w AS (PARTITION BY tenant, job ORDER BY s, sseq)),
 far_cuts AS (
     SELECT a.sseq, min(b.s) AS cut_s, arg_min(b.sseq, (b.s, b.sseq)) AS cut_sseq
     FROM nexts a JOIN numbered b ON b.tenant = a.tenant AND b.job = a.job
-     AND (b.s > a.s OR (b.s = a.s AND b.sseq > a.sseq)) AND (b.aid IS NOT DISTINCT FROM a.aid OR b.n > a.n)
+     AND (b.s > a.s OR (b.s = a.s AND b.sseq > a.sseq))
+         AND (b.aid IS NOT DISTINCT FROM a.aid OR b.n > a.n)
     WHERE NOT a.cut_next GROUP BY a.sseq),
 starts AS (
     SELECT nx.tenant, nx.job, nx.aid, nx.s, nx.sseq, nx.n,
@@ -91,12 +95,15 @@ ends AS (
 first_end AS (
     SELECT st.*, en.t AS end_t, en.seq AS end_seq, en.kind AS end_kind, en.cause AS end_cause
     FROM starts st LEFT JOIN ends en
-      ON en.tenant = st.tenant AND en.job = st.job AND (en.t > st.s OR (en.t = st.s AND en.seq > st.sseq))
+      ON en.tenant = st.tenant AND en.job = st.job
+          AND (en.t > st.s OR (en.t = st.s AND en.seq > st.sseq))
     QUALIFY row_number() OVER (PARTITION BY st.sseq ORDER BY en.t NULLS LAST, en.seq) = 1),
 ended AS (
-    -- an attempt ends at its job's next end event, or where the job starts again, whichever is first
+    -- an attempt ends at its job's next end event, or where the job starts again,
+    -- whichever is first
     SELECT tenant, job, aid, s, sseq, n,
-           (end_t IS NOT NULL AND (next_s IS NULL OR end_t < next_s OR (end_t = next_s AND end_seq < next_sseq))) AS by_event,
+           (end_t IS NOT NULL AND (next_s IS NULL OR end_t < next_s
+               OR (end_t = next_s AND end_seq < next_sseq))) AS by_event,
            end_t, end_seq, end_kind, end_cause, next_s
     FROM first_end)
 -- numbered only once each start has its one end: a window over the join would see ties
@@ -115,7 +122,8 @@ FROM ev_rest WHERE type IN ('work.accepted', 'work.rejected') GROUP BY ALL;
 
 CREATE TABLE faults AS {fault_windows_sql("ev_rest", critical_only=True)};
 
-CREATE TABLE touches AS {touching_sql("allocs", "faults", "a.tenant, a.aid, f.seq, f.open_t, f.close_t")};
+CREATE TABLE touches AS
+    {touching_sql("allocs", "faults", "a.tenant, a.aid, f.seq, f.open_t, f.close_t")};
 
 -- RULES.md 11: the gang of attempt n of a job: the allocations it starts on with number n;
 -- a fault touches an attempt when it touches an allocation of its gang.
@@ -149,7 +157,8 @@ WITH reclaims AS (
 SELECT DISTINCT a.sseq AS att, a.tenant, a.job, a.n, a.e AS failed_at
 FROM attempts a JOIN reclaims d ON d.tenant = a.tenant AND d.t <= a.e AND a.e < d.t + d.notice_us
 WHERE a.kind = 'job.failed' AND a.cause = 'preempted'
-  AND (d.job_id = a.job OR EXISTS (SELECT 1 FROM gangs g WHERE g.tenant = a.tenant AND g.job = a.job
+  AND (d.job_id = a.job OR EXISTS (SELECT 1 FROM gangs g WHERE g.tenant = a.tenant
+      AND g.job = a.job
                                      AND g.n = a.n AND g.aid = d.allocation_id));
 """
 
@@ -167,12 +176,16 @@ CREATE TABLE job_notes AS
 WITH stream AS (
     -- kind is one byte and jid four: every byte of the sort key is sorted 50M times
     SELECT jid, t, seq, CAST(1 AS TINYINT) AS kind, step, units FROM progress WHERE jid IS NOT NULL
-    UNION ALL SELECT j.jid, a.s, a.sseq, CAST(0 AS TINYINT), NULL, NULL FROM attempts a JOIN jobs j USING (tenant, job)
-    UNION ALL SELECT DISTINCT j.jid, a.e, a.eseq, CAST(CASE WHEN a.kind = 'job.completed' THEN 2 ELSE 3 END AS TINYINT), NULL, NULL
+    UNION ALL SELECT j.jid, a.s, a.sseq, CAST(0 AS TINYINT), NULL, NULL FROM attempts a JOIN jobs j
+        USING (tenant, job)
+    UNION ALL SELECT DISTINCT j.jid, a.e, a.eseq,
+              CAST(CASE WHEN a.kind = 'job.completed' THEN 2 ELSE 3 END AS TINYINT), NULL, NULL
               FROM attempts a JOIN jobs j USING (tenant, job) WHERE a.eseq IS NOT NULL),
 ordered AS (
-    SELECT jid, t, seq, kind, lag(t) OVER w AS prev_t, lag(kind) OVER w AS prev_kind, lead(kind) OVER w AS next_kind,
-           coalesce(kind = 2 OR step > lag(step) OVER w OR (step = lag(step) OVER w AND units > lag(units) OVER w),
+    SELECT jid, t, seq, kind, lag(t) OVER w AS prev_t, lag(kind) OVER w AS prev_kind,
+           lead(kind) OVER w AS next_kind,
+           coalesce(kind = 2 OR step > lag(step) OVER w
+                    OR (step = lag(step) OVER w AND units > lag(units) OVER w),
                     false) AS rose
     -- (t, seq) is unique in a job's stream; the keys after it change no order, but a lag
     -- of a sort key is cheaper in DuckDB than a lag of a column carried beside the keys
@@ -190,7 +203,8 @@ WITH keyed AS (
     SELECT j.jid, a.sseq AS att, a.e, a.eseq, CAST(a.s AS HUGEINT) * {2**40} + a.sseq AS start_key
     FROM attempts a JOIN jobs j USING (tenant, job))
 SELECT att.att, n.prev_t AS s, n.t AS e, n.rose, n.is_gap, n.is_first, n.is_last, n.kind, n.seq
-FROM job_notes n ASOF JOIN keyed att ON att.jid = n.jid AND CAST(n.t AS HUGEINT) * {2**40} + n.seq >= att.start_key
+FROM job_notes n ASOF JOIN keyed att ON att.jid = n.jid
+    AND CAST(n.t AS HUGEINT) * {2**40} + n.seq >= att.start_key
 WHERE (n.kind = 2 AND n.seq = att.eseq)
    OR (n.kind = 1 AND (att.eseq IS NULL OR n.t < att.e OR (n.t = att.e AND n.seq < att.eseq)));
 
@@ -220,9 +234,11 @@ cuts AS (
     SELECT att, s, e FROM odd_gaps
     UNION ALL SELECT att, last_t, last_t FROM span WHERE last_t IS NOT NULL),
 runs AS (
-    SELECT c.att, coalesce(lag(c.e) OVER (PARTITION BY c.att ORDER BY c.s, c.e), sp.first_t) AS s, c.s AS e
+    SELECT c.att, coalesce(lag(c.e) OVER (PARTITION BY c.att ORDER BY c.s, c.e), sp.first_t)
+        AS s, c.s AS e
     FROM cuts c JOIN span sp ON sp.att = c.att)
-SELECT r.att, a.tenant, a.aid, a.job, r.s, r.e FROM runs r JOIN attempts a ON a.sseq = r.att WHERE r.e > r.s;
+SELECT r.att, a.tenant, a.aid, a.job, r.s, r.e FROM runs r JOIN attempts a ON a.sseq = r.att
+    WHERE r.e > r.s;
 """
 
 
@@ -233,9 +249,11 @@ CREATE TABLE spans (tenant VARCHAR, aid VARCHAR, s BIGINT, e BIGINT, label INTEG
 INSERT INTO spans
 WITH targets AS (
     SELECT d.tenant, d.allocation_id AS aid, d.t FROM ev_rest d
-    WHERE d.type = 'policy.decision' AND d.decision IN ('preempted', 'reclaimed', 'evicted') AND d.allocation_id IS NOT NULL
+    WHERE d.type = 'policy.decision' AND d.decision IN ('preempted', 'reclaimed', 'evicted')
+        AND d.allocation_id IS NOT NULL
     UNION ALL
-    SELECT d.tenant, j.aid, d.t FROM ev_rest d JOIN (SELECT DISTINCT tenant, job, aid FROM attempts) j
+    SELECT d.tenant, j.aid, d.t FROM ev_rest d
+      JOIN (SELECT DISTINCT tenant, job, aid FROM attempts) j
       ON j.tenant = d.tenant AND j.job = d.job_id
     WHERE d.type = 'policy.decision' AND d.decision IN ('preempted', 'reclaimed', 'evicted'))
 SELECT tenant, aid, min(b), {INF}, {code("reclaimed")}
@@ -251,7 +269,8 @@ INSERT INTO spans
 WITH ckpt AS (
     SELECT started.tenant, started.job_id AS job, started.t AS s, min(saved.t) AS e
     FROM ev_rest started JOIN ev_rest saved
-      ON saved.type = 'checkpoint.saved' AND saved.tenant = started.tenant AND saved.job_id = started.job_id
+      ON saved.type = 'checkpoint.saved' AND saved.tenant = started.tenant
+          AND saved.job_id = started.job_id
      AND saved.checkpoint_id = started.checkpoint_id AND saved.t >= started.t
     WHERE started.type = 'checkpoint.started'
     GROUP BY started.tenant, started.job_id, started.seq, started.t)
@@ -261,7 +280,8 @@ FROM ckpt c JOIN attempts a ON a.tenant = c.tenant AND a.job = c.job AND c.s < a
 -- 4, 5 restart_lost and restart_recovery, by cause
 CREATE TABLE failures AS
 WITH saves AS (SELECT tenant, job_id AS job, t FROM ev_rest WHERE type = 'checkpoint.saved')
-SELECT a.sseq AS att, a.tenant, a.aid, a.job, a.e AS failed_at, a.eseq, greatest(a.s, coalesce(sv.t, a.s)) AS lost_from,
+SELECT a.sseq AS att, a.tenant, a.aid, a.job, a.e AS failed_at, a.eseq,
+       greatest(a.s, coalesce(sv.t, a.s)) AS lost_from,
        (a.cause IN ('hardware', 'fabric') OR a.sseq IN (SELECT att FROM owed) OR EXISTS (
             SELECT 1 FROM attempt_touches near WHERE near.att = a.sseq
               AND near.open_t BETWEEN a.e - {FAULT_LOOKBACK_US} AND a.e)) AS provider
@@ -269,10 +289,12 @@ FROM attempts a ASOF LEFT JOIN saves sv ON sv.tenant = a.tenant AND sv.job = a.j
 WHERE a.kind = 'job.failed';
 
 INSERT INTO spans
-SELECT tenant, aid, lost_from, failed_at, {by_bearer_sql("restart_lost", "provider")} FROM failures;
+SELECT tenant, aid, lost_from, failed_at, {by_bearer_sql("restart_lost", "provider")}
+    FROM failures;
 
 INSERT INTO spans
-SELECT f.tenant, f.aid, f.failed_at, coalesce(fp.t, n.e), {by_bearer_sql("restart_recovery", "f.provider")}
+SELECT f.tenant, f.aid, f.failed_at, coalesce(fp.t, n.e),
+    {by_bearer_sql("restart_recovery", "f.provider")}
 FROM failures f
 JOIN attempts n ON n.tenant = f.tenant AND n.aid = f.aid AND n.job = f.job
  AND (n.s > f.failed_at OR (n.s = f.failed_at AND n.sseq > f.eseq))
@@ -288,7 +310,8 @@ FROM productive_runs r LEFT JOIN acceptance ac ON ac.tenant = r.tenant AND ac.jo
 INSERT INTO spans
 SELECT g.tenant, g.aid, g.s, g.e, {code("stalled_fault")} FROM odd_gaps g
 WHERE g.long AND EXISTS (
-    SELECT 1 FROM attempt_touches near WHERE near.att = g.att AND near.open_t < g.e AND near.close_t > g.s);
+    SELECT 1 FROM attempt_touches near WHERE near.att = g.att AND near.open_t < g.e
+        AND near.close_t > g.s);
 
 -- 8 startup: from grant (first attempt) or start, to the first progress, within the allowance
 INSERT INTO spans
@@ -297,7 +320,8 @@ WITH origin AS (
            CASE WHEN a.first_on_alloc AND al.granted <= a.s THEN al.granted ELSE a.s END AS s0
     FROM attempts a LEFT JOIN allocs al ON al.tenant = a.tenant AND al.aid = a.aid)
 SELECT o.tenant, o.aid, o.s0,
-       least(coalesce(fp.t, {INF}), o.s0 + coalesce(tm.warmup_us, {DEFAULT_TERMS["warmup_us"]}), o.e), {code("startup")}
+       least(coalesce(fp.t, {INF}), o.s0 + coalesce(tm.warmup_us, {DEFAULT_TERMS["warmup_us"]}),
+           o.e), {code("startup")}
 FROM origin o LEFT JOIN first_progress fp ON fp.att = o.sseq
 ASOF LEFT JOIN terms tm ON tm.tenant = o.tenant AND o.s0 >= tm.t;
 

@@ -4,8 +4,9 @@ A line's amount is read as an integer A (`amount_units`) at the data's largest d
 scale s. A cell (line, label) is worth A × cell GPU-µs ÷ line GPU-µs units of 10^-s: in
 minor units (cents) that is numerator ÷ divisor with numerator = A × cell × 10^m and
 divisor = line × 10^s, kept as an exact floor (`floor_cents`) and `remainder`. Nothing is
-rounded until an invoice (one tenant's invoice id in one currency) is reported: its exact total is rounded half-even to the minor
-unit; each line is rounded half-even, and should the lines then miss the invoice's total,
+rounded until an invoice (one tenant's invoice id in one currency) is reported: its exact
+total is rounded half-even to the minor unit; each line is rounded half-even, and should
+the lines then miss the invoice's total,
 the cents go to (or come from) the lines with the largest rounding remainders. Within a
 line, the cents that the cells' floors leave over go to the cells with the largest
 remainders (ties: RULES.md's category order, which label codes follow). So cells add up
@@ -56,7 +57,10 @@ class MoneyOverflow(BadInput, ValueError):
 def _amount_int(scale: int | str, column: str = "amount") -> str:
     """The decimal text as an integer of 10^-scale units, exactly (digits, not a cast);
     `scale` a number or an SQL expression (each row's own)."""
-    return f"CAST(split_part({column}, '.', 1) || rpad(split_part({column}, '.', 2), {scale}, '0') AS HUGEINT)"
+    return (
+        f"CAST(split_part({column}, '.', 1) || rpad(split_part({column}, '.', 2), {scale}, "
+        "'0') AS HUGEINT)"
+    )
 
 
 def _scale_and_type(con: duckdb.DuckDBPyConnection) -> tuple[int, str]:
@@ -66,7 +70,8 @@ def _scale_and_type(con: duckdb.DuckDBPyConnection) -> tuple[int, str]:
     is out of reach."""
     row = con.execute("""
         SELECT coalesce(max(length(split_part(amount, '.', 2))), 0),
-               coalesce(max(length(ltrim(split_part(amount, '.', 1), '+-'))), 0) FROM lines""").fetchone()
+               coalesce(max(length(ltrim(split_part(amount, '.', 1), '+-'))), 0)
+                   FROM lines""").fetchone()
     scale, whole_digits = (int(v) for v in (row or (0, 0)))
     if whole_digits + scale > 38:  # not even the amount itself fits in 128 bits
         raise MoneyOverflow(f"amounts of {scale} decimal places exceed exact 128-bit arithmetic")
@@ -80,18 +85,21 @@ def _scale_and_type(con: duckdb.DuckDBPyConnection) -> tuple[int, str]:
     )
     if bits > _HUGEINT_BITS:
         raise MoneyOverflow(
-            f"amounts of {scale} decimal places over lines this long exceed exact 128-bit arithmetic"
+            f"amounts of {scale} decimal places over lines this long exceed exact "
+            "128-bit arithmetic"
         )
     if biggest_amount * 10**4 >= 2**_BIGINT_BITS * 10**scale:  # cells report cents as BIGINT
         raise MoneyOverflow(
-            f"an amount of {Decimal(biggest_amount).scaleb(-scale, _EXACT):f} is too large to report "
+            f"an amount of {Decimal(biggest_amount).scaleb(-scale, _EXACT):f} is too "
+            "large to report "
             f"in minor units (at most {2**_BIGINT_BITS // 10**4:,} in any currency)"
         )
     return scale, "BIGINT" if bits <= _BIGINT_BITS else "HUGEINT"
 
 
 def allocate(con: duckdb.DuckDBPyConnection) -> None:
-    """Make `money`: each cell with its cents, adding up to its line's amount, the lines to the invoice's total."""
+    """Make `money`: each cell with its cents, adding up to its line's amount, the lines to the
+    invoice's total."""
     scale, num = _scale_and_type(con)
     minor = (
         "CASE l.currency "
@@ -107,49 +115,61 @@ def allocate(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"""
 -- Each billed line's amount read as an integer once; cells and lines both start from it.
 CREATE TABLE line_amounts AS
-SELECT l.seq, l.tenant, l.invoice_id, l.currency, {minor} AS minor, CAST({per_unit} AS {num}) AS minor_per_unit,
+SELECT l.seq, l.tenant, l.invoice_id, l.currency, {minor} AS minor,
+       CAST({per_unit} AS {num}) AS minor_per_unit,
        CAST({_amount_int(scale, "l.amount")} AS {num}) AS amount_units,
        CAST(l.g_b AS {num}) * (l.pe - l.ps) AS line_us
-FROM lines l;  -- every line has a cell: its GPU-µs add up to g_b × (pe - ps), or it has no GPU time
+FROM lines l;  -- every line has a cell: its GPU-µs add up to g_b × (pe - ps),
+               -- or it has no GPU time
 """)
     totals = _invoice_totals(con, scale)
     con.execute(
-        "CREATE TABLE invoice_cents (tenant VARCHAR, invoice_id VARCHAR, currency VARCHAR, cents HUGEINT)"
+        "CREATE TABLE invoice_cents (tenant VARCHAR, invoice_id VARCHAR, currency "
+        "VARCHAR, cents HUGEINT)"
     )
     if totals:  # executemany refuses an empty list: a ledger with no billing line
         con.executemany("INSERT INTO invoice_cents VALUES (?, ?, ?, ?)", totals)
     con.execute(f"""
 CREATE TABLE line_cents AS
 WITH quotients AS (
-    SELECT *, amount_units * minor_per_unit AS numerator, CAST({10**scale} AS {num}) AS divisor FROM line_amounts),
-with_remainder AS (SELECT *, ((numerator % divisor) + divisor) % divisor AS remainder FROM quotients),
+    SELECT *, amount_units * minor_per_unit AS numerator, CAST({10**scale} AS {num}) AS divisor
+        FROM line_amounts),
+with_remainder AS (SELECT *, ((numerator % divisor) + divisor) % divisor AS remainder
+    FROM quotients),
 halfeven AS (
-    SELECT seq, tenant, invoice_id, currency, (numerator - remainder) // divisor AS floor_cents, remainder, divisor,
+    SELECT seq, tenant, invoice_id, currency, (numerator - remainder) // divisor AS floor_cents,
+           remainder, divisor,
            (2 * remainder > divisor
-            OR (2 * remainder = divisor AND ((numerator - remainder) // divisor) % 2 <> 0)) AS rounds_up
+            OR (2 * remainder = divisor AND ((numerator - remainder) // divisor) % 2 <> 0))
+                AS rounds_up
     FROM with_remainder)
 SELECT *, floor_cents + CASE WHEN rounds_up THEN 1 ELSE 0 END AS rounded FROM halfeven;
 
 CREATE TABLE line_total AS
 WITH gap AS (
     SELECT i.tenant, i.invoice_id, i.currency, i.cents - sum(lc.rounded) AS missing_cents
-    FROM invoice_cents i JOIN line_cents lc ON lc.tenant = i.tenant AND lc.invoice_id = i.invoice_id
+    FROM invoice_cents i JOIN line_cents lc ON lc.tenant = i.tenant
+     AND lc.invoice_id = i.invoice_id
      AND lc.currency IS NOT DISTINCT FROM i.currency
     GROUP BY i.tenant, i.invoice_id, i.currency, i.cents),
 ranked AS (  -- only the invoices whose rounded lines miss their total need ranking
     -- every line has the same divisor (10^scale), so remainders compare exactly as integers
     SELECT lc.*, gap.missing_cents,
            row_number() OVER (PARTITION BY lc.tenant, lc.invoice_id, lc.currency, lc.rounds_up
-                              ORDER BY CASE WHEN lc.rounds_up THEN lc.remainder ELSE -lc.remainder END, lc.seq) AS rank
+                              ORDER BY CASE WHEN lc.rounds_up THEN lc.remainder
+                                  ELSE -lc.remainder END, lc.seq) AS rank
     FROM line_cents lc JOIN gap ON gap.tenant = lc.tenant AND gap.invoice_id = lc.invoice_id
      AND gap.currency IS NOT DISTINCT FROM lc.currency
     WHERE gap.missing_cents <> 0)
-SELECT seq, rounded + CASE WHEN missing_cents > 0 AND NOT rounds_up AND rank <= missing_cents THEN 1
-                           WHEN missing_cents < 0 AND rounds_up AND rank <= -missing_cents THEN -1 ELSE 0 END AS cents
+SELECT seq, rounded + CASE WHEN missing_cents > 0 AND NOT rounds_up
+    AND rank <= missing_cents THEN 1
+                           WHEN missing_cents < 0 AND rounds_up AND rank <= -missing_cents THEN -1
+                               ELSE 0 END AS cents
 FROM ranked
 UNION ALL
 SELECT lc.seq, lc.rounded FROM line_cents lc JOIN gap
-  ON gap.tenant = lc.tenant AND gap.invoice_id = lc.invoice_id AND gap.currency IS NOT DISTINCT FROM lc.currency
+  ON gap.tenant = lc.tenant AND gap.invoice_id = lc.invoice_id
+      AND gap.currency IS NOT DISTINCT FROM lc.currency
 WHERE gap.missing_cents = 0;
 
 -- Each cell's exact share numerator ÷ divisor as a floor and a remainder; the cents the
@@ -159,7 +179,8 @@ WHERE gap.missing_cents = 0;
 CREATE TABLE money AS
 WITH quotients AS (
     SELECT c.seq, c.label, c.gpu_us, a.minor, t.cents AS line_cents,
-           a.amount_units * CASE WHEN c.gpu_us = 0 THEN CAST(1 AS {num}) ELSE CAST(c.gpu_us AS {num}) END
+           a.amount_units * CASE WHEN c.gpu_us = 0 THEN CAST(1 AS {num})
+                          ELSE CAST(c.gpu_us AS {num}) END
                           * a.minor_per_unit AS numerator,
            CASE WHEN c.gpu_us = 0 THEN CAST(1 AS {num}) ELSE a.line_us END
                * CAST({10**scale} AS {num}) AS divisor
@@ -169,10 +190,12 @@ floored AS (
     FROM (SELECT *, ((numerator % divisor) + divisor) % divisor AS remainder FROM quotients)),
 ranked AS (
     SELECT *, row_number() OVER w AS rank,
-           sum(floor_cents) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS floors
+           sum(floor_cents) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING
+               AND UNBOUNDED FOLLOWING) AS floors
     -- ties: the category order, which the label codes follow
     FROM floored WINDOW w AS (PARTITION BY seq ORDER BY remainder DESC, label))
-SELECT seq, label, gpu_us, minor, floor_cents + CASE WHEN rank <= line_cents - floors THEN 1 ELSE 0 END AS cents
+SELECT seq, label, gpu_us, minor, floor_cents + CASE WHEN rank <= line_cents - floors THEN 1
+    ELSE 0 END AS cents
 FROM ranked;
 """)
 
@@ -195,14 +218,17 @@ def exact_shares_sql(cells: str) -> str:
     )
     return f"""
 WITH lines AS (
-    SELECT tenant, invoice_id, line_id, arg_min(billed_amount, label) AS billed, arg_min(minor, label) AS minor,
-           sum(CAST(gpu_us AS HUGEINT)) AS total, row_number() OVER () AS line_no  -- any distinct integer: windows
-    FROM {cells} GROUP BY tenant, invoice_id, line_id),                                -- partition by it fast
+    SELECT tenant, invoice_id, line_id, arg_min(billed_amount, label) AS billed,
+           arg_min(minor, label) AS minor, sum(CAST(gpu_us AS HUGEINT)) AS total,
+           row_number() OVER () AS line_no  -- any distinct integer: windows partition by it fast
+    FROM {cells} GROUP BY tenant, invoice_id, line_id),
 line_units AS (
-    SELECT tenant, invoice_id, line_id, line_no, minor, total, scale, {_amount_int("scale", "billed")} AS units, starts_with(billed, '-') AS negative
+    SELECT tenant, invoice_id, line_id, line_no, minor, total, scale,
+        {_amount_int("scale", "billed")} AS units, starts_with(billed, '-') AS negative
     FROM (SELECT *, CAST(length(split_part(billed, '.', 2)) AS INTEGER) AS scale FROM lines)),
 reduced AS (
-    SELECT c.row_no, c.label, CAST(c.gpu_us AS HUGEINT) AS w, l.line_no, l.negative, l.minor, l.total, l.scale, l.units,
+    SELECT c.row_no, c.label, CAST(c.gpu_us AS HUGEINT) AS w, l.line_no, l.negative, l.minor,
+           l.total, l.scale, l.units,
            CASE WHEN l.total = 0 THEN CAST(1 AS HUGEINT)
                 ELSE l.total // gcd(abs(l.units * c.gpu_us), l.total) END AS d
     FROM {cells} c JOIN line_units l
@@ -210,20 +236,24 @@ reduced AS (
 needs AS (SELECT *, CASE {terminates} END AS need FROM reduced),
 placed AS (
     SELECT *, CASE WHEN total = 0 THEN scale
-                   ELSE greatest(scale, minor, least(max(need) OVER by_line + scale, {EXACT_PLACES})) END AS places
+                   ELSE greatest(scale, minor, least(max(need) OVER by_line + scale,
+                       {EXACT_PLACES})) END AS places
     FROM needs WINDOW by_line AS (PARTITION BY line_no)),
 split AS (
     SELECT *, ((units * w % total) + total) % total AS r0, {tens}[places - scale + 1] AS ten_k
     FROM placed WHERE total <> 0),
 floored AS (
-    SELECT *, (units * w - r0) // total * ten_k + r0 * ten_k // total AS floor_units, r0 * ten_k % total AS remainder
+    SELECT *, (units * w - r0) // total * ten_k + r0 * ten_k // total AS floor_units,
+        r0 * ten_k % total AS remainder
     FROM split),
 ranked AS (
     SELECT *, row_number() OVER by_line AS rank,
-           units * ten_k - sum(floor_units) OVER (by_line ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
+           units * ten_k - sum(floor_units) OVER (by_line ROWS BETWEEN UNBOUNDED PRECEDING
+               AND UNBOUNDED FOLLOWING)
                AS leftover
     FROM floored WINDOW by_line AS (PARTITION BY line_no ORDER BY remainder DESC, label))
-SELECT row_no, floor_units + CASE WHEN rank <= leftover THEN 1 ELSE 0 END AS share_units, places AS share_places,
+SELECT row_no, floor_units + CASE WHEN rank <= leftover THEN 1 ELSE 0 END AS share_units,
+       places AS share_places,
        greatest(minor, scale) AS exact_places, false AS negative_zero
 FROM ranked
 UNION ALL  -- a line of no GPU-µs (money-only): its first cell takes the whole amount, as billed
@@ -237,7 +267,10 @@ FROM (SELECT *, row_number() OVER (PARTITION BY line_no ORDER BY label) AS rank
 def longest_line_sql(cells: str) -> str:
     """SQL: the most GPU-µs of any one line in `cells` (`exact_shares_sql` needs it below
     `EXACT_LINE_US`)."""
-    return f"SELECT coalesce(max(total), 0) FROM (SELECT sum(CAST(gpu_us AS HUGEINT)) AS total FROM {cells} GROUP BY tenant, invoice_id, line_id)"
+    return (
+        "SELECT coalesce(max(total), 0) FROM (SELECT sum(CAST(gpu_us AS HUGEINT)) AS total "
+        f"FROM {cells} GROUP BY tenant, invoice_id, line_id)"
+    )
 
 
 #: The longest line whose exact shares `exact_shares_sql` works out within 128 bits.
@@ -253,9 +286,15 @@ def decimal_text_sql(units: str, places: str, least: str, negative_zero: str = "
     )
     whole = f"left({digits}, length({digits}) - {places})"
     trimmed = f"rtrim(right({digits}, {places}), '0')"
-    fraction = f"CASE WHEN length({trimmed}) >= {least} THEN {trimmed} ELSE rpad({trimmed}, CAST({least} AS INTEGER), '0') END"
+    fraction = (
+        f"CASE WHEN length({trimmed}) >= {least} THEN {trimmed} ELSE rpad({trimmed}, "
+        f"CAST({least} AS INTEGER), '0') END"
+    )
     sign = f"CASE WHEN {units} < 0 OR {negative_zero} THEN '-' ELSE '' END"
-    return f"{sign} || {whole} || CASE WHEN {least} = 0 AND {trimmed} = '' THEN '' ELSE '.' || {fraction} END"
+    return (
+        f"{sign} || {whole} || CASE WHEN {least} = 0 AND {trimmed} = '' THEN '' ELSE '.' || "
+        f"{fraction} END"
+    )
 
 
 def _invoice_totals(

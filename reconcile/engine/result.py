@@ -557,9 +557,12 @@ def _period_sql(us: str) -> str:
 
 _FRAME_SQL = f"""
 WITH shares AS ({{shares}})
-SELECT {_period_sql("c.ps")} AS period_start, {_period_sql("c.pe")} AS period_end, l.category, l.bearer, l.acceptance,
-       {{gpu_seconds}} AS gpu_seconds, {decimal_text_sql("c.cents", "c.minor", "c.minor")} AS amount,
-       {decimal_text_sql("s.share_units", "s.share_places", "s.exact_places", "s.negative_zero")} AS amount_exact
+SELECT {_period_sql("c.ps")} AS period_start, {_period_sql("c.pe")} AS period_end, l.category,
+       l.bearer, l.acceptance,
+       {{gpu_seconds}} AS gpu_seconds, {decimal_text_sql("c.cents", "c.minor", "c.minor")}
+           AS amount,
+       {decimal_text_sql("s.share_units", "s.share_places", "s.exact_places", "s.negative_zero")}
+           AS amount_exact
 FROM cells c JOIN labels l ON l.code = c.label JOIN shares s ON s.row_no = c.row_no
 ORDER BY c.row_no
 """

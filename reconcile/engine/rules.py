@@ -17,8 +17,8 @@ category order, and everything else is read from that order:
 
 **Touches** (RULES.md §Categories 7): a fault touches an allocation by fabric domain; or by
 node, when it names no device, the allocation lists none (`devices: []` is none given,
-docs/events.md), or the device is the allocation's; or, naming no node, by device alone. A device is
-the allocation's when it is one of its devices or the whole GPU one of its MIG instances
+docs/events.md), or the device is the allocation's; or, naming no node, by device alone. A
+device is the allocation's when it is one of its devices or the whole GPU one of its MIG instances
 (`<gpu>/<instance>`, as dcgm names them) is carved from. Devices compare as text.
 
 **Fault windows**: a `health.fault` is open from its time to the first `health.cleared`
@@ -134,7 +134,10 @@ def winner_sql(mask: str) -> str:
 
 def by_bearer_sql(category: str, provider: str) -> str:
     """SQL: the label of a restart `category`, the provider's when the boolean `provider` holds."""
-    return f"CASE WHEN {provider} THEN {code(category + '.provider')} ELSE {code(category + '.customer')} END"
+    return (
+        f"CASE WHEN {provider} THEN {code(category + '.provider')} ELSE "
+        f"{code(category + '.customer')} END"
+    )
 
 
 def by_acceptance_sql(state: str) -> str:
@@ -152,7 +155,8 @@ def device_held_sql(device: str, devices: str) -> str:
     `<gpu>/<instance>`) is carved from."""
     return (
         f"(list_contains({devices}, {device}) "
-        f"OR list_contains(list_transform({devices}, lambda held: split_part(held, '/', 1)), {device}))"
+        f"OR list_contains(list_transform({devices}, lambda held: split_part(held, '/', "
+        f"1)), {device}))"
     )
 
 
@@ -170,7 +174,8 @@ def touches_sql(fault: str, alloc: str) -> str:
     `nodes_sql` makes them."""
     held = device_held_sql(f"{fault}.device", f"{alloc}.devices")
     return (
-        f"coalesce(({fault}.fabric_domain IS NOT NULL AND {fault}.fabric_domain = {alloc}.fabric_domain)"
+        f"coalesce(({fault}.fabric_domain IS NOT NULL AND {fault}.fabric_domain = "
+        f"{alloc}.fabric_domain)"
         f" OR (list_contains({alloc}.nodes, {fault}.node) AND ({fault}.device IS NULL"
         f" OR {holds_sql(f'{fault}.device', f'{alloc}.devices')}))"
         f" OR ({fault}.node IS NULL AND {fault}.device IS NOT NULL AND {held}), false)"
@@ -191,7 +196,8 @@ def touching_sql(allocs: str, faults: str, columns: str) -> str:
     allocation with every fault; each keeps only the pairs `touches_sql` accepts."""
     touches = touches_sql("f", "a")
     return f"""
-SELECT {columns} FROM {allocs} a JOIN {faults} f ON f.fabric_domain = a.fabric_domain WHERE {touches}
+SELECT {columns} FROM {allocs} a JOIN {faults} f ON f.fabric_domain = a.fabric_domain
+    WHERE {touches}
 UNION
 SELECT {columns} FROM (SELECT *, unnest(nodes) AS one_node FROM {allocs}) a
 JOIN {faults} f ON f.node = a.one_node WHERE {touches}

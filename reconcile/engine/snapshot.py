@@ -72,7 +72,8 @@ _DATA_FIELDS: dict[str, str] = {
     "notice_s": "BIGINT",
     "model": "VARCHAR",
     "by": "VARCHAR",
-    "pod": "VARCHAR",  # kept on a Kubernetes job.started: ties a Pod's scheduler decisions to its job
+    # kept on a Kubernetes job.started: ties a Pod's scheduler decisions to its job
+    "pod": "VARCHAR",
     "placement_credit_share": "VARCHAR",  # policy.terms (RULES.md 13), a decimal kept as text
 }
 #: start.receipt and fleet.change (report capacity); `kind` is stored as `change_kind`,
@@ -182,7 +183,8 @@ def _projection(
     fields = tuple(fields)
     columns = (
         "".join(
-            f', {_us(f"j.data.{name}") if name in _TIME_FIELDS else f"j.data.{name}"} AS "{_RENAMED.get(name, name)}"'
+            f", {_us(f'j.data.{name}') if name in _TIME_FIELDS else f'j.data.{name}'} AS "
+            f'"{_RENAMED.get(name, name)}"'
             for name in fields
         )
         + (_LINE_TEXT_COLUMN if line_text else "")
@@ -204,11 +206,13 @@ def _progress_projection(source: str) -> str:
     by their job's `jid` where the job has started (its strings are then not stored)."""
     parsed = (
         f"SELECT seq, tenant, {_us('x[1]')} AS t, x[2] AS job_id, CAST(x[3] AS BIGINT) AS step, "
-        f"CAST(x[4] AS BIGINT) AS units FROM (SELECT seq, tenant, json_extract_string(event, {_PROGRESS_PATHS}) AS x "
+        "CAST(x[4] AS BIGINT) AS units FROM (SELECT seq, tenant, "
+        f"json_extract_string(event, {_PROGRESS_PATHS}) AS x "
         f"FROM {source} WHERE type = 'job.progress')"
     )
     return (
-        f"SELECT p.seq, p.t, p.step, p.units, j.jid, CASE WHEN j.jid IS NULL THEN p.tenant END AS tenant, "
+        "SELECT p.seq, p.t, p.step, p.units, j.jid, CASE WHEN j.jid IS NULL THEN p.tenant "
+        "END AS tenant, "
         f"CASE WHEN j.jid IS NULL THEN p.job_id END AS job_id "
         f"FROM ({parsed}) p LEFT JOIN jobs j ON j.tenant = p.tenant AND j.job = p.job_id"
     )
@@ -217,11 +221,13 @@ def _progress_projection(source: str) -> str:
 def _new_jobs(source: str) -> str:
     """The jobs `source` starts that `jobs` does not hold yet, numbered on from its last."""
     started = (
-        f"SELECT DISTINCT tenant, json_extract_string(event, '$.data.job_id') AS job FROM {source} "
+        "SELECT DISTINCT tenant, json_extract_string(event, '$.data.job_id') AS job "
+        f"FROM {source} "
         f"WHERE type = 'job.started'"
     )
     return (
-        f"SELECT (SELECT coalesce(max(jid), 0) FROM jobs) + row_number() OVER (ORDER BY tenant, job) AS jid, tenant, job "
+        "SELECT (SELECT coalesce(max(jid), 0) FROM jobs) + row_number() OVER (ORDER BY "
+        "tenant, job) AS jid, tenant, job "
         f"FROM ({started} EXCEPT SELECT tenant, job FROM jobs)"
     )
 
@@ -317,7 +323,10 @@ def open_engine(
         con.execute(f"SET memory_limit = '{memory_limit}'")
     if temp_directory is not None:
         con.execute(f"SET temp_directory = '{_quoted(temp_directory)}'")
-    empty = "(SELECT 0::BIGINT AS seq, NULL::VARCHAR AS type, NULL::VARCHAR AS tenant, NULL::VARCHAR AS event WHERE false)"
+    empty = (
+        "(SELECT 0::BIGINT AS seq, NULL::VARCHAR AS type, NULL::VARCHAR AS tenant, "
+        "NULL::VARCHAR AS event WHERE false)"
+    )
     # jid is 4 bytes: the gaps pass sorts 50M progress marks on it (2^31 jobs would be refused)
     con.execute("CREATE TABLE jobs (jid INTEGER, tenant VARCHAR, job VARCHAR)")
     for table, select in _loads(empty):
@@ -329,11 +338,13 @@ def open_engine(
     ]
     con.execute(f"CREATE VIEW ev_rest AS {' UNION ALL '.join(rest)}")
     progress = (
-        "(SELECT p.seq, coalesce(p.tenant, j.tenant) AS tenant, p.t, coalesce(p.job_id, j.job) AS job_id, p.step, p.units "
+        "(SELECT p.seq, coalesce(p.tenant, j.tenant) AS tenant, p.t, coalesce(p.job_id, "
+        "j.job) AS job_id, p.step, p.units "
         "FROM progress p LEFT JOIN jobs j ON j.jid = p.jid)"
     )
     con.execute(
-        f"CREATE VIEW ev AS SELECT * FROM ev_rest UNION ALL {_padded(progress, _PROGRESS_FIELDS, 'job.progress')}"
+        "CREATE VIEW ev AS SELECT * FROM ev_rest UNION ALL "
+        f"{_padded(progress, _PROGRESS_FIELDS, 'job.progress')}"
     )
     con.execute(HORIZONS)
     return con
@@ -347,7 +358,8 @@ SELECT tenant, max(t) AS h FROM (
     SELECT tenant, t FROM ev_rest
     UNION ALL
     SELECT coalesce(p.tenant, j.tenant), p.t
-    FROM (SELECT jid, tenant, max(t) AS t FROM progress GROUP BY jid, tenant) p LEFT JOIN jobs j ON j.jid = p.jid)
+    FROM (SELECT jid, tenant, max(t) AS t FROM progress GROUP BY jid, tenant) p LEFT JOIN jobs j
+        ON j.jid = p.jid)
 WHERE tenant IS NOT NULL GROUP BY tenant
 """
 

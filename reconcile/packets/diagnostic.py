@@ -121,7 +121,8 @@ def find_promise_tenant(store: Store, promise_id: str, tenant: str | None = None
 
 
 def build_packet(store: Store, promise_id: str, tenant: str | None = None) -> dict[str, Any]:
-    """The diagnostic packet of one promise, as plain dicts and lists (see the module docstring)."""
+    """The diagnostic packet of one promise, as plain dicts and lists (see the module
+    docstring)."""
     tenant = find_promise_tenant(store, promise_id, tenant)
     with loaded(store, tenant) as data:
         packet = assemble(data, tenant, promise_id)
@@ -162,7 +163,8 @@ def _cause(store: Store, promise: dict[str, Any]) -> dict[str, Any] | None:
 def _zoom_histogram(
     con: duckdb.DuckDBPyConnection, job: dict[str, Any], zoom: dict[str, Any]
 ) -> dict[str, Any]:
-    """The progress marks in the zoom, in bins of its own (the whole window's may be wider than it)."""
+    """The progress marks in the zoom, in bins of its own (the whole window's may be wider than
+    it)."""
     w0, w1 = parse_time(zoom["from"]), parse_time(zoom["to"])
     params = job | {"w0": w0, "w1": w1, "bins": HISTOGRAM_BINS}
     return {

@@ -134,7 +134,8 @@ class Leak:
 
 
 def tenant_identifiers(store: Store, upto_seq: int | None = None) -> TenantIdentifiers:
-    """Every tenant's identifiers in the store (entries up to `upto_seq`), one JSON parse an entry."""
+    """Every tenant's identifiers in the store (entries up to `upto_seq`), one JSON parse an
+    entry."""
     sql = (
         f"SELECT DISTINCT tenant, kind_index, identifier FROM (SELECT tenant, "
         f"unnest(range(1, {len(_PATHS) + 2})) AS kind_index, "

@@ -64,13 +64,27 @@ FIELDS: dict[str, tuple[str, ...]] = {
 #: Why a category is not the customer's to pay, in plain words (RULES.md's are quoted beside them).
 WHY = {
     "unallocated": "Billed for GPUs or time that the allocation did not hold.",
-    "double_billed": "These GPU-seconds were already billed on an earlier line of the same allocation.",
-    "reclaimed": "The provider preempted, reclaimed or evicted the allocation; the time after the notice is the provider's.",
-    "restart_lost": "Work lost when the job failed for a hardware or fabric cause, or just after a critical fault on its "
-    "GPUs, counted back to its last saved checkpoint.",
-    "restart_recovery": "Time the job took to get going again after that failure, up to its first progress.",
-    "stalled_fault": "The job made no progress for longer than the stall threshold while a critical fault touched its GPUs.",
-    "idle_unexplained": "The job was running but made no progress, and nothing in the ledger explains why.",
+    "double_billed": (
+        "These GPU-seconds were already billed on an earlier line of the same allocation."
+    ),
+    "reclaimed": (
+        "The provider preempted, reclaimed or evicted the allocation; the time after the "
+        "notice is the provider's."
+    ),
+    "restart_lost": (
+        "Work lost when the job failed for a hardware or fabric cause, or just after a "
+        "critical fault on its GPUs, counted back to its last saved checkpoint."
+    ),
+    "restart_recovery": (
+        "Time the job took to get going again after that failure, up to its first progress."
+    ),
+    "stalled_fault": (
+        "The job made no progress for longer than the stall threshold while a critical fault "
+        "touched its GPUs."
+    ),
+    "idle_unexplained": (
+        "The job was running but made no progress, and nothing in the ledger explains why."
+    ),
 }
 
 
@@ -520,7 +534,8 @@ def summary(letter: Letter) -> str:
         out.append(letter.request())
     for t in letter.totals:
         out.append(
-            f"  billed {t.text(t.billed)} · provider-borne {t.text(t.provider)} · disputed {t.text(t.disputed)}"
+            f"  billed {t.text(t.billed)} · provider-borne {t.text(t.provider)} · disputed "
+            f"{t.text(t.disputed)}"
             f" · we dispute {t.text(t.claimed)}"
         )
     for f in letter.findings:

@@ -21,7 +21,8 @@ ORDER BY t, seq
 """
 
 ALLOCATIONS = """
-SELECT aid AS allocation_id, granted, grant_seq, released, release_seq, release_reason, gpus, node, devices,
+SELECT aid AS allocation_id, granted, grant_seq, released, release_seq, release_reason, gpus,
+       node, devices,
        fabric_domain, placement_class, profile
 FROM packet_allocations ORDER BY granted NULLS LAST, aid
 """
@@ -49,20 +50,24 @@ GROUP BY ALL ORDER BY o.opened, o.seq
 """
 
 ATTEMPTS = """
-SELECT seq, attempt, allocation_id, pod, s AS started, CASE WHEN kind IS NOT NULL THEN e END AS ended, end_seq,
+SELECT seq, attempt, allocation_id, pod, s AS started, CASE WHEN kind IS NOT NULL
+       THEN e END AS ended, end_seq,
        CASE kind WHEN 'job.completed' THEN 'completed' WHEN 'job.failed' THEN 'failed'
                  WHEN 'job.cancelled' THEN 'cancelled' ELSE 'running' END AS outcome, cause
 FROM job_attempts WHERE tenant = $tenant AND job_id = $job ORDER BY s, seq
 """
 
 PROGRESS = f"""
-WITH starts AS (SELECT seq AS att, t FROM ev WHERE type = 'job.started' AND tenant = $tenant AND job_id = $job),
+WITH starts AS (SELECT seq AS att, t FROM ev WHERE type = 'job.started' AND tenant = $tenant
+    AND job_id = $job),
 marks AS (
     SELECT p.t, p.seq, p.step, p.units, s.att
-    FROM (SELECT t, seq, step, units FROM ev WHERE type = 'job.progress' AND tenant = $tenant AND job_id = $job) p
+    FROM (SELECT t, seq, step, units FROM ev WHERE type = 'job.progress' AND tenant = $tenant
+        AND job_id = $job) p
     ASOF LEFT JOIN starts s ON p.t >= s.t),
 gaps AS (SELECT *, t - lag(t) OVER (PARTITION BY att ORDER BY t, seq) AS gap FROM marks)
-SELECT att AS attempt_seq, count(*) AS marks, min(t) AS first, max(t) AS last, min(step) AS first_step,
+SELECT att AS attempt_seq, count(*) AS marks, min(t) AS first, max(t) AS last,
+       min(step) AS first_step,
        max(step) AS last_step, max(units) AS units, {percentiles_sql("gap", "step_time")},
        max(gap) AS longest_gap, max_by(t, gap) AS longest_gap_end
 FROM gaps GROUP BY att ORDER BY first
@@ -70,16 +75,20 @@ FROM gaps GROUP BY att ORDER BY first
 
 HISTOGRAM = """
 SELECT (t - $w0) * $bins // ($w1 - $w0) AS bin, count(*) FROM ev
-WHERE type = 'job.progress' AND tenant = $tenant AND job_id = $job AND t BETWEEN $w0 AND $w1 GROUP BY ALL
+WHERE type = 'job.progress' AND tenant = $tenant AND job_id = $job AND t BETWEEN $w0 AND $w1
+    GROUP BY ALL
 """
 
 CHECKPOINTS = """
 WITH started AS (
-    SELECT checkpoint_id, step, t, seq FROM ev WHERE type = 'checkpoint.started' AND tenant = $tenant AND job_id = $job),
+    SELECT checkpoint_id, step, t, seq FROM ev WHERE type = 'checkpoint.started'
+        AND tenant = $tenant AND job_id = $job),
 saved AS (
-    SELECT checkpoint_id, step, t, seq FROM ev WHERE type = 'checkpoint.saved' AND tenant = $tenant AND job_id = $job),
+    SELECT checkpoint_id, step, t, seq FROM ev WHERE type = 'checkpoint.saved' AND tenant = $tenant
+        AND job_id = $job),
 paired AS (
-    SELECT s.checkpoint_id, s.step, s.t AS started, s.seq AS started_seq, v.t AS saved, v.seq AS saved_seq
+    SELECT s.checkpoint_id, s.step, s.t AS started, s.seq AS started_seq, v.t AS saved,
+        v.seq AS saved_seq
     FROM started s LEFT JOIN saved v ON v.checkpoint_id = s.checkpoint_id AND v.t >= s.t
     QUALIFY row_number() OVER (PARTITION BY s.seq ORDER BY v.t NULLS LAST, v.seq) = 1)
 SELECT * FROM paired
@@ -95,15 +104,18 @@ WHERE type = 'checkpoint.restored' AND tenant = $tenant AND job_id = $job ORDER 
 """
 
 BILLING = """
-SELECT l.seq, l.invoice_id, l.line_id, l.allocation_id, l.ps AS period_start, l.pe AS period_end, l.gpus,
+SELECT l.seq, l.invoice_id, l.line_id, l.allocation_id, l.ps AS period_start,
+       l.pe AS period_end, l.gpus,
        l.amount, l.currency, l.category, l.corrects,
        EXISTS (SELECT 1 FROM ev c WHERE c.type = 'billing.line' AND c.tenant = l.tenant
                AND c.corrects = l.line_id AND c.seq <> l.seq) AS replaced
 FROM ev l
-WHERE l.type = 'billing.line' AND l.tenant = $tenant AND l.allocation_id IN (SELECT aid FROM packet_allocations)
+WHERE l.type = 'billing.line' AND l.tenant = $tenant
+    AND l.allocation_id IN (SELECT aid FROM packet_allocations)
 ORDER BY l.ps, l.seq
 """
 
 SUBMITTED = """
-SELECT t, seq FROM ev WHERE type = 'job.submitted' AND tenant = $tenant AND job_id = $job ORDER BY t, seq LIMIT 1
+SELECT t, seq FROM ev WHERE type = 'job.submitted' AND tenant = $tenant AND job_id = $job
+    ORDER BY t, seq LIMIT 1
 """

@@ -177,11 +177,15 @@ def _why_start(
         waiting = "waiting to start" if admitted else "waiting for admission"
         return (
             f"Never started (promised by {clock(p['start_by'])}): {told}, then no "
-            f"{'start' if admitted else 'admission'} in the ledger; it was {waiting} when start_by passed."
+            f"{'start' if admitted else 'admission'} in the ledger; it was {waiting} when "
+            "start_by passed."
         )
     start_by = p["start_by"]
     crossed = next((s for s in recorded if parse_time(s["t"]) > parse_time(start_by)), None)
-    text = f"Started {duration(p['start_delay_s'])} late ({clock(p['started'])}, promised by {clock(start_by)})"
+    text = (
+        f"Started {duration(p['start_delay_s'])} late ({clock(p['started'])}, promised by "
+        f"{clock(start_by)})"
+    )
     if crossed is None or crossed["wait"] is None:
         return text + (
             ": the job was submitted after start_by."
@@ -190,7 +194,8 @@ def _why_start(
         )
     text += (
         f": start_by passed during the {crossed['wait']} ({crossed['since'].replace('_', ' ')} "
-        f"{clock(_at(steps, crossed['since']))} → {crossed['label']} {clock(crossed['t'])}, {crossed['wait_text']})"
+        f"{clock(_at(steps, crossed['since']))} → {crossed['label']} "
+        f"{clock(crossed['t'])}, {crossed['wait_text']})"
     )
     longest = max(
         (s for s in recorded if s["wait_s"] is not None), key=lambda s: float(s["wait_s"])
@@ -248,7 +253,8 @@ def _at(steps: list[dict[str, Any]], step: str) -> str:
 def _why_completion(packet: dict[str, Any], clock: Callable[[str | None], str]) -> str:
     p = packet["promise"]
     head = (
-        f"Completed {duration(p['completion_delay_s'])} late ({clock(p['completed'])}, promised by "
+        f"Completed {duration(p['completion_delay_s'])} late ({clock(p['completed'])}, "
+        "promised by "
         f"{clock(p['complete_by'])})"
         if p["completion_status"] == "late"
         else f"Never completed (promised by {clock(p['complete_by'])})"
@@ -276,7 +282,10 @@ def _why_completion(packet: dict[str, Any], clock: Callable[[str | None], str]) 
     attempts = packet["application"]["attempts"]
     if p["started"] and p["completed"]:
         run = seconds(parse_time(p["completed"]) - parse_time(p["started"]))
-        return f"{head}: no failure or preemption recorded; the run took {duration(run)} from its start."
+        return (
+            f"{head}: no failure or preemption recorded; the run took {duration(run)} "
+            "from its start."
+        )
     return (
         f"{head}: no failure or preemption recorded; {len(attempts)} attempt(s), none completed."
     )

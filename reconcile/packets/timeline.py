@@ -154,7 +154,8 @@ def _bars(tl: Timeline, scale: _Scale, y: dict[str, float], p: dict[str, Any]) -
             a["started"],
             a["ended"],
             a["outcome"],
-            f"attempt {a['attempt']} on {a['allocation_id']}: {a['started']} → {a['ended'] or 'running'} "
+            f"attempt {a['attempt']} on {a['allocation_id']}: {a['started']} → "
+            f"{a['ended'] or 'running'} "
             f"({a['outcome']}{', ' + a['cause'] if a['cause'] else ''})",
         )
     ckpt = p["checkpoints"]
@@ -190,7 +191,8 @@ def _bars(tl: Timeline, scale: _Scale, y: dict[str, float], p: dict[str, Any]) -
             d["t"],
             d["t"],
             f"decision-{d['decision']}",
-            f"#{d['order']} {d['decision']} at {d['t']}{': ' + d['reason'] if d['reason'] else ''}",
+            f"#{d['order']} {d['decision']} at "
+            f"{d['t']}{': ' + d['reason'] if d['reason'] else ''}",
         )
     for f in p["health"]["faults"]:
         _bar(
@@ -201,7 +203,8 @@ def _bars(tl: Timeline, scale: _Scale, y: dict[str, float], p: dict[str, Any]) -
             f["opened"],
             f["cleared"],
             f"fault-{f['severity'] or 'unknown'}",
-            f"{f['code']} on {f['node'] or f['fabric_domain'] or f['device']}: {f['opened']} → {f['cleared'] or 'open'}",
+            f"{f['code']} on {f['node'] or f['fabric_domain'] or f['device']}: "
+            f"{f['opened']} → {f['cleared'] or 'open'}",
         )
     for line in p["billing"]["lines"]:
         _bar(
@@ -212,8 +215,10 @@ def _bars(tl: Timeline, scale: _Scale, y: dict[str, float], p: dict[str, Any]) -
             line["period_start"],
             line["period_end"],
             "replaced" if line["replaced"] else "line",
-            f"{line['invoice_id']}/{line['line_id']}: {line['gpus']} GPU(s), {line['amount']} {line['currency']}, "
-            f"{line['period_start']} → {line['period_end']}{' (replaced by a correction)' if line['replaced'] else ''}",
+            f"{line['invoice_id']}/{line['line_id']}: {line['gpus']} GPU(s), "
+            f"{line['amount']} {line['currency']}, "
+            f"{line['period_start']} → "
+            f"{line['period_end']}{' (replaced by a correction)' if line['replaced'] else ''}",
         )
 
 
@@ -231,7 +236,8 @@ def _path(tl: Timeline, scale: _Scale, y: float, p: dict[str, Any]) -> None:
                 since["t"],
                 s["t"],
                 "wait-" + WAIT_KINDS[s["wait"]],
-                f"{s['wait']}: {since['label']} {since['t']} → {s['label']} {s['t']} ({s['wait_text']})",
+                f"{s['wait']}: {since['label']} {since['t']} → {s['label']} {s['t']} "
+                f"({s['wait_text']})",
             )
     waiting = open_wait(p["path"]) if p["promise"]["started"] is None else None
     if waiting is not None:

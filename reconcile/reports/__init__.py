@@ -599,7 +599,8 @@ def _what_missed(m: dict[str, Any]) -> str:
 
 
 def _capacity_table(doc: dict[str, Any]) -> Table:
-    """Counts, then each rate as a share with the counts it divides (reconcile/reports/capacity.py)."""
+    """Counts, then each rate as a share with the counts it divides
+    (reconcile/reports/capacity.py)."""
     window = doc["window"]
     table = DataTable(
         "class",
@@ -724,7 +725,8 @@ def _placement_tables(doc: dict[str, Any]) -> list[Table | Text]:
         "n",
         "Spearman ρ",
         "reading",
-        title="does all_reduce busbw (largest size) rank the step-time p50? (ρ < 0: more bandwidth, shorter steps)",
+        title="does all_reduce busbw (largest size) rank the step-time p50? (ρ < 0: more "
+        "bandwidth, shorter steps)",
     )
     few = placement.FEW_POINTS
     for p in doc["prediction"]:
@@ -742,7 +744,8 @@ def _placement_tables(doc: dict[str, Any]) -> list[Table | Text]:
 
 
 def _serving_table(doc: dict[str, Any]) -> Table:
-    """Per tenant and concurrency: rates, the worst window's TTFT and latency, the cost of an accepted response."""
+    """Per tenant and concurrency: rates, the worst window's TTFT and latency, the cost of an
+    accepted response."""
     table = DataTable(
         "tenant",
         "concurrency",

@@ -87,7 +87,8 @@ device_class AS (
     FROM device d LEFT JOIN grant_ g
       ON g.node = d.node AND {holds_sql("d.device", "g.devices")}
      AND (d.cls IS NULL OR d.cls = g.cls)
-    QUALIFY row_number() OVER (PARTITION BY d.node, d.device ORDER BY g.t NULLS LAST, g.seq) = 1)"""
+    QUALIFY row_number() OVER (PARTITION BY d.node, d.device ORDER BY g.t NULLS LAST,
+        g.seq) = 1)"""
 
 #: (placement, step, n): each count of COUNTS per class, in the window $since, $until.
 CAPACITY = f"""
@@ -105,21 +106,28 @@ pod AS (
     SELECT DISTINCT tenant, pod, job_id FROM ev WHERE type = 'job.started' AND pod IS NOT NULL
     QUALIFY count(*) OVER (PARTITION BY tenant, pod) = 1),
 decided AS (
-    SELECT d.tenant, d.decision, d.t, d.seq, coalesce(pd.job_id, d.job_id, aj.job_id, d.allocation_id) AS job,
+    SELECT d.tenant, d.decision, d.t, d.seq, coalesce(pd.job_id, d.job_id, aj.job_id,
+           d.allocation_id) AS job,
            coalesce(d.allocation_id, fs.allocation_id) AS allocation_id, pr.cls AS promised
     FROM ev d
     LEFT JOIN pod pd ON pd.tenant = d.tenant AND pd.pod = d.job_id
     LEFT JOIN alloc_job aj ON aj.tenant = d.tenant AND aj.allocation_id = d.allocation_id
-    LEFT JOIN first_start fs ON fs.tenant = d.tenant AND fs.job_id = coalesce(pd.job_id, d.job_id, aj.job_id)
-    LEFT JOIN promise pr ON pr.tenant = d.tenant AND pr.job_id = coalesce(pd.job_id, d.job_id, aj.job_id)
+    LEFT JOIN first_start fs ON fs.tenant = d.tenant
+        AND fs.job_id = coalesce(pd.job_id, d.job_id, aj.job_id)
+    LEFT JOIN promise pr ON pr.tenant = d.tenant
+        AND pr.job_id = coalesce(pd.job_id, d.job_id, aj.job_id)
     WHERE d.type = 'policy.decision' AND d.decision IN ('admitted', 'placed')
       AND d.t >= $since AND d.t < $until AND ($tenant IS NULL OR d.tenant = $tenant)),
 started AS (
-    SELECT tenant, 'started' AS decision, t, seq, job_id AS job, allocation_id, NULL AS promised FROM ev
-    WHERE type = 'job.started' AND t >= $since AND t < $until AND ($tenant IS NULL OR tenant = $tenant)),
+    SELECT tenant, 'started' AS decision, t, seq, job_id AS job, allocation_id,
+        NULL AS promised FROM ev
+    WHERE type = 'job.started' AND t >= $since AND t < $until
+        AND ($tenant IS NULL OR tenant = $tenant)),
 jobs AS (
     SELECT x.tenant, x.decision, x.job,
-           {placement_sql("coalesce(g.cls, x.promised)", "CASE WHEN g.cls IS NOT NULL THEN g.profile END")} AS placement
+           {
+    placement_sql("coalesce(g.cls, x.promised)", "CASE WHEN g.cls IS NOT NULL THEN g.profile END")
+} AS placement
     FROM (SELECT * FROM decided UNION ALL SELECT * FROM started) x
     LEFT JOIN grant_ g ON g.tenant = x.tenant AND g.allocation_id = x.allocation_id
     QUALIFY row_number() OVER (PARTITION BY x.tenant, x.decision, x.job ORDER BY x.t, x.seq) = 1),
@@ -134,21 +142,25 @@ named AS (
     WHERE d.type = 'policy.decision' AND d.job_id IS NOT NULL
     UNION
     SELECT s.tenant, s.job_id FROM ev s
-    JOIN ev d ON d.type = 'policy.decision' AND d.tenant = s.tenant AND d.allocation_id = s.allocation_id
+    JOIN ev d ON d.type = 'policy.decision' AND d.tenant = s.tenant
+        AND d.allocation_id = s.allocation_id
     WHERE s.type = 'job.started')
 SELECT placement, 'devices_discovered' AS step, count(*) AS n FROM device_class GROUP BY placement
 UNION ALL
-SELECT placement, CASE decision WHEN 'admitted' THEN 'jobs_admitted' WHEN 'placed' THEN 'jobs_placed'
+SELECT placement, CASE decision WHEN 'admitted' THEN 'jobs_admitted' WHEN 'placed'
+    THEN 'jobs_placed'
                   ELSE 'workloads_started' END, count(*)
 FROM jobs GROUP BY ALL
 UNION ALL
 SELECT placement, 'started_without_admission', count(*) FROM jobs j
-WHERE decision = 'started' AND NOT EXISTS (SELECT 1 FROM named n WHERE n.tenant = j.tenant AND n.job = j.job)
+WHERE decision = 'started' AND NOT EXISTS (SELECT 1 FROM named n WHERE n.tenant = j.tenant
+    AND n.job = j.job)
 GROUP BY ALL
 UNION ALL
 SELECT placement, 'admitted_started', count(*) FROM jobs a
 WHERE decision = 'admitted'
-  AND EXISTS (SELECT 1 FROM jobs s WHERE s.decision = 'started' AND s.tenant = a.tenant AND s.job = a.job)
+  AND EXISTS (SELECT 1 FROM jobs s WHERE s.decision = 'started' AND s.tenant = a.tenant
+      AND s.job = a.job)
 GROUP BY ALL
 UNION ALL
 SELECT placement, 'devices_' || decision, count(*) FROM held GROUP BY ALL
@@ -166,7 +178,8 @@ attempt AS (
 receipt AS (SELECT * FROM attempt WHERE NOT failed),
 receipted AS (
     SELECT DISTINCT dc.node, dc.device, dc.placement FROM receipt r
-    JOIN device_class dc ON (r.node IS NULL OR dc.node = r.node) AND {device_held_sql("dc.device", "r.devices")})
+    JOIN device_class dc ON (r.node IS NULL OR dc.node = r.node)
+        AND {device_held_sql("dc.device", "r.devices")})
 SELECT placement, 'receipts' AS step, count(*) AS n FROM receipt GROUP BY placement
 UNION ALL
 SELECT placement, 'start_attempts', count(*) FROM attempt GROUP BY placement

@@ -71,7 +71,8 @@ _COLUMN = {"source": "source", "placement_class": "placement"}
 
 JOB_FIGURES = """
 SELECT {keys}, count(*) AS jobs, count(j.first_start) AS started, count(j.completed) AS completed,
-       coalesce(sum(greatest(j.attempts - 1, 0)), 0) AS restarts, count(*) FILTER (WHERE j.attempts > 1) AS jobs_restarted,
+       coalesce(sum(greatest(j.attempts - 1, 0)), 0) AS restarts,
+           count(*) FILTER (WHERE j.attempts > 1) AS jobs_restarted,
        coalesce(sum(j.accepted), 0) AS accepted_results,
        {wait}, {run}
 FROM job_groups e LEFT JOIN job_outcomes j USING (tenant, job_id)
@@ -348,7 +349,8 @@ def _flat(name: str, dist: dict[str, Any]) -> dict[str, Any]:
 
 
 def tables(doc: dict[str, Any]) -> list[Table | Text]:
-    """One row per group: observed figures, with the promised beside them as `promised → observed`."""
+    """One row per group: observed figures, with the promised beside them as `promised →
+    observed`."""
     table = DataTable(
         *[k.replace("_", " ") for k in doc["by"]],
         "jobs started/completed",

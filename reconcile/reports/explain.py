@@ -27,10 +27,14 @@ from schemas.errors import BadInput
 BEARER_MEANING = {
     "provider": "the provider's cost: time the customer was billed for but should not pay "
     "(the provider's failure, reclaim, double billing or billing beyond the allocation).",
-    "customer": "the customer's cost: time it used, spent on its own overhead (startup, checkpoints, "
-    "its own failures), or held idle.",
-    "disputed": "no one's yet: the evidence names no cause (a job ran but made no progress and nothing "
-    "explains why); to be settled between provider and customer.",
+    "customer": (
+        "the customer's cost: time it used, spent on its own overhead (startup, checkpoints, "
+        "its own failures), or held idle."
+    ),
+    "disputed": (
+        "no one's yet: the evidence names no cause (a job ran but made no progress and nothing "
+        "explains why); to be settled between provider and customer."
+    ),
 }
 
 #: Each term in one sentence a non-specialist can read, said before the rule that decides it.
@@ -84,7 +88,8 @@ def explain(term: str, rules_text: str | None = None) -> Explanation:
     """The explanation of one category or term; UnknownTerm for anything else."""
     if term not in terms():
         raise UnknownTerm(
-            f"CATEGORY: unknown {term!r}; one of: {', '.join(terms())}, or a bearer: {', '.join(BEARER_MEANING)}"
+            f"CATEGORY: unknown {term!r}; one of: {', '.join(terms())}, or a bearer: "
+            f"{', '.join(BEARER_MEANING)}"
         )
     every = items(rules_text)
     rules = [i for i in every if not i.text.startswith("Bearers:")]

@@ -40,26 +40,31 @@ PHASES = ("before", "during", "after")
 
 WINDOWS = f"""
 WITH starts AS (
-    SELECT t AS at, 'job' AS what FROM ev_rest WHERE type = 'job.started' AND ($tenant IS NULL OR tenant = $tenant)
+    SELECT t AS at, 'job' AS what FROM ev_rest WHERE type = 'job.started'
+        AND ($tenant IS NULL OR tenant = $tenant)
     UNION ALL
-    SELECT launched_at, 'receipt' FROM ev_rest WHERE type = 'start.receipt' AND ($tenant IS NULL OR tenant = $tenant)),
+    SELECT launched_at, 'receipt' FROM ev_rest WHERE type = 'start.receipt'
+        AND ($tenant IS NULL OR tenant = $tenant)),
 waits AS (
     SELECT tenant, job_id, submitted AS asked, first_start AS began FROM job_outcomes
     WHERE submitted IS NOT NULL AND ($tenant IS NULL OR tenant = $tenant)
     UNION ALL
     SELECT tenant, job_id, submitted_at, launched_at FROM ev_rest
-    WHERE type = 'start.receipt' AND submitted_at IS NOT NULL AND ($tenant IS NULL OR tenant = $tenant)),
+    WHERE type = 'start.receipt' AND submitted_at IS NOT NULL
+        AND ($tenant IS NULL OR tenant = $tenant)),
 interrupts AS (
     SELECT tenant, job_id, e AS at FROM job_attempts WHERE kind = 'job.failed'
     UNION ALL
     SELECT a.tenant, a.job_id, d.t FROM ev_rest d JOIN job_attempts a ON a.tenant = d.tenant
-       AND (a.job_id = d.job_id OR a.pod = d.job_id OR (d.job_id IS NULL AND a.allocation_id = d.allocation_id))
+       AND (a.job_id = d.job_id OR a.pod = d.job_id
+           OR (d.job_id IS NULL AND a.allocation_id = d.allocation_id))
        AND d.t >= a.s AND d.t < a.e
     WHERE d.type = 'policy.decision' AND d.decision IN ('preempted', 'evicted', 'reclaimed')),
 s AS (SELECT p.change_id, p.phase, count(*) FILTER (WHERE s.what = 'job') AS job_starts,
              count(*) FILTER (WHERE s.what = 'receipt') AS receipt_starts
       FROM fleet_change_windows p JOIN starts s ON s.at >= p.lo AND s.at < p.hi GROUP BY ALL),
-w AS (SELECT p.change_id, p.phase, count(*) AS submitted, count(*) FILTER (WHERE w.began IS NULL) AS not_started,
+w AS (SELECT p.change_id, p.phase, count(*) AS submitted,
+             count(*) FILTER (WHERE w.began IS NULL) AS not_started,
              count(*) FILTER (WHERE w.began >= p.hi) AS started_after_window,
              {percentiles_sql("w.began - w.asked", "delay")}
       FROM fleet_change_windows p JOIN waits w ON w.asked >= p.lo AND w.asked < p.hi GROUP BY ALL),
@@ -68,10 +73,12 @@ i AS (SELECT p.change_id, p.phase, count(DISTINCT (i.tenant, i.job_id)) AS inter
       WHERE ($tenant IS NULL OR i.tenant = $tenant) GROUP BY ALL)
 SELECT p.change_id, p.phase, p.lo, p.hi, coalesce(s.job_starts, 0) AS job_starts,
        coalesce(s.receipt_starts, 0) AS receipt_starts, coalesce(w.submitted, 0) AS submitted,
-       coalesce(w.not_started, 0) AS not_started, coalesce(w.started_after_window, 0) AS started_after_window,
+       coalesce(w.not_started, 0) AS not_started,
+           coalesce(w.started_after_window, 0) AS started_after_window,
        w.delay_n, w.delay_p50, w.delay_p95, coalesce(i.interrupted, 0) AS interrupted
 FROM fleet_change_windows p
-LEFT JOIN s USING (change_id, phase) LEFT JOIN w USING (change_id, phase) LEFT JOIN i USING (change_id, phase)
+LEFT JOIN s USING (change_id, phase) LEFT JOIN w USING (change_id, phase) LEFT JOIN i
+    USING (change_id, phase)
 """
 
 HELD = """
@@ -80,9 +87,11 @@ WITH waits AS (
     WHERE submitted IS NOT NULL AND ($tenant IS NULL OR tenant = $tenant)
     UNION ALL
     SELECT tenant, job_id, submitted_at, launched_at FROM ev_rest
-    WHERE type = 'start.receipt' AND submitted_at IS NOT NULL AND ($tenant IS NULL OR tenant = $tenant))
+    WHERE type = 'start.receipt' AND submitted_at IS NOT NULL
+        AND ($tenant IS NULL OR tenant = $tenant))
 SELECT c.change_id, w.tenant, w.job_id, w.asked, w.began
-FROM fleet_changes c JOIN waits w ON w.asked >= c.started_at AND w.asked < c.window_end AND w.began >= c.window_end
+FROM fleet_changes c JOIN waits w ON w.asked >= c.started_at AND w.asked < c.window_end
+    AND w.began >= c.window_end
 ORDER BY c.change_id, w.asked, w.tenant, w.job_id
 """
 

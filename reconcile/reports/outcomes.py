@@ -42,7 +42,8 @@ from schemas.money import Money
 
 TENANT_FIGURES = f"""
 WITH job_figures AS (
-    SELECT tenant, count(*) AS jobs, count(completed) AS completed_runs, sum(accepted) AS accepted_results,
+    SELECT tenant, count(*) AS jobs, count(completed) AS completed_runs,
+           sum(accepted) AS accepted_results,
            {percentiles_sql("ttfua", "ttfua")}, {percentiles_sql("run_time", "run")}
     FROM job_outcomes WHERE ($tenant IS NULL OR tenant = $tenant) GROUP BY tenant),
 step_figures AS (SELECT tenant, {percentiles_sql("gap", "step")} FROM step_gaps GROUP BY tenant)
@@ -69,7 +70,8 @@ JOB_COLUMNS = (
 APPORTIONED = """
 SELECT jt.tenant, jt.job_id, m.currency, m.num, m.den, jt.us,
        sum(jt.us) OVER (PARTITION BY jt.tenant, jt.allocation_id, m.currency) AS total_us
-FROM job_allocation_time jt JOIN allocation_money m ON m.tenant = jt.tenant AND m.allocation_id = jt.allocation_id
+FROM job_allocation_time jt JOIN allocation_money m ON m.tenant = jt.tenant
+    AND m.allocation_id = jt.allocation_id
 """
 
 
@@ -108,7 +110,8 @@ def _jobs(
     costs: dict[tuple[str, str], dict[str, Fraction]],
 ) -> list[dict[str, Any]]:
     rows = con.execute(
-        f"SELECT {', '.join(JOB_COLUMNS)} FROM job_outcomes WHERE ($tenant IS NULL OR tenant = $tenant) "
+        f"SELECT {', '.join(JOB_COLUMNS)} FROM job_outcomes WHERE ($tenant IS NULL OR "
+        "tenant = $tenant) "
         "ORDER BY tenant, coalesce(submitted, first_start), job_id",
         {"tenant": tenant},
     ).fetchall()
@@ -199,7 +202,8 @@ def _billed_money(recon: Reconciliation) -> dict[str, dict[str, int]]:
 
 
 def checkpoint_overhead(checkpoint_us: int, billed_us: int) -> dict[str, Any]:
-    """`checkpoint` GPU-seconds, billed GPU-seconds, and their ratio (six places; None when nothing was billed)."""
+    """`checkpoint` GPU-seconds, billed GPU-seconds, and their ratio (six places; None when nothing
+    was billed)."""
     return {
         "checkpoint_gpu_seconds": gpu_seconds(checkpoint_us),
         "billed_gpu_seconds": gpu_seconds(billed_us),
@@ -210,9 +214,11 @@ def checkpoint_overhead(checkpoint_us: int, billed_us: int) -> dict[str, Any]:
 def cost_figures(
     completed: list[dict[str, Any]], billed: dict[str, int], accepted: int
 ) -> dict[str, dict[str, Any]]:
-    """Per currency: completed runs' cost, cost per completed run, billed total, cost per accepted result.
+    """Per currency: completed runs' cost, cost per completed run, billed total, cost per
+    accepted result.
     `completed`: the completed jobs, each with `_cost` (currency -> exact minor units, job_costs);
-    `billed`: currency -> minor units billed; `accepted`: the accepted results they are shared by."""
+    `billed`: currency -> minor units billed; `accepted`: the accepted results they are shared
+    by."""
     runs: dict[str, Fraction] = defaultdict(Fraction)
     for job in completed:
         for currency, value in job["_cost"].items():

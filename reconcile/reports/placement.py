@@ -63,24 +63,32 @@ REASON_PAIRS = 3
 
 ALLOCATIONS = f"""
 WITH grant_ AS (
-    SELECT tenant, allocation_id, gpus, devices, node, fabric_domain, coalesce(placement_class, 'whole') AS cls, profile
+    SELECT tenant, allocation_id, gpus, devices, node, fabric_domain,
+        coalesce(placement_class, 'whole') AS cls, profile
     FROM ev WHERE type = 'allocation.granted'
     QUALIFY row_number() OVER (PARTITION BY tenant, allocation_id ORDER BY t, seq) = 1),
 named AS (
     SELECT DISTINCT tenant, allocation_id FROM ev
     WHERE type IN ('placement.observed', 'probe.result') AND allocation_id IS NOT NULL),
-started AS (SELECT tenant, job_id, allocation_id, min(t) AS first_start FROM ev WHERE type = 'job.started'
+started AS (SELECT tenant, job_id, allocation_id, min(t) AS first_start FROM ev
+            WHERE type = 'job.started'
             GROUP BY ALL),
 promise AS (
     SELECT s.tenant, s.allocation_id, p.promise_id, p.job_id, p.placement_class AS cls
     FROM ev p JOIN started s ON s.tenant = p.tenant AND s.job_id = p.job_id
     WHERE p.type = 'policy.promise' AND p.placement_class IS NOT NULL
     QUALIFY row_number() OVER (PARTITION BY s.tenant, s.allocation_id ORDER BY p.t, p.seq) = 1),
-jobs AS (SELECT tenant, allocation_id, list(job_id ORDER BY first_start, job_id) AS jobs FROM started GROUP BY ALL),
+jobs AS (SELECT tenant, allocation_id, list(job_id ORDER BY first_start, job_id) AS jobs
+    FROM started GROUP BY ALL),
 keys AS (SELECT tenant, allocation_id FROM grant_ UNION SELECT tenant, allocation_id FROM named)
-SELECT k.tenant, k.allocation_id, g.gpus, g.devices, g.fabric_domain, g.cls AS granted_class, g.profile,
+SELECT k.tenant, k.allocation_id, g.gpus, g.devices, g.fabric_domain, g.cls AS granted_class,
+       g.profile,
        p.promise_id, p.cls AS promised_class,
-       {placement_sql("coalesce(p.cls, g.cls)", "CASE WHEN coalesce(p.cls, g.cls) = g.cls THEN g.profile END")}
+       {
+    placement_sql(
+        "coalesce(p.cls, g.cls)", "CASE WHEN coalesce(p.cls, g.cls) = g.cls THEN g.profile END"
+    )
+}
            AS sold,
        coalesce(j.jobs, []::VARCHAR[]) AS jobs
 FROM keys k

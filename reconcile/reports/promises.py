@@ -69,9 +69,11 @@ MISSED = (
 
 #: Columns promises, met, missed and pending of a group of `promise_outcomes` rows.
 STATUS_COUNTS = f"""count(*) AS promises,
-       count(*) FILTER (WHERE NOT {MISSED} AND start_status <> 'pending' AND completion_status <> 'pending') AS met,
+       count(*) FILTER (WHERE NOT {MISSED} AND start_status <> 'pending'
+           AND completion_status <> 'pending') AS met,
        count(*) FILTER (WHERE {MISSED}) AS missed,
-       count(*) FILTER (WHERE NOT {MISSED} AND (start_status = 'pending' OR completion_status = 'pending')) AS pending"""
+       count(*) FILTER (WHERE NOT {MISSED} AND (start_status = 'pending'
+           OR completion_status = 'pending')) AS pending"""
 
 SUMMARY = f"""
 SELECT tenant, placement, {STATUS_COUNTS},
@@ -90,7 +92,8 @@ def promise_rows(
     rows = (
         pipe.need("promise_outcomes")
         .execute(
-            f"SELECT {', '.join(COLUMNS)} FROM promise_outcomes WHERE ($tenant IS NULL OR tenant = $tenant) "
+            f"SELECT {', '.join(COLUMNS)} FROM promise_outcomes WHERE ($tenant IS NULL OR "
+            "tenant = $tenant) "
             "AND ($pid IS NULL OR promise_id = $pid) ORDER BY start_by, tenant, promise_id",
             {"tenant": tenant, "pid": promise_id},
         )

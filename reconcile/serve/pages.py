@@ -341,7 +341,8 @@ def capacity(request: Request) -> Response:
 
 
 def envelope(request: Request) -> Response:
-    """The buyer's view: each provider and class against its promises (`report envelope`'s page)."""
+    """The buyer's view: each provider and class against its promises (`report envelope`'s
+    page)."""
     from reconcile.reports.envelope_page import html
 
     who = caller(request, "operator", "tenant")
