@@ -9,6 +9,7 @@ expected figures below are worked out from those times by hand, by RULES.md's ru
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -295,3 +296,22 @@ def test_the_tenants_list_paginates_and_a_tenant_sees_itself(served: Served) -> 
     assert _json(served, "/api/v1/tenants", "bravo")["tenants"] == ["bravo"]
     status, _, _ = served.call("/api/v1/tenants?page=0", served.tokens["operator"])
     assert status == 400
+
+
+def test_periods_sum_the_lines_of_each_month(served: Served) -> None:
+    """acme's one line, 2026-01-07 10:00-14:00 on 2 GPUs (28800 GPU-s, billed 24.0000 USD):
+    the customer's are startup 10:00-10:10 (1200), checkpoint 10:30-10:33 (360) and
+    idle_reserved 13:40-14:00 (2400); the provider's restart_lost 10:33-10:53 (2400),
+    restart_recovery 10:53-11:20 (3240), stalled_fault 11:20-13:40 (16800); disputed
+    idle_unexplained 10:10-10:30 (2400)."""
+    status, _, body = served.call("/periods", served.tokens["acme"])
+    text = body.decode()
+    row = re.search(r'<table class="periods">.*?</tr>\s*<tr>(.*?)</tr>', text, re.S)
+    assert status == 200 and row
+    cells = [re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", row[1])]
+    assert cells == ["2026-01", "1", "1", "24.0000 USD", "3960", "22440", "2400"]
+    status, _, body = served.call("/periods", served.tokens["operator"])
+    assert b"72.0000 USD" in body  # acme, bravo and carol: the same line thrice
+    status, _, body = served.call("/periods?period=2026-02", served.tokens["acme"])
+    assert b"No billed line." in body
+    assert b'href="/invoices?period=2026-01"' in served.call("/periods", served.tokens["acme"])[2]

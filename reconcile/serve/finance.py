@@ -202,3 +202,44 @@ def needed(request: Request, name: str) -> str:
     if not value:
         raise HTTPException(400, f"{name}: needed")
     return value
+
+
+def periods(request: Request, f: Filters) -> list[dict[str, Any]]:
+    """The lines in scope by UTC month of their period's start (newest first): invoices,
+    lines, the amount billed (exactly as billed, per currency) and the GPU-seconds each
+    bearer bears. No amount is rounded here: billed amounts add up exactly."""
+    from decimal import Decimal
+
+    months: dict[str, dict[str, Any]] = {}
+    for line in lines(request, f):
+        month = (line.get("period_start") or "unknown")[:7]
+        m = months.setdefault(
+            month,
+            {
+                "period": month,
+                "invoices": set(),
+                "lines": 0,
+                "billed": {},
+                "gpu_seconds": {"customer": 0, "provider": 0, "disputed": 0},
+            },
+        )
+        m["invoices"].add((line["tenant"], line["invoice_id"]))
+        m["lines"] += 1
+        currency = line.get("currency") or ""
+        m["billed"][currency] = m["billed"].get(currency, Decimal(0)) + Decimal(
+            line["billed_amount"]
+        )
+        for c in line["categories"].values():
+            if c["bearer"] in m["gpu_seconds"]:
+                m["gpu_seconds"][c["bearer"]] += c["gpu_seconds"]
+    out = []
+    for month in sorted(months, reverse=True):
+        m = months[month]
+        out.append(
+            m
+            | {
+                "invoices": len(m["invoices"]),
+                "billed": {k: str(v) for k, v in sorted(m["billed"].items())},
+            }
+        )
+    return out

@@ -145,6 +145,15 @@ def invoices(request: Request) -> Response:
     return _page("invoices.html.j2", who=who, rows=shown, page=page, tenant=f.tenant, **form)
 
 
+def periods(request: Request) -> Response:
+    """The lines in scope by month: a month's link opens its invoices."""
+    who = caller(request, "operator", "tenant")
+    f = filters.parse(request, who.role)
+    shown, page = f.paginate("/periods", finance.periods(request, f))
+    form = _filter_form("/periods", f, ("class",))
+    return _page("periods.html.j2", who=who, rows=shown, page=page, **form)
+
+
 def invoice_q(request: Request) -> Response:
     """An invoice named in the query string (`?tenant=…&invoice=…`): any id works."""
     return _invoice(
@@ -419,6 +428,7 @@ def routes() -> list[Route]:
         Route("/logout", logout, methods=["POST"]),
         Route("/", _sync(home)),
         Route("/invoices", _sync(invoices)),
+        Route("/periods", _sync(periods)),
         Route("/invoices/{tenant}/{invoice}", _sync(invoice)),
         Route("/invoices/{tenant}/{invoice}/letter", _sync(letter)),
         Route("/invoice", _sync(invoice_q)),
