@@ -216,11 +216,11 @@ def test_an_answer_signed_by_another_key_fails_the_packet(ledger: tuple[Path, st
         ),
         (
             {"line_id": "L2", "category": "unallocated", "state": "partly", "amount": "2.00"},
-            "answers[0]: data: Value error, amount 2.00 is not between 0 and the finding's 2.00",
+            "answers[0]: data: amount 2.00 is not between 0 and the finding's 2.00",
         ),
         (
             {"line_id": "L2", "category": "unallocated", "state": "rejected"},
-            "answers[0]: data: Value error, a rejected finding needs a reason",
+            "answers[0]: data: a rejected finding needs a reason",
         ),
         (
             {

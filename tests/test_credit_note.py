@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import sqlite3
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,29 @@ def test_writing_it_again_gives_the_same_rows(credit: Path, tmp_path: Path) -> N
     out = tmp_path / "again.csv"
     assert run("credit-note", *again, "--out", str(out))[0] == 0
     assert out.read_text(encoding="utf-8") == (credit / "credit.csv").read_text(encoding="utf-8")
+
+
+def test_a_later_rejection_takes_its_row_out(credit: Path, tmp_path: Path) -> None:
+    source, copy = sqlite3.connect(credit / "ledger.db"), sqlite3.connect(tmp_path / "ledger.db")
+    source.backup(copy)  # the module's ledger as it stands (its WAL included)
+    source.close()
+    copy.close()
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    reject = {"line_id": "L1", "category": "stalled_fault", "state": "rejected", "reason": "no"}
+    (tmp_path / "r.json").write_text(json.dumps({"answers": [reject]}), encoding="utf-8")
+    code, _, err = run(
+        "answer", "--db", url, "--tenant", "acme", "--invoice", "INV-1",
+        "--key", str(credit / "key"), str(tmp_path / "r.json"),
+    )  # fmt: skip
+    assert code == 0, err
+    code, out, _ = run(
+        "credit-note", "--db", url, "--tenant", "acme", "--invoice", "INV-1",
+        "--out", str(tmp_path / "credit.csv"),
+    )  # fmt: skip
+    assert code == 0 and out.endswith(
+        ": credit note for invoice INV-1 of acme, 1 rows, -0.50 USD\n"
+    )
+    assert [r["x_CreditFor"] for r in rows(tmp_path)] == ["L2/unallocated"]
 
 
 LINE = re.compile(r"^\S+ (?P<rule>[\w-]+): (?P<verdict>PASS|FAIL|SKIPPED)\b", re.M)

@@ -270,7 +270,8 @@ def _record(data: dict[str, Any], signer: Signer, moment: datetime, where: str) 
     except ValidationError as exc:
         error = exc.errors(include_url=False)[0]
         raise AnswerFileError(
-            f"{where}: {field_path(tuple(error['loc']))}: {error['msg']}"
+            f"{where}: {field_path(tuple(error['loc']))}: "
+            f"{error['msg'].removeprefix('Value error, ')}"
         ) from None
 
 
