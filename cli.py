@@ -1558,9 +1558,11 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
             "gpuledger packet", f"gpuledger packet --db {store.safe_url}", 1
         )
         _say(f"  {miss['tenant']} {miss['promise_id']}: {_miss_text(miss)}  → {command}")
-    _say(f"7 {done.dispute}")
-    if done.packet:
-        _say(f"  {done.packet}")
+    # the demo's steps are several lines of the simulator's own text; each is escaped apart
+    for n, line in enumerate(done.dispute.split("\n")):
+        _say(f"7 {line}" if n == 0 else line)
+    for line in done.packet.split("\n") if done.packet else []:
+        _say(f"  {line}")
     reports = out / "reports"
     _say(
         f"8 envelope: {len(done.reports['envelope']['groups'])} groups of source and class in "

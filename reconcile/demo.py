@@ -78,7 +78,7 @@ def run_demo_outputs(store: Store, out: Path, signer: Signer, verifier: Verifier
         why = json.loads(pages[0].read_text())["why"]
         done.packet = (
             f"diagnostic packet for missed promise {first['promise_id']}: "
-            f"{folder / 'packet.html'}\n  why: {why}"
+            f"{folder / 'packet.html'}\nwhy: {why}"
         )
     return done
 

@@ -116,8 +116,8 @@ def test_answers_are_recorded_once_signed_and_stated_in_packet_and_letter(
     assert [line.rsplit("; ", 1)[1] for line in findings] == [
         "accepted by the provider: 2.60 USD",
         "rejected by the provider: the job waited on its own data loader (cites seq 5, 9)",
+        "open: the provider has not answered",  # L3 (10:30) comes before L2 (10:40): time order
         "partly accepted by the provider: 0.50 USD of 2.00 USD",
-        "open: the provider has not answered",
     ]
     letter = (folder / "INV-1.letter.html").read_text(encoding="utf-8")
     assert [s for s in ("accepted", "rejected", "partly", "open") if f'data-state="{s}"' in letter]
