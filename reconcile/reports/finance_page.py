@@ -105,6 +105,7 @@ class Finding:
     amount: str
     currency: str
     command: str
+    same_as: int = 0  # the finding (1-based) whose row gives the same command, 0: this one
 
 
 # -- stacking -----------------------------------------------------------------------
@@ -362,20 +363,26 @@ def largest_findings(
         (c for c in result.cells if c.bearer in OWED_BY and c.cents > 0),
         key=lambda c: (-c.cents, c.tenant, c.invoice_id, c.line_id, c.label),
     )[:count]
-    return [
-        Finding(
-            c.tenant,
-            c.invoice_id,
-            c.line_id,
-            c.category,
-            c.bearer,
-            hours(c.gpu_us),
-            Money.of(c.cents, c.minor).grouped(),
-            _currency(c),
-            dispute_command(c.tenant, c.invoice_id, db),
+    out: list[Finding] = []
+    first: dict[tuple[str, str], int] = {}  # each command is given once, on its first row
+    for index, c in enumerate(cells, 1):
+        key = (c.tenant, c.invoice_id)
+        out.append(
+            Finding(
+                c.tenant,
+                c.invoice_id,
+                c.line_id,
+                c.category,
+                c.bearer,
+                hours(c.gpu_us),
+                Money.of(c.cents, c.minor).grouped(),
+                _currency(c),
+                dispute_command(c.tenant, c.invoice_id, db),
+                first.get(key, 0),
+            )
         )
-        for c in cells
-    ]
+        first.setdefault(key, index)
+    return out
 
 
 @dataclass
