@@ -512,12 +512,13 @@ def rule_html(text: str) -> str:
     return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", escaped)
 
 
-def render_page(result: Reconciliation, db: str | None = None) -> str:
+def render_page(result: Reconciliation, db: str | None = None, period: str | None = None) -> str:
     env = environment(TEMPLATES, trim_blocks=True, lstrip_blocks=True)
     env.filters["rule"] = rule_html
     env.globals.update(hours=hours, Money=Money, number=number, safe_name=safe_name)
     return env.get_template("finance.html.j2").render(
         headlines=headlines(result),
+        period=period,
         invoices=result.invoices(),
         tenants=tenant_rows(result),
         charts=charts(result),
