@@ -869,7 +869,11 @@ def reconcile_command(
             raise InputError("--out: Parquet needs an output file")
         stream = cast(IO[str], _TerminalText()) if sys.stdout.isatty() else sys.stdout
         reconcile_render.write(
-            result, fmt, out if out is not None else stream, store.safe_url if db_url else None
+            result,
+            fmt,
+            out if out is not None else stream,
+            store.safe_url if db_url else None,
+            None if period.open else period.label(),
         )
         if out is not None:
             click.echo(

@@ -701,7 +701,10 @@ def test_the_letter_as_chromium_renders_it(folder: Path, tmp_path: Path, width: 
     cited = [[int(n) for n in re.findall(r'<tr><td class="num">(\d+)</td>', s[5])] for s in shown]
     assert cited == [c[6] for c in in_time]
     # the request, and the summary with the largest first: 2.60, 2.00, 1.40, 1.00
-    assert "Please credit 7.00 USD against invoice INV-1 by 2026-02-04" in dom
+    request = re.search(r'<p class="request" id="request">(.*?)</p>', dom, re.S)
+    assert request is not None and " ".join(_text(request.group(1)).split()).startswith(
+        "Please credit 7.00 USD against invoice INV-1 by 2026-02-04"
+    )
     largest = re.findall(r'data-largest="(\d+)">([^<]*)<', dom)
     assert [amount for _, amount in largest] == ["2.60 USD", "2.00 USD", "1.40 USD", "1.00 USD"]
     # the timeline: one bar per stretch, each linked to its finding

@@ -302,7 +302,10 @@ def test_verify_packet_adds_no_line_and_reverses_no_figure(spoofed: str, tmp_pat
     )
     assert (code, err) == (0, "") and raw_unsafe(out) == []
     said = out.splitlines()
-    assert len(said) == 4  # ok, the sentence, the totals, the one finding: no forged line
+    # ok, the sentence, the request, the totals, the one finding: no forged line
+    assert len(said) == 5
+    assert said[2].startswith(f"Please credit 411.52 USD against invoice {INVOICE_SHOWN} by ")
+    said = said[:2] + said[3:]
     assert said[0].startswith(f"ok: invoice {INVOICE_SHOWN} of {TENANT}, 1 lines;")
     assert said[1] == (
         f"{TENANT} disputes 411.52 USD of the 411.52 USD billed on invoice "
@@ -322,7 +325,7 @@ def test_verify_packet_adds_no_line_and_reverses_no_figure(spoofed: str, tmp_pat
     _assert_page_isolates(page)
     assert f'<h1>Dispute of invoice <span class="mono">{INVOICE_ON_A_PAGE}</span>' in page
     line = '<bdi>L1<span class="ctl">\\n</span>  2. forged finding [/x]</bdi>'
-    assert f'<dd class="mono">{line}</dd>' in page
+    assert f'<span class="mono">{line}</span>' in page
     claim = re.search(r'<p class="claim" id="claim">(.*?)</p>', page, re.S)
     assert claim is not None
     assert claim.group(1).startswith("<bdi>acme[/x]</bdi> disputes 411.52 USD of the 411.52 USD")

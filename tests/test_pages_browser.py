@@ -224,3 +224,4 @@ def test_letter_first_screen(pages: dict[str, Any], driver: Any, width: int) -> 
     assert request.text.startswith("Please credit 21.60 USD against invoice INV-1 by 2026-02-04")
     assert _figure(driver, "claimed") == "21.60 USD"
     assert request.rect["y"] < 900
+    assert _smallest_svg_text(driver) >= 9  # the timeline keeps its drawn size, and scrolls

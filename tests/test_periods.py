@@ -158,3 +158,19 @@ def test_an_empty_period_is_an_error_naming_its_parameter() -> None:
     assert caught.value.option == "since"
     assert Period(None, 5).holds(4) and not Period(None, 5).holds(5)
     assert "--" not in str(caught.value)
+
+
+def test_the_finance_page_says_its_period_and_its_figures_are_the_periods(
+    store: Store, tmp_path: Path
+) -> None:
+    out = tmp_path / "f.html"
+    CliRunner().invoke(
+        main,
+        ["reconcile", "--db", str(store.url), "--format", "html", "--out", str(out)]
+        + ["--since", when("11:00")],
+        catch_exceptions=False,
+    )
+    page = out.read_text()
+    assert 'data-figure="period">[2026-01-05T11:00:00Z, +∞)<' in page
+    # L2 28.80 and L3 7.20 ($0.001 a GPU-second: 8 x 3600 and 8 x 900); L1 is before
+    assert 'data-figure="headline/USD/billed">36.00 USD<' in page

@@ -273,14 +273,20 @@ class Letter:
 
     def request(self) -> str:
         """What the letter asks for: the credit, against which invoice, by when."""
+        return "".join(text for _, text in self.request_parts())
+
+    def request_parts(self) -> list[tuple[str, str]]:
+        """The request as (kind, text) runs, the invoice id a `data` run (the page isolates
+        it, as in the sentence); none when nothing is claimed."""
         asked = [t.text(t.claimed + t.placement) for t in self.totals if t.claimed + t.placement]
         if not asked:
-            return ""
+            return []
         by = f" by {self.due}" if self.due else ""
-        return (
-            f"Please credit {' and '.join(asked)} against invoice {self.invoice_id}{by}, "
-            "or answer each finding below with the evidence you rely on."
-        )
+        return [
+            ("text", f"Please credit {' and '.join(asked)} against invoice "),
+            ("data", self.invoice_id),
+            ("text", f"{by}, or answer each finding below with the evidence you rely on."),
+        ]
 
     def largest(self) -> list[Finding]:
         """The findings, the largest amount first (ties: in time order)."""

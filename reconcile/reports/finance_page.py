@@ -105,6 +105,7 @@ class Finding:
     amount: str
     currency: str
     command: str
+    same_as: int = 0  # the finding (1-based) whose row gives the same command, 0: this one
 
 
 # -- stacking -----------------------------------------------------------------------
@@ -362,20 +363,26 @@ def largest_findings(
         (c for c in result.cells if c.bearer in OWED_BY and c.cents > 0),
         key=lambda c: (-c.cents, c.tenant, c.invoice_id, c.line_id, c.label),
     )[:count]
-    return [
-        Finding(
-            c.tenant,
-            c.invoice_id,
-            c.line_id,
-            c.category,
-            c.bearer,
-            hours(c.gpu_us),
-            Money.of(c.cents, c.minor).grouped(),
-            _currency(c),
-            dispute_command(c.tenant, c.invoice_id, db),
+    out: list[Finding] = []
+    first: dict[tuple[str, str], int] = {}  # each command is given once, on its first row
+    for index, c in enumerate(cells, 1):
+        key = (c.tenant, c.invoice_id)
+        out.append(
+            Finding(
+                c.tenant,
+                c.invoice_id,
+                c.line_id,
+                c.category,
+                c.bearer,
+                hours(c.gpu_us),
+                Money.of(c.cents, c.minor).grouped(),
+                _currency(c),
+                dispute_command(c.tenant, c.invoice_id, db),
+                first.get(key, 0),
+            )
         )
-        for c in cells
-    ]
+        first.setdefault(key, index)
+    return out
 
 
 @dataclass
@@ -505,12 +512,13 @@ def rule_html(text: str) -> str:
     return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", escaped)
 
 
-def render_page(result: Reconciliation, db: str | None = None) -> str:
+def render_page(result: Reconciliation, db: str | None = None, period: str | None = None) -> str:
     env = environment(TEMPLATES, trim_blocks=True, lstrip_blocks=True)
     env.filters["rule"] = rule_html
     env.globals.update(hours=hours, Money=Money, number=number, safe_name=safe_name)
     return env.get_template("finance.html.j2").render(
         headlines=headlines(result),
+        period=period,
         invoices=result.invoices(),
         tenants=tenant_rows(result),
         charts=charts(result),

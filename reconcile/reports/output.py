@@ -109,13 +109,20 @@ def _invoice_rows(invoice: InvoiceTotal) -> list[Row]:
 STYLE = {"provider": "red", "disputed": "yellow"}
 
 
-def write(result: Reconciliation, fmt: str, out: IO[str] | Path, db: str | None = None) -> None:
-    """JSON or HTML (finance's page; `db` goes into its commands) to a stream or file; CSV
+def write(
+    result: Reconciliation,
+    fmt: str,
+    out: IO[str] | Path,
+    db: str | None = None,
+    period: str | None = None,
+) -> None:
+    """JSON or HTML (finance's page; `db` goes into its commands, `period` (the period's
+    label, when one was asked for) into its heading) to a stream or file; CSV
     and Parquet (one row per line and category) to a file or (CSV) a stream. CSV and
     Parquet are for spreadsheets: a text cell that starts like a formula is prefixed `'`
     (`for_spreadsheets`); JSON is exact."""
     if fmt in ("json", "html"):
-        text = result.json_text() if fmt == "json" else _page(result, db)
+        text = result.json_text() if fmt == "json" else _page(result, db, period)
         if isinstance(out, Path):
             out.write_text(text)
         else:
@@ -188,5 +195,5 @@ def _write_parts(result: Reconciliation, open_writer: Callable[[pa.Schema], Any]
             writer.close()
 
 
-def _page(result: Reconciliation, db: str | None) -> str:
-    return render_page(result, db)
+def _page(result: Reconciliation, db: str | None, period: str | None = None) -> str:
+    return render_page(result, db, period)
