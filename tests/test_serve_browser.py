@@ -14,8 +14,8 @@ from tests.serve_helpers import Served, make_store, make_tokens, serving
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None or DRIVER is None,
-    reason="chromium or chromedriver is not on PATH (Debian packages `chromium` and `chromium-driver`; "
-    ".ci/run installs them)",
+    reason="chromium or chromedriver is not on PATH (Debian packages `chromium` and "
+    "`chromium-driver`; .ci/run installs them)",
 )
 
 
@@ -62,10 +62,14 @@ def _sign_in(driver: object, base: str, token: str) -> None:
 
     driver.find_element(By.NAME, "token").send_keys(token)  # type: ignore[attr-defined]
     page = driver.find_element(By.TAG_NAME, "html")  # type: ignore[attr-defined]
-    driver.find_element(By.CSS_SELECTOR, "form[action='/login'] button").click()  # type: ignore[attr-defined]
+    driver.find_element(  # type: ignore[attr-defined]
+        By.CSS_SELECTOR, "form[action='/login'] button"
+    ).click()
     # the click only submits: wait until the answer has replaced the sign-in page, or the next
     # read may still see the form (CI once read the old page before the POST's answer arrived)
-    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(page))
+    WebDriverWait(driver, 30).until(  # type: ignore[type-var]
+        expected_conditions.staleness_of(page)
+    )
 
 
 def test_finance_clicks_from_an_invoice_down_to_an_entrys_proof(
@@ -78,7 +82,9 @@ def test_finance_clicks_from_an_invoice_down_to_an_entrys_proof(
     assert "Operator" in driver.find_element(By.TAG_NAME, "h1").text  # type: ignore[attr-defined]
     driver.find_element(By.LINK_TEXT, "Invoices").click()  # type: ignore[attr-defined]
     driver.find_element(By.LINK_TEXT, "INV-2026-01").click()  # type: ignore[attr-defined]
-    assert "Invoice INV-2026-01" in driver.find_element(By.TAG_NAME, "h1").text  # type: ignore[attr-defined]
+    assert "Invoice INV-2026-01" in (
+        driver.find_element(By.TAG_NAME, "h1").text  # type: ignore[attr-defined]
+    )
     driver.find_element(By.CSS_SELECTOR, "a.entry").click()  # type: ignore[attr-defined]
     heading = driver.find_element(By.TAG_NAME, "h1").text  # type: ignore[attr-defined]
     assert heading.startswith("Entry #")
@@ -106,11 +112,16 @@ def test_a_customer_sees_its_own_invoices_only(served: Served, browser: object) 
     driver = browser
     _sign_in(driver, served.base, served.tokens["bravo"])
     driver.find_element(By.LINK_TEXT, "Invoices").click()  # type: ignore[attr-defined]
-    links = [a.text for a in driver.find_elements(By.CSS_SELECTOR, "table a")]  # type: ignore[attr-defined]
+    links = [
+        a.text
+        for a in driver.find_elements(By.CSS_SELECTOR, "table a")  # type: ignore[attr-defined]
+    ]
     assert links == ["bravo-INV-2026-01"]
     driver.get(f"{served.base}/invoices/acme/INV-2026-01")  # type: ignore[attr-defined]
     assert "403" in driver.find_element(By.TAG_NAME, "h1").text  # type: ignore[attr-defined]
-    assert "acme" not in driver.page_source.replace("/invoices/acme", "")  # type: ignore[attr-defined]
+    assert "acme" not in (
+        driver.page_source.replace("/invoices/acme", "")  # type: ignore[attr-defined]
+    )
 
 
 def test_a_wrong_token_is_told_so_and_signs_in_nobody(served: Served, browser: object) -> None:
@@ -118,6 +129,8 @@ def test_a_wrong_token_is_told_so_and_signs_in_nobody(served: Served, browser: o
 
     driver = browser
     _sign_in(driver, served.base, "gpl_000000000000_wrong")
-    assert "not valid" in driver.find_element(By.TAG_NAME, "main").text  # type: ignore[attr-defined]
+    assert "not valid" in (
+        driver.find_element(By.TAG_NAME, "main").text  # type: ignore[attr-defined]
+    )
     driver.get(f"{served.base}/invoices")  # type: ignore[attr-defined]
     assert "401" in driver.find_element(By.TAG_NAME, "h1").text  # type: ignore[attr-defined]
