@@ -114,7 +114,8 @@ def _dispute(
     files.append(letter)
     return (
         f"dispute packet for {tenant} / {invoice}: {path} — verified with the public key alone: "
-        f"{checked.tenant_entries} entries, {checked.fleet_entries} fleet faults, findings recomputed\n"
+        f"{checked.tenant_entries} entries, {checked.fleet_entries} fleet faults, findings "
+        "recomputed\n"
         f"  the dispute letter: {letter}\n"
         f"  the provider's answers: "
         + ", ".join(f"{state} {n}" for state, n in sorted(answered.states.items()))

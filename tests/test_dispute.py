@@ -242,9 +242,11 @@ def make_ledger(folder: Path, url: str) -> Disputed:
     assert code == 0, err
     total = len(ACME_BEFORE + ACME_AFTER + ZETA + FLEET)
     assert said == (
-        f"wrote {out}: invoice INV-acme-01 of acme, 1 lines; {len(ACME_BEFORE + ACME_AFTER)} entries of acme "
+        f"wrote {out}: invoice INV-acme-01 of acme, 1 lines; "
+        f"{len(ACME_BEFORE + ACME_AFTER)} entries of acme "
         f"and {len(TOUCHING_ACME)} fleet entries; checkpoint of tree size {total}\n"
-        f"wrote {folder / 'packet.letter.html'}: the dispute letter, from verify-packet's recomputation of the packet\n"
+        f"wrote {folder / 'packet.letter.html'}: the dispute letter, from verify-packet's "
+        "recomputation of the packet\n"
     )
     return Disputed(url, folder, json.loads(out.read_text()), older_note)
 
@@ -269,10 +271,13 @@ def test_the_packet_verifies_with_the_public_key_alone(disputed: Disputed) -> No
     assert (code, err) == (0, "")
     said = out.splitlines()
     assert said[0] == (
-        f"ok: invoice INV-acme-01 of acme, 1 lines; {len(ACME_BEFORE + ACME_AFTER)} entries of acme complete "
-        f"up to tree size {total} and 4 fleet entries, signed by gpuledger; findings recomputed and equal"
+        f"ok: invoice INV-acme-01 of acme, 1 lines; {len(ACME_BEFORE + ACME_AFTER)} "
+        "entries of acme complete "
+        f"up to tree size {total} and 4 fleet entries, signed by gpuledger; findings "
+        "recomputed and equal"
     )
-    # then the letter (tests/test_letter.py): stalled_fault 10:05-10:15 at 4 GPUs is 2 400 of 4 800 GPU-s, 4.00 of 8.00
+    # then the letter (tests/test_letter.py): stalled_fault 10:05-10:15 at 4 GPUs is 2 400 of 4 800
+    # GPU-s, 4.00 of 8.00
     assert said[1] == (
         "acme disputes 4.00 USD of the 8.00 USD billed on invoice INV-acme-01: 4.00 USD that the "
         "provider's own records put on the provider (1 finding below)."
@@ -461,12 +466,14 @@ TAMPERS: dict[str, tuple[Callable[[dict[str, Any], Disputed], None], str]] = {
     ),
     "a tenant entry dropped, the rest proven": (
         drop_a_tenant_entry_and_prove_the_rest,
-        "bundle: the tenant's entries are incomplete: the checkpoint commits to 12, missing tenant_seq [5]",
+        "bundle: the tenant's entries are incomplete: the checkpoint commits to 12, "
+        "missing tenant_seq [5]",
     ),
     "the fleet fault dropped": (drop_the_fault, "bundle: multi-leaf proof for 15 leaves of 24:"),
     "the fleet fault dropped, the rest proven": (
         drop_the_fault_and_prove_the_rest,
-        "bundle: fleet key 'node:gpu-n1': the checkpoint commits to 3 entries, the packet lacks seq",
+        "bundle: fleet key 'node:gpu-n1': the checkpoint commits to 3 entries, the "
+        "packet lacks seq",
     ),
     "the granted gpus changed": (
         change_the_granted_gpus,
@@ -478,11 +485,13 @@ TAMPERS: dict[str, tuple[Callable[[dict[str, Any], Disputed], None], str]] = {
     ),
     "a finding's gpu_seconds changed": (
         change_a_finding_gpu_seconds,
-        "findings.lines[0] (line L-acme-1).categories.stalled_fault.gpu_seconds: the packet says 2401, recomputed 2400",
+        "findings.lines[0] (line L-acme-1).categories.stalled_fault.gpu_seconds: the "
+        "packet says 2401, recomputed 2400",
     ),
     "a finding's amount inflated": (
         inflate_a_finding_amount,
-        'findings.lines[0] (line L-acme-1).categories.stalled_fault.amount: the packet says "6.00", recomputed "4.00"',
+        "findings.lines[0] (line L-acme-1).categories.stalled_fault.amount: the packet "
+        'says "6.00", recomputed "4.00"',
     ),
     "the tenant's provider total inflated": (
         inflate_the_tenant_provider_total,
@@ -511,7 +520,8 @@ TAMPERS: dict[str, tuple[Callable[[dict[str, Any], Disputed], None], str]] = {
     ),
     "the invoice id changed, findings relabelled": (
         change_the_invoice_id_throughout,
-        'findings.lines[0] (line L-acme-2).line_id: the packet says "L-acme-1", recomputed "L-acme-2"',
+        'findings.lines[0] (line L-acme-2).line_id: the packet says "L-acme-1", '
+        'recomputed "L-acme-2"',
     ),
     "the tenant head lowered": (
         lower_the_tenant_head,
@@ -796,7 +806,8 @@ def test_verify_packet_under_fuzzing_gives_a_verdict_never_a_crash(
     if (
         code == 0
     ):  # only a change JSON does not see (whitespace, 4800 → 4800.0) may pass, or dropping
-        # `claims` whole: a packet written before claims existed still verifies (docs/dispute-letter.md)
+        # `claims` whole: a packet written before claims existed still verifies
+        # (docs/dispute-letter.md)
         without_claims = {k: v for k, v in disputed.packet.items() if k != "claims"}
         assert json.loads(mutated) in (disputed.packet, without_claims)
     else:

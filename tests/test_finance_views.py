@@ -225,7 +225,8 @@ def test_a_focus_line_is_described_by_its_charge_description(tmp_path: Path) -> 
     [
         # 0.735 × 1/6, 4/6, 1/6: exact at four places
         ("0.735", [2400, 9600, 2400], 2, ["0.1225", "0.4900", "0.1225"]),
-        # thirds never end: floored at 18 places, the one unit left to the first of the tied remainders
+        # thirds never end: floored at 18 places, the one unit left to the first of the tied
+        # remainders
         (
             "1.00",
             [1, 1, 1],
@@ -403,8 +404,8 @@ def test_explain_names_what_each_bearer_bears() -> None:
     code, out, _ = invoke("explain", "provider")
     assert code == 0
     assert (
-        "Categories: unallocated, double_billed, reclaimed, restart_lost, restart_recovery, stalled_fault."
-        in " ".join(out.split())
+        "Categories: unallocated, double_billed, reclaimed, restart_lost, "
+        "restart_recovery, stalled_fault." in " ".join(out.split())
     )
     code, out, _ = invoke("explain", "disputed")
     assert code == 0 and "Categories: idle_unexplained." in " ".join(out.split())
@@ -471,8 +472,10 @@ def test_page_links_each_finding_to_its_dispute_command(findings: str, tmp_path:
     html = _page(findings, tmp_path).read_text()
     commands = re.findall(r'<code class="command">(.*?)</code>', html)
     assert commands == [
-        f"gpuledger dispute --db {findings} --tenant beta --invoice INV-2 --key KEY --out dispute-beta-INV-2.json",
-        f"gpuledger dispute --db {findings} --tenant acme --invoice INV-1 --key KEY --out dispute-acme-INV-1.json",
+        f"gpuledger dispute --db {findings} --tenant beta --invoice INV-2 --key KEY --out "
+        "dispute-beta-INV-2.json",
+        f"gpuledger dispute --db {findings} --tenant acme --invoice INV-1 --key KEY --out "
+        "dispute-acme-INV-1.json",
     ]
 
 
@@ -510,8 +513,10 @@ OVERFLOW_CHECK = """<script>
 window.addEventListener('load', () => {
   const over = [];
   for (const el of document.body.querySelectorAll('*')) {
-    if (el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).overflowX !== 'auto')
-      over.push(el.tagName + (el.className && el.className.baseVal === undefined ? '.' + el.className : '')
+    if (el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1
+        && getComputedStyle(el).overflowX !== 'auto')
+      over.push(el.tagName
+                + (el.className && el.className.baseVal === undefined ? '.' + el.className : '')
                 + ' ' + el.scrollWidth + '>' + el.clientWidth);
   }
   if (document.documentElement.scrollWidth > window.innerWidth)
@@ -608,7 +613,10 @@ def test_page_as_chromium_renders_it_shows_the_json_figures_and_nothing_overflow
 )
 def test_the_overflow_check_sees_a_box_that_overflows(findings: str, tmp_path: Path) -> None:
     """The check above can fail: a command that may not wrap, in a box 100 px wide."""
-    wide = '<div style="width:100px"><code style="white-space:nowrap">gpuledger dispute --tenant acme</code></div>'
+    wide = (
+        '<div style="width:100px"><code style="white-space:nowrap">gpuledger dispute --tenant '
+        "acme</code></div>"
+    )
     checked = tmp_path / "checked.html"
     checked.write_text(
         _page(findings, tmp_path).read_text().replace("</body>", wide + OVERFLOW_CHECK + "</body>")
@@ -688,7 +696,8 @@ def test_long_ids_wrap_inside_their_boxes(tmp_path: Path) -> None:
     # 1,234,567.89 × 12/16 = 925,925.9175 → 925,925.92 (provider)
     assert (
         parser.figures[
-            f"invoice/{tenant}/period-2024-09-01T00:00:00Z-billing-account-0001/USD/bearer/provider"
+            f"invoice/{tenant}/period-2024-09-01T00:00:00Z-billing-account-0001"
+            "/USD/bearer/provider"
         ]
         == "925,925.92"
     )

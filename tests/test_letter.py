@@ -273,7 +273,8 @@ CLAIMS = [
         840,
         "1.40",
         [[at("10:23:00"), at("10:30:00"), 2]],
-        # grant, the attempt's start, the gap's marks p5 and the completion, the save at its start, release, L1
+        # grant, the attempt's start, the gap's marks p5 and the completion, the save at its start,
+        # release, L1
         [1, 2, 9, 11, 12, 13, 14],
     ),
     (
@@ -296,8 +297,10 @@ CLAIMS = [
     ),  # L1 owns the seconds
 ]
 SENTENCE = (
-    "acme disputes 7.00 USD of the 11.00 USD billed on invoice INV-1: 5.60 USD that the provider's own records "
-    "put on the provider and 1.40 USD billed while its jobs ran idle with nothing in the ledger to explain it "
+    "acme disputes 7.00 USD of the 11.00 USD billed on invoice INV-1: 5.60 USD that the "
+    "provider's own records "
+    "put on the provider and 1.40 USD billed while its jobs ran idle with nothing in the "
+    "ledger to explain it "
     "(4 findings below)."
 )
 
@@ -324,7 +327,8 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert code == 0, err
     assert (
         out.splitlines()[-1]
-        == f"wrote {folder / 'acme.letter.html'}: the dispute letter, from verify-packet's recomputation of the packet"
+        == f"wrote {folder / 'acme.letter.html'}: the dispute letter, from verify-packet's "
+        "recomputation of the packet"
     )
     return folder
 
@@ -449,7 +453,8 @@ def test_a_long_idle_stretch_cites_its_first_and_last_gap(folder: Path) -> None:
         "0.80",
         [[at("12:01:00"), at("12:05:00"), 2]],
     )
-    # grant, start, the marks of 12:01, 12:02 (first gap) and 12:04, 12:04:30 (last), release, L5; not 12:03's
+    # grant, start, the marks of 12:01, 12:02 (first gap) and 12:04, 12:04:30 (last), release, L5;
+    # not 12:03's
     assert claim["cites"] == [24, 25, 26, 27, 29, 30, 31, 32]
 
 
@@ -481,7 +486,8 @@ def test_restarts_and_a_reclaim_worked_by_hand(folder: Path) -> None:
         )
         for c in claims
     ] == [
-        # grant, the failed attempt's start, the save the loss counts from, the failure, release, L6
+        # grant, the failed attempt's start, the save the loss counts from, the failure, release,
+        # L6
         (
             "L6",
             "restart_lost",
@@ -511,7 +517,8 @@ def test_restarts_and_a_reclaim_worked_by_hand(folder: Path) -> None:
             [[at("14:05:00"), at("14:10:00"), 1]],
             [47, 53, 55, 56],
         ),
-        # grant, the attempt's start and its cancellation, the last progress at the stretch's start, release, L7
+        # grant, the attempt's start and its cancellation, the last progress at the stretch's
+        # start, release, L7
         (
             "L7",
             "idle_unexplained",
@@ -536,8 +543,8 @@ def test_restarts_and_a_reclaim_worked_by_hand(folder: Path) -> None:
     # the restart categories quote their rule and the bearer rule (the failure's cause decides)
     # (the findings in time order: whichever line holds restart_lost's)
     assert any(
-        "; RULES.md, Categories, rule 4; RULES.md, Categories, Bearers; cites seq 33, 34, 38, 40, 45, 46"
-        in line
+        "; RULES.md, Categories, rule 4; RULES.md, Categories, Bearers; cites seq 33, 34, "
+        "38, 40, 45, 46" in line
         for line in said[3:]
     )
     page = (folder / "inv4.letter.html").read_text()
@@ -575,7 +582,8 @@ def test_a_claim_that_is_not_the_recomputation_is_refused(
 
 def test_the_rule_is_quoted_from_rules_md(folder: Path) -> None:
     page = (folder / "acme.letter.html").read_text()
-    # RULES.md as one line: list bullets run together, inline Markdown (`code`, **bold**) set as text
+    # RULES.md as one line: list bullets run together, inline Markdown (`code`, **bold**) set as
+    # text
     rules = (Path(__file__).parent.parent / "reconcile" / "RULES.md").read_text()
     rules = re.sub(r"\s+", " ", rules.replace("\n- ", " ")).replace("`", "").replace("**", "")
     quoted = re.findall(
@@ -617,9 +625,11 @@ OVERFLOW_CHECK = """<script>
     // a scroll box on purpose (page.css: a table, a chart) scrolls; the page may not
     var x = getComputedStyle(el).overflowX;
     if (x === "auto" || x === "scroll") return;
-    if (el.scrollWidth > el.clientWidth + 1) bad.push(el.tagName + "." + el.className + " " + el.scrollWidth + ">" + el.clientWidth);
+    if (el.scrollWidth > el.clientWidth + 1)
+      bad.push(el.tagName + "." + el.className + " " + el.scrollWidth + ">" + el.clientWidth);
   });
-  if (document.documentElement.scrollWidth > window.innerWidth) bad.push("page " + document.documentElement.scrollWidth + ">" + window.innerWidth);
+  if (document.documentElement.scrollWidth > window.innerWidth)
+    bad.push("page " + document.documentElement.scrollWidth + ">" + window.innerWidth);
   var out = document.createElement("pre");
   out.id = "overflow-report";
   out.textContent = JSON.stringify(bad);
@@ -679,12 +689,14 @@ def test_the_letter_as_chromium_renders_it(folder: Path, tmp_path: Path, width: 
     # the rest of the 11.00 is the customer's: 11.00 - 7.00 = 0.40 + (0.40 + 0.20) + 1.00 + 2.00
     kept = re.search(r'<p class="small" id="not-disputed">(.*?)</p>', dom, re.S)
     assert kept is not None and " ".join(_text(kept.group(1)).split()) == (
-        "Not disputed, the customer's by the same rules: checkpoint 0.40 USD · productive 0.60 USD · startup 1.00 USD · "
+        "Not disputed, the customer's by the same rules: checkpoint 0.40 USD · productive "
+        "0.60 USD · startup 1.00 USD · "
         "idle_reserved 2.00 USD."
     )
     # each finding as shown equals the packet's claim and the hand-worked one
     shown = re.findall(
-        r'<section class="finding (\w+)" id="finding-(\d+)" data-amount="([^"]*)" data-category="(\w+)" data-state="open">'
+        r'<section class="finding (\w+)" id="finding-(\d+)" data-amount="([^"]*)" '
+        r'data-category="(\w+)" data-state="open">'
         r'.*?<dd class="amount">([^<]*)</dd>(.*?)</section>',
         dom,
         re.S,

@@ -62,7 +62,8 @@ def test_promise_and_window(packet: dict[str, Any]) -> None:
 
 
 def test_path_of_a_late_start(packet: dict[str, Any]) -> None:
-    # J2: submitted 09:58, admitted 10:20 (22 min queued), placed 10:21, started 10:25, first progress 10:30
+    # J2: submitted 09:58, admitted 10:20 (22 min queued), placed 10:21, started 10:25, first
+    # progress 10:30
     assert [
         (s["step"], s["t"], s["status"], s["wait"], s["wait_s"], s["wait_text"], s["since"])
         for s in packet["path"]
@@ -99,11 +100,13 @@ def test_why_a_late_start_was_missed(packet: dict[str, Any]) -> None:
         "waited, it fit (1 of 1 mig:1g.10gb instance free) and was within "
         "quota; the scheduler started it later."
     )
-    # the path from 09:58 to 10:30 and start_by 10:10: 32 min, padded by 4 min (a tenth, in whole minutes)
+    # the path from 09:58 to 10:30 and start_by 10:10: 32 min, padded by 4 min (a tenth, in whole
+    # minutes)
     zoom = dict(packet["zoom"])
     hist = zoom.pop("progress_histogram")
     assert zoom == {"about": "start", "from": at("09:54"), "to": at("10:34"), "seconds": 2400}
-    # its own 120 bins of 20 s from 09:54: 10:30 → 2160 s → bin 108; 10:31 → 111; 10:33 → 117 (10:45, 10:50 are out)
+    # its own 120 bins of 20 s from 09:54: 10:30 → 2160 s → bin 108; 10:31 → 111; 10:33 → 117
+    # (10:45, 10:50 are out)
     assert (
         hist["bin_seconds"],
         [i for i, n in enumerate(hist["counts"]) if n],
@@ -115,10 +118,12 @@ def test_why_a_late_start_was_missed(packet: dict[str, Any]) -> None:
     ("promise", "why"),
     [
         ("P1", "Kept: started at 10:02 UTC, by 10:05 UTC; completed at 10:16 UTC, by 11:00 UTC."),
-        # J3 started 10:06 and completed 11:10 against 10:50, with no failure: the run itself was long
+        # J3 started 10:06 and completed 11:10 against 10:50, with no failure: the run itself was
+        # long
         (
             "P3",
-            "Completed 20 min late (11:10 UTC, promised by 10:50 UTC): no failure or preemption recorded; "
+            "Completed 20 min late (11:10 UTC, promised by 10:50 UTC): no failure or "
+            "preemption recorded; "
             "the run took 1 h 4 min from its start.",
         ),
         # J5: submitted 10:50, no decision names it, never started; start_by 11:00 < horizon 11:20.
@@ -127,7 +132,8 @@ def test_why_a_late_start_was_missed(packet: dict[str, Any]) -> None:
         # free: scheduler 21 min, the most.
         (
             "P5",
-            "Never started (promised by 11:00 UTC): submitted at 10:50 UTC, then no start in the ledger; "
+            "Never started (promised by 11:00 UTC): submitted at 10:50 UTC, then no start "
+            "in the ledger; "
             "it was waiting to start when start_by passed. Cause: scheduler, borne by the "
             "provider: for 21 min of the 30 min waited, it fit (2 of 2 whole GPUs free) and "
             "was within quota; the scheduler did not start it.",
@@ -140,7 +146,8 @@ def test_why_sentences(store: Store, promise: str, why: str) -> None:
 
 
 def test_a_job_without_admission_waits_in_the_queue_until_it_starts(tmp_path: Path) -> None:
-    """A Slurm-like job: no scheduling decision names it, so admission and placement are not needed."""
+    """A Slurm-like job: no scheduling decision names it, so admission and placement are not
+    needed."""
     e = Events()
     e.add("policy.promise", "09:00", promise_id="P", job_id="J", start_by=at("10:00"))
     e.add("job.submitted", "09:30", job_id="J")
@@ -215,7 +222,8 @@ def test_the_longest_wait_is_named_when_start_by_passed_in_another(tmp_path: Pat
     # start_by 09:45 falls in [09:40 admitted, 09:50 placed]; the queue wait (40 min) was longer.
     # Cause: wait [09:00, 09:52) with no device discovered: capacity for all 52 min
     assert _packet_of(tmp_path, e)["why"] == (
-        "Started 7 min late (09:52 UTC, promised by 09:45 UTC): start_by passed during the placement "
+        "Started 7 min late (09:52 UTC, promised by 09:45 UTC): start_by passed during "
+        "the placement "
         "(admitted 09:40 UTC → placed 09:50 UTC, 10 min); the longest wait was the queue wait "
         "(40 min). Cause: capacity, borne by the provider: for 52 min of the 52 min waited, no "
         "whole GPU was free: the ledger discovered none."
@@ -241,7 +249,8 @@ def test_a_late_completion_names_its_failures(tmp_path: Path) -> None:
         "Completed 20 min late (11:20 UTC, promised by 11:00 UTC): attempt 1 failed at "
         "10:30 UTC (hardware: XID 79); 1 restart."
     )
-    # about the completion: complete_by 11:00 to completed 11:20, padded by 2 min (a tenth, at least one)
+    # about the completion: complete_by 11:00 to completed 11:20, padded by 2 min (a tenth, at
+    # least one)
     assert {k: v for k, v in packet["zoom"].items() if k != "progress_histogram"} == {
         "about": "completion",
         "from": at("10:58"),
@@ -324,7 +333,8 @@ def test_attempts_progress_and_failure(packet: dict[str, Any]) -> None:
         )
         for g in app["progress"]
     ] == [(3, 1, 3, 60, 120, 120), (2, 4, 5, 300, 300, 300)]
-    # 120 bins of 7800/120 = 65 s from 09:50: 10:30 → 2400 s → bin 36; 10:31 → 37; 10:33 → 39; 10:45 → 50; 10:50 → 55
+    # 120 bins of 7800/120 = 65 s from 09:50: 10:30 → 2400 s → bin 36; 10:31 → 37; 10:33 → 39;
+    # 10:45 → 50; 10:50 → 55
     counts = app["progress_histogram"]["counts"]
     assert [i for i, n in enumerate(counts) if n] == [36, 37, 39, 50, 55] and sum(counts) == 5
 
@@ -366,9 +376,9 @@ def test_html_is_self_contained(packet_dir: Path) -> None:
     assert "http://" not in html and "https://" not in html
     assert not re.search(r"\b(src|href)\s*=", html, re.I)
     assert "<script" not in html.lower() and "<link" not in html.lower() and "@import" not in html
-    # the whole job: path 4 waits, allocation 1, attempts 2, progress bins 5, checkpoints 2, decisions 3,
-    # faults 1, billed 1; the zoom [09:54, 10:34]: the same less attempt 2 (10:40), progress at 10:45 and
-    # 10:50, the restore (10:41)
+    # the whole job: path 4 waits, allocation 1, attempts 2, progress bins 5, checkpoints 2,
+    # decisions 3, faults 1, billed 1; the zoom [09:54, 10:34]: the same less attempt 2 (10:40),
+    # progress at 10:45 and 10:50, the restore (10:41)
     assert html.count('class="mark lane-') == (4 + 1 + 2 + 5 + 2 + 3 + 1 + 1) + (
         4 + 1 + 1 + 3 + 1 + 3 + 1 + 1
     )
@@ -424,7 +434,8 @@ def test_cli_packet_of_a_promise_never_started(store: Store, tmp_path: Path) -> 
     ) == ("not_started", [], [])
     html = (tmp_path / "P5" / "packet.html").read_text()
     assert "the job never started" in html
-    # J5 was submitted at 10:50 and is still queued: one open queue wait in each picture, and no other wait
+    # J5 was submitted at 10:50 and is still queued: one open queue wait in each picture, and no
+    # other wait
     assert (
         html.count('class="mark lane-path wait-queue"'),
         html.count('class="mark lane-path'),
@@ -519,17 +530,21 @@ def _pixels_near(
 # outside its picture. Injected into a copy of the page: packet.html itself has no script.
 PROBE = """<pre id="probe"></pre><script>
 const out = {why: document.getElementById("why").innerText,
-  path: [...document.querySelectorAll("#path tr")].slice(1).map(r => [...r.cells].map(c => c.innerText)),
+  path: [...document.querySelectorAll("#path tr")].slice(1)
+    .map(r => [...r.cells].map(c => c.innerText)),
   zoom_heading: document.querySelectorAll("h2")[1].innerText, overflow: [],
   page: [document.documentElement.scrollWidth, window.innerWidth]};
-for (const el of document.body.querySelectorAll("p, td, th, h1, h2, dd, dt, .legend, .legend .item, table")) {
-  if (el.scrollWidth > el.clientWidth + 1) out.overflow.push(el.tagName + " " + el.innerText.slice(0, 60));
+for (const el of document.body.querySelectorAll(
+    "p, td, th, h1, h2, dd, dt, .legend, .legend .item, table")) {
+  if (el.scrollWidth > el.clientWidth + 1)
+    out.overflow.push(el.tagName + " " + el.innerText.slice(0, 60));
 }
 for (const svg of document.querySelectorAll("svg.timeline")) {
   const width = svg.viewBox.baseVal.width, height = svg.viewBox.baseVal.height;
   for (const t of svg.querySelectorAll("text")) {
     const b = t.getBBox();
-    if (b.x < 0 || b.y < 0 || b.x + b.width > width || b.y + b.height > height) out.overflow.push(svg.id + " " + t.textContent);
+    if (b.x < 0 || b.y < 0 || b.x + b.width > width || b.y + b.height > height)
+      out.overflow.push(svg.id + " " + t.textContent);
   }
 }
 document.getElementById("probe").textContent = JSON.stringify(out);
@@ -562,7 +577,8 @@ def test_timeline_renders_in_headless_chromium(packet_dir: Path, tmp_path: Path)
         "faults": 1,
         "billed": 1,
     }
-    # the zoom [09:54, 10:34]: attempt 2 (10:40), the restore (10:41) and the marks at 10:45, 10:50 fall outside
+    # the zoom [09:54, 10:34]: attempt 2 (10:40), the restore (10:41) and the marks at 10:45, 10:50
+    # fall outside
     assert _lanes(dom.stdout, "timeline-zoom") == {
         "path": 4,
         "allocation": 1,
@@ -582,9 +598,9 @@ def test_timeline_renders_in_headless_chromium(packet_dir: Path, tmp_path: Path)
     width, height, rows = read_png(shot)
     assert (width, height) == (1400, 1200)
     found = colours(rows)
-    # the timeline's bars are drawn in their own colours (packet.html.j2): the queue wait (#e05597, 22 of
-    # the zoom's 40 min ≈ 650 px × 24 px, and 22 of 130 min in the whole view), the failed attempt
-    # (#d64541), the completed one (#2e9d57, whole view), the allocation held (#7f8fa6)
+    # the timeline's bars are drawn in their own colours (packet.html.j2): the queue wait (#e05597,
+    # 22 of the zoom's 40 min ≈ 650 px × 24 px, and 22 of 130 min in the whole view), the failed
+    # attempt (#d64541), the completed one (#2e9d57, whole view), the allocation held (#7f8fa6)
     assert _pixels_near(found, (0xE0, 0x55, 0x97)) > 10_000
     assert _pixels_near(found, (0xD6, 0x45, 0x41)) > 1000
     assert _pixels_near(found, (0x2E, 0x9D, 0x57)) > 1000
@@ -615,7 +631,8 @@ def test_rendered_figures_equal_the_packet_and_nothing_overflows(
         found.group(1).replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">")
     )
     assert shown["why"] == f"Why: {packet['why']}"
-    # each step as shown: label, time, "<wait>: <text> (<seconds> s)", the step it waited since, seq
+    # each step as shown: label, time, "<wait>: <text> (<seconds> s)", the step it waited since,
+    # seq
     assert [row[:4] for row in shown["path"]] == [
         [
             s["label"],

@@ -402,7 +402,7 @@ def test_unbilled_horizon_is_the_tenants_own_latest_event(tmp_path: Path) -> Non
     assert tenant(doc)["unbilled_gpu_seconds"] == 3600
 
 
-# --- the command line -----------------------------------------------------------------------------
+# --- the command line ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("limit", "code"), [("0.50", 1), ("0.60", 0)])

@@ -136,9 +136,7 @@ CELL_SCHEMA = pa.schema(
 assert tuple(CELL_SCHEMA.names) == CELL_COLUMNS
 
 
-def test_thirds_of_ten_dollars_are_floored_at_eighteen_places_and_the_leftover_goes_to_the_first() -> (
-    None
-):
+def test_thirds_of_ten_dollars_floor_at_18_places_and_the_leftover_goes_to_the_first() -> None:
     result = reconciliation([("10.00", "USD", [(3, HOUR, 334), (8, HOUR, 333), (12, HOUR, 333)])])
     frame = result.frame()
     # 10 / 3 = 3.333...: floors of 3.333333333333333333 leave 1e-18, the first label (3) takes it
@@ -226,7 +224,7 @@ def test_no_cells_is_an_empty_frame_of_the_same_schema() -> None:
     assert_same_frame(reconciliation([]))
 
 
-# --- random cell tables: every shape of amount, currency, weight and order ------------------------
+# --- random cell tables: every shape of amount, currency, weight and order -----------------------
 
 amounts = st.builds(
     lambda units, places, sign: (

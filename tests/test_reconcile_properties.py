@@ -43,7 +43,7 @@ def clock(minute: int) -> str:
     return (BASE + timedelta(minutes=minute)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# --- a hand-worked scenario with every kind of event, at distinct instants -------------------------
+# --- a hand-worked scenario with every kind of event, at distinct instants -----------------------
 
 
 def rich() -> Scenario:

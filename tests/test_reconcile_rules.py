@@ -170,7 +170,8 @@ def test_zero_length_gpu_line_is_unallocated(tmp_path: Path) -> None:
         k: (v["gpu_seconds"], v["amount"], v["bearer"]) for k, v in l0["categories"].items()
     } == {"unallocated": (0, "5.00", P)}
     t = tenant(doc)
-    # Nothing of H = [10:00, 10:10) is billed: 8 x 600 = 4800 unbilled (horizon 10:10, the release).
+    # Nothing of H = [10:00, 10:10) is billed: 8 x 600 = 4800 unbilled (horizon 10:10, the
+    # release).
     assert (t["billed_gpu_seconds"], t["unbilled_gpu_seconds"]) == (0, 4800)
     assert t["by_bearer"] == {"provider": "5.00", "customer": "0.00", "disputed": "0.00"}
 
@@ -186,7 +187,8 @@ def test_overlapping_lines_the_later_in_ledger_order_is_double_billed(db_url: st
     s.line("L2", "A1", "10:20", "11:00", gpus=8, amount="19.20")
     doc = run(db_url, s.events)  # on SQLite and PostgreSQL
     # L1: [10:00, 10:40) = 2400 s x 8 = 19200 idle_reserved.
-    # L2: [10:20, 10:40) is L1's already: 1200 s x 8 = 9600 double_billed; [10:40, 11:00) = 9600 idle.
+    # L2: [10:20, 10:40) is L1's already: 1200 s x 8 = 9600 double_billed; [10:40, 11:00) = 9600
+    # idle.
     assert cats(line(doc, "L1")) == {"idle_reserved": (19200, "19.20", C)}
     assert cats(line(doc, "L2")) == {
         "double_billed": (9600, "9.60", P),
@@ -368,7 +370,7 @@ def test_a_checkpoint_taken_while_the_job_runs_elsewhere_is_not_this_allocations
     }
 
 
-# --- restart_lost and restart_recovery, and who bears them ----------------------------------------
+# --- restart_lost and restart_recovery, and who bears them ---------------------------------------
 
 
 def restart_base(cause: str) -> Scenario:
@@ -392,7 +394,8 @@ def restart_base(cause: str) -> Scenario:
 #   startup          [10:00, 10:05)                      300 s -> 1200
 #   productive       [10:05, 10:10) + [10:30, 10:40)     900 s -> 3600
 #   checkpoint       [10:10, 10:12)                      120 s ->  480
-#   restart_lost     [last save 10:12, failure 10:22)    600 s -> 2400 (beats productive 10:15-10:20)
+#   restart_lost     [last save 10:12, failure 10:22)    600 s -> 2400
+#                    (beats productive 10:15-10:20)
 #   restart_recovery [10:22, first progress of attempt 2 at 10:30)   480 s -> 1920
 #                    (covers attempt 2's startup [10:25, 10:30) and the idle 10:22-10:25)
 #   idle_reserved    [10:40, 11:00)                     1200 s -> 4800
@@ -508,7 +511,7 @@ def test_restart_lost_of_a_second_failure_comes_before_recovery_from_the_first(
     assert t["by_bearer"] == {"provider": "0.90", "customer": "2.70", "disputed": "0.00"}
 
 
-# --- productive marks, stalls and faults ------------------------------------------------------------
+# --- productive marks, stalls and faults ---------------------------------------------------------
 
 
 def test_a_mark_counts_when_its_step_rises_or_at_equal_step_its_units_rise(tmp_path: Path) -> None:
@@ -767,7 +770,7 @@ def test_first_startup_runs_from_the_grant_and_its_allowance_too(tmp_path: Path)
     }
 
 
-# --- back-to-back jobs, cancellation, accepted work -----------------------------------------------
+# --- back-to-back jobs, cancellation, accepted work ----------------------------------------------
 
 
 def test_back_to_back_jobs_and_productive_time_by_acceptance(tmp_path: Path) -> None:
@@ -805,7 +808,7 @@ def test_back_to_back_jobs_and_productive_time_by_acceptance(tmp_path: Path) -> 
     assert t["by_bearer"] == {"provider": "0.00", "customer": "4.56", "disputed": "0.24"}
 
 
-# --- rules for seconds two jobs share, and marks with no units --------------------------------------
+# --- rules for seconds two jobs share, and marks with no units -----------------------------------
 
 
 def test_a_mark_without_units_never_rises_at_an_equal_step(tmp_path: Path) -> None:

@@ -4,14 +4,17 @@ figure is worked by hand below from the rules in docs/placement.md.
 
 acme, 2026-01-05, five allocations of one hour each (10:00–11:00), one job on each:
 
-| alloc | class sold            | topology                        | busbw (largest, out-of-place) | step gaps s | p50 | billed |
-|-------|-----------------------|---------------------------------|-------------------------------|-------------|-----|--------|
-| A1    | whole (promise P1)    | GPU0–GPU1 NV12                  | 200 (latest run; older 10)    | 10 10 10    | 10  | 12.00  |
-| A2    | whole                 | GPU0–GPU1 SYS        → mismatch | 20                            | 40 40       | 40  | 30.00  |
-| A3    | whole                 | GPU0–GPU1 NV4                   | 150                           | 10 10       | 10  | 8.00   |
-| A4    | whole, devices 2,3    | 4-GPU host: GPU2–GPU3 NV12, rest SYS | 150                      | 20 30 20    | 20  | 10.00  |
-| A5    | mig:1g.10gb           | GPU0                            | 5                             | 5 5         | 5   | 2.00   |
-| A6    | whole, 1 GPU          | none                 → unobserved | –                           | –           | –   | –      |
+| alloc | class sold         | topology                 | busbw | step gaps s | p50 | billed |
+|-------|--------------------|--------------------------|-------|-------------|-----|--------|
+| A1    | whole (promise P1) | GPU0–GPU1 NV12           | 200   | 10 10 10    | 10  | 12.00  |
+| A2    | whole              | GPU0–GPU1 SYS → mismatch | 20    | 40 40       | 40  | 30.00  |
+| A3    | whole              | GPU0–GPU1 NV4            | 150   | 10 10       | 10  | 8.00   |
+| A4    | whole, devices 2,3 | GPU2–GPU3 NV12, rest SYS | 150   | 20 30 20    | 20  | 10.00  |
+| A5    | mig:1g.10gb        | GPU0                     | 5     | 5 5         | 5   | 2.00   |
+| A6    | whole, 1 GPU       | none → unobserved        | –     | –           | –   | –      |
+
+busbw: of the largest size, out-of-place (A1: its latest run; an older one read 10). A4 is
+on a 4-GPU host (its devices 2 and 3; the rest of the pairs are SYS).
 
 Spearman for `whole` (A1..A4): x ranks (20, 150, 150, 200) → A2 1, A3 2.5, A4 2.5, A1 4;
 y ranks (10, 10, 20, 40) → A1 1.5, A3 1.5, A4 3, A2 4. Mean rank 5/2; deviations
@@ -22,11 +25,17 @@ enough data.
 
 beta serves job S1 on B1 (12:00–13:00, billed 360.00 USD) in three windows:
 
-| window | concurrency | span s | requests | accepted | failed | cancelled | out tokens | TTFT p50/p95/p99 | latency p50/p95/p99 |
-|--------|-------------|--------|----------|----------|--------|-----------|------------|------------------|---------------------|
-| W1     | 1           | 600    | 120      | 118      | –      | 2         | 24000      | 50/80/95         | 900/1200/1500       |
-| W2     | 8           | 600    | 600      | 590      | 4      | 6         | 120000     | 70/150/260       | 1500/2600/3900      |
-| W3     | 8           | 1200   | 1000     | 1000     | –      | 0         | 210000     | 65/170/240       | 1400/2500/4100      |
+| window | concurrency | span s | requests | accepted | failed | cancelled | out tokens |
+|--------|-------------|--------|----------|----------|--------|-----------|------------|
+| W1     | 1           | 600    | 120      | 118      | –      | 2         | 24000      |
+| W2     | 8           | 600    | 600      | 590      | 4      | 6         | 120000     |
+| W3     | 8           | 1200   | 1000     | 1000     | –      | 0         | 210000     |
+
+| window | TTFT p50/p95/p99 | latency p50/p95/p99 |
+|--------|------------------|---------------------|
+| W1     | 50/80/95         | 900/1200/1500       |
+| W2     | 70/150/260       | 1500/2600/3900      |
+| W3     | 65/170/240       | 1400/2500/4100      |
 
 Money by window length over the 2400 s of windows: W1 90.00, W2 90.00, W3 180.00.
 """
@@ -605,7 +614,8 @@ def test_a_promise_for_another_class_several_nodes_and_too_few_gpus(tmp_path: Pa
         (
             "C5",
             "undetermined",
-            "capture shows 4 GPUs, the allocation has 2 and its devices do not say which are its own",
+            "capture shows 4 GPUs, the allocation has 2 and its devices do not say "
+            "which are its own",
         ),
         ("C6", "undetermined", "no grant or promise names the class sold"),
     ]

@@ -68,7 +68,8 @@ def test_each_capture_is_the_match_or_mismatch_the_truth_says(reported: Any) -> 
             [expected["node"]],
         )
         assert row["status"] == ("match" if expected["observed_match"] else "mismatch"), expected
-        # the truth writes a slow pair `GPU0-GPU4 SYS`; the report, `GPU0–GPU4 over SYS, class requires NVLink`
+        # the truth writes a slow pair `GPU0-GPU4 SYS`; the report, `GPU0–GPU4 over SYS, class
+        # requires NVLink`
         slow = [
             f"{pair.replace('-', '–')} over {link}, class requires NVLink"
             for pair, link in (p.split(" ") for p in expected["non_nvlink_pairs"])

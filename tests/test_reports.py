@@ -149,15 +149,16 @@ def _funnel(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
 
 
 def test_capacity_by_placement_class(docs: dict[str, dict[str, Any]]) -> None:
-    # (class, discovered, admitted, placed, started, started without admission, devices admitted, placed,
-    #  started, admitted then started, then the rates: devices admitted / placed / started ÷ discovered,
-    #  admitted then started ÷ admitted). Every job is named by a decision (J4 by A3's admission), so
-    #  none started without admission.
+    # (class, discovered, admitted, placed, started, started without admission, devices admitted,
+    #  placed, started, admitted then started, then the rates: devices admitted / placed /
+    #  started ÷ discovered, admitted then started ÷ admitted). Every job is named by a decision
+    #  (J4 by A3's admission), so none started without admission.
     assert _funnel(docs["capacity"]) == [
-        # n2/0 says mig, the profile comes from A2 on it; J2 admitted and placed (A2), started twice (one job)
+        # n2/0 says mig, the profile comes from A2 on it; J2 admitted and placed (A2), started
+        # twice (one job)
         ("mig:1g.10gb", 1, 1, 1, 1, 0, 1, 1, 1, 1, 1.0, 1.0, 1.0, 1.0),
-        # n3/0 from A3 (no device list: the node's one device); A3's admission names no job: J3 first
-        # started on it; J3 placed as pod j3-pod-x; J3 and J4 started on A3
+        # n3/0 from A3 (no device list: the node's one device); A3's admission names no job: J3
+        # first started on it; J3 placed as pod j3-pod-x; J3 and J4 started on A3
         ("timeslice", 1, 1, 1, 2, 0, 1, 1, 1, 1, 1.0, 1.0, 1.0, 1.0),
         (
             "unknown",
@@ -322,9 +323,11 @@ def test_outcomes_per_tenant(docs: dict[str, dict[str, Any]]) -> None:
     # gaps within an attempt: J1 120 180 60 240; J2 attempt 1: 60 120, attempt 2: 300; J3 600 300.
     # Sorted 60 60 120 120 180 240 300 300 600: p50 rank ⌈4.5⌉ = 5 → 180; p95 rank ⌈8.55⌉ = 9 → 600
     assert acme["step_time_s"] == {"n": 9, "p50": 180, "p95": 600}
-    # completed − first start: J1 840, J2 2100, J3 3840, J4 1200; sorted: p50 rank 2 → 1200, p95 rank 4 → 3840
+    # completed − first start: J1 840, J2 2100, J3 3840, J4 1200; sorted: p50 rank 2 → 1200, p95
+    # rank 4 → 3840
     assert acme["completed_run_time_s"] == {"n": 4, "p50": 1200, "p95": 3840}
-    # checkpoint c1 [10:10, 10:12) 120 GPU-s + c2 [10:32, 10:33) 60 GPU-s; billed 1200 + 2400 + 4200
+    # checkpoint c1 [10:10, 10:12) 120 GPU-s + c2 [10:32, 10:33) 60 GPU-s; billed 1200 + 2400 +
+    # 4200
     assert acme["checkpoint_overhead"] == {
         "checkpoint_gpu_seconds": 180,
         "billed_gpu_seconds": 7800,

@@ -151,7 +151,10 @@ def test_posted_events_give_the_same_ledger_as_the_file(tmp_path: Path) -> None:
         assert json.loads(body)["duplicate"] == len(events)
 
     def rows(store: object) -> list[tuple[object, ...]]:
-        return [(e.source, e.id, e.type, e.tenant, e.event) for e in read.entries(store)]  # type: ignore[arg-type]
+        return [
+            (e.source, e.id, e.type, e.tenant, e.event)
+            for e in read.entries(store)  # type: ignore[arg-type]
+        ]
 
     assert rows(by_http) == rows(by_file)
 

@@ -15,8 +15,8 @@ from tests.serve_helpers import Served, make_store, make_tokens, serving
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None or DRIVER is None,
-    reason="chromium or chromedriver is not on PATH (Debian packages `chromium` and `chromium-driver`; "
-    ".ci/run installs them)",
+    reason="chromium or chromedriver is not on PATH (Debian packages `chromium` and "
+    "`chromium-driver`; .ci/run installs them)",
 )
 
 

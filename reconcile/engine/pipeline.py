@@ -543,8 +543,8 @@ class Pipeline:
         period: Period = ALL_TIME,
     ) -> Iterator[Pipeline]:
         """One consistent snapshot of the store (with `tenant`: its entries and the fleet's;
-        up to `upto_seq`; its lines, jobs and promises of `period`). `sized`: in a scratch file when the ledger is large (`engine`);
-        else always in memory."""
+        up to `upto_seq`; its lines, jobs and promises of `period`). `sized`: in a scratch
+        file when the ledger is large (`engine`); else always in memory."""
         with ExitStack() as stack:
             with store.reading() as conn:  # the snapshot is read, then let go
                 size = 0

@@ -10,8 +10,8 @@ A packet is one JSON object:
     findings    Reconciliation.as_json() of that invoice's lines (docs/cli.md), computed
                 by the engine from exactly the entries the bundle carries
     claims      each provider-borne or disputed cell of the findings with its time stretches
-                and the seqs of the entries that decided it (reconcile/packets/claims.py); optional,
-                so packets written before it still verify; checked like the findings
+                and the seqs of the entries that decided it (reconcile/packets/claims.py);
+                optional, so packets written before it still verify; checked like the findings
     placement_claims
                 each line whose placement was not as sold (RULES.md 13) with its share,
                 customer-borne amount and claim, citing the line, the grant, the topology

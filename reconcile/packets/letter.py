@@ -546,7 +546,8 @@ def summary(letter: Letter) -> str:
         )
     for f in letter.findings:
         out.append(
-            f"  {f.number}. {f.start} → {f.end}  {f.category} ({f.bearer})  {f.amount} {f.currency}  "
+            f"  {f.number}. {f.start} → {f.end}  {f.category} ({f.bearer})  {f.amount} "
+            f"{f.currency}  "
             f"line {f.lines_text}, allocation {f.allocation_id}; {f.rule_place}; "
             f"cites seq {', '.join(str(c.seq) for c in f.cited)}; {f.state_text}"
         )

@@ -171,7 +171,8 @@ RECEIPTS = f"""
 WITH {DEVICE_CTES},
 attempt AS (
     SELECT tenant, job_id, node, devices,
-           {placement_sql("placement_class", "profile")} AS placement, coalesce(outcome, 'started') = 'failed' AS failed
+           {placement_sql("placement_class", "profile")} AS placement,
+           coalesce(outcome, 'started') = 'failed' AS failed
     FROM ev WHERE type = 'start.receipt' AND launched_at >= $since AND launched_at < $until
       AND ($tenant IS NULL OR tenant = $tenant)
     QUALIFY row_number() OVER (PARTITION BY tenant, job_id ORDER BY t, seq) = 1),
