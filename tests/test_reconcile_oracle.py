@@ -9,9 +9,9 @@ run past the release; RULES.md 11-13: grants on several nodes, gangs of one atte
 several allocations, preempted failures inside and outside the notice promised, placement
 credit shares and topology captures as sold or not) go into a SQLite ledger. The engine
 reconciles the store; the oracle reads the same entries as stored (a plain SELECT of
-`entries`) and parses every event itself, never the engine's projection. Both must agree on every line's GPU-µs and
-cents per category key, and on its placement state and claim. The oracle itself is pinned
-first, on scenarios worked out by hand from RULES.md.
+`entries`) and parses every event itself, never the engine's projection. Both must agree
+on every line's GPU-µs and cents per category key, and on its placement state and claim.
+The oracle itself is pinned first, on scenarios worked out by hand from RULES.md.
 """
 
 from __future__ import annotations
