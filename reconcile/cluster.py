@@ -26,6 +26,7 @@ from sqlalchemy.engine import make_url
 from ledger import Store
 from reconcile.engine.partitions import merge, plan, reconcile_partition
 from reconcile.engine.result import Reconciliation
+from schemas.errors import BadInput
 
 _LOCAL = re.compile(r"local\[([1-9][0-9]{0,3})\]")
 _REMOTE = re.compile(r"ray://[^\s/:]+(:[0-9]{1,5})?")
@@ -34,7 +35,7 @@ _REMOTE = re.compile(r"ray://[^\s/:]+(:[0-9]{1,5})?")
 TASK_THREADS = 1
 
 
-class ClusterError(ValueError):
+class ClusterError(BadInput, ValueError):
     """A cluster that cannot be named, reached or used; the message says which and why."""
 
 
