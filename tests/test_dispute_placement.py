@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -213,3 +215,21 @@ def test_terms_without_a_share_keep_their_bytes() -> None:
     was declared are stored as they were."""
     stored = json.loads(canonical_event(validate_event(terms(None))))
     assert "placement_credit_share" not in stored["data"]
+
+
+def test_the_letter_asks_for_the_placement_claim_apart_rounded_once(
+    packets: dict[str, Any],
+) -> None:
+    """The request names the placement claim beside what is disputed; the claim is summed
+    exact over the lines and rounded once (7.20 - 0.50 = 6.70 USD), as the reconciliation
+    rounds the tenant's claim."""
+    signer = packets["signer"]
+    letter = build_letter(verify_dispute(packets["packets"]["half"], signer.verifier), "k")
+    asked = re.match(
+        r"Please credit ([\d.]+) USD \(([\d.]+) USD disputed below and 6\.70 USD for placement "
+        r"not as sold\) against invoice INV-1 by ",
+        letter.request(),
+    )
+    assert asked is not None, letter.request()
+    disputed = sum(Decimal(c["amount"]) for c in packets["packets"]["half"]["claims"])
+    assert Decimal(asked[2]) == disputed and Decimal(asked[1]) == disputed + Decimal("6.70")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field, replace
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -253,8 +253,27 @@ class Totals:
         """The customer-borne categories, in the engine's category order."""
         return sorted(self.accepted.items(), key=lambda item: CATEGORY_ORDER.index(item[0]))
 
+    def asked(self) -> str:
+        """What the letter asks to be credited in this currency: what it disputes, plus the
+        placement claim (RULES.md 13) named apart, each as shown (so the parts add up)."""
+        placement = self.rounded(self.placement)
+        if not placement:
+            return self.text(self.claimed)
+        total = self.text(self.claimed + placement)
+        if not self.claimed:
+            return f"{total} for placement not as sold"
+        return (
+            f"{total} ({self.text(self.claimed)} disputed below and {self.text(placement)} "
+            "for placement not as sold)"
+        )
+
+    def rounded(self, value: Decimal) -> Decimal:
+        """`value` rounded half-even to the currency's minor unit, as the engine rounds."""
+        return value.quantize(Decimal(1).scaleb(-minor_unit(self.currency)), ROUND_HALF_EVEN)
+
     def text(self, value: Decimal) -> str:
-        money = Money.of(int(value.scaleb(minor_unit(self.currency))), currency=self.currency)
+        cents = int(self.rounded(value).scaleb(minor_unit(self.currency)))
+        money = Money.of(cents, currency=self.currency)
         return f"{money.grouped()} {self.currency}".strip()  # the pages' one money format
 
 
@@ -278,7 +297,7 @@ class Letter:
     def request_parts(self) -> list[tuple[str, str]]:
         """The request as (kind, text) runs, the invoice id a `data` run (the page isolates
         it, as in the sentence); none when nothing is claimed."""
-        asked = [t.text(t.claimed + t.placement) for t in self.totals if t.claimed + t.placement]
+        asked = [t.asked() for t in self.totals if t.claimed or t.placement]
         if not asked:
             return []
         by = f" by {self.due}" if self.due else ""
@@ -381,7 +400,8 @@ def build_letter(checked: VerifiedPacket, signer: str) -> Letter:
     placements = []
     for placed in checked.placement_claims:
         tally = totals.setdefault(placed["currency"] or "", Totals(placed["currency"] or ""))
-        tally.placement += Decimal(placed["amount"])
+        # exact, rounded once when shown: the reconciliation's tenant claim, to the cent
+        tally.placement += Decimal(placed["amount_exact"])
         placements.append(_placement(placed, checked.cited))
     ends = [parse_time(e) for _, e in periods.values() if e]
     due = (iso(max(ends) + DUE_DAYS * 86_400_000_000) or "")[:10] if ends else ""
