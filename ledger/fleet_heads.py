@@ -34,8 +34,9 @@ from typing import Any
 
 from ledger.proofs import Checkpoint, ProofError, hash_leaf, verify_inclusion
 
-#: The fleet event types that touch keys: faults, their clearings, and fleet changes.
-KEYED_TYPES = ("health.fault", "health.cleared", "fleet.change")
+#: The fleet event types that touch keys: faults, their clearings, fleet changes, and the
+#: devices' counters (what a GPU did: a dispute's idle finding reads them).
+KEYED_TYPES = ("health.fault", "health.cleared", "fleet.change", "device.counters")
 #: Hash-domain prefix of a key's chain (0x00 leaf, 0x01 node, 0x02 entry chain, 0x03 quarantine).
 FLEET_CHAIN_PREFIX = b"\x04"
 ZERO_HEAD = bytes(32)
@@ -57,7 +58,7 @@ def _texts(values: Any) -> list[str]:
 def event_keys(type_: str, data: Mapping[str, Any]) -> set[str]:
     """The fleet keys a fleet event of `type_` with `data` touches (none for other types)."""
     keys: set[str] = set()
-    if type_ in ("health.fault", "health.cleared"):
+    if type_ in ("health.fault", "health.cleared", "device.counters"):
         node, device, fabric = (_text(data.get(f)) for f in ("node", "device", "fabric_domain"))
         if node is not None:
             keys.add(f"node:{node}")

@@ -584,6 +584,51 @@ class FleetChange(EventData):
         return self
 
 
+def _percent(value: Decimal) -> Decimal:
+    if value > 100:
+        raise ValueError(f"{value} is not a percentage in [0, 100]")
+    return value
+
+
+#: A percentage in [0, 100] as a decimal string (DCGM_FI_DEV_GPU_UTIL).
+Percent = Annotated[Measure, AfterValidator(_percent)]
+
+
+class DeviceCounters(EventData):
+    """What one device did over a sample window (docs/events.md, `device.counters`): the
+    means of DCGM's profiling counters over the `samples` scrapes taken in
+    [window_start, window_end], from dcgm-exporter or a Prometheus range query. Ratios are
+    in [0, 1] (SM active 0.94 is 94 % of the window's cycles with a warp resident);
+    NVLink figures are bytes per second. A fleet event: the pod, namespace or job that ran
+    on the device are a tenant's data and never ride here."""
+
+    node: Name
+    device: Name | DeviceIndex
+    window_start: UtcTime
+    window_end: UtcTime
+    samples: PositiveCount
+    uuid: str | None = None
+    model: str | None = None
+    fabric_domain: str | None = None
+    sm_active: Share | None = None
+    tensor_active: Share | None = None
+    dram_active: Share | None = None
+    gpu_util: Percent | None = None
+    nvlink_tx_bytes: Measure | None = None
+    nvlink_rx_bytes: Measure | None = None
+    tenant: NoTenantData = None
+    job_id: NoTenantData = None
+    allocation_id: NoTenantData = None
+    pod: NoTenantData = None
+    namespace: NoTenantData = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DeviceCounters:
+        if self.window_end < self.window_start:
+            raise ValueError("window_end is before window_start")
+        return self
+
+
 AnswerState = Literal["accepted", "rejected", "partly"]
 #: A signature as the signed notes write one: base64 of the key id (4 bytes) and the
 #: Ed25519 signature (64 bytes).
@@ -662,6 +707,7 @@ DATA_MODELS: dict[str, type[EventData]] = {
     "probe.result": ProbeResult,
     "start.receipt": StartReceipt,
     "fleet.change": FleetChange,
+    "device.counters": DeviceCounters,
     "dispute.answer": DisputeAnswer,
 }
 
