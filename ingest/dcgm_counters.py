@@ -25,7 +25,12 @@ makes another event of the same instant: the engine counts a device's instant on
 
 A value out of its range, or not a number, rejects its line (file, line, field `value`).
 DCGM's blank sentinels (from 2^63 − 16 up) mean no value. The device's pod, namespace and
-container labels name a tenant's workload: a fleet event never carries them.
+container labels name a tenant's workload: a fleet event never carries them. Where
+dcgm-exporter's Kubernetes mapping names them (`pod` and `namespace` not empty, or their
+`exported_` forms), the same sample also makes a tenant event, `job.counters` (DESIGN §2:
+a source that mixes both yields the device's facts and, apart, the tenant's telemetry):
+tenant the namespace, job_id the pod, under the same source, id `<the device event's
+id>:pod:<namespace>/<pod>`.
 """
 
 from __future__ import annotations
@@ -168,6 +173,31 @@ def counters_event(
     }
 
 
+def job_counters_event(
+    device_event: dict[str, Any], labels: dict[str, str]
+) -> dict[str, Any] | None:
+    """The tenant's `job.counters` beside a device's sample, when its labels name a pod."""
+    pod = labels.get("pod") or labels.get("exported_pod")
+    namespace = labels.get("namespace") or labels.get("exported_namespace")
+    if not pod or not namespace:
+        return None
+    data = {
+        k: v
+        for k, v in device_event["data"].items()
+        if k not in ("uuid", "model", "fabric_domain")
+    }
+    container = labels.get("container") or labels.get("exported_container")
+    data |= {"tenant": namespace, "job_id": pod, "pod": pod}
+    if container:
+        data["container"] = container
+    return {
+        **device_event,
+        "id": f"{device_event['id']}:pod:{namespace}/{pod}",
+        "type": "job.counters",
+        "data": data,
+    }
+
+
 __all__ = [
     "COUNTERS",
     "DEFAULT_INTERVAL_S",
@@ -178,4 +208,5 @@ __all__ = [
     "counters_event",
     "device_key",
     "interval_seconds",
+    "job_counters_event",
 ]

@@ -74,6 +74,7 @@ from ingest.dcgm_counters import (
     counters_event,
     device_key,
     interval_seconds,
+    job_counters_event,
 )
 from ingest.options import IngestOptions, ScrapeTime, option
 from schemas import Accepted, Origin, Record, Rejected, format_utc
@@ -183,6 +184,9 @@ def _counter_records(state: _FileState, interval_s: int) -> Iterator[Record]:
             yield Rejected(pending.origin, bad.field, bad.reason, pending.raw)
             continue
         yield event_from_object(event, pending.origin, pending.raw)
+        job = job_counters_event(event, pending.labels)
+        if job is not None:
+            yield event_from_object(job, pending.origin, pending.raw)
 
 
 def _counter_line(sample: Sample, origin: Origin, raw: bytes, state: _FileState) -> None:

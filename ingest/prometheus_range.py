@@ -38,6 +38,7 @@ from ingest.dcgm_counters import (
     counters_event,
     device_key,
     interval_seconds,
+    job_counters_event,
 )
 from ingest.options import IngestOptions, option
 from schemas import Origin, Record, Rejected
@@ -98,6 +99,9 @@ class PrometheusRangeIngestor:
                 yield Rejected(sample.origin, bad.field, bad.reason, sample.raw)
                 continue
             yield event_from_object(event, sample.origin, sample.raw)
+            job = job_counters_event(event, sample.labels)
+            if job is not None:
+                yield event_from_object(job, sample.origin, sample.raw)
 
 
 def _matrix(path: Path, raw: bytes) -> list[Any]:

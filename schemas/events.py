@@ -594,39 +594,53 @@ def _percent(value: Decimal) -> Decimal:
 Percent = Annotated[Measure, AfterValidator(_percent)]
 
 
-class DeviceCounters(EventData):
-    """What one device did over a sample window (docs/events.md, `device.counters`): the
-    means of DCGM's profiling counters over the `samples` scrapes taken in
-    [window_start, window_end], from dcgm-exporter or a Prometheus range query. Ratios are
-    in [0, 1] (SM active 0.94 is 94 % of the window's cycles with a warp resident);
-    NVLink figures are bytes per second. A fleet event: the pod, namespace or job that ran
-    on the device are a tenant's data and never ride here."""
+class CounterFigures(EventData):
+    """The means of DCGM's counters over a sample window (docs/events.md): ratios in [0, 1]
+    (SM active 0.94 is 94 % of the window's cycles with a warp resident), GPU utilisation
+    in percent, NVLink in bytes per second."""
 
     node: Name
     device: Name | DeviceIndex
     window_start: UtcTime
     window_end: UtcTime
     samples: PositiveCount
-    uuid: str | None = None
-    model: str | None = None
-    fabric_domain: str | None = None
     sm_active: Share | None = None
     tensor_active: Share | None = None
     dram_active: Share | None = None
     gpu_util: Percent | None = None
     nvlink_tx_bytes: Measure | None = None
     nvlink_rx_bytes: Measure | None = None
+
+    @model_validator(mode="after")
+    def _window(self) -> CounterFigures:
+        if self.window_end < self.window_start:
+            raise ValueError("window_end is before window_start")
+        return self
+
+
+class DeviceCounters(CounterFigures):
+    """What one device did over a sample window (`device.counters`), from dcgm-exporter or a
+    Prometheus range query. A fleet event: the pod, namespace or job that ran on the device
+    are a tenant's data and never ride here (`job.counters` carries them, apart)."""
+
+    uuid: str | None = None
+    model: str | None = None
+    fabric_domain: str | None = None
     tenant: NoTenantData = None
     job_id: NoTenantData = None
     allocation_id: NoTenantData = None
     pod: NoTenantData = None
     namespace: NoTenantData = None
 
-    @model_validator(mode="after")
-    def _consistent(self) -> DeviceCounters:
-        if self.window_end < self.window_start:
-            raise ValueError("window_end is before window_start")
-        return self
+
+class JobCounters(CounterFigures, TenantData):
+    """The same window of one device as `device.counters`, for the tenant whose workload
+    the exporter's Kubernetes mapping names on it (`job.counters`): tenant the namespace,
+    job_id the pod (as the Kubernetes ingestors name a pod's job), and its container."""
+
+    job_id: Name
+    pod: Name | None = None
+    container: str | None = None
 
 
 AnswerState = Literal["accepted", "rejected", "partly"]
@@ -708,6 +722,7 @@ DATA_MODELS: dict[str, type[EventData]] = {
     "start.receipt": StartReceipt,
     "fleet.change": FleetChange,
     "device.counters": DeviceCounters,
+    "job.counters": JobCounters,
     "dispute.answer": DisputeAnswer,
 }
 

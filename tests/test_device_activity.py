@@ -8,13 +8,18 @@ line L1. Job j1 starts at 10:00, steps at 10:01 and 10:02, then nothing until 10
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ledger import Store
+from ledger.tree import TreeReader
 from reconcile.engine.activity import merged_activity, sentence
 from reconcile.packets.claims import reconcile_claims
+from tests.conftest import run_cli, write_jsonl
 from tests.reconcile_helpers import Scenario, records, when
 
 
@@ -162,3 +167,79 @@ def test_merged_claims_add_their_sums() -> None:
     assert (merged["sm_active"], merged["coverage"], merged["samples"]) == ("0.0167", "0.75", 120)
     assert merged["says"] == "SM active 1.7 % over 75 % of the stretch: nothing ran"
     assert merged_activity([None]) is None
+
+
+# -- the dispute packet, verify-packet and the letter -------------------------------------
+
+
+def busy_and_quiet() -> Scenario:
+    """The idle scenario with A1's GPU 0 busy over the stretch (SM 0.94) and GPU 1 quiet
+    (SM 0.002): (0.94 + 0.002) × 1,800 / 3,600 = 0.471, 47 %: partly busy. Another node's
+    counters (n2) are neither carried nor read."""
+    s = idle_scenario()
+    counters(s, "0", "10:02", "10:32", "0.94")
+    counters(s, "1", "10:02", "10:32", "0.002")
+    counters(s, "0", "10:02", "10:32", "0.5", node="n2")
+    return s
+
+
+@pytest.fixture(scope="module")
+def packet_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("activity")
+    url = f"sqlite:///{folder / 'ledger.db'}"
+    assert run_cli("keygen", "--out", str(folder / "key"))[0] == 0
+    events = write_jsonl(folder / "events.jsonl", busy_and_quiet().events)
+    assert run_cli("ingest", "--db", url, str(events))[0] == 0
+    code, _, err = run_cli(
+        "dispute", "--db", url, "--tenant", "acme", "--invoice", "INV-1",
+        "--key", str(folder / "key"), "--out", str(folder / "packet.json"),
+    )  # fmt: skip
+    assert code == 0, err
+    return folder
+
+
+def verify_packet(folder: Path, packet: dict[str, Any]) -> tuple[int, str, str]:
+    path = folder / "check.json"
+    path.write_text(json.dumps(packet))
+    return run_cli("verify-packet", str(path), "--pubkey", str(folder / "key.pub"))
+
+
+def test_the_packet_carries_the_counters_and_the_line(packet_folder: Path) -> None:
+    packet = json.loads((packet_folder / "packet.json").read_text())
+    carried = [e for e in packet["bundle"]["entries"] if e["type"] == "device.counters"]
+    assert sorted(json.loads(e["event"])["data"]["node"] for e in carried) == ["n1", "n1"]
+    [claim] = [c for c in packet["claims"] if c["category"] == "idle_unexplained"]
+    # 0.94 × 1,800 + 0.002 × 1,800 = 1,695.6 SM-seconds over 3,600 sampled: 0.471
+    assert claim["device_activity"]["sm_active_seconds"] == "1695.6"
+    assert claim["device_activity"]["says"] == (
+        "SM active 47 % over 100 % of the stretch: the GPU was partly busy"
+    )
+    code, out, err = verify_packet(packet_folder, packet)
+    assert code == 0, out + err
+    letter = (packet_folder / "packet.letter.html").read_text()
+    assert "SM active 47 % over 100 % of the stretch: the GPU was partly busy" in letter
+
+
+def test_a_packet_without_a_counter_fails_completeness(packet_folder: Path) -> None:
+    packet = json.loads((packet_folder / "packet.json").read_text())
+    entries = packet["bundle"]["entries"]
+    entries.remove(next(e for e in entries if e["type"] == "device.counters"))
+    store = Store(f"sqlite:///{packet_folder / 'ledger.db'}")
+    size = int(packet["bundle"]["checkpoint"].splitlines()[1])
+    with store.reading() as conn:  # a valid inclusion proof for what was kept
+        proof = TreeReader(conn).multiproof(sorted(e["seq"] - 1 for e in entries), size)
+    store.close()
+    packet["bundle"]["inclusion"] = [h.hex() for h in proof]
+    code, out, err = verify_packet(packet_folder, packet)
+    assert code == 1
+    assert "fleet key 'node:n1': the checkpoint commits to 2 entries, the packet lacks seq" in (
+        out + err
+    )
+
+
+def test_a_packet_that_overstates_what_the_gpu_did_fails(packet_folder: Path) -> None:
+    packet = json.loads((packet_folder / "packet.json").read_text())
+    [claim] = [c for c in packet["claims"] if c["category"] == "idle_unexplained"]
+    claim["device_activity"]["says"] = "SM active 0.2 % over 100 % of the stretch: nothing ran"
+    code, out, err = verify_packet(packet_folder, packet)
+    assert code == 1 and "device_activity" in out + err, out + err
