@@ -186,6 +186,8 @@ FORMAT_OPTION_ALIASES = (
     "flavor_class",
     "qos_tenant",
     "window_start",
+    "interval_s",
+    "metric",
 )
 
 

@@ -42,6 +42,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from schemas import Origin, format_utc
+from schemas.errors import BadInput
 
 #: DCGM field → (the event's field, the upper bound of its value, decimal places kept).
 COUNTERS: dict[str, tuple[str, Decimal | None, int]] = {
@@ -59,7 +60,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MAX_MEASURE = Decimal(10) ** 18
 
 
-class CounterError(ValueError):
+class CounterError(BadInput, ValueError):
     """A counter sample that cannot be read: `field` names the part of the record at fault."""
 
     def __init__(self, field: str, reason: str) -> None:
