@@ -118,6 +118,23 @@ def test_a_thinly_sampled_stretch_says_too_little() -> None:
     )
 
 
+def test_a_stall_with_a_fault_says_what_the_gpu_did_too() -> None:
+    s = idle_scenario()
+    s.add("health.fault", "10:10", {"node": "n1", "device": "0", "code": "xid-79",
+                                    "severity": "critical"})  # fmt: skip
+    s.add("health.cleared", "10:20", {"node": "n1", "device": "0", "code": "xid-79"})
+    counters(s, "0", "10:02", "10:32", "0")
+    counters(s, "1", "10:02", "10:32", "0.001")
+    _, found = reconcile_claims(entries(s), "INV-1")
+    [claim] = [c for c in found if c["category"] == "stalled_fault"]
+    assert claim["stretches"] == [["2026-01-05T10:02:00Z", "2026-01-05T10:32:00Z", 2]]
+    # (0 × 1,800 + 0.001 × 1,800) / 3,600 = 0.0005: 0.05 %, one place half-even: 0.0 %
+    assert claim["device_activity"]["sm_active"] == "0.0005"
+    assert claim["device_activity"]["says"] == (
+        "SM active 0.0 % over 100 % of the stretch: nothing ran"
+    )
+
+
 def test_without_counters_a_claim_has_no_activity() -> None:
     assert "device_activity" not in idle_claim(idle_scenario())
 
