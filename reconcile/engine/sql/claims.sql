@@ -76,7 +76,8 @@ asked AS (
     SELECT owner, label, tenant, aid, s, e FROM claim_stretches
     WHERE label IN ({activity_labels})),
 samples AS (  -- a device's window counts once: the first with an SM figure, else the first
-    SELECT * FROM counters_ev
+    SELECT * FROM counters_ev c
+    WHERE EXISTS (SELECT 1 FROM alloc_devices ad WHERE ad.node = c.node AND ad.device = c.device)
     QUALIFY row_number() OVER (PARTITION BY node, device, window_start, window_end
                                ORDER BY sm_active IS NULL, seq) = 1),
 pieces AS (
