@@ -67,6 +67,29 @@ def best(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
     return min(runs, key=lambda r: float(r[key]))
 
 
+def run_command(name: str, args: list[str]) -> dict[str, Any]:
+    """`gpuledger ARGS` in a child process as a user runs it: wall and CPU seconds. Not
+    through `run_step`'s RSS probe, whose thread scans /proc every 50 ms (on a busy
+    machine, CPU time and the GIL taken from the command the engine is not charged)."""
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", *args], cwd=ROOT, capture_output=True, text=True
+    )
+    wall = time.perf_counter() - wall
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise RuntimeError(f"{name}: exit {done.returncode}: {done.stderr.strip()[-800:]}")
+    said = [line for line in done.stderr.strip().splitlines() if line.strip()]
+    result = {
+        "wall_s": round(wall, 2),
+        "cpu_s": round(after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime, 2),
+        "output": said[-1][:300] if said else "",
+    }
+    print(f"{name}: {result}", flush=True)
+    return result
+
+
 def command_vs_engine(shape: Shape, folder: Path, repeats: int) -> dict[str, Any]:
     fleet, url, events = prepare(shape, folder)
     load_before = os.getloadavg()
@@ -76,7 +99,7 @@ def command_vs_engine(shape: Shape, folder: Path, repeats: int) -> dict[str, Any
     for fmt in ("json", "parquet"):
         target = folder / f"r.{fmt}"
         runs = [
-            run_step(
+            run_command(
                 f"reconcile {fmt}",
                 ["reconcile", "--db", url, "--format", fmt, "--out", str(target)],
             )

@@ -31,7 +31,7 @@ from sqlalchemy import Connection, func, inspect, select, text
 from ledger.errors import LedgerError
 from ledger.hashing import ZERO_HASH
 from ledger.tables import quarantine
-from schemas.records import RECORD_HEAD
+from schemas.types import RECORD_HEAD
 
 QUARANTINE_PREFIX = b"\x03"
 _HASHED = ("qid", "recorded_at", "kind", "file", "line", "field", "reason")

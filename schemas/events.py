@@ -29,6 +29,8 @@ from pydantic import (
 )
 from typing_extensions import TypedDict
 
+from schemas.defaults import DEFAULT_STALL_S as DEFAULT_STALL_S
+from schemas.defaults import DEFAULT_WARMUP_S as DEFAULT_WARMUP_S
 from schemas.types import (
     MAX_LINE_GPU_SECONDS,
     MAX_SAFE_INT,
@@ -163,12 +165,6 @@ class CheckpointRestored(TenantData):
     job_id: Name
     checkpoint_id: Name
     step: Count
-
-
-#: The terms a tenant has until its first policy.terms says otherwise (RULES.md): the
-#: warm-up allowed after a start, and the silence that makes a job stalled, in seconds.
-DEFAULT_WARMUP_S = 600
-DEFAULT_STALL_S = 300
 
 
 class PolicyTerms(TenantData):

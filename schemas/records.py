@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from schemas.canonical import Unstorable, canonical_event
 from schemas.events import CloudEvent
 from schemas.types import MAX_EVENT_BYTES
+from schemas.types import RECORD_HEAD as RECORD_HEAD
 
 # Records are named tuples, not dataclasses: a large file's records are made again in the
 # appending process from what the parsing process sends (ingest/worker.py), and a frozen
@@ -68,11 +69,6 @@ def _storable_column(name: str, value: str | None) -> None:
 
 class EventTooLarge(Unstorable):
     """An event whose canonical bytes pass MAX_EVENT_BYTES."""
-
-
-#: What the quarantine keeps of a rejected record: its first 64 KiB, with the SHA-256 and
-#: the length of the whole (DESIGN: "Quarantine is evidence too").
-RECORD_HEAD = 64 << 10
 
 
 class Rejected(NamedTuple):

@@ -27,7 +27,7 @@ from reconcile.engine.partitions import balanced, reconcile_partitioned
 from reconcile.reports import output
 from schemas import Accepted, Origin, validate_event
 from tests.conftest import PG_SKIP_REASON, run_cli
-from tests.test_reconcile_oracle import by_line, differences, ledger_of, random_fleet
+from tests.test_reconcile_oracle import Fleet, by_line, differences, ledger_of, random_fleet
 from tests.test_reconcile_oracle import oracle_lines as pandas_lines
 from tests.test_samples import ROWS, SAMPLES
 
@@ -195,6 +195,51 @@ def test_random_fleets_through_the_cluster_match_the_oracle_and_the_single_run(
         assert_same(single, cluster, tmp_path)
     got = by_line(cluster.cells)
     assert not differences(expected, got), f"seed {seed}: {differences(expected, got)}"
+
+
+def test_one_placement_row_a_line_key_the_latest_line_s(ray_cluster: int, tmp_path: Path) -> None:
+    """Two lines sent under one (tenant, invoice, line) key, neither correcting the other:
+    one placement row for the key, the later line's (RULES.md 13), whatever order DuckDB's
+    threads or the partitions give, so the JSON is the same bytes either way."""
+    line = {"invoice_id": "I1", "line_id": "L1", "gpus": 2, "amount": "10.00", "currency": "USD"}
+    window = {"period_start": "2026-01-01T00:00:00Z", "period_end": "2026-01-01T01:00:00Z"}
+    fleet = Fleet()
+    for aid in ("A", "B"):  # 2 whole GPUs each, from the start
+        fleet.add("allocation.granted", 0, tenant="t", allocation_id=aid, gpus=2, node="n1")
+    # A's capture: its 2 GPUs over NVLink, so A is as_sold; B has none: unobserved
+    topology = {
+        "gpus": [{"name": "GPU0"}, {"name": "GPU1"}],
+        "nics": [],
+        "links": [{"a": "GPU0", "b": "GPU1", "link": "NV18"}],
+    }
+    fleet.add(
+        "placement.observed", 60, tenant="t", allocation_id="A", node="n1", topology=topology
+    )
+    fleet.add("billing.line", 7200, tenant="t", allocation_id="B", **line, **window)
+    fleet.add("billing.line", 7200, tenant="t", allocation_id="A", **line, **window)
+    fleet.add("billing.line", 7200, tenant="u", allocation_id="C", **line, **window)
+    with ledger_of(fleet.events) as store:
+        single = reconcile_store(store)
+        assert single.placement is not None
+        assert single.placement.to_pylist() == [
+            {
+                "tenant": "t",
+                "invoice_id": "I1",
+                "line_id": "L1",
+                "state": "as_sold",
+                "share": None,
+            },
+            {
+                "tenant": "u",
+                "invoice_id": "I1",
+                "line_id": "L1",
+                "state": "unobserved",
+                "share": None,
+            },
+        ]
+        cluster = reconcile_on_cluster(store, LOCAL)
+        assert cluster.placement is not None and cluster.placement.equals(single.placement)
+        assert_same(single, cluster, tmp_path)
 
 
 @pytest.mark.skipif(PG_SKIP_REASON is not None, reason=str(PG_SKIP_REASON))

@@ -24,7 +24,7 @@ from reconcile.engine.rules import (
     nodes_sql,
     touching_sql,
 )
-from schemas.events import DEFAULT_STALL_S, DEFAULT_WARMUP_S
+from schemas.defaults import DEFAULT_STALL_S, DEFAULT_WARMUP_S
 
 __all__ = [
     "DEFAULT_TERMS",

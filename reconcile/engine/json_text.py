@@ -156,8 +156,10 @@ kc AS (
            sum(us) AS us,
            {decimal_text_sql("sum(cents)", "any_value(minor)", "any_value(minor)")} AS money,
            {decimal_text_sql("sum(units)", "any_value(places)", "any_value(ep)")} AS exact,
-           string_agg({_BEARER_TEXT}, ',\n' ORDER BY bearer_rank) AS by_bearer
-    FROM kb GROUP BY line_no, category),
+           string_agg(CASE WHEN nb > 1 THEN {_BEARER_TEXT} END, ',\n' ORDER BY bearer_rank)
+               AS by_bearer
+    FROM (SELECT *, count(*) OVER (PARTITION BY line_no, category) AS nb FROM kb)
+    GROUP BY line_no, category),
 cats AS (
     SELECT line_no, string_agg({_CATEGORY_TEXT}, ',\n' ORDER BY cat_rank) AS categories
     FROM kc GROUP BY line_no),

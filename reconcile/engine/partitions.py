@@ -59,6 +59,10 @@ class PartialResult:
     placement: pa.Table
 
 
+#: PLACED's order (its rows are one a key, so the order is total; nulls last, as DuckDB's).
+PLACED_ORDER = [(name, "ascending") for name in ("tenant", "invoice_id", "line_id")]
+
+
 def plan(
     store: Store,
     parts: int,
@@ -131,7 +135,9 @@ def merge(parts: Iterable[PartialResult], invoice: str | None = None) -> Reconci
     if invoice is not None:
         tenants = set(table.column("tenant").to_pylist())
         unbilled = {t: us for t, us in unbilled.items() if t in tenants}
-    placement = pa.concat_tables([part.placement for part in results]).combine_chunks()
+    placement = pa.concat_tables([part.placement for part in results])
+    placement = placement.take(pc.sort_indices(placement, sort_keys=PLACED_ORDER))
+    placement = placement.combine_chunks()
     return Reconciliation(table, unbilled, placement)
 
 

@@ -159,9 +159,12 @@ def _apply_period(pipe: Pipeline, stage: str) -> None:
         pipe.con.execute(f"DELETE FROM promise_outcomes WHERE NOT ({period.sql(PROMISE_TIME)})")
 
 
+#: Each line's placement row (one a key), in key order: a partition's rows merge with the
+#: others' in that order (partitions.py), so every run gives the same table.
 PLACED = """
 SELECT tenant, invoice_id, line_id, state, share FROM line_placement
 WHERE ($invoice IS NULL OR invoice_id = $invoice)
+ORDER BY tenant, invoice_id, line_id
 """
 
 

@@ -40,18 +40,25 @@ QUALIFY row_number() OVER (PARTITION BY tenant, data->>'allocation_id', data->>'
 
 #: each line after corrections: its allocation's state (unobserved when it names none
 #: granted to its tenant) and, when not_as_sold, placement_credit_share of the terms in
-#: force at its period_start as text (a terms event without one: NULL, the default)
+#: force at its period_start as text (a terms event without one: NULL, the default).
+#: One row a (tenant, invoice, line) key, as the reconciliation reads a line: of lines
+#: sent under one key and not corrected, the latest in ledger order, so that the table
+#: is the same whatever the order DuckDB's threads (or a cluster's partitions) give.
 LINES = """
 CREATE OR REPLACE TABLE line_placement AS
 WITH shares AS (
     SELECT tenant, t, placement_credit_share AS share FROM ev_rest WHERE type = 'policy.terms'
     QUALIFY row_number() OVER (PARTITION BY tenant, t ORDER BY seq DESC) = 1),
 placed AS (
-    SELECT l.tenant, l.invoice_id, l.line_id, l.ps, coalesce(ap.state, 'unobserved') AS state
-    FROM lines l LEFT JOIN allocation_placement ap ON ap.tenant = l.tenant AND ap.aid = l.aid)
-SELECT p.tenant, p.invoice_id, p.line_id, p.state,
-       CASE WHEN p.state = 'not_as_sold' THEN sh.share END AS share
-FROM placed p ASOF LEFT JOIN shares sh ON sh.tenant = p.tenant AND p.ps >= sh.t
+    SELECT l.seq, l.tenant, l.invoice_id, l.line_id, l.ps,
+           coalesce(ap.state, 'unobserved') AS state
+    FROM lines l LEFT JOIN allocation_placement ap ON ap.tenant = l.tenant AND ap.aid = l.aid),
+shared AS (
+    SELECT p.seq, p.tenant, p.invoice_id, p.line_id, p.state,
+           CASE WHEN p.state = 'not_as_sold' THEN sh.share END AS share
+    FROM placed p ASOF LEFT JOIN shares sh ON sh.tenant = p.tenant AND p.ps >= sh.t)
+SELECT tenant, invoice_id, line_id, state, share FROM shared
+QUALIFY row_number() OVER (PARTITION BY tenant, invoice_id, line_id ORDER BY seq DESC) = 1
 """
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 from functools import cached_property, lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import numpy as np
@@ -35,8 +35,10 @@ from reconcile.engine.money import (
 from reconcile.engine.placement import NOT_AS_SOLD, UNOBSERVED, share_of
 from reconcile.engine.placement import PLACEMENT_STATES as STATES
 from reconcile.engine.rules import ACCEPTANCE, BEARERS, CATEGORY_ORDER, INF, LABEL_BY_CODE, SECOND
-from schemas.documents.reconciliation import ReconciliationDocument
 from schemas.money import Money
+
+if TYPE_CHECKING:  # imported when a document is asked for (the models take time to build)
+    from schemas.documents.reconciliation import ReconciliationDocument
 
 __all__ = [
     "ACCEPTANCE",
@@ -450,6 +452,8 @@ class Reconciliation:
     def document(self) -> ReconciliationDocument:
         """`as_json()` as its document (schemas/documents/reconciliation.py): what
         `reconcile --format json` writes, through `to_json()`."""
+        from schemas.documents.reconciliation import ReconciliationDocument
+
         return ReconciliationDocument.parse(self.as_json())
 
     def json_text(self) -> str:
