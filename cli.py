@@ -853,7 +853,7 @@ def reconcile_command(
     elif not period.open:
         raise InputError("--cluster reconciles whole periods: leave out --since and --until")
     else:
-        from reconcile.cluster import ClusterError, parse_cluster, reconcile_on_cluster
+        from reconcile.engine.cluster import ClusterError, parse_cluster, reconcile_on_cluster
 
         try:
             result = reconcile_on_cluster(store, parse_cluster(cluster), tenant, invoice)

@@ -142,7 +142,7 @@ def _cpu() -> float:
 def _child_main(kind: str, url: str, repeats: int) -> dict[str, Any]:
     import ledger
     from reconcile import reconcile_store
-    from reconcile.cluster import Cluster, connected, reconcile_on_cluster
+    from reconcile.engine.cluster import Cluster, connected, reconcile_on_cluster
     from reconcile.engine.partitions import plan, reconcile_partition
 
     store = ledger.Store(url)

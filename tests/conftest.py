@@ -131,7 +131,7 @@ def run_cli(*args: str) -> tuple[int, str, str]:
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[int]:
     """A local Ray cluster of 2 workers, started once for the whole test session (it takes
-    seconds): `reconcile.cluster` finds Ray connected and runs its tasks there. Yields the
+    seconds): `reconcile.engine.cluster` finds Ray connected and runs its tasks there. Yields the
     number of workers."""
     import ray
 

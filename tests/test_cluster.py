@@ -22,7 +22,7 @@ from fixtures.sim import SimConfig, simulate
 from ledger import Store
 from ledger.sealed import seal_store
 from reconcile import Reconciliation, reconcile_store
-from reconcile.cluster import Cluster, ClusterError, parse_cluster, reconcile_on_cluster
+from reconcile.engine.cluster import Cluster, ClusterError, parse_cluster, reconcile_on_cluster
 from reconcile.engine.partitions import balanced, reconcile_partitioned
 from reconcile.reports import output
 from schemas import Accepted, Origin, validate_event

@@ -107,7 +107,7 @@ def reconcile_partition(
     invoice: str | None = None,
 ) -> PartialResult:
     """Reconcile one partition, reading its slice of the store at `url` up to `upto_seq`.
-    A plain function: the cluster runs it as a Ray task (reconcile/cluster.py), and so can
+    A plain function: the cluster runs it as a Ray task (reconcile/engine/cluster.py), and so can
     anything else."""
     store = Store(url)
     try:
