@@ -1209,11 +1209,12 @@ def _report_command(spec: reconcile_reports.Report) -> click.Command:
         db_url: str | None, tenant: str | None, fmt: str, out: Path | None, **given: Any
     ) -> None:
         period = _period(given.pop("period_since", None), given.pop("period_until", None))
+        cluster = given.pop("cluster", None)
         options = {
             o.name: _time_option(o.flag, given[o.name]) if o.time else given[o.name]
             for o in spec.options
         }
-        _emit_report(spec.name, db_url, tenant, fmt, out, options, period)
+        _emit_report(spec.name, db_url, tenant, fmt, out, options, period, cluster)
 
     own = [_report_option(o) for o in spec.options]
     if not any(o.name == "since" for o in spec.options):  # capacity's window is its period
@@ -1227,6 +1228,12 @@ def _report_command(spec: reconcile_reports.Report) -> click.Command:
             type=OutputPath(dir_okay=False, path_type=Path),
             default=None,
             help="Output file (default: standard output).",
+        ),
+        click.option(
+            "--cluster",
+            default=None,
+            metavar="local[N]|ray://HOST:PORT",
+            help="Reconcile on a Ray cluster (as `reconcile --cluster`): the same report.",
         ),
     ]
     options = [
@@ -1256,6 +1263,7 @@ def _emit_report(
     out: Path | None,
     options: dict[str, Any],
     period: Any = None,
+    cluster: str | None = None,
 ) -> None:
     import ledger
     import reconcile.reports as reports
@@ -1266,7 +1274,17 @@ def _emit_report(
         raise InputError("--since: not before --until: the time range is empty")
     store = ledger.Store(db_url)
     _require_store(store, tenant)
-    doc = reports.report(store, name, tenant, period or ALL_TIME, **options)
+    if cluster is not None and period is not None and not period.open:
+        raise InputError("--cluster reconciles whole periods: leave out --since and --until")
+    if cluster is None:
+        doc = reports.report(store, name, tenant, period or ALL_TIME, **options)
+    else:
+        from reconcile.cluster import ClusterError
+
+        try:
+            doc = reports.report(store, name, tenant, period or ALL_TIME, cluster, **options)
+        except ClusterError as exc:
+            raise InputError(f"--cluster: {exc}") from None
     rendered = reports.render(name, doc, fmt)
     if isinstance(rendered, str):
         if out is None:

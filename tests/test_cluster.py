@@ -174,6 +174,29 @@ def test_the_demo_runs_on_the_cluster_as_a_user_types_it(ray_cluster: int, tmp_p
     shutil.rmtree(out)
 
 
+def test_the_reports_that_read_the_reconciliation_take_the_cluster(
+    ray_cluster: int, demo_fleet: Path, tmp_path: Path
+) -> None:
+    """`report envelope|outcomes|placement|promises --cluster`: the reconciliation they read
+    made by the cluster's partitions, the same report byte for byte (and for one tenant)."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    store = Store(url)
+    store.init()
+    _ingest_manifest(demo_fleet, store)
+    tenant = sorted(reconcile_store(store).unbilled_us)[0]
+    store.close()
+    for name in ("envelope", "outcomes", "placement", "promises"):
+        for scope in ((), ("--tenant", tenant)):
+            args = ("report", name, "--db", url, *scope, "--format", "json")
+            single = run_cli(*args)
+            cluster = run_cli(*args, "--cluster", "local[2]")
+            assert single[0] == cluster[0] == 0, (name, cluster[2])
+            assert cluster[1] == single[1], (name, scope)
+    code, _, err = run_cli("report", "envelope", "--db", url, "--cluster", "nowhere")
+    assert code == 2
+    assert err.startswith("Error: --cluster: cluster 'nowhere': expected local[N]")
+
+
 RANDOM = settings(
     max_examples=6,
     deadline=None,

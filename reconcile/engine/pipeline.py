@@ -527,6 +527,11 @@ class Pipeline:
             self._recons[invoice] = Reconciliation(table, unbilled, placed.to_arrow_table())
         return self._recons[invoice]
 
+    def use_reconciliation(self, result: Reconciliation) -> None:
+        """Take `result` as this pipeline's whole reconciliation (`reconciliation()`): the
+        same answer made elsewhere, by a cluster's partitions (reconcile/cluster.py)."""
+        self._recons[None] = result
+
     @property
     def recon(self) -> Reconciliation:
         """The whole reconciliation (`reconciliation()`)."""

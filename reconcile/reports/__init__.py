@@ -64,11 +64,22 @@ def loaded(
     tenant: str | None = None,
     threads: int | None = None,
     period: Period = ALL_TIME,
+    cluster: str | None = None,
 ) -> Iterator[Pipeline]:
     """One consistent snapshot of the store (with `tenant`: its entries and the fleet's), in
     memory, as a pipeline: its relations built as the reports ask for them, its lines, jobs
-    and promises those of `period` (scope.Period)."""
+    and promises those of `period` (scope.Period). With `cluster` (`local[N]` or
+    `ray://HOST:PORT`), the reconciliation the reports read is the cluster's (the same
+    answer, its partitions run there: reconcile/cluster.py)."""
+    if cluster is not None and not period.open:
+        from reconcile.cluster import ClusterError
+
+        raise ClusterError("a cluster reconciles whole periods: give no period")
     with Pipeline.of_store(store, tenant, threads, sized=False, period=period) as pipe:
+        if cluster is not None:
+            from reconcile.cluster import parse_cluster, reconcile_on_cluster
+
+            pipe.use_reconciliation(reconcile_on_cluster(store, parse_cluster(cluster), tenant))
         yield pipe
 
 
@@ -307,15 +318,16 @@ def report(
     name: str,
     tenant: str | None = None,
     period: Period = ALL_TIME,
+    cluster: str | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """One report of the store (`name`: one of REPORTS, or serving, outcomes' serving view),
     of the jobs, promises and lines of `period` (capacity's window is its own options). A
     report that judges on the whole fleet (promises' causes) loads every tenant's events and
-    shows only `tenant`'s."""
+    shows only `tenant`'s. With `cluster`, the reconciliation is the cluster's (`loaded`)."""
     spec = report_or_view(name)
     scope = None if spec is not None and spec.whole_fleet else tenant
-    with loaded(store, scope, period=period) as data:
+    with loaded(store, scope, period=period, cluster=cluster) as data:
         return build_report(data, name, tenant, **options)
 
 
