@@ -1279,7 +1279,7 @@ def _emit_report(
     if cluster is None:
         doc = reports.report(store, name, tenant, period or ALL_TIME, **options)
     else:
-        from reconcile.cluster import ClusterError
+        from reconcile.engine.cluster import ClusterError
 
         try:
             doc = reports.report(store, name, tenant, period or ALL_TIME, cluster, **options)

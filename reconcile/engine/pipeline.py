@@ -529,7 +529,7 @@ class Pipeline:
 
     def use_reconciliation(self, result: Reconciliation) -> None:
         """Take `result` as this pipeline's whole reconciliation (`reconciliation()`): the
-        same answer made elsewhere, by a cluster's partitions (reconcile/cluster.py)."""
+        same answer made elsewhere, by a cluster's partitions (reconcile/engine/cluster.py)."""
         self._recons[None] = result
 
     @property

@@ -70,14 +70,14 @@ def loaded(
     memory, as a pipeline: its relations built as the reports ask for them, its lines, jobs
     and promises those of `period` (scope.Period). With `cluster` (`local[N]` or
     `ray://HOST:PORT`), the reconciliation the reports read is the cluster's (the same
-    answer, its partitions run there: reconcile/cluster.py)."""
+    answer, its partitions run there: reconcile/engine/cluster.py)."""
     if cluster is not None and not period.open:
-        from reconcile.cluster import ClusterError
+        from reconcile.engine.cluster import ClusterError
 
         raise ClusterError("a cluster reconciles whole periods: give no period")
     with Pipeline.of_store(store, tenant, threads, sized=False, period=period) as pipe:
         if cluster is not None:
-            from reconcile.cluster import parse_cluster, reconcile_on_cluster
+            from reconcile.engine.cluster import parse_cluster, reconcile_on_cluster
 
             pipe.use_reconciliation(reconcile_on_cluster(store, parse_cluster(cluster), tenant))
         yield pipe
