@@ -47,7 +47,7 @@ from reconcile.reports import (
     promises,
     serving,
 )
-from reconcile.reports.numbers import percent
+from reconcile.reports.numbers import money, percent
 from schemas.display import DataTable, data_text, spreadsheet_safe, terminal_safe
 from schemas.documents.reports import REPORT_DOCUMENTS
 from schemas.errors import BadInput
@@ -564,7 +564,7 @@ def _promise_tables(doc: dict[str, Any]) -> list[Table | Text]:
             str(e["jobs"]),
             f"{e['requested_s'] / 3600:.1f}",
             f"{e['elapsed_s'] / 3600:.1f}",
-            "–" if e["used_share"] is None else f"{e['used_share']:.1%}",
+            percent(e["used_share"]),
             *(str(e[k]) for k in ("optimistic", "pessimistic", "accurate")),
         )
     tail = [estimates] if doc.get("estimates") else []
@@ -666,8 +666,8 @@ def _outcome_table(doc: dict[str, Any]) -> Table:
             pair(t["step_time_s"]),
             percent(ratio),
             pair(t["completed_run_time_s"]),
-            " ".join(f"{_text(c['cost_per_completed_run'])} {cur}" for cur, c in costs),
-            " ".join(f"{_text(c['cost_per_accepted_result'])} {cur}" for cur, c in costs),
+            " ".join(f"{money(c['cost_per_completed_run'])} {cur}" for cur, c in costs),
+            " ".join(f"{money(c['cost_per_accepted_result'])} {cur}" for cur, c in costs),
         )
     return table
 
