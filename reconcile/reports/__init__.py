@@ -300,7 +300,11 @@ def build_report(
     if spec is None:
         raise ValueError(f"unknown report {name!r}")
     given = options | fixed
-    return spec.build(data, tenant, **{o.name: given.get(o.name, o.default) for o in spec.options})
+    doc = spec.build(data, tenant, **{o.name: given.get(o.name, o.default) for o in spec.options})
+    # the period it covers: capacity's is its own window, every other report's the pipeline's
+    window = doc.get("window")
+    covered = data.period.as_dict() if window is None else {k: window[k] for k in PERIOD_KEYS}
+    return {"period": covered, **doc}
 
 
 def report(
@@ -441,10 +445,16 @@ def _flat(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: The members of a document's `period` (schemas/documents/base.py's Period).
+PERIOD_KEYS = ("since", "until")
+
+
 def to_csv(name: str, doc: dict[str, Any], delimiter: str = ",") -> str:
     """The rows of csv_rows as CSV (or, with a tab delimiter, TSV: a table for `cut` and
-    `column -t`), each text cell through `_cell` (both are opened in spreadsheets)."""
-    rows = csv_rows(name, doc)
+    `column -t`), each text cell through `_cell` (both are opened in spreadsheets); each
+    row ends with the period the report covers (`period_since`, `period_until`)."""
+    period = doc.get("period") or dict.fromkeys(PERIOD_KEYS)
+    rows = [row | {f"period_{k}": period[k] for k in PERIOD_KEYS} for row in csv_rows(name, doc)]
     if not rows:
         return ""
     buffer = io.StringIO()
