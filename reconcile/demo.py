@@ -41,6 +41,8 @@ from reconcile.packets.dispute import build_dispute, current_findings, verify_di
 from reconcile.packets.dispute import write_packet as write_dispute
 from reconcile.packets.letter import write_letter_beside
 from reconcile.reports import write_reports
+from reconcile.reports.envelope import missed_text
+from reconcile.reports.numbers import money, percent, rate
 from reconcile.reports.output import write
 from schemas.display import DataTable
 
@@ -177,7 +179,7 @@ def category_table(result: Reconciliation) -> Table:
             category,
             bearer,
             f"{hours[(category, bearer)]:,.1f}",
-            f"{share:.1%}",
+            percent(share),
             amounts,
             style=style,
         )
@@ -222,7 +224,7 @@ def totals_line(result: Reconciliation) -> str:
     share = productive / billed if billed else Decimal(0)
     return (
         f"billed {billed:,.1f} GPU-h, of which productive {productive:,.1f} GPU-h "
-        f"({share:.1%}); money: customer {money['customer']:,}, "
+        f"({percent(share)}); money: customer {money['customer']:,}, "
         f"provider-borne {money['provider']:,}, disputed {money['disputed']:,}; unbilled "
         f"{unbilled:,.1f} GPU-h"
     )
@@ -238,7 +240,7 @@ def envelope_table(doc: dict[str, Any]) -> Table:
         "class",
         "jobs started/completed",
         "start p95 s promised → observed",
-        "missed/promises",
+        "missed of decided",
         "restart rate",
         "checkpoint overhead",
         "cost / completed run",
@@ -257,10 +259,10 @@ def envelope_table(doc: dict[str, Any]) -> Table:
             g["placement_class"],
             f"{g['started']}/{g['completed']}",
             start,
-            "–" if made is None else f"{made['missed']}/{made['promises']}",
-            _text(g["restart_rate"]),
-            "–" if ratio is None else f"{ratio:.2%}",
-            " ".join(f"{_text(c['cost_per_completed_run'])} {cur}" for cur, c in g["cost"].items())
+            "–" if made is None else missed_text(made),
+            rate(g["restart_rate"]),
+            percent(ratio),
+            " ".join(f"{money(c['cost_per_completed_run'])} {cur}" for cur, c in g["cost"].items())
             or "–",
         )
     return table

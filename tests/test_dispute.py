@@ -27,7 +27,7 @@ from ledger.evidence import build_bundle
 from ledger.note import Signer, read_signer
 from ledger.tree import TreeReader
 from reconcile import reconcile_store
-from reconcile.packets.dispute import build_dispute, touches, verify_dispute
+from reconcile.packets.dispute import build_dispute, findings_json, touches, verify_dispute
 from tests.conftest import SLOW, event, write_jsonl
 from tests.conftest import run_cli as run
 
@@ -557,7 +557,7 @@ def test_a_fleet_entry_that_is_no_health_event_is_refused(disputed: Disputed) ->
     signer = read_signer(disputed.key)
     store = Store(url)
     signed = sign_checkpoint(store, signer)
-    findings = reconcile_store(store, tenant="acme", invoice="INV-acme-01").as_json()
+    findings = findings_json(reconcile_store(store, tenant="acme", invoice="INV-acme-01"))
     bundle = build_bundle(
         store, "acme", [1], signed.checkpoint_seq
     )  # seq 1: the device.discovered

@@ -27,7 +27,7 @@ import ingest
 from ledger import Appender, Store, append_stream
 from ledger.note import Signer
 from reconcile import reconcile_store
-from reconcile.packets.dispute import build_dispute, verify_dispute
+from reconcile.packets.dispute import build_dispute, findings_json, verify_dispute
 from tests.conftest import event, write_jsonl
 from tests.conftest import run_cli as run
 
@@ -346,7 +346,7 @@ def test_any_line_against_any_allocation_gives_a_packet_that_verifies(case: Case
             checked = verify_dispute(packet, SIGNER.verifier)
             # The packet's findings are the whole ledger's: nothing that mattered was left out.
             whole = json.loads(
-                json.dumps(reconcile_store(store, tenant="acme", invoice="INV-1").as_json())
+                json.dumps(findings_json(reconcile_store(store, tenant="acme", invoice="INV-1")))
             )
         finally:
             store.close()
@@ -579,7 +579,9 @@ def test_every_packet_verifies_holds_no_other_tenants_id_and_omits_no_touching_f
                 packet = json.loads(json.dumps(build_dispute(store, t.name, t.invoice, SIGNER)))
                 checked = verify_dispute(packet, SIGNER.verifier)
                 whole = json.loads(
-                    json.dumps(reconcile_store(store, tenant=t.name, invoice=t.invoice).as_json())
+                    json.dumps(
+                        findings_json(reconcile_store(store, tenant=t.name, invoice=t.invoice))
+                    )
                 )
                 assert (checked.tenant, checked.invoice_id) == (t.name, t.invoice)
                 assert (

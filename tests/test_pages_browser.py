@@ -225,3 +225,45 @@ def test_letter_first_screen(pages: dict[str, Any], driver: Any, width: int) -> 
     assert _figure(driver, "claimed") == "21.60 USD"
     assert request.rect["y"] < 900
     assert _smallest_svg_text(driver) >= 9  # the timeline keeps its drawn size, and scrolls
+
+
+#: Elements whose content is cut in print: a box that hides or scrolls what overflows it
+#: (a table in a scroll box), and a folded part whose content is not drawn.
+_CUT_IN_PRINT = """
+const cut = [];
+for (const e of document.querySelectorAll('body *')) {
+  const style = getComputedStyle(e);
+  if (!e.getClientRects().length || style.display === 'none') continue;
+  const clips = ['auto', 'scroll', 'hidden'].includes(style.overflowX)
+    || ['auto', 'scroll', 'hidden'].includes(style.overflowY);
+  if (clips && (e.scrollWidth > e.clientWidth + 1 || e.scrollHeight > e.clientHeight + 1)
+      && e.tagName !== 'svg' && !e.closest('svg'))
+    cut.push(e.tagName + '.' + e.className + ': ' + e.scrollWidth + '>' + e.clientWidth);
+}
+for (const d of document.querySelectorAll('details')) {
+  for (const child of d.children) {
+    if (child.tagName === 'SUMMARY') continue;
+    if (!child.checkVisibility() || child.getBoundingClientRect().height === 0)
+      cut.push('folded: ' + (d.id || d.className || 'details'));
+  }
+}
+return cut;
+"""
+
+
+@pytest.mark.parametrize("name", ["finance", "envelope", "letter"])
+def test_on_paper_nothing_is_cut(pages: dict[str, Any], driver: Any, name: str) -> None:
+    """Print media emulated (CDP Emulation.setEmulatedMedia) at an A4 page's width (210 mm
+    less 2 × 10 mm margins at 96 px an inch: about 718 px): no table or chart is left in a
+    box that scrolls or hides, every folded part is drawn unfolded, and the page is no wider
+    than the paper. No information is only in a hover title: every title="…" attribute is
+    gone from these pages (an SVG <title> repeats a figure drawn beside it)."""
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
+    try:
+        _open(driver, pages[name], 718)
+        assert driver.execute_script("return matchMedia('print').matches") is True
+        assert driver.execute_script(_CUT_IN_PRINT) == []
+        _no_sideways_scroll(driver)
+        assert driver.execute_script("return document.querySelectorAll('[title]').length") == 0
+    finally:
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})

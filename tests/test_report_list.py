@@ -68,7 +68,8 @@ def test_a_report_added_to_the_list_is_a_command(
     done = runner.invoke(command, ["--db", sqlite_url, "--format", "csv"])
     assert (done.exit_code, done.output) == (
         0,
-        "type,events\nallocation.granted,2\njob.submitted,1\n",
+        # every report's rows end with the period it covers (open: empty)
+        "type,events,period_since,period_until\nallocation.granted,2,,\njob.submitted,1,,\n",
     )
     done = runner.invoke(
         command, ["--db", sqlite_url, "--kind", "job.submitted", "--format", "table"]

@@ -496,15 +496,20 @@ def test_an_empty_ledger_reports_nothing(tmp_path: Path) -> None:
     empty = Store(f"sqlite:///{tmp_path / 'empty.db'}")
     empty.init()
     try:
-        assert report(empty, "promises") == {
+        open_ = {"period": {"since": None, "until": None}}  # every report says its period
+        assert report(empty, "promises") == open_ | {
             "summary": [],
             "misses": [],
             "promises": [],
             "causes": [],
             "estimates": [],
         }
-        assert report(empty, "outcomes") == {"tenants": [], "jobs": [], "serving": []}
-        assert report(empty, "placement") == {"allocations": [], "summary": [], "prediction": []}
+        assert report(empty, "outcomes") == open_ | {"tenants": [], "jobs": [], "serving": []}
+        assert report(empty, "placement") == open_ | {
+            "allocations": [],
+            "summary": [],
+            "prediction": [],
+        }
         capacity = report(empty, "capacity")
         assert (capacity["classes"], capacity["total"]["devices_discovered"]) == ([], 0)
         assert to_csv("promises", report(empty, "promises")) == ""

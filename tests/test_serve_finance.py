@@ -315,3 +315,94 @@ def test_periods_sum_the_lines_of_each_month(served: Served) -> None:
     status, _, body = served.call("/periods?period=2026-02", served.tokens["acme"])
     assert b"No billed line." in body
     assert b'href="/invoices?period=2026-01"' in served.call("/periods", served.tokens["acme"])[2]
+
+
+def _cards(body: bytes) -> dict[str, str]:
+    """The home page's headline cards: label → figure."""
+    found = re.findall(
+        r'<div class="note">(.*?)</div><div class="figure[^"]*">(.*?)</div>', body.decode()
+    )
+    return dict(found)
+
+
+def test_the_headline_and_envelope_take_the_period(served: Served) -> None:
+    """acme's one line (above) is billed in January: credit due (provider-borne) 2400 +
+    3240 + 16800 = 22440 GPU-s at 24.0000 / 28800 a GPU-second = 18.70 USD; in dispute
+    2400 GPU-s = 2.00 USD. February holds none of its lines."""
+    acme = served.tokens["acme"]
+    status, _, body = served.call("/?period=2026-01", acme)
+    assert status == 200
+    assert _cards(body) == {
+        "invoices": "1",
+        "credit due (USD)": "18.70",
+        "in dispute (USD)": "2.00",
+    }
+    assert b"Lines billed in [2026-01-01T00:00:00Z, 2026-02-01T00:00:00Z)" in body
+    status, _, body = served.call("/?since=2026-02-01T00:00:00Z", acme)
+    assert status == 200 and _cards(body) == {"invoices": "0"}
+    # a tenant reads its own only, whatever the period
+    assert served.call("/?period=2026-01&tenant=bravo", acme)[0] == 403
+    status, _, body = served.call("/invoices?period=2026-02", acme)
+    assert status == 200 and b"INV-2026-01" not in body
+    assert b"INV-2026-01" in served.call("/invoices?period=2026-01", acme)[2]
+    # the envelope: A-100 (neocloud's, whole) and its job are January's; February has none
+    status, _, january = served.call("/envelope?period=2026-01", acme)
+    status_feb, _, february = served.call("/envelope?period=2026-02", acme)
+    assert (status, status_feb) == (200, 200)
+    assert "neocloud · whole".encode() in january and b"Envelope: 0 groups" not in january
+    assert b"Envelope: 0 groups" in february
+    assert served.call("/envelope?period=2026-01&tenant=bravo", acme)[0] == 403
+    assert served.call("/envelope?period=2026-13", acme)[0] == 400
+
+
+def test_each_finding_shows_the_provider_s_answer(tmp_path: Path) -> None:
+    """acme's INV-2026-01 (above): the provider accepts restart_lost (2400 GPU-s, 2.00 USD),
+    answers idle_unexplained partly (0.50 of its 2.00 USD) and leaves the rest open; bravo's
+    same findings stay open (an answer is its tenant's). The findings list, the line and
+    the finding pages show each state; the API's findings carry it."""
+    from ledger.note import read_signer
+    from ledger.tokens import Role, create
+    from reconcile.packets.answers import Asked, record_answers
+    from tests.serve_helpers import make_store
+
+    store = make_store(f"sqlite:///{tmp_path / 'ledger.db'}", tmp_path)
+    signer = read_signer(make_key(tmp_path))
+    line = "INV-2026-01:A-100"
+    recorded = record_answers(
+        store,
+        "acme",
+        "INV-2026-01",
+        signer,
+        [
+            Asked(line, "restart_lost", "accepted"),
+            Asked(line, "idle_unexplained", "partly", amount="0.50"),
+        ],
+    )
+    assert recorded.appended == 2
+    acme = create(store, Role.parse("tenant:acme"))[1]
+    bravo = create(store, Role.parse("tenant:bravo"))[1]
+    with serving(store) as base:
+        served = Served(base, store, {"acme": acme, "bravo": bravo})
+        states = {
+            f["category"]: f["answer"] for f in _json(served, "/api/v1/findings", "acme")["items"]
+        }
+        assert states == {
+            "restart_lost": "accepted",
+            "idle_unexplained": "partly: 0.50 accepted",
+            "restart_recovery": "open",
+            "stalled_fault": "open",
+        }
+        others = _json(served, "/api/v1/findings", "bravo")["items"]
+        assert {f["answer"] for f in others} == {"open"}
+        status, _, body = served.call("/findings", acme)
+        cells = re.findall(r'<td class="answer">(.*?)</td>', body.decode())
+        assert status == 200 and sorted(cells) == sorted(states.values())
+        q = urlencode({"tenant": "acme", "invoice": "INV-2026-01", "line": line})
+        status, _, body = served.call(f"/line?{q}", acme)
+        assert status == 200 and b'<td class="answer">accepted</td>' in body
+        status, _, body = served.call(f"/finding?{q}&category=idle_unexplained", acme)
+        assert status == 200
+        assert b'answer: <strong class="answer">partly: 0.50 accepted</strong>' in body
+        # bravo cannot read acme's finding, answered or not
+        assert served.call(f"/finding?{q}&category=restart_lost", bravo)[0] in (403, 404)
+    store.close()

@@ -271,7 +271,7 @@ def json_text(result: Reconciliation) -> str | None:
         row = con.execute(_SQL).fetchone()
         lines = str(row[0]) if row else ""
         tenants = _tenants(con, result)
-    head = dumps({"tenants": tenants}, indent=2)
+    head = dumps({"period": result.period.as_dict(), "tenants": tenants}, indent=2)
     return head[: -len("\n}")] + ',\n  "lines": [\n' + lines + "\n  ]\n}\n"
 
 

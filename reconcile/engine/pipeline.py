@@ -524,7 +524,9 @@ class Pipeline:
                 tenants = set(table.column("tenant").to_pylist())
                 unbilled = {t: us for t, us in unbilled.items() if t in tenants}
             placed = self.need("placement").sql(PLACED, params={"invoice": invoice})
-            self._recons[invoice] = Reconciliation(table, unbilled, placed.to_arrow_table())
+            self._recons[invoice] = Reconciliation(
+                table, unbilled, placed.to_arrow_table(), self.period
+            )
         return self._recons[invoice]
 
     def use_reconciliation(self, result: Reconciliation) -> None:

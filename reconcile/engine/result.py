@@ -35,6 +35,7 @@ from reconcile.engine.money import (
 from reconcile.engine.placement import NOT_AS_SOLD, UNOBSERVED, share_of
 from reconcile.engine.placement import PLACEMENT_STATES as STATES
 from reconcile.engine.rules import ACCEPTANCE, BEARERS, CATEGORY_ORDER, INF, LABEL_BY_CODE, SECOND
+from reconcile.engine.scope import ALL_TIME, Period
 from schemas.money import Money
 
 if TYPE_CHECKING:  # imported when a document is asked for (the models take time to build)
@@ -292,6 +293,8 @@ class Reconciliation:
     unbilled_us: dict[str, int]
     #: each line's placement state and credit share (RULES.md 13; `line_placement`'s rows)
     placement: pa.Table | None = None
+    #: the period whose lines were reconciled (scope.Period; open: every line)
+    period: Period = ALL_TIME
 
     @property
     def cell_count(self) -> int:
@@ -447,7 +450,7 @@ class Reconciliation:
             }
             for first, tally in by_line.values()
         ]
-        return {"tenants": tenants, "lines": lines}
+        return {"period": self.period.as_dict(), "tenants": tenants, "lines": lines}
 
     def document(self) -> ReconciliationDocument:
         """`as_json()` as its document (schemas/documents/reconciliation.py): what

@@ -168,7 +168,7 @@ def build_dispute(
         {
             "tenant": tenant,
             "invoice_id": invoice,
-            "findings": findings.as_json(),
+            "findings": findings_json(findings),
             "claims": claims,
             "placement_claims": placed,
         },
@@ -196,7 +196,7 @@ def build_dispute(
         "kind": PACKET_KIND,
         "tenant": tenant,
         "invoice_id": invoice,
-        "findings": json.loads(json.dumps(findings.as_json())),
+        "findings": json.loads(json.dumps(findings_json(findings))),
         "claims": claims,
         "placement_claims": placed,
         "answers": derive_answers(bundle["entries"], invoice, claims),
@@ -527,4 +527,13 @@ def _recompute(
         raise PacketError(
             f"findings: the engine cannot reconcile the packet's entries: {str(exc)[:200]}"
         ) from None
-    return json.loads(json.dumps(result.as_json())), claims, placed
+    return json.loads(json.dumps(findings_json(result))), claims, placed
+
+
+def findings_json(result: Reconciliation) -> dict[str, Any]:
+    """The packet's findings: the reconciliation's object of its invoice's lines, every
+    period's (a packet covers its invoice whole), so without the `period` member that
+    `reconcile --format json` adds: packets signed before it verify as they did."""
+    doc = result.as_json()
+    doc.pop("period", None)
+    return doc

@@ -47,7 +47,7 @@ from reconcile.reports import (
     promises,
     serving,
 )
-from reconcile.reports.numbers import percent
+from reconcile.reports.numbers import money, percent
 from schemas.display import DataTable, data_text, spreadsheet_safe, terminal_safe
 from schemas.errors import BadInput
 
@@ -310,7 +310,11 @@ def build_report(
     if spec is None:
         raise ValueError(f"unknown report {name!r}")
     given = options | fixed
-    return spec.build(data, tenant, **{o.name: given.get(o.name, o.default) for o in spec.options})
+    doc = spec.build(data, tenant, **{o.name: given.get(o.name, o.default) for o in spec.options})
+    # the period it covers: capacity's is its own window, every other report's the pipeline's
+    window = doc.get("window")
+    covered = data.period.as_dict() if window is None else {k: window[k] for k in PERIOD_KEYS}
+    return {"period": covered, **doc}
 
 
 def report(
@@ -454,10 +458,16 @@ def _flat(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: The members of a document's `period` (schemas/documents/base.py's Period).
+PERIOD_KEYS = ("since", "until")
+
+
 def to_csv(name: str, doc: dict[str, Any], delimiter: str = ",") -> str:
     """The rows of csv_rows as CSV (or, with a tab delimiter, TSV: a table for `cut` and
-    `column -t`), each text cell through `_cell` (both are opened in spreadsheets)."""
-    rows = csv_rows(name, doc)
+    `column -t`), each text cell through `_cell` (both are opened in spreadsheets); each
+    row ends with the period the report covers (`period_since`, `period_until`)."""
+    period = doc.get("period") or dict.fromkeys(PERIOD_KEYS)
+    rows = [row | {f"period_{k}": period[k] for k in PERIOD_KEYS} for row in csv_rows(name, doc)]
     if not rows:
         return ""
     buffer = io.StringIO()
@@ -577,7 +587,7 @@ def _promise_tables(doc: dict[str, Any]) -> list[Table | Text]:
             str(e["jobs"]),
             f"{e['requested_s'] / 3600:.1f}",
             f"{e['elapsed_s'] / 3600:.1f}",
-            "–" if e["used_share"] is None else f"{e['used_share']:.1%}",
+            percent(e["used_share"]),
             *(str(e[k]) for k in ("optimistic", "pessimistic", "accurate")),
         )
     tail = [estimates] if doc.get("estimates") else []
@@ -679,8 +689,8 @@ def _outcome_table(doc: dict[str, Any]) -> Table:
             pair(t["step_time_s"]),
             percent(ratio),
             pair(t["completed_run_time_s"]),
-            " ".join(f"{_text(c['cost_per_completed_run'])} {cur}" for cur, c in costs),
-            " ".join(f"{_text(c['cost_per_accepted_result'])} {cur}" for cur, c in costs),
+            " ".join(f"{money(c['cost_per_completed_run'])} {cur}" for cur, c in costs),
+            " ".join(f"{money(c['cost_per_accepted_result'])} {cur}" for cur, c in costs),
         )
     return table
 

@@ -57,7 +57,7 @@ from reconcile.engine.figures import percentiles_sql, seconds
 from reconcile.engine.pipeline import Pipeline
 from reconcile.engine.result import Reconciliation
 from reconcile.reports import outcomes, promises
-from reconcile.reports.numbers import percent, rate
+from reconcile.reports.numbers import money, percent, rate
 from schemas.display import DataTable, data_text
 from schemas.money import Money
 
@@ -357,7 +357,7 @@ def tables(doc: dict[str, Any]) -> list[Table | Text]:
         "start wait p95 s",
         "start p95 s promised → observed",
         "completion p95 s promised → observed",
-        "missed/promises",
+        "missed of decided",
         "misses by cause",
         "restarts/started",
         "checkpoint overhead",
@@ -376,14 +376,14 @@ def tables(doc: dict[str, Any]) -> list[Table | Text]:
             _text(g["start_wait_s"]["p95"]),
             _side_by_side(made, "start"),
             _side_by_side(made, "completion"),
-            "–" if made is None else f"{made['missed']}/{made['promises']}",
+            "–" if made is None else missed_text(made),
             ", ".join(f"{c} {n}" for c, n in g.get("miss_causes", {}).items()) or "–",
             "–"
             if g["restart_rate"] is None
             else f"{rate(g['restart_rate'])} ({g['restarts']}/{g['started']})",
             percent(ratio),
-            " ".join(f"{_text(c['cost_per_completed_run'])} {cur}" for cur, c in costs) or "–",
-            " ".join(f"{_text(c['cost_per_accepted_result'])} {cur}" for cur, c in costs) or "–",
+            " ".join(f"{money(c['cost_per_completed_run'])} {cur}" for cur, c in costs) or "–",
+            " ".join(f"{money(c['cost_per_accepted_result'])} {cur}" for cur, c in costs) or "–",
         )
     parts: list[Table | Text] = [table]
     if doc["unassigned"]:
@@ -394,6 +394,17 @@ def tables(doc: dict[str, Any]) -> list[Table | Text]:
             )
         )
     return parts
+
+
+def miss_ratio(made: dict[str, Any]) -> Fraction | None:
+    """Missed over promises decided (met or missed; pending ones are not yet either)."""
+    decided = made["met"] + made["missed"]
+    return Fraction(made["missed"], decided) if decided else None
+
+
+def missed_text(made: dict[str, Any]) -> str:
+    """The miss rate as people read it, with its counts: "25.00 % (1 of 4)"."""
+    return f"{percent(miss_ratio(made))} ({made['missed']} of {made['met'] + made['missed']})"
 
 
 def _side_by_side(made: dict[str, Any] | None, what: str) -> str:

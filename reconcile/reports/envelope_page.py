@@ -20,7 +20,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from reconcile.reports.numbers import duration, percent, rate
+from reconcile.reports.envelope import miss_ratio, missed_text
+from reconcile.reports.numbers import duration, money, percent, rate
 from reconcile.reports.pages import environment
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -135,10 +136,12 @@ def _dur(value: Fraction) -> str:
     return duration(value)
 
 
-def miss_rate(promises: dict[str, Any]) -> Fraction | None:
-    """Missed over promises decided (met or missed; pending ones are not yet either)."""
-    decided = promises["met"] + promises["missed"]
-    return Fraction(promises["missed"], decided) if decided else None
+miss_rate = miss_ratio
+
+
+def _cost(group: dict[str, Any], currency: str, name: str) -> str | None:
+    value: str | None = (group["cost"].get(currency) or {}).get(name)
+    return value
 
 
 def charts(doc: dict[str, Any]) -> list[Chart]:
@@ -160,7 +163,7 @@ def charts(doc: dict[str, Any]) -> list[Chart]:
                         (
                             "missed",
                             miss_rate(p),
-                            f"{percent(miss_rate(p))} ({p['missed']} of {p['met'] + p['missed']})",
+                            missed_text(p),
                             small_p(p),
                         )
                     ],
@@ -286,8 +289,8 @@ def charts(doc: dict[str, Any]) -> list[Chart]:
                             [
                                 (
                                     "observed",
-                                    _f((g["cost"].get(currency) or {}).get(name)),
-                                    f"{(g['cost'].get(currency) or {}).get(name)} {currency}",
+                                    _f(_cost(g, currency, name)),
+                                    f"{money(_cost(g, currency, name))} {currency}",
                                     False,
                                 )
                             ],

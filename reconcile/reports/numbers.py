@@ -57,6 +57,16 @@ def rate(value: Decimal | Fraction | float | int | None, places: int = RATE_PLAC
     return number(_exact(value), places)
 
 
+def money(amount: str | Decimal | None) -> str:
+    """An amount already rounded to its minor unit (a JSON amount such as "1234.50") as
+    people read it: thousands separated, its own places kept ("1,234.50"); None -> "–"."""
+    if amount is None:
+        return "–"
+    value = Decimal(amount)
+    exponent = value.as_tuple().exponent
+    return number(value, -exponent if isinstance(exponent, int) and exponent < 0 else 0)
+
+
 def duration(seconds: Decimal | Fraction | float | int | None) -> str:
     """Seconds as people read them, the two largest units: 128303 -> "1 d 11 h",
     4320 -> "1 h 12 min", 95 -> "1 min 35 s", 7.5 -> "7.5 s"; a negative duration

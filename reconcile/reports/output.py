@@ -168,26 +168,41 @@ def _write_parquet(result: Reconciliation, out: Path) -> None:
     _write_parts(result, lambda schema: pq.ParquetWriter(out, schema))
 
 
+def with_period(part: pa.Table, result: Reconciliation) -> pa.Table:
+    """`part` with the period the reconciliation covers as its last two columns,
+    `period_since` and `period_until` (empty where open): each CSV row says it."""
+    period = result.period.as_dict()
+    for key in ("since", "until"):
+        column = pa.array([period[key]] * part.num_rows, type=pa.string())
+        part = part.append_column(f"period_{key}", column)
+    return part
+
+
 def _write_csv(result: Reconciliation, out: IO[str] | Path) -> None:
     if not result.cell_count:
-        frame = result.frame()
+        frame = with_period(result.frame(), result)
         if isinstance(out, Path):
             pacsv.write_csv(frame, out)
         else:
             out.write(frame.to_pandas().to_csv(index=False))
     elif isinstance(out, Path):
-        _write_parts(result, lambda schema: pacsv.CSVWriter(out, schema))
+        _write_parts(result, lambda schema: pacsv.CSVWriter(out, schema), period=True)
     else:
         for number, part in enumerate(result.frame_batches()):
-            out.write(for_spreadsheets(part).to_pandas().to_csv(index=False, header=number == 0))
+            shown = for_spreadsheets(with_period(part, result))
+            out.write(shown.to_pandas().to_csv(index=False, header=number == 0))
 
 
-def _write_parts(result: Reconciliation, open_writer: Callable[[pa.Schema], Any]) -> None:
+def _write_parts(
+    result: Reconciliation, open_writer: Callable[[pa.Schema], Any], period: bool = False
+) -> None:
     """The frame a part at a time (`frame_batches`) through the writer `open_writer` makes
-    for the first part's schema: memory holds one part, not millions of rows."""
+    for the first part's schema: memory holds one part, not millions of rows; with
+    `period`, each part ends with the period's columns (`with_period`)."""
     writer = None
     try:
-        for part in result.frame_batches():
+        for batch in result.frame_batches():
+            part = with_period(batch, result) if period else batch
             writer = writer or open_writer(part.schema)
             writer.write_table(for_spreadsheets(part))
     finally:

@@ -22,6 +22,7 @@ import reconcile
 from ledger import read
 from ledger.tokens import TokenInfo
 from reconcile.engine.pipeline import Pipeline
+from reconcile.packets.answers import ANSWER_TYPE, derive_answers, states
 from reconcile.packets.claims import claims
 from reconcile.serve.filters import Filters
 
@@ -95,15 +96,21 @@ def tenant_findings(request: Request, tenant: str) -> list[dict[str, Any]]:
         invoices = list(dict.fromkeys(line["invoice_id"] for line in lines))
         classes = allocation_classes(request, tenant)
         found: list[dict[str, Any]] = []
+        answered = read.entries(request.app.state.store, tenant=tenant, type=ANSWER_TYPE)
         with Pipeline.of_store(request.app.state.store, tenant) as pipe:
             for invoice in invoices:
-                for claim in claims(pipe, invoice):
+                invoice_claims = claims(pipe, invoice)
+                answers = states(derive_answers(answered, invoice, invoice_claims))
+                for claim in invoice_claims:
                     found.append(
                         claim
                         | {
                             "tenant": tenant,
                             "invoice_id": invoice,
                             "placement_class": classes.get(claim["allocation_id"], "whole"),
+                            "answer": answer_state(
+                                answers.get((claim["line_id"], claim["category"]))
+                            ),
                         }
                     )
         return found
@@ -112,6 +119,19 @@ def tenant_findings(request: Request, tenant: str) -> list[dict[str, Any]]:
         tenant, ("findings", tenant), compute
     )
     return answer
+
+
+def answer_state(answer: dict[str, Any] | None) -> str:
+    """A finding's state as the pages show it (reconcile/packets/answers.py): the provider's
+    current answer, accepted, rejected or partly (with its amount); open when none, or
+    when the answer was given to other figures than the finding's now (stale)."""
+    if answer is None:
+        return "open"
+    if answer["status"] == "stale":
+        return "open (the answer was to other figures)"
+    if answer["state"] == "partly":
+        return f"partly: {answer['amount']} accepted"
+    return str(answer["state"])
 
 
 def _line_periods(lines: list[dict[str, Any]]) -> dict[tuple[str, str], str | None]:

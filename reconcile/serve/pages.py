@@ -26,6 +26,7 @@ import reconcile
 from ledger.tokens import TokenInfo, authenticate
 from reconcile import reports
 from reconcile.engine.rules import BEARERS, CATEGORY_ORDER
+from reconcile.engine.scope import ALL_TIME, Period
 from reconcile.reports.pages import environment
 from reconcile.serve import filters, finance, operator
 from reconcile.serve.access import COOKIE, caller, tenant_scope
@@ -105,8 +106,12 @@ def logout(request: Request) -> Response:
 
 
 def home(request: Request) -> Response:
+    """The finance headline, of the period asked for (`?period=YYYY-MM` or `?since=`,
+    `?until=`; none: every line)."""
     who = caller(request, "operator", "tenant")
-    invoices = _invoice_rows(request, who, None)
+    f = filters.parse(request, who.role)
+    period = _period(f)
+    invoices = _invoice_rows(request, who, f.tenant, period)
     totals: dict[str, dict[str, int]] = {}
     for row in invoices:
         t = totals.setdefault(
@@ -130,14 +135,16 @@ def home(request: Request) -> Response:
                 "value": str(Money.of(t["disputed"], t["minor"])),
             }
         )
-    return _page("home.html.j2", who=who, cards=cards)
+    return _page(
+        "home.html.j2", who=who, cards=cards, period=None if period.open else period.label()
+    )
 
 
 def invoices(request: Request) -> Response:
     who = caller(request, "operator", "tenant")
     f = filters.parse(request, who.role)
-    rows = _invoice_rows(request, who, f.tenant)
-    if f.period or f.since or f.until or f.placement_class or f.category or f.bearer:
+    rows = _invoice_rows(request, who, f.tenant, _period(f))
+    if f.placement_class or f.category or f.bearer:
         kept = {(line["tenant"], line["invoice_id"]) for line in finance.lines(request, f)}
         rows = [r for r in rows if (r["tenant"], r["invoice_id"]) in kept]
     shown, page = f.paginate("/invoices", rows)
@@ -355,11 +362,11 @@ def envelope(request: Request) -> Response:
     from reconcile.reports.envelope_page import html
 
     who = caller(request, "operator", "tenant")
-    tenant = tenant_scope(who.role, request.query_params.get("tenant"))
+    f = filters.parse(request, who.role)  # its tenant (scoped) and period
     by = request.query_params.get("by") or "both"
     if by not in ("both", "source", "placement_class"):
         raise HTTPException(400, "by: one of both, source, placement_class")
-    doc = reports.report(request.app.state.store, "envelope", tenant, by=by)
+    doc = reports.report(request.app.state.store, "envelope", f.tenant, _period(f), by=by)
     return HTMLResponse(html(doc), headers={"Content-Security-Policy": LETTER_CSP})
 
 
@@ -386,12 +393,20 @@ def entry(request: Request) -> Response:
     return _page("entry.html.j2", who=who, e=doc, event_text=event_text)
 
 
-def _invoice_rows(request: Request, who: TokenInfo, tenant: str | None) -> list[dict[str, Any]]:
+def _period(f: filters.Filters) -> Period:
+    """The request's period (filters.parse checked it: not empty)."""
+    return Period(f.since, f.until)
+
+
+def _invoice_rows(
+    request: Request, who: TokenInfo, tenant: str | None, period: Period = ALL_TIME
+) -> list[dict[str, Any]]:
+    """Each invoice's totals over the lines of `period` (an invoice with none is left out)."""
     tenant = tenant if tenant is not None else who.role.tenant
     result = request.app.state.documents.get(
         tenant,
-        ("reconciled", tenant),
-        lambda: reconcile.reconcile_store(request.app.state.store, tenant),
+        ("reconciled", tenant, period.since, period.until),
+        lambda: reconcile.reconcile_store(request.app.state.store, tenant, period=period),
     )
     rows = []
     for total in result.invoices():

@@ -187,3 +187,15 @@ def problem(exc: ValidationError, root: str) -> str:
         message = error["msg"]
         what = message[:1].lower() + message[1:]
     return f"{place(root, tuple(error['loc']))}: {what}"
+
+
+class Period(Document):
+    """The period a document covers (RULES.md, "Periods"): [since, until) as RFC 3339 UTC
+    times, None where it is open. Documents written before periods leave it out."""
+
+    since: OptStr
+    until: OptStr
+
+
+#: A document's `period` member: absent in documents written before it.
+OptPeriod = Annotated[Period | None, kind(dict, type(None))]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from schemas.documents.base import Document, Number, OptStr, Str
+from schemas.documents.base import Document, Number, OptPeriod, OptStr, Str
 
 
 class BearerFigures(Document):
@@ -85,5 +85,6 @@ class ReconciliationDocument(Document):
 
     ROOT = "reconciliation"
 
+    period: OptPeriod = Field(default=None, description="the period of the lines reconciled")
     tenants: dict[str, TenantFigures]
     lines: list[LineFigures]

@@ -19,6 +19,7 @@ from schemas.documents.base import (
     Number,
     OptInt,
     OptNumber,
+    OptPeriod,
     OptStr,
     Str,
     kind,
@@ -128,6 +129,7 @@ class CauseGroup(Document):
 class PromisesReport(Document):
     ROOT = "promises"
 
+    period: OptPeriod = Field(default=None, description="the period the report covers")
     summary: Annotated[list[PromiseSummary], kind(list)]
     misses: Annotated[list[Promise], kind(list)]
     promises: Annotated[list[Promise], kind(list)]
@@ -242,6 +244,7 @@ class CapacityInTime(Document):
 class CapacityReport(Document):
     ROOT = "capacity"
 
+    period: OptPeriod = Field(default=None, description="the period the report covers")
     window: Window
     tenant: OptStr
     classes: Annotated[list[ClassCapacity], kind(list)]
@@ -321,6 +324,7 @@ class OutcomesReport(Document):
 
     ROOT = "outcomes"
 
+    period: OptPeriod = Field(default=None, description="the period the report covers")
     tenants: Annotated[list[TenantOutcomes], kind(list)] = Field(default_factory=list)
     jobs: Annotated[list[JobOutcome], kind(list)] = Field(default_factory=list)
     serving: Annotated[list[ServingFigures], kind(list)]
@@ -377,6 +381,7 @@ class Prediction(Document):
 class PlacementReport(Document):
     ROOT = "placement"
 
+    period: OptPeriod = Field(default=None, description="the period the report covers")
     allocations: Annotated[list[AllocationPlacement], kind(list)]
     summary: Annotated[list[PlacementSummary], kind(list)]
     prediction: Annotated[list[Prediction], kind(list)]
@@ -424,6 +429,7 @@ class EnvelopeGroup(Document):
 class EnvelopeReport(Document):
     ROOT = "envelope"
 
+    period: OptPeriod = Field(default=None, description="the period the report covers")
     by: Texts
     tenant: OptStr
     groups: Annotated[list[EnvelopeGroup], kind(list)]

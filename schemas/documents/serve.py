@@ -11,6 +11,8 @@ with the request's filters kept."""
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from schemas.documents.base import Document, OptInt, OptStr, Str
 from schemas.documents.bundle import LedgerInt
 from schemas.documents.dispute import Claim
@@ -44,6 +46,11 @@ class Finding(Claim):
     tenant: Str
     invoice_id: Str
     placement_class: Str
+    answer: Str = Field(
+        default="open",
+        description="the provider's current answer: accepted, rejected, partly (with the "
+        "amount accepted), or open",
+    )
 
 
 class LinesPage(Document):
