@@ -1,5 +1,6 @@
 """The house's cost on the user's path: today's commands beside the same commands before the
-pipeline and typed documents (`python -m bench.house [--gpus N --days D --rounds R]`).
+pipeline and typed documents (`python -m bench.house [--gpus N --days D --rounds R]
+[--baseline COMMIT] [--head COMMIT]`).
 
 Issue 27 moved every relation into one declared pipeline and every result into a typed
 document validated at the boundary. Both could cost time where the user waits, so this
@@ -9,6 +10,8 @@ store of the same fleet. The baseline runs from a temporary git worktree; each s
 ingests its own store with its own code (the store format is not what is measured).
 Rounds alternate A, B, A, B so that a busy neighbour slows both sides alike; the figure is
 the ratio of median CPU seconds (children's user + system), HEAD over BASELINE.
+`--head c04baea` times the commit that brought the pipeline instead of the working tree:
+the house's own cost, without the features built on it since.
 """
 
 from __future__ import annotations
@@ -87,18 +90,26 @@ def _prepare(code: Path, folder: Path, fleet: Path) -> dict[str, list[str]]:
     return _commands(folder, db, key)
 
 
-def measure(shape: Shape, rounds: int) -> dict[str, Any]:
+def _checkout(commit: str, where: Path) -> Path:
+    subprocess.run(
+        ["git", "worktree", "add", "--detach", "-q", str(where), commit], cwd=ROOT, check=True
+    )
+    return where
+
+
+def measure(
+    shape: Shape, rounds: int, baseline: str = BASELINE, head: str | None = None
+) -> dict[str, Any]:
+    """`head` None: the working tree; else that commit, checked out beside the baseline."""
     with tempfile.TemporaryDirectory(prefix="gpuledger-house-") as tmp:
         folder = Path(tmp)
-        base = folder / "baseline"
-        subprocess.run(
-            ["git", "worktree", "add", "--detach", "-q", str(base), BASELINE], cwd=ROOT, check=True
-        )
+        base = _checkout(baseline, folder / "baseline")
+        top = ROOT if head is None else _checkout(head, folder / "head")
         try:
             parquet, fleet = folder / "fleet.parquet", folder / "fleet.jsonl"
             write_fleet(parquet, shape)
             events, _ = write_jsonl(parquet, fleet)
-            sides = {"head": ROOT, "baseline": base}
+            sides = {"head": top, "baseline": base}
             commands = {
                 name: _prepare(code, folder / f"store-{name}", fleet)
                 for name, code in sides.items()
@@ -111,7 +122,8 @@ def measure(shape: Shape, rounds: int) -> dict[str, Any]:
                     for side, code in sides.items():
                         cpu[side][command].append(_run(code, commands[side][command]))
         finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT)
+            for tree in {base, top} - {ROOT}:
+                subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT)
     steps = {
         command: {
             "head_cpu_s": round(statistics.median(cpu["head"][command]), 3),
@@ -129,7 +141,8 @@ def measure(shape: Shape, rounds: int) -> dict[str, Any]:
         "days": shape.days,
         "events": events,
         "rounds": rounds,
-        "baseline": BASELINE,
+        "baseline": baseline,
+        "head": head or "working tree",
         "steps": steps,
     }
 
@@ -139,9 +152,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--gpus", type=int, default=64)
     parser.add_argument("--days", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--baseline", default=BASELINE, help="the commit compared against")
+    parser.add_argument("--head", help="a commit to time instead of the working tree")
     args = parser.parse_args(argv)
-    result = measure(Shape(args.gpus, args.days), args.rounds)
-    record(f"house_{args.gpus}gpus_{args.days}d", result)
+    result = measure(Shape(args.gpus, args.days), args.rounds, args.baseline, args.head)
+    name = f"house_{args.gpus}gpus_{args.days}d" + (f"_{args.head}" if args.head else "")
+    record(name, result)
     for command, step in result["steps"].items():
         print(f"{command}: {step}", flush=True)
 
