@@ -15,6 +15,7 @@ run from its site-packages folder (it reads its currency list by a relative path
 from __future__ import annotations
 
 import csv
+import io
 import json
 import re
 import sqlite3
@@ -207,3 +208,23 @@ def test_focus_validator_accepts_the_credit_note(credit: Path) -> None:
     # a rule may fail only as the unchosen alternative of an OR that passed (InvoiceId-C-004-C,
     # "null when not invoiced", beside InvoiceId-C-005-C, which these rows meet)
     assert failed <= passed_or_alternatives(model, passed), failed
+
+
+def test_a_cell_a_spreadsheet_would_run_is_written_as_text(credit: Path) -> None:
+    """Every text carried from the source (a description, an id) could start like a
+    formula: the CSV prefixes it `'`; the amounts, negative as they are, stay numbers."""
+    from decimal import Decimal
+
+    from reconcile.packets.credit_note import COLUMNS, CreditNote, credit_note_csv
+
+    row = dict(rows(credit)[0])
+    row["ChargeDescription"] = '=HYPERLINK("http://x","ok")'
+    row["x_CreditFor"] = "@SUM(A1)/stalled_fault"
+    row["InvoiceId"] = "+INV-1\u202e"
+    note = CreditNote("acme", "INV-1", [row], "USD", Decimal("2.60"))
+    written = next(csv.DictReader(io.StringIO(credit_note_csv(note))))
+    assert list(written) == list(COLUMNS)
+    assert written["ChargeDescription"] == '\'=HYPERLINK("http://x","ok")'
+    assert written["x_CreditFor"] == "'@SUM(A1)/stalled_fault"
+    assert written["InvoiceId"] == "'+INV-1\u202e"
+    assert written["BilledCost"] == "-2.60"  # a figure, not text
