@@ -269,3 +269,23 @@ def test_a_tenants_source_cannot_write_an_answer(ledger: tuple[Path, str]) -> No
     code, _, _ = run("ingest", "--db", url, "--owner", "tenant:acme", str(path))
     assert code == 1
     assert answer_entries(url) == []
+
+
+def test_a_hostile_reason_never_controls_the_letter_or_the_terminal(
+    ledger: tuple[Path, str],
+) -> None:
+    """The provider's reason is data: markup, a terminal escape, a bidi override and a
+    formula reach the page escaped and the terminal as visible text, on one line."""
+    folder, url = ledger
+    reason = "<script>alert(1)</script>\x1b[2J\u202e=cmd|' /C calc'!A0\nsecond line"
+    hostile = {"line_id": "L1", "category": "idle_unexplained", "state": "rejected",
+               "reason": reason}  # fmt: skip
+    code, _, err = answer(folder, url, "INV-1", answers_file(folder / "h.json", hostile))
+    assert code == 0, err
+    _, text = dispute(folder, url, "INV-1")
+    assert "\x1b" not in text and "\u202e" not in text and "<script>" in text
+    (l1,) = [line for line in text.splitlines() if "idle_unexplained" in line]
+    assert "rejected by the provider: <script>" in l1 and "second line" in l1
+    page = (folder / "INV-1.letter.html").read_text(encoding="utf-8")
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)" in page
+    assert "\x1b" not in page
