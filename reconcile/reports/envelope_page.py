@@ -144,30 +144,31 @@ def _cost(group: dict[str, Any], currency: str, name: str) -> str | None:
     return value
 
 
+def _bar(
+    doc: dict[str, Any], g: dict[str, Any], kind: str, value: Any, text: str, small: bool
+) -> tuple[str, list[Value]]:
+    """A group's row of one bar: every envelope chart draws one figure per group."""
+    return (_label(doc, g), [(kind, _f(value), text, small)])
+
+
+def _p95(doc: dict[str, Any], g: dict[str, Any], stats: dict[str, Any]) -> tuple[str, list[Value]]:
+    """A group's p95 duration (a delay or a wait), flagged when taken over few jobs."""
+    return _bar(
+        doc, g, "observed", stats["p95"], duration(stats["p95"]), stats["n"] < SMALL_SAMPLE
+    )
+
+
 def charts(doc: dict[str, Any]) -> list[Chart]:
     groups = doc["groups"]
     made = [(g, g["promises"]) for g in groups if g["promises"]]
-
-    def small_p(p: dict[str, Any]) -> bool:
-        return bool(p["promises"] < SMALL_SAMPLE)
-
+    delay_axis = "delay (d, h, min, s; negative: early)"
     out = [
         _chart(
             "miss_rate",
             "Promises missed: missed ÷ (met + missed)",
             "share of promises missed (%)",
             [
-                (
-                    _label(doc, g),
-                    [
-                        (
-                            "missed",
-                            miss_rate(p),
-                            missed_text(p),
-                            small_p(p),
-                        )
-                    ],
-                )
+                _bar(doc, g, "missed", miss_rate(p), missed_text(p), p["promises"] < SMALL_SAMPLE)
                 for g, p in made
             ],
             lambda v: percent(v, 0),
@@ -175,61 +176,22 @@ def charts(doc: dict[str, Any]) -> list[Chart]:
         _chart(
             "start_delay",
             "Start delay, p95: the job's first start minus the promised start (late is positive)",
-            "delay (d, h, min, s; negative: early)",
-            [
-                (
-                    _label(doc, g),
-                    [
-                        (
-                            "observed",
-                            _f(p["start_delay_s"]["p95"]),
-                            duration(p["start_delay_s"]["p95"]),
-                            p["start_delay_s"]["n"] < SMALL_SAMPLE,
-                        )
-                    ],
-                )
-                for g, p in made
-            ],
+            delay_axis,
+            [_p95(doc, g, p["start_delay_s"]) for g, p in made],
             _dur,
         ),
         _chart(
             "completion_delay",
             "Completion delay, p95: first completion minus the promised one (late is positive)",
-            "delay (d, h, min, s; negative: early)",
-            [
-                (
-                    _label(doc, g),
-                    [
-                        (
-                            "observed",
-                            _f(p["completion_delay_s"]["p95"]),
-                            duration(p["completion_delay_s"]["p95"]),
-                            p["completion_delay_s"]["n"] < SMALL_SAMPLE,
-                        )
-                    ],
-                )
-                for g, p in made
-            ],
+            delay_axis,
+            [_p95(doc, g, p["completion_delay_s"]) for g, p in made],
             _dur,
         ),
         _chart(
             "start_wait",
             "Start wait, p95: submission to first start (every job)",
             "wait (d, h, min, s)",
-            [
-                (
-                    _label(doc, g),
-                    [
-                        (
-                            "observed",
-                            _f(g["start_wait_s"]["p95"]),
-                            duration(g["start_wait_s"]["p95"]),
-                            g["start_wait_s"]["n"] < SMALL_SAMPLE,
-                        )
-                    ],
-                )
-                for g in groups
-            ],
+            [_p95(doc, g, g["start_wait_s"]) for g in groups],
             _dur,
         ),
         _chart(
@@ -237,17 +199,14 @@ def charts(doc: dict[str, Any]) -> list[Chart]:
             "Restart rate: restarts per started job",
             "restarts per started job",
             [
-                (
-                    _label(doc, g),
-                    [
-                        (
-                            "observed",
-                            _f(g["restart_rate"]),
-                            rate(g["restart_rate"]),
-                            g["started"] < SMALL_SAMPLE,
-                        )
-                    ],
-                )
+                _bar(
+                    doc,
+                    g,
+                    "observed",
+                    g["restart_rate"],
+                    rate(g["restart_rate"]),
+                    g["started"] < SMALL_SAMPLE,
+                )  # fmt: skip
                 for g in groups
             ],
             lambda v: rate(v, 2),
@@ -257,18 +216,9 @@ def charts(doc: dict[str, Any]) -> list[Chart]:
             "Checkpoint overhead: checkpoint GPU-seconds ÷ billed GPU-seconds",
             "share of billed GPU time (%)",
             [
-                (
-                    _label(doc, g),
-                    [
-                        (
-                            "observed",
-                            _f(g["checkpoint_overhead"]["ratio"]),
-                            percent(g["checkpoint_overhead"]["ratio"]),
-                            False,
-                        )
-                    ],
-                )
+                _bar(doc, g, "observed", ratio, percent(ratio), False)
                 for g in groups
+                for ratio in [g["checkpoint_overhead"]["ratio"]]
             ],
             lambda v: percent(v, 1),
         ),
@@ -278,24 +228,16 @@ def charts(doc: dict[str, Any]) -> list[Chart]:
             ("cost_per_completed_run", "Cost per completed run"),
             ("cost_per_accepted_result", "Cost per accepted result"),
         ):
+            unit = currency or "no currency"
             out.append(
                 _chart(
                     f"{name}/{currency}",
-                    f"{title} ({currency or 'no currency'})",
-                    f"amount ({currency or 'no currency'})",
+                    f"{title} ({unit})",
+                    f"amount ({unit})",
                     [
-                        (
-                            _label(doc, g),
-                            [
-                                (
-                                    "observed",
-                                    _f(_cost(g, currency, name)),
-                                    f"{money(_cost(g, currency, name))} {currency}",
-                                    False,
-                                )
-                            ],
-                        )
+                        _bar(doc, g, "observed", cost, f"{money(cost)} {currency}", False)
                         for g in groups
+                        for cost in [_cost(g, currency, name)]
                     ],
                     lambda v: f"{v.numerator // v.denominator:,}",
                 )
