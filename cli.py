@@ -46,6 +46,7 @@ INGEST_FORMATS = (
     "nccl-tests",
     "kueue-clusterqueue",
     "sacctmgr-qos",
+    "prometheus-range",
 )
 DEFAULT_BATCH_SIZE = 5000
 DEFAULT_ORIGIN = "gpuledger.local/ledger"
@@ -185,6 +186,8 @@ FORMAT_OPTION_ALIASES = (
     "flavor_class",
     "qos_tenant",
     "window_start",
+    "interval_s",
+    "metric",
 )
 
 

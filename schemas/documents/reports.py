@@ -234,11 +234,23 @@ class QuotaUse(Document):
     unused_gpu_s: Number
 
 
+class NodeFaults(Document):
+    """One node over the period: its faults, its GPU-hours, the rate, its faulted time."""
+
+    node: Str
+    faults: Number
+    critical: Number
+    gpu_hours: Str
+    faults_per_1000_gpu_hours: OptStr
+    faulted_gpu_s: Number
+
+
 class CapacityInTime(Document):
     since: Str
     until: Str
     groups: Annotated[list[CapacityGroup], kind(list)]
     quota: Annotated[list[QuotaUse], kind(list)] = Field(default_factory=list)
+    nodes: Annotated[list[NodeFaults], kind(list)] = Field(default_factory=list)
 
 
 class CapacityReport(Document):
