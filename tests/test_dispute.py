@@ -574,7 +574,7 @@ def test_a_fleet_entry_that_is_no_health_event_is_refused(disputed: Disputed) ->
     assert (code, err) == (
         1,
         "FAILED: seq 1: a fleet entry of type 'device.discovered'; a packet's fleet entries "
-        "are health.fault, health.cleared, fleet.change, device.counters\n",
+        "are health.fault, health.cleared, fleet.change\n",
     )
 
 
