@@ -389,9 +389,16 @@ def _ingest_one(
 ) -> ledger.AppendReport:
     import ledger
     from ingest.worker import extract_parallel
+    from ledger import read
 
     given = {k: v for k, v in (options or {}).items() if v is not None}
-    records = extract_parallel(path, fmt, recorded=_recorded_event(appender.store), **given)
+    records = extract_parallel(
+        path,
+        fmt,
+        recorded=_recorded_event(appender.store),
+        job_tenant=read.job_tenant(appender.store),
+        **given,
+    )
     progress = Progress(
         TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),

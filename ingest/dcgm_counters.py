@@ -27,10 +27,14 @@ A value out of its range, or not a number, rejects its line (file, line, field `
 DCGM's blank sentinels (from 2^63 − 16 up) mean no value. The device's pod, namespace and
 container labels name a tenant's workload: a fleet event never carries them. Where
 dcgm-exporter's Kubernetes mapping names them (`pod` and `namespace` not empty, or their
-`exported_` forms), the same sample also makes a tenant event, `job.counters` (DESIGN §2:
-a source that mixes both yields the device's facts and, apart, the tenant's telemetry):
-tenant the namespace, job_id the pod, under the same source, id `<the device event's
-id>:pod:<namespace>/<pod>`.
+`exported_` forms), the same sample also makes a tenant event, `job.counters` (a source
+that mixes both yields the device's facts and, apart, the tenant's telemetry): tenant the
+namespace, job_id the pod, under the same source, id `<the device event's
+id>:pod:<namespace>/<pod>`. Where the HPC job mapping names a Slurm job (`hpc_job`), the
+tenant is the one of the provider's grant of that job on the sample's node, as the
+ledger holds it when the file is read (the option `job_tenant`): id `<the device event's
+id>:job:<hpc_job>`. A sample read before its job's grant makes no tenant event; read
+again on a later poll, it does (the device event is then a duplicate).
 """
 
 from __future__ import annotations
@@ -175,25 +179,37 @@ def counters_event(
 
 
 def job_counters_event(
-    device_event: dict[str, Any], labels: dict[str, str]
+    device_event: dict[str, Any], labels: dict[str, str], job_tenant: Any = None
 ) -> dict[str, Any] | None:
-    """The tenant's `job.counters` beside a device's sample, when its labels name a pod."""
+    """The tenant's `job.counters` beside a device's sample, when its labels name the
+    workload: a pod (Kubernetes mapping: tenant the namespace), or a Slurm job (the HPC
+    mapping's `hpc_job`, whose tenant only the provider's grant of that job names, through
+    `job_tenant`). None when they name no tenant."""
     pod = labels.get("pod") or labels.get("exported_pod")
     namespace = labels.get("namespace") or labels.get("exported_namespace")
-    if not pod or not namespace:
-        return None
+    hpc_job = labels.get("hpc_job")
     data = {
         k: v
         for k, v in device_event["data"].items()
         if k not in ("uuid", "model", "fabric_domain")
     }
-    container = labels.get("container") or labels.get("exported_container")
-    data |= {"tenant": namespace, "job_id": pod, "pod": pod}
-    if container:
-        data["container"] = container
+    if pod and namespace:
+        container = labels.get("container") or labels.get("exported_container")
+        data |= {"tenant": namespace, "job_id": pod, "pod": pod}
+        if container:
+            data["container"] = container
+        suffix = f"pod:{namespace}/{pod}"
+    elif hpc_job and callable(job_tenant):
+        tenant = job_tenant(hpc_job, str(data["node"]))
+        if tenant is None:
+            return None
+        data |= {"tenant": tenant, "job_id": hpc_job}
+        suffix = f"job:{hpc_job}"
+    else:
+        return None
     return {
         **device_event,
-        "id": f"{device_event['id']}:pod:{namespace}/{pod}",
+        "id": f"{device_event['id']}:{suffix}",
         "type": "job.counters",
         "data": data,
     }

@@ -184,7 +184,7 @@ def _counter_records(state: _FileState, interval_s: int) -> Iterator[Record]:
             yield Rejected(pending.origin, bad.field, bad.reason, pending.raw)
             continue
         yield event_from_object(event, pending.origin, pending.raw)
-        job = job_counters_event(event, pending.labels)
+        job = job_counters_event(event, pending.labels, state.options.get("job_tenant"))
         if job is not None:
             yield event_from_object(job, pending.origin, pending.raw)
 

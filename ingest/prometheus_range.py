@@ -64,6 +64,7 @@ class PrometheusRangeOptions(IngestOptions):
 class PrometheusRangeIngestor:
     name = "prometheus-range"
     options = PrometheusRangeOptions
+    reads_ledger = True  # its option `job_tenant` is a function: parsed in the ingesting process
     description = "Prometheus /api/v1/query_range JSON over dcgm-exporter's DCGM counters"
 
     def identify(self, path: Path, head: bytes) -> bool:
@@ -99,7 +100,7 @@ class PrometheusRangeIngestor:
                 yield Rejected(sample.origin, bad.field, bad.reason, sample.raw)
                 continue
             yield event_from_object(event, sample.origin, sample.raw)
-            job = job_counters_event(event, sample.labels)
+            job = job_counters_event(event, sample.labels, options.get("job_tenant"))
             if job is not None:
                 yield event_from_object(job, sample.origin, sample.raw)
 

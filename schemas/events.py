@@ -172,7 +172,7 @@ class PolicyTerms(TenantData):
     stall_threshold_s: Seconds = DEFAULT_STALL_S
     reclaim_notice_s: Seconds = 0
     #: RULES.md 13: the share of a not_as_sold line's customer-borne money claimed. Absent
-    #: means "1" (DESIGN §2); it is not filled in, so terms written without it keep their
+    #: means "1"; it is not filled in, so terms written without it keep their
     #: canonical bytes.
     placement_credit_share: Share | None = Field(
         default=None,

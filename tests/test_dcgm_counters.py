@@ -260,3 +260,64 @@ def test_a_tenant_cannot_write_counters_for_itself_or_another(tmp_path: Path) ->
     assert "appended 0" in out + err and "quarantined 2" in out + err, out + err
     code, out, err = run_cli("ingest", "--db", url, str(path))  # the provider's exporter
     assert code == 0 and "appended 2" in out + err, out + err
+
+
+def _grant(tenant: str, allocation_id: str, node: str) -> dict[str, Any]:
+    return {
+        "specversion": "1.0",
+        "id": f"grant-{tenant}-{allocation_id}-{node}",
+        "source": "slurm://cluster-a",
+        "type": "allocation.granted",
+        "time": "2026-01-07T09:00:00Z",
+        "data": {"tenant": tenant, "allocation_id": allocation_id, "gpus": 1, "node": node},
+    }
+
+
+def _count(url: str) -> dict[tuple[str | None, str], int]:
+    from ledger import Store, read
+
+    store = Store(url)
+    try:
+        return read.counts_by_type(store)
+    finally:
+        store.close()
+
+
+def test_a_slurm_jobs_samples_are_its_tenants_once_its_grant_is_recorded(
+    tmp_path: Path,
+) -> None:
+    """dcgm-exporter's HPC mapping names the Slurm job (`hpc_job`), not its account: the
+    tenant is the one of the provider's grant of that job on the sample's node. Read before
+    the grant, the sample stays the fleet's; the next poll, after it, adds the tenant's
+    copy and nothing twice. A job id two tenants' grants name on that node is nobody's."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    h = 'gpu="0",UUID="GPU-a",Hostname="node-07"'
+    path = scrape(
+        tmp_path,
+        [
+            f'DCGM_FI_PROF_SM_ACTIVE{{{h},hpc_job="4242"}} 0.002 {T}',
+            f'DCGM_FI_PROF_SM_ACTIVE{{gpu="1",UUID="GPU-b",Hostname="node-07",hpc_job="77"}}'
+            f" 0.9 {T}",
+        ],
+    )
+    assert run_cli("ingest", "--db", url, str(path))[0] == 0
+    assert _count(url).get(("acme", "job.counters")) is None  # no grant yet: the fleet's only
+    grants = tmp_path / "grants.jsonl"
+    grants.write_text(
+        "".join(
+            orjson.dumps(g).decode() + "\n"
+            for g in (
+                _grant("acme", "4242", "node-07"),
+                _grant("acme", "4242", "node-99"),  # the same id elsewhere: not this node
+                _grant("acme", "77", "node-07"),
+                _grant("globex", "77", "node-07"),  # two tenants name job 77 here: nobody's
+            )
+        )
+    )
+    assert run_cli("ingest", "--db", url, str(grants))[0] == 0
+    code, out, err = run_cli("ingest", "--db", url, str(path))  # the next poll
+    assert code == 0 and "appended 1" in out + err and "duplicate 2" in out + err, out + err
+    counts = _count(url)
+    assert counts[("acme", "job.counters")] == 1
+    assert ("globex", "job.counters") not in counts
+    assert counts[(None, "device.counters")] == 2

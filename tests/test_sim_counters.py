@@ -2,8 +2,8 @@
 fault on a bound allocation of whole GPUs has dcgm-exporter samples over its gap, quiet
 (the job hung) or busy (it computed but reported no progress). A pod's samples name it,
 so they are its tenant's `job.counters` too, and the dispute's idle claim over that gap
-says what the truth says; a Slurm job's samples name no tenant (`hpc_job`) and are read
-by no claim."""
+says what the truth says. A Slurm job's samples name the job (`hpc_job`), and its
+tenant is the one of the provider's grant of that job on the node: they too."""
 
 from __future__ import annotations
 
@@ -34,7 +34,10 @@ def test_each_idle_claim_over_a_stall_says_what_the_truth_says(tmp_path: Path) -
     appender = ledger.Appender(store)
     for entry in manifest.files:
         records = ingest.extract(
-            tmp_path / "sim" / entry["path"], entry["format"], **entry["options"]
+            tmp_path / "sim" / entry["path"],
+            entry["format"],
+            job_tenant=ledger.read.job_tenant(store),  # as `gpuledger ingest` passes it
+            **entry["options"],
         )
         report = ledger.append_stream(appender, records, 5000, None)
         assert report.quarantined == 0, entry

@@ -105,7 +105,9 @@ class Promise(Document):
     missed: Bool
     seq: Int
     packet_command: Str = Field(default="", description="a missed promise's only")
-    cause: OptStr = Field(default=None, description="a missed start's only: DESIGN §4's cause")
+    cause: OptStr = Field(
+        default=None, description="a missed start's only: its cause (reconcile/RULES.md)"
+    )
     cause_seconds: Annotated[dict[str, Number], kind(dict)] = Field(
         default_factory=dict, description="a missed start's only: seconds of its wait per cause"
     )
@@ -434,7 +436,7 @@ class EnvelopeGroup(Document):
     checkpoint_overhead: CheckpointOverhead
     cost: CostByCurrency
     miss_causes: Annotated[dict[str, Int], kind(dict)] = Field(
-        default_factory=dict, description="the group's missed starts by cause (DESIGN §4)"
+        default_factory=dict, description="the group's missed starts by cause (reconcile/RULES.md)"
     )
 
 
