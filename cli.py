@@ -46,6 +46,7 @@ INGEST_FORMATS = (
     "nccl-tests",
     "kueue-clusterqueue",
     "sacctmgr-qos",
+    "prometheus-range",
 )
 DEFAULT_BATCH_SIZE = 5000
 DEFAULT_ORIGIN = "gpuledger.local/ledger"
@@ -185,6 +186,8 @@ FORMAT_OPTION_ALIASES = (
     "flavor_class",
     "qos_tenant",
     "window_start",
+    "interval_s",
+    "metric",
 )
 
 
@@ -386,9 +389,16 @@ def _ingest_one(
 ) -> ledger.AppendReport:
     import ledger
     from ingest.worker import extract_parallel
+    from ledger import read
 
     given = {k: v for k, v in (options or {}).items() if v is not None}
-    records = extract_parallel(path, fmt, recorded=_recorded_event(appender.store), **given)
+    records = extract_parallel(
+        path,
+        fmt,
+        recorded=_recorded_event(appender.store),
+        job_tenant=read.job_tenant(appender.store),
+        **given,
+    )
     progress = Progress(
         TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),

@@ -29,6 +29,7 @@ from ingest.kueue_clusterqueue import KueueClusterQueueIngestor
 from ingest.nccl_tests import NcclTestsIngestor
 from ingest.nvbandwidth import NvbandwidthIngestor
 from ingest.options import RUNTIME, IngestOptions
+from ingest.prometheus_range import PrometheusRangeIngestor
 from ingest.sacct import SacctIngestor
 from ingest.sacctmgr_qos import SacctmgrQosIngestor
 from ingest.serving_bench import ServingBenchIngestor
@@ -51,6 +52,7 @@ INGESTORS: list[Ingestor] = [
     NcclTestsIngestor(),
     KueueClusterQueueIngestor(),
     SacctmgrQosIngestor(),
+    PrometheusRangeIngestor(),
 ]
 DEFAULT_FORMAT = "cloudevents"
 

@@ -28,6 +28,12 @@ change to v (from 0 or another XID) after v was already recorded saw a new occur
 (the gauge was reset in between): its id gets `:<timestamp ms>`. Without `recorded`
 each file stands alone: its first sighting of each fault is reported once.
 
+The profiling and utilisation counters (ingest/dcgm_counters.py: SM, tensor and DRAM active,
+NVLink bytes, GPU utilisation) make one `device.counters` event per device and instant,
+gathered over the lines that hold its metrics and given once the file is read, each from
+the line of its first metric. A counter sample needs a time as a fault does (its timestamp,
+else `scrape_time`); one with neither is rejected naming its line and field `timestamp`.
+
 Every fault needs a time: its sample's own timestamp, else the `scrape_time` option
 (RFC 3339); an XID sample > 0 with neither is an input error naming its line (0 and
 blank values say nothing, so dcgm-exporter's usual scrapes without timestamps read). Other metrics
@@ -58,6 +64,17 @@ from ingest.base import (
     event_from_object,
     open_source,
     pasted_around,
+)
+from ingest.dcgm_counters import (
+    COUNTERS,
+    CounterError,
+    DeviceKey,
+    Pending,
+    counter_value,
+    counters_event,
+    device_key,
+    interval_seconds,
+    job_counters_event,
 )
 from ingest.options import IngestOptions, ScrapeTime, option
 from schemas import Accepted, Origin, Record, Rejected, format_utc
@@ -114,6 +131,10 @@ class DcgmMetricsOptions(IngestOptions):
     scrape_time: ScrapeTime = option("The time of samples that carry no timestamp, RFC 3339.")
     node: str | None = option("The node of samples with no Hostname label.")
     fabric_domain: str | None = option("The fabric domain the node belongs to.")
+    interval_s: str | None = option(
+        "The exporter's collection interval in seconds: a counter sample at t stands for "
+        "[t - interval_s, t] (default 30)."
+    )
 
 
 class DcgmMetricsIngestor:
@@ -132,6 +153,10 @@ class DcgmMetricsIngestor:
         )
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
+        try:
+            interval_s = interval_seconds(options.get("interval_s"))
+        except CounterError as bad:
+            raise IngestError(bad.reason, option="interval_s") from None
         state = _FileState(
             _scrape_ms(options.get("scrape_time")), options.get("recorded"), options
         )
@@ -145,6 +170,41 @@ class DcgmMetricsIngestor:
                 )
                 if record is not None:
                     yield record
+        yield from _counter_records(state, interval_s)
+
+
+def _counter_records(state: _FileState, interval_s: int) -> Iterator[Record]:
+    """The file's counter samples, one event per device and instant, in order of first line."""
+    for (key, timestamp_ms), pending in state.pending.items():
+        try:
+            event = counters_event(
+                key, timestamp_ms, pending, interval_s, state.options.get("fabric_domain")
+            )
+        except CounterError as bad:
+            yield Rejected(pending.origin, bad.field, bad.reason, pending.raw)
+            continue
+        yield event_from_object(event, pending.origin, pending.raw)
+        job = job_counters_event(event, pending.labels, state.options.get("job_tenant"))
+        if job is not None:
+            yield event_from_object(job, pending.origin, pending.raw)
+
+
+def _counter_line(sample: Sample, origin: Origin, raw: bytes, state: _FileState) -> None:
+    """Gather one counter line into its device's sample; raises _Bad when it is unreadable."""
+    try:
+        value = counter_value(sample.name, sample.value_text)
+        if value is None:
+            return
+        key = device_key(sample.labels, state.options.get("node"))
+    except CounterError as bad:
+        raise _Bad(bad.field, bad.reason) from None
+    timestamp_ms = sample.timestamp_ms if sample.timestamp_ms is not None else state.scrape_ms
+    if timestamp_ms is None:
+        raise _Bad("timestamp", "the counter sample has no timestamp and no scrape time is given")
+    pending = state.pending.setdefault(
+        (key, timestamp_ms), Pending(origin, raw, dict(sample.labels))
+    )
+    pending.values[COUNTERS[sample.name][0]] = value
 
 
 @dataclass
@@ -156,6 +216,9 @@ class _FileState:
     emitted: dict[tuple[str, str], bytes] = field(
         default_factory=dict
     )  # faults this file gave, by key
+    pending: dict[tuple[DeviceKey, int], Pending] = field(
+        default_factory=dict
+    )  # counter samples, by device and instant
 
     def known(self, source: str, event_id: str) -> bytes | None:
         """The fault under this key, as this file or the ledger already has it."""
@@ -185,6 +248,9 @@ def _line_record(origin: Origin, raw: bytes, state: _FileState) -> Record | None
         return None
     try:
         sample = parse_sample(text)
+        if sample.name in COUNTERS:
+            _counter_line(sample, origin, raw, state)
+            return None
         if sample.name != XID_METRIC:
             return None
         return _xid_record(sample, origin, raw, state)

@@ -9,8 +9,9 @@ format does not take, names every missing required one at once, and checks each 
 (a time zone, a time, a map) before any file is read.
 
 Beside the options, a caller may hand an ingestor hooks that no user gives (RUNTIME):
-`recorded`, a look-up of an event already in the ledger, and `skipped`, a counter of what
-was passed over. They are not options and are not checked here.
+`recorded`, a look-up of an event already in the ledger, `job_tenant`, the tenant of a
+provider's grant of a job id on a node (ingest/dcgm_counters.py), and `skipped`, a counter
+of what was passed over. They are not options and are not checked here.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from ingest.base import IngestError
 
 #: What a caller may pass an ingestor beside its options: hooks, never user input.
-RUNTIME = frozenset({"recorded", "skipped"})
+RUNTIME = frozenset({"recorded", "skipped", "job_tenant"})
 
 
 def _named(option: str) -> AfterValidator:

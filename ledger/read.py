@@ -21,7 +21,8 @@ Reads take the store's reading connection; none of them writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import json
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 from sqlalchemy import Select, func, select
@@ -131,6 +132,40 @@ def recorded_event(store: Store, source: str, event_id: str, tenant: str | None)
             select(t.event).where(t.source == source, t.id == event_id, owned)
         ).scalar()
     return None if found is None else str(found)
+
+
+def grant_tenants(store: Store) -> dict[str, list[tuple[str, frozenset[str]]]]:
+    """For each allocation or job id a provider's grant names, the (tenant, nodes) of each
+    such grant. Grants are the provider's alone (a tenant's source may not write one), so
+    a tenant cannot claim another's job by naming it."""
+    t = entries_table.c
+    found: dict[str, list[tuple[str, frozenset[str]]]] = {}
+    query = select(t.tenant, t.event).where(t.type == "allocation.granted", t.tenant.is_not(None))
+    with store.reading() as conn:
+        for tenant, event in conn.execute(query):
+            data = json.loads(event).get("data") or {}
+            nodes = frozenset(
+                str(n) for n in [data.get("node"), *(data.get("nodes") or [])] if n is not None
+            )
+            for name in {data.get("allocation_id"), data.get("job_id")} - {None}:
+                found.setdefault(str(name), []).append((str(tenant), nodes))
+    return found
+
+
+def job_tenant(store: Store) -> Callable[[str, str], str | None]:
+    """The tenant of the provider's grant of a job id on a node, for device counters whose
+    exporter names a Slurm job (ingest/dcgm_counters.py): the grants are read once, on
+    first use; None when no grant, or grants of several tenants, name it there."""
+    grants: dict[str, list[tuple[str, frozenset[str]]]] | None = None
+
+    def tenant(job_id: str, node: str) -> str | None:
+        nonlocal grants
+        if grants is None:
+            grants = grant_tenants(store)
+        owners = {t for t, nodes in grants.get(job_id, []) if node in nodes}
+        return owners.pop() if len(owners) == 1 else None
+
+    return tenant
 
 
 def tenants(store: Store) -> list[str]:

@@ -116,7 +116,7 @@ def _dispute(
     files.append(letter)
     return (
         f"dispute packet for {tenant} / {invoice}: {path} — verified with the public key alone: "
-        f"{checked.tenant_entries} entries, {checked.fleet_entries} fleet faults, findings "
+        f"{checked.tenant_entries} entries, {checked.fleet_entries} fleet entries, findings "
         "recomputed\n"
         f"  the dispute letter: {letter}\n"
         f"  the provider's answers: "

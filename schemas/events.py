@@ -172,7 +172,7 @@ class PolicyTerms(TenantData):
     stall_threshold_s: Seconds = DEFAULT_STALL_S
     reclaim_notice_s: Seconds = 0
     #: RULES.md 13: the share of a not_as_sold line's customer-borne money claimed. Absent
-    #: means "1" (DESIGN §2); it is not filled in, so terms written without it keep their
+    #: means "1"; it is not filled in, so terms written without it keep their
     #: canonical bytes.
     placement_credit_share: Share | None = Field(
         default=None,
@@ -580,6 +580,65 @@ class FleetChange(EventData):
         return self
 
 
+def _percent(value: Decimal) -> Decimal:
+    if value > 100:
+        raise ValueError(f"{value} is not a percentage in [0, 100]")
+    return value
+
+
+#: A percentage in [0, 100] as a decimal string (DCGM_FI_DEV_GPU_UTIL).
+Percent = Annotated[Measure, AfterValidator(_percent)]
+
+
+class CounterFigures(EventData):
+    """The means of DCGM's counters over a sample window (docs/events.md): ratios in [0, 1]
+    (SM active 0.94 is 94 % of the window's cycles with a warp resident), GPU utilisation
+    in percent, NVLink in bytes per second."""
+
+    node: Name
+    device: Name | DeviceIndex
+    window_start: UtcTime
+    window_end: UtcTime
+    samples: PositiveCount
+    sm_active: Share | None = None
+    tensor_active: Share | None = None
+    dram_active: Share | None = None
+    gpu_util: Percent | None = None
+    nvlink_tx_bytes: Measure | None = None
+    nvlink_rx_bytes: Measure | None = None
+
+    @model_validator(mode="after")
+    def _window(self) -> CounterFigures:
+        if self.window_end < self.window_start:
+            raise ValueError("window_end is before window_start")
+        return self
+
+
+class DeviceCounters(CounterFigures):
+    """What one device did over a sample window (`device.counters`), from dcgm-exporter or a
+    Prometheus range query. A fleet event: the pod, namespace or job that ran on the device
+    are a tenant's data and never ride here (`job.counters` carries them, apart)."""
+
+    uuid: str | None = None
+    model: str | None = None
+    fabric_domain: str | None = None
+    tenant: NoTenantData = None
+    job_id: NoTenantData = None
+    allocation_id: NoTenantData = None
+    pod: NoTenantData = None
+    namespace: NoTenantData = None
+
+
+class JobCounters(CounterFigures, TenantData):
+    """The same window of one device as `device.counters`, for the tenant whose workload
+    the exporter's Kubernetes mapping names on it (`job.counters`): tenant the namespace,
+    job_id the pod (as the Kubernetes ingestors name a pod's job), and its container."""
+
+    job_id: Name
+    pod: Name | None = None
+    container: str | None = None
+
+
 AnswerState = Literal["accepted", "rejected", "partly"]
 #: A signature as the signed notes write one: base64 of the key id (4 bytes) and the
 #: Ed25519 signature (64 bytes).
@@ -658,6 +717,8 @@ DATA_MODELS: dict[str, type[EventData]] = {
     "probe.result": ProbeResult,
     "start.receipt": StartReceipt,
     "fleet.change": FleetChange,
+    "device.counters": DeviceCounters,
+    "job.counters": JobCounters,
     "dispute.answer": DisputeAnswer,
 }
 

@@ -37,7 +37,7 @@ MAX_DURATION_S = 100 * 31_557_600
 #: An event's canonical bytes (what the ledger stores and hashes).
 MAX_EVENT_BYTES = 1 << 20
 #: What the quarantine keeps of a rejected record: its first 64 KiB, with the SHA-256 and
-#: the length of the whole (DESIGN: "Quarantine is evidence too").
+#: the length of the whole (quarantine is evidence too: docs/evidence.md).
 RECORD_HEAD = 64 << 10
 #: The earliest accepted time, and how far past the ingest's own clock a time may be.
 EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)

@@ -48,7 +48,7 @@ class Scenario:
     def add(
         self, type_: str, clock: str, data: dict[str, Any], tenant: str | None = None
     ) -> dict[str, Any]:
-        if type_ not in ("health.fault", "health.cleared", "device.discovered"):
+        if type_ not in ("health.fault", "health.cleared", "device.discovered", "device.counters"):
             data = {"tenant": tenant or self.tenant, **data}
         event = {
             "specversion": "1.0",

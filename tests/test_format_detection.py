@@ -21,6 +21,7 @@ SAMPLE_FORMATS = {
     "focus.csv": "focus",
     "dcgm_stats.txt": "dcgm-stats",
     "dcgm_metrics.prom": "dcgm-metrics",
+    "prometheus_query_range.json": "prometheus-range",
     "kueue_workloads.json": "kueue",
     "kueue_workloads.yaml": "kueue",
     "k8s_events.json": "k8s-events",
@@ -78,7 +79,8 @@ def test_a_file_no_format_claims_is_exit_2_when_detecting(tmp_path: Path) -> Non
     assert out == (
         f"Error: --format: {headerless}: no format recognises this file; choose one "
         "(cloudevents, sacct, focus, dcgm-stats, dcgm-metrics, kueue, k8s-events, serving-bench, "
-        "nvidia-smi-topo, nvbandwidth, nccl-tests, kueue-clusterqueue, sacctmgr-qos)\n"
+        "nvidia-smi-topo, nvbandwidth, nccl-tests, kueue-clusterqueue, sacctmgr-qos, "
+        "prometheus-range)\n"
     )
 
 
@@ -91,7 +93,7 @@ def test_a_chosen_format_that_finds_no_record_is_exit_2(tmp_path: Path) -> None:
         f"Error: --format: dcgm-stats: {notes}: no dcgm-stats record in this non-empty file; is "
         "it another format? (cloudevents, sacct, focus, dcgm-stats, dcgm-metrics, kueue, "
         "k8s-events, serving-bench, nvidia-smi-topo, nvbandwidth, nccl-tests, "
-        "kueue-clusterqueue, sacctmgr-qos)\n",
+        "kueue-clusterqueue, sacctmgr-qos, prometheus-range)\n",
     )
 
 

@@ -95,14 +95,14 @@ def test_the_simulators_manifest_ingests_as_the_demo_does(tmp_path: Path) -> Non
             {"path": "a.json", "format": "yaml"},
             "files[0].format: unknown format 'yaml' (known: cloudevents, sacct, focus, "
             "dcgm-stats, dcgm-metrics, kueue, k8s-events, serving-bench, nvidia-smi-topo, "
-            "nvbandwidth, nccl-tests, kueue-clusterqueue, sacctmgr-qos)",
+            "nvbandwidth, nccl-tests, kueue-clusterqueue, sacctmgr-qos, prometheus-range)",
         ),
         (
             {"path": "a.json", "options": {"clustr": "x"}},
             "files[0].options.clustr: unknown option (known: allocation, "
             "allocation_field, cluster, delimiter, fabric_domain, fields, "
-            "flavor_class, gpu_field, job, node, qos_tenant, scrape_time, tenant, "
-            "tenant_field, timezone, window_start)",
+            "flavor_class, gpu_field, interval_s, job, metric, node, qos_tenant, scrape_time, "
+            "tenant, tenant_field, timezone, window_start)",
         ),
         (
             {"path": "a.json", "options": {"node": 7}},

@@ -337,6 +337,26 @@ def test_capacity_in_time_adds_up() -> None:
             }
         ],
         "quota": [],  # no tenant has a quota
+        # per node: n1's xid-79 at 10:10 is its one fault: 1 × 1,000 ÷ 4 GPU-h = 250; its
+        # faulted GPU-seconds are the 4,800 above; n2 has none
+        "nodes": [
+            {
+                "node": "n1",
+                "faults": 1,
+                "critical": 1,
+                "gpu_hours": "4.00",
+                "faults_per_1000_gpu_hours": "250.00",
+                "faulted_gpu_s": 4800,
+            },
+            {
+                "node": "n2",
+                "faults": 0,
+                "critical": 0,
+                "gpu_hours": "4.00",
+                "faults_per_1000_gpu_hours": "0.00",
+                "faulted_gpu_s": 0,
+            },
+        ],
     }
     (g,) = doc["in_time"]["groups"]
     states = ("allocated_gpu_s", "free_gpu_s", "faulted_gpu_s", "under_change_gpu_s")

@@ -84,8 +84,23 @@ ROWS: list[tuple[str, str, list[str], dict[str, int]]] = [
         {"health.fault": 7, "health.cleared": 6},
     ),
     # Four scrapes; XID series: 0,0,79,79 (one fault), 13,13,0,13 (two), 0,31,31,43 (two), 0,0,0,0
-    # (none).
-    ("dcgm_metrics.prom", "dcgm-metrics", [], {"health.fault": 5}),
+    # (none). Counters: GPU_UTIL of the two H100s in each scrape (8 device-instants), and the
+    # profiling fields of the last scrape for them (the same instants) and the MIG instance 0/1,
+    # whose pod labels also make its tenant's job.counters.
+    (
+        "dcgm_metrics.prom",
+        "dcgm-metrics",
+        [],
+        {"health.fault": 5, "device.counters": 9, "job.counters": 1},
+    ),
+    # Two devices' SM active (and one's tensor active) at three instants: 6 device-instants;
+    # GPU 0's pod labels make 3 job.counters of team-acme.
+    (
+        "prometheus_query_range.json",
+        "prometheus-range",
+        [],
+        {"device.counters": 6, "job.counters": 3},
+    ),
     # Six v1beta1 Workloads: admitted (2, each a grant), QuotaReserved with its admission check
     # pending (nothing yet),
     # Finished (a release), Evicted+Preempted+Requeued (3 decisions, a release), Pending (1),

@@ -83,6 +83,22 @@ MINIMAL: dict[str, dict[str, Any]] = {
         "kind": "driver-upgrade",
         "started_at": "2026-01-05T10:00:00Z",
     },
+    "device.counters": {
+        "node": "n1",
+        "device": 0,
+        "window_start": "2026-01-05T09:59:30Z",
+        "window_end": "2026-01-05T10:00:00Z",
+        "samples": 1,
+    },
+    "job.counters": {
+        "tenant": "t",
+        "job_id": "j",
+        "node": "n1",
+        "device": 0,
+        "window_start": "2026-01-05T09:59:30Z",
+        "window_end": "2026-01-05T10:00:00Z",
+        "samples": 1,
+    },
     "dispute.answer": {
         "tenant": "t",
         "invoice_id": "i",

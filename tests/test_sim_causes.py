@@ -2,7 +2,7 @@
 every situation's miss is named with the cause its truth gives, and the same seconds.
 
 The truth (truth_causes.json) is the simulator's own: each situation's cause and seconds
-written from the situation by DESIGN §4's rule, read here as written."""
+written from the situation by the rule of reconcile/RULES.md, read here as written."""
 
 from __future__ import annotations
 

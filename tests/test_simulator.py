@@ -280,6 +280,7 @@ def test_every_written_file_ingests_with_nothing_quarantined(tmp_path: Path) -> 
         "kueue",
         "k8s-events",
         "dcgm-stats",
+        "dcgm-metrics",
         "focus",
         "nvidia-smi-topo",
         "nccl-tests",

@@ -382,9 +382,16 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         "claims",
         ("money",),
-        ("claim_lines", "claim_raw_stretches", "claim_stretches", "claim_bounds"),
+        (
+            "claim_lines",
+            "claim_raw_stretches",
+            "claim_stretches",
+            "claim_bounds",
+            "claim_activity",
+        ),
         run_sql(
             "claims",
+            activity_labels=f"{code('stalled_fault')}, {code('idle_unexplained')}",
             label_bit=bit_sql("m.label"),
             inf=str(INF),
             winner=winner_sql("mask"),

@@ -93,6 +93,8 @@ _DATA_FIELDS |= {
 _DATA_FIELDS |= {"outcome": "VARCHAR", "pool": "VARCHAR"}
 #: a job's requested time limit and run time, as sacct gives them on its end (backfill.sql)
 _DATA_FIELDS |= {"timelimit_s": "BIGINT", "elapsed_s": "BIGINT"}
+#: a device's counters over a sample window (RULES.md 14, stage `device_activity`)
+_DATA_FIELDS |= {"window_start": "VARCHAR", "window_end": "VARCHAR", "sm_active": "VARCHAR"}
 _TIME_FIELDS = (
     "period_start",
     "period_end",
@@ -102,6 +104,8 @@ _TIME_FIELDS = (
     "submitted_at",
     "started_at",
     "ended_at",
+    "window_start",
+    "window_end",
 )
 _RENAMED = {"period_start": "ps", "period_end": "pe", "kind": "change_kind"}
 
@@ -138,6 +142,13 @@ NARROW_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "checkpoints_ev": (
         ("checkpoint.started", "checkpoint.saved", "checkpoint.restored"),
         ("job_id", "checkpoint_id", "step"),
+    ),
+    # many (one per device and sample): a narrow table of their own. A tenant's own
+    # counters only: the fleet's `device.counters` are the operator's evidence, and no
+    # rule reads them (RULES.md 14)
+    "counters_ev": (
+        ("job.counters",),
+        ("node", "device", "window_start", "window_end", "sm_active"),
     ),
 }
 _PROGRESS_FIELDS = ("job_id", "step", "units")

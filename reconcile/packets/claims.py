@@ -23,6 +23,12 @@ entries at the edges of its stretches that RULES.md's rule for its category read
     idle_unexplained   the attempt's job.started and end, the marks either side of the first and
                        the last gap between marks in each stretch, the job's progress,
                        checkpoint, start and end events at the edges, the policy.terms in force
+
+A stalled or idle claim whose allocation's devices have `device.counters` samples over its
+stretches also carries `device_activity` (RULES.md 14, reconcile/engine/activity.py): what
+the GPU did, with the sums it is computed from. The samples are not cited one by one (a
+stretch has hundreds); the packet carries them all as fleet evidence of the allocation's
+nodes, and verify-packet recomputes the figures from them.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from reconcile.engine import Reconciliation
+from reconcile.engine.activity import activity_of_sums
 from reconcile.engine.figures import iso
 from reconcile.engine.pipeline import CLAIM_LABELS, Pipeline
 from reconcile.engine.result import gpu_seconds
@@ -171,6 +178,14 @@ def claims(pipe: Pipeline, invoice: str) -> list[dict[str, Any]]:
         "SELECT owner, label, s, e, gpus FROM claim_stretches ORDER BY s, e, gpus"
     ).fetchall():
         stretches[(int(owner), int(label))].append((int(s), int(e), int(gpus)))
+    activity = {
+        (int(owner), int(label)): activity_of_sums(
+            int(samples), int(span_us), int(covered_us), int(sampled_us), sm_us
+        )
+        for owner, label, samples, covered_us, sampled_us, sm_us, span_us in con.execute(
+            "SELECT * FROM claim_activity"
+        ).fetchall()
+    }
     cells = con.execute(
         f"""
         SELECT m.seq, m.label, l.line_id, l.allocation_id, l.currency, m.minor,
@@ -183,10 +198,14 @@ def claims(pipe: Pipeline, invoice: str) -> list[dict[str, Any]]:
     ordered = sorted(
         cells, key=lambda row: (int(row[0]), int(row[1]))
     )  # label codes follow the category order
-    return [
-        _claim(row, stretches[(int(row[0]), int(row[1]))], cites[(int(row[0]), int(row[1]))])
-        for row in ordered
-    ]
+    out = []
+    for row in ordered:
+        key = (int(row[0]), int(row[1]))
+        claim = _claim(row, stretches[key], cites[key])
+        if key in activity:  # RULES.md 14; absent without counters (older packets unchanged)
+            claim["device_activity"] = activity[key]
+        out.append(claim)
+    return out
 
 
 def _claim(

@@ -17,6 +17,7 @@ from typing import Any
 
 from ledger import LedgerError
 from ledger.note import Verifier
+from reconcile.engine.activity import merged_activity
 from reconcile.engine.figures import iso, parse_time
 from reconcile.engine.rules import CATEGORY_ORDER
 from reconcile.engine.rules_text import RulesPageError, category_rules
@@ -117,6 +118,14 @@ class Finding:
     state: str = "open"
     #: the state in words: "rejected: <reason> (cites seq 4, 9)", "partly: 1.20 USD accepted"
     state_text: str = "open: the provider has not answered"
+    #: what the GPU did over a stalled or idle finding (RULES.md 14), as the claim carries it
+    activity: dict[str, Any] | None = None
+
+    @property
+    def gpu_did(self) -> str:
+        """The line on what the GPU did ("SM active 0.2 % over 98 % of the stretch: nothing
+        ran"), empty when no device counters cover the finding."""
+        return str(self.activity["says"]) if self.activity else ""
 
     @property
     def lines_text(self) -> str:
@@ -214,6 +223,7 @@ def merge_stretches(findings: list[Finding]) -> list[Finding]:
             cited=[cited[k] for k in sorted(cited)],
             line_ids=lines,
             line_id=", ".join(lines),
+            activity=merged_activity([into.activity, f.activity]),
         )
     return [replace(f, number=n) for n, f in enumerate(merged, 1)]
 
@@ -484,6 +494,7 @@ def _finding(
         rule,
         place,
         [_cited(entries[seq]) for seq in claim["cites"]],
+        activity=claim.get("device_activity"),
     )
 
 
@@ -570,6 +581,7 @@ def summary(letter: Letter) -> str:
             f"{f.currency}  "
             f"line {f.lines_text}, allocation {f.allocation_id}; {f.rule_place}; "
             f"cites seq {', '.join(str(c.seq) for c in f.cited)}; {f.state_text}"
+            + (f"; {f.gpu_did}" if f.gpu_did else "")
         )
     for p in letter.placements:
         out.append(

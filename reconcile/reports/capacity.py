@@ -34,7 +34,8 @@ Definitions (docs/reports.md repeats them):
   others (deliverable starts), and the devices they name (`devices_receipted`).
 - **capacity in time** (`in_time`): GPU-seconds per class and fabric domain in the window
   (and per class, reserved by quotas and unused),
-  discovered, allocated, free, faulted and under a change (capacity_time.py).
+  discovered, allocated, free, faulted and under a change; and per node, its faults, their
+  rate per 1,000 GPU-hours and its faulted GPU-seconds (capacity_time.py).
 """
 
 from __future__ import annotations
@@ -312,6 +313,8 @@ def extra_tables(doc: dict[str, Any]) -> list[Table]:
         out.append(capacity_time.table(doc["in_time"]))
         if doc["in_time"].get("quota"):
             out.append(capacity_time.quota_table(doc["in_time"]))
+        if doc["in_time"].get("nodes"):
+            out.append(capacity_time.nodes_table(doc["in_time"]))
     return out
 
 

@@ -14,11 +14,19 @@ fabric domain over a period, from the pipeline's `device_timeline` (reconcile/RU
   × seconds of the period; `used_gpu_s`, Σ min(the tenant's GPUs granted in the class,
   its quota) × seconds; `unused_gpu_s`, reserved − used: held for a tenant that did not
   use it. For one tenant, its own quotas only.
+- **nodes** (faults per node): per node with a discovered device or a fault, `faults`, the
+  fleet `health.fault` events naming the node with a time in the period (`critical`: those
+  of severity critical); `gpu_hours`, the node's discovered GPU-seconds of the period ÷
+  3,600; `faults_per_1000_gpu_hours`, faults × 1,000 ÷ gpu_hours (two places, half-even;
+  none without GPU time); `faulted_gpu_s`, its devices' seconds in state `faulted` (an open
+  critical fault, as above). A fault naming only a device or a fabric domain names no node
+  and is not counted here.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
 import duckdb
@@ -52,6 +60,54 @@ ORDER BY d.placement_class, d.fabric_domain, s.state
 """
 
 
+NODE_FAULTS = """
+WITH gpu AS (
+    SELECT node, sum(greatest($hi - greatest(discovered_at, $lo), 0)) AS us
+    FROM timeline_devices GROUP BY node),
+faulted AS (
+    SELECT node, sum(greatest(least(state_until, $hi) - greatest(state_from, $lo), 0)) AS us
+    FROM device_timeline WHERE state = 'faulted' GROUP BY node),
+fault AS (
+    SELECT node, count(*) AS n, count(*) FILTER (WHERE severity = 'critical') AS critical
+    FROM ev_rest WHERE type = 'health.fault' AND tenant IS NULL AND node IS NOT NULL
+      AND t >= $lo AND t < $hi
+    GROUP BY node)
+SELECT node, coalesce(f.n, 0), coalesce(f.critical, 0), CAST(coalesce(g.us, 0) AS BIGINT),
+       CAST(coalesce(d.us, 0) AS BIGINT)
+FROM gpu g FULL JOIN fault f USING (node) LEFT JOIN faulted d USING (node)
+ORDER BY node
+"""
+
+
+def node_faults(con: duckdb.DuckDBPyConnection, lo: int, hi: int) -> list[dict[str, Any]]:
+    """Per node: its faults in [lo, hi), its GPU-hours, their rate and its faulted time."""
+    out = []
+    for node, faults, critical, gpu_us, faulted_us in con.execute(
+        NODE_FAULTS, {"lo": lo, "hi": hi}
+    ).fetchall():
+        gpu_hours = Decimal(int(gpu_us)) / Decimal(3_600_000_000)
+        rate = (
+            str(
+                (Decimal(int(faults)) * 1000 / gpu_hours).quantize(
+                    Decimal("0.01"), ROUND_HALF_EVEN
+                )
+            )
+            if gpu_hours
+            else None
+        )
+        out.append(
+            {
+                "node": node,
+                "faults": int(faults),
+                "critical": int(critical),
+                "gpu_hours": str(gpu_hours.quantize(Decimal("0.01"), ROUND_HALF_EVEN)),
+                "faults_per_1000_gpu_hours": rate,
+                "faulted_gpu_s": seconds(int(faulted_us)),
+            }
+        )
+    return out
+
+
 def in_time(pipe: Pipeline, since: int | None, until: int | None) -> dict[str, Any] | None:
     """GPU-seconds per class and fabric domain in the period (None without devices)."""
     con = pipe.need("device_timeline")
@@ -77,6 +133,7 @@ def in_time(pipe: Pipeline, since: int | None, until: int | None) -> dict[str, A
         "until": iso(hi),
         "groups": list(groups.values()),
         "quota": quota_use(con, lo, hi),
+        "nodes": node_faults(con, lo, hi),
     }
 
 
@@ -134,6 +191,28 @@ def table(doc: dict[str, Any]) -> Table:
             g["placement_class"],
             g["fabric_domain"] or "–",
             *(f"{g[k] / 3600:.1f}" for k in ("discovered_gpu_s", *(f"{s}_gpu_s" for s in STATES))),
+        )
+    return out
+
+
+def nodes_table(doc: dict[str, Any]) -> Table:
+    out = DataTable(
+        "node",
+        "faults",
+        "critical",
+        "GPU-h",
+        "faults per 1,000 GPU-h",
+        "faulted GPU-h",
+        title=f"faults per node [{doc['since']}, {doc['until']})",
+    )
+    for n in doc.get("nodes", []):
+        out.add_row(
+            n["node"],
+            str(n["faults"]),
+            str(n["critical"]),
+            n["gpu_hours"],
+            n["faults_per_1000_gpu_hours"] or "–",
+            f"{n['faulted_gpu_s'] / 3600:.2f}",
         )
     return out
 

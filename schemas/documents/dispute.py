@@ -40,6 +40,20 @@ Stretch = Annotated[
 ]
 
 
+class DeviceActivity(Document):
+    """What the GPU did over a stalled or idle claim (RULES.md 14): the sums, in seconds as
+    exact decimal strings, and the mean SM active, the coverage and the sentence they give."""
+
+    samples: LedgerInt
+    seconds: Str
+    covered_seconds: Str
+    sampled_seconds: Str
+    sm_active_seconds: Str
+    coverage: Str
+    sm_active: OptStr = None
+    says: Str
+
+
 class Claim(Document):
     """One provider-borne or disputed cell of the findings, told as time stretches, with
     the seqs of the entries that decided it."""
@@ -53,6 +67,8 @@ class Claim(Document):
     currency: OptStr
     stretches: Annotated[list[Stretch], kind(list)]
     cites: Annotated[list[LedgerInt], kind(list)]
+    #: RULES.md 14; absent when no counters cover the claim (and in older packets)
+    device_activity: DeviceActivity | None = None
 
 
 class PlacementClaim(Document):

@@ -105,7 +105,9 @@ class Promise(Document):
     missed: Bool
     seq: Int
     packet_command: Str = Field(default="", description="a missed promise's only")
-    cause: OptStr = Field(default=None, description="a missed start's only: DESIGN §4's cause")
+    cause: OptStr = Field(
+        default=None, description="a missed start's only: its cause (reconcile/RULES.md)"
+    )
     cause_seconds: Annotated[dict[str, Number], kind(dict)] = Field(
         default_factory=dict, description="a missed start's only: seconds of its wait per cause"
     )
@@ -234,11 +236,23 @@ class QuotaUse(Document):
     unused_gpu_s: Number
 
 
+class NodeFaults(Document):
+    """One node over the period: its faults, its GPU-hours, the rate, its faulted time."""
+
+    node: Str
+    faults: Number
+    critical: Number
+    gpu_hours: Str
+    faults_per_1000_gpu_hours: OptStr
+    faulted_gpu_s: Number
+
+
 class CapacityInTime(Document):
     since: Str
     until: Str
     groups: Annotated[list[CapacityGroup], kind(list)]
     quota: Annotated[list[QuotaUse], kind(list)] = Field(default_factory=list)
+    nodes: Annotated[list[NodeFaults], kind(list)] = Field(default_factory=list)
 
 
 class CapacityReport(Document):
@@ -422,7 +436,7 @@ class EnvelopeGroup(Document):
     checkpoint_overhead: CheckpointOverhead
     cost: CostByCurrency
     miss_causes: Annotated[dict[str, Int], kind(dict)] = Field(
-        default_factory=dict, description="the group's missed starts by cause (DESIGN §4)"
+        default_factory=dict, description="the group's missed starts by cause (reconcile/RULES.md)"
     )
 
 

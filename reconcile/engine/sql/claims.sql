@@ -61,3 +61,45 @@ GROUP BY i.owner, i.label, i.gpus, i.island, c.tenant, c.aid;
 
 CREATE OR REPLACE TEMP TABLE claim_bounds AS
 SELECT owner, label, tenant, aid, min(s) AS first_s, max(e) AS last_e FROM claim_stretches GROUP BY ALL;
+
+-- claim_activity: what the GPU did over each stalled or idle claim (RULES.md 14), from the
+-- tenant's own `job.counters` on the allocation's devices (never the fleet's
+-- `device.counters`: a packet carries the tenant's entries alone), as sums that add across
+-- claims: the stretch time (span_us), the time some sample of the
+-- allocation's devices covers (covered_us: a union), the sample time with an SM figure
+-- (sampled_us: device-seconds) and the SM-active-weighted sample time (sm_us).
+-- Placeholders: the codes of stalled_fault and idle_unexplained.
+CREATE OR REPLACE TEMP TABLE claim_activity AS
+WITH alloc_devices AS (
+    SELECT DISTINCT a.tenant, a.aid, n.node, d.device
+    FROM allocs a, unnest(a.nodes) AS n(node), unnest(coalesce(a.devices, [])) AS d(device)
+    WHERE EXISTS (SELECT 1 FROM claim_lines l WHERE l.tenant = a.tenant AND l.aid = a.aid)),
+asked AS (
+    SELECT owner, label, tenant, aid, s, e FROM claim_stretches
+    WHERE label IN ({activity_labels})),
+samples AS (  -- a device's window counts once: the first with an SM figure, else the first
+    SELECT * FROM counters_ev c
+    WHERE EXISTS (SELECT 1 FROM alloc_devices ad
+                  WHERE ad.tenant = c.tenant AND ad.node = c.node AND ad.device = c.device)
+    QUALIFY row_number() OVER (PARTITION BY tenant, node, device, window_start, window_end
+                               ORDER BY sm_active IS NULL, seq) = 1),
+pieces AS (
+    SELECT k.owner, k.label, greatest(c.window_start, k.s) AS a, least(c.window_end, k.e) AS b,
+           CAST(c.sm_active AS DECIMAL(38, 11)) AS sm
+    FROM asked k JOIN alloc_devices ad ON ad.tenant = k.tenant AND ad.aid = k.aid
+    JOIN samples c ON c.tenant = ad.tenant AND c.node = ad.node AND c.device = ad.device
+     AND c.window_start < k.e AND c.window_end > k.s),
+ordered AS (
+    SELECT *, max(b) OVER (PARTITION BY owner, label ORDER BY a, b
+                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reached
+    FROM pieces),
+sums AS (
+    SELECT owner, label, count(*) AS samples,
+           CAST(sum(greatest(0, b - greatest(a, coalesce(reached, a)))) AS BIGINT) AS covered_us,
+           CAST(coalesce(sum(b - a) FILTER (WHERE sm IS NOT NULL), 0) AS BIGINT) AS sampled_us,
+           coalesce(sum(sm * (b - a)) FILTER (WHERE sm IS NOT NULL), 0) AS sm_us
+    FROM ordered GROUP BY owner, label)
+SELECT m.owner, m.label, m.samples, m.covered_us, m.sampled_us, m.sm_us,
+       (SELECT CAST(sum(k.e - k.s) AS BIGINT) FROM asked k
+        WHERE k.owner = m.owner AND k.label = m.label) AS span_us
+FROM sums m;
