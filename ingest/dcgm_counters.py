@@ -56,6 +56,16 @@ COUNTERS: dict[str, tuple[str, Decimal | None, int]] = {
     "DCGM_FI_PROF_NVLINK_TX_BYTES": ("nvlink_tx_bytes", None, 3),
     "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink_rx_bytes", None, 3),
     "DCGM_FI_DEV_GPU_UTIL": ("gpu_util", Decimal(100), 6),
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gr_engine_active", Decimal(1), 6),
+}
+#: Label names a scrape configuration may give in another form (a relabelling rule, an
+#: older exporter): lower-case `uuid`, and Kubernetes' `pod_name`, `pod_namespace` and
+#: `container_name` of before 1.16. Read as dcgm-exporter's own names when those are absent.
+LABEL_ALIASES = {
+    "uuid": "UUID",
+    "pod_name": "pod",
+    "pod_namespace": "namespace",
+    "container_name": "container",
 }
 #: dcgm-exporter's default collection interval (`-c 30000`, in ms), in seconds.
 DEFAULT_INTERVAL_S = 30
@@ -70,6 +80,22 @@ class CounterError(BadInput, ValueError):
     def __init__(self, field: str, reason: str) -> None:
         super().__init__(f"{field}: {reason}")
         self.field, self.reason = field, reason
+
+
+def canonical_metric(name: str) -> str:
+    """A DCGM field as dcgm-exporter names it (`DCGM_FI_…`): a scrape relabelled to lower
+    case (`dcgm_fi_prof_gr_engine_active`) names the same field."""
+    return name.upper() if name[:8].upper() == "DCGM_FI_" else name
+
+
+def canonical_labels(labels: dict[str, str]) -> dict[str, str]:
+    """The labels with LABEL_ALIASES read as dcgm-exporter's own names where those are
+    absent (both kept when both are given: the alias then stays as it was)."""
+    out = dict(labels)
+    for alias, name in LABEL_ALIASES.items():
+        if alias in out and name not in out:
+            out[name] = out.pop(alias)
+    return out
 
 
 def counter_value(metric: str, text: str) -> Decimal | None:

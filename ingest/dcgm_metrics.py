@@ -70,6 +70,8 @@ from ingest.dcgm_counters import (
     CounterError,
     DeviceKey,
     Pending,
+    canonical_labels,
+    canonical_metric,
     counter_value,
     counters_event,
     device_key,
@@ -102,6 +104,9 @@ TENANT_LABELS = frozenset(
         "exported_namespace",
         "exported_container",
         "hpc_job",
+        "pod_name",
+        "pod_namespace",
+        "container_name",
     }
 )
 Recorded = Callable[[str, str], bytes | None]
@@ -147,7 +152,9 @@ class DcgmMetricsIngestor:
     def identify(self, path: Path, head: bytes) -> bool:
         return (
             re.search(
-                rb"(?m)^(?:# (?:HELP|TYPE) )?DCGM_FI_[A-Z0-9_]+[{ ]", head.removeprefix(UTF8_BOM)
+                # a relabelled scrape may give the names in lower case
+                rb"(?im)^(?:# (?:HELP|TYPE) )?DCGM_FI_[A-Z0-9_]+[{ ]",
+                head.removeprefix(UTF8_BOM),
             )
             is not None
         )
@@ -278,7 +285,13 @@ def parse_sample(text: str) -> Sample:
         if _INTEGER.fullmatch(parts[1]) is None:
             raise _Bad("timestamp", f"not a millisecond timestamp: {parts[1]!r}")
         timestamp = int(parts[1])
-    return Sample(name.group(), labels, float(value_text), value_text, timestamp)
+    return Sample(
+        canonical_metric(name.group()),
+        canonical_labels(labels),
+        float(value_text),
+        value_text,
+        timestamp,
+    )
 
 
 def _labels(text: str, start: int) -> tuple[dict[str, str], int]:

@@ -34,6 +34,8 @@ from ingest.dcgm_counters import (
     CounterError,
     DeviceKey,
     Pending,
+    canonical_labels,
+    canonical_metric,
     counter_value,
     counters_event,
     device_key,
@@ -72,7 +74,7 @@ class PrometheusRangeIngestor:
         return (
             text.startswith(b"{")
             and b'"resultType"' in text
-            and re.search(rb'"(?:__name__"\s*:\s*")?DCGM_FI_', text) is not None
+            and re.search(rb'(?i)"(?:__name__"\s*:\s*")?DCGM_FI_', text) is not None
         )
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
@@ -140,8 +142,8 @@ def _series(
     if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
         yield Rejected(origin, f"{where}.metric", "a series needs its metric labels", raw)
         return
-    labels = {str(k): str(v) for k, v in item["metric"].items()}
-    metric = labels.get("__name__") or options.get("metric")
+    labels = canonical_labels({str(k): str(v) for k, v in item["metric"].items()})
+    metric = canonical_metric(str(labels.get("__name__") or options.get("metric") or ""))
     if metric not in COUNTERS:
         return
     try:

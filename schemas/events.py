@@ -602,6 +602,7 @@ class CounterFigures(EventData):
     samples: PositiveCount
     sm_active: Share | None = None
     tensor_active: Share | None = None
+    gr_engine_active: Share | None = None
     dram_active: Share | None = None
     gpu_util: Percent | None = None
     nvlink_tx_bytes: Measure | None = None

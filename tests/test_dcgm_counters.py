@@ -10,10 +10,10 @@ from typing import Any
 import orjson
 import pytest
 
-from ingest import extract
+from ingest import extract, ingestor_for
 from ingest.base import IngestError
 from schemas import Accepted, Rejected
-from tests.conftest import run_cli
+from tests.conftest import REALDATA, run_cli
 
 T = 1767780030000  # 2026-01-07T10:00:30Z
 H07 = 'gpu="0",UUID="GPU-a",modelName="NVIDIA H100 80GB HBM3",Hostname="node-07"'
@@ -321,3 +321,52 @@ def test_a_slurm_jobs_samples_are_its_tenants_once_its_grant_is_recorded(
     assert counts[("acme", "job.counters")] == 1
     assert ("globex", "job.counters") not in counts
     assert counts[(None, "device.counters")] == 2
+
+
+PROFILING_272 = (
+    REALDATA / "dcgm-profiling" / "dcgm-exporter-issue-272_mig-and-pod-relabelled-lowercase.prom"
+)
+
+
+@pytest.mark.skipif(
+    not PROFILING_272.is_file(),
+    reason=f"no real data at {PROFILING_272} (a clone without ../shared/realdata)",
+)
+def test_a_relabelled_lower_case_scrape_from_an_exporter_issue(tmp_path: Path) -> None:
+    """dcgm-exporter issue 272's metrics as the reporter's scrape gave them: lower-case
+    `dcgm_fi_prof_gr_engine_active` and `uuid`, pod labels renamed `pod_name`,
+    `pod_namespace`, `container_name`, no Hostname and no timestamps. Hand-counted: 2
+    samples; GPU 3 MIG instance 1 (4g.40gb), empty pod, 0.000000; GPU 4, pod d85np-t6mdg of
+    namespace ai-1, container -grpc-pod, 0.008246."""
+    assert ingestor_for(PROFILING_272).name == "dcgm-metrics"
+    records = list(
+        extract(
+            PROFILING_272,
+            "dcgm-metrics",
+            node="gpu-host",
+            scrape_time="2024-03-14T12:00:00Z",
+        )
+    )
+    assert not [r for r in records if isinstance(r, Rejected)]
+    events = [json.loads(r.body) for r in records if isinstance(r, Accepted)]
+    devices = [e for e in events if e["type"] == "device.counters"]
+    jobs = [e for e in events if e["type"] == "job.counters"]
+    assert [(e["data"]["device"], e["data"]["gr_engine_active"]) for e in devices] == [
+        ("3/1", "0"),
+        (4, "0.008246"),
+    ]
+    assert [e["data"]["uuid"] for e in devices] == [
+        "GPU-af2c63a8-8c8b-21cc-581a-bab6bba89d08",
+        "GPU-931446e6-0413-2864-5b76-11227dcda4ae",
+    ]
+    assert {e["data"]["window_end"] for e in devices} == {"2024-03-14T12:00:00Z"}
+    # the pod is the tenant's: only its own event names it; the empty pod names nobody
+    [job] = jobs
+    assert {k: job["data"][k] for k in ("tenant", "job_id", "container", "device")} == {
+        "tenant": "ai-1",
+        "job_id": "d85np-t6mdg",
+        "container": "-grpc-pod",
+        "device": 4,
+    }
+    fleet = json.dumps(devices)
+    assert "ai-1" not in fleet and "d85np" not in fleet and "grpc" not in fleet

@@ -172,6 +172,20 @@ def test_workload_labels_are_left_out_of_a_fleet_fault(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize("both", [False, True])
+def test_relabelled_workload_labels_are_left_out_too(tmp_path: Path, both: bool) -> None:
+    """A scrape configuration that renames the pod labels (`pod_name`, `pod_namespace`,
+    `container_name`, as Kubernetes before 1.16 named them), with or without dcgm-exporter's
+    own beside them: no form reaches the fleet's fault."""
+    labels = H07 + ',pod_name="train-0",pod_namespace="team-a",container_name="main"'
+    if both:
+        labels += ',pod="train-1",namespace="team-b",container="side"'
+    [event] = faults(tmp_path, [xid(labels, "79")])
+    assert sorted(event["data"]["labels"]) == ["Hostname", "UUID", "gpu", "modelName"]
+    text = orjson.dumps(event).decode()
+    assert "team-" not in text and "train-" not in text
+
+
 def test_fabric_domain_option(tmp_path: Path) -> None:
     [event] = faults(tmp_path, [xid(H07, "79")], fabric_domain="nvl-eu-1")
     assert event["data"]["fabric_domain"] == "nvl-eu-1"
