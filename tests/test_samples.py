@@ -85,13 +85,15 @@ ROWS: list[tuple[str, str, list[str], dict[str, int]]] = [
     ),
     # Four scrapes; XID series: 0,0,79,79 (one fault), 13,13,0,13 (two), 0,31,31,43 (two), 0,0,0,0
     # (none). Counters: GPU_UTIL of the two H100s in each scrape (8 device-instants), and the
-    # profiling fields of the last scrape for them (the same instants) and the MIG instance 0/1,
-    # whose pod labels also make its tenant's job.counters.
+    # profiling fields of the last scrape for them (the same instants); the MIG instances 0/1
+    # and 0/2 have GR_ENGINE_ACTIVE in each scrape (8 more), 0/1 its other profiling fields
+    # in the last (the same instant). 0/1's pod labels make its tenant's job.counters (4);
+    # 0/2's are empty.
     (
         "dcgm_metrics.prom",
         "dcgm-metrics",
         [],
-        {"health.fault": 5, "device.counters": 9, "job.counters": 1},
+        {"health.fault": 5, "device.counters": 16, "job.counters": 4},
     ),
     # Two devices' SM active (and one's tensor active) at three instants: 6 device-instants;
     # GPU 0's pod labels make 3 job.counters of team-acme.
