@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -116,7 +117,15 @@ class Group(click.Group):
             raise InputError(f"{exc.filename}: {exc.strerror}") from None
         except Exception as exc:
             _map_library_error(exc)
-            raise
+            if os.environ.get("GPULEDGER_DEBUG"):
+                raise
+            _echo(f"internal error: {_first_line(exc)}", err=True)
+            _echo(
+                "nothing was signed or half-written (each batch and each document is all or "
+                "nothing); run it again with GPULEDGER_DEBUG=1 for the traceback, and report it",
+                err=True,
+            )
+            sys.exit(3)
 
 
 def _map_library_error(exc: Exception) -> None:
@@ -134,6 +143,13 @@ def _map_library_error(exc: Exception) -> None:
         for number, line in enumerate(lines):
             _echo(f"{exc.verdict}: {line}" if number == 0 else line, err=True)
         sys.exit(1)
+
+
+def _first_line(exc: BaseException) -> str:
+    """An unexpected error as one line: its type and the first line of its message (a
+    database error's SQL and links stay out), cut to 300 characters."""
+    text = str(exc).strip().split("\n", 1)[0]
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
 
 
 def _with_flag(exc: GpuledgerError) -> str:

@@ -488,3 +488,25 @@ def _check_demo_placement_claims(out_dir: Path, out: str, placed: list[dict[str,
     }
     assert expected
     assert {c["line_id"]: Decimal(c["amount"]) for c in packet["placement_claims"]} == expected
+
+
+def test_an_unexpected_error_is_one_line_and_exit_3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug (here: the store's init raising what no code expects) reaches the user as one
+    line with exit 3, never a traceback; GPULEDGER_DEBUG=1 gives the traceback back."""
+    from click.testing import CliRunner
+
+    def broken(self: Store) -> None:
+        raise RuntimeError("the disk said no\n  SELECT 1\n(Background on this error at: …)")
+
+    monkeypatch.setattr(Store, "init", broken)
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    monkeypatch.delenv("GPULEDGER_DEBUG", raising=False)
+    result = CliRunner().invoke(main, ["init", "--db", url])
+    assert result.exit_code == 3
+    assert result.output.splitlines()[0] == "internal error: RuntimeError: the disk said no"
+    assert "Traceback" not in result.output and "SELECT" not in result.output
+    monkeypatch.setenv("GPULEDGER_DEBUG", "1")
+    result = CliRunner().invoke(main, ["init", "--db", url])
+    assert isinstance(result.exception, RuntimeError)
