@@ -424,3 +424,56 @@ def test_a_demo_sized_letter_on_paper_prints_every_fold(
         assert lines == len(json.loads(demo[tenant].read_text())["placement_claims"])
     finally:
         driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})
+
+
+# -- chart labels: a long one is a key, written out under its chart ------------------------
+
+LONG_INVOICE = "INV-2026-01-acme-research-cluster-east"
+
+
+@pytest.fixture(scope="module")
+def long_labels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One 1-GPU hour billed 3.60 on an invoice whose chart label, `acme / ` and its id,
+    is 45 characters: more than a chart's label column holds (30)."""
+    tmp = tmp_path_factory.mktemp("long")
+    s = Scenario()
+    s.grant("A1", gpus=1, at="10:00")
+    s.release("A1", at="11:00")
+    s.line("L1", "A1", "10:00", "11:00", gpus=1, amount="3.60", invoice=LONG_INVOICE)
+    store = Store(f"sqlite:///{tmp / 'ledger.db'}")
+    store.init()
+    ingest(store, s.events)
+    url = str(store.url)
+    store.close()
+    args = ["reconcile", "--db", url, "--format", "html", "--out", str(tmp / "finance.html")]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return tmp / "finance.html"
+
+
+@pytest.mark.parametrize(("media", "width"), [("screen", 420), ("screen", 1366), ("print", 718)])
+def test_a_long_chart_label_is_written_out_under_its_chart(
+    long_labels: Path, driver: Any, width: int, media: str
+) -> None:
+    driver.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia", {"media": "" if media == "screen" else "print"}
+    )
+    try:
+        _open(driver, long_labels, width)
+        _no_sideways_scroll(driver)
+        labels = driver.execute_script(
+            "return Array.from(document.querySelectorAll('svg.bars .bar-label'))"
+            ".map(t => t.childNodes[0].textContent)"
+        )
+        # by hand: "[1] " and the label's first 25 characters and "…": 30 characters
+        label = f"acme / {LONG_INVOICE}"
+        assert f"[1] {label[:25]}…" in labels and all(len(text) <= 30 for text in labels)
+        keys = driver.execute_script(
+            "return Array.from(document.querySelectorAll('ul.chart-keys li'))"
+            ".filter(li => li.getBoundingClientRect().height > 0).map(li => li.textContent)"
+        )
+        # the per-invoice charts (money, and provider-borne and disputed) each have its key
+        assert keys == [f"[1] {label}", f"[1] {label}"]
+        assert driver.execute_script(_OVERFLOWING) == []
+    finally:
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})

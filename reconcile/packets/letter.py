@@ -22,7 +22,7 @@ from reconcile.engine.rules import CATEGORY_ORDER
 from reconcile.engine.rules_text import RulesPageError, category_rules
 from reconcile.packets.answers import states
 from reconcile.packets.dispute import VerifiedPacket, verify_dispute
-from reconcile.reports.pages import environment
+from reconcile.reports.pages import environment, keyed_labels
 from schemas.display import terminal_safe
 from schemas.documents.bundle import Entry
 from schemas.money import Money, minor_unit
@@ -694,11 +694,12 @@ def timeline(letter: Letter) -> dict[str, Any]:
     """One row per allocation with findings; each finding's stretches as bars on a common
     time axis, in SVG user units (the page draws them with no script)."""
     if not letter.findings:
-        return {"width": WIDTH, "height": 0, "rows": [], "bars": [], "ticks": [], "open": True}
+        return {"width": WIDTH, "height": 0, "rows": [], "bars": [], "ticks": [], "keys": []}
     t0 = min(parse_time(f.start) for f in letter.findings)
     t1 = max(parse_time(f.end) for f in letter.findings)
     span, plot = max(1, t1 - t0), WIDTH - LEFT - RIGHT
     rows = list(dict.fromkeys(f.allocation_id or "(none)" for f in letter.findings))
+    shown, keys = keyed_labels(rows)  # a long id drawn as a key, written out under the chart
     bars = []
     for f in letter.findings:
         y = TOP + rows.index(f.allocation_id or "(none)") * ROW
@@ -729,13 +730,10 @@ def timeline(letter: Letter) -> dict[str, Any]:
         "width": WIDTH,
         "height": height,
         "rows": [
-            {
-                "label": r if len(r) <= 30 else r[:29] + "…",
-                "title": r,
-                "y": TOP + i * ROW + ROW / 2,
-            }
-            for i, r in enumerate(rows)
+            {"label": label, "title": r, "y": TOP + i * ROW + ROW / 2}
+            for i, (r, label) in enumerate(zip(rows, shown, strict=True))
         ],
+        "keys": keys,
         "bars": bars,
         "ticks": ticks,
         "axis_y": height - 8,

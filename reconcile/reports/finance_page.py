@@ -33,7 +33,7 @@ from reconcile.engine.result import BEARERS, Cell, Reconciliation
 from reconcile.engine.rules import SECOND
 from reconcile.reports.explain import BEARER_MEANING, explain, terms
 from reconcile.reports.numbers import HOUR_US, hours, number, percent
-from reconcile.reports.pages import environment
+from reconcile.reports.pages import environment, keyed_labels
 from schemas.money import Money
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -78,12 +78,19 @@ class Bar:
     key: str  # what the figure is, for a reader of the page's DOM (data-figure)
     segments: list[Segment] = field(default_factory=list)
     anchor: str | None = None  # a link to the table row it stands for
+    shown: str = ""  # the label as drawn (a long one as its key: pages.keyed_labels)
 
 
 @dataclass
 class Chart:
     title: str
     bars: list[Bar]
+    keys: list[tuple[str, str]] = field(default_factory=list)  # (key, whole label) under it
+
+    def __post_init__(self) -> None:
+        shown, self.keys = keyed_labels([bar.label for bar in self.bars])
+        for bar, text in zip(self.bars, shown, strict=True):
+            bar.shown = text
 
     @property
     def width(self) -> int:
