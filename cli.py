@@ -869,6 +869,7 @@ def reconcile_command(
     import ledger
     import reconcile
     import reconcile.reports.output as reconcile_render
+    from reconcile.packets.answers import stored_cell_answers
 
     limit = _decimal_option("--fail-on-disputed", fail_on)
     store = ledger.Store(db_url)
@@ -900,6 +901,7 @@ def reconcile_command(
             out if out is not None else stream,
             store.safe_url if db_url else None,
             None if period.open else period.label(),
+            stored_cell_answers(store, result.cells) if fmt == "html" else None,
         )
         if out is not None:
             click.echo(

@@ -34,7 +34,7 @@ from reconcile.engine.money import major_units
 from reconcile.engine.placement import NOT_AS_SOLD
 from reconcile.engine.result import Reconciliation
 from reconcile.engine.rules import CATEGORY_ORDER
-from reconcile.packets.answers import Asked, record_answers
+from reconcile.packets.answers import Asked, record_answers, stored_cell_answers
 from reconcile.packets.credit_note import build_credit_note, write_credit_note
 from reconcile.packets.diagnostic import write_packet
 from reconcile.packets.dispute import build_dispute, current_findings, verify_dispute
@@ -63,7 +63,7 @@ def run_demo_outputs(store: Store, out: Path, signer: Signer, verifier: Verifier
     """Reconcile, then write the reports, one dispute packet and one diagnostic packet."""
     result = reconcile_store(store)
     done = DemoOutputs(result)
-    for fmt in ("json", "csv", "parquet", "html"):
+    for fmt in ("json", "csv", "parquet"):
         path = out / f"reconcile.{fmt}"
         write(result, fmt, path)
         done.files.append(path)
@@ -72,6 +72,10 @@ def run_demo_outputs(store: Store, out: Path, signer: Signer, verifier: Verifier
     done.missed_promises = written.missed_promises
     done.reports = written.docs
     done.dispute = _dispute(store, out, signer, verifier, result, done.files)
+    # the finance page after the provider's answers, so that it shows them (the answers
+    # are not billing: the reconciliation stays as it was)
+    write(result, "html", out / "reconcile.html", answers=stored_cell_answers(store, result.cells))
+    done.files.append(out / "reconcile.html")
     if done.missed_promises:
         first = done.missed_promises[0]
         folder = out / f"packet-{first['promise_id']}"

@@ -15,6 +15,7 @@ INV-3's one finding is L5/idle_unexplained [12:01, 12:05), 480 GPU-s, 0.80 USD. 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -289,3 +290,54 @@ def test_a_hostile_reason_never_controls_the_letter_or_the_terminal(
     page = (folder / "INV-1.letter.html").read_text(encoding="utf-8")
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)" in page
     assert "\x1b" not in page
+
+
+def _finance_page(folder: Path, url: str) -> tuple[dict[str, str], dict[tuple[str, str], str]]:
+    """`reconcile --format html`: its figures (data-figure), and the largest findings'
+    answers by (line, category)."""
+    page = folder / "finance.html"
+    code, _, err = run("reconcile", "--db", url, "--format", "html", "--out", str(page))
+    assert code == 0, err
+    text = page.read_text(encoding="utf-8")
+    figures = dict(re.findall(r'data-figure="([^"]+)">([^<]*)<', text))
+    rows = re.findall(
+        r'<tr class="\w+" id="finding-\d+">.*?<td class="mono id"><bdi>([^<]*)</bdi></td>'
+        r"<td>(\w+)</td>.*?<td class=\"answer\"[^>]*>([^<]*)</td>",
+        text,
+    )
+    return figures, {(line, category): state for line, category, state in rows}
+
+
+def test_the_static_finance_page_shows_each_answer_and_what_was_accepted(
+    ledger: tuple[Path, str],
+) -> None:
+    """By hand, from the module's findings: INV-1's L1/stalled_fault accepted (2.60), L2
+    accepted in part (0.50 of 2.00), L1/idle_unexplained rejected, L3 not answered: 3.10
+    accepted, 1 of each state. INV-3's L5 accepted at 0.80, then a late progress mark makes
+    it 0.70: the answer is stale, the finding open, nothing accepted."""
+    folder, url = ledger
+    assert answer(folder, url, "INV-1", answers_file(folder / "a.json", *FIRST))[0] == 0
+    accept = {"line_id": "L5", "category": "idle_unexplained", "state": "accepted"}
+    assert answer(folder, url, "INV-3", answers_file(folder / "b.json", accept))[0] == 0
+    figures, answers = _finance_page(folder, url)
+    assert figures["headline-invoice/acme/INV-1/USD/accepted"] == "3.10"
+    assert figures["headline-invoice/acme/INV-1/USD/answered"] == (
+        "1 accepted · 1 partly · 1 rejected · 1 open"
+    )
+    assert figures["headline-invoice/acme/INV-3/USD/accepted"] == "0.80"
+    assert figures["headline-invoice/acme/INV-3/USD/answered"] == "1 accepted"
+    assert figures["headline/USD/accepted"] == "3.90 USD"  # 3.10 + 0.80
+    assert {k: answers[k] for k in [("L1", "stalled_fault"), ("L2", "unallocated")]} == {
+        ("L1", "stalled_fault"): "accepted",
+        ("L2", "unallocated"): "partly: 0.50 accepted",
+    }
+    assert answers[("L1", "idle_unexplained")] == "rejected"
+    assert answers[("L3", "double_billed")] == "open"
+    assert answers[("L5", "idle_unexplained")] == "accepted"
+    late = acme("job.progress", "r-late", "12:02:30", job_id="J3", step=2)
+    assert run("ingest", "--db", url, str(write_jsonl(folder / "late.jsonl", [late])))[0] == 0
+    figures, answers = _finance_page(folder, url)
+    assert figures["headline-invoice/acme/INV-3/USD/accepted"] == "0.00"
+    assert figures["headline-invoice/acme/INV-3/USD/answered"] == "1 open"
+    assert figures["headline/USD/accepted"] == "3.10 USD"
+    assert answers[("L5", "idle_unexplained")] == "open (the answer was to other figures)"

@@ -695,9 +695,9 @@ def test_the_letter_as_chromium_renders_it(folder: Path, tmp_path: Path, width: 
     )
     # each finding as shown equals the packet's claim and the hand-worked one
     shown = re.findall(
-        r'<section class="finding (\w+)" id="finding-(\d+)" data-amount="([^"]*)" '
+        r'<details class="finding (\w+)" id="finding-(\d+)" data-amount="([^"]*)" '
         r'data-category="(\w+)" data-state="open">'
-        r'.*?<dd class="amount">([^<]*)</dd>(.*?)</section>',
+        r'.*?<dd class="amount">([^<]*)</dd>(.*?)</div>\s*</details>',
         dom,
         re.S,
     )

@@ -51,3 +51,35 @@ def test_a_stall_split_by_the_billing_hour_is_one_finding() -> None:
     # the three progress entries of j1 show as one row, first and last
     runs = stall.cited_runs()
     assert len(runs) == 1 and (runs[0].first.seq, runs[0].last.seq) == (5, 9)
+
+
+def test_a_long_allocation_id_on_the_timeline_is_a_key_written_out_under_it() -> None:
+    """The timeline's label column holds 30 characters: a 40-character allocation id is
+    drawn as "[1] " and its first 25 characters and "…", and written out under the chart;
+    a short one is drawn whole, with no key."""
+    from dataclasses import replace
+
+    from reconcile.packets.letter import Letter, Totals, render_html
+
+    h = "2026-01-05T{}:00Z"
+    long_id = "alloc-" + "x" * 34
+    findings = merge_stretches(
+        [
+            replace(
+                finding("L1", "stalled_fault", h.format("10:00"), h.format("10:10"), "1", [1]),
+                allocation_id=long_id,
+                rule_place="RULES.md",
+            ),
+            replace(
+                finding("L2", "stalled_fault", h.format("10:20"), h.format("10:30"), "1", [2]),
+                rule_place="RULES.md",
+            ),
+        ]
+    )
+    page = render_html(Letter("acme", "INV-1", "k", 1, 2, 2, 0, [Totals("USD")], findings))
+    assert f"<title>{long_id}</title>[1] {long_id[:25]}…</text>" in page
+    assert "<title>A1</title>A1</text>" in page
+    assert (
+        '<ul class="chart-keys"><li><span class="key">[1]</span> '
+        f'<span class="mono"><bdi>{long_id}</bdi></span></li></ul>'
+    ) in page

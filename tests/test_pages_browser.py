@@ -267,3 +267,213 @@ def test_on_paper_nothing_is_cut(pages: dict[str, Any], driver: Any, name: str) 
         assert driver.execute_script("return document.querySelectorAll('[title]').length") == 0
     finally:
         driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})
+
+
+# -- the letter of a demo-sized dispute -------------------------------------------------
+
+#: How tall the letter of the demo's disputes may be at 1366 px, in screens (the window's
+#: inner height). The first screen answers the customer's question (the sentence, the
+#: request, the totals); the second the summary (per category, the five largest); the rest is
+#: one line per finding (acme: 47, about 27 px each) and one row per allocation of the
+#: placement claims (acme: 8 rows for 43 lines), everything else folded. Before the folds,
+#: acme's letter was 16,599 px: 22 screens of 757 px.
+LETTER_SCREENS = 4
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """`gpuledger demo`, then acme's dispute of its January invoice (the README's): two
+    letters of demo size, acme's (open findings, placement claims on 43 lines) and the one
+    the demo writes for deltaml (with the provider's answers)."""
+    out = tmp_path_factory.mktemp("demo")
+    runner = CliRunner()
+    for args in (
+        ["demo", "--out", str(out)],
+        [
+            "dispute",
+            "--db",
+            f"sqlite:///{out / 'gpuledger.db'}",
+            "--tenant",
+            "acme",
+            "--invoice",
+            "INV-202601-acme",
+            "--key",
+            str(out / "demo-key"),
+            "--out",
+            str(out / "acme.json"),
+        ],
+    ):
+        result = runner.invoke(main, args, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+    [deltaml] = out.glob("dispute-deltaml-*.json")
+    return {"acme": out / "acme.json", "deltaml": deltaml}
+
+
+def _usd(amount: Decimal) -> str:
+    """Money as the pages write it: cents, half-even, thousands grouped."""
+    return f"{amount.quantize(Decimal('0.01'), rounding='ROUND_HALF_EVEN'):,.2f} USD"
+
+
+def _asked(packet: dict[str, Any]) -> tuple[str, str, str, str]:
+    """By hand from the packet's JSON: what the letter asks (the claims added up, the
+    placement claims added up exact and rounded once, both) and by when (30 days after the
+    invoice's last billed period ends)."""
+    from datetime import datetime, timedelta
+
+    claimed = sum((Decimal(c["amount"]) for c in packet["claims"]), Decimal(0))
+    placed = sum((Decimal(p["amount_exact"]) for p in packet["placement_claims"]), Decimal(0))
+    last = max(line["period_end"] for line in packet["findings"]["lines"])
+    due = datetime.fromisoformat(last.replace("Z", "+00:00")) + timedelta(days=30)
+    return _usd(claimed + placed), _usd(claimed), _usd(placed), due.date().isoformat()
+
+
+@pytest.mark.parametrize("tenant", ["acme", "deltaml"])
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_demo_sized_letter_is_short_and_says_it_first(
+    demo: dict[str, Path], driver: Any, tenant: str, width: int
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    packet = json.loads(demo[tenant].read_text())
+    _open(driver, demo[tenant].with_suffix(".letter.html"), width)
+    _no_sideways_scroll(driver)
+    assert driver.execute_script(_OVERFLOWING) == []
+    assert _ids_one_char_wide(driver) == []
+    screen = driver.execute_script("return window.innerHeight")
+    # the request, its figures the packet's, on the first screen at either width
+    total, claimed, placed, due = _asked(packet)
+    request = driver.find_element(By.ID, "request")
+    assert request.rect["y"] + request.rect["height"] <= screen
+    assert " ".join(request.text.split()) == (
+        f"Please credit {total} ({claimed} disputed below and {placed} for placement not as "
+        f"sold) against invoice {packet['invoice_id']} by {due}, or answer each finding below "
+        "with the evidence you rely on."
+    )
+    if width < 1366:
+        return
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    assert height <= LETTER_SCREENS * screen, f"{height} px > {LETTER_SCREENS} x {screen}"
+    figures = driver.find_element(By.ID, "totals")
+    assert figures.rect["y"] + figures.rect["height"] <= screen
+    assert (_figure(driver, "claimed"), _figure(driver, "placement")) == (claimed, placed)
+    # the summary: per category and bearer, the packet's claims added up
+    by_category: dict[str, Decimal] = {}
+    for c in packet["claims"]:
+        key = f"USD/{c['category']}/{c['bearer']}"
+        by_category[key] = by_category.get(key, Decimal(0)) + Decimal(c["amount"])
+    shown = driver.execute_script(
+        "return Object.fromEntries(Array.from(document.querySelectorAll("
+        "'[data-category-amount]')).map(e => [e.dataset.categoryAmount, e.textContent]))"
+    )
+    assert shown == {key: _usd(amount) for key, amount in by_category.items()}
+    # every finding is one line, folded, and all of them add up to the claims
+    amounts = driver.execute_script(
+        "return Array.from(document.querySelectorAll('details.finding'))"
+        ".map(d => [d.dataset.amount, d.open, d.querySelector('summary').offsetHeight])"
+    )
+    assert sum(Decimal(a) for a, _, _ in amounts) == sum(
+        Decimal(c["amount"]) for c in packet["claims"]
+    )
+    assert not any(opened for _, opened, _ in amounts)
+    assert max(tall for _, _, tall in amounts) < 2 * 24  # one line of 15 px text
+    # the placement claims, one row per allocation: its lines' exact claims, rounded once
+    groups: dict[str, Decimal] = {}
+    for p in packet["placement_claims"]:
+        groups[p["allocation_id"]] = groups.get(p["allocation_id"], Decimal(0)) + Decimal(
+            p["amount_exact"]
+        )
+    rows = driver.execute_script(
+        "return Object.fromEntries(Array.from(document.querySelectorAll("
+        "'[data-placement-group]')).map(e => [e.dataset.placementGroup, e.textContent]))"
+    )
+    assert rows == {allocation: _usd(amount) for allocation, amount in groups.items()}
+    # a link from the summary opens the finding it names (no script: the browser reveals it)
+    link = driver.find_element(By.CSS_SELECTOR, "#largest a")
+    number = link.text
+    link.click()
+    assert driver.execute_script(f"return document.getElementById('finding-{number}').open")
+
+
+#: Every element whose content is wider than its box, other than a scroll box on purpose
+#: (page.css: a table, a chart) and SVG's insides.
+_OVERFLOWING = """
+return Array.from(document.querySelectorAll('body *')).filter(e => {
+  if (e.closest('svg') || e.clientWidth === 0) return false;
+  const x = getComputedStyle(e).overflowX;
+  return x !== 'auto' && x !== 'scroll' && e.scrollWidth > e.clientWidth + 1;
+}).map(e => e.tagName + '.' + e.className + ' ' + e.scrollWidth + '>' + e.clientWidth);
+"""
+
+
+@pytest.mark.parametrize("tenant", ["acme", "deltaml"])
+def test_a_demo_sized_letter_on_paper_prints_every_fold(
+    demo: dict[str, Path], driver: Any, tenant: str
+) -> None:
+    """As test_on_paper_nothing_is_cut, on the demo's letters: every finding, rule, piece of
+    evidence and placement line is drawn, none only in a hover title."""
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
+    try:
+        _open(driver, demo[tenant].with_suffix(".letter.html"), 718)
+        assert driver.execute_script(_CUT_IN_PRINT) == []
+        _no_sideways_scroll(driver)
+        assert driver.execute_script("return document.querySelectorAll('[title]').length") == 0
+        lines = driver.execute_script(
+            "return Array.from(document.querySelectorAll('tr.placement'))"
+            ".filter(r => r.getBoundingClientRect().height > 0).length"
+        )
+        assert lines == len(json.loads(demo[tenant].read_text())["placement_claims"])
+    finally:
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})
+
+
+# -- chart labels: a long one is a key, written out under its chart ------------------------
+
+LONG_INVOICE = "INV-2026-01-acme-research-cluster-east"
+
+
+@pytest.fixture(scope="module")
+def long_labels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One 1-GPU hour billed 3.60 on an invoice whose chart label, `acme / ` and its id,
+    is 45 characters: more than a chart's label column holds (30)."""
+    tmp = tmp_path_factory.mktemp("long")
+    s = Scenario()
+    s.grant("A1", gpus=1, at="10:00")
+    s.release("A1", at="11:00")
+    s.line("L1", "A1", "10:00", "11:00", gpus=1, amount="3.60", invoice=LONG_INVOICE)
+    store = Store(f"sqlite:///{tmp / 'ledger.db'}")
+    store.init()
+    ingest(store, s.events)
+    url = str(store.url)
+    store.close()
+    args = ["reconcile", "--db", url, "--format", "html", "--out", str(tmp / "finance.html")]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return tmp / "finance.html"
+
+
+@pytest.mark.parametrize(("media", "width"), [("screen", 420), ("screen", 1366), ("print", 718)])
+def test_a_long_chart_label_is_written_out_under_its_chart(
+    long_labels: Path, driver: Any, width: int, media: str
+) -> None:
+    driver.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia", {"media": "" if media == "screen" else "print"}
+    )
+    try:
+        _open(driver, long_labels, width)
+        _no_sideways_scroll(driver)
+        labels = driver.execute_script(
+            "return Array.from(document.querySelectorAll('svg.bars .bar-label'))"
+            ".map(t => t.childNodes[0].textContent)"
+        )
+        # by hand: "[1] " and the label's first 25 characters and "…": 30 characters
+        label = f"acme / {LONG_INVOICE}"
+        assert f"[1] {label[:25]}…" in labels and all(len(text) <= 30 for text in labels)
+        keys = driver.execute_script(
+            "return Array.from(document.querySelectorAll('ul.chart-keys li'))"
+            ".filter(li => li.getBoundingClientRect().height > 0).map(li => li.textContent)"
+        )
+        # the per-invoice charts (money, and provider-borne and disputed) each have its key
+        assert keys == [f"[1] {label}", f"[1] {label}"]
+        assert driver.execute_script(_OVERFLOWING) == []
+    finally:
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})

@@ -39,6 +39,8 @@ from pydantic import ValidationError
 
 from ledger import Appender, Store, read
 from ledger.note import Signer, Verifier
+from reconcile.packets.claims import finding_figures
+from reconcile.reports.finance_page import Answers, FindingAnswer
 from schemas import Accepted, Origin, canonical, format_utc, validate_event
 from schemas.errors import BadInput
 from schemas.records import field_path
@@ -349,6 +351,57 @@ def states(answers: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any
     return {(a["line_id"], a["category"]): a for a in answers if a["status"] != "superseded"}
 
 
+def short_state(answer: dict[str, Any] | None) -> str:
+    """A finding's state as the finance pages show it (served and static): the provider's
+    current answer, accepted, rejected or partly (with its amount); open when none, or
+    when the answer was given to other figures than the finding's now (stale)."""
+    if answer is None:
+        return "open"
+    if answer["status"] == "stale":
+        return "open (the answer was to other figures)"
+    if answer["state"] == "partly":
+        return f"partly: {answer['amount']} accepted"
+    return str(answer["state"])
+
+
+def cell_answers(entries: Iterable[Any], cells: Iterable[Any]) -> Answers:
+    """Each finding's answer as the finance page shows it, by (tenant, invoice, line_id,
+    category), for the provider-borne and disputed cells of a reconciliation (`Cell`s) and
+    the stored `dispute.answer` entries of their tenants (rules 1 to 3, as `derive_answers`
+    applies them). A finding's figures are its cell's (claims.finding_figures), so whether
+    an answer is stale is told without recomputing the claims' stretches and citations."""
+    by_tenant: dict[str, list[Any]] = {}
+    for entry in entries:
+        by_tenant.setdefault(str(entry.tenant), []).append(entry)
+    findings: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for cell in cells:
+        if cell.bearer in ("provider", "disputed"):
+            findings.setdefault((cell.tenant, cell.invoice_id), []).append(
+                {
+                    "line_id": cell.line_id,
+                    "category": cell.category,
+                    **finding_figures(cell.gpu_us, cell.cents, cell.minor, cell.currency),
+                }
+            )
+    found: Answers = {}
+    for (tenant, invoice), claims in findings.items():
+        answered = by_tenant.get(tenant)
+        if not answered:
+            continue
+        current = states(derive_answers(answered, invoice, claims))
+        for (line_id, category), answer in current.items():
+            state = answer["state"] if answer["status"] == "current" else "open"
+            found[(tenant, invoice, line_id, category)] = FindingAnswer(
+                state, short_state(answer), accepted_amount(answer)
+            )
+    return found
+
+
+def stored_cell_answers(store: Store, cells: Iterable[Any]) -> Answers:
+    """`cell_answers` of the answers stored in `store`."""
+    return cell_answers(read.entries(store, type=ANSWER_TYPE), cells)
+
+
 def accepted_amount(answer: dict[str, Any]) -> Decimal:
     """The money a current answer accepts: the finding's, or the part."""
     if answer["status"] != "current" or answer["state"] == "rejected":
@@ -365,10 +418,13 @@ __all__ = [
     "Recorded",
     "accepted_amount",
     "answer_problems",
+    "cell_answers",
     "derive_answers",
     "finding_key",
     "read_answer_file",
     "record_answers",
+    "short_state",
     "signature_problem",
     "states",
+    "stored_cell_answers",
 ]

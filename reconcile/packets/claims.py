@@ -223,11 +223,20 @@ def _claim(
         "allocation_id": allocation_id,
         "category": kind.category,
         "bearer": kind.bearer,
-        "gpu_seconds": gpu_seconds(int(gpu_us)),
-        "amount": str(Money.of(int(cents), int(minor))),
-        "currency": currency,
+        **finding_figures(int(gpu_us), int(cents), int(minor), currency),
         "stretches": [[iso(s), iso(e), g] for s, e, g in stretches],
         "cites": sorted(cites),
+    }
+
+
+def finding_figures(gpu_us: int, cents: int, minor: int, currency: str | None) -> dict[str, Any]:
+    """A finding's figures from its cell (the engine's money table, or a reconciliation's
+    `Cell`): its GPU-seconds, amount and currency, as a claim holds them and an answer
+    records them (reconcile/packets/answers.py, rule 1)."""
+    return {
+        "gpu_seconds": gpu_seconds(gpu_us),
+        "amount": str(Money.of(cents, minor)),
+        "currency": currency,
     }
 
 

@@ -23,7 +23,7 @@ from reconcile.engine.rules import CATEGORY_ORDER
 from reconcile.engine.rules_text import RulesPageError, category_rules
 from reconcile.packets.answers import states
 from reconcile.packets.dispute import VerifiedPacket, verify_dispute
-from reconcile.reports.pages import environment
+from reconcile.reports.pages import environment, keyed_labels
 from schemas.display import terminal_safe
 from schemas.documents.bundle import Entry
 from schemas.money import Money, minor_unit
@@ -176,6 +176,33 @@ class PlacementFinding:
     currency: str
     links: str  # the captures' links between the allocation's GPUs, e.g. "NODE 2 · NV18 4"
     cited: list[Cited]
+    amount_exact: str = ""  # the claim before rounding (`amount` is it rounded)
+
+
+@dataclass(frozen=True)
+class PlacementGroup:
+    """The placement claims of one allocation (in one currency), one row of the letter's
+    summary: its lines are folded under it."""
+
+    allocation_id: str | None
+    currency: str
+    lines: int
+    links: str  # each distinct links text of its lines, "; " between
+    shares: str  # each distinct share, ", " between
+    customer_amount: Decimal  # the lines' customer-borne amounts, added up exact
+    amount: Decimal  # the lines' claims, added up exact (shown rounded once, as the total)
+
+
+@dataclass(frozen=True)
+class CategoryRow:
+    """One row of the letter's summary: the findings of one category and bearer in one
+    currency, their count and amounts (as shown on each finding) added up."""
+
+    currency: str
+    category: str
+    bearer: str
+    findings: int
+    amount: Decimal
 
 
 @dataclass
@@ -240,6 +267,14 @@ def _joined_stretches(
             out.append((s, e, g))
     return out
 
+
+#: How many findings the summary lists, the largest first (the rest are folded under it).
+LARGEST_SHOWN = 5
+
+#: The timeline is drawn open up to this many rows (allocations); beyond, it is folded under
+#: a line that says how many findings on how many allocations over which days (it is
+#: printed open either way).
+TIMELINE_OPEN_ROWS = 8
 
 #: How long the provider is asked to take to credit the claim, after the invoice's last
 #: billed period.
@@ -320,6 +355,53 @@ class Letter:
     def largest(self) -> list[Finding]:
         """The findings, the largest amount first (ties: in time order)."""
         return sorted(self.findings, key=lambda f: (-Decimal(f.amount), f.number))
+
+    def by_category(self) -> list[CategoryRow]:
+        """The summary: per currency, one row per category and bearer, in the engine's
+        category order (their amounts add up to the currency's "we dispute")."""
+        rows: dict[tuple[str, str, str], CategoryRow] = {}
+        for f in self.findings:
+            key = (f.currency, f.category, f.bearer)
+            row = rows.get(key) or CategoryRow(f.currency, f.category, f.bearer, 0, Decimal(0))
+            rows[key] = replace(
+                row, findings=row.findings + 1, amount=row.amount + Decimal(f.amount)
+            )
+        return sorted(
+            rows.values(),
+            key=lambda r: (r.currency, CATEGORY_ORDER.index(r.category), r.bearer),
+        )
+
+    def totals_of(self, currency: str) -> Totals:
+        """The totals of `currency` (which formats its amounts)."""
+        return next(t for t in self.totals if t.currency == currency)
+
+    def placement_rows_total(self, currency: str) -> Decimal:
+        """The summary's rows of `currency` as shown (each rounded once), added up: it can
+        differ by a cent or so from the claim, the lines' exact sum rounded once."""
+        totals = self.totals_of(currency)
+        return sum(
+            (totals.rounded(g.amount) for g in self.placement_groups() if g.currency == currency),
+            Decimal(0),
+        )
+
+    def placement_groups(self) -> list[PlacementGroup]:
+        """The placement claims grouped by allocation and currency, in the order of their
+        first line (ledger order): the summary's rows, each line folded under its row."""
+        groups: dict[tuple[str | None, str], list[PlacementFinding]] = {}
+        for p in self.placements:
+            groups.setdefault((p.allocation_id, p.currency), []).append(p)
+        return [
+            PlacementGroup(
+                allocation,
+                currency,
+                len(lines),
+                "; ".join(dict.fromkeys(p.links or "none" for p in lines)),
+                ", ".join(dict.fromkeys(p.share for p in lines)),
+                sum((Decimal(p.customer_amount) for p in lines), Decimal(0)),
+                sum((Decimal(p.amount_exact or p.amount) for p in lines), Decimal(0)),
+            )
+            for (allocation, currency), lines in groups.items()
+        ]
 
     placements: list[PlacementFinding] = field(default_factory=list)
     placement_rule: str = ""  # RULES.md 13's words on the claim
@@ -526,6 +608,7 @@ def _placement(claim: dict[str, Any], entries: dict[int, Entry]) -> PlacementFin
         claim["currency"] or "",
         " · ".join(f"{name} {count}" for name, count in sorted(links.items())),
         [_cited(entry) for entry in cited],
+        claim["amount_exact"],
     )
 
 
@@ -594,7 +677,9 @@ def summary(letter: Letter) -> str:
 
 def render_html(letter: Letter) -> str:
     env = environment(TEMPLATES, trim_blocks=True, lstrip_blocks=True)
-    return env.get_template("letter.html.j2").render(letter=letter, tl=timeline(letter), why=WHY)
+    return env.get_template("letter.html.j2").render(
+        letter=letter, tl=timeline(letter), why=WHY, largest_shown=LARGEST_SHOWN
+    )
 
 
 def write_letter(letter: Letter, path: Path) -> None:
@@ -621,11 +706,12 @@ def timeline(letter: Letter) -> dict[str, Any]:
     """One row per allocation with findings; each finding's stretches as bars on a common
     time axis, in SVG user units (the page draws them with no script)."""
     if not letter.findings:
-        return {"width": WIDTH, "height": 0, "rows": [], "bars": [], "ticks": []}
+        return {"width": WIDTH, "height": 0, "rows": [], "bars": [], "ticks": [], "keys": []}
     t0 = min(parse_time(f.start) for f in letter.findings)
     t1 = max(parse_time(f.end) for f in letter.findings)
     span, plot = max(1, t1 - t0), WIDTH - LEFT - RIGHT
     rows = list(dict.fromkeys(f.allocation_id or "(none)" for f in letter.findings))
+    shown, keys = keyed_labels(rows)  # a long id drawn as a key, written out under the chart
     bars = []
     for f in letter.findings:
         y = TOP + rows.index(f.allocation_id or "(none)") * ROW
@@ -656,16 +742,15 @@ def timeline(letter: Letter) -> dict[str, Any]:
         "width": WIDTH,
         "height": height,
         "rows": [
-            {
-                "label": r if len(r) <= 30 else r[:29] + "…",
-                "title": r,
-                "y": TOP + i * ROW + ROW / 2,
-            }
-            for i, r in enumerate(rows)
+            {"label": label, "title": r, "y": TOP + i * ROW + ROW / 2}
+            for i, (r, label) in enumerate(zip(rows, shown, strict=True))
         ],
+        "keys": keys,
         "bars": bars,
         "ticks": ticks,
         "axis_y": height - 8,
+        "open": len(rows) <= TIMELINE_OPEN_ROWS,
+        "days": f"{(iso(t0) or '')[:10]} → {(iso(t1) or '')[:10]}",
     }
 
 

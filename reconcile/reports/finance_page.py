@@ -33,7 +33,7 @@ from reconcile.engine.result import BEARERS, Cell, Reconciliation
 from reconcile.engine.rules import SECOND
 from reconcile.reports.explain import BEARER_MEANING, explain, terms
 from reconcile.reports.numbers import HOUR_US, hours, number, percent
-from reconcile.reports.pages import environment
+from reconcile.reports.pages import environment, keyed_labels
 from schemas.money import Money
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -78,12 +78,19 @@ class Bar:
     key: str  # what the figure is, for a reader of the page's DOM (data-figure)
     segments: list[Segment] = field(default_factory=list)
     anchor: str | None = None  # a link to the table row it stands for
+    shown: str = ""  # the label as drawn (a long one as its key: pages.keyed_labels)
 
 
 @dataclass
 class Chart:
     title: str
     bars: list[Bar]
+    keys: list[tuple[str, str]] = field(default_factory=list)  # (key, whole label) under it
+
+    def __post_init__(self) -> None:
+        shown, self.keys = keyed_labels([bar.label for bar in self.bars])
+        for bar, text in zip(self.bars, shown, strict=True):
+            bar.shown = text
 
     @property
     def width(self) -> int:
@@ -106,6 +113,7 @@ class Finding:
     currency: str
     command: str
     same_as: int = 0  # the finding (1-based) whose row gives the same command, 0: this one
+    answer: str = "open"  # the provider's answer (answers.short_state)
 
 
 # -- stacking -----------------------------------------------------------------------
@@ -233,6 +241,30 @@ def _currency(cell: Cell) -> str:
 OWED_BY = ("provider", "disputed")
 
 
+@dataclass(frozen=True)
+class FindingAnswer:
+    """A finding's answer as the page shows it. Made by reconcile/packets/answers.py
+    (`cell_answers`), where the answers' rules live; the page only shows it."""
+
+    state: str  # accepted, partly, rejected, or open (no answer, or one to other figures)
+    text: str  # as the served pages say it: "partly: 1.20 accepted"
+    accepted: Decimal  # the money the answer accepts (0 unless accepted or partly, current)
+
+
+#: The provider's answers to findings, by (tenant, invoice, line, category)
+Answers = dict[tuple[str, str, str, str], FindingAnswer]
+#: The states of a finding the page counts, in this order
+ANSWER_ORDER = ("accepted", "partly", "rejected", "open")
+
+
+UNANSWERED = FindingAnswer("open", "open", Decimal(0))
+
+
+def _answer(answers: Answers | None, cell: Cell) -> FindingAnswer:
+    key = (cell.tenant, cell.invoice_id, cell.line_id, cell.category)
+    return (answers or {}).get(key, UNANSWERED)
+
+
 @dataclass
 class Figures:
     hours_by_day: dict[str, Stack] = field(
@@ -356,9 +388,13 @@ def dispute_command(tenant: str, invoice_id: str, db: str | None = None) -> str:
 
 
 def largest_findings(
-    result: Reconciliation, db: str | None = None, count: int = LARGEST_FINDINGS
+    result: Reconciliation,
+    db: str | None = None,
+    count: int = LARGEST_FINDINGS,
+    answers: Answers | None = None,
 ) -> list[Finding]:
-    """The line categories with the most provider-borne or disputed money."""
+    """The line categories with the most provider-borne or disputed money, each with the
+    provider's answer (`answers`: answers.cell_answers)."""
     cells = sorted(
         (c for c in result.cells if c.bearer in OWED_BY and c.cents > 0),
         key=lambda c: (-c.cents, c.tenant, c.invoice_id, c.line_id, c.label),
@@ -379,6 +415,7 @@ def largest_findings(
                 _currency(c),
                 dispute_command(c.tenant, c.invoice_id, db),
                 first.get(key, 0),
+                _answer(answers, c).text,
             )
         )
         first.setdefault(key, index)
@@ -451,14 +488,30 @@ class Headline:
     in_dispute: int = 0
     tenant: str = ""
     invoice_id: str = ""
+    accepted: int = 0  # what the provider's current answers accept, in minor units
+    #: the findings (line and category) by their answer's state: accepted, partly,
+    #: rejected, open (no answer, or one to other figures)
+    answered: dict[str, int] = field(default_factory=dict)
 
-    def add(self, cell: Cell) -> None:
+    def add(self, cell: Cell, answers: Answers | None = None) -> None:
         self.minor = cell.minor
         self.billed += cell.cents
         if cell.bearer == "provider":
             self.credit_due += cell.cents
         elif cell.bearer == "disputed":
             self.in_dispute += cell.cents
+        if answers is None or cell.bearer not in OWED_BY:
+            return
+        answer = _answer(answers, cell)
+        self.answered[answer.state] = self.answered.get(answer.state, 0) + 1
+        self.accepted += int(answer.accepted.scaleb(cell.minor))
+
+    def answered_text(self) -> str:
+        """The findings by state, in ANSWER_ORDER: "3 accepted · 1 rejected · 2 open"."""
+        return (
+            " · ".join(f"{self.answered[s]} {s}" for s in ANSWER_ORDER if self.answered.get(s))
+            or "none"
+        )
 
     def shown(self, cents: int) -> str:
         return Money.of(cents, self.minor).grouped()
@@ -476,7 +529,7 @@ class Headlines:
     months: dict[str, list[Headline]]  # currency -> its months, oldest first
 
 
-def headlines(result: Reconciliation) -> Headlines:
+def headlines(result: Reconciliation, answers: Answers | None = None) -> Headlines:
     """Per currency, per invoice and per month (UTC, of each line's billed interval start):
     billed, credit due and in dispute. Cells' cents add up to each line's rounded amount, so
     these are the invoices' own rounded figures, added."""
@@ -485,14 +538,14 @@ def headlines(result: Reconciliation) -> Headlines:
     per_month: dict[tuple[str, str], Headline] = {}
     for cell in result.cells:
         cur = _currency(cell)
-        per_currency.setdefault(cur, Headline(cur, cur, cell.minor)).add(cell)
+        per_currency.setdefault(cur, Headline(cur, cur, cell.minor)).add(cell, answers)
         key = (cell.tenant, cell.invoice_id, cur)
         per_invoice.setdefault(
             key,
             Headline(
                 cell.invoice_id, cur, cell.minor, tenant=cell.tenant, invoice_id=cell.invoice_id
             ),
-        ).add(cell)
+        ).add(cell, answers)
         month = _day(cell.ps)[:7] if cell.ps is not None else "no period"
         per_month.setdefault((cur, month), Headline(month, cur, cell.minor)).add(cell)
     months: dict[str, list[Headline]] = defaultdict(list)
@@ -512,19 +565,27 @@ def rule_html(text: str) -> str:
     return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", escaped)
 
 
-def render_page(result: Reconciliation, db: str | None = None, period: str | None = None) -> str:
+def render_page(
+    result: Reconciliation,
+    db: str | None = None,
+    period: str | None = None,
+    answers: Answers | None = None,
+) -> str:
+    """Finance's page; with `answers` (answers.cell_answers of the store's answers), each
+    finding's answer, and per currency and invoice the amount the provider accepted."""
     env = environment(TEMPLATES, trim_blocks=True, lstrip_blocks=True)
     env.filters["rule"] = rule_html
     env.globals.update(hours=hours, Money=Money, number=number, safe_name=safe_name)
     return env.get_template("finance.html.j2").render(
-        headlines=headlines(result),
+        headlines=headlines(result, answers),
+        answered=answers is not None,
         period=period,
         invoices=result.invoices(),
         tenants=tenant_rows(result),
         charts=charts(result),
         placement=placement_rows(result),
         placement_states=STATES,
-        findings=largest_findings(result, db),
+        findings=largest_findings(result, db, answers=answers),
         colours=COLOURS,
         categories=[t for t in terms() if t in COLOURS],
         meanings={t: explain(t) for t in terms()},

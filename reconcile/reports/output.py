@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from rich.table import Column, Table
 
 from reconcile.engine.result import InvoiceTotal, Reconciliation
-from reconcile.reports.finance_page import render_page
+from reconcile.reports.finance_page import Answers, render_page
 from reconcile.reports.numbers import hours
 from reconcile.reports.numbers import number as grouped
 from schemas.display import FIGURE_RE2, FORMULA_STARTS, DataTable
@@ -115,14 +115,16 @@ def write(
     out: IO[str] | Path,
     db: str | None = None,
     period: str | None = None,
+    answers: Answers | None = None,
 ) -> None:
     """JSON or HTML (finance's page; `db` goes into its commands, `period` (the period's
-    label, when one was asked for) into its heading) to a stream or file; CSV
+    label, when one was asked for) into its heading, `answers` (the provider's answers to
+    the findings, answers.cell_answers) beside them) to a stream or file; CSV
     and Parquet (one row per line and category) to a file or (CSV) a stream. CSV and
     Parquet are for spreadsheets: a text cell that starts like a formula is prefixed `'`
     (`for_spreadsheets`); JSON is exact."""
     if fmt in ("json", "html"):
-        text = result.json_text() if fmt == "json" else _page(result, db, period)
+        text = result.json_text() if fmt == "json" else render_page(result, db, period, answers)
         if isinstance(out, Path):
             out.write_text(text)
         else:
@@ -208,7 +210,3 @@ def _write_parts(
     finally:
         if writer is not None:
             writer.close()
-
-
-def _page(result: Reconciliation, db: str | None, period: str | None = None) -> str:
-    return render_page(result, db, period)

@@ -67,3 +67,27 @@ def environment(templates: Path, **options: Any) -> jinja2.Environment:
     env.filters["bdi"] = bdi
     env.globals["page_css"] = page_css()
     return env
+
+
+#: How many characters of a label a chart's label column holds (12 px text in about 210
+#: user units: the finance page's bars, the letter's timeline).
+LABEL_CHARS = 30
+
+
+def keyed_labels(
+    labels: list[str], room: int = LABEL_CHARS
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """Each label as a chart draws it, and the chart's key: a label longer than `room`
+    characters is drawn as a numbered key and its first characters (`[1] acme / INV-20…`)
+    and is written out whole in the key under the chart, so that no label is only in a
+    hover title (the page and paper show the key; the SVG `<title>` still holds it)."""
+    shown: list[str] = []
+    keys: list[tuple[str, str]] = []
+    for label in labels:
+        if len(label) <= room:
+            shown.append(label)
+            continue
+        key = f"[{len(keys) + 1}]"
+        shown.append(f"{key} {label[: room - len(key) - 2]}…")
+        keys.append((key, label))
+    return shown, keys

@@ -22,7 +22,7 @@ import reconcile
 from ledger import read
 from ledger.tokens import TokenInfo
 from reconcile.engine.pipeline import Pipeline
-from reconcile.packets.answers import ANSWER_TYPE, derive_answers, states
+from reconcile.packets.answers import ANSWER_TYPE, derive_answers, short_state, states
 from reconcile.packets.claims import claims
 from reconcile.serve.filters import Filters
 
@@ -108,7 +108,7 @@ def tenant_findings(request: Request, tenant: str) -> list[dict[str, Any]]:
                             "tenant": tenant,
                             "invoice_id": invoice,
                             "placement_class": classes.get(claim["allocation_id"], "whole"),
-                            "answer": answer_state(
+                            "answer": short_state(
                                 answers.get((claim["line_id"], claim["category"]))
                             ),
                         }
@@ -119,19 +119,6 @@ def tenant_findings(request: Request, tenant: str) -> list[dict[str, Any]]:
         tenant, ("findings", tenant), compute
     )
     return answer
-
-
-def answer_state(answer: dict[str, Any] | None) -> str:
-    """A finding's state as the pages show it (reconcile/packets/answers.py): the provider's
-    current answer, accepted, rejected or partly (with its amount); open when none, or
-    when the answer was given to other figures than the finding's now (stale)."""
-    if answer is None:
-        return "open"
-    if answer["status"] == "stale":
-        return "open (the answer was to other figures)"
-    if answer["state"] == "partly":
-        return f"partly: {answer['amount']} accepted"
-    return str(answer["state"])
 
 
 def _line_periods(lines: list[dict[str, Any]]) -> dict[tuple[str, str], str | None]:
