@@ -49,6 +49,25 @@ TENANT_TYPES = frozenset(
 )
 
 
+#: The CloudEvents source schemes of the provider's own collectors (its scheduler, DCGM
+#: exporter, billing export, bindings, answers). An event is keyed by (source, id, tenant),
+#: so a tenant writing under one of them could take the key of an event the provider will
+#: write about that tenant (its device counters, a grant, a line) and have it quarantined
+#: as a conflict: a tenant's source may not use them.
+PROVIDER_SCHEMES = frozenset(
+    {
+        "slurm",
+        "kueue",
+        "k8s",
+        "dcgm-exporter",
+        "focus",
+        "gpu-binding",
+        "scheduler",
+        "gpuledger-answer",
+    }
+)
+
+
 class OwnerError(BadInput, ValueError):
     """An owner that is neither `provider` nor `tenant:NAME`."""
 
@@ -83,6 +102,14 @@ class Owner(NamedTuple):
                 "is the provider's to write); ingest it with --owner provider if it is",
                 record.body,
             )
+        scheme = record.source.split("://", 1)[0] if "://" in record.source else None
+        if scheme in PROVIDER_SCHEMES:
+            return Rejected(
+                record.origin,
+                "source",
+                f"a source of {self} may not write under the provider's {scheme}:// sources",
+                record.body,
+            )
         if record.tenant != self.tenant:
             return Rejected(
                 record.origin,
@@ -103,4 +130,4 @@ def owned(records: Iterable[Record], owner: Owner) -> Iterator[Record]:
         yield record if refused is None else refused
 
 
-__all__ = ["PROVIDER", "TENANT_TYPES", "Owner", "OwnerError", "owned"]
+__all__ = ["PROVIDER", "PROVIDER_SCHEMES", "TENANT_TYPES", "Owner", "OwnerError", "owned"]

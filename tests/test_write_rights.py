@@ -19,7 +19,7 @@ from ingest import IngestError, extract
 from ledger import Appender, Store, verify_ledger
 from ledger.tables import entries, metadata, quarantine
 from schemas import Accepted, Origin, Rejected, validate_event
-from schemas.owners import TENANT_TYPES, Owner, OwnerError
+from schemas.owners import PROVIDER_SCHEMES, TENANT_TYPES, Owner, OwnerError
 from tests.conftest import event, progress, run_cli, write_jsonl
 from tests.test_ingest_dcgm_stats import header, table
 
@@ -318,6 +318,25 @@ def test_no_tenant_can_make_another_tenants_event_a_conflict_or_a_duplicate(
         f"{changed}:1: id: event 'p1' from 'test://fleet' is already in the ledger"
     )
     assert verify_ledger(Store(db_url)).ok
+
+
+@pytest.mark.parametrize("scheme", sorted(PROVIDER_SCHEMES))
+def test_a_tenant_cannot_take_the_key_of_what_the_provider_will_write_about_it(
+    tmp_path: Path, db_url: str, scheme: str
+) -> None:
+    """An event is keyed by (source, id, tenant): a tenant writing under a provider's source
+    could take the key of its own device counters, grant or line before the provider's
+    collector writes it, and have the provider's event quarantined as a conflict (a busy
+    GPU's counters blocked, say). The provider's source schemes are refused to tenants."""
+    squat = claimed("acme", 1) | {"source": f"{scheme}://n1", "id": "n1:0:GPU-a:-:counters:1"}
+    path = write_jsonl(tmp_path / "squat.jsonl", [squat])
+    code, out, err = run_cli("ingest", "--db", db_url, "--owner", "tenant:acme", str(path))
+    assert (code, out) == (1, f"{path}: read 1 · appended 0 · duplicate 0 · quarantined 1\n")
+    assert err.startswith(
+        f"{path}:1: source: a source of tenant:acme may not write under the provider's "
+        f"{scheme}:// sources"
+    )
+    assert stored(db_url) == []
 
 
 def test_a_fleet_event_meets_only_fleet_events(tmp_path: Path, store: Store) -> None:
