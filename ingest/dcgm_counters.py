@@ -146,12 +146,47 @@ class DeviceKey:
 
 @dataclass
 class Pending:
-    """One device's sample at one instant, gathered over the lines that hold its metrics."""
+    """One device's sample at one instant, gathered over the lines that hold its metrics,
+    and each workload those lines name on it (a time-sliced GPU's exporter gives one line
+    per pod, with the device's value on each)."""
 
     origin: Origin
     raw: bytes
     labels: dict[str, str]
     values: dict[str, Decimal] = field(default_factory=dict)
+    workloads: dict[tuple[str, ...], dict[str, str]] = field(default_factory=dict)
+
+    def add(self, metric: str, value: Decimal, labels: dict[str, str]) -> None:
+        """One line's value of `metric` (a COUNTERS name) with its labels; raises
+        CounterError when another line gave the same device, instant and metric another
+        value: neither may silently win (a pod's own labels could otherwise steer a
+        neighbour's figure onto this device)."""
+        name = COUNTERS[metric][0]
+        held = self.values.setdefault(name, value)
+        if held != value:
+            raise CounterError(
+                "value",
+                f"{metric} = {value} conflicts with {held} given for the same device and "
+                "instant by an earlier line",
+            )
+        named = workload(labels)
+        if named is not None or "hpc_job" in labels:
+            self.workloads.setdefault(named or ("hpc_job", labels["hpc_job"]), labels)
+
+
+def workload(labels: dict[str, str]) -> tuple[str, str, str] | None:
+    """(namespace, pod, container) of the pod the labels name, or None. Behind a Prometheus
+    that does not honour the exporter's labels (a ServiceMonitor's default), `namespace`
+    and `pod` name the exporter's own pod and the workload's are `exported_…`: those win
+    whenever they are given, as one set."""
+    if labels.get("exported_pod") or labels.get("exported_namespace"):
+        names = (labels.get("exported_namespace"), labels.get("exported_pod"))
+        container = labels.get("exported_container", "")
+    else:
+        names = (labels.get("namespace"), labels.get("pod"))
+        container = labels.get("container", "")
+    namespace, pod = names
+    return (namespace, pod, container) if namespace and pod else None
 
 
 def device_key(labels: dict[str, str], node_option: str | None) -> DeviceKey:
@@ -211,22 +246,21 @@ def job_counters_event(
     workload: a pod (Kubernetes mapping: tenant the namespace), or a Slurm job (the HPC
     mapping's `hpc_job`, whose tenant only the provider's grant of that job names, through
     `job_tenant`). None when they name no tenant."""
-    pod = labels.get("pod") or labels.get("exported_pod")
-    namespace = labels.get("namespace") or labels.get("exported_namespace")
+    named = workload(labels)
     hpc_job = labels.get("hpc_job")
     data = {
         k: v
         for k, v in device_event["data"].items()
         if k not in ("uuid", "model", "fabric_domain")
     }
-    if pod and namespace:
-        container = labels.get("container") or labels.get("exported_container")
+    if named is not None:
+        namespace, pod, container = named
         data |= {"tenant": namespace, "job_id": pod, "pod": pod}
         if container:
             data["container"] = container
         suffix = f"pod:{namespace}/{pod}"
     elif hpc_job and callable(job_tenant):
-        tenant = job_tenant(hpc_job, str(data["node"]))
+        tenant = job_tenant(hpc_job, str(data["node"]), data["window_start"], data["window_end"])
         if tenant is None:
             return None
         data |= {"tenant": tenant, "job_id": hpc_job}

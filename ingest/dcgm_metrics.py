@@ -13,10 +13,11 @@ index (an int; the UUID when there is no `gpu` label); for a MIG instance (`GPU_
 is `<gpu>/<GPU_I_ID>` (`"0/13"`), so the fault touches that instance only: reconcile
 matches a fault's device against an allocation's `devices` as text, so an allocation
 that lists `"0/13"` is touched, one that lists GPU `"0"` or instance `"0/14"` is not, and
-one that lists no devices is touched through its node. The sample's labels ride along
-under `labels` (the model also as `model`), less those that name a tenant's workload
-(`pod`, `pod_uid`, `namespace`, `container`, their `exported_` forms, `hpc_job`): a fault is a
-fleet event and carries no tenant's data.
+one that lists no devices is touched through its node. The sample's device and error
+labels ride along under `labels` (FAULT_LABELS, an allow list; the model also as
+`model`): a fault is a fleet event and carries no tenant's data, and any other label
+(a pod's, a DRA claim's, a relabelling rule's) may name one. A line that gives a label
+twice is refused (Prometheus refuses it too).
 
 Identity: `<node>:<gpu>:<UUID>:<GPU_I_ID>:xid:<v>` (`-` for a missing label) under
 source `dcgm-exporter://<node>`, at the time of the first scrape that shows it. A
@@ -93,20 +94,25 @@ _CLOSE = re.compile(r"\s*\}")
 _NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|Inf|inf|NaN|nan)")
 _INTEGER = re.compile(r"-?\d{1,18}")
 _ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
-#: Labels that name a tenant's workload (dcgm-exporter's Kubernetes and HPC job mapping).
-TENANT_LABELS = frozenset(
+#: The labels a fleet fault keeps: the device's and the error's, as dcgm-exporter writes
+#: them. An allow list: whatever else a scrape carries (the pod's own labels under
+#: `--kubernetes-enable-pod-labels`, a DRA claim's namespace and name, a relabelling
+#: rule's additions) may name a tenant, and a fault is carried whole in every packet
+#: of that node's tenants.
+FAULT_LABELS = frozenset(
     {
-        "pod",
-        "pod_uid",
-        "namespace",
-        "container",
-        "exported_pod",
-        "exported_namespace",
-        "exported_container",
-        "hpc_job",
-        "pod_name",
-        "pod_namespace",
-        "container_name",
+        "gpu",
+        "UUID",
+        "pci_bus_id",
+        "device",
+        "modelName",
+        "Hostname",
+        "hostname",
+        "GPU_I_PROFILE",
+        "GPU_I_ID",
+        "DCGM_FI_DRIVER_VERSION",
+        "err_code",
+        "err_msg",
     }
 )
 Recorded = Callable[[str, str], bytes | None]
@@ -191,9 +197,10 @@ def _counter_records(state: _FileState, interval_s: int) -> Iterator[Record]:
             yield Rejected(pending.origin, bad.field, bad.reason, pending.raw)
             continue
         yield event_from_object(event, pending.origin, pending.raw)
-        job = job_counters_event(event, pending.labels, state.options.get("job_tenant"))
-        if job is not None:
-            yield event_from_object(job, pending.origin, pending.raw)
+        for labels in pending.workloads.values():
+            job = job_counters_event(event, labels, state.options.get("job_tenant"))
+            if job is not None:
+                yield event_from_object(job, pending.origin, pending.raw)
 
 
 def _counter_line(sample: Sample, origin: Origin, raw: bytes, state: _FileState) -> None:
@@ -211,7 +218,10 @@ def _counter_line(sample: Sample, origin: Origin, raw: bytes, state: _FileState)
     pending = state.pending.setdefault(
         (key, timestamp_ms), Pending(origin, raw, dict(sample.labels))
     )
-    pending.values[COUNTERS[sample.name][0]] = value
+    try:
+        pending.add(sample.name, value, sample.labels)
+    except CounterError as bad:
+        raise _Bad(bad.field, bad.reason) from None
 
 
 @dataclass
@@ -309,6 +319,8 @@ def _labels(text: str, start: int) -> tuple[dict[str, str], int]:
                 f"malformed label set at column {position + 1}: "
                 f"{text[position : position + 30]!r}",
             )
+        if found.group(1) in labels:  # Prometheus refuses it: no copy may silently win
+            raise _Bad("labels", f"the label {found.group(1)!r} is given twice")
         labels[found.group(1)] = re.sub(r'\\[\\"n]', lambda m: _ESCAPES[m.group()], found.group(2))
         position = found.end()
 
@@ -398,7 +410,7 @@ def _fault(
         "xid": xid,
         "previous_xid": previous,
         "model": labels.get("modelName"),
-        "labels": {k: v for k, v in labels.items() if k not in TENANT_LABELS},
+        "labels": {k: v for k, v in labels.items() if k in FAULT_LABELS},
     }
     return {
         "specversion": "1.0",

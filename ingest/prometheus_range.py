@@ -102,9 +102,10 @@ class PrometheusRangeIngestor:
                 yield Rejected(sample.origin, bad.field, bad.reason, sample.raw)
                 continue
             yield event_from_object(event, sample.origin, sample.raw)
-            job = job_counters_event(event, sample.labels, options.get("job_tenant"))
-            if job is not None:
-                yield event_from_object(job, sample.origin, sample.raw)
+            for labels in sample.workloads.values():
+                job = job_counters_event(event, labels, options.get("job_tenant"))
+                if job is not None:
+                    yield event_from_object(job, sample.origin, sample.raw)
 
 
 def _matrix(path: Path, raw: bytes) -> list[Any]:
@@ -163,7 +164,10 @@ def _series(
             continue
         if value is not None:
             sample = pending.setdefault((key, timestamp_ms), Pending(origin, raw, labels))
-            sample.values[COUNTERS[metric][0]] = value
+            try:
+                sample.add(metric, value, labels)
+            except CounterError as bad:
+                yield Rejected(origin, f"{where}.values[{number}]", bad.reason, raw)
 
 
 def _point(metric: str, pair: Any) -> tuple[int, Any]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
 from typing import NamedTuple
 
 from sqlalchemy import Select, func, select
@@ -134,35 +135,68 @@ def recorded_event(store: Store, source: str, event_id: str, tenant: str | None)
     return None if found is None else str(found)
 
 
-def grant_tenants(store: Store) -> dict[str, list[tuple[str, frozenset[str]]]]:
-    """For each allocation or job id a provider's grant names, the (tenant, nodes) of each
-    such grant. Grants are the provider's alone (a tenant's source may not write one), so
-    a tenant cannot claim another's job by naming it."""
+#: A grant of a job: its tenant, its nodes, and when it was held (granted at, released at
+#: or None while held), as aware datetimes.
+Grant = tuple[str, frozenset[str], datetime, datetime | None]
+
+
+def _when(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def grant_tenants(store: Store) -> dict[str, list[Grant]]:
+    """For each allocation or job id a provider's grant names, each such grant: tenant,
+    nodes and the time it was held (to its `allocation.released`). Grants are the
+    provider's alone (a tenant's source may not write one), so a tenant cannot claim
+    another's job by naming it."""
     t = entries_table.c
-    found: dict[str, list[tuple[str, frozenset[str]]]] = {}
-    query = select(t.tenant, t.event).where(t.type == "allocation.granted", t.tenant.is_not(None))
+    held: dict[tuple[str, str], tuple[frozenset[str], datetime, set[str]]] = {}
+    released: dict[tuple[str, str], datetime] = {}
+    query = select(t.type, t.tenant, t.event).where(
+        t.type.in_(("allocation.granted", "allocation.released")), t.tenant.is_not(None)
+    )
     with store.reading() as conn:
-        for tenant, event in conn.execute(query):
-            data = json.loads(event).get("data") or {}
+        for type_, tenant, event in conn.execute(query):
+            body = json.loads(event)
+            data = body.get("data") or {}
+            aid = data.get("allocation_id")
+            if aid is None:
+                continue
+            key = (str(tenant), str(aid))
+            if type_ == "allocation.released":
+                released[key] = _when(body["time"])
+                continue
             nodes = frozenset(
                 str(n) for n in [data.get("node"), *(data.get("nodes") or [])] if n is not None
             )
-            for name in {data.get("allocation_id"), data.get("job_id")} - {None}:
-                found.setdefault(str(name), []).append((str(tenant), nodes))
+            names = {str(aid)} | ({str(data["job_id"])} if data.get("job_id") else set())
+            if key not in held:  # the first grant of an allocation is when it began
+                held[key] = (nodes, _when(body["time"]), names)
+    found: dict[str, list[Grant]] = {}
+    for (tenant, aid), (nodes, start, names) in held.items():
+        for name in names:
+            found.setdefault(name, []).append((tenant, nodes, start, released.get((tenant, aid))))
     return found
 
 
-def job_tenant(store: Store) -> Callable[[str, str], str | None]:
-    """The tenant of the provider's grant of a job id on a node, for device counters whose
-    exporter names a Slurm job (ingest/dcgm_counters.py): the grants are read once, on
-    first use; None when no grant, or grants of several tenants, name it there."""
-    grants: dict[str, list[tuple[str, frozenset[str]]]] | None = None
+def job_tenant(store: Store) -> Callable[[str, str, str, str], str | None]:
+    """The tenant of the provider's grant of a job id on a node over a sample window
+    [start, end] (RFC 3339 texts), for device counters whose exporter names a Slurm job
+    (ingest/dcgm_counters.py): the grants are read once, on first use. None when no grant
+    held that job there then, or grants of several tenants did (a job id reused, a stale
+    mapping file: nobody's)."""
+    grants: dict[str, list[Grant]] | None = None
 
-    def tenant(job_id: str, node: str) -> str | None:
+    def tenant(job_id: str, node: str, start: str, end: str) -> str | None:
         nonlocal grants
         if grants is None:
             grants = grant_tenants(store)
-        owners = {t for t, nodes in grants.get(job_id, []) if node in nodes}
+        lo, hi = _when(start), _when(end)
+        owners = {
+            t
+            for t, nodes, granted, gone in grants.get(job_id, [])
+            if node in nodes and granted <= hi and (gone is None or lo <= gone)
+        }
         return owners.pop() if len(owners) == 1 else None
 
     return tenant

@@ -370,3 +370,98 @@ def test_a_relabelled_lower_case_scrape_from_an_exporter_issue(tmp_path: Path) -
     }
     fleet = json.dumps(devices)
     assert "ai-1" not in fleet and "d85np" not in fleet and "grpc" not in fleet
+
+
+# -- attacks through the exporter's labels (found by review, each shut) ---------------------
+
+
+def test_a_pods_own_labels_cannot_steer_a_neighbours_figure(tmp_path: Path) -> None:
+    """With `--kubernetes-enable-pod-labels`, dcgm-exporter appends a pod's own labels after
+    the device's: a tenant that labels its pod `UUID=<another GPU>` gives that label twice.
+    Prometheus refuses such a line, and so does the reader, naming it; the neighbour's
+    sample stands as the exporter wrote it."""
+    a = 'gpu="0",UUID="GPU-a",Hostname="n1",namespace="acme",pod="train-0"'
+    b = 'gpu="1",UUID="GPU-b",Hostname="n1",namespace="globex",pod="g-0",UUID="GPU-a",gpu="0"'
+    path = scrape(tmp_path, [f"DCGM_FI_PROF_SM_ACTIVE{{{a}}} 0.002 {T}", f"DCGM_FI_PROF_SM_ACTIVE{{{b}}} 0.97 {T}"])  # fmt: skip
+    found = list(extract(path, "dcgm-metrics"))
+    [bad] = [r for r in found if isinstance(r, Rejected)]
+    assert (bad.origin.line, bad.field, bad.reason) == (3, "labels", "the label 'UUID' is given twice")  # fmt: skip
+    events = [orjson.loads(r.body) for r in found if isinstance(r, Accepted)]
+    assert [(e["type"], e["data"]["sm_active"]) for e in events] == [
+        ("device.counters", "0.002"),
+        ("job.counters", "0.002"),
+    ]
+
+
+def test_two_values_for_one_device_instant_and_metric_conflict(tmp_path: Path) -> None:
+    """Two lines that name the same device at the same instant with different values: the
+    first stands and the second is refused, never silently written over."""
+    path = scrape(tmp_path, [f"DCGM_FI_PROF_SM_ACTIVE{{{H07}}} 0.1 {T}", f"DCGM_FI_PROF_SM_ACTIVE{{{H07}}} 0.9 {T}"])  # fmt: skip
+    found = list(extract(path, "dcgm-metrics"))
+    [bad] = [r for r in found if isinstance(r, Rejected)]
+    assert (bad.origin.line, bad.field) == (3, "value")
+    assert "conflicts with 0.100000 given for the same device and instant" in bad.reason
+    [event] = [orjson.loads(r.body) for r in found if isinstance(r, Accepted)]
+    assert event["data"]["sm_active"] == "0.1"
+
+
+def test_each_pod_on_a_shared_gpu_has_its_own_copy(tmp_path: Path) -> None:
+    """A time-sliced GPU's exporter writes one line per pod, each with the device's value:
+    one device event, and one tenant event per pod (not the first pod's alone)."""
+    dev = 'gpu="0",UUID="GPU-a",Hostname="n1"'
+    path = scrape(
+        tmp_path,
+        [
+            f'DCGM_FI_PROF_SM_ACTIVE{{{dev},namespace="globex",pod="g-0"}} 0.9 {T}',
+            f'DCGM_FI_PROF_SM_ACTIVE{{{dev},namespace="acme",pod="a-0"}} 0.9 {T}',
+        ],
+    )
+    events = bodies(path, "dcgm-metrics")
+    assert [(e["type"], e["data"].get("tenant")) for e in events] == [
+        ("device.counters", None),
+        ("job.counters", "globex"),
+        ("job.counters", "acme"),
+    ]
+
+
+def test_the_exported_labels_name_the_workload_behind_a_service_monitor(tmp_path: Path) -> None:
+    """Scraped through a ServiceMonitor that does not honour the exporter's labels,
+    `namespace` and `pod` name the exporter's own pod and the workload's become
+    `exported_…`: those name the tenant, as one set (container included)."""
+    labels = (
+        'gpu="0",UUID="GPU-a",Hostname="n1",namespace="gpu-operator",'
+        'pod="nvidia-dcgm-exporter-7xk2p",container="exporter",exported_namespace="acme",'
+        'exported_pod="train-0",exported_container="main"'
+    )
+    path = scrape(tmp_path, [f"DCGM_FI_PROF_SM_ACTIVE{{{labels}}} 0.5 {T}"])
+    _, job = bodies(path, "dcgm-metrics")
+    assert {k: job["data"][k] for k in ("tenant", "job_id", "container")} == {
+        "tenant": "acme",
+        "job_id": "train-0",
+        "container": "main",
+    }
+
+
+def test_a_slurm_job_id_names_its_tenant_only_while_its_grant_held(tmp_path: Path) -> None:
+    """A job id reused after its grant ended (or a stale mapping file) names nobody: the
+    grant must have held the job on that node over the sample's window."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    grant = _grant("acme", "4242", "node-07") | {"time": "2026-01-07T08:00:00Z"}
+    release = {
+        "specversion": "1.0",
+        "id": "release-4242",
+        "source": "slurm://cluster-a",
+        "type": "allocation.released",
+        "time": "2026-01-07T09:00:00Z",
+        "data": {"tenant": "acme", "allocation_id": "4242"},
+    }
+    events = tmp_path / "grants.jsonl"
+    events.write_text("".join(orjson.dumps(e).decode() + "\n" for e in (grant, release)))
+    assert run_cli("ingest", "--db", url, str(events))[0] == 0
+    h = 'gpu="0",UUID="GPU-a",Hostname="node-07",hpc_job="4242"'
+    at_0830 = 1767774600000  # 2026-01-07T08:30:00Z: held
+    path = scrape(tmp_path, [f"DCGM_FI_PROF_SM_ACTIVE{{{h}}} 0.5 {at_0830}", f"DCGM_FI_PROF_SM_ACTIVE{{{h}}} 0.5 {T}"])  # fmt: skip
+    assert run_cli("ingest", "--db", url, str(path))[0] == 0
+    counts = _count(url)
+    assert counts[("acme", "job.counters")] == 1  # 08:30 only; 10:00:30 is after the release
+    assert counts[(None, "device.counters")] == 2

@@ -186,6 +186,30 @@ def test_relabelled_workload_labels_are_left_out_too(tmp_path: Path, both: bool)
     assert "team-" not in text and "train-" not in text
 
 
+def test_a_fault_keeps_the_device_and_error_labels_only(tmp_path: Path) -> None:
+    """An allow list: a DRA claim's namespace and name, a pod's own labels (exporter option
+    --kubernetes-enable-pod-labels) and a relabelling rule's additions may all name a
+    tenant, and a fault rides whole in every packet of that node's tenants."""
+    labels = H07 + (
+        ',pci_bus_id="00000000:18:00.0",device="nvidia0",DCGM_FI_DRIVER_VERSION="570.1",'
+        'err_code="79",err_msg="fallen off the bus",dra_claim_namespace="globex",'
+        'dra_claim_name="globex-claim-xyz",team="globex-research",app="globex-llm"'
+    )
+    [event] = faults(tmp_path, [xid(labels, "79")])
+    assert sorted(event["data"]["labels"]) == [
+        "DCGM_FI_DRIVER_VERSION",
+        "Hostname",
+        "UUID",
+        "device",
+        "err_code",
+        "err_msg",
+        "gpu",
+        "modelName",
+        "pci_bus_id",
+    ]
+    assert "globex" not in orjson.dumps(event).decode()
+
+
 def test_fabric_domain_option(tmp_path: Path) -> None:
     [event] = faults(tmp_path, [xid(H07, "79")], fabric_domain="nvl-eu-1")
     assert event["data"]["fabric_domain"] == "nvl-eu-1"
