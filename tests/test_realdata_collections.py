@@ -201,12 +201,24 @@ def test_sdk_java_pretty_printed_event_is_one_record(tmp_path: Path, path: Path)
 
 def test_dcgm_exporter_mig_scrape(tmp_path: Path) -> None:
     # 21 samples, no HELP/TYPE, no timestamps; host ub20-a100-k8s, GPU 0 and MIG instance 13; two
-    # XID samples, both 0.
-    assert list(extract(DCGM_MIG)) == []
-    assert ingest(tmp_path, str(DCGM_MIG)) == (
-        0,
-        f"{DCGM_MIG}: read 0 · appended 0 · duplicate 0 · quarantined 0\n",
-    )
+    # XID samples, both 0 (no fault). Profiling counters: GR_ENGINE, PIPE_TENSOR and DRAM
+    # active on GPU 0 (0.995630, 0.929260, 0.690789) and on instance 13 (0.995687, 0.930433,
+    # 0.800339): one device.counters each, at the scrape's time.
+    counters = events(DCGM_MIG, scrape_time="2026-01-05T10:00:00Z")
+    assert [
+        (e["type"], e["data"]["device"], e["data"]["gr_engine_active"],
+         e["data"]["tensor_active"], e["data"]["dram_active"], e["data"]["window_end"])
+        for e in counters
+    ] == [
+        ("device.counters", 0, "0.99563", "0.92926", "0.690789", "2026-01-05T10:00:00Z"),
+        ("device.counters", "0/13", "0.995687", "0.930433", "0.800339", "2026-01-05T10:00:00Z"),
+    ]  # fmt: skip
+    # a scrape without timestamps read with no scrape time: its 6 counter lines cannot be
+    # placed in time, each quarantined naming its line and field
+    code, out = ingest(tmp_path, str(DCGM_MIG))
+    assert code == 1
+    assert f"{DCGM_MIG}: read 6 · appended 0 · duplicate 0 · quarantined 6\n" in out
+    assert "timestamp: the counter sample has no timestamp and no scrape time is given" in out
 
 
 def test_dcgm_exporter_mig_scrape_with_an_xid_names_the_instance(tmp_path: Path) -> None:
@@ -220,7 +232,11 @@ def test_dcgm_exporter_mig_scrape_with_an_xid_names_the_instance(tmp_path: Path)
     )
     raised = tmp_path / "raised.prom"
     raised.write_text(text.replace(mig_line, mig_line[:-1] + "31"))
-    (fault,) = events(raised, scrape_time="2026-01-05T10:00:00Z")
+    (fault,) = [
+        e
+        for e in events(raised, scrape_time="2026-01-05T10:00:00Z")
+        if e["type"] == "health.fault"
+    ]
     assert (
         fault["id"],
         fault["data"]["device"],
