@@ -1,0 +1,511 @@
+"""NVIDIA DCGM health diagnostics: the text of `dcgmi diag -r N [-i GPUS]`.
+
+Layout (dcgmi's Diag.cpp, DCGM 2.x to 4.x): `Successfully ran diagnostic for group.`, then
+a 78-column table, `| Diagnostic | Result |` over `+===+`, cut into sections by bars
+(`|-----  Deployment  ---+---|`, `+-----  Hardware  ---+---+`, Integration, Stress) and
+closed by a plain border. Each row is `| label | value |`:
+- DCGM 4.x: a `Metadata` section (DCGM Version, Driver Version Detected, `GPU Device IDs
+  Detected`: PCI device ids, not GPU indexes: not read as devices); a test row per plugin
+  (`software`, `memory`, `pcie`, `targeted_stress`, ...) with the test's result (`Pass`,
+  `Fail`, `Warn`, `Skip`, `Not Run`), then one line per entity (`GPU0: Pass`, `CPU0: Fail`)
+  and its messages, labelled `Warning: GPU0` (or `Warning` for the test as a whole) and,
+  verbose, `Info: GPU0`. dcgmi prints an entity that warned as `Fail`: under a test whose
+  result is `Warn`, an entity's `Fail` is read as a warning.
+- DCGM 2.x/3.x: test rows by display name (`Denylist`, `NVML Library`, `Page Retirement/Row
+  Remap`, `GPU Memory`, `Targeted Stress`, ...), Deployment tests with a bare result,
+  others `Pass - All` or one line per result `Fail - GPU: 0` / `Pass - GPUs: 1, 2`, with
+  messages `Error` (Deployment), `Warning`, `Info`. 3.x prints a warning as `Fail`.
+A message longer than 45 characters is cut every 45 characters, words or not, onto lines
+with an empty label (`... and row` / ` remappings are pending`): the pieces are joined
+again exactly (each piece but the last is 45 characters, its trailing spaces kept).
+Lines outside the table (the command, a `kubectl exec` banner, a prompt) are passed over;
+a table cut short (no closing border) is read as far as it goes.
+
+Mapping: fleet events, source `dcgmi-diag://<node>`. dcgmi names no host and prints no
+time: option `node` (required), `scrape_time` (when the run ended, RFC 3339; default the
+file's modification time), `fabric_domain` (optional).
+- a test whose result is `Fail` or `Warn` → one `health.fault` per entity that failed
+  (`device` the GPU index), code `diag-<test>` (the test's name in lower case, other
+  characters as `-`; 3.x names that 4.x renamed are mapped to the 4.x name, `GPU Memory`
+  → `diag-memory`), severity `critical` (Fail) or `warning` (Warn), detail the test, its
+  result and the messages about that entity or the test as a whole. A test with no
+  per-entity result line (3.x Deployment, `Fail - All`) names the GPUs its messages name
+  (`GPU 3 has ...`), else the node alone; so does a failing CPU or other entity.
+- an `Error` or `Warning` row with no test before it in its section (a cut paste) →
+  `health.fault` code `diag-error`, severity `critical` (Error) or `warning` (Warning),
+  on the GPU its text names (the node alone when it names none or several), detail the
+  joined message.
+- a pass clears (reconcile/RULES.md §7: a `health.cleared` of the same node, device,
+  fabric_domain and code closes a fault): each entity line `GPU0: Pass` (3.x `Pass - GPU:
+  0`) clears `diag-<test>` on that GPU; a test whose result is `Pass` clears it on the node
+  and on every GPU the run covered (those its result lines or `-i` name). A run with no
+  Fail, Warn, Error or Warning clears `diag-error` the same way. A
+  clearing with nothing open is harmless; one fault's clearing needs the same
+  `fabric_domain` option as the fault was read with.
+- ids `<gpu or ->:<code>@<time>` and `<gpu or ->:<code>:cleared@<time>` (`#2`, `#3` for a
+  key repeated in one run): the same file read again appends nothing.
+Not read: `-j` JSON output, `Skip`, `Not Run` and `Info` (nothing to record), Metadata
+beyond the DCGM version (carried on each event as `dcgm_version`).
+
+Bad input: one test (its row and the lines under it) is one record: a result that is no
+result, a row cut short (no closing `|`), a line that is not UTF-8 sends the test to the
+quarantine naming the line and field. dcgmi's own failure (`Error: Unable to complete
+diagnostic ...` with no table) is quarantined saying so; a second table in one file (two
+runs need two files and two times) too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ingest.base import UTF8_BOM, event_from_object
+from ingest.options import IngestOptions, ScrapeTime, option, required
+from ingest.probes import BadLine, _capture_time, read_output
+from schemas import Origin, Record, Rejected, format_utc
+
+MAX_BYTES = 16 << 20  # a run's table is a few KiB
+CHUNK = 45  # dcgmi's DATA_INFO_TAG_LEN: a message is cut every 45 characters
+RESULTS = {"pass": "Pass", "fail": "Fail", "warn": "Warn", "skip": "Skip", "not run": "Not Run"}
+SEVERITY = {"Fail": "critical", "Warn": "warning"}
+#: 3.x display names of plugins 4.x prints by their own name
+RENAMED = {"gpu-memory": "memory", "eud-test": "eud", "cpu-eud-test": "cpu-eud"}
+_HEADER = re.compile(r"\|\s*Diagnostic\s*\|\s*Result\s*\|")
+_IDENTIFY = re.compile(rb"(?m)^\s*\|\s*Diagnostic\s*\|\s*Result\s*\|\s*$")
+_SECTION = re.compile(r"[A-Za-z][A-Za-z ]*[A-Za-z]")
+_MESSAGE = re.compile(r"(Error|Warning|Info)(?:\s*:\s*([A-Za-z]+)\s*(\d{1,9}))?")
+_ENTITY = re.compile(r"([A-Za-z]+)\s*(\d{1,9})\s*:\s*(.+)")
+_GROUPED = re.compile(r"(Pass|Fail|Warn|Skip)\s*-\s*(?:(All)|GPUs?\s*:\s*([\d,\s]*\d)\s*)")
+_CODE_LINE = re.compile(r"Code:\s*\(\d+\)")
+_NAMED_GPU = re.compile(r"\bGPU\s*(\d{1,9})\b")
+_GPU_LIST = re.compile(r"(?:^|\s)(?:-i|--gpuList)[\s=]+(\d{1,9}(?:\s*,\s*\d{1,9})*)(?:\s|$)")
+_FAILED_RUN = re.compile(r"Error:\s*(.+)")
+
+
+@dataclass(frozen=True)
+class _Line:
+    number: int
+    offset: int
+    raw: bytes
+    text: str  # stripped
+
+
+@dataclass
+class _Message:
+    kind: str  # Error, Warning, Info
+    entity: str | None  # `GPU0` from a 4.x label `Warning: GPU0`
+    line: int
+    pieces: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        joined = "".join(p.ljust(CHUNK) for p in self.pieces[:-1]) + self.pieces[-1]
+        return " ".join(joined.split())
+
+    def gpus(self) -> set[int]:
+        if self.entity is not None:
+            kind, _, index = self.entity.partition(":")
+            return {int(index)} if kind == "GPU" else set()
+        return {int(m) for m in _NAMED_GPU.findall(self.text)}
+
+
+@dataclass
+class _Test:
+    """One test row and what is printed under it; `name` None for messages with no test."""
+
+    name: str | None
+    section: str
+    line: int
+    result: str | None = None
+    all_result: str | None = None  # 3.x `Fail - All`
+    gpus: dict[int, str] = field(default_factory=dict)  # per-GPU result
+    others: dict[str, str] = field(default_factory=dict)  # other entities' results (CPU0)
+    messages: list[_Message] = field(default_factory=list)
+
+    @property
+    def code(self) -> str:
+        slug = re.sub(r"[^a-z0-9]+", "-", (self.name or "").lower()).strip("-")
+        return f"diag-{RENAMED.get(slug, slug)}"
+
+
+@dataclass
+class _Block:
+    section: str
+    lines: list[_Line] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _How:
+    node: str
+    fabric_domain: str | None
+    time: datetime
+
+    @property
+    def source(self) -> str:
+        return f"dcgmi-diag://{self.node}"
+
+
+class DcgmiDiagOptions(IngestOptions):
+    """What dcgmi-diag is told beside its file."""
+
+    format = "dcgmi-diag"
+
+    node: str = required("The host the diagnostic ran on (required: dcgmi diag names none).")
+    fabric_domain: str | None = option("The fabric domain the node belongs to.")
+    scrape_time: ScrapeTime = option(
+        "When the diagnostic ran, RFC 3339 (default: the file's modification time)."
+    )
+
+
+class DcgmiDiagIngestor:
+    name = "dcgmi-diag"
+    options = DcgmiDiagOptions
+    description = "NVIDIA DCGM diagnostics: the text of `dcgmi diag -r N`"
+
+    def identify(self, path: Path, head: bytes) -> bool:
+        return b"Successfully ran diagnostic for group" in head or (
+            _IDENTIFY.search(head) is not None
+        )
+
+    def extract(self, path: Path, **options: Any) -> Iterator[Record]:
+        given = DcgmiDiagOptions.of({k: options.get(k) for k in DcgmiDiagOptions.names()}, path)
+        how = _How(given.node, given.fabric_domain, _capture_time(path, given.scrape_time))
+        yield from _records(str(path), _lines(path), how)
+
+
+def _lines(path: Path) -> list[_Line]:
+    body = read_output(path, "dcgmi diag", MAX_BYTES)
+    out, offset = [], 0
+    for number, raw in enumerate(body.splitlines(keepends=True), start=1):
+        clean = raw.removeprefix(UTF8_BOM) if number == 1 else raw
+        text = clean.decode("utf-8", "surrogateescape").strip()
+        out.append(_Line(number, offset, raw, text))
+        offset += len(raw)
+    return out
+
+
+def _records(name: str, lines: list[_Line], how: _How) -> Iterator[Record]:
+    start = next((i for i, line in enumerate(lines) if _HEADER.fullmatch(line.text)), None)
+    if start is None:
+        yield from _failed_run(name, lines)
+        return
+    covered = _gpu_list(lines[:start])
+    blocks, end = _blocks(lines, start + 1)
+    tests: list[tuple[_Block, _Test]] = []
+    dcgm_version: str | None = None
+    for block in blocks:
+        try:
+            test, version = _read_block(block)
+        except BadLine as bad:
+            first = block.lines[0]
+            at = next((x for x in block.lines if x.number == bad.line), first)
+            raw = b"".join(x.raw for x in block.lines)
+            yield Rejected(Origin(name, bad.line, at.offset), bad.field, bad.reason, raw)
+            continue
+        dcgm_version = version or dcgm_version
+        if test is not None:
+            tests.append((block, test))
+    for test in (t for _, t in tests):
+        covered |= set(test.gpus)
+    clean = all(_clean(test) for _, test in tests)
+    run = _Run(how, dcgm_version, sorted(covered))
+    for index, (block, test) in enumerate(tests):
+        events = run.faults(test) + run.clears(test)
+        if clean and index == len(tests) - 1:
+            events += run.clean_run(test.line)
+        raw = b"".join(x.raw for x in block.lines)
+        offsets = {x.number: x.offset for x in block.lines}
+        records = [
+            event_from_object(event, Origin(name, line, offsets[line]), raw)
+            for line, event in events
+        ]
+        rejected = [r for r in records if isinstance(r, Rejected)]
+        yield from (rejected[:1] if rejected else records)  # a test is one record
+    yield from _further_tables(name, lines, end)
+
+
+def _failed_run(name: str, lines: list[_Line]) -> Iterator[Record]:
+    """No table: dcgmi's own `Error: ...` says why the diagnostic did not run."""
+    for line in lines:
+        failed = _FAILED_RUN.match(line.text)
+        if failed is not None:
+            reason = f"dcgmi could not run the diagnostic: {failed.group(1)!r} (no result table)"
+            yield Rejected(Origin(name, line.number, line.offset), "(run)", reason, line.raw)
+            return
+
+
+def _gpu_list(lines: list[_Line]) -> set[int]:
+    """The GPUs a `dcgmi diag -i 0,1` command line before the table names."""
+    for line in lines:
+        if "dcgmi" in line.text and "diag" in line.text:
+            found = _GPU_LIST.search(line.text)
+            if found is not None:
+                return {int(g) for g in found.group(1).split(",")}
+    return set()
+
+
+def _further_tables(name: str, lines: list[_Line], end: int) -> Iterator[Record]:
+    for line in lines[end:]:
+        if _HEADER.fullmatch(line.text):
+            yield Rejected(
+                Origin(name, line.number, line.offset),
+                "(run)",
+                "a second dcgmi diag table in one file: give each run its own file and time",
+                line.raw,
+            )
+            return
+
+
+def _blocks(lines: list[_Line], start: int) -> tuple[list[_Block], int]:
+    """The table's rows from `start` on, cut into blocks: section bars, then each test
+    with the rows under it (messages with no test before them make a block of their own).
+    Returns the blocks and the index of the first line after the table."""
+    blocks: list[_Block] = []
+    current: _Block | None = None
+    section = ""
+    rows = 0
+    index = start
+    while index < len(lines):
+        line = lines[index]
+        text = line.text
+        if not text.startswith(("|", "+")):
+            break
+        index += 1
+        if text.startswith(("+", "|-", "|=")):
+            bar = _SECTION.search(text)
+            if bar is None and text.startswith("+") and "=" not in text and rows:
+                break  # the closing border
+            section = bar.group() if bar is not None else section
+            blocks.append(_Block(section, [line]))  # a section bar: its own block, no events
+            current = None
+            continue
+        rows += 1
+        label = text[1:].partition("|")[0].strip()
+        starts = label != "" and (_MESSAGE.fullmatch(label) is None or current is None)
+        if starts or current is None:
+            current = _Block(section, [line])
+            blocks.append(current)
+        else:
+            current.lines.append(line)
+    return blocks, index
+
+
+def _read_block(block: _Block) -> tuple[_Test | None, str | None]:
+    """A block's test (None for a section bar or a Metadata row), and a DCGM version it names."""
+    first = block.lines[0]
+    if first.text.startswith(("+", "|-", "|=")):
+        return None, None
+    label, value, _ = _cells(first)
+    if block.section.lower() == "metadata":
+        return None, value if label == "DCGM Version" and value else None
+    test = _Test(None, block.section, first.number)
+    last: _Message | None = None
+    for line in block.lines:
+        label, value, cell = _cells(line)
+        message = _MESSAGE.fullmatch(label)
+        if message is not None:
+            entity = f"{message.group(2)}:{message.group(3)}" if message.group(2) else None
+            last = _Message(message.group(1), entity, line.number, [_piece(cell)])
+            test.messages.append(last)
+        elif label:  # the block's first line: a test row (a block holds one)
+            test.name = label
+            _test_result(test, value, line)
+        elif last is not None and not _is_result_line(value):
+            last.pieces.append(_piece(cell))
+        else:
+            last = None
+            _entity_result(test, value, line)
+    return test, None
+
+
+def _cells(line: _Line) -> tuple[str, str, str]:
+    """(label, value, the value's cell as printed) of a table row."""
+    try:
+        line.raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadLine(line.number, "(line)", f"not valid UTF-8 at byte {exc.start}") from None
+    text = line.text
+    if len(text) < 2 or not text.endswith("|"):
+        raise BadLine(line.number, "(line)", "truncated table row: no closing '|'")
+    label, bar, cell = text[1:-1].partition("|")
+    if not bar:
+        raise BadLine(line.number, "(line)", "expected 2 cells, found 1")
+    return label.strip(), cell.strip(), cell
+
+
+def _piece(cell: str) -> str:
+    """One piece of a cut message: the cell less the one space dcgmi puts before it."""
+    return (cell[1:] if cell.startswith(" ") else cell).rstrip()
+
+
+def _is_result_line(value: str) -> bool:
+    entity = _ENTITY.fullmatch(value)
+    return (
+        (entity is not None and entity.group(3).lower() in RESULTS)
+        or _GROUPED.fullmatch(value) is not None
+        or _CODE_LINE.fullmatch(value) is not None
+    )
+
+
+def _result(value: str, line: int, label: str) -> str:
+    found = RESULTS.get(" ".join(value.lower().split()))
+    if found is None:
+        raise BadLine(line, label, f"not a diagnostic result: {value!r}")
+    return found
+
+
+def _test_result(test: _Test, value: str, line: _Line) -> None:
+    grouped = _GROUPED.fullmatch(value)
+    if grouped is None:
+        test.result = _result(value, line.number, test.name or "(test)")
+        return
+    _grouped(test, grouped)
+
+
+def _grouped(test: _Test, grouped: re.Match[str]) -> None:
+    """3.x `Fail - All`, `Pass - GPUs: 0, 1`: the test's result when it is the first."""
+    result, everyone, listed = grouped.group(1), grouped.group(2), grouped.group(3)
+    if everyone:
+        test.all_result = result
+    else:
+        for gpu in listed.split(","):
+            test.gpus[int(gpu)] = result
+    ranks = ["Fail", "Warn", "Pass", "Skip"]
+    if test.result is None or ranks.index(result) < ranks.index(test.result):
+        test.result = result
+
+
+def _entity_result(test: _Test, value: str, line: _Line) -> None:
+    """A line under a test with an empty label: an entity's result (`GPU0: Pass`)."""
+    where = test.name or "(result)"
+    if test.name is None:
+        raise BadLine(line.number, where, f"a result with no test before it: {value!r}")
+    if _CODE_LINE.fullmatch(value):
+        return
+    grouped = _GROUPED.fullmatch(value)
+    if grouped is not None:
+        _grouped(test, grouped)
+        return
+    entity = _ENTITY.fullmatch(value)
+    if entity is None:
+        raise BadLine(line.number, where, f"not an entity's result (GPU0: Pass): {value!r}")
+    result = _result(entity.group(3), line.number, where)
+    if entity.group(1) == "GPU":
+        test.gpus[int(entity.group(2))] = result
+    else:
+        test.others[f"{entity.group(1)}{entity.group(2)}"] = result
+
+
+def _clean(test: _Test) -> bool:
+    bad = {"Fail", "Warn"}
+    return (
+        test.result not in bad
+        and test.all_result not in bad
+        and not (bad & set(test.gpus.values()))
+        and not (bad & set(test.others.values()))
+        and not any(m.kind in ("Error", "Warning") for m in test.messages if test.name is None)
+    )
+
+
+@dataclass
+class _Run:
+    how: _How
+    dcgm_version: str | None
+    covered: list[int]
+    seen: dict[str, int] = field(default_factory=dict)
+
+    def _key(self, base: str) -> str:
+        self.seen[base] = self.seen.get(base, 0) + 1
+        count = self.seen[base]
+        return base if count == 1 else f"{base}#{count}"
+
+    def _event(self, kind: str, device: int | None, code: str, extra: dict[str, Any]) -> Any:
+        place = "-" if device is None else str(device)
+        suffix = "" if kind == "health.fault" else ":cleared"
+        key = self._key(f"{place}:{code}{suffix}@{format_utc(self.how.time)}")
+        data = {
+            "node": self.how.node,
+            "device": device,
+            "fabric_domain": self.how.fabric_domain,
+            "code": code,
+            **extra,
+            "dcgm_version": self.dcgm_version,
+        }
+        return {
+            "specversion": "1.0",
+            "id": key,
+            "source": self.how.source,
+            "type": kind,
+            "time": format_utc(self.how.time),
+            "data": {k: v for k, v in data.items() if v is not None},
+        }
+
+    def faults(self, test: _Test) -> list[tuple[int, dict[str, Any]]]:
+        if test.name is None:
+            return [self._orphan(m) for m in test.messages if m.kind in ("Error", "Warning")]
+        overall = test.all_result or test.result
+        failing: dict[int | None, str] = {}
+        for gpu, result in test.gpus.items():
+            if result in SEVERITY:  # 4.x prints a warning entity as Fail under a Warn test
+                failing[gpu] = "Warn" if test.result == "Warn" else result
+        if any(r in SEVERITY for r in test.others.values()) or (
+            overall in SEVERITY and not failing
+        ):
+            named: list[int | None] = [
+                *sorted(set().union(*(m.gpus() for m in test.messages)) - set(test.gpus))
+            ]
+            for device in named or [None]:
+                failing[device] = "Warn" if overall == "Warn" else "Fail"
+        out = []
+        for device, result in failing.items():
+            about = [m.text for m in test.messages if m.kind != "Info" and _about(m, device)]
+            others = [f"{name}: {r}" for name, r in test.others.items() if r in SEVERITY]
+            detail = "; ".join([f"{test.name}: {result}", *others, *about])
+            extra = {"severity": SEVERITY[result], "detail": detail, "test": test.name}
+            if test.section:
+                extra["section"] = test.section
+            out.append((test.line, self._event("health.fault", device, test.code, extra)))
+        return out
+
+    def _orphan(self, message: _Message) -> tuple[int, dict[str, Any]]:
+        severity = "critical" if message.kind == "Error" else "warning"
+        gpus = sorted(message.gpus())
+        device = gpus[0] if len(gpus) == 1 else None
+        extra = {"severity": severity, "detail": message.text}
+        return message.line, self._event("health.fault", device, "diag-error", extra)
+
+    def clears(self, test: _Test) -> list[tuple[int, dict[str, Any]]]:
+        if test.name is None:
+            return []
+        passed = [g for g, r in test.gpus.items() if r == "Pass"]
+        places: list[int | None] = []
+        if test.result == "Pass" or test.all_result == "Pass":
+            places = [None, *sorted(set(self.covered) | set(passed))]
+        else:
+            places = [*sorted(passed)]
+        detail = {"detail": f"{test.name}: Pass"}
+        return [
+            (test.line, self._event("health.cleared", place, test.code, detail))
+            for place in places
+        ]
+
+    def clean_run(self, line: int) -> list[tuple[int, dict[str, Any]]]:
+        """A run with nothing failed or warned clears what no test named (`diag-error`)."""
+        detail = {"detail": "a dcgmi diag run with no Fail, Warn, Error or Warning"}
+        return [
+            (line, self._event("health.cleared", place, "diag-error", detail))
+            for place in [None, *self.covered]
+        ]
+
+
+def _about(message: _Message, device: int | None) -> bool:
+    """Whether a message concerns this device: it names it, or it names no GPU."""
+    gpus = message.gpus()
+    return not gpus or device in gpus
+
+
+__all__ = ["DcgmiDiagIngestor"]
