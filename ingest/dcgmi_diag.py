@@ -154,7 +154,7 @@ class DcgmiDiagOptions(IngestOptions):
 
     format = "dcgmi-diag"
 
-    node: str = required("The host the diagnostic ran on (required: dcgmi diag names none).")
+    node: str = required("The host the diagnostic ran on (dcgmi diag names none).")
     fabric_domain: str | None = option("The fabric domain the node belongs to.")
     scrape_time: ScrapeTime = option(
         "When the diagnostic ran, RFC 3339 (default: the file's modification time)."
