@@ -77,12 +77,13 @@ RENAMED = {"gpu-memory": "memory", "eud-test": "eud", "cpu-eud-test": "cpu-eud"}
 _HEADER = re.compile(r"\|\s*Diagnostic\s*\|\s*Result\s*\|")
 _IDENTIFY = re.compile(rb"(?m)^\s*\|\s*Diagnostic\s*\|\s*Result\s*\|\s*$")
 _SECTION = re.compile(r"[A-Za-z][A-Za-z ]*[A-Za-z]")
-_MESSAGE = re.compile(r"(Error|Warning|Info)(?:\s*:\s*([A-Za-z]+)\s*(\d{1,9}))?")
-_ENTITY = re.compile(r"([A-Za-z]+)\s*(\d{1,9})\s*:\s*(.+)")
-_GROUPED = re.compile(r"(Pass|Fail|Warn|Skip)\s*-\s*(?:(All)|GPUs?\s*:\s*([\d,\s]*\d)\s*)")
-_CODE_LINE = re.compile(r"Code:\s*\(\d+\)")
-_NAMED_GPU = re.compile(r"\bGPU\s*(\d{1,9})\b")
-_GPU_LIST = re.compile(r"(?:^|\s)(?:-i|--gpuList)[\s=]+(\d{1,9}(?:\s*,\s*\d{1,9})*)(?:\s|$)")
+_MESSAGE = re.compile(r"(Error|Warning|Info)(?:\s*:\s*([A-Za-z]+)\s*([0-9]{1,9}))?")
+_ENTITY = re.compile(r"([A-Za-z]+)\s*([0-9]{1,9})\s*:\s*(.+)")
+_INDEXES = r"[0-9]{1,9}(?:\s*,\s*[0-9]{1,9})*"
+_GROUPED = re.compile(rf"(Pass|Fail|Warn|Skip)\s*-\s*(?:(All)|GPUs?\s*:\s*({_INDEXES})\s*)")
+_CODE_LINE = re.compile(r"Code:\s*\([0-9]+\)")
+_NAMED_GPU = re.compile(r"\bGPU\s*([0-9]{1,9})\b")
+_GPU_LIST = re.compile(rf"(?:^|\s)(?:-i|--gpuList)[\s=]+({_INDEXES})(?:\s|$)")
 _FAILED_RUN = re.compile(r"Error:\s*(.+)")
 
 
@@ -374,7 +375,7 @@ def _grouped(test: _Test, grouped: re.Match[str]) -> None:
     else:
         for gpu in listed.split(","):
             test.gpus[int(gpu)] = result
-    ranks = ["Fail", "Warn", "Pass", "Skip"]
+    ranks = ["Fail", "Warn", "Pass", "Skip", "Not Run"]
     if test.result is None or ranks.index(result) < ranks.index(test.result):
         test.result = result
 

@@ -192,3 +192,51 @@ def test_dcgm_metrics(data: bytes, scraped: bool) -> None:
         DCGM_METRICS_HEAD + data,
         scrape_time="2026-01-07T10:00:00Z" if scraped else None,
     )
+
+
+DIAG_HEAD = (
+    b"Successfully ran diagnostic for group.\n| Diagnostic | Result |\n"
+    b"+===+===+\n|-----  Deployment  ---+---|\n"
+)
+diag_fragments = st.sampled_from(
+    [
+        b"| ",
+        b" |",
+        b"|",
+        b"\n",
+        b"+---+",
+        b"|-----  Hardware  ---+---|",
+        b"|-----  Metadata  ---+---|",
+        b"DCGM Version",
+        b"memory",
+        b"Pass",
+        b"Fail",
+        b"Warn",
+        b"Skip",
+        b"Not Run",
+        b"Pass - All",
+        b"Fail - GPUs: 0, 1",
+        b"Fail - GPU: 99999999999",
+        b"GPU0: ",
+        b"CPU1: ",
+        b"Error",
+        b"Warning: GPU3",
+        b"Info",
+        b"GPU 3 has ",
+        b"Code: (000000000000)",
+        b"Error: Diagnostic could not be run",
+        b"dcgmi diag -r 2 -i 0,1",
+        b"| Diagnostic | Result |",
+        b"\xd9\xa3",
+        b"\xff\xfe",
+        b"\x00",
+        b"9" * 30,
+    ]
+)
+diag_noise = st.lists(st.one_of(diag_fragments, st.binary(max_size=12)), max_size=40).map(b"".join)
+
+
+@SETTINGS
+@given(diag_noise)
+def test_dcgmi_diag(data: bytes) -> None:
+    run("dcgmi-diag", DIAG_HEAD + data, node="n7", scrape_time="2026-01-07T10:00:00Z")
