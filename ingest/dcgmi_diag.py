@@ -19,7 +19,8 @@ A message longer than 45 characters is cut every 45 characters, words or not, on
 with an empty label (`... and row` / ` remappings are pending`): the pieces are joined
 again exactly (each piece but the last is 45 characters, its trailing spaces kept).
 Lines outside the table (the command, a `kubectl exec` banner, a prompt) are passed over;
-a table cut short (no closing border) is read as far as it goes.
+a table cut short (no closing border, or a last line that ends mid-row: `|   | ts.`) is
+read as far as it goes.
 
 Mapping: fleet events, source `dcgmi-diag://<node>`. dcgmi names no host and prints no
 time: option `node` (required), `scrape_time` (when the run ended, RFC 3339; default the
@@ -93,6 +94,7 @@ class _Line:
     offset: int
     raw: bytes
     text: str  # stripped
+    cut: bool = False  # the file's last line with text: a paste may end mid-row
 
 
 @dataclass
@@ -186,6 +188,9 @@ def _lines(path: Path) -> list[_Line]:
         text = clean.decode("utf-8", "surrogateescape").strip()
         out.append(_Line(number, offset, raw, text))
         offset += len(raw)
+    last = next((i for i in range(len(out) - 1, -1, -1) if out[i].text), None)
+    if last is not None:
+        out[last] = _Line(out[last].number, out[last].offset, out[last].raw, out[last].text, True)
     return out
 
 
@@ -330,6 +335,8 @@ def _cells(line: _Line) -> tuple[str, str, str]:
     except UnicodeDecodeError as exc:
         raise BadLine(line.number, "(line)", f"not valid UTF-8 at byte {exc.start}") from None
     text = line.text
+    if line.cut and not text.endswith("|") and text.count("|") >= 2:
+        text += "|"  # the paste ends mid-row: read the row as far as it goes
     if len(text) < 2 or not text.endswith("|"):
         raise BadLine(line.number, "(line)", "truncated table row: no closing '|'")
     label, bar, cell = text[1:-1].partition("|")

@@ -302,3 +302,28 @@ def test_ingesting_twice_appends_nothing_the_second_time(tmp_path: Path) -> None
     code, out, _ = run_cli(*args, str(SAMPLE))
     assert code == 0, out
     assert "appended 0 · duplicate 14 · quarantined 0" in out
+
+
+def test_a_paste_that_ends_mid_row_is_read_as_far_as_it_goes(tmp_path: Path) -> None:
+    message = "GPU 0 Thermal violations totaling 13.3 seconds were seen."
+    path = tmp_path / "cut.txt"
+    cut = row("", message[45:]).rstrip("|").rstrip()  # `|    | seen.`: no closing bar
+    rows = [bar("Hardware", "+"), row("memory", "Fail - GPU: 0"), row("Warning", message[:45])]
+    path.write_text("\n".join([*HEADER[1:], *rows, cut]) + "\n\n")
+    [event] = events(path)
+    assert (event["data"]["device"], event["data"]["detail"]) == (0, f"memory: Fail; {message}")
+
+
+def test_a_3x_deployment_error_naming_several_gpus_faults_each(tmp_path: Path) -> None:
+    message = "Persistence mode for GPU 2 is disabled.,Persistence mode for GPU 5 is disabled."
+    path = table(
+        tmp_path,
+        bar("Deployment", "|"),
+        row("Persistence Mode", "Fail"),
+        *(row("Error" if i == 0 else "", message[i : i + 45]) for i in range(0, 90, 45)),
+    )
+    detail = f"Persistence Mode: Fail; {message}"
+    assert faults(events(path)) == [
+        (2, "diag-persistence-mode", "critical", detail),
+        (5, "diag-persistence-mode", "critical", detail),
+    ]
