@@ -40,8 +40,8 @@ file's modification time), `fabric_domain` (optional).
   fabric_domain and code closes a fault): each entity line `GPU0: Pass` (3.x `Pass - GPU:
   0`) clears `diag-<test>` on that GPU; a test whose result is `Pass` clears it on the node
   and on every GPU the run covered (those its result lines or `-i` name). A run with no
-  Fail, Warn, Error or Warning clears `diag-error` the same way. A
-  clearing with nothing open is harmless; one fault's clearing needs the same
+  Fail, Warn, Error or Warning, and no test in the quarantine, clears `diag-error` the
+  same way. A clearing with nothing open is harmless; one fault's clearing needs the same
   `fabric_domain` option as the fault was read with.
 - ids `<gpu or ->:<code>@<time>` and `<gpu or ->:<code>:cleared@<time>` (`#2`, `#3` for a
   key repeated in one run): the same file read again appends nothing.
@@ -203,10 +203,12 @@ def _records(name: str, lines: list[_Line], how: _How) -> Iterator[Record]:
     blocks, end = _blocks(lines, start + 1)
     tests: list[tuple[_Block, _Test]] = []
     dcgm_version: str | None = None
+    unread = False  # a test in the quarantine may have failed: the run is not clean
     for block in blocks:
         try:
             test, version = _read_block(block)
         except BadLine as bad:
+            unread = True
             first = block.lines[0]
             at = next((x for x in block.lines if x.number == bad.line), first)
             raw = b"".join(x.raw for x in block.lines)
@@ -217,7 +219,7 @@ def _records(name: str, lines: list[_Line], how: _How) -> Iterator[Record]:
             tests.append((block, test))
     for test in (t for _, t in tests):
         covered |= set(test.gpus)
-    clean = all(_clean(test) for _, test in tests)
+    clean = not unread and all(_clean(test) for _, test in tests)
     run = _Run(how, dcgm_version, sorted(covered))
     for index, (block, test) in enumerate(tests):
         events = run.faults(test) + run.clears(test)

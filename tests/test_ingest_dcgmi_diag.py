@@ -327,3 +327,17 @@ def test_a_3x_deployment_error_naming_several_gpus_faults_each(tmp_path: Path) -
         (2, "diag-persistence-mode", "critical", detail),
         (5, "diag-persistence-mode", "critical", detail),
     ]
+
+
+def test_a_test_in_the_quarantine_keeps_the_run_from_clearing_diag_error(tmp_path: Path) -> None:
+    path = table(tmp_path, bar("Hardware", "+"), row("memory", "Fial"), row("pcie", "Pass"))
+    found = records(path)
+    assert isinstance(found[0], Rejected)
+    cleared = {(e["data"].get("device"), e["data"]["code"]) for e in map(_body, found[1:])}
+    assert cleared == {(None, "diag-pcie")}  # no GPU named anywhere: the node alone
+
+
+def _body(record: Accepted | Rejected) -> dict[str, Any]:
+    assert isinstance(record, Accepted), str(record)
+    parsed: dict[str, Any] = orjson.loads(record.body)
+    return parsed
