@@ -38,15 +38,23 @@ file's modification time), `fabric_domain` (optional).
   joined message.
 - a pass clears (reconcile/RULES.md §7: a `health.cleared` of the same node, device,
   fabric_domain and code closes a fault): each entity line `GPU0: Pass` (3.x `Pass - GPU:
-  0`) clears `diag-<test>` on that GPU; a test whose result is `Pass` clears it on the node
-  and on every GPU the run covered (those its result lines or `-i` name). A run with no
-  Fail, Warn, Error or Warning, and no test in the quarantine, clears `diag-error` the
-  same way. A clearing with nothing open is harmless; one fault's clearing needs the same
-  `fabric_domain` option as the fault was read with.
+  0`) clears `diag-<test>` on that GPU; a test that passed as a whole (`Pass`, `Pass - All`,
+  every GPU line Pass) clears it on the node too, and a test with no GPU line on every GPU
+  the run covered (those other tests' result lines or `-i` name); a skipped GPU is never
+  cleared. A run with no Fail, Warn, Error or Warning, and no test in the quarantine,
+  clears `diag-error` the same way (not on a GPU that skipped a test). A clearing with
+  nothing open is harmless; a fault's clearing needs the `fabric_domain` it was read with.
 - ids `<gpu or ->:<code>@<time>` and `<gpu or ->:<code>:cleared@<time>` (`#2`, `#3` for a
   key repeated in one run): the same file read again appends nothing.
-Not read: `-j` JSON output, `Skip`, `Not Run` and `Info` (nothing to record), Metadata
-beyond the DCGM version (carried on each event as `dcgm_version`).
+`dcgmi diag -j` (JSON) is read into the same tests: root `DCGM GPU Diagnostic` (2.x/3.x:
+results by `gpu_id`; Deployment results name a GPU only with an error, written under the
+key `warnings`) or `DCGM Diagnostic` (4.x: results by `entity_group`/`entity_id`, the
+test's result in `test_summary`, which repeats the test's warnings). dcgmi's JSON prints a
+warning as `Fail`, in 3.x and 4.x alike: read from JSON, a warning is a critical fault. A
+test is one record, at the line its name is on; bad JSON or a bad field is quarantined
+naming the field's path (`DCGM Diagnostic.test_categories[0].tests[2].results[1].status`).
+Not read: `Skip`, `Not Run` and `Info` (nothing to record), Metadata beyond the DCGM
+version (carried on each event as `dcgm_version`).
 
 Bad input: one test (its row and the lines under it) is one record: a result that is no
 result, a row cut short (no closing `|`), a line that is not UTF-8 sends the test to the
@@ -57,8 +65,9 @@ runs need two files and two times) too.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -86,6 +95,8 @@ _CODE_LINE = re.compile(r"Code:\s*\([0-9]+\)")
 _NAMED_GPU = re.compile(r"\bGPU\s*([0-9]{1,9})\b")
 _GPU_LIST = re.compile(rf"(?:^|\s)(?:-i|--gpuList)[\s=]+({_INDEXES})(?:\s|$)")
 _FAILED_RUN = re.compile(r"Error:\s*(.+)")
+#: the root key of `dcgmi diag -j`: DCGM 2.x/3.x, then 4.x
+ROOTS = ("DCGM GPU Diagnostic", "DCGM Diagnostic")
 
 
 @dataclass(frozen=True)
@@ -170,6 +181,9 @@ class DcgmiDiagIngestor:
     description = "NVIDIA DCGM diagnostics: the text of `dcgmi diag -r N`"
 
     def identify(self, path: Path, head: bytes) -> bool:
+        text = head.removeprefix(UTF8_BOM).lstrip()
+        if text.startswith(b"{"):  # `dcgmi diag -j`
+            return b'"test_categories"' in text and any(f'"{r}"'.encode() in text for r in ROOTS)
         return b"Successfully ran diagnostic for group" in head or (
             _IDENTIFY.search(head) is not None
         )
@@ -177,11 +191,14 @@ class DcgmiDiagIngestor:
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
         given = DcgmiDiagOptions.of({k: options.get(k) for k in DcgmiDiagOptions.names()}, path)
         how = _How(given.node, given.fabric_domain, _capture_time(path, given.scrape_time))
-        yield from _records(str(path), _lines(path), how)
+        body = read_output(path, "dcgmi diag", MAX_BYTES)
+        if body.removeprefix(UTF8_BOM).lstrip().startswith(b"{"):
+            yield from _json_records(str(path), body.removeprefix(UTF8_BOM), how)
+            return
+        yield from _records(str(path), _lines(body), how)
 
 
-def _lines(path: Path) -> list[_Line]:
-    body = read_output(path, "dcgmi diag", MAX_BYTES)
+def _lines(body: bytes) -> list[_Line]:
     out, offset = [], 0
     for number, raw in enumerate(body.splitlines(keepends=True), start=1):
         clean = raw.removeprefix(UTF8_BOM) if number == 1 else raw
@@ -220,7 +237,7 @@ def _records(name: str, lines: list[_Line], how: _How) -> Iterator[Record]:
     for test in (t for _, t in tests):
         covered |= set(test.gpus)
     clean = not unread and all(_clean(test) for _, test in tests)
-    run = _Run(how, dcgm_version, sorted(covered))
+    run = _Run(how, dcgm_version, sorted(covered), _partial(t for _, t in tests))
     for index, (block, test) in enumerate(tests):
         events = run.faults(test) + run.clears(test)
         if clean and index == len(tests) - 1:
@@ -421,11 +438,131 @@ def _clean(test: _Test) -> bool:
     )
 
 
+def _json_records(name: str, body: bytes, how: _How) -> Iterator[Record]:
+    """`dcgmi diag -j`: each test of each category read into the same model as the table's
+    (3.x: results by `gpu_id`; 4.x: by `entity_group` and `entity_id`, the test's own
+    result in `test_summary`). A test is one record, at the line its name is written on."""
+    text = body.decode("utf-8", "replace")
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        yield Rejected(
+            Origin(name, exc.lineno, exc.pos), "(json)", f"not valid JSON: {exc.msg}", body
+        )
+        return
+    root_name = next((r for r in ROOTS if isinstance(document, dict) and r in document), None)
+    root = document.get(root_name) if root_name is not None else None
+    categories = root.get("test_categories") if isinstance(root, dict) else None
+    if root_name is None or not isinstance(categories, list):
+        where = f"{root_name or ROOTS[0]}.test_categories"
+        yield Rejected(Origin(name, 1, 0), where, "expected a list of test categories", body)
+        return
+    metadata = document.get("metadata")
+    holder = metadata if isinstance(metadata, dict) else root
+    version = holder.get("version") if isinstance(holder, dict) else None
+    tests: list[tuple[Origin, _Test]] = []
+    at, unread = 0, False
+    for c, category in enumerate(categories):
+        section = category.get("category") if isinstance(category, dict) else None
+        listed = category.get("tests") if isinstance(category, dict) else None
+        for t, entry in enumerate(listed if isinstance(listed, list) else [None]):
+            where = f"{root_name}.test_categories[{c}].tests[{t}]"
+            named = entry.get("name") if isinstance(entry, dict) else None
+            found = text.find(json.dumps(named), at) if isinstance(named, str) else -1
+            at = found if found >= 0 else at
+            origin = Origin(name, text.count("\n", 0, at) + 1, at)
+            try:
+                test = _json_test(entry, section, where, origin.line)
+            except BadLine as bad:
+                unread = True
+                yield Rejected(origin, bad.field, bad.reason, body)
+                continue
+            tests.append((origin, test))
+    covered = sorted({gpu for _, test in tests for gpu in test.gpus})
+    run = _Run(
+        how, version if isinstance(version, str) else None, covered, _partial(t for _, t in tests)
+    )
+    clean = not unread and all(_clean(test) for _, test in tests)
+    for index, (origin, test) in enumerate(tests):
+        events = run.faults(test) + run.clears(test)
+        if clean and index == len(tests) - 1:
+            events += run.clean_run(test.line)
+        records = [event_from_object(event, origin, body) for _, event in events]
+        rejected = [r for r in records if isinstance(r, Rejected)]
+        yield from (rejected[:1] if rejected else records)
+
+
+def _json_test(entry: Any, section: Any, where: str, line: int) -> _Test:
+    """One test of `dcgmi diag -j`; raises BadLine naming the field that is wrong."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+        raise BadLine(line, f"{where}.name", "expected a test with a name")
+    test = _Test(entry["name"], section if isinstance(section, str) else "", line)
+    summary = entry.get("test_summary")
+    if isinstance(summary, dict):  # 4.x: the test's own result and its global warnings
+        test.result = _json_status(summary.get("status"), line, f"{where}.test_summary.status")
+        test.messages += _json_warnings(summary, None, line)
+    results = entry.get("results", [])
+    if not isinstance(results, list):
+        raise BadLine(line, f"{where}.results", "expected a list of results")
+    statuses = []
+    for r, result in enumerate(results):
+        field_at = f"{where}.results[{r}]"
+        if not isinstance(result, dict):
+            raise BadLine(line, field_at, "expected an object")
+        status = _json_status(result.get("status"), line, f"{field_at}.status")
+        statuses.append(status)
+        entity = _json_entity(result, line, field_at)
+        if entity is None:  # a 3.x Deployment test: its one result is the test's
+            test.result = status
+        elif entity[0] == "GPU":
+            test.gpus[entity[1]] = status
+        else:
+            test.others[f"{entity[0]}{entity[1]}"] = status
+        kind = "Error" if entity is None else "Warning"
+        test.messages += _json_warnings(result, entity, line, kind)
+    if test.result is None:  # 3.x per-GPU tests: the worst of the GPUs' results
+        ranks = ["Fail", "Warn", "Pass", "Skip", "Not Run"]
+        test.result = min(statuses, key=ranks.index) if statuses else None
+    return test
+
+
+def _json_status(value: Any, line: int, where: str) -> str:
+    if not isinstance(value, str):
+        raise BadLine(line, where, f"expected a result, found {value!r}")
+    return _result(value, line, where)
+
+
+def _json_entity(result: dict[str, Any], line: int, where: str) -> tuple[str, int] | None:
+    """(`GPU`, 0) from 3.x `gpu_id` or 4.x `entity_group`/`entity_id`; None when neither."""
+    group, index = result.get("entity_group", "GPU"), result.get("entity_id", result.get("gpu_id"))
+    if index is None:
+        return None
+    text = str(index)
+    if not isinstance(group, str) or not re.fullmatch(r"[0-9]{1,9}", text):
+        raise BadLine(line, f"{where}.entity_id", f"not an entity index: {index!r}")
+    return group, int(text)
+
+
+def _json_warnings(
+    owner: dict[str, Any], entity: tuple[str, int] | None, line: int, kind: str = "Warning"
+) -> list[_Message]:
+    """The messages of a result: `warnings[i].warning` (3.x Deployment wrote `warnings`)."""
+    found = owner.get("warnings")
+    out = []
+    for item in found if isinstance(found, list) else []:
+        text = item.get("warning", item.get("warnings")) if isinstance(item, dict) else item
+        if isinstance(text, str) and text.strip():
+            label = None if entity is None else f"{entity[0]}:{entity[1]}"
+            out.append(_Message(kind, label, line, [" ".join(text.split())]))
+    return out
+
+
 @dataclass
 class _Run:
     how: _How
     dcgm_version: str | None
     covered: list[int]
+    partial: set[int] = field(default_factory=set)  # GPUs that skipped or did not run a test
     seen: dict[str, int] = field(default_factory=dict)
 
     def _key(self, base: str) -> str:
@@ -473,6 +610,7 @@ class _Run:
         out = []
         for device, result in failing.items():
             about = [m.text for m in test.messages if m.kind != "Info" and _about(m, device)]
+            about = list(dict.fromkeys(about))  # 4.x -j repeats a GPU's warnings in its summary
             others = [f"{name}: {r}" for name, r in test.others.items() if r in SEVERITY]
             detail = "; ".join([f"{test.name}: {result}", *others, *about])
             extra = {"severity": SEVERITY[result], "detail": detail, "test": test.name}
@@ -491,12 +629,12 @@ class _Run:
     def clears(self, test: _Test) -> list[tuple[int, dict[str, Any]]]:
         if test.name is None:
             return []
-        passed = [g for g, r in test.gpus.items() if r == "Pass"]
-        places: list[int | None] = []
-        if test.result == "Pass" or test.all_result == "Pass":
-            places = [None, *sorted(set(self.covered) | set(passed))]
-        else:
-            places = [*sorted(passed)]
+        passed = sorted(g for g, r in test.gpus.items() if r == "Pass")
+        whole = test.result == "Pass" and test.all_result in (None, "Pass")
+        whole = whole and all(r == "Pass" for r in [*test.gpus.values(), *test.others.values()])
+        places: list[int | None] = [*passed]
+        if whole:  # every GPU it names passed (a skipped one is not cleared)
+            places = [None, *(passed if test.gpus else self.covered)]
         detail = {"detail": f"{test.name}: Pass"}
         return [
             (test.line, self._event("health.cleared", place, test.code, detail))
@@ -508,8 +646,13 @@ class _Run:
         detail = {"detail": "a dcgmi diag run with no Fail, Warn, Error or Warning"}
         return [
             (line, self._event("health.cleared", place, "diag-error", detail))
-            for place in [None, *self.covered]
+            for place in [None, *(g for g in self.covered if g not in self.partial)]
         ]
+
+
+def _partial(tests: Iterable[_Test]) -> set[int]:
+    """The GPUs a test of the run skipped (or did not run): a clean run does not clear them."""
+    return {g for test in tests for g, r in test.gpus.items() if r in ("Skip", "Not Run")}
 
 
 def _about(message: _Message, device: int | None) -> bool:

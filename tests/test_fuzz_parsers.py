@@ -3,6 +3,7 @@ rejected) or raises the project's own IngestError; nothing else escapes."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -240,3 +241,50 @@ diag_noise = st.lists(st.one_of(diag_fragments, st.binary(max_size=12)), max_siz
 @given(diag_noise)
 def test_dcgmi_diag(data: bytes) -> None:
     run("dcgmi-diag", DIAG_HEAD + data, node="n7", scrape_time="2026-01-07T10:00:00Z")
+
+
+DIAG_JSON_HEAD = b'{"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": ['
+
+
+@SETTINGS
+@given(diag_noise)
+def test_dcgmi_diag_json(data: bytes) -> None:
+    run("dcgmi-diag", DIAG_JSON_HEAD + data, node="n7", scrape_time="2026-01-07T10:00:00Z")
+
+
+_diag_keys = st.sampled_from(
+    [
+        "name",
+        "results",
+        "status",
+        "gpu_id",
+        "entity_group",
+        "entity_id",
+        "warnings",
+        "warning",
+        "test_summary",
+        "category",
+        "tests",
+        "version",
+    ]
+)
+_diag_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-2, 2**40),
+    st.sampled_from(["Pass", "Fail", "Warn", "Skip", "GPU", "CPU", "0", "GPU 3 x", "", "\x00"]),
+)
+_diag_json = st.recursive(
+    _diag_leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(_diag_keys, inner, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+@SETTINGS
+@given(_diag_json, st.sampled_from(["DCGM Diagnostic", "DCGM GPU Diagnostic"]))
+def test_dcgmi_diag_json_structure(tests: object, root: str) -> None:
+    document = {root: {"test_categories": [{"category": "Hardware", "tests": tests}]}}
+    run("dcgmi-diag", json.dumps(document).encode(), node="n7", scrape_time="2026-01-07T10:00:00Z")

@@ -341,3 +341,140 @@ def _body(record: Accepted | Rejected) -> dict[str, Any]:
     assert isinstance(record, Accepted), str(record)
     parsed: dict[str, Any] = orjson.loads(record.body)
     return parsed
+
+
+def test_a_gpu_that_skipped_is_not_cleared(tmp_path: Path) -> None:
+    path = table(
+        tmp_path,
+        bar("Hardware", "+"),
+        row("GPU Memory", "Pass - GPU: 0"),
+        row("", "Skip - GPU: 3"),
+    )
+    # a clean run: diag-error is cleared on the node and GPU 0, not on GPU 3
+    assert clearings(events(path)) == {(0, "diag-memory"), (None, "diag-error"), (0, "diag-error")}
+
+
+def test_json_of_dcgm_3(tmp_path: Path) -> None:
+    # 3.x -j: Deployment results carry `gpu_id` only with an error, under the key `warnings`
+    document = {
+        "DCGM GPU Diagnostic": {
+            "test_categories": [
+                {
+                    "category": "Deployment",
+                    "tests": [
+                        {"name": "Denylist", "results": [{"status": "Pass"}]},
+                        {
+                            "name": "Page Retirement/Row Remap",
+                            "results": [
+                                {
+                                    "gpu_id": 3,
+                                    "status": "Fail",
+                                    "warnings": [{"warnings": "GPU 3 has pending remaps"}],
+                                }
+                            ],
+                        },
+                    ],
+                },
+                {
+                    "category": "Hardware",
+                    "tests": [
+                        {
+                            "name": "GPU Memory",
+                            "results": [
+                                {"gpu_id": "0", "status": "Pass"},
+                                {"gpu_id": "3", "status": "Skip"},
+                            ],
+                        }
+                    ],
+                },
+            ],
+            "version": "3.3.8",
+        }
+    }
+    path = tmp_path / "diag.json"
+    path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2))
+    assert [i.name for i in INGESTORS if i.identify(path, path.read_bytes())] == ["dcgmi-diag"]
+    found = events(path)
+    assert faults(found) == [
+        (
+            3,
+            "diag-page-retirement-row-remap",
+            "critical",
+            "Page Retirement/Row Remap: Fail; GPU 3 has pending remaps",
+        )
+    ]
+    # Denylist passed as a whole: the node and GPUs 0, 3 (named by the run's results);
+    # GPU Memory on GPU 0 only (GPU 3 skipped)
+    assert clearings(found) == {
+        (None, "diag-denylist"),
+        (0, "diag-denylist"),
+        (3, "diag-denylist"),
+        (0, "diag-memory"),
+    }
+    assert {e["data"]["dcgm_version"] for e in found} == {"3.3.8"}
+
+
+def test_json_of_dcgm_4(tmp_path: Path) -> None:
+    # 4.x -j: results by entity; the summary repeats every warning of the test
+    warning = {"warning": "GPU 0 memory fault", "error_id": 1}
+    document = {
+        "DCGM Diagnostic": {
+            "test_categories": [
+                {
+                    "category": "Hardware",
+                    "tests": [
+                        {
+                            "name": "memory",
+                            "results": [
+                                {
+                                    "entity_group": "GPU",
+                                    "entity_group_id": 1,
+                                    "entity_id": 0,
+                                    "status": "Fail",
+                                    "warnings": [warning],
+                                },
+                                {
+                                    "entity_group": "GPU",
+                                    "entity_group_id": 1,
+                                    "entity_id": 1,
+                                    "status": "Pass",
+                                },
+                            ],
+                            "test_summary": {"status": "Fail", "warnings": [warning]},
+                        }
+                    ],
+                }
+            ]
+        },
+        "metadata": {"version": "4.4.2", "Driver Version Detected": "580.105.08"},
+    }
+    path = tmp_path / "diag.json"
+    path.write_bytes(orjson.dumps(document))
+    found = events(path)
+    assert faults(found) == [(0, "diag-memory", "critical", "memory: Fail; GPU 0 memory fault")]
+    assert clearings(found) == {(1, "diag-memory")}
+    assert {e["data"]["dcgm_version"] for e in found} == {"4.4.2"}
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "reason"),
+    [
+        (b'{"DCGM Diagnostic": {"test_categories": [', "(json)", "not valid JSON"),
+        (b'{"DCGM Diagnostic": {}}', "DCGM Diagnostic.test_categories", "expected a list"),
+        (
+            b'{"DCGM Diagnostic": {"test_categories": [{"tests": [{"name": "pcie", '
+            b'"results": [{"entity_id": 0, "status": "Maybe"}]}]}]}}',
+            "DCGM Diagnostic.test_categories[0].tests[0].results[0].status",
+            "not a diagnostic result: 'Maybe'",
+        ),
+    ],
+)
+def test_bad_json_is_quarantined_naming_the_field(
+    tmp_path: Path, body: bytes, field: str, reason: str
+) -> None:
+    path = tmp_path / "diag.json"
+    path.write_bytes(body)
+    [rejected] = records(path)
+    assert isinstance(rejected, Rejected)
+    assert rejected.field == field
+    assert rejected.reason.startswith(reason)
