@@ -53,8 +53,8 @@ test's result in `test_summary`, which repeats the test's warnings). dcgmi's JSO
 warning as `Fail`, in 3.x and 4.x alike: read from JSON, a warning is a critical fault. A
 test is one record, at the line its name is on; bad JSON or a bad field is quarantined
 naming the field's path (`DCGM Diagnostic.test_categories[0].tests[2].results[1].status`).
-Not read: `Skip`, `Not Run` and `Info` (nothing to record), Metadata beyond the DCGM
-version (carried on each event as `dcgm_version`).
+Not read: `Skip`, `Not Run` and `Info` (nothing to record), Metadata beyond the DCGM and
+driver versions (carried on each event as `dcgm_version`, `driver_version`).
 
 Bad input: one test (its row and the lines under it) is one record: a result that is no
 result, a row cut short (no closing `|`), a line that is not UTF-8 sends the test to the
@@ -95,6 +95,9 @@ _CODE_LINE = re.compile(r"Code:\s*\([0-9]+\)")
 _NAMED_GPU = re.compile(r"\bGPU\s*([0-9]{1,9})\b")
 _GPU_LIST = re.compile(rf"(?:^|\s)(?:-i|--gpuList)[\s=]+({_INDEXES})(?:\s|$)")
 _FAILED_RUN = re.compile(r"Error:\s*(.+)")
+#: Metadata rows kept on every event (the GPU Device IDs are PCI ids, not GPUs: not kept)
+METADATA = {"DCGM Version": "dcgm_version", "Driver Version Detected": "driver_version"}
+METADATA_JSON = "Driver Version Detected"
 #: the root key of `dcgmi diag -j`: DCGM 2.x/3.x, then 4.x
 ROOTS = ("DCGM GPU Diagnostic", "DCGM Diagnostic")
 
@@ -219,11 +222,11 @@ def _records(name: str, lines: list[_Line], how: _How) -> Iterator[Record]:
     covered = _gpu_list(lines[:start])
     blocks, end = _blocks(lines, start + 1)
     tests: list[tuple[_Block, _Test]] = []
-    dcgm_version: str | None = None
+    versions: dict[str, str] = {}
     unread = False  # a test in the quarantine may have failed: the run is not clean
     for block in blocks:
         try:
-            test, version = _read_block(block)
+            test, named = _read_block(block)
         except BadLine as bad:
             unread = True
             first = block.lines[0]
@@ -231,13 +234,13 @@ def _records(name: str, lines: list[_Line], how: _How) -> Iterator[Record]:
             raw = b"".join(x.raw for x in block.lines)
             yield Rejected(Origin(name, bad.line, at.offset), bad.field, bad.reason, raw)
             continue
-        dcgm_version = version or dcgm_version
+        versions.update(named)
         if test is not None:
             tests.append((block, test))
     for test in (t for _, t in tests):
         covered |= set(test.gpus)
     clean = not unread and all(_clean(test) for _, test in tests)
-    run = _Run(how, dcgm_version, sorted(covered), _partial(t for _, t in tests))
+    run = _Run(how, versions, sorted(covered), _partial(t for _, t in tests))
     for index, (block, test) in enumerate(tests):
         events = run.faults(test) + run.clears(test)
         if clean and index == len(tests) - 1:
@@ -319,14 +322,14 @@ def _blocks(lines: list[_Line], start: int) -> tuple[list[_Block], int]:
     return blocks, index
 
 
-def _read_block(block: _Block) -> tuple[_Test | None, str | None]:
-    """A block's test (None for a section bar or a Metadata row), and a DCGM version it names."""
+def _read_block(block: _Block) -> tuple[_Test | None, dict[str, str]]:
+    """A block's test (None for a section bar or a Metadata row), and the versions it names."""
     first = block.lines[0]
     if first.text.startswith(("+", "|-", "|=")):
-        return None, None
+        return None, {}
     label, value, _ = _cells(first)
     if block.section.lower() == "metadata":
-        return None, value if label == "DCGM Version" and value else None
+        return None, {METADATA[label]: value} if label in METADATA and value else {}
     test = _Test(None, block.section, first.number)
     last: _Message | None = None
     for line in block.lines:
@@ -344,7 +347,7 @@ def _read_block(block: _Block) -> tuple[_Test | None, str | None]:
         else:
             last = None
             _entity_result(test, value, line)
-    return test, None
+    return test, {}
 
 
 def _cells(line: _Line) -> tuple[str, str, str]:
@@ -459,7 +462,14 @@ def _json_records(name: str, body: bytes, how: _How) -> Iterator[Record]:
         return
     metadata = document.get("metadata")
     holder = metadata if isinstance(metadata, dict) else root
-    version = holder.get("version") if isinstance(holder, dict) else None
+    versions = {
+        key: value
+        for key, value in (
+            ("dcgm_version", holder.get("version") if isinstance(holder, dict) else None),
+            ("driver_version", holder.get(METADATA_JSON) if isinstance(holder, dict) else None),
+        )
+        if isinstance(value, str) and value
+    }
     tests: list[tuple[Origin, _Test]] = []
     at, unread = 0, False
     for c, category in enumerate(categories):
@@ -479,9 +489,7 @@ def _json_records(name: str, body: bytes, how: _How) -> Iterator[Record]:
                 continue
             tests.append((origin, test))
     covered = sorted({gpu for _, test in tests for gpu in test.gpus})
-    run = _Run(
-        how, version if isinstance(version, str) else None, covered, _partial(t for _, t in tests)
-    )
+    run = _Run(how, versions, covered, _partial(t for _, t in tests))
     clean = not unread and all(_clean(test) for _, test in tests)
     for index, (origin, test) in enumerate(tests):
         events = run.faults(test) + run.clears(test)
@@ -560,7 +568,7 @@ def _json_warnings(
 @dataclass
 class _Run:
     how: _How
-    dcgm_version: str | None
+    versions: dict[str, str]  # dcgm_version, driver_version: the Metadata dcgmi printed
     covered: list[int]
     partial: set[int] = field(default_factory=set)  # GPUs that skipped or did not run a test
     seen: dict[str, int] = field(default_factory=dict)
@@ -580,7 +588,7 @@ class _Run:
             "fabric_domain": self.how.fabric_domain,
             "code": code,
             **extra,
-            "dcgm_version": self.dcgm_version,
+            **self.versions,
         }
         return {
             "specversion": "1.0",

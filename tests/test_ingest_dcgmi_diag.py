@@ -90,7 +90,9 @@ def test_the_all_pass_run_of_dcgm_4_has_no_fault_and_three_passed_tests() -> Non
         for code in ("diag-software", "diag-memory", "diag-pcie", "diag-error")
         for device in (None, 0)
     }
-    assert {e["data"]["dcgm_version"] for e in found} == {"4.4.2"}
+    assert {(e["data"]["dcgm_version"], e["data"]["driver_version"]) for e in found} == {
+        ("4.4.2", "580.105.08")
+    }
     assert {e["source"] for e in found} == {"dcgmi-diag://gpu-07"}
     assert {e["time"] for e in found} == {AT}
 
@@ -453,7 +455,9 @@ def test_json_of_dcgm_4(tmp_path: Path) -> None:
     found = events(path)
     assert faults(found) == [(0, "diag-memory", "critical", "memory: Fail; GPU 0 memory fault")]
     assert clearings(found) == {(1, "diag-memory")}
-    assert {e["data"]["dcgm_version"] for e in found} == {"4.4.2"}
+    assert {(e["data"]["dcgm_version"], e["data"]["driver_version"]) for e in found} == {
+        ("4.4.2", "580.105.08")
+    }
 
 
 @pytest.mark.parametrize(
