@@ -18,6 +18,8 @@ closed by a plain border. Each row is `| label | value |`:
 A message longer than 45 characters is cut every 45 characters, words or not, onto lines
 with an empty label (`... and row` / ` remappings are pending`): the pieces are joined
 again exactly (each piece but the last is 45 characters, its trailing spaces kept).
+Detection leaves a file that also holds a `dcgmi stats` report (a Slurm job's stdout with
+a diag in its prolog) to dcgm-stats: a job's log is its tenant's text, not the host's.
 Lines outside the table (the command, a `kubectl exec` banner, a prompt) are passed over;
 a table cut short (no closing border, or a last line that ends mid-row: `|   | ts.`) is
 read as far as it goes.
@@ -27,11 +29,12 @@ time: option `node` (required), `scrape_time` (when the run ended, RFC 3339; def
 file's modification time), `fabric_domain` (optional).
 - a test whose result is `Fail` or `Warn` → one `health.fault` per entity that failed
   (`device` the GPU index), code `diag-<test>` (the test's name in lower case, other
-  characters as `-`; 3.x names that 4.x renamed are mapped to the 4.x name, `GPU Memory`
-  → `diag-memory`), severity `critical` (Fail) or `warning` (Warn), detail the test, its
-  result and the messages about that entity or the test as a whole. A test with no
-  per-entity result line (3.x Deployment, `Fail - All`) names the GPUs its messages name
-  (`GPU 3 has ...`), else the node alone; so does a failing CPU or other entity.
+  characters as `-`; names a later DCGM changed are mapped to the later one, `GPU Memory`
+  → `diag-memory`, 2.x `Blacklist` → `diag-denylist`), severity `critical` (Fail) or
+  `warning` (Warn), detail the test, its result and the messages about that entity or the
+  test as a whole. A test with no per-entity result line (3.x Deployment, `Fail - All`)
+  names the GPUs its messages name (`GPU 3 has ...`), else the node alone; so does a
+  failing CPU or other entity.
 - an `Error` or `Warning` row with no test before it in its section (a cut paste) →
   `health.fault` code `diag-error`, severity `critical` (Error) or `warning` (Warning),
   on the GPU its text names (the node alone when it names none or several), detail the
@@ -82,8 +85,14 @@ MAX_BYTES = 16 << 20  # a run's table is a few KiB
 CHUNK = 45  # dcgmi's DATA_INFO_TAG_LEN: a message is cut every 45 characters
 RESULTS = {"pass": "Pass", "fail": "Fail", "warn": "Warn", "skip": "Skip", "not run": "Not Run"}
 SEVERITY = {"Fail": "critical", "Warn": "warning"}
-#: 3.x display names of plugins 4.x prints by their own name
-RENAMED = {"gpu-memory": "memory", "eud-test": "eud", "cpu-eud-test": "cpu-eud"}
+#: display names an earlier DCGM gave a test later ones renamed (2.x Blacklist is 3.x Denylist;
+#: 3.x names of plugins 4.x prints by their own name)
+RENAMED = {
+    "blacklist": "denylist",
+    "gpu-memory": "memory",
+    "eud-test": "eud",
+    "cpu-eud-test": "cpu-eud",
+}
 _HEADER = re.compile(r"\|\s*Diagnostic\s*\|\s*Result\s*\|")
 _IDENTIFY = re.compile(rb"(?m)^\s*\|\s*Diagnostic\s*\|\s*Result\s*\|\s*$")
 _SECTION = re.compile(r"[A-Za-z][A-Za-z ]*[A-Za-z]")
@@ -187,6 +196,8 @@ class DcgmiDiagIngestor:
         text = head.removeprefix(UTF8_BOM).lstrip()
         if text.startswith(b"{"):  # `dcgmi diag -j`
             return b'"test_categories"' in text and any(f'"{r}"'.encode() in text for r in ROOTS)
+        if b"Successfully retrieved statistics for" in head:
+            return False  # a job's log with a diag prolog and its dcgmi stats: dcgm-stats'
         return b"Successfully ran diagnostic for group" in head or (
             _IDENTIFY.search(head) is not None
         )

@@ -482,3 +482,28 @@ def test_bad_json_is_quarantined_naming_the_field(
     assert isinstance(rejected, Rejected)
     assert rejected.field == field
     assert rejected.reason.startswith(reason)
+
+
+@pytest.mark.skipif(not (REALDATA / "dcgm-stats").is_dir(), reason=ABSENT_REASON)
+def test_a_job_log_with_a_diag_prolog_and_dcgmi_stats_is_left_to_dcgm_stats() -> None:
+    # Slurm job 232's stdout: a 2.x `dcgmi diag -r 1` table in its prolog, then its stats
+    path = REALDATA / "dcgm-stats" / "bert-slurm-job-232_stdout_prolog_epilog.out"
+    head = path.read_bytes()[:65536]
+    assert b"Successfully ran diagnostic for group." in head
+    assert [i.name for i in INGESTORS if i.identify(path, head)] == ["dcgm-stats"]
+
+
+def test_a_renamed_test_keeps_its_code_across_dcgm_versions(tmp_path: Path) -> None:
+    # 2.x Blacklist is 3.x Denylist; 3.x GPU Memory is 4.x memory
+    path = table(
+        tmp_path,
+        bar("Deployment", "|"),
+        row("Blacklist", "Fail"),
+        row("Error", "GPU 2 is on the denylist"),
+        bar("Hardware", "+"),
+        row("GPU Memory", "Fail - GPU: 2"),
+    )
+    assert [(d, c) for d, c, _, _ in faults(events(path))] == [
+        (2, "diag-denylist"),
+        (2, "diag-memory"),
+    ]
