@@ -198,9 +198,7 @@ class DcgmiDiagIngestor:
             return b'"test_categories"' in text and any(f'"{r}"'.encode() in text for r in ROOTS)
         if b"Successfully retrieved statistics for" in head:
             return False  # a job's log with a diag prolog and its dcgmi stats: dcgm-stats'
-        return b"Successfully ran diagnostic for group" in head or (
-            _IDENTIFY.search(head) is not None
-        )
+        return _IDENTIFY.search(head) is not None  # its header row, alone on its line
 
     def extract(self, path: Path, **options: Any) -> Iterator[Record]:
         given = DcgmiDiagOptions.of({k: options.get(k) for k in DcgmiDiagOptions.names()}, path)
