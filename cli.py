@@ -48,6 +48,7 @@ INGEST_FORMATS = (
     "kueue-clusterqueue",
     "sacctmgr-qos",
     "prometheus-range",
+    "dcgmi-diag",
 )
 DEFAULT_BATCH_SIZE = 5000
 DEFAULT_ORIGIN = "gpuledger.local/ledger"

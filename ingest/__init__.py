@@ -22,6 +22,7 @@ from ingest.base import UTF8_BOM, IngestError, Ingestor, open_source
 from ingest.cloudevents import CloudEventsIngestor
 from ingest.dcgm_metrics import DcgmMetricsIngestor
 from ingest.dcgm_stats import DcgmStatsIngestor
+from ingest.dcgmi_diag import DcgmiDiagIngestor
 from ingest.focus import FocusIngestor
 from ingest.k8s_events import K8sEventsIngestor
 from ingest.kueue import KueueIngestor
@@ -53,6 +54,7 @@ INGESTORS: list[Ingestor] = [
     KueueClusterQueueIngestor(),
     SacctmgrQosIngestor(),
     PrometheusRangeIngestor(),
+    DcgmiDiagIngestor(),
 ]
 DEFAULT_FORMAT = "cloudevents"
 

@@ -27,6 +27,7 @@ SAMPLE_FORMATS = {
     "k8s_events.json": "k8s-events",
     "kueue_clusterqueues.yaml": "kueue-clusterqueue",
     "sacctmgr_qos.txt": "sacctmgr-qos",
+    "dcgmi_diag.txt": "dcgmi-diag",
 }
 
 
@@ -80,7 +81,7 @@ def test_a_file_no_format_claims_is_exit_2_when_detecting(tmp_path: Path) -> Non
         f"Error: --format: {headerless}: no format recognises this file; choose one "
         "(cloudevents, sacct, focus, dcgm-stats, dcgm-metrics, kueue, k8s-events, serving-bench, "
         "nvidia-smi-topo, nvbandwidth, nccl-tests, kueue-clusterqueue, sacctmgr-qos, "
-        "prometheus-range)\n"
+        "prometheus-range, dcgmi-diag)\n"
     )
 
 
@@ -93,7 +94,7 @@ def test_a_chosen_format_that_finds_no_record_is_exit_2(tmp_path: Path) -> None:
         f"Error: --format: dcgm-stats: {notes}: no dcgm-stats record in this non-empty file; is "
         "it another format? (cloudevents, sacct, focus, dcgm-stats, dcgm-metrics, kueue, "
         "k8s-events, serving-bench, nvidia-smi-topo, nvbandwidth, nccl-tests, "
-        "kueue-clusterqueue, sacctmgr-qos, prometheus-range)\n",
+        "kueue-clusterqueue, sacctmgr-qos, prometheus-range, dcgmi-diag)\n",
     )
 
 

@@ -3,6 +3,7 @@ rejected) or raises the project's own IngestError; nothing else escapes."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -192,3 +193,98 @@ def test_dcgm_metrics(data: bytes, scraped: bool) -> None:
         DCGM_METRICS_HEAD + data,
         scrape_time="2026-01-07T10:00:00Z" if scraped else None,
     )
+
+
+DIAG_HEAD = (
+    b"Successfully ran diagnostic for group.\n| Diagnostic | Result |\n"
+    b"+===+===+\n|-----  Deployment  ---+---|\n"
+)
+diag_fragments = st.sampled_from(
+    [
+        b"| ",
+        b" |",
+        b"|",
+        b"\n",
+        b"+---+",
+        b"|-----  Hardware  ---+---|",
+        b"|-----  Metadata  ---+---|",
+        b"DCGM Version",
+        b"memory",
+        b"Pass",
+        b"Fail",
+        b"Warn",
+        b"Skip",
+        b"Not Run",
+        b"Pass - All",
+        b"Fail - GPUs: 0, 1",
+        b"Fail - GPU: 99999999999",
+        b"GPU0: ",
+        b"CPU1: ",
+        b"Error",
+        b"Warning: GPU3",
+        b"Info",
+        b"GPU 3 has ",
+        b"Code: (000000000000)",
+        b"Error: Diagnostic could not be run",
+        b"dcgmi diag -r 2 -i 0,1",
+        b"| Diagnostic | Result |",
+        b"\xd9\xa3",
+        b"\xff\xfe",
+        b"\x00",
+        b"9" * 30,
+    ]
+)
+diag_noise = st.lists(st.one_of(diag_fragments, st.binary(max_size=12)), max_size=40).map(b"".join)
+
+
+@SETTINGS
+@given(diag_noise)
+def test_dcgmi_diag(data: bytes) -> None:
+    run("dcgmi-diag", DIAG_HEAD + data, node="n7", scrape_time="2026-01-07T10:00:00Z")
+
+
+DIAG_JSON_HEAD = b'{"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": ['
+
+
+@SETTINGS
+@given(diag_noise)
+def test_dcgmi_diag_json(data: bytes) -> None:
+    run("dcgmi-diag", DIAG_JSON_HEAD + data, node="n7", scrape_time="2026-01-07T10:00:00Z")
+
+
+_diag_keys = st.sampled_from(
+    [
+        "name",
+        "results",
+        "status",
+        "gpu_id",
+        "entity_group",
+        "entity_id",
+        "warnings",
+        "warning",
+        "test_summary",
+        "category",
+        "tests",
+        "version",
+    ]
+)
+_diag_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-2, 2**40),
+    st.sampled_from(["Pass", "Fail", "Warn", "Skip", "GPU", "CPU", "0", "GPU 3 x", "", "\x00"]),
+)
+_diag_json = st.recursive(
+    _diag_leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(_diag_keys, inner, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+@SETTINGS
+@given(_diag_json, st.sampled_from(["DCGM Diagnostic", "DCGM GPU Diagnostic"]))
+def test_dcgmi_diag_json_structure(tests: object, root: str) -> None:
+    document = {root: {"test_categories": [{"category": "Hardware", "tests": tests}]}}
+    run("dcgmi-diag", json.dumps(document).encode(), node="n7", scrape_time="2026-01-07T10:00:00Z")

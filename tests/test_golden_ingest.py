@@ -22,7 +22,7 @@ GOLDEN = SAMPLES.parent / "golden"
 #: Formats that date a capture by the file's modification time unless told: pinned here,
 #: so that a fresh clone (new mtimes) reads the same events.
 PINNED = {"scrape_time": "2026-01-07T10:00:00Z"}
-NEEDS_PIN = {"nvidia-smi-topo", "nvbandwidth", "nccl-tests"}
+NEEDS_PIN = {"nvidia-smi-topo", "nvbandwidth", "nccl-tests", "dcgmi-diag"}
 
 
 def _options(flags: list[str]) -> dict[str, str]:

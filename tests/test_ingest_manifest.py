@@ -95,7 +95,8 @@ def test_the_simulators_manifest_ingests_as_the_demo_does(tmp_path: Path) -> Non
             {"path": "a.json", "format": "yaml"},
             "files[0].format: unknown format 'yaml' (known: cloudevents, sacct, focus, "
             "dcgm-stats, dcgm-metrics, kueue, k8s-events, serving-bench, nvidia-smi-topo, "
-            "nvbandwidth, nccl-tests, kueue-clusterqueue, sacctmgr-qos, prometheus-range)",
+            "nvbandwidth, nccl-tests, kueue-clusterqueue, sacctmgr-qos, prometheus-range, "
+            "dcgmi-diag)",
         ),
         (
             {"path": "a.json", "options": {"clustr": "x"}},

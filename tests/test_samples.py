@@ -183,6 +183,16 @@ ROWS: list[tuple[str, str, list[str], dict[str, int]]] = [
         ],
         {"policy.quota": 1 + 2 + 1},
     ),
+    # One DCGM 3.x run on GPUs 0 and 1 (`-i 0,1`). Faults: Page Retirement/Row Remap Fail (its
+    # Error names GPU 1), GPU Memory Fail on GPU 1, Targeted Stress Warn on GPUs 0 and 1.
+    # Clearings: Denylist, NVML Library and PCIe (Pass - All) each on the node and GPUs 0, 1
+    # (3 x 3), GPU Memory on GPU 0 (1). Persistence Mode and Diagnostic: Skip, nothing.
+    (
+        "dcgmi_diag.txt",
+        "dcgmi-diag",
+        ["--node", "gpu-07", "--scrape-time", "2026-01-07T10:00:00Z"],
+        {"health.fault": 4, "health.cleared": 10},
+    ),
 ]
 
 
