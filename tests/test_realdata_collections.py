@@ -54,6 +54,8 @@ def test_every_file_is_detected_as_its_folder_says() -> None:
         "kueue": "kueue",
         "cloudevents": "cloudevents",
         "dcgm-metrics": "dcgm-metrics",
+        "dcgm-profiling": "dcgm-metrics",
+        "dcgmi-diag": "dcgmi-diag",
     }
     for folder, fmt in folders.items():
         for path in sorted((REALDATA / folder).iterdir()):
