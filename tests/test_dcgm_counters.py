@@ -284,13 +284,13 @@ def _count(url: str) -> dict[tuple[str | None, str], int]:
 
 
 def test_a_slurm_jobs_samples_are_its_tenants_once_its_grant_is_recorded(
-    tmp_path: Path,
+    tmp_path: Path, db_url: str
 ) -> None:
     """dcgm-exporter's HPC mapping names the Slurm job (`hpc_job`), not its account: the
     tenant is the one of the provider's grant of that job on the sample's node. Read before
     the grant, the sample stays the fleet's; the next poll, after it, adds the tenant's
     copy and nothing twice. A job id two tenants' grants name on that node is nobody's."""
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    url = db_url  # SQLite and PostgreSQL
     h = 'gpu="0",UUID="GPU-a",Hostname="node-07"'
     path = scrape(
         tmp_path,
@@ -442,10 +442,12 @@ def test_the_exported_labels_name_the_workload_behind_a_service_monitor(tmp_path
     }
 
 
-def test_a_slurm_job_id_names_its_tenant_only_while_its_grant_held(tmp_path: Path) -> None:
+def test_a_slurm_job_id_names_its_tenant_only_while_its_grant_held(
+    tmp_path: Path, db_url: str
+) -> None:
     """A job id reused after its grant ended (or a stale mapping file) names nobody: the
     grant must have held the job on that node over the sample's window."""
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    url = db_url  # SQLite and PostgreSQL
     grant = _grant("acme", "4242", "node-07") | {"time": "2026-01-07T08:00:00Z"}
     release = {
         "specversion": "1.0",
