@@ -214,7 +214,7 @@ def _counter_line(sample: Sample, origin: Origin, raw: bytes, state: _FileState)
         raise _Bad(bad.field, bad.reason) from None
     timestamp_ms = sample.timestamp_ms if sample.timestamp_ms is not None else state.scrape_ms
     if timestamp_ms is None:
-        raise _Bad("timestamp", "the counter sample has no timestamp and no scrape time is given")
+        raise _no_time(origin)
     pending = state.pending.setdefault(
         (key, timestamp_ms), Pending(origin, raw, dict(sample.labels))
     )
@@ -345,10 +345,7 @@ def _xid_record(sample: Sample, origin: Origin, raw: bytes, state: _FileState) -
         return None
     timestamp_ms = sample.timestamp_ms if sample.timestamp_ms is not None else state.scrape_ms
     if timestamp_ms is None:
-        raise IngestError(
-            f"{origin}: timestamp: the sample has no timestamp; give the scrape time (RFC 3339)",
-            option="scrape_time",
-        )
+        raise _no_time(origin)
     source, key = (
         f"dcgm-exporter://{node}",
         ":".join(part or "-" for part in (*series, "xid", str(xid))),
@@ -364,6 +361,16 @@ def _xid_record(sample: Sample, origin: Origin, raw: bytes, state: _FileState) -
     if isinstance(record, Accepted):
         state.emitted.setdefault((source, event["id"]), record.body)
     return record
+
+
+def _no_time(origin: Origin) -> IngestError:
+    """A sample that needs a time (a fault, a counter) in a scrape without timestamps, and
+    no scrape time given: the whole file is refused before anything of it is stored (a
+    dcgm-exporter scrape carries no timestamps; the collector knows when it scraped)."""
+    return IngestError(
+        f"{origin}: timestamp: the sample has no timestamp; give the scrape time (RFC 3339)",
+        option="scrape_time",
+    )
 
 
 def _xid_value(sample: Sample) -> int | None:

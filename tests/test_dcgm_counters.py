@@ -102,11 +102,6 @@ def test_pod_labels_make_the_tenants_event_apart(tmp_path: Path) -> None:
         ),
         (f"DCGM_FI_PROF_SM_ACTIVE{{{H07}}} NaN {T}", "value", "not a number: 'NaN'"),
         (
-            f"DCGM_FI_PROF_SM_ACTIVE{{{H07}}} 0.5",
-            "timestamp",
-            "the counter sample has no timestamp and no scrape time is given",
-        ),
-        (
             f'DCGM_FI_PROF_SM_ACTIVE{{gpu="0",UUID="GPU-a"}} 0.5 {T}',
             "Hostname",
             "no Hostname or hostname label, and no node named",
@@ -125,6 +120,15 @@ def test_bad_counters_are_rejected_naming_file_line_and_field(
         field,
         reason,
     )
+
+
+def test_a_counter_without_time_refuses_the_file_naming_the_scrape_time(tmp_path: Path) -> None:
+    """As for a fault: a scrape without timestamps read with no scrape time is refused
+    whole (the CLI names the option), nothing of it quarantined or stored."""
+    path = scrape(tmp_path, [f"DCGM_FI_PROF_SM_ACTIVE{{{H07}}} 0.5"])
+    with pytest.raises(IngestError, match=r"scrape.prom:2: timestamp: the sample has no ") as bad:
+        list(extract(path, "dcgm-metrics"))
+    assert bad.value.option == "scrape_time"
 
 
 def test_scrape_time_stands_for_missing_timestamps(tmp_path: Path) -> None:

@@ -215,12 +215,15 @@ def test_dcgm_exporter_mig_scrape(tmp_path: Path) -> None:
         ("device.counters", 0, "0.99563", "0.92926", "0.690789", "2026-01-05T10:00:00Z"),
         ("device.counters", "0/13", "0.995687", "0.930433", "0.800339", "2026-01-05T10:00:00Z"),
     ]  # fmt: skip
-    # a scrape without timestamps read with no scrape time: its 6 counter lines cannot be
-    # placed in time, each quarantined naming its line and field
+    # a scrape without timestamps read with no scrape time: its counters cannot be placed in
+    # time, so the file is refused naming the option (line 13, GPU 0's GR_ENGINE_ACTIVE), and
+    # nothing is stored
     code, out = ingest(tmp_path, str(DCGM_MIG))
-    assert code == 1
-    assert f"{DCGM_MIG}: read 6 · appended 0 · duplicate 0 · quarantined 6\n" in out
-    assert "timestamp: the counter sample has no timestamp and no scrape time is given" in out
+    assert (code, out) == (
+        2,
+        f"Error: --scrape-time: {DCGM_MIG}:13: timestamp: the sample has no timestamp; give "
+        "the scrape time (RFC 3339)\n",
+    )
 
 
 def test_dcgm_exporter_mig_scrape_with_an_xid_names_the_instance(tmp_path: Path) -> None:
