@@ -84,6 +84,12 @@ from schemas import Accepted, Origin, Record, Rejected, format_utc
 from schemas.errors import BadInput
 
 XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
+#: DCGM's error counters (totals since the driver loaded): a fault each time one rises,
+#: with the code and severity dcgm-stats gives the same errors (ingest/dcgm_stats.py).
+ERROR_COUNTERS = {
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("ecc-dbe", "critical"),
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": ("pcie-replay", "warning"),
+}
 #: XIDs that mean the GPU or its memory cannot be trusted until it is reset or replaced.
 CRITICAL_XIDS = frozenset({48, 63, 64, 74, 79, 94, 95, 119, 120})
 DCGM_BLANK = 0x7FFFFFFFFFFFFFF0  # DCGM_INT64_BLANK: values from here up are "no value"
@@ -236,6 +242,7 @@ class _FileState:
     pending: dict[tuple[DeviceKey, int], Pending] = field(
         default_factory=dict
     )  # counter samples, by device and instant
+    totals: dict[tuple[str, ...], int] = field(default_factory=dict)  # error counters' last
 
     def known(self, source: str, event_id: str) -> bytes | None:
         """The fault under this key, as this file or the ledger already has it."""
@@ -268,6 +275,8 @@ def _line_record(origin: Origin, raw: bytes, state: _FileState) -> Record | None
         if sample.name in COUNTERS:
             _counter_line(sample, origin, raw, state)
             return None
+        if sample.name in ERROR_COUNTERS:
+            return _error_count_record(sample, origin, raw, state)
         if sample.name != XID_METRIC:
             return None
         return _xid_record(sample, origin, raw, state)
@@ -329,16 +338,7 @@ def _xid_record(sample: Sample, origin: Origin, raw: bytes, state: _FileState) -
     xid = _xid_value(sample)
     if xid is None:
         return None
-    labels = sample.labels
-    node = labels.get("Hostname") or labels.get("hostname") or state.options.get("node")
-    if not node:
-        raise _Bad("Hostname", "no Hostname or hostname label, and no node named for the file")
-    gpu, uuid, instance = labels.get("gpu", ""), labels.get("UUID", ""), labels.get("GPU_I_ID", "")
-    if gpu and not (gpu.isdigit() and gpu.isascii() and len(gpu) <= 9):
-        raise _Bad("gpu", f"not a GPU index: {gpu!r}")
-    if not gpu and not uuid:
-        raise _Bad("gpu", "no gpu or UUID label to name the device")
-    series = (node, gpu, uuid, instance)
+    node, series = _series_of(sample, state)
     previous = state.last.get(series)
     state.last[series] = xid
     if xid == 0 or xid == previous:
@@ -373,6 +373,79 @@ def _no_time(origin: Origin) -> IngestError:
     )
 
 
+def _error_count_record(
+    sample: Sample, origin: Origin, raw: bytes, state: _FileState
+) -> Record | None:
+    """A fault when an error counter rises: from its previous value in this file, or, as
+    the file's first value, above 0 unless the ledger already holds the fault at that
+    total (a poll that sees it again gives a duplicate). A fall is the driver reloaded."""
+    total = _whole(sample, "an error count")
+    if total is None:
+        return None
+    node, series = _series_of(sample, state)
+    previous = state.totals.get((*series, sample.name))
+    state.totals[(*series, sample.name)] = total
+    if total == 0 or (previous is not None and total <= previous):
+        return None
+    timestamp_ms = sample.timestamp_ms if sample.timestamp_ms is not None else state.scrape_ms
+    if timestamp_ms is None:
+        raise _no_time(origin)
+    code, severity = ERROR_COUNTERS[sample.name]
+    source = f"dcgm-exporter://{node}"
+    key = ":".join(part or "-" for part in (*series, code, str(total)))
+    known = state.known(source, key)
+    if known is not None and previous is None:
+        return event_from_json(known, origin)
+    change = f"from {previous}" if previous is not None else "first value in this file"
+    event = _health_event(
+        sample,
+        node,
+        timestamp_ms,
+        state.options,
+        {
+            "code": code,
+            "severity": severity,
+            "detail": f"{sample.name} = {total} ({change})",
+            "count": total,
+            "previous_count": previous,
+        },
+    )
+    event["source"], event["id"] = source, key
+    if known is not None and orjson.loads(known).get("time") != event["time"]:
+        event["id"] = f"{key}:{timestamp_ms}"  # counted up to the same total again
+    record = event_from_object(event, origin, raw)
+    if isinstance(record, Accepted):
+        state.emitted.setdefault((source, event["id"]), record.body)
+    return record
+
+
+def _series_of(sample: Sample, state: _FileState) -> tuple[str, Series]:
+    """The node and the (node, gpu, UUID, GPU_I_ID) series a fault sample names; raises _Bad
+    when it names none."""
+    labels = sample.labels
+    node = labels.get("Hostname") or labels.get("hostname") or state.options.get("node")
+    if not node:
+        raise _Bad("Hostname", "no Hostname or hostname label, and no node named for the file")
+    gpu, uuid, instance = labels.get("gpu", ""), labels.get("UUID", ""), labels.get("GPU_I_ID", "")
+    if gpu and not (gpu.isdigit() and gpu.isascii() and len(gpu) <= 9):
+        raise _Bad("gpu", f"not a GPU index: {gpu!r}")
+    if not gpu and not uuid:
+        raise _Bad("gpu", "no gpu or UUID label to name the device")
+    return node, (node, gpu, uuid, instance)
+
+
+def _whole(sample: Sample, what: str) -> int | None:
+    """A whole number ≥ 0 below 2^32, None for DCGM's blank; raises _Bad otherwise."""
+    value = sample.value
+    if math.isnan(value) or math.isinf(value):
+        raise _Bad("value", f"not {what}: {sample.value_text!r}")
+    if value >= DCGM_BLANK:
+        return None
+    if value < 0 or value != int(value) or value >= 2**32:
+        raise _Bad("value", f"not {what}: {sample.value_text}")
+    return int(value)
+
+
 def _xid_value(sample: Sample) -> int | None:
     value = sample.value
     if math.isnan(value) or math.isinf(value):
@@ -401,21 +474,36 @@ def _fault(
     timestamp_ms: int,
     options: dict[str, Any],
 ) -> dict[str, Any]:
-    labels = sample.labels
-    try:
-        moment = _EPOCH + timedelta(milliseconds=timestamp_ms)
-    except OverflowError:
-        raise _Bad("timestamp", f"out of range: {timestamp_ms}") from None
     change = f"from {previous}" if previous is not None else "first value in this file"
-    data = {
-        "node": node,
-        "device": _device(labels),
-        "fabric_domain": options.get("fabric_domain"),
+    what = {
         "code": f"xid-{xid}",
         "severity": "critical" if xid in CRITICAL_XIDS else "warning",
         "detail": f"{XID_METRIC} = {xid} ({change})",
         "xid": xid,
         "previous_xid": previous,
+    }
+    return _health_event(sample, node, timestamp_ms, options, what)
+
+
+def _health_event(
+    sample: Sample,
+    node: str,
+    timestamp_ms: int,
+    options: dict[str, Any],
+    what: dict[str, Any],
+) -> dict[str, Any]:
+    """A `health.fault` of the sample's device: `what` (code, severity, detail, …), the
+    device's place and its allowed labels (FAULT_LABELS)."""
+    labels = sample.labels
+    try:
+        moment = _EPOCH + timedelta(milliseconds=timestamp_ms)
+    except OverflowError:
+        raise _Bad("timestamp", f"out of range: {timestamp_ms}") from None
+    data = {
+        "node": node,
+        "device": _device(labels),
+        "fabric_domain": options.get("fabric_domain"),
+        **what,
         "model": labels.get("modelName"),
         "labels": {k: v for k, v in labels.items() if k in FAULT_LABELS},
     }

@@ -386,10 +386,17 @@ def test_a_pods_own_labels_cannot_steer_a_neighbours_figure(tmp_path: Path) -> N
     sample stands as the exporter wrote it."""
     a = 'gpu="0",UUID="GPU-a",Hostname="n1",namespace="acme",pod="train-0"'
     b = 'gpu="1",UUID="GPU-b",Hostname="n1",namespace="globex",pod="g-0",UUID="GPU-a",gpu="0"'
-    path = scrape(tmp_path, [f"DCGM_FI_PROF_SM_ACTIVE{{{a}}} 0.002 {T}", f"DCGM_FI_PROF_SM_ACTIVE{{{b}}} 0.97 {T}"])  # fmt: skip
+    path = scrape(
+        tmp_path,
+        [f"DCGM_FI_PROF_SM_ACTIVE{{{a}}} 0.002 {T}", f"DCGM_FI_PROF_SM_ACTIVE{{{b}}} 0.97 {T}"],
+    )
     found = list(extract(path, "dcgm-metrics"))
     [bad] = [r for r in found if isinstance(r, Rejected)]
-    assert (bad.origin.line, bad.field, bad.reason) == (3, "labels", "the label 'UUID' is given twice")  # fmt: skip
+    assert (bad.origin.line, bad.field, bad.reason) == (
+        3,
+        "labels",
+        "the label 'UUID' is given twice",
+    )
     events = [orjson.loads(r.body) for r in found if isinstance(r, Accepted)]
     assert [(e["type"], e["data"]["sm_active"]) for e in events] == [
         ("device.counters", "0.002"),
@@ -400,7 +407,10 @@ def test_a_pods_own_labels_cannot_steer_a_neighbours_figure(tmp_path: Path) -> N
 def test_two_values_for_one_device_instant_and_metric_conflict(tmp_path: Path) -> None:
     """Two lines that name the same device at the same instant with different values: the
     first stands and the second is refused, never silently written over."""
-    path = scrape(tmp_path, [f"DCGM_FI_PROF_SM_ACTIVE{{{H07}}} 0.1 {T}", f"DCGM_FI_PROF_SM_ACTIVE{{{H07}}} 0.9 {T}"])  # fmt: skip
+    path = scrape(
+        tmp_path,
+        [f"DCGM_FI_PROF_SM_ACTIVE{{{H07}}} 0.1 {T}", f"DCGM_FI_PROF_SM_ACTIVE{{{H07}}} 0.9 {T}"],
+    )
     found = list(extract(path, "dcgm-metrics"))
     [bad] = [r for r in found if isinstance(r, Rejected)]
     assert (bad.origin.line, bad.field) == (3, "value")
@@ -466,7 +476,10 @@ def test_a_slurm_job_id_names_its_tenant_only_while_its_grant_held(
     assert run_cli("ingest", "--db", url, str(events))[0] == 0
     h = 'gpu="0",UUID="GPU-a",Hostname="node-07",hpc_job="4242"'
     at_0830 = 1767774600000  # 2026-01-07T08:30:00Z: held
-    path = scrape(tmp_path, [f"DCGM_FI_PROF_SM_ACTIVE{{{h}}} 0.5 {at_0830}", f"DCGM_FI_PROF_SM_ACTIVE{{{h}}} 0.5 {T}"])  # fmt: skip
+    path = scrape(
+        tmp_path,
+        [f"DCGM_FI_PROF_SM_ACTIVE{{{h}}} 0.5 {at_0830}", f"DCGM_FI_PROF_SM_ACTIVE{{{h}}} 0.5 {T}"],
+    )
     assert run_cli("ingest", "--db", url, str(path))[0] == 0
     counts = _count(url)
     assert counts[("acme", "job.counters")] == 1  # 08:30 only; 10:00:30 is after the release

@@ -11,6 +11,7 @@ import pytest
 from ingest import IngestError, extract, ingestor_for
 from ingest.dcgm_metrics import parse_sample
 from schemas import Accepted, Rejected
+from tests.conftest import run_cli
 
 H07 = 'gpu="0",UUID="GPU-a",modelName="NVIDIA H100 80GB HBM3",Hostname="node-07"'
 T = 1767780000000  # 2026-01-07T10:00:00Z
@@ -311,3 +312,53 @@ def ingest_output(tmp_path: Path, path: Path) -> tuple[int, str]:
         ],
     )
     return result.exit_code, result.output
+
+
+def dbe(labels: str, total: str, ts: int) -> str:
+    return f"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{labels}}} {total} {ts}"
+
+
+def test_an_error_counter_that_rises_is_a_fault_each_time(tmp_path: Path) -> None:
+    """DCGM's double-bit ECC total and PCIe replay count since the driver loaded: a fault
+    each time one rises (as dcgm-stats names them: ecc-dbe critical, pcie-replay
+    warning); a fall is the driver reloaded, and the next rise is a fault again."""
+    replay = f"DCGM_FI_DEV_PCIE_REPLAY_COUNTER{{{H07}}}"
+    lines = [
+        dbe(H07, "0", T),
+        dbe(H07, "2", T + 30_000),  # 0 -> 2: a fault
+        dbe(H07, "2", T + 60_000),  # unchanged
+        dbe(H07, "0", T + 90_000),  # the driver reloaded
+        dbe(H07, "1", T + 120_000),  # 0 -> 1: a fault
+        f"{replay} 5 {T}",  # the file's first value, above 0: a fault
+        f"{replay} 9 {T + 30_000}",  # 5 -> 9: a fault
+    ]
+    found = faults(tmp_path, lines)
+    said = [
+        (e["data"]["code"], e["data"]["severity"], e["data"]["count"], e["time"]) for e in found
+    ]
+    assert said == [
+        ("ecc-dbe", "critical", 2, "2026-01-07T10:00:30Z"),
+        ("ecc-dbe", "critical", 1, "2026-01-07T10:02:00Z"),
+        ("pcie-replay", "warning", 5, "2026-01-07T10:00:00Z"),
+        ("pcie-replay", "warning", 9, "2026-01-07T10:00:30Z"),
+    ]  # fmt: skip
+    assert found[0]["data"]["detail"] == "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL = 2 (from 0)"
+    assert (
+        found[2]["data"]["detail"]
+        == "DCGM_FI_DEV_PCIE_REPLAY_COUNTER = 5 (first value in this file)"
+    )
+    assert found[0]["id"] == "node-07:0:GPU-a:-:ecc-dbe:2"
+
+
+def test_an_error_total_seen_again_on_the_next_poll_is_a_duplicate(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    first = tmp_path / "a.prom"
+    first.write_text(dbe(H07, "0", T) + "\n" + dbe(H07, "3", T + 30_000) + "\n")
+    later = tmp_path / "b.prom"  # the next scrape still shows the total
+    later.write_text(dbe(H07, "3", T + 60_000) + "\n")
+    assert run_cli("ingest", "--db", url, str(first))[1].endswith(
+        "appended 1 · duplicate 0 · quarantined 0\n"
+    )
+    assert run_cli("ingest", "--db", url, str(later))[1].endswith(
+        "appended 0 · duplicate 1 · quarantined 0\n"
+    )
