@@ -142,10 +142,12 @@ _ACCEPTANCE_SUMS = ", ".join(
     for state in ACCEPTANCE
 )
 
-#: The lines' text as fragments in document order (line, part, category, bearer): a line's
-#: head, each category (its bearers' texts after it where it has several), each category's
-#: end, the line's tail. Each fragment carries the separator before it, so the document is
-#: the fragments' texts one after another; no ordered aggregate (one sort a group) is made.
+#: The lines' text as fragments with their place in the document (line, part, category,
+#: bearer): a line's head, each category (its bearers' texts after it where it has
+#: several), each category's end, the line's tail. Each fragment carries the separator
+#: before it, so the document is the fragments' texts one after another in that order
+#: (`_in_order`: the keys sorted, the texts moved once, never sorted with them); no
+#: ordered aggregate (a sort a group) is made.
 _SQL = f"""
 WITH c AS (
     SELECT c.*, s.share_units, s.share_places, s.exact_places, l.category, l.bearer,
@@ -194,7 +196,7 @@ fragments AS (
     SELECT line_no, 1, cat_rank, {len(BEARERS) + 1}, {_CATEGORY_END} FROM kc
     UNION ALL
     SELECT line_no, 2, 0, 0, {_LINE_TAIL} FROM line)
-SELECT text FROM fragments ORDER BY line_no, part, cat_rank, sub
+SELECT line_no, part, cat_rank, sub, text FROM fragments
 """
 
 #: The tenants' placement figures (RULES.md 13), a group of lines at a time: per tenant,
@@ -294,10 +296,34 @@ def json_text(result: Reconciliation) -> str | None:
             return None  # the slow path raises MoneyOverflow, as it always has
         con.execute(f"CREATE TEMP TABLE shares AS {exact_shares_sql('cells')}")
         sql = _SQL.replace("{line_head}", _line_head(_escapes(table)))
-        lines = "".join(con.sql(sql).to_arrow_table().column(0).to_pylist())
+        lines = _in_order(con.sql(sql).to_arrow_table())
         tenants = _tenants(con, result)
     head = dumps({"period": result.period.as_dict(), "tenants": tenants}, indent=2)
-    return head[: -len("\n}")] + ',\n  "lines": [\n' + lines + "\n  ]\n}\n"
+    return _joined([head[: -len("\n}")].encode(), b',\n  "lines": [\n'], lines, [b"\n  ]\n}\n"])
+
+
+def _in_order(fragments: pa.Table) -> pa.ChunkedArray:
+    """The fragments' texts in document order: by line, part, category and bearer."""
+    keys = [fragments.column(name).to_numpy() for name in ("sub", "cat_rank", "part", "line_no")]
+    return fragments.column("text").take(pa.array(np.lexsort(keys)))
+
+
+def _joined(before: list[bytes], column: pa.ChunkedArray, after: list[bytes]) -> str:
+    """`before`, a column's texts end to end (from its data buffers: no Python object a
+    text) and `after`, as one text: the document copied once."""
+    parts: list[bytes | memoryview] = list(before)
+    for chunk in column.chunks:
+        if chunk.null_count:  # never made by the query; joined the plain way if it were
+            parts.append("".join(text or "" for text in chunk.to_pylist()).encode())
+            continue
+        if not len(chunk):
+            continue
+        wide = pa.types.is_large_string(chunk.type)
+        offsets = np.frombuffer(chunk.buffers()[1], dtype=np.int64 if wide else np.int32)
+        first, last = offsets[chunk.offset], offsets[chunk.offset + len(chunk)]
+        parts.append(memoryview(chunk.buffers()[2])[first:last])
+    parts.extend(after)
+    return b"".join(parts).decode()
 
 
 def _tenants(con: duckdb.DuckDBPyConnection, result: Reconciliation) -> dict[str, Any]:
