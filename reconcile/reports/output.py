@@ -14,7 +14,6 @@ import pyarrow.parquet as pq
 from rich.table import Column, Table
 
 from reconcile.engine.result import InvoiceTotal, Reconciliation
-from reconcile.reports.finance_page import render_page
 from reconcile.reports.numbers import hours
 from reconcile.reports.numbers import number as grouped
 from schemas.display import FIGURE_RE2, FORMULA_STARTS, DataTable
@@ -211,4 +210,7 @@ def _write_parts(
 
 
 def _page(result: Reconciliation, db: str | None, period: str | None = None) -> str:
+    # imported for the page only: its charts and templates are no part of the other formats
+    from reconcile.reports.finance_page import render_page
+
     return render_page(result, db, period)
