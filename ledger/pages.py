@@ -5,7 +5,7 @@ from (docs/store-read.md)."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -109,32 +109,23 @@ def _not_text(seqs: list[Any], values: list[Any], field: str = "event") -> Unrea
     return UnreadableEntry(f"entries: a page's {field}s are not UTF-8 text; the store was altered")
 
 
-#: SQLite's ADBC driver takes a column's Arrow type from its first batch (a column of
-#: NULLs there becomes INT64), so the query opens with one row of the right types (seq 0,
-#: taken off again). Every text column is read as BLOB: Arrow checks the bytes are UTF-8
-#: when it casts them to `string`, as `store_pages` does for the event.
-_BULK_SQLITE = (
-    "SELECT 0 AS seq, x'' AS type, x'' AS tenant, x'' AS event UNION ALL SELECT * FROM ("
-    "SELECT seq, CAST(type AS BLOB), CAST(tenant AS BLOB), CAST(event AS BLOB) FROM entries "
-    "WHERE {where} ORDER BY seq)"
-)
-_BULK_POSTGRESQL = "SELECT seq, type, tenant, event FROM entries WHERE {where} ORDER BY seq"
+#: Integer columns of `entries`; every other is read as BLOB from SQLite (`bulk_batches`).
+_INTEGER_COLUMNS = ("seq", "tenant_seq")
 
 
-def bulk_pages(
-    conn: Connection,
-    tenant: str | tuple[str, ...] | None = None,
-    upto_seq: int | None = None,
-    after: int = 0,
-) -> Iterator[pa.Table] | None:
-    """`store_pages`' pages read in bulk: the rows come as Arrow columns from the database's
-    ADBC driver (a C library; no Python object a row, about a third of the driver's CPU an
-    entry), on a connection of their own. None where that cannot be done: a store in
-    memory (no other connection sees it), or a driver missing.
+def bulk_batches(
+    conn: Connection, columns: Sequence[str], where: str, batch_rows: int = PAGE_ROWS
+) -> Iterator[pa.RecordBatch] | None:
+    """`entries`' `columns` of the rows `where` (SQL, over `entries`' own columns) in seq
+    order, as Arrow batches from the database's ADBC driver (a C library: no Python object
+    a row, about a third of the Python driver's CPU an entry), on a connection of its own.
+    None where that cannot be done: a store in memory (no other connection sees it), or a
+    driver missing. From SQLite, every column but the integers comes as binary (the
+    caller's `typed` makes it text, checking it is UTF-8).
 
-    The snapshot is still `conn`'s: the head is read there, and the entries are
+    The caller bounds `where` by a seq read in its own snapshot: the entries are
     append-only and numbered without gaps, so the rows up to it are the same in any later
-    snapshot."""
+    snapshot, which is the one this connection reads."""
     sqlite = conn.dialect.name == "sqlite"
     url = conn.engine.url
     database = url.database or ""
@@ -146,29 +137,65 @@ def bulk_pages(
         import adbc_driver_sqlite
     except ImportError:
         return None
-    if upto_seq is None:
-        head = conn.exec_driver_sql("SELECT coalesce(max(seq), 0) FROM entries").scalar()
-        upto_seq = int(head or 0)
-    where = f"seq > {int(after)} AND seq <= {int(upto_seq)}"
-    if tenant is not None:
-        tenants = (tenant,) if isinstance(tenant, str) else tenant
-        listed = ", ".join("'" + t.replace("'", "''") + "'" for t in tenants) or "NULL"
-        where += f" AND (tenant IN ({listed}) OR tenant IS NULL)"
     if sqlite:
         from urllib.parse import quote
 
-        database_ = adbc_driver_sqlite.connect(f"file:{quote(database)}?mode=ro")
-        sql = _BULK_SQLITE.format(where=where)
+        # SQLite's driver takes a column's Arrow type from its first batch (a column of
+        # NULLs there becomes INT64), so the query opens with one row of the right types
+        # (seq 0, taken off again)
+        opening = ", ".join(
+            f"0 AS {name}" if name in _INTEGER_COLUMNS else f"x'' AS {name}" for name in columns
+        )
+        selected = ", ".join(
+            name if name in _INTEGER_COLUMNS else f"CAST({name} AS BLOB)" for name in columns
+        )
+        sql = (
+            f"SELECT {opening} UNION ALL SELECT * FROM (SELECT {selected} FROM entries "
+            f"WHERE {where} ORDER BY seq)"
+        )
+        source = adbc_driver_sqlite.connect(f"file:{quote(database)}?mode=ro")
     else:
-        database_ = adbc_driver_postgresql.connect(
+        sql = f"SELECT {', '.join(columns)} FROM entries WHERE {where} ORDER BY seq"
+        source = adbc_driver_postgresql.connect(
             url.set(drivername="postgresql").render_as_string(hide_password=False),
             db_kwargs={"adbc.postgresql.type_resolver_mode": "builtin"},
         )
-        sql = _BULK_POSTGRESQL.format(where=where)
-    return _bulk(adbc_driver_manager, database_, sql, sqlite)
+    return _bulk(adbc_driver_manager, source, sql, sqlite, batch_rows)
 
 
-def _bulk(adbc: Any, database: Any, sql: str, sqlite: bool) -> Iterator[pa.Table]:
+def head_seq(conn: Connection) -> int:
+    """The last seq in `conn`'s snapshot (0 for an empty store)."""
+    head = conn.exec_driver_sql("SELECT coalesce(max(seq), 0) FROM entries").scalar()
+    return int(head or 0)
+
+
+def bulk_pages(
+    conn: Connection,
+    tenant: str | tuple[str, ...] | None = None,
+    upto_seq: int | None = None,
+    after: int = 0,
+) -> Iterator[pa.Table] | None:
+    """`store_pages`' pages read in bulk (`bulk_batches`), in `conn`'s snapshot; None where
+    they cannot be."""
+    upto = head_seq(conn) if upto_seq is None else upto_seq
+    where = f"seq > {int(after)} AND seq <= {int(upto)}"
+    if tenant is not None:
+        tenants = (tenant,) if isinstance(tenant, str) else tenant
+        where += f" AND (tenant IN ({sql_texts(tenants)}) OR tenant IS NULL)"
+    batches = bulk_batches(conn, PAGE_SCHEMA.names, where)
+    if batches is None:
+        return None
+    return (pa.Table.from_batches([typed(batch, PAGE_SCHEMA)]) for batch in batches)
+
+
+def sql_texts(texts: Sequence[str]) -> str:
+    """SQL: texts as a list of quoted literals (NULL for none), never as SQL."""
+    return ", ".join("'" + text.replace("'", "''") + "'" for text in texts) or "NULL"
+
+
+def _bulk(
+    adbc: Any, database: Any, sql: str, sqlite: bool, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
     from ledger.store import SQLITE_BUSY_TIMEOUT_S
 
     connection = adbc.AdbcConnection(database)
@@ -181,7 +208,7 @@ def _bulk(adbc: Any, database: Any, sql: str, sqlite: bool) -> Iterator[pa.Table
                     f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}"
                 )
                 statement.execute_update()
-                statement.set_options(**{"adbc.sqlite.query.batch_rows": str(PAGE_ROWS)})
+                statement.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
             else:
                 # the index scan on seq, in order (ledger/arrow_entries.py says why)
                 for setting in ("enable_bitmapscan", "enable_seqscan"):
@@ -197,7 +224,7 @@ def _bulk(adbc: Any, database: Any, sql: str, sqlite: bool) -> Iterator[pa.Table
                         raise LedgerError("entries: the bulk read's opening row is missing")
                     batch, opening = batch.slice(1), False
                 if batch.num_rows:
-                    yield _bulk_page(batch)
+                    yield batch
         finally:
             statement.close()
     finally:
@@ -205,14 +232,18 @@ def _bulk(adbc: Any, database: Any, sql: str, sqlite: bool) -> Iterator[pa.Table
         database.close()
 
 
-def _bulk_page(batch: pa.RecordBatch) -> pa.Table:
+def typed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """A bulk batch with `schema`'s types: text checked to be UTF-8 (an entry that is not
+    is named, as `store_pages` names it), binary of a fixed width checked to have it."""
     columns = []
-    for name, column in zip(PAGE_SCHEMA.names, batch.columns, strict=True):
-        wanted = PAGE_SCHEMA.field(name).type
-        if column.type != wanted:
+    for field, column in zip(schema, batch.columns, strict=True):
+        if column.type != field.type:
             try:
-                column = column.cast(wanted)
+                column = column.cast(field.type)
             except pa.ArrowInvalid:
-                raise _not_text(batch.column(0).to_pylist(), column.to_pylist(), name) from None
+                if field.type != pa.string():
+                    raise
+                seqs = batch.column(0).to_pylist()
+                raise _not_text(seqs, column.to_pylist(), field.name) from None
         columns.append(column)
-    return pa.Table.from_arrays(columns, schema=PAGE_SCHEMA)
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
