@@ -94,7 +94,7 @@ def bulk_entry_tables(
         where += f" AND type = {sql_texts([type_])}"
     if tenant is not None:
         where += f" AND tenant = {sql_texts([tenant])}"
-    batches = bulk_batches(conn, ENTRY_SCHEMA.names, where, _PAGE)
+    batches = bulk_batches(conn, ENTRY_SCHEMA.names, where)
     if batches is None:
         return None
     return _in_pages(typed(batch, ENTRY_SCHEMA) for batch in batches)

@@ -109,58 +109,37 @@ def _not_text(seqs: list[Any], values: list[Any], field: str = "event") -> Unrea
     return UnreadableEntry(f"entries: a page's {field}s are not UTF-8 text; the store was altered")
 
 
-#: Integer columns of `entries`; every other is read as BLOB from SQLite (`bulk_batches`).
-_INTEGER_COLUMNS = ("seq", "tenant_seq")
-
-
 def bulk_batches(
-    conn: Connection, columns: Sequence[str], where: str, batch_rows: int = PAGE_ROWS
+    conn: Connection, columns: Sequence[str], where: str
 ) -> Iterator[pa.RecordBatch] | None:
     """`entries`' `columns` of the rows `where` (SQL, over `entries`' own columns) in seq
-    order, as Arrow batches from the database's ADBC driver (a C library: no Python object
-    a row, about a third of the Python driver's CPU an entry), on a connection of its own.
-    None where that cannot be done: a store in memory (no other connection sees it), or a
-    driver missing. From SQLite, every column but the integers comes as binary (the
-    caller's `typed` makes it text, checking it is UTF-8).
+    order, as Arrow batches from PostgreSQL's ADBC driver (a C library: no Python object a
+    row, about a third of the Python driver's CPU an entry), on a connection of its own.
+    None where that cannot be done: SQLite, or the driver missing.
+
+    Not SQLite: its ADBC driver bundles a second SQLite library, and a process that opens
+    the store's file through two libraries loses its locks (POSIX locks are a process's:
+    closing the second library's descriptor drops the first's), so the store's own
+    connections in this process may read or write the file unguarded; a reconciliation
+    run this way was followed by "disk I/O error" (tests/test_cluster.py). Verify reads
+    SQLite through ADBC only in processes of its own.
 
     The caller bounds `where` by a seq read in its own snapshot: the entries are
     append-only and numbered without gaps, so the rows up to it are the same in any later
     snapshot, which is the one this connection reads."""
-    sqlite = conn.dialect.name == "sqlite"
-    url = conn.engine.url
-    database = url.database or ""
-    if sqlite and (database in ("", ":memory:") or "mode=memory" in str(url)):
+    if conn.dialect.name != "postgresql":
         return None
     try:
         import adbc_driver_manager
         import adbc_driver_postgresql
-        import adbc_driver_sqlite
     except ImportError:
         return None
-    if sqlite:
-        from urllib.parse import quote
-
-        # SQLite's driver takes a column's Arrow type from its first batch (a column of
-        # NULLs there becomes INT64), so the query opens with one row of the right types
-        # (seq 0, taken off again)
-        opening = ", ".join(
-            f"0 AS {name}" if name in _INTEGER_COLUMNS else f"x'' AS {name}" for name in columns
-        )
-        selected = ", ".join(
-            name if name in _INTEGER_COLUMNS else f"CAST({name} AS BLOB)" for name in columns
-        )
-        sql = (
-            f"SELECT {opening} UNION ALL SELECT * FROM (SELECT {selected} FROM entries "
-            f"WHERE {where} ORDER BY seq)"
-        )
-        source = adbc_driver_sqlite.connect(f"file:{quote(database)}?mode=ro")
-    else:
-        sql = f"SELECT {', '.join(columns)} FROM entries WHERE {where} ORDER BY seq"
-        source = adbc_driver_postgresql.connect(
-            url.set(drivername="postgresql").render_as_string(hide_password=False),
-            db_kwargs={"adbc.postgresql.type_resolver_mode": "builtin"},
-        )
-    return _bulk(adbc_driver_manager, source, sql, sqlite, batch_rows)
+    sql = f"SELECT {', '.join(columns)} FROM entries WHERE {where} ORDER BY seq"
+    source = adbc_driver_postgresql.connect(
+        conn.engine.url.set(drivername="postgresql").render_as_string(hide_password=False),
+        db_kwargs={"adbc.postgresql.type_resolver_mode": "builtin"},
+    )
+    return _bulk(adbc_driver_manager, source, sql)
 
 
 def head_seq(conn: Connection) -> int:
@@ -193,36 +172,18 @@ def sql_texts(texts: Sequence[str]) -> str:
     return ", ".join("'" + text.replace("'", "''") + "'" for text in texts) or "NULL"
 
 
-def _bulk(
-    adbc: Any, database: Any, sql: str, sqlite: bool, batch_rows: int
-) -> Iterator[pa.RecordBatch]:
-    from ledger.store import SQLITE_BUSY_TIMEOUT_S
-
+def _bulk(adbc: Any, database: Any, sql: str) -> Iterator[pa.RecordBatch]:
     connection = adbc.AdbcConnection(database)
     try:
         statement = adbc.AdbcStatement(connection)
         try:
-            if sqlite:
-                # read-only, and waiting as the store's own connections wait (ledger/store.py)
-                statement.set_sql_query(
-                    f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}"
-                )
+            # the index scan on seq, in order (ledger/arrow_entries.py says why)
+            for setting in ("enable_bitmapscan", "enable_seqscan"):
+                statement.set_sql_query(f"SET {setting} = off")
                 statement.execute_update()
-                statement.set_options(**{"adbc.sqlite.query.batch_rows": str(batch_rows)})
-            else:
-                # the index scan on seq, in order (ledger/arrow_entries.py says why)
-                for setting in ("enable_bitmapscan", "enable_seqscan"):
-                    statement.set_sql_query(f"SET {setting} = off")
-                    statement.execute_update()
             statement.set_sql_query(sql)
             stream, _ = statement.execute_query()
-            reader = pa.RecordBatchReader._import_from_c(stream.address)
-            opening = sqlite
-            for batch in reader:
-                if opening:
-                    if not batch.num_rows or batch.column(0)[0].as_py() != 0:
-                        raise LedgerError("entries: the bulk read's opening row is missing")
-                    batch, opening = batch.slice(1), False
+            for batch in pa.RecordBatchReader._import_from_c(stream.address):
                 if batch.num_rows:
                     yield batch
         finally:
@@ -233,8 +194,9 @@ def _bulk(
 
 
 def typed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
-    """A bulk batch with `schema`'s types: text checked to be UTF-8 (an entry that is not
-    is named, as `store_pages` names it), binary of a fixed width checked to have it."""
+    """A bulk batch with `schema`'s types: text checked to be UTF-8 where it comes as bytes
+    (an entry that is not is named, as `store_pages` names it), binary of a fixed width
+    checked to have it."""
     columns = []
     for field, column in zip(schema, batch.columns, strict=True):
         if column.type != field.type:

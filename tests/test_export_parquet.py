@@ -61,9 +61,11 @@ def test_the_parquet_export_holds_the_json_lines_entries(store: Store, tmp_path:
         assert [r["seq"] for r in got] == sorted(r["seq"] for r in got)
 
 
-def test_the_bulk_read_gives_the_drivers_tables_value_for_value(store: Store) -> None:
-    """The export reads through the database's ADBC driver where it can
-    (`bulk_entry_tables`); the tables are those the Python driver's rows make."""
+def test_the_bulk_read_gives_the_drivers_tables_value_for_value(pg_url: str) -> None:
+    """The export reads through PostgreSQL's ADBC driver (`bulk_entry_tables`); the tables
+    are those the Python driver's rows make."""
+    store = Store(pg_url)
+    store.init()
     events = _fleet()
     accepted = [Accepted.of(validate_event(e), Origin("gen", i)) for i, e in enumerate(events, 1)]
     ledger.Appender(store).append(accepted)
@@ -81,6 +83,7 @@ def test_the_bulk_read_gives_the_drivers_tables_value_for_value(store: Store) ->
             rows = pa.concat_tables([*entry_tables(conn, **where), ENTRY_SCHEMA.empty_table()])
         assert got.equals(rows), where
         assert got.num_rows == count, where
+    store.close()
 
 
 def test_bulk_batches_are_written_in_row_groups_of_ten_thousand() -> None:
