@@ -135,11 +135,19 @@ def bulk_batches(
     except ImportError:
         return None
     sql = f"SELECT {', '.join(columns)} FROM entries WHERE {where} ORDER BY seq"
-    source = adbc_driver_postgresql.connect(
-        conn.engine.url.set(drivername="postgresql").render_as_string(hide_password=False),
-        db_kwargs={"adbc.postgresql.type_resolver_mode": "builtin"},
-    )
-    return _bulk(adbc_driver_manager, source, sql)
+    url = conn.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    try:
+        source = adbc_driver_postgresql.connect(
+            url, db_kwargs={"adbc.postgresql.type_resolver_mode": "builtin"}
+        )
+    except adbc_driver_manager.Error:
+        return None  # a URL libpq takes otherwise than psycopg: the rows come as rows
+    try:
+        connection = adbc_driver_manager.AdbcConnection(source)
+    except adbc_driver_manager.Error:
+        source.close()
+        return None
+    return _bulk(adbc_driver_manager, source, connection, sql)
 
 
 def head_seq(conn: Connection) -> int:
@@ -172,8 +180,7 @@ def sql_texts(texts: Sequence[str]) -> str:
     return ", ".join("'" + text.replace("'", "''") + "'" for text in texts) or "NULL"
 
 
-def _bulk(adbc: Any, database: Any, sql: str) -> Iterator[pa.RecordBatch]:
-    connection = adbc.AdbcConnection(database)
+def _bulk(adbc: Any, database: Any, connection: Any, sql: str) -> Iterator[pa.RecordBatch]:
     try:
         statement = adbc.AdbcStatement(connection)
         try:
