@@ -67,14 +67,34 @@ def best(runs: list[dict[str, Any]], key: str) -> dict[str, Any]:
     return min(runs, key=lambda r: float(r[key]))
 
 
-def run_command(name: str, args: list[str]) -> dict[str, Any]:
-    """`gpuledger ARGS` in a child process as a user runs it: wall and CPU seconds. Not
-    through `run_step`'s RSS probe, whose thread scans /proc every 50 ms (on a busy
-    machine, CPU time and the GIL taken from the command the engine is not charged)."""
+#: The project's modules: compiled to bytecode before a command is timed (`compiled`).
+PACKAGES = ("ledger", "reconcile", "schemas", "ingest", "fixtures")
+
+
+def compiled() -> None:
+    """Write the project's bytecode, as installing gpuledger does (pip compiles what it
+    installs): a machine with PYTHONDONTWRITEBYTECODE set (this one) would otherwise have
+    each timed command compile the ~50 modules it imports from source, about 0.1 CPU-s
+    that no installed copy pays."""
+    import compileall
+
+    for name in PACKAGES:
+        compileall.compile_dir(ROOT / name, quiet=1)
+    compileall.compile_file(ROOT / "cli.py", quiet=1)
+
+
+def run_command(name: str, args: list[str], python: list[str] | None = None) -> dict[str, Any]:
+    """`gpuledger ARGS` in a child process as a user runs it (or `python` ARGS): wall and CPU
+    seconds. Not through `run_step`'s RSS probe, whose thread scans /proc every 50 ms (on
+    a busy machine, CPU time and the GIL taken from the command the engine is not
+    charged)."""
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "cli", *args], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, *(python or ["-m", "cli"]), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
     )
     wall = time.perf_counter() - wall
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -90,12 +110,29 @@ def run_command(name: str, args: list[str]) -> dict[str, Any]:
     return result
 
 
+#: The engine on Parquet as a process of its own (start and imports included), the JSON
+#: text left out: what the command costs beyond running the engine itself in a process.
+ENGINE_PROCESS = (
+    "import sys; from pathlib import Path; from reconcile import reconcile_parquet; "
+    "reconcile_parquet(Path(sys.argv[1]), threads=2)"
+)
+
+
 def command_vs_engine(shape: Shape, folder: Path, repeats: int) -> dict[str, Any]:
     fleet, url, events = prepare(shape, folder)
+    compiled()
     load_before = os.getloadavg()
     engine = best([run_child("engine", fleet, 2) for _ in range(repeats)], "seconds")
     out: dict[str, Any] = {"gpus": shape.gpus, "days": shape.days, "events": events}
     out["engine_parquet"] = engine
+    process = best(
+        [
+            run_command("engine process", [str(fleet)], ["-c", ENGINE_PROCESS])
+            for _ in range(repeats)
+        ],
+        "wall_s",
+    )
+    out["engine_parquet_process"] = process
     for fmt in ("json", "parquet"):
         target = folder / f"r.{fmt}"
         runs = [
@@ -110,13 +147,17 @@ def command_vs_engine(shape: Shape, folder: Path, repeats: int) -> dict[str, Any
         out[f"command_{fmt}_bytes"] = target.stat().st_size
         out[f"ratio_{fmt}"] = round(run["wall_s"] / engine["seconds"], 2)
         out[f"ratio_{fmt}_cpu"] = round(run["cpu_s"] / engine["cpu_seconds"], 2)
+        out[f"ratio_{fmt}_to_engine_process"] = round(run["wall_s"] / process["wall_s"], 2)
+        out[f"ratio_{fmt}_to_engine_process_cpu"] = round(run["cpu_s"] / process["cpu_s"], 2)
         target.unlink()
     out["loadavg_before"] = [round(x, 2) for x in load_before]
     out["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     out["note"] = (
         "ratio: the command's wall time (a process: start, read the store, reconcile, write "
-        "the file) over the engine's on Parquet (in a warm child, 2 DuckDB threads); the CPU "
-        "is shared with other work"
+        "the file) over the engine's on Parquet (in a warm child, 2 DuckDB threads; its "
+        "imports not timed); _to_engine_process: over the engine on Parquet as a process of "
+        "its own (start and imports timed, no output written); the project's bytecode "
+        "compiled first, as an install has it; the CPU is shared with other work"
     )
     return out
 

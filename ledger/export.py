@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sqlalchemy import Connection, select
 
-from ledger.pages import driver_rows
+from ledger.pages import bulk_batches, driver_rows, head_seq, sql_texts, typed
 from ledger.store import Store
 from ledger.tables import entries, quarantine
 
@@ -83,6 +83,40 @@ def entry_tables(
         )
 
 
+def bulk_entry_tables(
+    conn: Connection, type_: str | None = None, tenant: str | None = None
+) -> Iterator[pa.Table] | None:
+    """`entry_tables`' tables, the rows read as Arrow by the database's ADBC driver
+    (`bulk_batches`: no Python object a value), in `conn`'s snapshot; None where they
+    cannot be read so."""
+    where = f"seq <= {head_seq(conn)}"
+    if type_ is not None:
+        where += f" AND type = {sql_texts([type_])}"
+    if tenant is not None:
+        where += f" AND tenant = {sql_texts([tenant])}"
+    batches = bulk_batches(conn, ENTRY_SCHEMA.names, where)
+    if batches is None:
+        return None
+    return _in_pages(typed(batch, ENTRY_SCHEMA) for batch in batches)
+
+
+def _in_pages(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
+    """The batches as tables of `_PAGE` rows (the last fewer): the file's row groups, as
+    `entry_tables` makes them, whatever batches the driver hands over."""
+    held: list[pa.RecordBatch] = []
+    rows = 0
+    for batch in batches:
+        held.append(batch)
+        rows += batch.num_rows
+        while rows >= _PAGE:
+            table = pa.Table.from_batches(held)
+            yield table.slice(0, _PAGE).combine_chunks()
+            rest = table.slice(_PAGE)
+            held, rows = rest.to_batches(), rest.num_rows
+    if rows:
+        yield pa.Table.from_batches(held, schema=ENTRY_SCHEMA).combine_chunks()
+
+
 def entry_json_line(row: dict[str, Any]) -> bytes:
     """One entry as a JSON line: the stored event verbatim, hashes and salt in hex."""
     head = {k: (v.hex() if isinstance(v, bytes) else v) for k, v in row.items() if k != "event"}
@@ -101,8 +135,9 @@ def export_entries(
     count = 0
     with store.reading() as conn:
         if fmt == "parquet":
+            tables = bulk_entry_tables(conn, type_, tenant)
             with pq.ParquetWriter(out, ENTRY_SCHEMA) as writer:
-                for table in entry_tables(conn, type_, tenant):
+                for table in tables if tables is not None else entry_tables(conn, type_, tenant):
                     writer.write_table(table)
                     count += table.num_rows
             return count

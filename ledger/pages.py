@@ -5,7 +5,7 @@ from (docs/store-read.md)."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -92,17 +92,127 @@ def _page_of_rows(rows: list[tuple[Any, ...]], row_type: pa.StructType) -> pa.Ta
     try:
         text = event.cast(pa.string())
     except pa.ArrowInvalid:
-        raise _not_text(rows) from None
+        raise _not_text([row[0] for row in rows], [row[3] for row in rows]) from None
     return pa.table({"seq": seq, "type": type_, "tenant": tenant, "event": text})
 
 
-def _not_text(rows: list[tuple[Any, ...]]) -> UnreadableEntry:
-    for row in rows:
+def _not_text(seqs: list[Any], values: list[Any], field: str = "event") -> UnreadableEntry:
+    """The first of `values` (a column of entries `seqs`) that is not UTF-8, named."""
+    for seq, value in zip(seqs, values, strict=True):
         try:
-            bytes(row[3]).decode("utf-8")
+            bytes(value or b"").decode("utf-8")
         except UnicodeDecodeError as exc:
             return UnreadableEntry(
-                f"entries: seq {row[0]}: field event: not UTF-8 text at byte {exc.start}; "
+                f"entries: seq {seq}: field {field}: not UTF-8 text at byte {exc.start}; "
                 f"the store was altered (gpuledger verify names every altered entry)"
             )
-    return UnreadableEntry("entries: a page's events are not UTF-8 text; the store was altered")
+    return UnreadableEntry(f"entries: a page's {field}s are not UTF-8 text; the store was altered")
+
+
+def bulk_batches(
+    conn: Connection, columns: Sequence[str], where: str
+) -> Iterator[pa.RecordBatch] | None:
+    """`entries`' `columns` of the rows `where` (SQL, over `entries`' own columns) in seq
+    order, as Arrow batches from PostgreSQL's ADBC driver (a C library: no Python object a
+    row, about a third of the Python driver's CPU an entry), on a connection of its own.
+    None where that cannot be done: SQLite, or the driver missing.
+
+    Not SQLite: its ADBC driver bundles a second SQLite library, and a process that opens
+    the store's file through two libraries loses its locks (POSIX locks are a process's:
+    closing the second library's descriptor drops the first's), so the store's own
+    connections in this process may read or write the file unguarded; a reconciliation
+    run this way was followed by "disk I/O error" (tests/test_cluster.py). Verify reads
+    SQLite through ADBC only in processes of its own.
+
+    The caller bounds `where` by a seq read in its own snapshot: the entries are
+    append-only and numbered without gaps, so the rows up to it are the same in any later
+    snapshot, which is the one this connection reads."""
+    if conn.dialect.name != "postgresql":
+        return None
+    try:
+        import adbc_driver_manager
+        import adbc_driver_postgresql
+    except ImportError:
+        return None
+    sql = f"SELECT {', '.join(columns)} FROM entries WHERE {where} ORDER BY seq"
+    url = conn.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    try:
+        source = adbc_driver_postgresql.connect(
+            url, db_kwargs={"adbc.postgresql.type_resolver_mode": "builtin"}
+        )
+    except adbc_driver_manager.Error:
+        return None  # a URL libpq takes otherwise than psycopg: the rows come as rows
+    try:
+        connection = adbc_driver_manager.AdbcConnection(source)
+    except adbc_driver_manager.Error:
+        source.close()
+        return None
+    return _bulk(adbc_driver_manager, source, connection, sql)
+
+
+def head_seq(conn: Connection) -> int:
+    """The last seq in `conn`'s snapshot (0 for an empty store)."""
+    head = conn.exec_driver_sql("SELECT coalesce(max(seq), 0) FROM entries").scalar()
+    return int(head or 0)
+
+
+def bulk_pages(
+    conn: Connection,
+    tenant: str | tuple[str, ...] | None = None,
+    upto_seq: int | None = None,
+    after: int = 0,
+) -> Iterator[pa.Table] | None:
+    """`store_pages`' pages read in bulk (`bulk_batches`), in `conn`'s snapshot; None where
+    they cannot be."""
+    upto = head_seq(conn) if upto_seq is None else upto_seq
+    where = f"seq > {int(after)} AND seq <= {int(upto)}"
+    if tenant is not None:
+        tenants = (tenant,) if isinstance(tenant, str) else tenant
+        where += f" AND (tenant IN ({sql_texts(tenants)}) OR tenant IS NULL)"
+    batches = bulk_batches(conn, PAGE_SCHEMA.names, where)
+    if batches is None:
+        return None
+    return (pa.Table.from_batches([typed(batch, PAGE_SCHEMA)]) for batch in batches)
+
+
+def sql_texts(texts: Sequence[str]) -> str:
+    """SQL: texts as a list of quoted literals (NULL for none), never as SQL."""
+    return ", ".join("'" + text.replace("'", "''") + "'" for text in texts) or "NULL"
+
+
+def _bulk(adbc: Any, database: Any, connection: Any, sql: str) -> Iterator[pa.RecordBatch]:
+    try:
+        statement = adbc.AdbcStatement(connection)
+        try:
+            # the index scan on seq, in order (ledger/arrow_entries.py says why)
+            for setting in ("enable_bitmapscan", "enable_seqscan"):
+                statement.set_sql_query(f"SET {setting} = off")
+                statement.execute_update()
+            statement.set_sql_query(sql)
+            stream, _ = statement.execute_query()
+            for batch in pa.RecordBatchReader._import_from_c(stream.address):
+                if batch.num_rows:
+                    yield batch
+        finally:
+            statement.close()
+    finally:
+        connection.close()
+        database.close()
+
+
+def typed(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """A bulk batch with `schema`'s types: text checked to be UTF-8 where it comes as bytes
+    (an entry that is not is named, as `store_pages` names it), binary of a fixed width
+    checked to have it."""
+    columns = []
+    for field, column in zip(schema, batch.columns, strict=True):
+        if column.type != field.type:
+            try:
+                column = column.cast(field.type)
+            except pa.ArrowInvalid:
+                if field.type != pa.string():
+                    raise
+                seqs = batch.column(0).to_pylist()
+                raise _not_text(seqs, column.to_pylist(), field.name) from None
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, schema=schema)

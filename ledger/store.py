@@ -20,7 +20,6 @@ from sqlalchemy.exc import ArgumentError, DatabaseError, InternalError, Operatio
 
 from ledger.errors import StoreUnavailable, StoreWriteFailed
 from ledger.migrations import upgrade_event_key
-from ledger.quarantine import add_chain_column
 from ledger.tables import APPEND_ONLY, metadata
 
 DEFAULT_URL = "sqlite:///gpuledger.db"
@@ -132,6 +131,10 @@ class Store:
 
     def init(self) -> None:
         """Create the tables and the append-only triggers; safe to repeat, and to race."""
+        # imported here: the quarantine's module reads the event models (pydantic), which a
+        # command that only reads the store does not need
+        from ledger.quarantine import add_chain_column
+
         with self.writing() as conn:
             metadata.create_all(conn)
             add_chain_column(conn)  # stores made before the quarantine was chained

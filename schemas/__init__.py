@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         rejections,
         unstorable,
     )
-    from schemas.types import format_utc
+    from schemas.times import format_utc
 
 #: each lazily imported name -> the module that defines it
 _HOME = {
@@ -60,7 +60,7 @@ _HOME = {
         ("Accepted", "EventTooLarge", "Origin", "Record", "Rejected", "rejections", "unstorable"),
         "schemas.records",
     ),
-    "format_utc": "schemas.types",
+    "format_utc": "schemas.times",
 }
 
 

@@ -25,6 +25,9 @@ from pydantic import (
     WithJsonSchema,
 )
 
+from schemas.times import as_utc as as_utc
+from schemas.times import format_utc as format_utc
+
 #: I-JSON (RFC 7493 §2.2): integers beyond ±(2**53 - 1) do not survive a double.
 MAX_SAFE_INT = 2**53 - 1
 #: GPUs in one allocation, job, promise or billing line (docs/events.md).
@@ -82,15 +85,6 @@ def rfc3339_only(value: Any, info: ValidationInfo) -> Any:
     raise ValueError(f"not an RFC 3339 date-time: {value!r}")
 
 
-def as_utc(moment: datetime) -> datetime:
-    """The same instant in UTC; a naive time (allowed only where the caller said so) is UTC."""
-    if moment.tzinfo is None:
-        return moment.replace(tzinfo=timezone.utc)
-    if moment.tzinfo is timezone.utc:
-        return moment
-    return moment.astimezone(timezone.utc)
-
-
 def ingest_clock(info: ValidationInfo) -> datetime:
     """The ingest's own clock: the context's `now`, else the machine's."""
     now = _context(info).get(NOW)
@@ -112,16 +106,6 @@ def within_clock(moment: datetime, info: ValidationInfo) -> datetime:
             f"{format_utc(moment)} is after the ingest clock plus one day ({format_utc(latest)})"
         )
     return not_before_1970(moment)
-
-
-def format_utc(moment: datetime) -> str:
-    """The one text form of a time: `YYYY-MM-DDTHH:MM:SSZ`, or `...SS.ffffffZ` when the
-    microseconds are not zero (byte for byte what orjson writes with OPT_UTC_Z)."""
-    moment = as_utc(moment)
-    text = moment.replace(tzinfo=None).isoformat(
-        timespec="microseconds" if moment.microsecond else "seconds"
-    )
-    return text + "Z"
 
 
 def parse_money(value: Any) -> Decimal:

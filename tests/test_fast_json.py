@@ -4,11 +4,13 @@ differ (non-ASCII text, DEL, small numbers, integers past 64 bits)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 import ingest
@@ -80,3 +82,24 @@ def test_the_column_wise_json_is_the_documents_on_random_fleets() -> None:
                 assert text == result.document().to_json(), seed
             assert result.json_text() == result.document().to_json(), seed
     assert built >= 6
+
+
+def test_texts_with_quotes_and_backslashes_are_escaped_as_json_dumps_escapes_them() -> None:
+    """A description, an invoice and a line id holding `"` and `\\`: the column-wise writer
+    escapes them (json.dumps writes `\\"` and `\\\\`), the rest of the document unchanged."""
+    with ledger_of(random_fleet(random.Random(3))) as store:
+        result = reconcile_store(store)
+    table = result.table
+    odd = {
+        "description": 'GPU "hours" at C:\\fleet\\a',
+        "invoice_id": 'inv-"7"',
+        "line_id": "l\\1",
+    }
+    for name, text in odd.items():
+        column = table.column(name)
+        values = [text + ("" if v is None else str(v)) for v in column.to_pylist()]
+        table = table.set_column(table.schema.get_field_index(name), name, pa.array(values))
+    changed = dataclasses.replace(result, table=table)
+    expected = json.dumps(changed.document().to_dict(), indent=2) + "\n"
+    assert '\\"hours\\" at C:\\\\fleet\\\\a' in expected
+    assert json_text(changed) == expected

@@ -55,9 +55,10 @@ _TEXT_COLUMNS = (
 )
 
 
-def _q(expr: str) -> str:
-    """SQL: a printable-ASCII text as a JSON string (only `\\` and `"` escaped), NULL as null."""
-    escaped = f"replace(replace({expr}, '\\', '\\\\'), '\"', '\\\"')"
+def _q(expr: str, escape: bool = True) -> str:
+    """SQL: a printable-ASCII text as a JSON string (only `\\` and `"` escaped, unless no
+    text has them: `escape` false), NULL as null."""
+    escaped = f"replace(replace({expr}, '\\', '\\\\'), '\"', '\\\"')" if escape else expr
     return f"CASE WHEN {expr} IS NULL THEN 'null' ELSE concat('\"', {escaped}, '\"') END"
 
 
@@ -81,7 +82,8 @@ def _concat(pieces: list[str]) -> str:
 
 
 _BEARER_TEXT = _concat(
-    ["'            \"'", "bearer", "'\": {\n'"]
+    ["CASE WHEN bearer_rank > first_bearer THEN ',\n' ELSE '' END", "'            \"'", "bearer"]
+    + ["'\": {\n'"]
     + _member(14, "gpu_seconds", _seconds("us"))
     + _member(14, "amount", _concat(_quoted("money")))
     + _member(14, "amount_exact", _concat(_quoted("exact")), last=True)
@@ -89,39 +91,44 @@ _BEARER_TEXT = _concat(
 )
 
 _CATEGORY_TEXT = _concat(
-    ["'        \"'", "category", "'\": {\n'"]
+    ["CASE WHEN cat_rank > first_cat THEN ',\n' ELSE '' END", "'        \"'", "category"]
+    + ["'\": {\n'"]
     + _member(10, "gpu_seconds", _seconds("us"))
     + _member(10, "amount", _concat(_quoted("money")))
     + _member(10, "amount_exact", _concat(_quoted("exact")))
     + ['\'          "bearer": "\'', "bearer", "'\"'"]
-    + [
-        "CASE WHEN n > 1 THEN concat(',\n          \"by_bearer\": {\n', by_bearer, "
-        "'\n          }') ELSE '' END",
-        "'\n        }'",
-    ]
+    + ["CASE WHEN n > 1 THEN ',\n          \"by_bearer\": {\n' ELSE '' END"]
 )
+_CATEGORY_END = "CASE WHEN n > 1 THEN '\n          }\n        }' ELSE '\n        }' END"
 
-_LINE_TEXT = _concat(
-    ["'    {\n'"]
-    + [
-        piece
-        for name, value in (
-            ("invoice_id", _q("invoice_id")),
-            ("line_id", _q("line_id")),
-            ("tenant", _q("tenant")),
-            ("allocation_id", _q("allocation_id")),
-            ("gpu_seconds", _seconds("us")),
-            ("amount", _concat(_quoted("money"))),
-            ("currency", _q("currency")),
-            ("billed_amount", _q("billed_amount")),
-            ("period_start", _q("period_start")),
-            ("period_end", _q("period_end")),
-            ("description", _q("description")),
-        )
-        for piece in _member(6, name, value)
-    ]
-    + ["'      \"categories\": {\n'", "categories", "'\n      },\n'"]
-    + ["'      \"productive_by_acceptance\": {\n'"]
+
+def _line_head(escape: bool) -> str:
+    """SQL: a line's text up to its categories, with the separator before it."""
+    return _concat(
+        ["CASE WHEN line_no > 1 THEN ',\n' ELSE '' END", "'    {\n'"]
+        + [
+            piece
+            for name, value in (
+                ("invoice_id", _q("invoice_id", escape)),
+                ("line_id", _q("line_id", escape)),
+                ("tenant", _q("tenant", escape)),
+                ("allocation_id", _q("allocation_id", escape)),
+                ("gpu_seconds", _seconds("us")),
+                ("amount", _concat(_quoted("money"))),
+                ("currency", _q("currency", escape)),
+                ("billed_amount", _q("billed_amount", escape)),
+                ("period_start", _q("period_start", escape)),
+                ("period_end", _q("period_end", escape)),
+                ("description", _q("description", escape)),
+            )
+            for piece in _member(6, name, value)
+        ]
+        + ["'      \"categories\": {\n'"]
+    )
+
+
+_LINE_TAIL = _concat(
+    ["'\n      },\n'", "'      \"productive_by_acceptance\": {\n'"]
     + [
         piece
         for i, state in enumerate(ACCEPTANCE)
@@ -135,6 +142,12 @@ _ACCEPTANCE_SUMS = ", ".join(
     for state in ACCEPTANCE
 )
 
+#: The lines' text as fragments with their place in the document (line, part, category,
+#: bearer): a line's head, each category (its bearers' texts after it where it has
+#: several), each category's end, the line's tail. Each fragment carries the separator
+#: before it, so the document is the fragments' texts one after another in that order
+#: (`_in_order`: the keys sorted, the texts moved once, never sorted with them); no
+#: ordered aggregate (a sort a group) is made.
 _SQL = f"""
 WITH c AS (
     SELECT c.*, s.share_units, s.share_places, s.exact_places, l.category, l.bearer,
@@ -153,31 +166,37 @@ kb AS (
 kc AS (
     SELECT line_no, category, any_value(cat_rank) AS cat_rank, count(*) AS n,
            CASE WHEN count(*) = 1 THEN any_value(bearer) ELSE 'mixed' END AS bearer,
-           sum(us) AS us,
+           sum(us) AS us, min(bearer_rank) AS first_bearer,
            {decimal_text_sql("sum(cents)", "any_value(minor)", "any_value(minor)")} AS money,
-           {decimal_text_sql("sum(units)", "any_value(places)", "any_value(ep)")} AS exact,
-           string_agg(CASE WHEN nb > 1 THEN {_BEARER_TEXT} END, ',\n' ORDER BY bearer_rank)
-               AS by_bearer
-    FROM (SELECT *, count(*) OVER (PARTITION BY line_no, category) AS nb FROM kb)
-    GROUP BY line_no, category),
-cats AS (
-    SELECT line_no, string_agg({_CATEGORY_TEXT}, ',\n' ORDER BY cat_rank) AS categories
-    FROM kc GROUP BY line_no),
+           {decimal_text_sql("sum(units)", "any_value(places)", "any_value(ep)")} AS exact
+    FROM kb GROUP BY line_no, category),
 line AS (
     SELECT line_no, arg_min(invoice_id, row_no) AS invoice_id, arg_min(line_id, row_no) AS line_id,
            arg_min(tenant, row_no) AS tenant, arg_min(allocation_id, row_no) AS allocation_id,
            arg_min(currency, row_no) AS currency, arg_min(billed_amount, row_no) AS billed_amount,
            arg_min(description, row_no) AS description, arg_min(ps, row_no) AS ps,
-           arg_min(pe, row_no) AS pe, sum(gpu_us) AS us,
+           arg_min(pe, row_no) AS pe, sum(gpu_us) AS us, min(cat_rank) AS first_cat,
            {decimal_text_sql("sum(cents)", "arg_max(minor, row_no)", "arg_max(minor, row_no)")}
                AS money,
            {_ACCEPTANCE_SUMS}
     FROM c GROUP BY line_no),
 texts AS (
-    SELECT l.*, {_period_sql("l.ps")} AS period_start, {_period_sql("l.pe")} AS period_end,
-           k.categories
-    FROM line l JOIN cats k USING (line_no))
-SELECT string_agg({_LINE_TEXT}, ',\n' ORDER BY line_no) FROM texts
+    SELECT l.*, {_period_sql("l.ps")} AS period_start, {_period_sql("l.pe")} AS period_end
+    FROM line l),
+fragments AS (
+    SELECT line_no, 0 AS part, 0 AS cat_rank, 0 AS sub, {{line_head}} AS text FROM texts
+    UNION ALL
+    SELECT line_no, 1, cat_rank, 0, {_CATEGORY_TEXT}
+    FROM (SELECT k.*, l.first_cat FROM kc k JOIN line l USING (line_no))
+    UNION ALL
+    SELECT line_no, 1, cat_rank, 1 + bearer_rank, {_BEARER_TEXT}
+    FROM (SELECT b.*, k.first_bearer FROM kb b JOIN kc k USING (line_no, category)
+          WHERE k.n > 1)
+    UNION ALL
+    SELECT line_no, 1, cat_rank, {len(BEARERS) + 1}, {_CATEGORY_END} FROM kc
+    UNION ALL
+    SELECT line_no, 2, 0, 0, {_LINE_TAIL} FROM line)
+SELECT line_no, part, cat_rank, sub, text FROM fragments
 """
 
 #: The tenants' placement figures (RULES.md 13), a group of lines at a time: per tenant,
@@ -244,6 +263,14 @@ def _writable(table: pa.Table) -> bool:
     return True
 
 
+def _escapes(table: pa.Table) -> bool:
+    """Whether some text of the lines' needs a JSON escape (`\\` or `"`)."""
+    return any(
+        pc.any(pc.match_substring_regex(table.column(name), '["\\\\]')).as_py()
+        for name in _TEXT_COLUMNS
+    )
+
+
 def json_text(result: Reconciliation) -> str | None:
     """The document's text (ending in a newline), or None where this writer does not apply."""
     table = result.table
@@ -268,11 +295,35 @@ def json_text(result: Reconciliation) -> str | None:
         if int(longest) >= EXACT_LINE_US:
             return None  # the slow path raises MoneyOverflow, as it always has
         con.execute(f"CREATE TEMP TABLE shares AS {exact_shares_sql('cells')}")
-        row = con.execute(_SQL).fetchone()
-        lines = str(row[0]) if row else ""
+        sql = _SQL.replace("{line_head}", _line_head(_escapes(table)))
+        lines = _in_order(con.sql(sql).to_arrow_table())
         tenants = _tenants(con, result)
     head = dumps({"period": result.period.as_dict(), "tenants": tenants}, indent=2)
-    return head[: -len("\n}")] + ',\n  "lines": [\n' + lines + "\n  ]\n}\n"
+    return _joined([head[: -len("\n}")].encode(), b',\n  "lines": [\n'], lines, [b"\n  ]\n}\n"])
+
+
+def _in_order(fragments: pa.Table) -> pa.ChunkedArray:
+    """The fragments' texts in document order: by line, part, category and bearer."""
+    keys = [fragments.column(name).to_numpy() for name in ("sub", "cat_rank", "part", "line_no")]
+    return fragments.column("text").take(pa.array(np.lexsort(keys)))
+
+
+def _joined(before: list[bytes], column: pa.ChunkedArray, after: list[bytes]) -> str:
+    """`before`, a column's texts end to end (from its data buffers: no Python object a
+    text) and `after`, as one text: the document copied once."""
+    parts: list[bytes | memoryview] = list(before)
+    for chunk in column.chunks:
+        if chunk.null_count:  # never made by the query; joined the plain way if it were
+            parts.append("".join(text or "" for text in chunk.to_pylist()).encode())
+            continue
+        if not len(chunk):
+            continue
+        wide = pa.types.is_large_string(chunk.type)
+        offsets = np.frombuffer(chunk.buffers()[1], dtype=np.int64 if wide else np.int32)
+        first, last = offsets[chunk.offset], offsets[chunk.offset + len(chunk)]
+        parts.append(memoryview(chunk.buffers()[2])[first:last])
+    parts.extend(after)
+    return b"".join(parts).decode()
 
 
 def _tenants(con: duckdb.DuckDBPyConnection, result: Reconciliation) -> dict[str, Any]:

@@ -506,7 +506,13 @@ class Reconciliation:
                 zero_copy_only=False
             )
         starts = np.flatnonzero(changed) + 1
-        lines = table.group_by(["tenant", "invoice_id", "line_id"]).aggregate([]).num_rows
+        # counted by DuckDB: pyarrow's group_by starts Acero, about 0.1 CPU-s the first time
+        with duckdb.connect() as con:
+            con.register("cells", table.select(["tenant", "invoice_id", "line_id"]))
+            row = con.execute(
+                "SELECT count(*) FROM (SELECT DISTINCT tenant, invoice_id, line_id FROM cells)"
+            ).fetchone()
+        lines = int(row[0]) if row else 0
         return starts if len(starts) + 1 == lines else None
 
     def _frame_of(self, table: pa.Table, fractional: bool | None = None) -> pa.Table:

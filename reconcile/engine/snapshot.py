@@ -30,6 +30,7 @@ from sqlalchemy import Connection
 # the store's rows as pages live with the store; the engine's callers find them here too
 from ledger.pages import PAGE_ROWS as PAGE_ROWS
 from ledger.pages import UnreadableEntry as UnreadableEntry
+from ledger.pages import bulk_pages
 from ledger.pages import store_pages as store_pages
 from ledger.sealed import read_sealed
 
@@ -419,6 +420,10 @@ def load_store(
                 group = []
         if group:
             _load_files(con, group, tenant)
+    bulk = bulk_pages(conn, tenant, upto_seq=upto_seq, after=covered)
+    if bulk is not None:  # the rows as Arrow from the database's own driver
+        load_pages(con, read_ahead(bulk))
+        return
     rows = store_pages(conn, tenant, upto_seq=upto_seq, after=covered)
     load_pages(con, read_ahead(rows) if shareable(conn) else rows)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -14,7 +14,6 @@ import pyarrow.parquet as pq
 from rich.table import Column, Table
 
 from reconcile.engine.result import InvoiceTotal, Reconciliation
-from reconcile.reports.finance_page import Answers, render_page
 from reconcile.reports.numbers import hours
 from reconcile.reports.numbers import number as grouped
 from schemas.display import FIGURE_RE2, FORMULA_STARTS, DataTable
@@ -22,6 +21,9 @@ from schemas.errors import BadInput
 from schemas.money import Money
 
 FORMATS = ("table", "json", "csv", "parquet", "html")
+
+if TYPE_CHECKING:  # the page's module is imported when a page is asked for
+    from reconcile.reports.finance_page import Answers
 
 
 def tables(result: Reconciliation) -> list[Table]:
@@ -124,7 +126,7 @@ def write(
     Parquet are for spreadsheets: a text cell that starts like a formula is prefixed `'`
     (`for_spreadsheets`); JSON is exact."""
     if fmt in ("json", "html"):
-        text = result.json_text() if fmt == "json" else render_page(result, db, period, answers)
+        text = result.json_text() if fmt == "json" else _page(result, db, period, answers)
         if isinstance(out, Path):
             out.write_text(text)
         else:
@@ -210,3 +212,15 @@ def _write_parts(
     finally:
         if writer is not None:
             writer.close()
+
+
+def _page(
+    result: Reconciliation,
+    db: str | None,
+    period: str | None = None,
+    answers: Answers | None = None,
+) -> str:
+    # imported for the page only: its charts and templates are no part of the other formats
+    from reconcile.reports.finance_page import render_page
+
+    return render_page(result, db, period, answers)

@@ -13,12 +13,14 @@ packet) is rendered: Jinja with autoescape, and data that cannot be spoofed
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jinja2
 from markupsafe import Markup, escape
 
 from schemas.display import is_unsafe, terminal_safe, visible_escape
+
+if TYPE_CHECKING:
+    import jinja2
 
 
 def shown(value: Any) -> Any:
@@ -56,7 +58,11 @@ def page_css() -> Markup:
 
 
 def environment(templates: Path, **options: Any) -> jinja2.Environment:
-    """The pages' Jinja environment over the folder `templates` (`options`: whitespace control)."""
+    """The pages' Jinja environment over the folder `templates` (`options`: whitespace control).
+    Jinja is imported here, by the commands that render a page, not by every one that
+    imports the reports (`reconcile --format json`)."""
+    import jinja2
+
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(templates),
         autoescape=True,
