@@ -243,9 +243,11 @@ def test_the_packet_carries_the_counters_and_the_line(packet_folder: Path) -> No
     kinds = {e["type"] for e in packet["bundle"]["entries"]}
     assert "device.counters" not in kinds  # the fleet's counters never ride in a packet
     carried = [e for e in packet["bundle"]["entries"] if e["type"] == "job.counters"]
-    assert sorted(
-        (e["tenant"], json.loads(e["event"])["data"]["node"]) for e in carried
-    ) == [("acme", "n1"), ("acme", "n1"), ("acme", "n2")]
+    assert sorted((e["tenant"], json.loads(e["event"])["data"]["node"]) for e in carried) == [
+        ("acme", "n1"),
+        ("acme", "n1"),
+        ("acme", "n2"),
+    ]
     assert "globex" not in json.dumps(packet)  # nothing of the neighbour, not even its name
     [claim] = [c for c in packet["claims"] if c["category"] == "idle_unexplained"]
     # 0.94 × 1,800 + 0.002 × 1,800 = 1,695.6 SM-seconds over 3,600 sampled: 0.471
