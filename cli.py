@@ -120,12 +120,14 @@ class Group(click.Group):
             _map_library_error(exc)
             if os.environ.get("GPULEDGER_DEBUG"):
                 raise
-            _echo(f"internal error: {_first_line(exc)}", err=True)
-            _echo(
-                "nothing was signed or half-written (each batch and each document is all or "
-                "nothing); run it again with GPULEDGER_DEBUG=1 for the traceback, and report it",
-                err=True,
-            )
+            if isinstance(exc, OSError):  # the machine's (a full disk, a lost mount): one line
+                _echo(f"error: {_first_line(exc)}", err=True)
+            else:
+                _echo(f"internal error: {_first_line(exc)}", err=True)
+                _echo(
+                    "run it again with GPULEDGER_DEBUG=1 for the traceback, and report it",
+                    err=True,
+                )
             sys.exit(3)
 
 

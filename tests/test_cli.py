@@ -510,3 +510,19 @@ def test_an_unexpected_error_is_one_line_and_exit_3(
     monkeypatch.setenv("GPULEDGER_DEBUG", "1")
     result = CliRunner().invoke(main, ["init", "--db", url])
     assert isinstance(result.exception, RuntimeError)
+
+
+def test_the_machine_failing_a_command_is_one_line_and_exit_3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk is not a bug to report: one line naming it, exit 3."""
+    from click.testing import CliRunner
+
+    def full(self: Store) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Store, "init", full)
+    monkeypatch.delenv("GPULEDGER_DEBUG", raising=False)
+    result = CliRunner().invoke(main, ["init", "--db", f"sqlite:///{tmp_path / 'l.db'}"])
+    assert result.exit_code == 3
+    assert result.output == "error: OSError: [Errno 28] No space left on device\n"
