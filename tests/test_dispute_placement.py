@@ -179,7 +179,7 @@ def test_a_letter_without_placement_claims_has_no_such_section(tmp_path: Path) -
     assert "Placement not as sold" not in page
 
 
-# -- placement_credit_share, a declared field of policy.terms (DESIGN §2) ----------------
+# -- placement_credit_share, a declared field of policy.terms (docs/events.md) ----------------
 
 
 def terms(share: Any) -> dict[str, Any]:
@@ -211,7 +211,7 @@ def test_placement_credit_share_out_of_bounds_or_not_decimal_text_is_refused(
 
 
 def test_terms_without_a_share_keep_their_bytes() -> None:
-    """Absent means "1" (DESIGN §2), and is not filled in: terms written before the field
+    """Absent means "1" (docs/events.md), and is not filled in: terms written before the field
     was declared are stored as they were."""
     stored = json.loads(canonical_event(validate_event(terms(None))))
     assert "placement_credit_share" not in stored["data"]

@@ -120,7 +120,7 @@ def report(url: str, *args: str) -> dict[str, Any]:
 # -- the envelope -------------------------------------------------------------------------
 
 A, B = "slurm://alpha", "k8s://beta"
-#: their providers: each source's authority (DESIGN §2), the cluster, not the tool
+#: their providers: each source's authority (docs/envelope.md), the cluster, not the tool
 PA, PB = "alpha", "beta"
 
 
@@ -638,7 +638,7 @@ def test_capacity_agrees_with_the_simulators_truth(tmp_path: Path) -> None:
 def test_the_provider_is_the_grants_system_and_cluster_not_the_tenants_log(tmp_path: Path) -> None:
     """J1's grant comes from `kueue://k8s-a/queues/gpu` and its start from the tenant's own
     log `app://acme/J1`; J2's grant from `gpu-binding://k8s-a/node-2`. The provider is the
-    grant's source cut to its authority (DESIGN §2): both are the one provider `k8s-a`,
+    grant's source cut to its authority (docs/envelope.md): both are the one provider `k8s-a`,
     never `acme`. J3 has no grant: its start's source, cut likewise, `alpha`."""
     log = Log()
     for job, grant_source in (

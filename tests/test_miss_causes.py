@@ -1,11 +1,11 @@
-"""The device timeline and the cause of each missed start (DESIGN §4), worked by hand.
+"""The device timeline and the cause of each missed start (reconcile/RULES.md), worked by hand.
 
 Every scenario has the same fleet: nodes n1 and n2, four whole GPUs each (devices 0-3),
 discovered at 08:00, both in fabric domain d1 unless said otherwise. Tenant acme's job j
 needs `gpus` whole GPUs, is submitted at 10:00 and promised to start by 10:10; it starts
 at 10:30. So the wait examined is [min(submitted, start_by), started) = [10:00, 10:30):
 1800 s, of which 0 before the submission. Expected seconds are worked out in the comments
-from DESIGN §4's table (first cause that applies, per second), never by running the code.
+from reconcile/RULES.md's table (first cause that applies, per second), never by running the code.
 """
 
 from __future__ import annotations

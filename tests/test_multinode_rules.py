@@ -311,7 +311,7 @@ def test_oracle_placement_edges() -> None:
 
 
 def engine_placement(doc: dict[str, Any], tenant: str) -> dict[str, Any]:
-    """DESIGN §6: per tenant, `placement` gives GPU-seconds and amount per state and, for
+    """docs/placement.md: per tenant, `placement` gives GPU-seconds and amount per state and, for
     not_as_sold, a claim."""
     node: dict[str, Any] = doc["tenants"][tenant]["placement"]
     return node

@@ -271,7 +271,7 @@ def test_reconcile_table_shows_ids_literally(spoofed: str) -> None:
         ("capacity", "whole"),
         ("outcomes", TENANT),
         ("placement", ALLOC_SHOWN),
-        ("envelope", "acme"),  # the provider: slurm://acme's authority (DESIGN §2)
+        ("envelope", "acme"),  # the provider: slurm://acme's authority (docs/envelope.md)
     ],
 )
 def test_every_report_table_shows_ids_literally(spoofed: str, report: str, shows: str) -> None:

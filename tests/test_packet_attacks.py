@@ -5,7 +5,7 @@ allocation gives a packet that verifies, and over random tenants whose ids are c
 words and look-alikes of each other's, every packet verifies, holds no other tenant's
 identifier and carries every fault that touches the tenant's allocation.
 
-Expected figures are worked by hand from DESIGN §4; the properties check what the engine
+Expected figures are worked by hand from reconcile/RULES.md; the properties check what the engine
 cannot fake: verification recomputes the findings from the packet's entries.
 """
 

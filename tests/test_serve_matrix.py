@@ -4,7 +4,7 @@ two tenants' objects, on a real uvicorn over loopback.
 The routes are read from the app itself (`create_app(...).routes`), and
 `test_every_route_has_examples` fails when one has no example here: a new route cannot
 escape the matrix. Each example is a URL and the tenant owning what it names (None: no
-tenant's object). Expected statuses follow DESIGN §5 and reconcile/serve/access.py:
+tenant's object). Expected statuses follow docs/serve.md and reconcile/serve/access.py:
 - public routes (health, the stylesheet, sign-in, the OpenAPI document and its schemas):
   200 for anyone;
 - no token, a wrong one, a revoked one: 401, and nothing else;

@@ -1,4 +1,4 @@
-"""Why a start promise was missed (DESIGN §4; reconcile/RULES.md "Causes of a missed start").
+"""Why a start promise was missed (reconcile/RULES.md, "Causes of a missed start").
 
 Stage `miss_causes` makes `miss_causes`: one row per promise whose start was missed
 (`late` or `not_started`), with its wait, the seconds of each cause, the cause with the

@@ -239,7 +239,7 @@ def _allocation_money(pipe: Pipeline, params: Mapping[str, Any]) -> None:
 
 
 def _provider(source: str) -> str:
-    """SQL: the provider of a CloudEvents source, as DESIGN §2 names it: the source's
+    """SQL: the provider of a CloudEvents source, as docs/envelope.md names it: the source's
     authority (the cluster), so that `gpu-binding://k8s-a` and `kueue://k8s-a` are one
     provider `k8s-a` (the tools that wrote the events are not providers); a source that is
     not such a URI, or has no authority, stays whole."""

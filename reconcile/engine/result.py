@@ -408,7 +408,7 @@ class Reconciliation:
         return dict(sorted(out.items()))
 
     def placement_states(self, lines: LineTallies | None = None) -> dict[str, dict[str, Any]]:
-        """Per tenant, `placement` as `reconcile --format json` gives it (DESIGN §6): the
+        """Per tenant, `placement` as `reconcile --format json` gives it (docs/placement.md): the
         placement_sums of its currencies added up (as its by_bearer adds them), each
         rounded half-even to the minor unit as reported."""
         per_tenant: dict[str, PlacementSums] = {}

@@ -1,4 +1,5 @@
-"""The device timeline: every discovered device's state in time (DESIGN §4, "Free means …").
+"""The device timeline: every discovered device's state in time (reconcile/RULES.md,
+"Causes of a missed start", where **free** is defined).
 
 Stage `device_timeline` makes two relations:
 

@@ -213,7 +213,7 @@ def tenant_account(line: dict[str, Any]) -> str:
 
 
 def _authority(source: str) -> str:
-    """`k8s-a` of `slurm://k8s-a/x`: a source's authority names its provider (DESIGN §2)."""
+    """`k8s-a` of `slurm://k8s-a/x`: a source's authority names its provider (docs/envelope.md)."""
     rest = source.split("://", 1)[-1]
     return rest.split("/", 1)[0] or source
 

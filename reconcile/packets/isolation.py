@@ -13,7 +13,7 @@ allocation's decision) or of the findings. That is what is compared, and only th
   tenant's entries and of the findings and claims. Never free text, currencies, fault
   codes, node names, categories or placement classes: a tenant naming its job `USD`,
   `xid-79`, `whole` or a node's name changes nothing in another tenant's packet;
-- fleet entries (tenant null) are the provider's and carry no tenant's data (DESIGN §2:
+- fleet entries (tenant null) are the provider's and carry no tenant's data (docs/evidence.md:
   only provider sources write them; the dcgmi ingestor splits per-job telemetry off as
   the tenant's own event). They are carried whole, never withheld and never scanned:
   withholding a fault would let whoever can name a job move money in another tenant's

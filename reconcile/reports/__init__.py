@@ -131,7 +131,7 @@ class Report(ABC):
 
 class PromisesReport(Report):
     name = "promises"
-    whole_fleet = True  # a miss's cause is judged on every tenant's grants (DESIGN §4)
+    whole_fleet = True  # a miss's cause is judged on every tenant's grants (reconcile/RULES.md)
     help = """Promised against actual start and completion; p50/p95 start delay by tenant and
     placement class; every miss with the command that writes its packet."""
 
@@ -243,7 +243,7 @@ class PlacementReport(Report):
 
 class EnvelopeReport(Report):
     name = "envelope"
-    whole_fleet = True  # misses by cause are judged on every tenant's grants (DESIGN §4)
+    whole_fleet = True  # misses by cause are judged on every tenant's grants (reconcile/RULES.md)
     help = """Per source (provider) and placement class: p95 start and completion against the
     promises, restart rate, checkpoint overhead, cost per completed run and per accepted
     result (definitions: docs/envelope.md)."""

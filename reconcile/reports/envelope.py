@@ -35,7 +35,7 @@ README repeat these definitions; percentiles are nearest-rank (reconcile/engine/
 - **checkpoint overhead**: `checkpoint` GPU-seconds ÷ billed GPU-seconds of the group's
   allocations, both from the reconciliation (outcomes.checkpoint_overhead).
 - **misses by cause** (`miss_causes`): the group's missed starts counted by their cause
-  (DESIGN §4, promises.py's `cause`), judged on the whole fleet even for one tenant.
+  (reconcile/RULES.md, promises.py's `cause`), judged on the whole fleet even for one tenant.
 - **cost per completed run**: outcomes.py's apportioned cost of the group's completed jobs
   ÷ their number; **cost per accepted result**: the money billed on the group's
   allocations (waste included) ÷ the distinct accepted results of its jobs; per currency,
@@ -133,7 +133,8 @@ GROUP BY ALL
 def miss_causes(
     pipe: Pipeline, keys: tuple[str, ...], tenant: str | None
 ) -> dict[tuple[str, ...], dict[str, int]]:
-    """Per group: its missed starts by cause (DESIGN §4's order), judged on the whole fleet."""
+    """Per group: its missed starts by cause (reconcile/RULES.md's order), judged on the
+    whole fleet."""
     pipe.need("miss_causes")
     con = pipe.need("envelope_groups")
     found: dict[tuple[str, ...], dict[str, int]] = defaultdict(dict)

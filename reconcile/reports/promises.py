@@ -18,7 +18,7 @@ Definitions (docs/reports.md repeats them):
 - **Placement class**: the promise's own field, else that of the allocation of the job's
   first attempt; `mig:<profile>` with the allocation's profile when it has one.
 - **Cause** (a missed start only): `cause`, `cause_seconds` (seconds of each cause in the
-  wait) and `cause_bearer`, by DESIGN §4's rule (reconcile/RULES.md "Causes of a missed
+  wait) and `cause_bearer`, by the rule (reconcile/RULES.md "Causes of a missed
   start"; the pipeline's `miss_causes`, reconcile/engine/causes.py). `causes` groups the
   misses by cause: per cause, the misses it is the cause of and its seconds over all misses.
 - **Ahead** (a missed start only): the jobs of its placement class (any MIG profile for a
@@ -154,7 +154,7 @@ def miss_detail(pipe: Pipeline, tenant: str, promise_id: str) -> dict[str, Any] 
 
 
 def cause_rows(misses: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The misses grouped by cause (DESIGN §4's order): how many misses each is the cause
+    """The misses grouped by cause (reconcile/RULES.md's order): how many misses each is the cause
     of, and its seconds summed over every miss's wait."""
     out = []
     for cause in ORDER:
