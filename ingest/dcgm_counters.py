@@ -40,12 +40,14 @@ again on a later poll, it does (the device event is then a duplicate).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from schemas import Origin, format_utc
+from ingest.base import event_from_object
+from schemas import Origin, Record, Rejected, format_utc
 from schemas.errors import BadInput
 
 #: DCGM field → (the event's field, the upper bound of its value, decimal places kept).
@@ -275,7 +277,28 @@ def job_counters_event(
     }
 
 
+def pending_records(
+    pending: dict[tuple[DeviceKey, int], Pending], interval_s: int, options: dict[str, Any]
+) -> Iterator[Record]:
+    """Each gathered sample as its device's event, then the tenant's copy for each workload
+    its lines named (or its rejection), in order of first line: both readers' last step."""
+    for (key, timestamp_ms), sample in pending.items():
+        try:
+            event = counters_event(
+                key, timestamp_ms, sample, interval_s, options.get("fabric_domain")
+            )
+        except CounterError as bad:
+            yield Rejected(sample.origin, bad.field, bad.reason, sample.raw)
+            continue
+        yield event_from_object(event, sample.origin, sample.raw)
+        for labels in sample.workloads.values():
+            job = job_counters_event(event, labels, options.get("job_tenant"))
+            if job is not None:
+                yield event_from_object(job, sample.origin, sample.raw)
+
+
 __all__ = [
+    "pending_records",
     "COUNTERS",
     "DEFAULT_INTERVAL_S",
     "CounterError",

@@ -74,10 +74,9 @@ from ingest.dcgm_counters import (
     canonical_labels,
     canonical_metric,
     counter_value,
-    counters_event,
     device_key,
     interval_seconds,
-    job_counters_event,
+    pending_records,
 )
 from ingest.options import IngestOptions, ScrapeTime, option
 from schemas import Accepted, Origin, Record, Rejected, format_utc
@@ -189,24 +188,7 @@ class DcgmMetricsIngestor:
                 )
                 if record is not None:
                     yield record
-        yield from _counter_records(state, interval_s)
-
-
-def _counter_records(state: _FileState, interval_s: int) -> Iterator[Record]:
-    """The file's counter samples, one event per device and instant, in order of first line."""
-    for (key, timestamp_ms), pending in state.pending.items():
-        try:
-            event = counters_event(
-                key, timestamp_ms, pending, interval_s, state.options.get("fabric_domain")
-            )
-        except CounterError as bad:
-            yield Rejected(pending.origin, bad.field, bad.reason, pending.raw)
-            continue
-        yield event_from_object(event, pending.origin, pending.raw)
-        for labels in pending.workloads.values():
-            job = job_counters_event(event, labels, state.options.get("job_tenant"))
-            if job is not None:
-                yield event_from_object(job, pending.origin, pending.raw)
+        yield from pending_records(state.pending, interval_s, state.options)
 
 
 def _counter_line(sample: Sample, origin: Origin, raw: bytes, state: _FileState) -> None:

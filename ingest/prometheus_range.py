@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from ingest.base import UTF8_BOM, IngestError, event_from_object, open_source
+from ingest.base import UTF8_BOM, IngestError, open_source
 from ingest.dcgm_counters import (
     COUNTERS,
     CounterError,
@@ -37,10 +37,9 @@ from ingest.dcgm_counters import (
     canonical_labels,
     canonical_metric,
     counter_value,
-    counters_event,
     device_key,
     interval_seconds,
-    job_counters_event,
+    pending_records,
 )
 from ingest.options import IngestOptions, option
 from schemas import Origin, Record, Rejected
@@ -93,19 +92,7 @@ class PrometheusRangeIngestor:
             line = lines[index] if index < len(lines) else 1
             origin = Origin(str(path), line, 0)
             yield from _series(item, index, origin, options, pending)
-        for (key, timestamp_ms), sample in pending.items():
-            try:
-                event = counters_event(
-                    key, timestamp_ms, sample, interval_s, options.get("fabric_domain")
-                )
-            except CounterError as bad:
-                yield Rejected(sample.origin, bad.field, bad.reason, sample.raw)
-                continue
-            yield event_from_object(event, sample.origin, sample.raw)
-            for labels in sample.workloads.values():
-                job = job_counters_event(event, labels, options.get("job_tenant"))
-                if job is not None:
-                    yield event_from_object(job, sample.origin, sample.raw)
+        yield from pending_records(pending, interval_s, options)
 
 
 def _matrix(path: Path, raw: bytes) -> list[Any]:
