@@ -149,10 +149,12 @@ def _map_library_error(exc: Exception) -> None:
 
 
 def _first_line(exc: BaseException) -> str:
-    """An unexpected error as one line: its type and the first line of its message (a
+    """An unexpected error as one line: its type and the store's one line of it (a
     database error's SQL and links stay out), cut to 300 characters."""
-    text = str(exc).strip().split("\n", 1)[0]
-    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+    from ledger.store import first_line
+
+    name, text = type(exc).__name__, first_line(exc)[:300]
+    return name if text == name else f"{name}: {text}"
 
 
 def _with_flag(exc: GpuledgerError) -> str:

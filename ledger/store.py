@@ -118,7 +118,7 @@ class Store:
             DatabaseError
         ) as exc:  # OperationalError among them; also SQLite's "file is not a database"
             raise StoreUnavailable(
-                f"cannot open {self.safe_url}: {_first_line(exc)}", option="db"
+                f"cannot open {self.safe_url}: {first_line(exc)}", option="db"
             ) from exc
         with conn:
             yield conn
@@ -206,7 +206,7 @@ def _write_reason(exc: BaseException) -> str:
     ("disk I/O error" is a full disk under a file-size limit, or a failing device)."""
     orig = getattr(exc, "orig", None) or exc
     name = getattr(orig, "sqlite_errorname", None)
-    reason = _first_line(exc)
+    reason = first_line(exc)
     return (
         f"{reason} ({name})"
         if name and name not in ("SQLITE_ERROR", "SQLITE_FULL", "SQLITE_READONLY")
@@ -214,6 +214,8 @@ def _write_reason(exc: BaseException) -> str:
     )
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """An error as one line: the first of its message (a database error's own, without
+    the SQL and links SQLAlchemy adds), else its type's name."""
     orig = getattr(exc, "orig", None) or exc
     return str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
