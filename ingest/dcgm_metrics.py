@@ -325,20 +325,43 @@ def _xid_record(sample: Sample, origin: Origin, raw: bytes, state: _FileState) -
     state.last[series] = xid
     if xid == 0 or xid == previous:
         return None
+    change = f"from {previous}" if previous is not None else "first value in this file"
+    what = {
+        "code": f"xid-{xid}",
+        "severity": "critical" if xid in CRITICAL_XIDS else "warning",
+        "detail": f"{XID_METRIC} = {xid} ({change})",
+        "xid": xid,
+        "previous_xid": previous,
+    }
+    return _series_fault(sample, origin, raw, state, (node, series), ("xid", xid), previous, what)
+
+
+def _series_fault(
+    sample: Sample,
+    origin: Origin,
+    raw: bytes,
+    state: _FileState,
+    place: tuple[str, Series],
+    named: tuple[str, int],
+    previous: int | None,
+    what: dict[str, Any],
+) -> Record:
+    """The fault a series' new value makes (`named`: its kind and value, the id's tail).
+    As the file's first value, one the ledger already holds is given again as stored (a
+    duplicate); the same value after another is a new occurrence, its id taking the time."""
     timestamp_ms = sample.timestamp_ms if sample.timestamp_ms is not None else state.scrape_ms
     if timestamp_ms is None:
         raise _no_time(origin)
-    source, key = (
-        f"dcgm-exporter://{node}",
-        ":".join(part or "-" for part in (*series, "xid", str(xid))),
-    )
+    node, series = place
+    source = f"dcgm-exporter://{node}"
+    key = ":".join(part or "-" for part in (*series, named[0], str(named[1])))
     known = state.known(source, key)
     if known is not None and previous is None:
-        return event_from_json(known, origin)  # the gauge still shows a fault already recorded
-    event = _fault(sample, xid, previous, node, timestamp_ms, state.options)
+        return event_from_json(known, origin)  # the series still shows a fault recorded
+    event = _health_event(sample, node, timestamp_ms, state.options, what)
     event["source"], event["id"] = source, key
     if known is not None and orjson.loads(known).get("time") != event["time"]:
-        event["id"] = f"{key}:{timestamp_ms}"  # the gauge changed to v again: a new occurrence
+        event["id"] = f"{key}:{timestamp_ms}"  # back to that value again: a new occurrence
     record = event_from_object(event, origin, raw)
     if isinstance(record, Accepted):
         state.emitted.setdefault((source, event["id"]), record.body)
@@ -369,36 +392,16 @@ def _error_count_record(
     state.totals[(*series, sample.name)] = total
     if total == 0 or (previous is not None and total <= previous):
         return None
-    timestamp_ms = sample.timestamp_ms if sample.timestamp_ms is not None else state.scrape_ms
-    if timestamp_ms is None:
-        raise _no_time(origin)
     code, severity = ERROR_COUNTERS[sample.name]
-    source = f"dcgm-exporter://{node}"
-    key = ":".join(part or "-" for part in (*series, code, str(total)))
-    known = state.known(source, key)
-    if known is not None and previous is None:
-        return event_from_json(known, origin)
     change = f"from {previous}" if previous is not None else "first value in this file"
-    event = _health_event(
-        sample,
-        node,
-        timestamp_ms,
-        state.options,
-        {
-            "code": code,
-            "severity": severity,
-            "detail": f"{sample.name} = {total} ({change})",
-            "count": total,
-            "previous_count": previous,
-        },
-    )
-    event["source"], event["id"] = source, key
-    if known is not None and orjson.loads(known).get("time") != event["time"]:
-        event["id"] = f"{key}:{timestamp_ms}"  # counted up to the same total again
-    record = event_from_object(event, origin, raw)
-    if isinstance(record, Accepted):
-        state.emitted.setdefault((source, event["id"]), record.body)
-    return record
+    what = {
+        "code": code,
+        "severity": severity,
+        "detail": f"{sample.name} = {total} ({change})",
+        "count": total,
+        "previous_count": previous,
+    }
+    return _series_fault(sample, origin, raw, state, (node, series), (code, total), previous, what)
 
 
 def _series_of(sample: Sample, state: _FileState) -> tuple[str, Series]:
@@ -446,25 +449,6 @@ def _device(labels: dict[str, str]) -> int | str:
     gpu, instance = labels.get("gpu", ""), labels.get("GPU_I_ID", "")
     whole: int | str = int(gpu) if gpu else labels["UUID"]
     return f"{whole}/{instance}" if instance else whole
-
-
-def _fault(
-    sample: Sample,
-    xid: int,
-    previous: int | None,
-    node: str,
-    timestamp_ms: int,
-    options: dict[str, Any],
-) -> dict[str, Any]:
-    change = f"from {previous}" if previous is not None else "first value in this file"
-    what = {
-        "code": f"xid-{xid}",
-        "severity": "critical" if xid in CRITICAL_XIDS else "warning",
-        "detail": f"{XID_METRIC} = {xid} ({change})",
-        "xid": xid,
-        "previous_xid": previous,
-    }
-    return _health_event(sample, node, timestamp_ms, options, what)
 
 
 def _health_event(
