@@ -4,6 +4,7 @@ and turns the library's errors into one-line messages (exit 2 for bad input or u
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -15,16 +16,17 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
-from rich.text import Text
 
 # The project's modules (sqlalchemy, pydantic, duckdb, pyarrow, jinja2 behind them) are
 # imported inside the commands that use them, so that --help starts fast.
 from fixtures.sim.config import DEFAULT_START, Rates, SimConfig
+from ledger.arrow_probe import skip_pandas_probe_on_import
 
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     import ledger
     import reconcile.reports as reconcile_reports
     from fixtures.sim import Manifest
@@ -62,12 +64,21 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _console(**options: Any) -> Console:
     """A console that never parses markup or emoji codes from what it prints: data is shown
-    as written (its control and bidi characters escaped by schemas.display)."""
+    as written (its control and bidi characters escaped by schemas.display). Made when a
+    command first prints through one (rich's import is most of a JSON report's start)."""
+    from rich.console import Console
+
     return Console(markup=False, emoji=False, **options)
 
 
-stderr = _console(stderr=True)
-stdout = _console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
+@functools.cache
+def _stderr() -> Console:
+    return _console(stderr=True)
+
+
+@functools.cache
+def _stdout() -> Console:
+    return _console(width=None if sys.stdout.isatty() else PIPED_WIDTH)
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -105,6 +116,7 @@ def _echo(message: str, err: bool = False) -> None:
 
 class Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
+        skip_pandas_probe_on_import()  # 0.15 s a command that never uses pandas
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:  # click's own three lines (usage, hint, error) as one
@@ -420,13 +432,15 @@ def _ingest_one(
         job_tenant=read.job_tenant(appender.store),
         **given,
     )
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
     progress = Progress(
         TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
         DownloadColumn(),
         TimeRemainingColumn(),
-        console=stderr,
-        disable=not stderr.is_terminal,
+        console=_stderr(),
+        disable=not _stderr().is_terminal,
         transient=True,
     )
     with progress:
@@ -794,7 +808,7 @@ def quarantine_command(db_url: str | None, fmt: str) -> None:
             row["reason"],
             record,
         )
-    stdout.print(table)
+    _stdout().print(table)
 
 
 #: --since and --until of reconcile and of every report (capacity has its own window).
@@ -874,7 +888,6 @@ def reconcile_command(
     import ledger
     import reconcile
     import reconcile.reports.output as reconcile_render
-    from reconcile.packets.answers import stored_cell_answers
 
     limit = _decimal_option("--fail-on-disputed", fail_on)
     store = ledger.Store(db_url)
@@ -893,20 +906,25 @@ def reconcile_command(
             raise InputError(f"--cluster: {exc}") from None
     if fmt == "table":
         for table in reconcile_render.tables(result):
-            stdout.print(table)
+            _stdout().print(table)
         if not result.cell_count:
             click.echo("no billing lines to reconcile")
     else:
         if fmt == "parquet" and out is None:
             raise InputError("--out: Parquet needs an output file")
         stream = cast(IO[str], _TerminalText()) if sys.stdout.isatty() else sys.stdout
+        answers = None
+        if fmt == "html":  # the provider's answers: imported here, as only the page shows them
+            from reconcile.packets.answers import stored_cell_answers
+
+            answers = stored_cell_answers(store, result.cells)
         reconcile_render.write(
             result,
             fmt,
             out if out is not None else stream,
             store.safe_url if db_url else None,
             None if period.open else period.label(),
-            stored_cell_answers(store, result.cells) if fmt == "html" else None,
+            answers,
         )
         if out is not None:
             click.echo(
@@ -1327,7 +1345,7 @@ def _emit_report(
             click.echo(f"wrote {out}", err=True)
         return
     if out is None:
-        _print_all(stdout, rendered)
+        _print_all(_stdout(), rendered)
         return
     with out.open("w") as handle:
         _print_all(_console(file=handle, width=PIPED_WIDTH), rendered)
@@ -1348,6 +1366,8 @@ class _TerminalText:
 
 
 def _print_all(console: Console, parts: Sequence[Table | Text]) -> None:
+    from rich.table import Table
+
     for part in parts:
         console.print(
             part, soft_wrap=not isinstance(part, Table)
@@ -1605,8 +1625,8 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
     )
     done = run_demo_outputs(store, out, read_signer(key), read_verifier(Path(f"{key}.pub")))
     _say(f"5 reconcile: {done.result.cell_count} line categories; {totals_line(done.result)}")
-    stdout.print(category_table(done.result))
-    stdout.print(biggest_findings(done.result))
+    _stdout().print(category_table(done.result))
+    _stdout().print(biggest_findings(done.result))
     _say(f"6 promises: {_missed_count(done.missed_promises)}")
     for miss in done.missed_promises[:5]:  # as many as _missed_count says
         command = str(miss.get("packet_command", "")).replace(
@@ -1623,7 +1643,7 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
         f"8 envelope: {len(done.reports['envelope']['groups'])} groups of source and class in "
         f"{reports / 'envelope.csv'}, side by side in {reports / 'envelope.html'}"
     )
-    stdout.print(envelope_table(done.reports["envelope_by_class"]))
+    _stdout().print(envelope_table(done.reports["envelope_by_class"]))
     _say(f"9 capacity: {receipts_line(done.reports['capacity'])}")
     for line in change_lines(done.reports["capacity"]):
         _say(f"  {line}")
@@ -1632,7 +1652,7 @@ def demo(db_url: str | None, out: Path, seed: int) -> None:
     _say(f"  {placement_claim_line(done.result)}")
     _say(f"  {rho}")
     _say(f"11 serving: {reports / 'serving.csv'}")
-    stdout.print(serving_table(done.reports["outcomes"]))
+    _stdout().print(serving_table(done.reports["outcomes"]))
     _say(
         f"  reports and reconciliation: {out / 'reports'}, {out / 'reconcile.json'} (.csv, "
         f".parquet), finance page {out / 'reconcile.html'}"
@@ -1688,7 +1708,7 @@ def _miss_text(miss: dict[str, Any]) -> str:
 
 
 def _say(text: str) -> None:
-    stdout.print(terminal_safe(text), soft_wrap=True)  # paths stay whole on one line
+    _stdout().print(terminal_safe(text), soft_wrap=True)  # paths stay whole on one line
 
 
 def _demo_simulate(config: SimConfig, folder: Path) -> Manifest:
@@ -1839,7 +1859,7 @@ def token_list(db_url: str | None) -> None:
         table.add_row(
             t.token_id, str(t.role), str(t.owner), t.label, t.created_at, t.revoked_at or "–"
         )
-    stdout.print(table)
+    _stdout().print(table)
 
 
 @token_group.command("revoke")

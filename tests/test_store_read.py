@@ -17,7 +17,7 @@ from sqlalchemy import select
 from ledger import Store
 from ledger.pages import bulk_pages
 from ledger.tables import entries
-from reconcile.engine.snapshot import read_ahead, store_pages
+from reconcile.engine.snapshot import ReadAhead, store_pages
 from tests.reconcile_helpers import Scenario, ingest
 
 #: A tenant the page text must carry intact: quotes, a backslash, a tab, non-ASCII.
@@ -95,20 +95,43 @@ def _numbered(n: int, fail_at: int | None = None) -> Iterator[pa.Table]:
 
 
 def test_read_ahead_keeps_the_pages_order_and_raises_the_readers_error() -> None:
-    assert [page.column("i")[0].as_py() for page in read_ahead(_numbered(5))] == [0, 1, 2, 3, 4]
+    with ReadAhead(_numbered(5)) as pages:
+        assert [page.column("i")[0].as_py() for page in pages] == [0, 1, 2, 3, 4]
     seen = []
-    with pytest.raises(RuntimeError, match="page 2 unreadable"):
-        for page in read_ahead(_numbered(5, fail_at=2)):
+    with pytest.raises(RuntimeError, match="page 2 unreadable"), ReadAhead(
+        _numbered(5, fail_at=2)
+    ) as pages:
+        for page in pages:
             seen.append(page.column("i")[0].as_py())
     assert seen == [0, 1]
 
 
 def test_read_ahead_left_early_stops_its_reader() -> None:
     before = threading.active_count()
-    pages = read_ahead(_numbered(100))
-    assert next(pages).column("i")[0].as_py() == 0
-    pages.close()  # the consumer stops (a failed load): the reader must not run on
+    with ReadAhead(_numbered(100)) as pages:
+        assert next(iter(pages)).column("i")[0].as_py() == 0
+        # the consumer stops here (a failed load): the reader must not run on
     assert threading.active_count() == before
+
+
+def test_read_ahead_reads_before_it_is_asked_and_stops_if_never_asked() -> None:
+    """The reader starts when made (the rows come while the engine loads sealed pages),
+    and a load that fails before it asks for a page still stops it."""
+    read: list[int] = []
+
+    def pages() -> Iterator[pa.Table]:
+        for i in range(100):
+            read.append(i)
+            yield pa.table({"i": [i]})
+
+    before = threading.active_count()
+    with ReadAhead(pages()):
+        for _ in range(200):  # the first page is read without being asked for
+            if read:
+                break
+            threading.Event().wait(0.01)
+        assert read[:1] == [0]
+    assert threading.active_count() == before and len(read) < 100
 
 
 def test_pages_read_ahead_load_the_engine_as_one_page_does(store: Store) -> None:
@@ -118,9 +141,13 @@ def test_pages_read_ahead_load_the_engine_as_one_page_does(store: Store) -> None
     ingest(store, _events())
     views = []
     with store.reading() as conn:
-        for pages in (store_pages(conn), read_ahead(store_pages(conn, page_rows=2))):
+        for ahead in (False, True):
             con = open_engine()
-            assert load_pages(con, pages) == 7
+            if ahead:
+                with ReadAhead(store_pages(conn, page_rows=2)) as pages:
+                    assert load_pages(con, pages) == 7
+            else:
+                assert load_pages(con, store_pages(conn)) == 7
             views.append(
                 con.execute("SELECT seq, type, tenant, job_id FROM ev ORDER BY seq").fetchall()
             )
@@ -198,9 +225,8 @@ def test_read_ahead_left_early_closes_the_stores_cursor_in_its_transaction(store
     PostgreSQL) is closed before the transaction ends, and the store reads on as before."""
     ingest(store, _events())
     with store.reading() as conn:
-        pages = read_ahead(store_pages(conn, page_rows=2))
-        assert next(pages).column("seq").to_pylist() == [1, 2]
-        pages.close()
+        with ReadAhead(store_pages(conn, page_rows=2)) as pages:
+            assert next(iter(pages)).column("seq").to_pylist() == [1, 2]
         again = [page.column("seq").to_pylist() for page in store_pages(conn, page_rows=3)]
     assert again == [[1, 2, 3], [4, 5, 6], [7]]
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 import queue
 import tempfile
 import threading
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -407,7 +408,9 @@ def load_store(
 ) -> None:
     """Project the store's entries (one snapshot: `conn`'s), as `store_pages` selects
     them: the sealed pages' Parquet read by DuckDB as it reads an exported file, then the
-    entries after the last usable page as pages of rows, read one page ahead."""
+    entries after the last usable page as pages of rows, read one page ahead. The rows
+    start coming while DuckDB reads the last sealed pages: the driver (which lets go of
+    the GIL in the database) and DuckDB (which lets go of it too) work at once."""
     covered = 0
     with tempfile.TemporaryDirectory(prefix="gpuledger-sealed-") as folder:
         group: list[Path] = []
@@ -418,14 +421,27 @@ def load_store(
             if len(group) == SEALED_GROUP:
                 _load_files(con, group, tenant)
                 group = []
-        if group:
-            _load_files(con, group, tenant)
-    bulk = bulk_pages(conn, tenant, upto_seq=upto_seq, after=covered)
-    if bulk is not None:  # the rows as Arrow from the database's own driver
-        load_pages(con, read_ahead(bulk))
-        return
-    rows = store_pages(conn, tenant, upto_seq=upto_seq, after=covered)
-    load_pages(con, read_ahead(rows) if shareable(conn) else rows)
+        with _rows_after(conn, tenant, upto_seq, covered) as rows:
+            if group:
+                _load_files(con, group, tenant)
+            load_pages(con, rows)
+
+
+@contextmanager
+def _rows_after(
+    conn: Connection, tenant: str | tuple[str, ...] | None, upto_seq: int | None, after: int
+) -> Iterator[Iterable[pa.Table]]:
+    """The entries after seq `after` as pages: in bulk where the database's own Arrow
+    driver can (`bulk_pages`), else as driver rows; read ahead in a thread (already
+    reading when this yields) where the driver's connection may be shared."""
+    bulk = bulk_pages(conn, tenant, upto_seq=upto_seq, after=after)
+    if bulk is None:
+        bulk = store_pages(conn, tenant, upto_seq=upto_seq, after=after)
+        if not shareable(conn):
+            yield bulk
+            return
+    with ReadAhead(bulk) as pages:
+        yield pages
 
 
 def _load_files(
@@ -475,48 +491,56 @@ def shareable(conn: Connection) -> bool:
     return not refused
 
 
-def read_ahead(pages: Iterable[pa.Table]) -> Generator[pa.Table, None, None]:
-    """`pages`, read one page ahead in a thread of their own: the database driver (which
-    lets go of the GIL while the database works) reads the next page while DuckDB (which
-    lets go of it too) projects this one. The thread has stopped when this returns, so
-    the pages' connection is free again for its owner."""
-    ready: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
-    stop = threading.Event()
+class ReadAhead:
+    """`pages`, read one page ahead in a thread of their own from the moment this is made:
+    the database driver (which lets go of the GIL while the database works) reads the next
+    page while DuckDB (which lets go of it too) projects this one, or other work. Used as a
+    context manager: the thread has stopped when it exits, read to the end or not, so the
+    pages' connection is free again for its owner."""
 
-    source = iter(pages)
+    def __init__(self, pages: Iterable[pa.Table]) -> None:
+        self._ready: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
+        self._stop = threading.Event()
+        self._source = iter(pages)
+        self._worker = threading.Thread(
+            target=self._produce, name="gpuledger-read-ahead", daemon=True
+        )
+        self._worker.start()
 
-    def produce() -> None:
+    def _produce(self) -> None:
         try:
-            for page in source:
-                if stop.is_set():
+            for page in self._source:
+                if self._stop.is_set():
                     return
-                ready.put(("page", page))
-            ready.put(("done", None))
+                self._ready.put(("page", page))
+            self._ready.put(("done", None))
         except BaseException as exc:  # handed to the consumer, raised there
-            ready.put(("error", exc))
+            self._ready.put(("error", exc))
         finally:  # its cursor closed here, while the transaction it reads in is open
-            close = getattr(source, "close", None)
+            close = getattr(self._source, "close", None)
             if close is not None:
                 close()
 
-    worker = threading.Thread(target=produce, name="gpuledger-read-ahead", daemon=True)
-    worker.start()
-    try:
+    def __iter__(self) -> Iterator[pa.Table]:
         while True:
-            kind, item = ready.get()
+            kind, item = self._ready.get()
             if kind == "done":
                 return
             if kind == "error":
                 raise item
             yield item
-    finally:
-        stop.set()
-        while worker.is_alive():  # unblock a producer waiting to put its page
+
+    def __enter__(self) -> ReadAhead:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        while self._worker.is_alive():  # unblock a producer waiting to put its page
             try:
-                ready.get(timeout=0.05)
+                self._ready.get(timeout=0.05)
             except queue.Empty:
                 pass
-        worker.join()
+        self._worker.join()
 
 
 def entry_pages(
