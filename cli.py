@@ -336,8 +336,22 @@ def ingest_command(
             setattr(total, name, getattr(total, name) + getattr(report, name))
     if len(jobs) > 1:
         click.echo(f"total: {_counts(total)}")
+    _seal(store)
     if total.quarantined:
         sys.exit(1)
+
+
+def _seal(store: ledger.Store) -> None:
+    """Seal the complete runs of entries this ingest finished (ledger/sealed.py), so a
+    reconciliation reads them as columns with no checkpoint first. The entries are stored
+    whatever happens here: a page that cannot be written waits for the next ingest or
+    checkpoint, and that is said."""
+    from ledger.sealing import seal_in_child
+
+    try:
+        seal_in_child(store)
+    except ledger.StoreWriteFailed as exc:
+        _echo(f"note: the entries are stored; sealing them for fast reads waits: {exc}", err=True)
 
 
 def _zone_note(path: Path, fmt: str | None, options: Mapping[str, str | None]) -> str:

@@ -2,7 +2,8 @@
 the engine (`python -m bench.cluster --gpus 80 500 --days 30`).
 
 For each size, `bench.reconcile`'s fleet (50 tenants) is ingested into a SQLite store with
-`gpuledger ingest` and checkpointed (which seals the complete runs of entries), then:
+`gpuledger ingest`, which seals the complete runs of entries as it finishes them (no
+checkpoint is asked for), then:
 
 - the engine on the same events as a Parquet file (`reconcile_parquet`, 2 DuckDB threads,
   the machine's cores), beside `gpuledger reconcile --format json|parquet --out FILE` from
@@ -41,8 +42,8 @@ FLEET_EVENTS_PER_GPU_MONTH = 62_472_800 / 10_000  # bench.reconcile's fleet, 30 
 
 
 def prepare(shape: Shape, folder: Path) -> tuple[Path, str, int]:
-    """The fleet as sorted Parquet and as a checkpointed SQLite store (kept: a second run
-    reuses them)."""
+    """The fleet as sorted Parquet and as a SQLite store as `gpuledger ingest` leaves it,
+    its complete runs sealed, no checkpoint (kept: a second run reuses them)."""
     folder.mkdir(parents=True, exist_ok=True)
     fleet, db = folder / "fleet.parquet", folder / "ledger.db"
     url = f"sqlite:///{db}"
@@ -56,9 +57,6 @@ def prepare(shape: Shape, folder: Path) -> tuple[Path, str, int]:
     write_jsonl(fleet, jsonl)
     run_step("ingest", ["ingest", "--db", url, str(jsonl)])
     jsonl.unlink()
-    key = folder / "log.key"
-    run_step("keygen", ["keygen", "--out", str(key), "--name", "bench.example/log"])
-    run_step("checkpoint", ["checkpoint", "--db", url, "--key", str(key)])
     done.write_text(json.dumps({"events": events}))
     return fleet, url, events
 

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from sqlalchemy import Connection, select
 
-from ledger.pages import bulk_batches, driver_rows, head_seq, sql_texts, typed
-from ledger.store import Store
+from ledger.pages import bulk_batches, driver_rows, sql_texts, typed
+from ledger.store import Store, head_seq
 from ledger.tables import entries, quarantine
 
 _PAGE = 10_000

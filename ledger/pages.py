@@ -12,6 +12,7 @@ import pyarrow as pa
 from sqlalchemy import Connection
 
 from ledger.errors import LedgerError
+from ledger.store import head_seq
 
 PAGE_ROWS = 100_000
 
@@ -148,12 +149,6 @@ def bulk_batches(
         source.close()
         return None
     return _bulk(adbc_driver_manager, source, connection, sql)
-
-
-def head_seq(conn: Connection) -> int:
-    """The last seq in `conn`'s snapshot (0 for an empty store)."""
-    head = conn.exec_driver_sql("SELECT coalesce(max(seq), 0) FROM entries").scalar()
-    return int(head or 0)
 
 
 def bulk_pages(

@@ -1,7 +1,8 @@
 """Sealed pages: a columnar copy of the entries, kept beside them for fast reads.
 
 Each complete run of `Store.sealed_entries` entries (65,536 by default), counted from
-seq 1, is copied once, when a checkpoint is signed (`seal_store`), into one row of
+seq 1, is copied once, at the end of the `gpuledger ingest` that completed it
+(`ledger.sealing.seal_in_child`) or when a checkpoint is signed (`seal_store`), into one row of
 `sealed_pages`: a Parquet file (zstd) of the
 columns a reconciliation reads (seq, type, tenant, event), with its SHA-256. A reader
 takes the contiguous run of pages from seq 1 whose digest and row count hold, and reads
@@ -12,15 +13,17 @@ named: it is never a second source of truth.
 
 Why a copy at all: reading an entry through a Python database driver costs about 1.7 µs
 of CPU (docs/store-read.md), more than the engine's own work on it at field scale; a
-page is one row, and DuckDB reads its Parquet as it reads an exported file. Why at a
-checkpoint and not in the append that completes a run: making Arrow out of driver rows
-costs a process about 50 MB the first time (pyarrow's conversion machinery), which an
-ingest, whose memory stays flat with the file's size, should not carry.
+page is one row, and DuckDB reads its Parquet as it reads an exported file. Why in a
+process of its own after an ingest, and not in the append that completes a run: pyarrow
+and the Parquet writer cost a process about 85 MB, which an ingest, whose memory stays
+flat with the file's size, should not carry; the ingest waits for its sealing child,
+which starts only when a complete run is waiting.
 """
 
 from __future__ import annotations
 
 import io
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from hashlib import sha256
@@ -30,7 +33,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from sqlalchemy import Connection, func, insert, select
 
+from ledger.errors import StoreWriteFailed
 from ledger.pages import PAGE_SCHEMA, driver_rows, store_pages
+from ledger.sealing import last_sealed_seq
 from ledger.store import SEALED_ENTRIES, Store
 from ledger.tables import entries, sealed_pages
 
@@ -57,14 +62,13 @@ def seal_store(store: Store) -> int:
 def seal(conn: Connection, size: int = SEALED_ENTRIES, most: int | None = None) -> int:
     """Copy complete, not yet sealed runs of `size` entries into `sealed_pages` (at most
     `most`), in the caller's transaction. Returns the number of pages written."""
-    last_sealed = int(
-        conn.execute(select(func.coalesce(func.max(sealed_pages.c.last_seq), 0))).scalar_one()
-    )
+    last_sealed = last_sealed_seq(conn)
     head = int(conn.execute(select(func.coalesce(func.max(entries.c.seq), 0))).scalar_one())
     written = 0
     while last_sealed + size <= head and (most is None or written < most):
         first, last = last_sealed + 1, last_sealed + size
-        parquet = _parquet(store_pages(conn, upto_seq=last, after=first - 1, page_rows=_ROW_GROUP))
+        rows = store_pages(conn, upto_seq=last, after=first - 1, page_rows=_ROW_GROUP)
+        parquet = _parquet(rows)
         conn.execute(
             insert(sealed_pages).values(
                 first_seq=first,
@@ -78,9 +82,11 @@ def seal(conn: Connection, size: int = SEALED_ENTRIES, most: int | None = None) 
     return written
 
 
-#: Rows read and written at a time while sealing: an ingest's memory stays flat (a whole
-#: page as Python rows would be tens of MB), and DuckDB reads the row groups in parallel.
-_ROW_GROUP = 16_384
+#: Rows read and written at a time while sealing: a sealing process's memory stays small
+#: (16,384 rows a group cost one about 80 MB more, 4,096 about 35; a whole page as Python
+#: rows would be hundreds), and DuckDB reads the row groups in parallel (a reconciliation
+#: reads pages of either size as fast).
+_ROW_GROUP = 4_096
 
 
 def _parquet(tables: Iterator[pa.Table]) -> bytes:
@@ -326,3 +332,27 @@ class PageComparer:
         # one thread: verify already runs a process a core, and starting Arrow's pool costs ~70 ms
         rows = page.read_row_groups(wanted, use_threads=False)
         return (opening if opening is not None else row.first_seq), row.last_seq, rows
+
+
+def main() -> None:
+    """`python -m ledger.sealed [ENTRIES]`, the store's URL on standard input: seal every
+    complete run (of ENTRIES, default 65,536) and print how many pages were written; a
+    store that refuses a page exits 3 with its reason as the last line."""
+    from ledger.arrow_probe import skip_pandas_probe
+
+    skip_pandas_probe()  # pyarrow's pandas probe would cost this process ~50 MB
+    store = Store(sys.stdin.readline().strip())
+    if len(sys.argv) > 1:
+        store.sealed_entries = int(sys.argv[1])
+    try:
+        written = seal_store(store)
+    except StoreWriteFailed as exc:
+        print(exc.reason, file=sys.stderr)
+        sys.exit(3)
+    finally:
+        store.close()
+    print(written)
+
+
+if __name__ == "__main__":
+    main()

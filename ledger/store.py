@@ -161,6 +161,12 @@ class Store:
             return conn.dialect.has_table(conn, "entries")
 
 
+def head_seq(conn: Connection) -> int:
+    """The last seq in `conn`'s snapshot (0 for an empty store)."""
+    head = conn.exec_driver_sql("SELECT coalesce(max(seq), 0) FROM entries").scalar()
+    return int(head or 0)
+
+
 def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
     dbapi_conn.isolation_level = None  # transactions are begun by _sqlite_on_begin
     cursor = dbapi_conn.cursor()

@@ -1,5 +1,6 @@
-"""Sealed pages (ledger/sealed.py): each complete run of entries is copied once, when a
-checkpoint is signed, into a Parquet page; the reconciliation reads the pages and
+"""Sealed pages (ledger/sealed.py): each complete run of entries is copied once, after the
+ingest that completed it or when a checkpoint is signed, into a Parquet page; the
+reconciliation reads the pages and
 then the rows after them; `verify` compares every page with the entries. On SQLite and
 PostgreSQL, with pages of 8 entries so that a small ledger has several.
 
@@ -328,3 +329,75 @@ def _seq_13_altered(table: pa.Table) -> pa.Table:
     events = table.column("event").to_pylist()
     events[13 - 9] = events[13 - 9].replace('"step":5,', '"step":6,')
     return table.set_column(3, "event", pa.array(events, pa.string()))
+
+
+# -- sealed as entries arrive: after an ingest, in a process of its own (ledger/sealing.py) --
+
+
+def test_an_ingest_s_complete_runs_are_sealed_in_a_child_as_a_checkpoint_seals_them(
+    store: Store, unpaged: Store
+) -> None:
+    """The child writes the pages `seal_store` would (the same bytes as in this process),
+    only when a complete run waits, and a second call writes nothing."""
+    from ledger.sealing import seal_in_child, unsealed_run
+
+    store.sealed_entries = PAGE
+    events = _events()
+    ingest(store, events[:5])
+    assert not unsealed_run(store) and seal_in_child(store) == 0
+    ingest(store, events[5:])
+    assert unsealed_run(store)
+    assert seal_in_child(store) == 5  # 47 entries: five runs of 8
+    assert not unsealed_run(store) and seal_in_child(store) == 0
+    unpaged.sealed_entries = PAGE
+    assert seal_store(unpaged) == 5
+    with store.reading() as conn, unpaged.reading() as plain:
+        assert [(f, last, t.to_pylist()) for f, last, t in _pages(conn)] == [
+            (f, last, t.to_pylist()) for f, last, t in _pages(plain)
+        ]
+    assert verify_ledger(store).ok
+
+
+def test_a_store_that_refuses_the_sealing_child_says_why(tmp_path: Any) -> None:
+    """The child cannot write (the store opened read-only): one line naming the reason,
+    as StoreWriteFailed, and the entries are as they were."""
+    from ledger import StoreWriteFailed
+    from ledger.sealing import seal_in_child
+
+    path = tmp_path / "l.db"
+    writable = Store(f"sqlite:///{path}")
+    writable.init()
+    ingest(writable, _events())
+    writable.close()
+    read_only = Store(f"sqlite:///file:{path}?mode=ro&uri=true")
+    read_only.sealed_entries = PAGE
+    with pytest.raises(StoreWriteFailed, match="readonly database"):
+        seal_in_child(read_only)
+    with read_only.reading() as conn:
+        assert conn.execute(select(sealed_pages.c.first_seq)).all() == []
+    read_only.close()
+
+
+def test_gpuledger_ingest_seals_what_it_completed_with_no_checkpoint(tmp_path: Any) -> None:
+    """A file of 65,536 entries and more (a default page): after `gpuledger ingest` the
+    first page is sealed, `verify` agrees with it, and a second ingest of the same file
+    (nothing appended) seals nothing more."""
+    from click.testing import CliRunner
+
+    from cli import main
+    from tests.big_jsonl import write_big
+
+    source = tmp_path / "events.jsonl"
+    count = write_big(source, 12)
+    assert count > 65_536
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    for _ in range(2):
+        done = CliRunner().invoke(main, ["ingest", "--db", url, str(source)])
+        assert done.exit_code == 0, done.output
+    store = Store(url)
+    with store.reading() as conn:
+        assert conn.execute(select(sealed_pages.c.first_seq, sealed_pages.c.last_seq)).all() == [
+            (1, 65_536)
+        ]
+    assert verify_ledger(store).ok
+    store.close()
