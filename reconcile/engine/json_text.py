@@ -42,6 +42,7 @@ from reconcile.engine.result import (
     gpu_seconds,
 )
 from reconcile.engine.rules import LABEL_BY_CODE, SECOND
+from reconcile.engine.scratch import scratch
 from schemas.fast_json import dumps
 
 _TEXT_COLUMNS = (
@@ -257,16 +258,22 @@ def _writable(table: pa.Table) -> bool:
     if not whole:
         return False
     for name in _TEXT_COLUMNS:
-        column = pc.fill_null(table.column(name), "")
+        column = pc.fill_null(_distinct(table, name), "")
         if not pc.all(pc.match_substring_regex(column, "^[ -~]*$")).as_py():
             return False
     return True
 
 
+def _distinct(table: pa.Table, name: str) -> pa.Array:
+    """A text column's distinct values: a few per thousand cells, so a pattern is matched
+    against those only."""
+    return pc.unique(table.column(name))
+
+
 def _escapes(table: pa.Table) -> bool:
     """Whether some text of the lines' needs a JSON escape (`\\` or `"`)."""
     return any(
-        pc.any(pc.match_substring_regex(table.column(name), '["\\\\]')).as_py()
+        pc.any(pc.match_substring_regex(_distinct(table, name), '["\\\\]')).as_py()
         for name in _TEXT_COLUMNS
     )
 
@@ -284,8 +291,7 @@ def json_text(result: Reconciliation) -> str | None:
     begins[starts] = 1
     cells = table.append_column("row_no", pa.array(np.arange(1, table.num_rows + 1)))
     cells = cells.append_column("line_no", pa.array(np.cumsum(begins)))
-    with duckdb.connect() as con:
-        con.execute("SET enable_progress_bar = false")
+    with scratch() as con:
         con.register("cells", cells)
         con.register("labels", _labels())
         longest = con.execute(

@@ -14,7 +14,6 @@ from fractions import Fraction
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,6 +35,7 @@ from reconcile.engine.placement import NOT_AS_SOLD, UNOBSERVED, share_of
 from reconcile.engine.placement import PLACEMENT_STATES as STATES
 from reconcile.engine.rules import ACCEPTANCE, BEARERS, CATEGORY_ORDER, INF, LABEL_BY_CODE, SECOND
 from reconcile.engine.scope import ALL_TIME, Period
+from reconcile.engine.scratch import scratch
 from schemas.money import Money
 
 if TYPE_CHECKING:  # imported when a document is asked for (the models take time to build)
@@ -507,7 +507,7 @@ class Reconciliation:
             )
         starts = np.flatnonzero(changed) + 1
         # counted by DuckDB: pyarrow's group_by starts Acero, about 0.1 CPU-s the first time
-        with duckdb.connect() as con:
+        with scratch() as con:
             con.register("cells", table.select(["tenant", "invoice_id", "line_id"]))
             row = con.execute(
                 "SELECT count(*) FROM (SELECT DISTINCT tenant, invoice_id, line_id FROM cells)"
@@ -528,7 +528,7 @@ class Reconciliation:
                 "acceptance": [v.acceptance for v in LABEL_BY_CODE.values()],
             }
         )
-        with duckdb.connect() as con:
+        with scratch() as con:
             con.register("cells", cells)
             con.register("labels", labels)
             longest = int(con.execute(longest_line_sql("cells")).fetchall()[0][0])
