@@ -109,9 +109,13 @@ def run_command(name: str, args: list[str], python: list[str] | None = None) -> 
 
 
 #: The engine on Parquet as a process of its own (start and imports included), the JSON
-#: text left out: what the command costs beyond running the engine itself in a process.
+#: text left out: what the command costs beyond running the engine itself in a process
+#: (pyarrow's pandas probe answered, as the command has it).
 ENGINE_PROCESS = (
-    "import sys; from pathlib import Path; from reconcile import reconcile_parquet; "
+    "import sys; from pathlib import Path; "
+    "from ledger.arrow_probe import skip_pandas_probe_on_import; "
+    "skip_pandas_probe_on_import(); "
+    "from reconcile import reconcile_parquet; "
     "reconcile_parquet(Path(sys.argv[1]), threads=2)"
 )
 

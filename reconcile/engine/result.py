@@ -462,10 +462,14 @@ class Reconciliation:
     def json_text(self) -> str:
         """`document().to_json()`, byte for byte: built column-wise where it can be
         (reconcile/engine/json_text.py), else through the document."""
-        from reconcile.engine.json_text import json_text
+        return self.json_bytes().decode()
 
-        text = json_text(self)
-        return text if text is not None else self.document().to_json()
+    def json_bytes(self) -> bytes:
+        """`json_text()` as UTF-8."""
+        from reconcile.engine.json_text import json_bytes
+
+        data = json_bytes(self)
+        return data if data is not None else self.document().to_json().encode()
 
     def frame(self) -> pa.Table:
         """One row per line, category, bearer and acceptance: for CSV and Parquet. Computed

@@ -125,7 +125,9 @@ def write(
     and Parquet (one row per line and category) to a file or (CSV) a stream. CSV and
     Parquet are for spreadsheets: a text cell that starts like a formula is prefixed `'`
     (`for_spreadsheets`); JSON is exact."""
-    if fmt in ("json", "html"):
+    if fmt == "json" and isinstance(out, Path):
+        out.write_bytes(result.json_bytes())  # tens of MB: never decoded to be encoded again
+    elif fmt in ("json", "html"):
         text = result.json_text() if fmt == "json" else _page(result, db, period, answers)
         if isinstance(out, Path):
             out.write_text(text)
