@@ -909,6 +909,7 @@ def reconcile_command(
     period = _period(period_since, period_until)
     if cluster is None:
         result = reconcile.reconcile_store(store, tenant, invoice, period=period)
+        _may_end_at_once()
     elif not period.open:
         raise InputError("--cluster reconciles whole periods: leave out --since and --until")
     else:
@@ -1967,5 +1968,33 @@ def _check_outputs(group: click.Group) -> None:
 
 _check_outputs(main)
 
+#: Set by a command that, once its output is written, leaves the interpreter's teardown
+#: nothing to do but free memory (no Ray cluster, no server, no file left open): the
+#: `gpuledger` program then ends at once (`run`) instead of freeing hundreds of MB of
+#: DuckDB and Arrow memory object by object (about 0.1 s of a reconciliation).
+_end_at_once = False
+
+
+def _may_end_at_once() -> None:
+    global _end_at_once
+    _end_at_once = True
+
+
+def run() -> None:
+    """The `gpuledger` program: `main`, then, where the command allows it, its exit
+    status with nothing torn down (standard output and error flushed first)."""
+    try:
+        main()
+    except SystemExit as exc:
+        if not _end_at_once or not (exc.code is None or isinstance(exc.code, int)):
+            raise
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except OSError:
+            raise exc from None  # a closed pipe: the ordinary exit says so
+        os._exit(exc.code or 0)
+
+
 if __name__ == "__main__":
-    main()
+    run()

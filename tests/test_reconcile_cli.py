@@ -135,3 +135,46 @@ def test_the_engine_draws_no_progress_bar_on_stdout(capfd: pytest.CaptureFixture
     con.execute("SELECT sum(range) FROM range(20000000)").fetchall()
     con.close()
     assert capfd.readouterr().out == ""
+
+
+def test_the_program_ends_at_once_with_its_output_whole_and_its_exit_status(
+    tmp_path: Path,
+) -> None:
+    """`gpuledger` as installed (`cli.run`): a reconciliation ends without the
+    interpreter's teardown, so what it wrote to a pipe must be flushed first, whole, and
+    its exit status kept (1 when --fail-on-disputed is crossed; 2 for a usage error)."""
+    import subprocess
+    import sys
+
+    url = _store(tmp_path)
+
+    def gpuledger(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "cli", *args],
+            cwd=Path(__file__).resolve().parent.parent,
+            capture_output=True,
+            text=True,
+        )
+
+    done = gpuledger("reconcile", "--db", url, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    (line,) = json.loads(done.stdout)["lines"]
+    assert line["line_id"] == "L1" and line["gpu_seconds"] == 14_400
+    piped = gpuledger("reconcile", "--db", url, "--format", "csv")
+    assert piped.returncode == 0 and len(piped.stdout.strip().splitlines()) == 1 + len(EXPECTED)
+    # billed 10:00-11:00 for an allocation granted at 10:30: the first half hour of 4 GPUs
+    # (7,200 GPU-s of 14,400) is unallocated, borne by the provider: 7.20 of 14.40 USD
+    s = Scenario()
+    s.grant("A2", gpus=4, at="10:30")
+    s.line("L2", "A2", "10:00", "11:00", gpus=4, amount="14.40")
+    late = f"sqlite:///{tmp_path / 'late.db'}"
+    store = Store(late)
+    store.init()
+    ingest(store, s.events)
+    store.close()
+    crossed = gpuledger("reconcile", "--db", late, "--format", "json", "--fail-on-disputed=7")
+    (billed,) = json.loads(crossed.stdout)["lines"]
+    assert billed["categories"]["unallocated"]["amount"] == "7.20"
+    assert crossed.returncode == 1 and "exceeds 7" in crossed.stderr
+    wrong = gpuledger("reconcile", "--db", url, "--format", "nope")
+    assert wrong.returncode == 2 and "--format" in wrong.stderr
