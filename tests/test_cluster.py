@@ -108,6 +108,44 @@ def _ingest_manifest(out: Path, store: Store) -> None:
         assert ledger.append_stream(appender, records, 5000).quarantined == 0
 
 
+def test_the_plan_counts_each_tenant_s_entries_from_the_index_as_rows_count_them(
+    backend_url: str,
+) -> None:
+    """The plan reads each tenant's count at the head from the (tenant, tenant_seq) index;
+    the oracle counts the rows. An earlier snapshot (`upto_seq`) is counted row by row."""
+    from sqlalchemy import select
+
+    from ledger.tables import entries
+    from reconcile.engine.partitions import plan
+    from tests.reconcile_helpers import Scenario
+    from tests.reconcile_helpers import ingest as ingest_events
+
+    s = Scenario()
+    s.grant("a1", gpus=8, at="10:00")
+    s.grant("z1", gpus=4, at="10:00", tenant="zeta", node="n2")
+    for minute in range(1, 12):
+        s.progress("j1", step=minute, at=f"10:{minute:02d}")
+    s.fault(at="10:20", node="n2", device="GPU-1")
+    s.line("L1", "a1", "10:00", "11:00", gpus=8, amount="16.00")
+    store = Store(backend_url)
+    store.init()
+    ingest_events(store, s.events)
+    with store.reading() as conn:
+        rows = conn.execute(select(entries.c.seq, entries.c.tenant)).all()
+    counted: dict[str | None, int] = {}
+    for _seq, tenant in rows:
+        counted[tenant] = counted.get(tenant, 0) + 1
+    layout = plan(store, 2)
+    assert {t: n for p in layout.partitions for t, n in [(p.tenants[0], p.entries)]} == {
+        t: n for t, n in counted.items() if t is not None
+    }
+    assert layout.fleet_entries == counted[None] and layout.upto_seq == len(rows)
+    early = plan(store, 2, upto_seq=3)
+    first = [tenant for seq, tenant in rows if seq <= 3]
+    assert sum(p.entries for p in early.partitions) == sum(t is not None for t in first)
+    store.close()
+
+
 # ------------------------------------------------------------ byte for byte
 
 

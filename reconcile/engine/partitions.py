@@ -74,15 +74,36 @@ def plan(
     with store.reading() as conn:
         head = conn.execute(text("SELECT coalesce(max(seq), 0) FROM entries")).scalar_one()
         upto = int(head) if upto_seq is None else min(int(head), upto_seq)
-        rows = conn.execute(
-            text("SELECT tenant, count(*) FROM entries WHERE seq <= :upto GROUP BY tenant"),
-            {"upto": upto},
-        ).all()
+        if upto == int(head):
+            rows = conn.execute(text(_TENANT_HEADS)).all()
+        else:  # an earlier snapshot: counted row by row
+            rows = conn.execute(
+                text("SELECT tenant, count(*) FROM entries WHERE seq <= :upto GROUP BY tenant"),
+                {"upto": upto},
+            ).all()
     counts = {str(t): int(n) for t, n in rows if t is not None}
     fleet = sum(int(n) for t, n in rows if t is None)
     if tenant is not None:
         counts = {tenant: counts.get(tenant, 0)}
     return Plan(balanced(counts, parts), upto, fleet)
+
+
+#: Each tenant's entries at the head, from the (tenant, tenant_seq) index alone: a tenant's
+#: entries are numbered 1, 2, ... (ledger/append.py), so its count is its last number;
+#: the tenants found one index probe each (a loose index scan), not by reading millions
+#: of rows (0.26 s of a 3.1M-entry SQLite store's cluster run, before any task started).
+#: The fleet's entries (no tenant) are counted: they are few, and the index holds them.
+_TENANT_HEADS = """
+WITH RECURSIVE tenants(name) AS (
+    SELECT min(tenant) FROM entries
+    UNION ALL
+    SELECT (SELECT min(tenant) FROM entries WHERE tenant > tenants.name) FROM tenants
+    WHERE tenants.name IS NOT NULL)
+SELECT name, (SELECT max(tenant_seq) FROM entries WHERE tenant = tenants.name)
+FROM tenants WHERE name IS NOT NULL
+UNION ALL
+SELECT NULL, count(*) FROM entries WHERE tenant IS NULL
+"""
 
 
 def balanced(counts: dict[str, int], parts: int) -> tuple[Partition, ...]:
