@@ -449,13 +449,19 @@ def _load_files(
 ) -> None:
     """Project Parquet files of entries (seq, type, tenant, event), then remove them."""
     names = ", ".join(f"'{_quoted(path)}'" for path in files)
-    where = ""
-    if tenant is not None:
+    scan = f"SELECT seq, type, tenant, event FROM read_parquet([{names}])"
+    if tenant is None:
+        _load(con, f"({scan})")
+    else:
+        # the tenants' rows and the fleet's as two scans: each filter alone goes down into
+        # the Parquet reader, which then reads the other columns of matching rows only
+        # (`tenant IN (...) OR tenant IS NULL` is applied after reading every row)
         tenants = (tenant,) if isinstance(tenant, str) else tenant
         listed = ", ".join("'" + t.replace("'", "''") + "'" for t in tenants) or "NULL"
-        where = f" WHERE tenant IN ({listed}) OR tenant IS NULL"
-
-    _load(con, f"(SELECT seq, type, tenant, event FROM read_parquet([{names}]){where})")
+        _load(
+            con,
+            f"({scan} WHERE tenant IN ({listed}) UNION ALL {scan} WHERE tenant IS NULL)",
+        )
     for path in files:
         path.unlink()
 
