@@ -3,37 +3,24 @@ in hex) or Parquet (one row an entry), filtered by type and tenant, streamed in 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from sqlalchemy import Connection, select
 
-from ledger.pages import bulk_batches, driver_rows, sql_texts, typed
+from ledger.pages import ENTRY_SCHEMA, bulk_batches, driver_rows, rows_table, sql_texts, typed
+from ledger.sealed import sealed_with_extras
 from ledger.store import Store, head_seq
 from ledger.tables import entries, quarantine
 
 _PAGE = 10_000
 
-ENTRY_SCHEMA = pa.schema(
-    [
-        ("seq", pa.int64()),
-        ("recorded_at", pa.string()),
-        ("source", pa.string()),
-        ("id", pa.string()),
-        ("type", pa.string()),
-        ("tenant", pa.string()),
-        ("tenant_seq", pa.int64()),
-        ("event", pa.string()),
-        ("salt", pa.binary(16)),
-        ("leaf_hash", pa.binary(32)),
-        ("chain_hash", pa.binary(32)),
-        ("tenant_prev", pa.binary(32)),
-    ]
-)
 _HASH_COLUMNS = ("salt", "leaf_hash", "chain_hash", "tenant_prev")
 
 
@@ -61,14 +48,14 @@ def entry_pages(
 
 
 def entry_tables(
-    conn: Connection, type_: str | None = None, tenant: str | None = None
+    conn: Connection, type_: str | None = None, tenant: str | None = None, after: int = 0
 ) -> Iterator[pa.Table]:
-    """Entries in seq order as Arrow tables of ENTRY_SCHEMA, `_PAGE` rows each: one query
-    read through the database driver's cursor (`driver_rows`), each page made column by
-    column (no Python dict an entry), the same rows as `entry_pages`."""
+    """Entries in seq order (past seq `after`) as Arrow tables of ENTRY_SCHEMA, `_PAGE`
+    rows each: one query read through the database driver's cursor (`driver_rows`), each
+    page made column by column (no Python dict an entry), the same rows as `entry_pages`."""
     names = [field.name for field in ENTRY_SCHEMA]
     sql = f"SELECT {', '.join(names)} FROM entries WHERE seq > {{mark}}"
-    params: tuple[Any, ...] = (0,)
+    params: tuple[Any, ...] = (int(after),)
     if type_ is not None:
         sql += " AND type = {mark}"
         params += (type_,)
@@ -76,20 +63,16 @@ def entry_tables(
         sql += " AND tenant = {mark}"
         params += (tenant,)
     for rows in driver_rows(conn, sql + " ORDER BY seq", params, _PAGE):
-        columns = zip(*rows)
-        yield pa.Table.from_arrays(
-            [pa.array(column, field.type) for column, field in zip(columns, ENTRY_SCHEMA)],
-            schema=ENTRY_SCHEMA,
-        )
+        yield rows_table(rows, ENTRY_SCHEMA)
 
 
 def bulk_entry_tables(
-    conn: Connection, type_: str | None = None, tenant: str | None = None
+    conn: Connection, type_: str | None = None, tenant: str | None = None, after: int = 0
 ) -> Iterator[pa.Table] | None:
     """`entry_tables`' tables, the rows read as Arrow by the database's ADBC driver
     (`bulk_batches`: no Python object a value), in `conn`'s snapshot; None where they
     cannot be read so."""
-    where = f"seq <= {head_seq(conn)}"
+    where = f"seq > {int(after)} AND seq <= {head_seq(conn)}"
     if type_ is not None:
         where += f" AND type = {sql_texts([type_])}"
     if tenant is not None:
@@ -98,6 +81,38 @@ def bulk_entry_tables(
     if batches is None:
         return None
     return _in_pages(typed(batch, ENTRY_SCHEMA) for batch in batches)
+
+
+def export_tables(
+    conn: Connection, type_: str | None = None, tenant: str | None = None
+) -> Iterator[pa.Table]:
+    """What `export --format parquet` writes, as tables of `_PAGE` rows (the file's row
+    groups): the entries of the sealed pages that keep their extras (ledger/sealed.py),
+    decoded and filtered, then the rest from the rows (in bulk where the database's ADBC
+    driver can, else through its Python driver); the same tables as the rows alone give."""
+    covered = 0
+
+    def sealed() -> Iterator[pa.Table]:
+        nonlocal covered
+        for _first, last, table in sealed_with_extras(conn):
+            yield _selected(table, type_, tenant)
+            covered = last
+
+    def rest() -> Iterator[pa.Table]:
+        bulk = bulk_entry_tables(conn, type_, tenant, after=covered)
+        yield from bulk if bulk is not None else entry_tables(conn, type_, tenant, covered)
+
+    tables = itertools.chain(sealed(), rest())
+    return _in_pages(batch for table in tables for batch in table.to_batches())
+
+
+def _selected(table: pa.Table, type_: str | None, tenant: str | None) -> pa.Table:
+    """The entries of `table` of that type and tenant (a tenant's: not the fleet's)."""
+    if type_ is not None:
+        table = table.filter(pc.equal(table.column("type"), type_))
+    if tenant is not None:
+        table = table.filter(pc.equal(table.column("tenant"), tenant))
+    return table
 
 
 def _in_pages(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Table]:
@@ -135,9 +150,8 @@ def export_entries(
     count = 0
     with store.reading() as conn:
         if fmt == "parquet":
-            tables = bulk_entry_tables(conn, type_, tenant)
             with pq.ParquetWriter(out, ENTRY_SCHEMA) as writer:
-                for table in tables if tables is not None else entry_tables(conn, type_, tenant):
+                for table in export_tables(conn, type_, tenant):
                     writer.write_table(table)
                     count += table.num_rows
             return count

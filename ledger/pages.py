@@ -78,6 +78,39 @@ _ROW_TEXT = pa.struct(
 )
 #: The columns of a page, as `store_pages` makes them (and a sealed page holds them).
 PAGE_SCHEMA = pa.schema(list(_ROW_TEXT))
+#: Every column of an entry, as `gpuledger export --format parquet` writes them.
+ENTRY_SCHEMA = pa.schema(
+    [
+        ("seq", pa.int64()),
+        ("recorded_at", pa.string()),
+        ("source", pa.string()),
+        ("id", pa.string()),
+        ("type", pa.string()),
+        ("tenant", pa.string()),
+        ("tenant_seq", pa.int64()),
+        ("event", pa.string()),
+        ("salt", pa.binary(16)),
+        ("leaf_hash", pa.binary(32)),
+        ("chain_hash", pa.binary(32)),
+        ("tenant_prev", pa.binary(32)),
+    ]
+)
+
+#: The columns of an entry a sealed page's `page` does not hold, with `seq` to pair them
+#: (a sealed page's `extras`, ledger/sealed.py): what an export writes besides.
+EXTRAS_SCHEMA = pa.schema(
+    [field for field in ENTRY_SCHEMA if field.name not in ("type", "tenant", "event")]
+)
+
+
+def rows_table(rows: list[tuple[Any, ...]], schema: pa.Schema) -> pa.Table:
+    """Driver rows (columns in `schema`'s order) as a table, a column at a time."""
+    columns = zip(*rows) if rows else [() for _ in schema]
+    return pa.Table.from_arrays(
+        [pa.array(column, field.type) for column, field in zip(columns, schema)], schema=schema
+    )
+
+
 _ROW_BLOB = pa.struct(
     [("seq", pa.int64()), ("type", pa.string()), ("tenant", pa.string()), ("event", pa.binary())]
 )

@@ -2,14 +2,16 @@
 
 Each complete run of `Store.sealed_entries` entries (65,536 by default), counted from
 seq 1, is copied once, at the end of the `gpuledger ingest` that completed it
-(`ledger.sealing.seal_in_child`) or when a checkpoint is signed (`seal_store`), into one row of
-`sealed_pages`: a Parquet file (zstd) of the
-columns a reconciliation reads (seq, type, tenant, event), with its SHA-256. A reader
-takes the contiguous run of pages from seq 1 whose digest and row count hold, and reads
-everything after it from `entries`; a page that fails either check, and every page
-after it, is not used. `verify` compares every page's columns with the entries
-themselves (`sealed_problem`), so a copy can only ever agree with the entries or be
-named: it is never a second source of truth.
+(`ledger.sealing.seal_in_child`) or when a checkpoint is signed (`seal_store`), into one
+row of `sealed_pages`: a Parquet file (zstd) of the columns a reconciliation reads (seq,
+type, tenant, event), with its SHA-256, and beside it the page's extras, a Parquet file of
+the entries' other columns (EXTRAS_SCHEMA), which an export reads (`sealed_with_extras`),
+with theirs. A reader takes the contiguous run of pages from seq 1 whose digest and row
+count hold (an export: whose extras' hold too), and reads everything after it from
+`entries`; a page that fails either check, and every page after it, is not used.
+`verify` compares every page's columns and extras with the entries themselves
+(`sealed_problem`, and `PageComparer` in its range pass), so a copy can only ever agree
+with the entries or be named: it is never a second source of truth.
 
 Why a copy at all: reading an entry through a Python database driver costs about 1.7 µs
 of CPU (docs/store-read.md), more than the engine's own work on it at field scale; a
@@ -34,7 +36,15 @@ import pyarrow.parquet as pq
 from sqlalchemy import Connection, func, insert, select
 
 from ledger.errors import StoreWriteFailed
-from ledger.pages import PAGE_SCHEMA, driver_rows, store_pages
+from ledger.migrations import has_sealed_extras
+from ledger.pages import (
+    ENTRY_SCHEMA,
+    EXTRAS_SCHEMA,
+    PAGE_SCHEMA,
+    driver_rows,
+    rows_table,
+    store_pages,
+)
 from ledger.sealing import last_sealed_seq
 from ledger.store import SEALED_ENTRIES, Store
 from ledger.tables import entries, sealed_pages
@@ -64,11 +74,16 @@ def seal(conn: Connection, size: int = SEALED_ENTRIES, most: int | None = None) 
     `most`), in the caller's transaction. Returns the number of pages written."""
     last_sealed = last_sealed_seq(conn)
     head = int(conn.execute(select(func.coalesce(func.max(entries.c.seq), 0))).scalar_one())
+    with_extras = has_sealed_extras(conn)  # a store not upgraded yet keeps the page alone
     written = 0
     while last_sealed + size <= head and (most is None or written < most):
         first, last = last_sealed + 1, last_sealed + size
         rows = store_pages(conn, upto_seq=last, after=first - 1, page_rows=_ROW_GROUP)
         parquet = _parquet(rows)
+        values: dict[str, object] = {}
+        if with_extras:
+            extras = _parquet(extras_tables(conn, first, last))
+            values = {"extras": extras, "extras_digest": sha256(extras).digest()}
         conn.execute(
             insert(sealed_pages).values(
                 first_seq=first,
@@ -76,10 +91,22 @@ def seal(conn: Connection, size: int = SEALED_ENTRIES, most: int | None = None) 
                 entries=size,
                 digest=sha256(parquet).digest(),
                 page=parquet,
+                **values,
             )
         )
         last_sealed, written = last, written + 1
     return written
+
+
+def extras_tables(conn: Connection, first: int, last: int, batch: int = 0) -> Iterator[pa.Table]:
+    """The entries `first`..`last`'s EXTRAS_SCHEMA columns, `batch` rows a table (the
+    sealing row group by default), read through the driver's cursor."""
+    sql = (
+        f"SELECT {', '.join(EXTRAS_SCHEMA.names)} FROM entries WHERE seq > {{mark}} "
+        "AND seq <= {mark} ORDER BY seq"
+    )
+    for rows in driver_rows(conn, sql, (first - 1, last), batch or _ROW_GROUP):
+        yield rows_table(rows, EXTRAS_SCHEMA)
 
 
 #: Rows read and written at a time while sealing: a sealing process's memory stays small
@@ -178,6 +205,62 @@ def _fault(
     return None if rows == count else f"its Parquet holds {rows} rows, not {count}"
 
 
+def page_extras(conn: Connection, first_seq: int) -> tuple[bytes, bytes] | None:
+    """The extras of the page starting at `first_seq` and their digest; None for a page
+    sealed without them (or a store whose `sealed_pages` has no such columns yet)."""
+    if not has_sealed_extras(conn):
+        return None
+    rows = list(
+        driver_rows(
+            conn,
+            "SELECT extras, extras_digest FROM sealed_pages WHERE first_seq = {mark}",
+            (first_seq,),
+            1,
+        )
+    )
+    if not rows or rows[0][0][0] is None or rows[0][0][1] is None:
+        return None
+    extras, digest = rows[0][0]
+    return bytes(extras), bytes(digest)
+
+
+def extras_fault(page: _PageRow, extras: bytes, digest: bytes) -> str | None:
+    """What is wrong with a page's extras on their own (digest, rows, columns), or None."""
+    fault = _fault(page.first_seq, page.last_seq, page.entries, digest, extras, page.first_seq)
+    if fault is not None:
+        return f"its extras: {fault.replace('its Parquet', 'their Parquet')}"
+    if pq.ParquetFile(pa.BufferReader(extras)).schema_arrow != EXTRAS_SCHEMA:
+        return "its extras do not hold an entry's other columns"
+    return None
+
+
+def sealed_with_extras(conn: Connection) -> Iterator[tuple[int, int, pa.Table]]:
+    """The usable pages that keep their extras, in seq order from seq 1, each as
+    (first_seq, last_seq, every column of its entries in ENTRY_SCHEMA's order): what an
+    export reads instead of the rows. Stops at the first page that is not whole (its own
+    check, its extras' check) or has no extras; the caller reads on from the rows."""
+    expected = 1
+    for page in _page_rows(conn, None):
+        if page.fault(expected) is not None:
+            return
+        found = page_extras(conn, page.first_seq)
+        if found is None or extras_fault(page, *found) is not None:
+            return
+        columns = pq.read_table(pa.BufferReader(page.parquet))
+        extras = pq.read_table(pa.BufferReader(found[0]))
+        if not columns.column("seq").equals(extras.column("seq")):
+            return
+        yield page.first_seq, page.last_seq, entry_table(columns, extras)
+        expected = page.last_seq + 1
+
+
+def entry_table(columns: pa.Table, extras: pa.Table) -> pa.Table:
+    """A page's columns and its extras as one table of ENTRY_SCHEMA (the same seqs)."""
+    both = {name: columns.column(name) for name in columns.column_names}
+    both.update({name: extras.column(name) for name in extras.column_names})
+    return pa.table([both[field.name] for field in ENTRY_SCHEMA], schema=ENTRY_SCHEMA)
+
+
 def page_bounds(conn: Connection) -> list[tuple[int, int]]:
     """(first_seq, last_seq) of every sealed page, in order (the pages themselves not read)."""
     rows = conn.execute(
@@ -221,9 +304,13 @@ def sealed_problem(
                 start,
                 f"the sealed page of seqs {start}–{end}: its Parquet cannot be read ({exc})",
             )
-        difference = _difference(
+        difference: tuple[int, str] | str | None = _difference(
             copy, pa.concat_tables(store_pages(conn, upto_seq=end, after=start - 1))
         )
+        if difference is None:
+            difference = _extras_difference(conn, page)
+        if isinstance(difference, str):
+            return start, f"the sealed page of seqs {start}–{end}: {difference}"
         if difference is not None:
             seq, column = difference
             return (
@@ -232,6 +319,20 @@ def sealed_problem(
                 f"column {column}",
             )
     return None
+
+
+def _extras_difference(conn: Connection, page: _PageRow) -> tuple[int, str] | str | None:
+    """What is wrong with a page's extras (a fault, as text), the first (seq, column) at
+    which they differ from the entries, or None (also for a page without extras)."""
+    found = page_extras(conn, page.first_seq)
+    if found is None:
+        return None
+    fault = extras_fault(page, *found)
+    if fault is not None:
+        return fault
+    copy = pq.read_table(pa.BufferReader(found[0]))
+    stored = pa.concat_tables(list(extras_tables(conn, page.first_seq, page.last_seq)))
+    return _difference(copy, stored)
 
 
 def sealed_problem_in(span: tuple[str, int, int]) -> tuple[int, str] | None:
@@ -270,7 +371,7 @@ class PageComparer:
     names the page."""
 
     def __init__(self, conn: Connection, first: int, last: int) -> None:
-        self._first, self._last = first, last
+        self._first, self._last, self._conn = first, last, conn
         sql = (
             "SELECT first_seq, last_seq, entries, digest, page FROM sealed_pages "
             "WHERE last_seq >= {mark} AND first_seq <= {mark} ORDER BY first_seq"
@@ -283,8 +384,9 @@ class PageComparer:
         self._faulty = False
 
     def agrees(self, batch: pa.RecordBatch) -> bool:
-        """The batch's seq, type, tenant and event are the sealed pages' for those seqs
-        (seqs past the last page have no copy to agree with)."""
+        """The batch's seq, type, tenant and event, and where a page keeps its extras,
+        the entry's other columns, are the sealed pages' for those seqs (seqs past the last
+        page have no copy to agree with)."""
         seqs = batch.column("seq")
         at, end, offset = int(seqs[0].as_py()), int(seqs[len(seqs) - 1].as_py()), 0
         while at <= end:
@@ -294,7 +396,7 @@ class PageComparer:
             first, last, table = page  # `first`: the seq of the table's first row
             count = min(end, last) - at + 1
             part = table.slice(at - first, count)
-            for name in ("seq", "type", "tenant", "event"):
+            for name in part.column_names:
                 ours = batch.column(name).slice(offset, count)
                 if not part.column(name).cast(ours.type).equals(pa.chunked_array([ours])):
                     return False
@@ -331,7 +433,16 @@ class PageComparer:
             start = end + 1
         # one thread: verify already runs a process a core, and starting Arrow's pool costs ~70 ms
         rows = page.read_row_groups(wanted, use_threads=False)
-        return (opening if opening is not None else row.first_seq), row.last_seq, rows
+        opening = opening if opening is not None else row.first_seq
+        found = page_extras(self._conn, row.first_seq)
+        if found is not None:
+            if extras_fault(row, *found) is not None:
+                raise pa.ArrowInvalid("a page's extras amiss")  # verify's own check names it
+            extras = pq.read_table(pa.BufferReader(found[0]), use_threads=False)
+            extras = extras.slice(opening - row.first_seq, rows.num_rows)
+            for name in EXTRAS_SCHEMA.names[1:]:  # all but seq, which the page holds
+                rows = rows.append_column(name, extras.column(name))
+        return opening, row.last_seq, rows
 
 
 def main() -> None:

@@ -154,6 +154,10 @@ sealed_pages = Table(
     Column("entries", BigInteger, nullable=False),
     Column("digest", LargeBinary, nullable=False),  # SHA-256 of `page`
     Column("page", LargeBinary, nullable=False),  # Parquet: seq, type, tenant, event
+    # Parquet: seq and the entries' other columns (ledger/sealed.py EXTRAS_SCHEMA), which an
+    # export writes; NULL in a page sealed before they were kept (then exported from rows)
+    Column("extras", LargeBinary, nullable=True),
+    Column("extras_digest", LargeBinary, nullable=True),  # SHA-256 of `extras`
 )
 
 #: API tokens of `gpuledger serve` (ledger/tokens.py): not evidence, so outside the chain

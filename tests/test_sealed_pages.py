@@ -24,7 +24,7 @@ import ledger.sealed as sealed
 from ledger import Appender, Store, append_stream, verify_ledger
 from ledger.checkpoint import sign_checkpoint
 from ledger.note import Signer
-from ledger.pages import store_pages
+from ledger.pages import ENTRY_SCHEMA, store_pages
 from ledger.sealed import entry_tables, read_sealed, seal, seal_store
 from ledger.tables import entries, sealed_pages
 from reconcile import reconcile_store
@@ -401,3 +401,125 @@ def test_gpuledger_ingest_seals_what_it_completed_with_no_checkpoint(tmp_path: A
         ]
     assert verify_ledger(store).ok
     store.close()
+
+
+# -- the extras: an entry's other columns kept beside its page, which an export reads ----
+
+
+def _rows_export(conn: Connection, **where: Any) -> pa.Table:
+    """The oracle: what the rows alone give (`entry_tables`, itself checked against the
+    JSON Lines export in tests/test_export_parquet.py)."""
+    from ledger.export import entry_tables
+
+    tables = list(entry_tables(conn, **where))
+    return pa.concat_tables(tables) if tables else ENTRY_SCHEMA.empty_table()
+
+
+@pytest.mark.parametrize("where", [{}, {"type_": "job.progress"}, {"tenant": "zeta"}])
+def test_an_export_reads_the_sealed_pages_and_their_extras_then_the_rows(
+    paged: Store, where: dict[str, str]
+) -> None:
+    """47 entries: five pages of 8 with their extras (seqs 1-40), then 7 rows. The export's
+    tables are the rows', in row groups of 10,000 as before."""
+    from ledger.export import export_tables
+    from ledger.sealed import sealed_with_extras
+
+    with paged.reading() as conn:
+        assert [last for _first, last, _t in sealed_with_extras(conn)] == [8, 16, 24, 32, 40]
+        exported = list(export_tables(conn, **where))
+        expected = _rows_export(conn, **where)
+    assert all(t.schema == ENTRY_SCHEMA for t in exported)
+    assert pa.concat_tables(exported).equals(expected)
+    assert expected.num_rows > 0
+
+
+def _rewrite_extras(store: Store, first: int, change: Any, digest: bool = True) -> None:
+    """Alter the extras of the page starting at `first`, below the append-only guards."""
+    with store.writing() as conn:
+        drop_guards(conn)
+        blob = conn.execute(
+            select(sealed_pages.c.extras).where(sealed_pages.c.first_seq == first)
+        ).scalar_one()
+        sink = io.BytesIO()
+        pq.write_table(change(pq.read_table(pa.BufferReader(bytes(blob)))), sink)
+        values: dict[str, Any] = {"extras": sink.getvalue()}
+        if digest:
+            values["extras_digest"] = sha256(sink.getvalue()).digest()
+        conn.execute(
+            sealed_pages.update().where(sealed_pages.c.first_seq == first).values(**values)
+        )
+
+
+def _source_renamed_at(seq: int) -> Any:
+    def change(table: pa.Table) -> pa.Table:
+        sources = table.column("source").to_pylist()
+        at = table.column("seq").to_pylist().index(seq)
+        sources[at] = "sim://forged"
+        return table.set_column(2, "source", pa.array(sources, pa.string()))
+
+    return change
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_extras_altered_with_their_digest_are_named_by_verify_at_their_seq_and_column(
+    paged: Store, mode: dict[str, Any]
+) -> None:
+    _rewrite_extras(paged, 9, _source_renamed_at(12))
+    problem = verify_ledger(paged, **mode).problem
+    assert problem is not None and (problem.seq, problem.kind) == (12, "sealed")
+    assert (
+        "the sealed page of seqs 9–16 differs from the entries at seq 12, column source"
+        in problem.message
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_extras_that_fail_their_digest_are_not_exported_and_are_named(
+    paged: Store, mode: dict[str, Any]
+) -> None:
+    from ledger.export import export_tables
+    from ledger.sealed import sealed_with_extras
+
+    _rewrite_extras(paged, 17, _source_renamed_at(20), digest=False)
+    with paged.reading() as conn:
+        assert [first for first, _last, _t in sealed_with_extras(conn)] == [1, 9]
+        assert pa.concat_tables(list(export_tables(conn))).equals(_rows_export(conn))
+    problem = verify_ledger(paged, **mode).problem
+    assert problem is not None and (problem.seq, problem.kind) == (17, "sealed")
+    assert problem.message.endswith("its extras: their Parquet does not match its digest")
+
+
+def test_a_store_made_before_the_extras_gets_their_columns_and_exports_from_rows(
+    store: Store,
+) -> None:
+    """A store whose `sealed_pages` has no extras columns: pages are sealed without them
+    and the export reads the rows; `init` adds the columns, and pages sealed after keep
+    their extras (the older pages keep none: the export reads their rows)."""
+    from ledger.export import export_tables
+    from ledger.migrations import has_sealed_extras
+    from ledger.sealed import sealed_with_extras
+
+    store.sealed_entries = PAGE
+    with store.writing() as conn:
+        for column in ("extras", "extras_digest"):
+            conn.execute(text(f"ALTER TABLE sealed_pages DROP COLUMN {column}"))
+    events = _events()
+    ingest(store, events[:20])
+    assert seal_store(store) == 2
+    with store.reading() as conn:
+        assert not has_sealed_extras(conn) and list(sealed_with_extras(conn)) == []
+        assert pa.concat_tables(list(export_tables(conn))).equals(_rows_export(conn))
+    store.init()
+    ingest(store, events[20:])
+    assert seal_store(store) == 3
+    with store.reading() as conn:
+        assert has_sealed_extras(conn)
+        assert list(sealed_with_extras(conn)) == []  # the first page has none: rows from seq 1
+        assert pa.concat_tables(list(export_tables(conn))).equals(_rows_export(conn))
+        assert [
+            row[0]
+            for row in conn.execute(
+                select(sealed_pages.c.first_seq).where(sealed_pages.c.extras.is_not(None))
+            )
+        ] == [17, 25, 33]
+    assert verify_ledger(store).ok
