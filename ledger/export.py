@@ -14,7 +14,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from sqlalchemy import Connection, select
 
-from ledger.pages import ENTRY_SCHEMA, bulk_batches, driver_rows, rows_table, sql_texts, typed
+from ledger.pages import ENTRY_SCHEMA as ENTRY_SCHEMA
+from ledger.pages import bulk_batches, driver_rows, rows_table, sql_texts, typed
 from ledger.sealed import sealed_with_extras
 from ledger.store import Store, head_seq
 from ledger.tables import entries, quarantine

@@ -69,7 +69,7 @@ def test_the_bulk_read_gives_the_drivers_tables_value_for_value(pg_url: str) -> 
     events = _fleet()
     accepted = [Accepted.of(validate_event(e), Origin("gen", i)) for i, e in enumerate(events, 1)]
     ledger.Appender(store).append(accepted)
-    wheres: list[tuple[dict[str, str], int]] = [
+    wheres: list[tuple[dict[str, Any], int]] = [
         ({}, 50),
         ({"tenant": "bravo"}, 12),
         ({"type_": "health.fault"}, 25),
