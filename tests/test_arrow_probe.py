@@ -67,11 +67,13 @@ def test_reconcile_as_json_imports_no_pandas_and_csv_still_writes(tmp_path: Path
     store.init()
     ingest(store, s.events)
     store.close()
+    # the command's group (`cli.main`), not the program (`cli.run`), which would end the
+    # process before this asks what it imported
     run = (
-        "import sys, runpy\n"
-        f"sys.argv = ['gpuledger', 'reconcile', '--db', {url!r}, '--format', '{{fmt}}']\n"
+        "import sys\n"
+        "from cli import main\n"
         "try:\n"
-        "    runpy.run_module('cli', run_name='__main__')\n"
+        f"    main(['reconcile', '--db', {url!r}, '--format', '{{fmt}}'])\n"
         "except SystemExit:\n"
         "    pass\n"
         "print('pandas' in sys.modules)\n"
