@@ -2,7 +2,7 @@
 same export from the rows alone (`python -m bench.export --gpus 80`).
 
 The store is `bench.cluster`'s (its fleet ingested with `gpuledger ingest`, which seals
-the complete runs with their extras). Both sides are processes, timed from outside, the
+the complete runs), then checkpointed (which gives the pages their extras). Both sides are processes, timed from outside, the
 output written: the user's command, and the export as it was before the pages were read
 (`ledger.export.entry_tables` through the driver, the same Parquet writer). Both files
 must be the same bytes.
@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from bench.cluster import best, compiled, prepare, run_command
+from bench.e2e import run_step
 from bench.reconcile import Shape
 from bench.results_file import record
 
@@ -36,6 +37,10 @@ with store.reading() as conn, pq.ParquetWriter(sys.argv[2], ENTRY_SCHEMA) as wri
 
 def export_vs_rows(shape: Shape, folder: Path, repeats: int) -> dict[str, object]:
     _fleet, url, events = prepare(shape, folder)
+    key = folder / "log.key"
+    if not key.exists():
+        run_step("keygen", ["keygen", "--out", str(key), "--name", "bench.example/log"])
+    run_step("checkpoint", ["checkpoint", "--db", url, "--key", str(key)])
     compiled()
     load_before = os.getloadavg()
     sealed_file, rows_file = folder / "sealed.parquet", folder / "rows.parquet"

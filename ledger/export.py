@@ -88,7 +88,7 @@ def export_tables(
     conn: Connection, type_: str | None = None, tenant: str | None = None
 ) -> Iterator[pa.Table]:
     """What `export --format parquet` writes, as tables of `_PAGE` rows (the file's row
-    groups): the entries of the sealed pages that keep their extras (ledger/sealed.py),
+    groups): the entries of the sealed pages that have their extras (ledger/sealed.py),
     decoded and filtered, then the rest from the rows (in bulk where the database's ADBC
     driver can, else through its Python driver); the same tables as the rows alone give."""
     covered = 0

@@ -2,9 +2,6 @@
 idempotent (a store already upgraded is left alone), runs in init's transaction, and
 changes no row, so every hash stays as it was.
 
-- The sealed pages' extras. Stores made before an export read the sealed pages have no
-  `extras` and `extras_digest` columns in `sealed_pages`; they are added (empty: a page
-  sealed before keeps NULL there, and its entries are exported from the rows).
 - The idempotency key. Stores made before tenants were kept apart have a unique
   constraint `entries_event_key` on (source, id): it lets any tenant make another's event
   a duplicate or a conflict by claiming its source and id first. It is replaced by the
@@ -26,18 +23,10 @@ from ledger.tables import entries
 _OLD_KEY = "entries_event_key"
 
 
-def add_sealed_extras(conn: Connection) -> None:
-    """Give an older store's `sealed_pages` the `extras` and `extras_digest` columns."""
-    columns = {c["name"] for c in inspect(conn).get_columns("sealed_pages")}
-    kind = "BYTEA" if conn.dialect.name == "postgresql" else "BLOB"
-    for name in ("extras", "extras_digest"):
-        if name not in columns:
-            conn.exec_driver_sql(f"ALTER TABLE sealed_pages ADD COLUMN {name} {kind}")
-
-
 def has_sealed_extras(conn: Connection) -> bool:
-    """Whether `sealed_pages` has the extras columns (a store not upgraded yet has not)."""
-    return "extras" in {c["name"] for c in inspect(conn).get_columns("sealed_pages")}
+    """Whether the store has the `sealed_extras` table (`gpuledger init` makes it in a
+    store made before it)."""
+    return bool(inspect(conn).has_table("sealed_extras"))
 
 
 def upgrade_event_key(conn: Connection) -> None:

@@ -4,9 +4,10 @@ Each complete run of `Store.sealed_entries` entries (65,536 by default), counted
 seq 1, is copied once, at the end of the `gpuledger ingest` that completed it
 (`ledger.sealing.seal_in_child`) or when a checkpoint is signed (`seal_store`), into one
 row of `sealed_pages`: a Parquet file (zstd) of the columns a reconciliation reads (seq,
-type, tenant, event), with its SHA-256, and beside it the page's extras, a Parquet file of
-the entries' other columns (EXTRAS_SCHEMA), which an export reads (`sealed_with_extras`),
-with theirs. A reader takes the contiguous run of pages from seq 1 whose digest and row
+type, tenant, event), with its SHA-256. A checkpoint also gives each page its extras (a
+row of `sealed_extras`, `seal_extras`): a Parquet file of the entries' other columns
+(EXTRAS_SCHEMA), which an export reads (`sealed_with_extras`), with its SHA-256; the
+ingest's sealing leaves them out (they cost it four times the page). A reader takes the contiguous run of pages from seq 1 whose digest and row
 count hold (an export: whose extras' hold too), and reads everything after it from
 `entries`; a page that fails either check, and every page after it, is not used.
 `verify` compares every page's columns and extras with the entries themselves
@@ -47,7 +48,7 @@ from ledger.pages import (
 )
 from ledger.sealing import last_sealed_seq
 from ledger.store import SEALED_ENTRIES, Store
-from ledger.tables import entries, sealed_pages
+from ledger.tables import entries, sealed_extras, sealed_pages
 
 
 @dataclass(frozen=True)
@@ -57,16 +58,22 @@ class SealedPage:
     parquet: bytes
 
 
-def seal_store(store: Store) -> int:
+def seal_store(store: Store, extras: bool = True) -> int:
     """Seal every complete run of the store's entries not sealed yet, a page a write
-    transaction (an ingest waits for one page at most, never for all). Returns the
-    number of pages written."""
+    transaction (an ingest waits for one page at most, never for all), then, with
+    `extras`, give each page that has none its extras, likewise. Returns the number of
+    pages written."""
     written = 0
     while True:
         with store.writing() as conn:
             if not seal(conn, store.sealed_entries, most=1):
-                return written
+                break
         written += 1
+    while extras:
+        with store.writing() as conn:
+            if not has_sealed_extras(conn) or not seal_extras(conn, most=1):
+                break
+    return written
 
 
 def seal(conn: Connection, size: int = SEALED_ENTRIES, most: int | None = None) -> int:
@@ -74,16 +81,11 @@ def seal(conn: Connection, size: int = SEALED_ENTRIES, most: int | None = None) 
     `most`), in the caller's transaction. Returns the number of pages written."""
     last_sealed = last_sealed_seq(conn)
     head = int(conn.execute(select(func.coalesce(func.max(entries.c.seq), 0))).scalar_one())
-    with_extras = has_sealed_extras(conn)  # a store not upgraded yet keeps the page alone
     written = 0
     while last_sealed + size <= head and (most is None or written < most):
         first, last = last_sealed + 1, last_sealed + size
         rows = store_pages(conn, upto_seq=last, after=first - 1, page_rows=_ROW_GROUP)
         parquet = _parquet(rows)
-        values: dict[str, object] = {}
-        if with_extras:
-            extras = _parquet(extras_tables(conn, first, last))
-            values = {"extras": extras, "extras_digest": sha256(extras).digest()}
         conn.execute(
             insert(sealed_pages).values(
                 first_seq=first,
@@ -91,11 +93,30 @@ def seal(conn: Connection, size: int = SEALED_ENTRIES, most: int | None = None) 
                 entries=size,
                 digest=sha256(parquet).digest(),
                 page=parquet,
-                **values,
             )
         )
         last_sealed, written = last, written + 1
     return written
+
+
+def seal_extras(conn: Connection, most: int | None = None) -> int:
+    """Give sealed pages that have none their extras (at most `most`), in the caller's
+    transaction, in seq order. Returns how many were written."""
+    query = (
+        select(sealed_pages.c.first_seq, sealed_pages.c.last_seq)
+        .outerjoin(sealed_extras, sealed_extras.c.first_seq == sealed_pages.c.first_seq)
+        .where(sealed_extras.c.first_seq.is_(None))
+        .order_by(sealed_pages.c.first_seq)
+    )
+    waiting = conn.execute(query if most is None else query.limit(most)).all()
+    for first, last in waiting:
+        extras = _parquet(extras_tables(conn, int(first), int(last)))
+        conn.execute(
+            insert(sealed_extras).values(
+                first_seq=first, digest=sha256(extras).digest(), extras=extras
+            )
+        )
+    return len(waiting)
 
 
 def extras_tables(conn: Connection, first: int, last: int, batch: int = 0) -> Iterator[pa.Table]:
@@ -213,12 +234,12 @@ def page_extras(conn: Connection, first_seq: int) -> tuple[bytes, bytes] | None:
     rows = list(
         driver_rows(
             conn,
-            "SELECT extras, extras_digest FROM sealed_pages WHERE first_seq = {mark}",
+            "SELECT extras, digest FROM sealed_extras WHERE first_seq = {mark}",
             (first_seq,),
             1,
         )
     )
-    if not rows or rows[0][0][0] is None or rows[0][0][1] is None:
+    if not rows:
         return None
     extras, digest = rows[0][0]
     return bytes(extras), bytes(digest)
@@ -456,7 +477,7 @@ def main() -> None:
     if len(sys.argv) > 1:
         store.sealed_entries = int(sys.argv[1])
     try:
-        written = seal_store(store)
+        written = seal_store(store, extras=False)  # the extras wait for a checkpoint
     except StoreWriteFailed as exc:
         print(exc.reason, file=sys.stderr)
         sys.exit(3)

@@ -19,7 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, InternalError, OperationalError
 
 from ledger.errors import StoreUnavailable, StoreWriteFailed
-from ledger.migrations import add_sealed_extras, upgrade_event_key
+from ledger.migrations import upgrade_event_key
 from ledger.tables import APPEND_ONLY, metadata
 
 DEFAULT_URL = "sqlite:///gpuledger.db"
@@ -139,7 +139,6 @@ class Store:
             metadata.create_all(conn)
             add_chain_column(conn)  # stores made before the quarantine was chained
             upgrade_event_key(conn)  # stores made before the key named the tenant
-            add_sealed_extras(conn)  # stores made before exports read the sealed pages
             for statement in _trigger_ddl(self.dialect):
                 conn.exec_driver_sql(statement)
 

@@ -154,10 +154,18 @@ sealed_pages = Table(
     Column("entries", BigInteger, nullable=False),
     Column("digest", LargeBinary, nullable=False),  # SHA-256 of `page`
     Column("page", LargeBinary, nullable=False),  # Parquet: seq, type, tenant, event
-    # Parquet: seq and the entries' other columns (ledger/sealed.py EXTRAS_SCHEMA), which an
-    # export writes; NULL in a page sealed before they were kept (then exported from rows)
-    Column("extras", LargeBinary, nullable=True),
-    Column("extras_digest", LargeBinary, nullable=True),  # SHA-256 of `extras`
+)
+
+#: A sealed page's extras (ledger/sealed.py): the entries' other columns, which an export
+#: writes, made by a checkpoint for each page that has none yet (the ingest's sealing
+#: leaves them out: they cost it four times the page). A page without them is exported
+#: from the rows.
+sealed_extras = Table(
+    "sealed_extras",
+    metadata,
+    Column("first_seq", SeqType, primary_key=True, autoincrement=False),  # its page's
+    Column("digest", LargeBinary, nullable=False),  # SHA-256 of `extras`
+    Column("extras", LargeBinary, nullable=False),  # Parquet: EXTRAS_SCHEMA
 )
 
 #: API tokens of `gpuledger serve` (ledger/tokens.py): not evidence, so outside the chain
@@ -184,5 +192,6 @@ APPEND_ONLY = (
     "checkpoint_tenants",
     "cosignatures",
     "sealed_pages",
+    "sealed_extras",
     "checkpoint_fleet",
 )

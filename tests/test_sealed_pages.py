@@ -25,8 +25,8 @@ from ledger import Appender, Store, append_stream, verify_ledger
 from ledger.checkpoint import sign_checkpoint
 from ledger.note import Signer
 from ledger.pages import ENTRY_SCHEMA, store_pages
-from ledger.sealed import entry_tables, read_sealed, seal, seal_store
-from ledger.tables import entries, sealed_pages
+from ledger.sealed import entry_tables, read_sealed, seal, seal_store, sealed_with_extras
+from ledger.tables import entries, sealed_extras, sealed_pages
 from reconcile import reconcile_store
 from tests.reconcile_helpers import Scenario, ingest, records
 from tests.test_verify_tamper import drop_guards
@@ -349,12 +349,18 @@ def test_an_ingest_s_complete_runs_are_sealed_in_a_child_as_a_checkpoint_seals_t
     assert unsealed_run(store)
     assert seal_in_child(store) == 5  # 47 entries: five runs of 8
     assert not unsealed_run(store) and seal_in_child(store) == 0
+    with store.reading() as conn:  # the extras wait for a checkpoint
+        assert conn.execute(select(sealed_extras.c.first_seq)).all() == []
     unpaged.sealed_entries = PAGE
     assert seal_store(unpaged) == 5
     with store.reading() as conn, unpaged.reading() as plain:
         assert [(f, last, t.to_pylist()) for f, last, t in _pages(conn)] == [
             (f, last, t.to_pylist()) for f, last, t in _pages(plain)
         ]
+    assert verify_ledger(store).ok
+    assert seal_store(store) == 0  # a checkpoint's sealing: no page, the five pages' extras
+    with store.reading() as conn:
+        assert [first for first, _last, _t in sealed_with_extras(conn)] == [1, 9, 17, 25, 33]
     assert verify_ledger(store).ok
 
 
@@ -438,15 +444,15 @@ def _rewrite_extras(store: Store, first: int, change: Any, digest: bool = True) 
     with store.writing() as conn:
         drop_guards(conn)
         blob = conn.execute(
-            select(sealed_pages.c.extras).where(sealed_pages.c.first_seq == first)
+            select(sealed_extras.c.extras).where(sealed_extras.c.first_seq == first)
         ).scalar_one()
         sink = io.BytesIO()
         pq.write_table(change(pq.read_table(pa.BufferReader(bytes(blob)))), sink)
         values: dict[str, Any] = {"extras": sink.getvalue()}
         if digest:
-            values["extras_digest"] = sha256(sink.getvalue()).digest()
+            values["digest"] = sha256(sink.getvalue()).digest()
         conn.execute(
-            sealed_pages.update().where(sealed_pages.c.first_seq == first).values(**values)
+            sealed_extras.update().where(sealed_extras.c.first_seq == first).values(**values)
         )
 
 
@@ -489,37 +495,34 @@ def test_extras_that_fail_their_digest_are_not_exported_and_are_named(
     assert problem.message.endswith("its extras: their Parquet does not match its digest")
 
 
-def test_a_store_made_before_the_extras_gets_their_columns_and_exports_from_rows(
+def test_a_store_made_before_the_extras_exports_from_rows_until_a_checkpoint_makes_them(
     store: Store,
 ) -> None:
-    """A store whose `sealed_pages` has no extras columns: pages are sealed without them
-    and the export reads the rows; `init` adds the columns, and pages sealed after keep
-    their extras (the older pages keep none: the export reads their rows)."""
+    """A store with no `sealed_extras` table: pages are sealed alone and the export reads
+    the rows; `init` makes the table, and the next checkpoint's sealing gives every page,
+    the older ones too, its extras, which the export then reads."""
     from ledger.export import export_tables
     from ledger.migrations import has_sealed_extras
-    from ledger.sealed import sealed_with_extras
 
     store.sealed_entries = PAGE
     with store.writing() as conn:
-        for column in ("extras", "extras_digest"):
-            conn.execute(text(f"ALTER TABLE sealed_pages DROP COLUMN {column}"))
+        drop_guards(conn)
+        conn.execute(text("DROP TABLE sealed_extras"))
     events = _events()
     ingest(store, events[:20])
     assert seal_store(store) == 2
     with store.reading() as conn:
         assert not has_sealed_extras(conn) and list(sealed_with_extras(conn)) == []
         assert pa.concat_tables(list(export_tables(conn))).equals(_rows_export(conn))
+    assert verify_ledger(store).ok
     store.init()
     ingest(store, events[20:])
     assert seal_store(store) == 3
     with store.reading() as conn:
         assert has_sealed_extras(conn)
-        assert list(sealed_with_extras(conn)) == []  # the first page has none: rows from seq 1
+        assert [first for first, _last, _t in sealed_with_extras(conn)] == [1, 9, 17, 25, 33]
         assert pa.concat_tables(list(export_tables(conn))).equals(_rows_export(conn))
-        assert [
-            row[0]
-            for row in conn.execute(
-                select(sealed_pages.c.first_seq).where(sealed_pages.c.extras.is_not(None))
-            )
-        ] == [17, 25, 33]
     assert verify_ledger(store).ok
+    with pytest.raises(Exception, match="append-only"):
+        with store.writing() as conn:
+            conn.execute(text("DELETE FROM sealed_extras WHERE first_seq = 1"))
