@@ -2,10 +2,10 @@
 same export from the rows alone (`python -m bench.export --gpus 80`).
 
 The store is `bench.cluster`'s (its fleet ingested with `gpuledger ingest`, which seals
-the complete runs), then checkpointed (which gives the pages their extras). Both sides are processes, timed from outside, the
-output written: the user's command, and the export as it was before the pages were read
-(`ledger.export.entry_tables` through the driver, the same Parquet writer). Both files
-must be the same bytes.
+the complete runs), then checkpointed (which gives the pages their extras). Both sides
+are processes, timed from outside, the output written: the user's command, and the
+export as it was before the pages were read (`ledger.export.entry_tables` through the
+driver, the same Parquet writer). Both files must be the same bytes.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ row of `sealed_pages`: a Parquet file (zstd) of the columns a reconciliation rea
 type, tenant, event), with its SHA-256. A checkpoint also gives each page its extras (a
 row of `sealed_extras`, `seal_extras`): a Parquet file of the entries' other columns
 (EXTRAS_SCHEMA), which an export reads (`sealed_with_extras`), with its SHA-256; the
-ingest's sealing leaves them out (they cost it four times the page). A reader takes the contiguous run of pages from seq 1 whose digest and row
-count hold (an export: whose extras' hold too), and reads everything after it from
-`entries`; a page that fails either check, and every page after it, is not used.
+ingest's sealing leaves them out (they cost it four times the page). A reader takes the
+contiguous run of pages from seq 1 whose digest and row count hold (an export: with
+extras whose digest and rows hold too), and reads everything after it from `entries`; a
+page that fails either check, and every page after it, is not used.
 `verify` compares every page's columns and extras with the entries themselves
 (`sealed_problem`, and `PageComparer` in its range pass), so a copy can only ever agree
 with the entries or be named: it is never a second source of truth.
