@@ -137,7 +137,7 @@ def test_tenant_chain_links_each_tenant_to_its_previous_leaf(store: Store) -> No
 def test_database_refuses_update_and_delete(
     store: Store, tmp_path: Path, table: str, statement: str
 ) -> None:
-    store.sealed_entries = 8  # so that sealed_pages has rows too
+    store.sealed_entries = 8  # sealed_pages has rows too (and, once checkpointed, sealed_extras)
     appender = Appender(store)
     append_stream(appender, [accepted(progress(i), i) for i in range(1, 40)])
     fault = event(
@@ -156,6 +156,7 @@ def test_database_refuses_update_and_delete(
         "checkpoint_tenants": "tenant_seq",
         "cosignatures": "line",
         "sealed_pages": "digest",
+        "sealed_extras": "digest",
         "checkpoint_fleet": "entry_count",
     }[table]
     with store.reading() as conn:
