@@ -138,6 +138,10 @@ _LINE_TAIL = _concat(
     + ["'      }\n    }'"]
 )
 
+#: A line's amount is written at the minor unit of its last cell's currency (as the
+#: document's Money sums them).
+_LAST_MINOR = "arg_max(minor, row_no)"
+
 _ACCEPTANCE_SUMS = ", ".join(
     f"sum(CASE WHEN acceptance = '{state}' THEN gpu_us ELSE 0 END) AS acc_{state}"
     for state in ACCEPTANCE
@@ -159,10 +163,6 @@ WITH c AS (
 kb AS (
     SELECT line_no, category, bearer, any_value(cat_rank) AS cat_rank,
            any_value(bearer_rank) AS bearer_rank, sum(gpu_us) AS us,
-           {decimal_text_sql("sum(cents)", "any_value(minor)", "any_value(minor)")} AS money,
-           {
-    decimal_text_sql("sum(share_units)", "any_value(share_places)", "any_value(exact_places)")
-} AS exact,
            sum(cents) AS cents, sum(share_units) AS units, any_value(share_places) AS places,
            any_value(exact_places) AS ep, any_value(minor) AS minor
     FROM c GROUP BY line_no, category, bearer),
@@ -174,15 +174,14 @@ kc AS (
            {decimal_text_sql("sum(units)", "any_value(places)", "any_value(ep)")} AS exact
     FROM kb GROUP BY line_no, category),
 line AS (
-    SELECT line_no, arg_min(invoice_id, row_no) AS invoice_id, arg_min(line_id, row_no) AS line_id,
-           arg_min(tenant, row_no) AS tenant, arg_min(allocation_id, row_no) AS allocation_id,
-           arg_min(currency, row_no) AS currency, arg_min(billed_amount, row_no) AS billed_amount,
-           arg_min(description, row_no) AS description, arg_min(ps, row_no) AS ps,
-           arg_min(pe, row_no) AS pe, sum(gpu_us) AS us, min(cat_rank) AS first_cat,
-           {decimal_text_sql("sum(cents)", "arg_max(minor, row_no)", "arg_max(minor, row_no)")}
-               AS money,
-           {_ACCEPTANCE_SUMS}
-    FROM c GROUP BY line_no),
+    SELECT g.* EXCLUDE (first_row), f.invoice_id, f.line_id, f.tenant, f.allocation_id,
+           f.currency, f.billed_amount, f.description, f.ps, f.pe
+    FROM (SELECT line_no, min(row_no) AS first_row, sum(gpu_us) AS us,
+                 min(cat_rank) AS first_cat,
+                 {decimal_text_sql("sum(cents)", _LAST_MINOR, _LAST_MINOR)} AS money,
+                 {_ACCEPTANCE_SUMS}
+          FROM c GROUP BY line_no) g
+    JOIN cells f ON f.row_no = g.first_row),
 texts AS (
     SELECT l.*, {_period_sql("l.ps")} AS period_start, {_period_sql("l.pe")} AS period_end
     FROM line l),
@@ -193,8 +192,10 @@ fragments AS (
     FROM (SELECT k.*, l.first_cat FROM kc k JOIN line l USING (line_no))
     UNION ALL
     SELECT line_no, 1, cat_rank, 1 + bearer_rank, {_BEARER_TEXT}
-    FROM (SELECT b.*, k.first_bearer FROM kb b JOIN kc k USING (line_no, category)
-          WHERE k.n > 1)
+    FROM (SELECT b.*, k.first_bearer,
+                 {decimal_text_sql("b.cents", "b.minor", "b.minor")} AS money,
+                 {decimal_text_sql("b.units", "b.places", "b.ep")} AS exact
+          FROM kb b JOIN kc k USING (line_no, category) WHERE k.n > 1)
     UNION ALL
     SELECT line_no, 1, cat_rank, {len(BEARERS) + 1}, {_CATEGORY_END} FROM kc
     UNION ALL
