@@ -138,8 +138,7 @@ _LINE_TAIL = _concat(
     + ["'      }\n    }'"]
 )
 
-#: A line's amount is written at the minor unit of its last cell's currency (as the
-#: document's Money sums them).
+#: A line's amount is written at its last cell's minor unit, as the document writes it.
 _LAST_MINOR = "arg_max(minor, row_no)"
 
 _ACCEPTANCE_SUMS = ", ".join(
