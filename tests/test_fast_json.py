@@ -15,6 +15,7 @@ import pytest
 
 import ingest
 import ledger
+import reconcile.engine.json_text as json_text_module
 from fixtures.sim import SimConfig, simulate
 from reconcile import reconcile_store
 from reconcile.engine.json_text import json_text
@@ -103,3 +104,23 @@ def test_texts_with_quotes_and_backslashes_are_escaped_as_json_dumps_escapes_the
     expected = json.dumps(changed.document().to_dict(), indent=2) + "\n"
     assert '\\"hours\\" at C:\\\\fleet\\\\a' in expected
     assert json_text(changed) == expected
+
+
+def test_the_text_built_in_parts_on_threads_is_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lines cut into parts (one a thread, each cut where a line begins, some lines of
+    several cells): the document is json.dumps's, whatever the number of parts."""
+    with ledger_of(random_fleet(random.Random(5))) as store:
+        result = reconcile_store(store)
+    expected = result.document().to_json()
+    starts = result._line_starts()
+    assert starts is not None and len(starts) + 1 < result.cell_count  # lines of several cells
+    lines = len(starts) + 1
+    for parts in (2, 3, 50):
+        monkeypatch.setattr(json_text_module, "_PART_CELLS", 1)
+        monkeypatch.setattr(json_text_module, "_PARTS", parts)
+        cuts = json_text_module._cuts(starts, result.cell_count)
+        assert 2 <= len(cuts) <= min(parts, lines)
+        assert [a for a, _ in cuts[1:]] == [b for _, b in cuts[:-1]]  # end to end
+        assert cuts[0][0] == 0 and cuts[-1][1] == result.cell_count
+        assert all(a in starts for a, _ in cuts[1:])  # each part begins a line
+        assert json_text(result) == expected, parts

@@ -16,8 +16,12 @@ by line, or no cells at all.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import duckdb
 import numpy as np
@@ -44,6 +48,8 @@ from reconcile.engine.result import (
 from reconcile.engine.rules import LABEL_BY_CODE, SECOND
 from reconcile.engine.scratch import scratch
 from schemas.fast_json import dumps
+
+_T = TypeVar("_T")
 
 _TEXT_COLUMNS = (
     "invoice_id",
@@ -302,19 +308,65 @@ def json_bytes(result: Reconciliation) -> bytes | None:
     cells = cells.append_column("line_no", pa.array(np.cumsum(begins)))
     with scratch() as con:
         con.register("cells", cells)
-        con.register("labels", _labels())
         longest = con.execute(
             "SELECT max(us) FROM (SELECT sum(CAST(gpu_us AS HUGEINT)) AS us FROM cells "
             "GROUP BY line_no)"
         ).fetchall()[0][0]
-        if int(longest) >= EXACT_LINE_US:
-            return None  # the slow path raises MoneyOverflow, as it always has
-        con.execute(f"CREATE TEMP TABLE shares AS {exact_shares_sql('cells')}")
-        sql = _SQL.replace("{line_head}", _line_head(_escapes(table)))
-        lines = con.sql(sql).to_arrow_table().column("text")
+    if int(longest) >= EXACT_LINE_US:
+        return None  # the slow path raises MoneyOverflow, as it always has
+    sql = _SQL.replace("{line_head}", _line_head(_escapes(table)))
+    parts = [cells.slice(a, b - a) for a, b in _cuts(starts, table.num_rows)]
+    texts = _in_threads([partial(_lines_text, part, sql) for part in parts])
+    with scratch() as con:
+        con.register("cells", cells)
+        con.register("labels", _labels())
+        con.register("shares", pa.concat_tables(shares for _, shares in texts))
         tenants = _tenants(con, result)
+    lines = pa.chunked_array([c for text, _ in texts for c in text.chunks], texts[0][0].type)
     head = dumps({"period": result.period.as_dict(), "tenants": tenants}, indent=2)
     return _joined([head[: -len("\n}")].encode(), b',\n  "lines": [\n'], lines, [b"\n  ]\n}\n"])
+
+
+#: Cells a part at least: below this, a thread of its own costs more than it saves.
+_PART_CELLS = 16_384
+#: Parts at most: one a processor.
+_PARTS = os.cpu_count() or 1
+
+
+def _cuts(starts: np.ndarray, rows: int) -> list[tuple[int, int]]:
+    """Row ranges of about equal size, one a processor, each cut where a line begins (a
+    line's shares and text are its own cells' alone)."""
+    count = max(1, min(_PARTS, rows // _PART_CELLS))
+    bounds = [0]
+    for k in range(1, count):
+        at = int(np.searchsorted(starts, rows * k // count))
+        cut = int(starts[at]) if at < len(starts) else rows
+        if cut > bounds[-1]:
+            bounds.append(cut)
+    bounds.append(rows)
+    return [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+
+
+def _in_threads(work: list[Callable[[], _T]]) -> list[_T]:
+    """Each callable's result, in order, the first in this thread and the others in threads
+    of their own (DuckDB lets go of the GIL while it works); a failure is raised here."""
+    if len(work) == 1:
+        return [work[0]()]
+    with ThreadPoolExecutor(max_workers=len(work) - 1) as pool:
+        later = [pool.submit(job) for job in work[1:]]
+        first = work[0]()
+        return [first, *(future.result() for future in later)]
+
+
+def _lines_text(cells: pa.Table, sql: str) -> tuple[pa.ChunkedArray, pa.Table]:
+    """The fragments of whole lines' cells in document order, and their exact shares."""
+    with scratch() as con:
+        con.register("cells", cells)
+        con.register("labels", _labels())
+        con.execute(f"CREATE TEMP TABLE shares AS {exact_shares_sql('cells')}")
+        text = con.sql(sql).to_arrow_table().column("text")
+        shares = con.table("shares").to_arrow_table()
+    return text, shares
 
 
 def _joined(before: list[bytes], column: pa.ChunkedArray, after: list[bytes]) -> bytes:
