@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import ledger
     import reconcile.reports as reconcile_reports
     from fixtures.sim import Manifest
+    from ledger.driver import ReadableStore, SQLiteReader
     from schemas import Record
     from schemas.errors import GpuledgerError
 
@@ -899,14 +900,16 @@ def reconcile_command(
     """Say what every billed GPU-second was: productive, overhead, restart, reclaimed, idle,
     unallocated.
     """
-    import ledger
     import reconcile
     import reconcile.reports.output as reconcile_render
 
     limit = _decimal_option("--fail-on-disputed", fail_on)
-    store = ledger.Store(db_url)
-    _require_store(store, tenant, invoice)
     period = _period(period_since, period_until)
+    # the whole ledger of a SQLite file is read through sqlite3 alone (ledger/driver.py)
+    plain = cluster is None and tenant is None and invoice is None and fmt != "html"
+    reader = _plain_sqlite(db_url) if plain else None
+    full = _readable_store(db_url, tenant, invoice) if reader is None else None
+    store: ReadableStore = reader or cast("ledger.Store", full)
     if cluster is None:
         result = reconcile.reconcile_store(store, tenant, invoice, period=period)
         _may_end_at_once()
@@ -915,8 +918,9 @@ def reconcile_command(
     else:
         from reconcile.engine.cluster import ClusterError, parse_cluster, reconcile_on_cluster
 
+        assert full is not None  # not `plain`
         try:
-            result = reconcile_on_cluster(store, parse_cluster(cluster), tenant, invoice)
+            result = reconcile_on_cluster(full, parse_cluster(cluster), tenant, invoice)
         except ClusterError as exc:
             raise InputError(f"--cluster: {exc}") from None
     if fmt == "table":
@@ -932,7 +936,8 @@ def reconcile_command(
         if fmt == "html":  # the provider's answers: imported here, as only the page shows them
             from reconcile.packets.answers import stored_cell_answers
 
-            answers = stored_cell_answers(store, result.cells)
+            assert full is not None  # not `plain`
+            answers = stored_cell_answers(full, result.cells)
         reconcile_render.write(
             result,
             fmt,
@@ -1915,6 +1920,25 @@ def _require_store(
     if store.in_memory or store.file_missing() or not store.is_initialised():
         raise InputError(f"--db: no ledger at {store.safe_url} (run `gpuledger init` first)")
     check_scope(store, tenant, invoice)
+
+
+def _readable_store(
+    db_url: str | None, tenant: str | None = None, invoice: str | None = None
+) -> ledger.Store:
+    """`_require_store`'s store, opened."""
+    import ledger
+
+    store = ledger.Store(db_url)
+    _require_store(store, tenant, invoice)
+    return store
+
+
+def _plain_sqlite(db_url: str | None) -> SQLiteReader | None:
+    """The store as a SQLite file read without SQLAlchemy, where it is one that opens as a
+    ledger; else None (`ledger.Store` then opens it, and names what is wrong)."""
+    from ledger.driver import default_url, sqlite_reader
+
+    return sqlite_reader(db_url or default_url())
 
 
 def _writable_store(db_url: str | None) -> ledger.Store:

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ledger import read
     from ledger.append import Appender, AppendReport, BatchResult, append_stream
+    from ledger.driver import DEFAULT_URL, default_url
     from ledger.errors import LedgerError, StoreUnavailable, StoreWriteFailed
     from ledger.export import export_entries, quarantined
-    from ledger.store import DEFAULT_URL, Store, default_url
+    from ledger.store import Store
     from ledger.verify import (
         LedgerTampered,
         Problem,
@@ -29,7 +30,8 @@ _HOME = {
     **dict.fromkeys(("Appender", "AppendReport", "BatchResult", "append_stream"), "ledger.append"),
     **dict.fromkeys(("LedgerError", "StoreUnavailable", "StoreWriteFailed"), "ledger.errors"),
     **dict.fromkeys(("export_entries", "quarantined"), "ledger.export"),
-    **dict.fromkeys(("DEFAULT_URL", "Store", "default_url"), "ledger.store"),
+    **dict.fromkeys(("DEFAULT_URL", "default_url"), "ledger.driver"),
+    "Store": "ledger.store",
     **dict.fromkeys(
         ("LedgerTampered", "Problem", "VerifyResult", "require_intact", "verify_ledger"),
         "ledger.verify",

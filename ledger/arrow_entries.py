@@ -32,8 +32,8 @@ import pyarrow.compute as pc
 from sqlalchemy.engine import make_url
 
 from ledger.digests import joined
+from ledger.driver import SQLITE_BUSY_TIMEOUT_S
 from ledger.hashing import LEAF_PREFIX
-from ledger.store import SQLITE_BUSY_TIMEOUT_S
 from schemas.errors import CheckFailed
 
 #: Rows an Arrow batch holds (SQLite's driver makes batches of 1,024 unless told).

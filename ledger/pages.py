@@ -6,19 +6,21 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
-from sqlalchemy import Connection
 
+from ledger.driver import ReadConnection, head_seq
 from ledger.errors import LedgerError
-from ledger.store import head_seq
+
+if TYPE_CHECKING:  # SQLAlchemy only where PostgreSQL is read in bulk: see ledger/driver.py
+    from sqlalchemy import Connection
 
 PAGE_ROWS = 100_000
 
 
 def store_pages(
-    conn: Connection,
+    conn: ReadConnection,
     tenant: str | tuple[str, ...] | None = None,
     page_rows: int = PAGE_ROWS,
     upto_seq: int | None = None,
@@ -54,7 +56,7 @@ def store_pages(
 
 
 def driver_rows(
-    conn: Connection, sql: str, params: tuple[Any, ...], batch: int
+    conn: ReadConnection, sql: str, params: tuple[Any, ...], batch: int
 ) -> Iterator[list[tuple[Any, ...]]]:
     """`sql`'s rows (each `{mark}` a parameter), `batch` at a time, through the database
     driver's own cursor on `conn` (its snapshot). One query read in batches: on PostgreSQL
@@ -185,19 +187,21 @@ def bulk_batches(
 
 
 def bulk_pages(
-    conn: Connection,
+    conn: ReadConnection,
     tenant: str | tuple[str, ...] | None = None,
     upto_seq: int | None = None,
     after: int = 0,
 ) -> Iterator[pa.Table] | None:
     """`store_pages`' pages read in bulk (`bulk_batches`), in `conn`'s snapshot; None where
     they cannot be."""
+    if conn.dialect.name != "postgresql":
+        return None  # as `bulk_batches` would answer, without reading the head first
     upto = head_seq(conn) if upto_seq is None else upto_seq
     where = f"seq > {int(after)} AND seq <= {int(upto)}"
     if tenant is not None:
         tenants = (tenant,) if isinstance(tenant, str) else tenant
         where += f" AND (tenant IN ({sql_texts(tenants)}) OR tenant IS NULL)"
-    batches = bulk_batches(conn, PAGE_SCHEMA.names, where)
+    batches = bulk_batches(cast("Connection", conn), PAGE_SCHEMA.names, where)
     if batches is None:
         return None
     return (pa.Table.from_batches([typed(batch, PAGE_SCHEMA)]) for batch in batches)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import io
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from hashlib import sha256
 
 import pyarrow as pa
@@ -47,16 +46,10 @@ from ledger.pages import (
     rows_table,
     store_pages,
 )
+from ledger.sealed_read import PageRow, page_fault, page_rows, read_sealed
 from ledger.sealing import last_sealed_seq
 from ledger.store import SEALED_ENTRIES, Store
 from ledger.tables import entries, sealed_extras, sealed_pages
-
-
-@dataclass(frozen=True)
-class SealedPage:
-    first_seq: int
-    last_seq: int
-    parquet: bytes
 
 
 def seal_store(store: Store, extras: bool = True) -> int:
@@ -150,18 +143,6 @@ def _parquet(tables: Iterator[pa.Table]) -> bytes:
     return sink.getvalue()
 
 
-def read_sealed(conn: Connection, upto_seq: int | None = None) -> Iterator[SealedPage]:
-    """The usable pages, in seq order: contiguous from seq 1, each whole by its digest and
-    row count, none past `upto_seq`. Stops at the first that is not; the caller reads the
-    entries after the last page it was given from `entries`."""
-    expected = 1
-    for page in _page_rows(conn, upto_seq):
-        if page.fault(expected) is not None:
-            return
-        yield SealedPage(page.first_seq, page.last_seq, page.parquet)
-        expected = page.last_seq + 1
-
-
 def entry_tables(
     conn: Connection, tenant: str | None = None, upto_seq: int | None = None
 ) -> Iterator[pa.Table]:
@@ -176,55 +157,6 @@ def entry_tables(
         covered = page.last_seq
         yield table
     yield from store_pages(conn, tenant, upto_seq=upto_seq, after=covered)
-
-
-@dataclass(frozen=True)
-class _PageRow:
-    first_seq: int
-    last_seq: int
-    entries: int
-    digest: bytes
-    parquet: bytes
-
-    def fault(self, expected: int) -> str | None:
-        return _fault(
-            self.first_seq, self.last_seq, self.entries, self.digest, self.parquet, expected
-        )
-
-
-def _page_rows(
-    conn: Connection, upto_seq: int | None, first: int = 1, last: int | None = None
-) -> Iterator[_PageRow]:
-    """The pages ending by `upto_seq` and starting in [first, last], one at a time (each is
-    megabytes)."""
-    sql = (
-        "SELECT first_seq, last_seq, entries, digest, page FROM sealed_pages WHERE last_seq <= "
-        "{mark} AND first_seq >= {mark} AND first_seq <= {mark} ORDER BY first_seq"
-    )
-    bounds = (
-        upto_seq if upto_seq is not None else 2**62,
-        first,
-        last if last is not None else 2**62,
-    )
-    for (row,) in driver_rows(conn, sql, bounds, 1):
-        yield _PageRow(int(row[0]), int(row[1]), int(row[2]), bytes(row[3]), bytes(row[4]))
-
-
-def _fault(
-    first: int, last: int, count: int, digest: bytes, parquet: bytes, expected: int
-) -> str | None:
-    """What is wrong with a page's row on its own, or None."""
-    if first != expected:
-        return f"starts at seq {first}, where seq {expected} was expected"
-    if count != last - first + 1 or count < 1:
-        return f"says it holds {count} entries for seqs {first}–{last}"
-    if sha256(parquet).digest() != digest:
-        return "its Parquet does not match its digest"
-    try:
-        rows = pq.ParquetFile(pa.BufferReader(parquet)).metadata.num_rows
-    except (pa.ArrowException, OSError) as exc:
-        return f"its Parquet cannot be read ({exc})"
-    return None if rows == count else f"its Parquet holds {rows} rows, not {count}"
 
 
 def page_extras(conn: Connection, first_seq: int) -> tuple[bytes, bytes] | None:
@@ -246,9 +178,9 @@ def page_extras(conn: Connection, first_seq: int) -> tuple[bytes, bytes] | None:
     return bytes(extras), bytes(digest)
 
 
-def extras_fault(page: _PageRow, extras: bytes, digest: bytes) -> str | None:
+def extraspage_fault(page: PageRow, extras: bytes, digest: bytes) -> str | None:
     """What is wrong with a page's extras on their own (digest, rows, columns), or None."""
-    fault = _fault(page.first_seq, page.last_seq, page.entries, digest, extras, page.first_seq)
+    fault = page_fault(page.first_seq, page.last_seq, page.entries, digest, extras, page.first_seq)
     if fault is not None:
         return f"its extras: {fault.replace('its Parquet', 'their Parquet')}"
     if pq.ParquetFile(pa.BufferReader(extras)).schema_arrow != EXTRAS_SCHEMA:
@@ -262,11 +194,11 @@ def sealed_with_extras(conn: Connection) -> Iterator[tuple[int, int, pa.Table]]:
     export reads instead of the rows. Stops at the first page that is not whole (its own
     check, its extras' check) or has no extras; the caller reads on from the rows."""
     expected = 1
-    for page in _page_rows(conn, None):
+    for page in page_rows(conn, None):
         if page.fault(expected) is not None:
             return
         found = page_extras(conn, page.first_seq)
-        if found is None or extras_fault(page, *found) is not None:
+        if found is None or extraspage_fault(page, *found) is not None:
             return
         columns = pq.read_table(pa.BufferReader(page.parquet))
         extras = pq.read_table(pa.BufferReader(found[0]))
@@ -314,7 +246,7 @@ def sealed_problem(
     entries' columns, as (seq, what), or None: each read back, checked against its digest
     and row count, and compared with `entries` column by column. (That the pages follow one
     another is `gap_problem`'s.)"""
-    for page in _page_rows(conn, None, first, last):
+    for page in page_rows(conn, None, first, last):
         start, end = page.first_seq, page.last_seq
         fault = page.fault(start)
         if fault is not None:
@@ -343,13 +275,13 @@ def sealed_problem(
     return None
 
 
-def _extras_difference(conn: Connection, page: _PageRow) -> tuple[int, str] | str | None:
+def _extras_difference(conn: Connection, page: PageRow) -> tuple[int, str] | str | None:
     """What is wrong with a page's extras (a fault, as text), the first (seq, column) at
     which they differ from the entries, or None (also for a page without extras)."""
     found = page_extras(conn, page.first_seq)
     if found is None:
         return None
-    fault = extras_fault(page, *found)
+    fault = extraspage_fault(page, *found)
     if fault is not None:
         return fault
     copy = pq.read_table(pa.BufferReader(found[0]))
@@ -399,7 +331,7 @@ class PageComparer:
             "WHERE last_seq >= {mark} AND first_seq <= {mark} ORDER BY first_seq"
         )
         self._rows = (
-            _PageRow(int(r[0]), int(r[1]), int(r[2]), bytes(r[3]), bytes(r[4]))
+            PageRow(int(r[0]), int(r[1]), int(r[2]), bytes(r[3]), bytes(r[4]))
             for (r,) in driver_rows(conn, sql, (first, last), 1)
         )
         self._page: tuple[int, int, pa.Table] | None = None
@@ -440,7 +372,7 @@ class PageComparer:
                 return None
         return self._page
 
-    def _rows_within(self, row: _PageRow) -> tuple[int, int, pa.Table]:
+    def _rows_within(self, row: PageRow) -> tuple[int, int, pa.Table]:
         """The page's row groups that hold seqs of [first, last], as (seq of the first row
         read, the page's last seq, the rows)."""
         page = pq.ParquetFile(pa.BufferReader(row.parquet))
@@ -458,7 +390,7 @@ class PageComparer:
         opening = opening if opening is not None else row.first_seq
         found = page_extras(self._conn, row.first_seq)
         if found is not None:
-            if extras_fault(row, *found) is not None:
+            if extraspage_fault(row, *found) is not None:
                 raise pa.ArrowInvalid("a page's extras amiss")  # verify's own check names it
             extras = pq.read_table(pa.BufferReader(found[0]), use_threads=False)
             extras = extras.slice(opening - row.first_seq, rows.num_rows)

@@ -18,21 +18,18 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, InternalError, OperationalError
 
+from ledger.driver import DEFAULT_URL as DEFAULT_URL
+from ledger.driver import SQLITE_BUSY_TIMEOUT_S, default_url
+from ledger.driver import head_seq as head_seq  # where the store's callers have found it
 from ledger.errors import StoreUnavailable, StoreWriteFailed
 from ledger.migrations import upgrade_event_key
 from ledger.tables import APPEND_ONLY, metadata
 
-DEFAULT_URL = "sqlite:///gpuledger.db"
 _APPEND_LOCK_KEY = 0x6770_756C_6564  # "gpuled": one advisory lock for the whole ledger
-SQLITE_BUSY_TIMEOUT_S = 120
 
 
 #: Entries a sealed page holds by default (ledger/sealed.py): 2^16, a few MB of Parquet.
 SEALED_ENTRIES = 65_536
-
-
-def default_url() -> str:
-    return os.environ.get("GPULEDGER_DB") or DEFAULT_URL
 
 
 class Store:
@@ -159,12 +156,6 @@ class Store:
     def is_initialised(self) -> bool:
         with self.reading() as conn:
             return conn.dialect.has_table(conn, "entries")
-
-
-def head_seq(conn: Connection) -> int:
-    """The last seq in `conn`'s snapshot (0 for an empty store)."""
-    head = conn.exec_driver_sql("SELECT coalesce(max(seq), 0) FROM entries").scalar()
-    return int(head or 0)
 
 
 def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -25,7 +25,8 @@ from ledger import Appender, Store, append_stream, verify_ledger
 from ledger.checkpoint import sign_checkpoint
 from ledger.note import Signer
 from ledger.pages import ENTRY_SCHEMA, store_pages
-from ledger.sealed import entry_tables, read_sealed, seal, seal_store, sealed_with_extras
+from ledger.sealed import entry_tables, seal, seal_store, sealed_with_extras
+from ledger.sealed_read import read_sealed
 from ledger.tables import entries, sealed_extras, sealed_pages
 from reconcile import reconcile_store
 from tests.reconcile_helpers import Scenario, ingest, records

@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from ledger import Store
+from ledger.driver import ReadableStore
 from reconcile.engine.money import MoneyOverflow
 from reconcile.engine.pipeline import (
     CELLS,
@@ -38,7 +38,7 @@ def run(con: duckdb.DuckDBPyConnection, invoice: str | None = None) -> Reconcili
 
 
 def reconcile_store(
-    store: Store,
+    store: ReadableStore,
     tenant: str | None = None,
     invoice: str | None = None,
     threads: int | None = None,

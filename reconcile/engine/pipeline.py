@@ -47,7 +47,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from ledger import Store
+from ledger.driver import ReadableStore
 from reconcile.engine.causes import build_miss_causes
 from reconcile.engine.classify import classify
 from reconcile.engine.figures import placement_sql
@@ -552,7 +552,7 @@ class Pipeline:
     @contextmanager
     def of_store(
         cls,
-        store: Store,
+        store: ReadableStore,
         tenant: str | tuple[str, ...] | None = None,
         threads: int | None = None,
         upto_seq: int | None = None,

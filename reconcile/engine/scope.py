@@ -9,11 +9,14 @@ some `billing.line` (of the tenant, when one is named) carries its `invoice_id`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import orjson
 
-from ledger import Store, read
 from schemas.errors import BadInput
+
+if TYPE_CHECKING:  # the checks read through ledger.read (SQLAlchemy), imported where made
+    from ledger import Store
 
 SHOWN = 8  # names listed in a message; more are counted
 
@@ -25,6 +28,8 @@ class ScopeError(BadInput, LookupError):
 def check_scope(store: Store, tenant: str | None = None, invoice: str | None = None) -> None:
     """Raise ScopeError unless `tenant` (when given) and `invoice` (when given, of `tenant`
     when that is given too) are in the ledger."""
+    from ledger import read
+
     if tenant is not None and not read.has_tenant(store, tenant):
         raise ScopeError(
             f"no tenant {tenant!r} in the ledger ({_listed('tenants', read.tenants(store))})",
@@ -42,6 +47,8 @@ def check_scope(store: Store, tenant: str | None = None, invoice: str | None = N
 
 def invoices(store: Store, tenant: str | None = None) -> list[str]:
     """The invoice ids of the billing lines (of `tenant`), sorted."""
+    from ledger import read
+
     lines = (
         read.entries(store, type="billing.line")
         if tenant is None

@@ -26,14 +26,15 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
-from sqlalchemy import Connection
+
+from ledger.driver import ReadConnection
 
 # the store's rows as pages live with the store; the engine's callers find them here too
 from ledger.pages import PAGE_ROWS as PAGE_ROWS
 from ledger.pages import UnreadableEntry as UnreadableEntry
 from ledger.pages import bulk_pages
 from ledger.pages import store_pages as store_pages
-from ledger.sealed import read_sealed
+from ledger.sealed_read import read_sealed
 
 #: Every `data` field the engine or the reports read, with its DuckDB type.
 _DATA_FIELDS: dict[str, str] = {
@@ -402,7 +403,7 @@ SEALED_GROUP = 16
 
 def load_store(
     con: duckdb.DuckDBPyConnection,
-    conn: Connection,
+    conn: ReadConnection,
     tenant: str | tuple[str, ...] | None = None,
     upto_seq: int | None = None,
 ) -> None:
@@ -429,7 +430,7 @@ def load_store(
 
 @contextmanager
 def _rows_after(
-    conn: Connection, tenant: str | tuple[str, ...] | None, upto_seq: int | None, after: int
+    conn: ReadConnection, tenant: str | tuple[str, ...] | None, upto_seq: int | None, after: int
 ) -> Iterator[Iterable[pa.Table]]:
     """The entries after seq `after` as pages: in bulk where the database's own Arrow
     driver can (`bulk_pages`), else as driver rows; read ahead in a thread (already
@@ -475,7 +476,7 @@ def load_parquet(con: duckdb.DuckDBPyConnection, path: Path) -> int:
     return _count(con) - before
 
 
-def shareable(conn: Connection) -> bool:
+def shareable(conn: ReadConnection) -> bool:
     """Whether another thread may read through `conn`'s driver connection (`read_ahead`).
     psycopg's connections may be shared; sqlite3 refuses one made in another thread
     unless it was opened with check_same_thread=False, as SQLAlchemy opens file databases

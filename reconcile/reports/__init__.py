@@ -29,12 +29,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.table import Table
 from rich.text import Text
 
-from ledger import Store
 from reconcile.engine.pipeline import Pipeline
 from reconcile.engine.scope import ALL_TIME, Period
 from reconcile.reports import (
@@ -50,6 +49,9 @@ from reconcile.reports import (
 from reconcile.reports.numbers import money, percent
 from schemas.display import DataTable, data_text, spreadsheet_safe, terminal_safe
 from schemas.errors import BadInput
+
+if TYPE_CHECKING:  # a name only: reading a SQLite store needs no SQLAlchemy (ledger/driver.py)
+    from ledger import Store
 
 FORMATS = ("table", "json", "csv", "tsv")
 
