@@ -258,32 +258,22 @@ def _labels() -> pa.Table:
     )
 
 
-def _writable(table: pa.Table) -> bool:
-    """Whether this writer gives json.dumps's bytes for these cells."""
+def _writable(table: pa.Table) -> tuple[bool, bool]:
+    """Whether this writer gives json.dumps's bytes for these cells, and whether some text
+    of the lines' needs a JSON escape (`\\` or `"`)."""
     if table.num_rows == 0:
-        return False
+        return False, False
     whole = pc.all(pc.equal(pc.remainder(table.column("gpu_us"), SECOND), 0)).as_py()
     if not whole:
-        return False
+        return False, False
+    escapes = False
     for name in _TEXT_COLUMNS:
-        column = pc.fill_null(_distinct(table, name), "")
-        if not pc.all(pc.match_substring_regex(column, "^[ -~]*$")).as_py():
-            return False
-    return True
-
-
-def _distinct(table: pa.Table, name: str) -> pa.Array:
-    """A text column's distinct values: a few per thousand cells, so a pattern is matched
-    against those only."""
-    return pc.unique(table.column(name))
-
-
-def _escapes(table: pa.Table) -> bool:
-    """Whether some text of the lines' needs a JSON escape (`\\` or `"`)."""
-    return any(
-        pc.any(pc.match_substring_regex(_distinct(table, name), '["\\\\]')).as_py()
-        for name in _TEXT_COLUMNS
-    )
+        # a text column's distinct values: a few per thousand cells, matched once each
+        values = pc.unique(table.column(name))
+        if not pc.all(pc.match_substring_regex(pc.fill_null(values, ""), "^[ -~]*$")).as_py():
+            return False, False
+        escapes = escapes or bool(pc.any(pc.match_substring_regex(values, '["\\\\]')).as_py())
+    return True, escapes
 
 
 def json_text(result: Reconciliation) -> str | None:
@@ -293,10 +283,18 @@ def json_text(result: Reconciliation) -> str | None:
 
 
 def json_bytes(result: Reconciliation) -> bytes | None:
-    """`json_text`'s text as UTF-8 (a file is written from it with no second copy of the
-    document), or None where this writer does not apply."""
+    """`json_text`'s text as UTF-8, or None where this writer does not apply."""
+    parts = json_parts(result)
+    return None if parts is None else b"".join(parts)
+
+
+def json_parts(result: Reconciliation) -> list[bytes | memoryview] | None:
+    """`json_bytes`' text in parts, end to end (the lines' texts as views of the buffers
+    DuckDB filled: a file is written from them with no copy of the document), or None
+    where this writer does not apply."""
     table = result.table
-    if not _writable(table):
+    writable, escapes = _writable(table)
+    if not writable:
         return None
     starts = result._line_starts()
     if starts is None:
@@ -314,7 +312,7 @@ def json_bytes(result: Reconciliation) -> bytes | None:
         ).fetchall()[0][0]
     if int(longest) >= EXACT_LINE_US:
         return None  # the slow path raises MoneyOverflow, as it always has
-    sql = _SQL.replace("{line_head}", _line_head(_escapes(table)))
+    sql = _SQL.replace("{line_head}", _line_head(escapes))
     parts = [cells.slice(a, b - a) for a, b in _cuts(starts, table.num_rows)]
     texts = _in_threads([partial(_lines_text, part, sql) for part in parts])
     with scratch() as con:
@@ -324,7 +322,7 @@ def json_bytes(result: Reconciliation) -> bytes | None:
         tenants = _tenants(con, result)
     lines = pa.chunked_array([c for text, _ in texts for c in text.chunks], texts[0][0].type)
     head = dumps({"period": result.period.as_dict(), "tenants": tenants}, indent=2)
-    return _joined([head[: -len("\n}")].encode(), b',\n  "lines": [\n'], lines, [b"\n  ]\n}\n"])
+    return _parts([head[: -len("\n}")].encode(), b',\n  "lines": [\n'], lines, [b"\n  ]\n}\n"])
 
 
 #: Cells a part at least: below this, a thread of its own costs more than it saves.
@@ -369,9 +367,11 @@ def _lines_text(cells: pa.Table, sql: str) -> tuple[pa.ChunkedArray, pa.Table]:
     return text, shares
 
 
-def _joined(before: list[bytes], column: pa.ChunkedArray, after: list[bytes]) -> bytes:
-    """`before`, a column's texts end to end (from its data buffers: no Python object a
-    text) and `after`, as one text: the document copied once."""
+def _parts(
+    before: list[bytes], column: pa.ChunkedArray, after: list[bytes]
+) -> list[bytes | memoryview]:
+    """`before`, a column's texts end to end (views of its data buffers: no Python object
+    a text) and `after`."""
     parts: list[bytes | memoryview] = list(before)
     for chunk in column.chunks:
         if chunk.null_count:  # never made by the query; joined the plain way if it were
@@ -384,7 +384,7 @@ def _joined(before: list[bytes], column: pa.ChunkedArray, after: list[bytes]) ->
         first, last = offsets[chunk.offset], offsets[chunk.offset + len(chunk)]
         parts.append(memoryview(chunk.buffers()[2])[first:last])
     parts.extend(after)
-    return b"".join(parts)
+    return parts
 
 
 def _tenants(con: duckdb.DuckDBPyConnection, result: Reconciliation) -> dict[str, Any]:

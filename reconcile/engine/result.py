@@ -466,10 +466,15 @@ class Reconciliation:
 
     def json_bytes(self) -> bytes:
         """`json_text()` as UTF-8."""
-        from reconcile.engine.json_text import json_bytes
+        return b"".join(self.json_parts())
 
-        data = json_bytes(self)
-        return data if data is not None else self.document().to_json().encode()
+    def json_parts(self) -> list[bytes | memoryview]:
+        """`json_bytes()` in parts, end to end: a file is written from them without a copy
+        of the whole document (hundreds of MB at field scale)."""
+        from reconcile.engine.json_text import json_parts
+
+        parts = json_parts(self)
+        return parts if parts is not None else [self.document().to_json().encode()]
 
     def frame(self) -> pa.Table:
         """One row per line, category, bearer and acceptance: for CSV and Parquet. Computed

@@ -126,7 +126,9 @@ def write(
     Parquet are for spreadsheets: a text cell that starts like a formula is prefixed `'`
     (`for_spreadsheets`); JSON is exact."""
     if fmt == "json" and isinstance(out, Path):
-        out.write_bytes(result.json_bytes())  # tens of MB: never decoded to be encoded again
+        # hundreds of MB at field scale: never decoded to be encoded again, nor joined
+        with out.open("wb") as file:
+            file.writelines(result.json_parts())
     elif fmt in ("json", "html"):
         text = result.json_text() if fmt == "json" else _page(result, db, period, answers)
         if isinstance(out, Path):
