@@ -104,9 +104,11 @@ _CATEGORY_TEXT = _concat(
     + _member(10, "amount", _concat(_quoted("money")))
     + _member(10, "amount_exact", _concat(_quoted("exact")))
     + ['\'          "bearer": "\'', "bearer", "'\"'"]
-    + ["CASE WHEN n > 1 THEN ',\n          \"by_bearer\": {\n' ELSE '' END"]
+    # its end, where it has one bearer (most): in its own fragment, one fewer to sort
+    + ["CASE WHEN n > 1 THEN ',\n          \"by_bearer\": {\n' ELSE '\n        }' END"]
 )
-_CATEGORY_END = "CASE WHEN n > 1 THEN '\n          }\n        }' ELSE '\n        }' END"
+#: The end of a category of several bearers: a fragment sorted after their texts.
+_CATEGORY_END = "'\n          }\n        }'"
 
 
 def _line_head(escape: bool) -> str:
@@ -153,8 +155,8 @@ _ACCEPTANCE_SUMS = ", ".join(
 )
 
 #: The lines' text as fragments with their place in the document (line, part, category,
-#: bearer): a line's head, each category (its bearers' texts after it where it has
-#: several), each category's end, the line's tail. Each fragment carries the separator
+#: bearer): a line's head, each category (its bearers' texts and its end after it where
+#: it has several), the line's tail. Each fragment carries the separator
 #: before it, so the document is the fragments' texts one after another in that order
 #: (DuckDB sorts them by those keys, in parallel, into the Arrow it hands over: sorting the
 #: keys in numpy and moving the texts after them cost a second copy of every text, about
@@ -202,7 +204,7 @@ fragments AS (
                  {decimal_text_sql("b.units", "b.places", "b.ep")} AS exact
           FROM kb b JOIN kc k USING (line_no, category) WHERE k.n > 1)
     UNION ALL
-    SELECT line_no, 1, cat_rank, {len(BEARERS) + 1}, {_CATEGORY_END} FROM kc
+    SELECT line_no, 1, cat_rank, {len(BEARERS) + 1}, {_CATEGORY_END} FROM kc WHERE n > 1
     UNION ALL
     SELECT line_no, 2, 0, 0, {_LINE_TAIL} FROM line)
 SELECT text FROM fragments ORDER BY line_no, part, cat_rank, sub
