@@ -301,19 +301,11 @@ def json_parts(result: Reconciliation) -> list[bytes | memoryview] | None:
     starts = result._line_starts()
     if starts is None:
         return None
-    begins = np.zeros(table.num_rows, dtype=np.int64)
-    begins[0] = 1
-    begins[starts] = 1
-    cells = table.append_column("row_no", pa.array(np.arange(1, table.num_rows + 1)))
-    cells = cells.append_column("line_no", pa.array(np.cumsum(begins)))
+    cells = _numbered(table, starts)
     with scratch() as con:
         con.register("cells", cells)
-        longest = con.execute(
-            "SELECT max(us) FROM (SELECT sum(CAST(gpu_us AS HUGEINT)) AS us FROM cells "
-            "GROUP BY line_no)"
-        ).fetchall()[0][0]
-    if int(longest) >= EXACT_LINE_US:
-        return None  # the slow path raises MoneyOverflow, as it always has
+        if not _fits(con):
+            return None  # the slow path raises MoneyOverflow, as it always has
     sql = _SQL.replace("{line_head}", _line_head(escapes))
     parts = [cells.slice(a, b - a) for a, b in _cuts(starts, table.num_rows)]
     texts = _in_threads([partial(_lines_text, part, sql) for part in parts])
@@ -325,6 +317,25 @@ def json_parts(result: Reconciliation) -> list[bytes | memoryview] | None:
     lines = pa.chunked_array([c for text, _ in texts for c in text.chunks], texts[0][0].type)
     head = dumps({"period": result.period.as_dict(), "tenants": tenants}, indent=2)
     return _parts([head[: -len("\n}")].encode(), b',\n  "lines": [\n'], lines, [b"\n  ]\n}\n"])
+
+
+def _numbered(table: pa.Table, starts: np.ndarray) -> pa.Table:
+    """The cells with their `row_no` (from 1, in order) and `line_no` (from 1: a line
+    begins at each of `starts`, `Reconciliation._line_starts()`)."""
+    begins = np.zeros(table.num_rows, dtype=np.int64)
+    begins[0] = 1
+    begins[starts] = 1
+    cells = table.append_column("row_no", pa.array(np.arange(1, table.num_rows + 1)))
+    return cells.append_column("line_no", pa.array(np.cumsum(begins)))
+
+
+def _fits(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether every line of `cells` is short enough for exact shares in 128 bits."""
+    longest = con.execute(
+        "SELECT max(us) FROM (SELECT sum(CAST(gpu_us AS HUGEINT)) AS us FROM cells "
+        "GROUP BY line_no)"
+    ).fetchall()[0][0]
+    return bool(int(longest) < EXACT_LINE_US)
 
 
 #: Cells a part at least: below this, a thread of its own costs more than it saves.
@@ -417,6 +428,17 @@ def _tenants(con: duckdb.DuckDBPyConnection, result: Reconciliation) -> dict[str
 
 def _placement(con: duckdb.DuckDBPyConnection, result: Reconciliation) -> dict[str, PlacementSums]:
     """`Reconciliation.placement_states`' sums per tenant, from groups of lines."""
+    per_tenant: dict[str, PlacementSums] = {}
+    for (tenant, _currency), sums in _placement_groups(con, result).items():
+        per_tenant[tenant] = per_tenant[tenant] + sums if tenant in per_tenant else sums
+    return per_tenant
+
+
+def _placement_groups(
+    con: duckdb.DuckDBPyConnection, result: Reconciliation
+) -> dict[tuple[str, str], PlacementSums]:
+    """`Reconciliation.placement_sums`, from groups of lines (`con` holds the cells, their
+    labels and exact shares)."""
     placement = result.placement
     if placement is None:
         placement = pa.table(
@@ -432,7 +454,20 @@ def _placement(con: duckdb.DuckDBPyConnection, result: Reconciliation) -> dict[s
         sums.amount[state] += Fraction(int(billed), 10 ** int(scale))
         if state == NOT_AS_SOLD:
             sums.claim += share_of(share) * Fraction(int(borne), 10 ** int(places))
-    per_tenant: dict[str, PlacementSums] = {}
-    for (tenant, _currency), sums in sorted(out.items()):
-        per_tenant[tenant] = per_tenant[tenant] + sums if tenant in per_tenant else sums
-    return per_tenant
+    return dict(sorted(out.items()))
+
+
+def placement_sums(result: Reconciliation) -> dict[tuple[str, str], PlacementSums] | None:
+    """`Reconciliation.placement_sums()` column-wise (no Python object a cell), or None
+    where it does not apply (no cells, cells not grouped by line, a line too long for
+    exact shares: the caller then asks the reconciliation, which raises MoneyOverflow)."""
+    starts = result._line_starts() if result.cell_count else None
+    if starts is None:
+        return None
+    with scratch() as con:
+        con.register("cells", _numbered(result.table, starts))
+        if not _fits(con):
+            return None
+        con.register("labels", _labels())
+        con.execute(f"CREATE TEMP TABLE shares AS {exact_shares_sql('cells')}")
+        return _placement_groups(con, result)

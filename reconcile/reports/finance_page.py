@@ -27,9 +27,10 @@ from fractions import Fraction
 from pathlib import Path
 
 from reconcile.engine.figures import EPOCH, safe_name
+from reconcile.engine.json_text import placement_sums
 from reconcile.engine.placement import NOT_AS_SOLD
 from reconcile.engine.placement import PLACEMENT_STATES as STATES
-from reconcile.engine.result import BEARERS, Cell, Reconciliation
+from reconcile.engine.result import BEARERS, Cell, InvoiceTotal, Reconciliation
 from reconcile.engine.rules import SECOND
 from reconcile.reports.explain import BEARER_MEANING, explain, terms
 from reconcile.reports.numbers import HOUR_US, hours, number, percent
@@ -431,10 +432,13 @@ class TenantRow:
     bearers: dict[str, str]
 
 
-def tenant_rows(result: Reconciliation) -> list[TenantRow]:
-    """Per tenant and currency: GPU-hours billed and unbilled, and money per bearer."""
+def tenant_rows(
+    result: Reconciliation, invoices: list[InvoiceTotal] | None = None
+) -> list[TenantRow]:
+    """Per tenant and currency: GPU-hours billed and unbilled, and money per bearer
+    (`invoices`: `result.invoices()`, where the caller has them)."""
     rows: dict[tuple[str, str], tuple[int, dict[str, int], int]] = {}
-    for invoice in result.invoices():
+    for invoice in result.invoices() if invoices is None else invoices:
         key = (invoice.tenant, invoice.currency or "")
         us, cents, minor = rows.get(key, (0, dict.fromkeys(BEARERS, 0), invoice.minor))
         for bearer, (_, c) in invoice.bearer_totals().items():
@@ -466,7 +470,10 @@ def placement_rows(result: Reconciliation) -> list[PlacementRow]:
     """Per tenant and currency with a line not placed as sold: GPU-hours and money per
     placement state, and the claim (placement_credit_share x the customer-borne amount)."""
     rows = []
-    for (tenant, currency), sums in result.placement_sums().items():
+    groups = placement_sums(result)  # column-wise
+    if groups is None:  # from the cells, one at a time
+        groups = result.placement_sums()
+    for (tenant, currency), sums in groups.items():
         if not (sums.gpu_us[NOT_AS_SOLD] or sums.amount[NOT_AS_SOLD]):
             continue
         states = {s: (hours(sums.gpu_us[s]), sums.money(sums.amount[s]).grouped()) for s in STATES}
@@ -576,12 +583,13 @@ def render_page(
     env = environment(TEMPLATES, trim_blocks=True, lstrip_blocks=True)
     env.filters["rule"] = rule_html
     env.globals.update(hours=hours, Money=Money, number=number, safe_name=safe_name)
+    invoices = result.invoices()
     return env.get_template("finance.html.j2").render(
         headlines=headlines(result, answers),
         answered=answers is not None,
         period=period,
-        invoices=result.invoices(),
-        tenants=tenant_rows(result),
+        invoices=invoices,
+        tenants=tenant_rows(result, invoices),
         charts=charts(result),
         placement=placement_rows(result),
         placement_states=STATES,
