@@ -220,7 +220,11 @@ def _decimal(value: Fraction) -> Decimal:
 
 def _days(cell: Cell) -> list[tuple[str, Fraction]]:
     """The UTC days of the cell's line period, each with its share of the period."""
-    ps, pe = cell.ps or 0, cell.pe or 0
+    return days_of(cell.ps or 0, cell.pe or 0)
+
+
+def days_of(ps: int, pe: int) -> list[tuple[str, Fraction]]:
+    """The UTC days of a line period [ps, pe) (µs), each with its share of the period."""
     first = ps - ps % DAY_US
     if pe <= ps or pe <= first + DAY_US:  # within one day (or an empty window: its start's)
         return [(_day(first), Fraction(1))]
@@ -316,6 +320,12 @@ def charts(result: Reconciliation) -> list[Chart]:
     figures = Figures()
     for cell in result.cells:
         figures.add(cell)
+    return charts_of(figures)
+
+
+def charts_of(figures: Figures) -> list[Chart]:
+    """The page's charts of figures added up (from the cells one at a time, or from groups
+    of them: finance_figures.py)."""
     out = [
         _hours_chart(
             "GPU-hours by category, per day (UTC)", dict(sorted(figures.hours_by_day.items()))
@@ -400,6 +410,13 @@ def largest_findings(
         (c for c in result.cells if c.bearer in OWED_BY and c.cents > 0),
         key=lambda c: (-c.cents, c.tenant, c.invoice_id, c.line_id, c.label),
     )[:count]
+    return findings_of(cells, db, answers)
+
+
+def findings_of(
+    cells: list[Cell], db: str | None = None, answers: Answers | None = None
+) -> list[Finding]:
+    """The findings of these cells (the largest, in order), each command given once."""
     out: list[Finding] = []
     first: dict[tuple[str, str], int] = {}  # each command is given once, on its first row
     for index, c in enumerate(cells, 1):
@@ -555,6 +572,16 @@ def headlines(result: Reconciliation, answers: Answers | None = None) -> Headlin
         ).add(cell, answers)
         month = _day(cell.ps)[:7] if cell.ps is not None else "no period"
         per_month.setdefault((cur, month), Headline(month, cur, cell.minor)).add(cell)
+    return assembled(per_currency, per_invoice, per_month)
+
+
+def assembled(
+    per_currency: dict[str, Headline],
+    per_invoice: dict[tuple[str, str, str], Headline],
+    per_month: dict[tuple[str, str], Headline],
+) -> Headlines:
+    """The headlines in the page's order: currencies and months by name, invoices by money
+    owed (ties by name, then as first met)."""
     months: dict[str, list[Headline]] = defaultdict(list)
     for cur, month in sorted(per_month):
         months[cur].append(per_month[(cur, month)])
@@ -583,17 +610,21 @@ def render_page(
     env = environment(TEMPLATES, trim_blocks=True, lstrip_blocks=True)
     env.filters["rule"] = rule_html
     env.globals.update(hours=hours, Money=Money, number=number, safe_name=safe_name)
-    invoices = result.invoices()
+    # the figures from groups of cells (finance_figures.py): the per-cell functions above
+    # are their definition, and the tests render the page both ways
+    from reconcile.reports.finance_figures import page_figures
+
+    figures = page_figures(result, answers)
     return env.get_template("finance.html.j2").render(
-        headlines=headlines(result, answers),
+        headlines=figures.headlines,
         answered=answers is not None,
         period=period,
-        invoices=invoices,
-        tenants=tenant_rows(result, invoices),
-        charts=charts(result),
+        invoices=figures.invoices,
+        tenants=tenant_rows(result, figures.invoices),
+        charts=charts_of(figures.figures),
         placement=placement_rows(result),
         placement_states=STATES,
-        findings=largest_findings(result, db, answers=answers),
+        findings=findings_of(figures.largest, db, answers),
         colours=COLOURS,
         categories=[t for t in terms() if t in COLOURS],
         meanings={t: explain(t) for t in terms()},
