@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     import reconcile.reports as reconcile_reports
     from fixtures.sim import Manifest
     from ledger.driver import ReadableStore, SQLiteReader
+    from reconcile.engine.result import Reconciliation
+    from reconcile.reports.finance_page import Answers
     from schemas import Record
     from schemas.errors import GpuledgerError
 
@@ -906,7 +908,7 @@ def reconcile_command(
     limit = _decimal_option("--fail-on-disputed", fail_on)
     period = _period(period_since, period_until)
     # the whole ledger of a SQLite file is read through sqlite3 alone (ledger/driver.py)
-    plain = cluster is None and tenant is None and invoice is None and fmt != "html"
+    plain = cluster is None and tenant is None and invoice is None
     reader = _plain_sqlite(db_url) if plain else None
     full = _readable_store(db_url, tenant, invoice) if reader is None else None
     store: ReadableStore = reader or cast("ledger.Store", full)
@@ -933,11 +935,8 @@ def reconcile_command(
             raise InputError("--out: Parquet needs an output file")
         stream = cast(IO[str], _TerminalText()) if sys.stdout.isatty() else sys.stdout
         answers = None
-        if fmt == "html":  # the provider's answers: imported here, as only the page shows them
-            from reconcile.packets.answers import stored_cell_answers
-
-            assert full is not None  # not `plain`
-            answers = stored_cell_answers(full, result.cells)
+        if fmt == "html":  # the provider's answers to the findings, where there are some
+            answers = _page_answers(result, lambda: full or _readable_store(db_url))
         reconcile_render.write(
             result,
             fmt,
@@ -1931,6 +1930,19 @@ def _readable_store(
     store = ledger.Store(db_url)
     _require_store(store, tenant, invoice)
     return store
+
+
+def _page_answers(result: Reconciliation, store: Callable[[], ledger.Store]) -> Answers:
+    """The provider's answers to the findings the finance page shows: none where the
+    reconciled entries hold none (the store is then neither opened nor read for them)."""
+    from reconcile.reports.finance_page import ANSWER_TYPE, OWED_BY
+
+    if result.event_types is not None and ANSWER_TYPE not in result.event_types:
+        return {}
+    # imported here: the answers' rules read the event models, which only this needs
+    from reconcile.packets.answers import stored_cell_answers
+
+    return stored_cell_answers(store(), result.cells_borne_by(OWED_BY))
 
 
 def _plain_sqlite(db_url: str | None) -> SQLiteReader | None:

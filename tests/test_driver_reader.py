@@ -20,6 +20,7 @@ from ledger import Store
 from ledger.driver import sqlite_reader
 from ledger.sealed import seal_store
 from reconcile import reconcile_store
+from reconcile.reports.finance_page import render_page
 from tests.test_reconcile_oracle import ledger_of, random_fleet
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,16 +84,19 @@ def test_the_reader_gives_the_stores_reconciliation(tmp_path: Path) -> None:
             assert ours.json_text() == theirs.json_text()
 
 
-def test_the_command_reads_a_plain_file_without_sqlalchemy(tmp_path: Path) -> None:
-    """In a fresh interpreter, as a user runs it: the JSON is the store's, and SQLAlchemy
-    is never imported."""
+@pytest.mark.parametrize("fmt", ["json", "html"])
+def test_the_command_reads_a_plain_file_without_sqlalchemy(tmp_path: Path, fmt: str) -> None:
+    """In a fresh interpreter, as a user runs it: the output is the store's (the finance
+    page of a ledger that holds no answers too), and SQLAlchemy is never imported."""
     with ledger_of(random_fleet(random.Random(3))) as store:
-        expected = reconcile_store(store).json_text()
-        out = tmp_path / "r.json"
+        result = reconcile_store(store)
+        page = render_page(result, store.url, None, {})  # the command names its store
+        expected = result.json_text() if fmt == "json" else page
+        out = tmp_path / f"r.{fmt}"
         program = (
             "import sys, cli\n"
             "try:\n"
-            f"    cli.main(['reconcile', '--db', {store.url!r}, '--format', 'json', "
+            f"    cli.main(['reconcile', '--db', {store.url!r}, '--format', {fmt!r}, "
             f"'--out', {str(out)!r}])\n"
             "except SystemExit as exc:\n"
             "    assert not exc.code, exc.code\n"

@@ -162,3 +162,15 @@ def test_the_page_is_the_same_from_either(seed: int, monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr("reconcile.reports.finance_figures.page_figures", per_cell)
     assert finance_page.render_page(result, "sqlite:///x.db", "2026-11", answers) == grouped
+
+
+def test_the_reconciliation_knows_the_event_types_of_its_entries() -> None:
+    """`event_types` (what lets the page skip reading answers a ledger does not hold): the
+    distinct types of the stored entries, read from the table itself."""
+    for seed in (0, 4):
+        with ledger_of(random_fleet(random.Random(seed))) as store:
+            result = reconcile_store(store)
+            with store.reading() as conn:
+                stored = {t for (t,) in conn.exec_driver_sql("SELECT DISTINCT type FROM entries")}
+        assert result.event_types == frozenset(stored)
+        assert "job.progress" in stored and "billing.line" in stored

@@ -479,6 +479,13 @@ STAGE_BY_NAME = _check_stages(STAGES)
 # -- the pipeline --------------------------------------------------------------------------
 
 
+#: The event types of the entries loaded (progress's own table has one).
+EVENT_TYPES = (
+    "SELECT DISTINCT type FROM ev_rest UNION "
+    "SELECT 'job.progress' FROM (SELECT 1 FROM progress LIMIT 1)"
+)
+
+
 @dataclass
 class Pipeline:
     """The relations of one reconciliation, built on demand in the declared order."""
@@ -531,8 +538,9 @@ class Pipeline:
                 tenants = set(table.column("tenant").to_pylist())
                 unbilled = {t: us for t, us in unbilled.items() if t in tenants}
             placed = self.need("placement").sql(PLACED, params={"invoice": invoice})
+            types = frozenset(t for (t,) in con.execute(EVENT_TYPES).fetchall())
             self._recons[invoice] = Reconciliation(
-                table, unbilled, placed.to_arrow_table(), self.period
+                table, unbilled, placed.to_arrow_table(), self.period, types
             )
         return self._recons[invoice]
 

@@ -283,6 +283,11 @@ class InvoiceTotal:
         return [(k[0], k[1], self.tally.gpu_us[k], self.tally.cents[k]) for k in keys]
 
 
+def _cells_of(table: pa.Table) -> list[Cell]:
+    columns = [table.column(name).to_pylist() for name in CELL_COLUMNS]
+    return [Cell(*row) for row in zip(*columns)]
+
+
 #: Rows of the CSV/Parquet frame made at a time (`frame_batches`): a few hundred MB.
 FRAME_ROWS = 500_000
 
@@ -295,6 +300,10 @@ class Reconciliation:
     placement: pa.Table | None = None
     #: the period whose lines were reconciled (scope.Period; open: every line)
     period: Period = ALL_TIME
+    #: the event types the reconciled entries hold (None: not known, as of a cluster's
+    #: merged partitions): a caller that would read entries of a type the ledger does not
+    #: hold (the finance page's answers) need not read the store for them
+    event_types: frozenset[str] | None = None
 
     @property
     def cell_count(self) -> int:
@@ -304,8 +313,14 @@ class Reconciliation:
 
     @cached_property
     def cells(self) -> list[Cell]:
-        columns = [self.table.column(name).to_pylist() for name in CELL_COLUMNS]
-        return [Cell(*row) for row in zip(*columns)]
+        return _cells_of(self.table)
+
+    def cells_borne_by(self, bearers: tuple[str, ...]) -> list[Cell]:
+        """The cells these bearers bear, in order (`cells`, the others left out, without a
+        Python object made for them)."""
+        codes = [code for code, label in LABEL_BY_CODE.items() if label.bearer in bearers]
+        picked = pc.is_in(self.table.column("label"), value_set=pa.array(codes, pa.int32()))
+        return _cells_of(self.table.filter(picked))
 
     @cached_property
     def exact_amounts(self) -> list[Decimal]:

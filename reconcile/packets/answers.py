@@ -40,12 +40,11 @@ from pydantic import ValidationError
 from ledger import Appender, Store, read
 from ledger.note import Signer, Verifier
 from reconcile.packets.claims import finding_figures
-from reconcile.reports.finance_page import Answers, FindingAnswer
+from reconcile.reports.finance_page import ANSWER_TYPE, Answers, FindingAnswer
 from schemas import Accepted, Origin, canonical, format_utc, validate_event
 from schemas.errors import BadInput
 from schemas.records import field_path
 
-ANSWER_TYPE = "dispute.answer"
 SIGNED_PREFIX = b"gpuledger dispute.answer v1\n"
 STATES = ("accepted", "rejected", "partly")
 #: What rule 2 compares: an answer that repeats these is the same answer.

@@ -258,6 +258,8 @@ class FindingAnswer:
 
 #: The provider's answers to findings, by (tenant, invoice, line, category)
 Answers = dict[tuple[str, str, str, str], FindingAnswer]
+#: The event type the provider's answers are stored as.
+ANSWER_TYPE = "dispute.answer"
 #: The states of a finding the page counts, in this order
 ANSWER_ORDER = ("accepted", "partly", "rejected", "open")
 
