@@ -6,9 +6,9 @@ For each size, `bench.reconcile`'s fleet (50 tenants) is ingested into a SQLite 
 checkpoint is asked for), then:
 
 - the engine on the same events as a Parquet file (`reconcile_parquet`, 2 DuckDB threads,
-  the machine's cores), beside `gpuledger reconcile --format json|parquet --out FILE` from
-  the store (a process each, output written, wall time): the user's command against the
-  engine;
+  the machine's cores), beside `gpuledger reconcile --format F --out FILE` from the store
+  for every format F (`table` to a pipe; a process each, output written, wall time): the
+  user's command against the engine;
 - (with --cluster) `reconcile_store` in one process with 2 DuckDB threads against
   `reconcile --cluster local[2]`'s path (2 Ray workers, 1 DuckDB thread each), threads
   matched so that the ratio is Ray's overhead (its start is timed apart: a cluster is up
@@ -36,6 +36,7 @@ from bench.e2e import run_step
 from bench.field_scale import sorted_fleet, write_jsonl
 from bench.reconcile import Shape, run_child, write_fleet
 from bench.results_file import record
+from cli import RECONCILE_FORMATS
 
 ROOT = Path(__file__).resolve().parent.parent
 FLEET_EVENTS_PER_GPU_MONTH = 62_472_800 / 10_000  # bench.reconcile's fleet, 30 days
@@ -135,23 +136,24 @@ def command_vs_engine(shape: Shape, folder: Path, repeats: int) -> dict[str, Any
         "wall_s",
     )
     out["engine_parquet_process"] = process
-    for fmt in ("json", "parquet"):
+    for fmt in RECONCILE_FORMATS:  # every output format of the command
         target = folder / f"r.{fmt}"
+        written = ["--out", str(target)] if fmt != "table" else []  # the table: to a pipe
         runs = [
             run_command(
-                f"reconcile {fmt}",
-                ["reconcile", "--db", url, "--format", fmt, "--out", str(target)],
+                f"reconcile {fmt}", ["reconcile", "--db", url, "--format", fmt, *written]
             )
             for _ in range(repeats)
         ]
         run = best(runs, "wall_s")
         out[f"command_{fmt}"] = run
-        out[f"command_{fmt}_bytes"] = target.stat().st_size
+        if written:
+            out[f"command_{fmt}_bytes"] = target.stat().st_size
+            target.unlink()
         out[f"ratio_{fmt}"] = round(run["wall_s"] / engine["seconds"], 2)
         out[f"ratio_{fmt}_cpu"] = round(run["cpu_s"] / engine["cpu_seconds"], 2)
         out[f"ratio_{fmt}_to_engine_process"] = round(run["wall_s"] / process["wall_s"], 2)
         out[f"ratio_{fmt}_to_engine_process_cpu"] = round(run["cpu_s"] / process["cpu_s"], 2)
-        target.unlink()
     out["loadavg_before"] = [round(x, 2) for x in load_before]
     out["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     out["note"] = (
