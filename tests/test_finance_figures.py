@@ -7,7 +7,6 @@ and on the demo's."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import random
 from decimal import Decimal
 from pathlib import Path
@@ -15,7 +14,6 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-import ingest
 import ledger
 from fixtures.sim import SimConfig, simulate
 from reconcile import Reconciliation, reconcile_store
@@ -24,6 +22,7 @@ from reconcile.reports import finance_page
 from reconcile.reports.finance_figures import page_figures
 from reconcile.reports.finance_page import DAY_US, OWED_BY, Answers, Figures, FindingAnswer
 from tests.test_reconcile_oracle import ledger_of, random_fleet
+from tests.test_reconcile_truth import _ingest_fleet as ingest_fleet
 
 LARGEST = finance_page.LARGEST_FINDINGS
 HOUR = 3_600_000_000
@@ -120,13 +119,7 @@ def test_the_demo_fleet(tmp_path: Path) -> None:
     simulate(SimConfig(), tmp_path)
     store = ledger.Store(f"sqlite:///{tmp_path / 'ledger.db'}")
     store.init()
-    manifest = json.loads((tmp_path / "manifest.json").read_text())
-    appender = ledger.Appender(store)
-    for item in manifest["files"]:
-        records = ingest.extract(
-            tmp_path / item["path"], item["format"], **item.get("options", {})
-        )
-        ledger.append_stream(appender, records, 5000)
+    ingest_fleet(tmp_path, store)
     result = reconcile_store(store)
     store.close()
     assert result.cell_count > 1000
