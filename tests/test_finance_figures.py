@@ -18,9 +18,12 @@ import ledger
 from fixtures.sim import SimConfig, simulate
 from reconcile import Reconciliation, reconcile_store
 from reconcile.engine.result import Cell
+from reconcile.engine.totals import invoice_totals
 from reconcile.reports import finance_page
 from reconcile.reports.finance_figures import page_figures
 from reconcile.reports.finance_page import DAY_US, OWED_BY, Answers, Figures, FindingAnswer
+from reconcile.reports.numbers import hours
+from reconcile.reports.output import tables
 from tests.test_reconcile_oracle import ledger_of, random_fleet
 from tests.test_reconcile_truth import _ingest_fleet as ingest_fleet
 
@@ -61,7 +64,7 @@ def _largest(result: Reconciliation) -> list[Cell]:
 
 def _check(result: Reconciliation, answers: Answers | None) -> None:
     got = page_figures(result, answers)
-    assert got.invoices == result.invoices()
+    assert got.invoices == result.invoices() == invoice_totals(result)
     assert got.headlines == finance_page.headlines(result, answers)
     assert got.figures == _per_cell_figures(result)
     assert got.largest == _largest(result)
@@ -167,3 +170,15 @@ def test_the_reconciliation_knows_the_event_types_of_its_entries() -> None:
                 stored = {t for (t,) in conn.exec_driver_sql("SELECT DISTINCT type FROM entries")}
         assert result.event_types == frozenset(stored)
         assert "job.progress" in stored and "billing.line" in stored
+
+
+def test_the_terminal_tables_tenants_and_billed_hours_from_the_invoices() -> None:
+    """`reconcile`'s tables list `result.tenants()` (billed or only unbilled), each with its
+    billed GPU-hours: the tables take both from the invoices' totals."""
+    for seed in range(6):
+        with ledger_of(random_fleet(random.Random(seed))) as store:
+            result = reconcile_store(store)
+        titles = [str(table.title) for table in tables(result)]
+        assert titles == [f"tenant {tenant}" for tenant in result.tenants()]
+        for table, tally in zip(tables(result), result.tenants().values(), strict=True):
+            assert str(table.caption).startswith(f"billed {hours(tally.billed_us)} GPU-h")

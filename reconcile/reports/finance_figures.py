@@ -14,7 +14,6 @@ the page both ways and finds the same bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -22,15 +21,12 @@ import duckdb
 import pyarrow as pa
 
 from reconcile.engine.json_text import _labels
-from reconcile.engine.money import _amount_int
-from reconcile.engine.result import (
-    CELL_COLUMNS,
-    Cell,
-    InvoiceTotal,
-    Reconciliation,
-    _Tally,
-)
+from reconcile.engine.result import CELL_COLUMNS, Cell, InvoiceTotal, Reconciliation
 from reconcile.engine.scratch import scratch
+from reconcile.engine.totals import CELLS as _CELLS
+from reconcile.engine.totals import CUR as _CUR
+from reconcile.engine.totals import INVOICES, KEYS, invoices_of, numbered
+from reconcile.engine.totals import rows as _rows
 from reconcile.reports.finance_page import (
     DAY_US,
     LARGEST_FINDINGS,
@@ -46,46 +42,12 @@ from reconcile.reports.finance_page import (
 )
 
 _OWED = "(" + ", ".join(f"'{bearer}'" for bearer in OWED_BY) + ")"
-_CUR = "coalesce(c.currency, '')"
-_CELLS = "cells c JOIN labels l ON l.code = c.label"
 _DAY = f"(coalesce(c.ps, 0) - ((coalesce(c.ps, 0) % {DAY_US}) + {DAY_US}) % {DAY_US})"
 #: A line within one UTC day (or an empty window): on its start's day (`days_of`).
 _WITHIN_A_DAY = (
     f"(coalesce(c.pe, 0) <= coalesce(c.ps, 0) OR coalesce(c.pe, 0) <= {_DAY} + {DAY_US})"
 )
 
-#: GPU-µs and cents per tenant, invoice, currency, category and bearer, with the first cell.
-_KEYS = f"""
-SELECT c.tenant, c.invoice_id, {_CUR} AS cur, l.category, l.bearer, sum(c.gpu_us),
-       sum(c.cents), min(c.row_no) AS first
-FROM {_CELLS} GROUP BY ALL ORDER BY first
-"""
-#: Each invoice (per currency): its first cell's currency (None or text) and minor unit,
-#: its last cell's minor unit, where it first appears.
-_INVOICES = f"""
-SELECT c.tenant, c.invoice_id, {_CUR} AS cur, arg_min(c.currency IS NULL, c.row_no),
-       arg_min(c.minor, c.row_no), arg_max(c.minor, c.row_no), min(c.row_no) AS first
-FROM cells c GROUP BY ALL ORDER BY first
-"""
-_ACCEPTANCE = f"""
-SELECT c.tenant, c.invoice_id, {_CUR}, l.acceptance, sum(c.gpu_us)
-FROM {_CELLS} WHERE l.acceptance IS NOT NULL GROUP BY ALL
-"""
-#: Each invoice's billed amount: its lines' amounts (each line counted once, in the
-#: invoice and currency of its first cell) as one integer at the largest scale among them.
-_BILLED = f"""
-WITH line AS (
-    SELECT tenant, invoice_id, arg_min({_CUR}, c.row_no) AS cur,
-           arg_min(c.billed_amount, c.row_no) AS billed
-    FROM cells c GROUP BY tenant, invoice_id, line_id),
-scaled AS (
-    SELECT *, max(CAST(length(split_part(billed, '.', 2)) AS INTEGER))
-               OVER (PARTITION BY tenant, invoice_id, cur) AS scale
-    FROM line)
-SELECT tenant, invoice_id, cur, any_value(scale),
-       CAST(sum({_amount_int("scale", "billed")}) AS VARCHAR)
-FROM scaled GROUP BY ALL
-"""
 #: The last cell's minor unit, per currency.
 _MINOR = f"SELECT {_CUR}, arg_max(c.minor, c.row_no) FROM cells c GROUP BY ALL"
 #: Money per currency and UTC day of the line's start (NULL: no period), by bearer, with
@@ -130,45 +92,17 @@ class PageFigures:
 def page_figures(result: Reconciliation, answers: Answers | None = None) -> PageFigures:
     """What finance_page's per-cell functions add up, from groups of the cells."""
     table = result.table
-    cells = table.append_column("row_no", pa.array(range(1, table.num_rows + 1), pa.int64()))
     with scratch() as con:
-        con.register("cells", cells)
+        con.register("cells", numbered(result))
         con.register("labels", _labels())
-        keys = _rows(con, _KEYS)
-        invoices = _invoices(con, keys)
+        keys = _rows(con, KEYS)
+        invoices = invoices_of(con, keys)
         headlines = _headlines(con, keys, answers)
         figures = _figures(con, keys)
         largest = [int(row[0]) for row in _rows(con, _LARGEST)]
     picked = table.take(pa.array(largest, pa.int64())).select(list(CELL_COLUMNS))
     columns = [picked.column(name).to_pylist() for name in CELL_COLUMNS]
     return PageFigures(invoices, headlines, figures, [Cell(*row) for row in zip(*columns)])
-
-
-def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple[Any, ...]]:
-    return con.execute(sql).fetchall()
-
-
-Invoice = tuple[str, str, str]
-
-
-def _invoices(con: duckdb.DuckDBPyConnection, keys: list[tuple[Any, ...]]) -> list[InvoiceTotal]:
-    """`Reconciliation.invoices()`."""
-    out: dict[Invoice, InvoiceTotal] = {}
-    for tenant, invoice, cur, no_currency, first_minor, last_minor, _ in _rows(con, _INVOICES):
-        currency = None if no_currency else cur
-        total = InvoiceTotal(tenant, invoice, currency, int(first_minor))
-        total.tally = _Tally(minor=int(last_minor))
-        out[(tenant, invoice, cur)] = total
-    for tenant, invoice, cur, category, bearer, us, cents, _ in keys:
-        tally = out[(tenant, invoice, cur)].tally
-        tally.gpu_us[(category, bearer)] += int(us)
-        tally.cents[(category, bearer)] += int(cents)
-    for tenant, invoice, cur, state, us in _rows(con, _ACCEPTANCE):
-        out[(tenant, invoice, cur)].tally.acceptance[state] += int(us)
-    for tenant, invoice, cur, scale, units in _rows(con, _BILLED):
-        # from text: exact at any length (scaleb would round to the context's 28 digits)
-        out[(tenant, invoice, cur)].billed_exact = Decimal(f"{units}E-{int(scale)}")
-    return [out[key] for key in sorted(out)]
 
 
 def _headlines(
@@ -179,7 +113,7 @@ def _headlines(
         cur: Headline(cur, cur, int(minor)) for cur, minor in sorted(_rows(con, _MINOR))
     }
     per_invoice: dict[tuple[str, str, str], Headline] = {}
-    for tenant, invoice, cur, _, _, last_minor, _ in _rows(con, _INVOICES):
+    for tenant, invoice, cur, _, _, last_minor, _ in _rows(con, INVOICES):
         per_invoice[(tenant, invoice, cur)] = Headline(
             invoice, cur, int(last_minor), tenant=tenant, invoice_id=invoice
         )

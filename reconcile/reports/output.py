@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ import pyarrow.parquet as pq
 from rich.table import Column, Table
 
 from reconcile.engine.result import InvoiceTotal, Reconciliation
+from reconcile.engine.totals import invoice_totals
 from reconcile.reports.numbers import hours
 from reconcile.reports.numbers import number as grouped
 from schemas.display import FIGURE_RE2, FORMULA_STARTS, DataTable
@@ -31,9 +33,12 @@ def tables(result: Reconciliation) -> list[Table]:
     billed beside what was classified (its exact total rounded to the minor unit; an
     invoice is one tenant's, so that holds for an InvoiceId that several tenants share),
     then the bearers' totals, then the categories."""
-    invoices = result.invoices()
+    invoices = invoice_totals(result)  # from groups of cells (`result.invoices()`'s figures)
+    billed: dict[str, int] = defaultdict(int)
+    for invoice in invoices:
+        billed[invoice.tenant] += invoice.tally.billed_us
     out: list[Table] = []
-    for tenant, tally in result.tenants().items():
+    for tenant in sorted(set(billed) | set(result.unbilled_us)):  # `result.tenants()`
         rows = [
             row
             for invoice in invoices
@@ -54,7 +59,7 @@ def tables(result: Reconciliation) -> list[Table]:
             Column("GPU-hours", justify="right", no_wrap=True, min_width=widths[0]),
             Column("amount", justify="right", no_wrap=True, min_width=widths[1]),
             title=f"tenant {tenant}",
-            caption=f"billed {hours(tally.billed_us)} GPU-h · unbilled (held, billed by no line) "
+            caption=f"billed {hours(billed[tenant])} GPU-h · unbilled (held, billed by no line) "
             f"{hours(result.unbilled_us.get(tenant, 0))} GPU-h · "
             "`gpuledger explain CATEGORY` says what each category and bearer means",
         )
