@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 import ingest
 import ledger
 import reconcile.engine.json_text as json_text_module
+import reconcile.reports.output as output
 from fixtures.sim import SimConfig, simulate
 from reconcile import reconcile_store
 from reconcile.engine.json_text import json_text
@@ -138,3 +140,22 @@ def test_the_column_wise_placement_sums_are_the_reconciliations() -> None:
         assert json_text_module.placement_sums(result) == expected, seed
         claims += sum(1 for sums in expected.values() if sums.claim)
     assert claims >= 1  # a claim was there to compare
+
+
+def test_a_json_file_cut_short_by_a_failure_is_never_left(tmp_path: Path) -> None:
+    """The document is written into a file beside the output that takes its name once
+    whole: a failure half-way leaves the output as it was."""
+    out = tmp_path / "r.json"
+    out.write_text("the reconciliation before\n")
+
+    def parts() -> Iterator[bytes]:
+        yield b'{"period": '
+        raise RuntimeError("a part could not be made")
+
+    with pytest.raises(RuntimeError):
+        output._write_whole(out, parts())
+    assert out.read_text() == "the reconciliation before\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+    output._write_whole(out, iter([b"{", b"}\n"]))
+    assert out.read_text() == "{}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -132,8 +132,7 @@ def write(
     (`for_spreadsheets`); JSON is exact."""
     if fmt == "json" and isinstance(out, Path):
         # hundreds of MB at field scale: never decoded to be encoded again, nor joined
-        with out.open("wb") as file:
-            file.writelines(result.json_parts())
+        _write_whole(out, result.json_parts())
     elif fmt in ("json", "html"):
         text = result.json_text() if fmt == "json" else _page(result, db, period, answers)
         if isinstance(out, Path):
@@ -148,6 +147,18 @@ def write(
         _write_parquet(result, out)
     else:
         raise BadInput(f"unknown format {fmt!r}", option="format")
+
+
+def _write_whole(out: Path, parts: Iterable[bytes | memoryview]) -> None:
+    """`parts` to `out`, through a file beside it that takes its name once whole: a
+    failure half-way (a full disk) leaves `out` as it was, never a document cut short."""
+    partial = out.with_name(f".{out.name}.partial")
+    try:
+        with partial.open("wb") as file:
+            file.writelines(parts)
+        partial.replace(out)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def for_spreadsheets(part: pa.Table) -> pa.Table:
