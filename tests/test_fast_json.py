@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -159,3 +161,16 @@ def test_a_json_file_cut_short_by_a_failure_is_never_left(tmp_path: Path) -> Non
     output._write_whole(out, iter([b"{", b"}\n"]))
     assert out.read_text() == "{}\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+def test_a_json_document_to_a_pipe_given_as_out(tmp_path: Path) -> None:
+    """`--out /dev/stdout`, or a named pipe: written to as it is (nothing beside it)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    output._write_whole(fifo, iter([b"{", b"}\n"]))
+    reader.join()
+    assert got == [b"{}\n"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]

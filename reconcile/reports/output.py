@@ -152,6 +152,10 @@ def write(
 def _write_whole(out: Path, parts: Iterable[bytes | memoryview]) -> None:
     """`parts` to `out`, through a file beside it that takes its name once whole: a
     failure half-way (a full disk) leaves `out` as it was, never a document cut short."""
+    if out.exists() and not out.is_file():  # a device or a pipe (/dev/stdout): written to
+        with out.open("wb") as file:
+            file.writelines(parts)
+        return
     partial = out.with_name(f".{out.name}.partial")
     try:
         with partial.open("wb") as file:
