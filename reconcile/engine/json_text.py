@@ -105,7 +105,7 @@ _CATEGORY_TEXT = _concat(
     + _member(10, "amount_exact", _concat(_quoted("exact")))
     + ['\'          "bearer": "\'', "bearer", "'\"'"]
     # its end, where it has one bearer (most): in its own fragment, one fewer to sort
-    + ["CASE WHEN n > 1 THEN ',\n          \"by_bearer\": {\n' ELSE '\n        }' END"]
+    + ["CASE WHEN several THEN ',\n          \"by_bearer\": {\n' ELSE '\n        }' END"]
 )
 #: The end of a category of several bearers: a fragment sorted after their texts.
 _CATEGORY_END = "'\n          }\n        }'"
@@ -167,19 +167,24 @@ WITH c AS (
     SELECT c.*, s.share_units, s.share_places, s.exact_places, l.category, l.bearer,
            l.acceptance, l.cat_rank, l.bearer_rank
     FROM cells c JOIN shares s ON s.row_no = c.row_no JOIN labels l ON l.code = c.label),
-kb AS (
-    SELECT line_no, category, bearer, any_value(cat_rank) AS cat_rank,
-           any_value(bearer_rank) AS bearer_rank, sum(gpu_us) AS us,
-           sum(cents) AS cents, sum(share_units) AS units, any_value(share_places) AS places,
-           any_value(exact_places) AS ep, any_value(minor) AS minor
-    FROM c GROUP BY line_no, category, bearer),
 kc AS (
-    SELECT line_no, category, any_value(cat_rank) AS cat_rank, count(*) AS n,
-           CASE WHEN count(*) = 1 THEN any_value(bearer) ELSE 'mixed' END AS bearer,
-           sum(us) AS us, min(bearer_rank) AS first_bearer,
+    SELECT line_no, category, any_value(cat_rank) AS cat_rank,
+           min(bearer) <> max(bearer) AS several,
+           CASE WHEN min(bearer) = max(bearer) THEN min(bearer) ELSE 'mixed' END AS bearer,
+           sum(gpu_us) AS us, min(bearer_rank) AS first_bearer,
            {decimal_text_sql("sum(cents)", "any_value(minor)", "any_value(minor)")} AS money,
-           {decimal_text_sql("sum(units)", "any_value(places)", "any_value(ep)")} AS exact
-    FROM kb GROUP BY line_no, category),
+           {
+    decimal_text_sql("sum(share_units)", "any_value(share_places)", "any_value(exact_places)")
+} AS exact
+    FROM c GROUP BY line_no, category),
+kb AS (
+    SELECT c.line_no, c.category, c.bearer, any_value(c.cat_rank) AS cat_rank,
+           any_value(c.bearer_rank) AS bearer_rank, any_value(k.first_bearer) AS first_bearer,
+           sum(c.gpu_us) AS us, sum(c.cents) AS cents, sum(c.share_units) AS units,
+           any_value(c.share_places) AS places, any_value(c.exact_places) AS ep,
+           any_value(c.minor) AS minor
+    FROM c JOIN kc k ON k.line_no = c.line_no AND k.category = c.category WHERE k.several
+    GROUP BY c.line_no, c.category, c.bearer),
 line AS (
     SELECT g.* EXCLUDE (first_row), f.invoice_id, f.line_id, f.tenant, f.allocation_id,
            f.currency, f.billed_amount, f.description, f.ps, f.pe
@@ -199,12 +204,11 @@ fragments AS (
     FROM (SELECT k.*, l.first_cat FROM kc k JOIN line l USING (line_no))
     UNION ALL
     SELECT line_no, 1, cat_rank, 1 + bearer_rank, {_BEARER_TEXT}
-    FROM (SELECT b.*, k.first_bearer,
-                 {decimal_text_sql("b.cents", "b.minor", "b.minor")} AS money,
-                 {decimal_text_sql("b.units", "b.places", "b.ep")} AS exact
-          FROM kb b JOIN kc k USING (line_no, category) WHERE k.n > 1)
+    FROM (SELECT *, {decimal_text_sql("cents", "minor", "minor")} AS money,
+                 {decimal_text_sql("units", "places", "ep")} AS exact
+          FROM kb)
     UNION ALL
-    SELECT line_no, 1, cat_rank, {len(BEARERS) + 1}, {_CATEGORY_END} FROM kc WHERE n > 1
+    SELECT line_no, 1, cat_rank, {len(BEARERS) + 1}, {_CATEGORY_END} FROM kc WHERE several
     UNION ALL
     SELECT line_no, 2, 0, 0, {_LINE_TAIL} FROM line)
 SELECT text FROM fragments ORDER BY line_no, part, cat_rank, sub
