@@ -161,6 +161,9 @@ def test_a_json_file_cut_short_by_a_failure_is_never_left(tmp_path: Path) -> Non
     output._write_whole(out, iter([b"{", b"}\n"]))
     assert out.read_text() == "{}\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"")
+    assert out.stat().st_mode & 0o777 == plain.stat().st_mode & 0o777  # as any new file
 
 
 def test_a_json_document_to_a_pipe_given_as_out(tmp_path: Path) -> None:
@@ -174,3 +177,17 @@ def test_a_json_document_to_a_pipe_given_as_out(tmp_path: Path) -> None:
     reader.join()
     assert got == [b"{}\n"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
+def test_a_file_laid_where_the_partial_document_goes_is_never_written(tmp_path: Path) -> None:
+    """In a shared folder, a link laid first under a name the writer might use does not
+    turn the document's write onto another file: the partial file's name is new each time
+    and made exclusively."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    out = tmp_path / "r.json"
+    for name in (".r.json.partial", ".r.json.tmp", "r.json.partial"):
+        (tmp_path / name).symlink_to(victim)
+    output._write_whole(out, iter([b"{", b"}\n"]))
+    assert victim.read_text() == "keep me\n"
+    assert out.read_text() == "{}\n" and not out.is_symlink()

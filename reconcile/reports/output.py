@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -156,13 +158,23 @@ def _write_whole(out: Path, parts: Iterable[bytes | memoryview]) -> None:
         with out.open("wb") as file:
             file.writelines(parts)
         return
-    partial = out.with_name(f".{out.name}.partial")
+    # a new name of its own (O_EXCL, random), never a path someone could have laid first
+    handle, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent)
+    partial = Path(name)
     try:
-        with partial.open("wb") as file:
+        with os.fdopen(handle, "wb") as file:
             file.writelines(parts)
+        partial.chmod(_created_mode())  # mkstemp's is 0600; a report is made as any file
         partial.replace(out)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def _created_mode() -> int:
+    """The mode `open` gives a new file: 0666 less the process's umask."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def for_spreadsheets(part: pa.Table) -> pa.Table:
