@@ -34,6 +34,7 @@ from sqlalchemy.engine import make_url
 from ledger.digests import joined
 from ledger.driver import SQLITE_BUSY_TIMEOUT_S
 from ledger.hashing import LEAF_PREFIX
+from ledger.pages import ENTRY_SCHEMA
 from schemas.errors import CheckFailed
 
 #: Rows an Arrow batch holds (SQLite's driver makes batches of 1,024 unless told).
@@ -79,20 +80,15 @@ SELECT seq, recorded_at, source, id, type, tenant, tenant_seq, event, salt, leaf
 chain_hash, tenant_prev
 FROM entries WHERE seq >= {first} AND seq <= {last} ORDER BY seq
 """
+#: `ENTRY_SCHEMA`'s columns as the drivers hand them over: the event, the salt and the
+#: hashes as plain bytes (SQLite's BLOBs carry no width).
 _SCHEMA = pa.schema(
     [
-        ("seq", pa.int64()),
-        ("recorded_at", pa.string()),
-        ("source", pa.string()),
-        ("id", pa.string()),
-        ("type", pa.string()),
-        ("tenant", pa.string()),
-        ("tenant_seq", pa.int64()),
-        ("event", pa.binary()),
-        ("salt", pa.binary()),
-        ("leaf_hash", pa.binary()),
-        ("chain_hash", pa.binary()),
-        ("tenant_prev", pa.binary()),
+        (
+            f.name,
+            pa.binary() if f.name == "event" or pa.types.is_fixed_size_binary(f.type) else f.type,
+        )
+        for f in ENTRY_SCHEMA
     ]
 )
 
